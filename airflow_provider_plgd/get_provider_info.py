@@ -1,0 +1,117 @@
+"""Provider metadata read by Airflow's ProvidersManager.
+
+Registered through the ``apache_airflow_provider`` entry point in ``setup.cfg``. Airflow checks
+that ``package-name`` equals the installed distribution name. The connection fields are declared
+the Airflow 3.2+ way (``conn-fields``, secrets with ``format: password``); the hook keeps
+``get_connection_form_widgets``/``get_ui_field_behaviour`` for older Airflow.
+Source: Airflow docs, "Community Providers > How to create your own provider" and
+``provider_info.schema.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+
+HOOK_CLASS = "airflow_provider_plgd.hooks.jetstream.JetStreamHook"
+CONN_TYPE = "plgd_jetstream"
+
+
+def _string_field(label: str, description: str, *, secret: bool = False, default: Any = None) -> dict:
+    schema: dict[str, Any] = {"type": ["string", "null"]}
+    if secret:
+        schema["format"] = "password"
+    if default is not None:
+        schema["default"] = default
+    return {"label": label, "description": description, "schema": schema}
+
+
+#: Connection extra fields of ``plgd_jetstream``; one home, also used by the hook's form widgets.
+CONN_FIELDS: dict[str, dict] = {
+    "servers": _string_field(
+        "Servers",
+        "Comma-separated nats:// or tls:// URLs. Overrides Host/Port when set.",
+    ),
+    "stream": _string_field("Stream", "JetStream stream that holds plgd events.", default="EVENTS"),
+    "token": _string_field("Token", "NATS authentication token.", secret=True),
+    "nkey_seed": _string_field("NKEY seed", "NKEY seed (starts with SU).", secret=True),
+    "creds_file": _string_field("Credentials file", "Path to a NATS .creds file (JWT + NKEY seed)."),
+    "tls_ca": _string_field("TLS CA file", "Path to the CA certificate (PEM) that signed the server's cert."),
+    "tls_cert": _string_field("TLS client certificate", "Path to the client certificate (PEM)."),
+    "tls_key": _string_field("TLS client key", "Path to the client private key (PEM)."),
+    "storage_root": _string_field(
+        "Storage root",
+        "Default root (local path or fsspec URL such as s3://bucket/plgd) for staging and tables.",
+    ),
+}
+
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["schema", "extra"],
+    "relabeling": {"login": "User", "password": "Password", "host": "Host"},
+    "placeholders": {
+        "host": "127.0.0.1",
+        "port": "4222",
+        "servers": "nats://nats-1:4222,nats://nats-2:4222",
+        "stream": "EVENTS",
+    },
+}
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Return the provider description that Airflow's ProvidersManager loads.
+
+    :return: a dict following Airflow's ``provider_info.schema.json``: ``package-name`` (the
+        distribution name), hooks, operators, sensors, triggers, connection types and the
+        ``nats`` message queue for the common.messaging provider.
+    """
+    return {
+        "package-name": DISTRIBUTION_NAME,
+        "name": "plgd",
+        "description": "Fetch plgd hub events from NATS JetStream and turn them into tables with Spark.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "plgd JetStream",
+                "external-doc-url": "https://github.com/plgd-dev/hub",
+                "tags": ["protocol"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "plgd JetStream",
+                "python-modules": ["airflow_provider_plgd.hooks.jetstream"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "plgd JetStream",
+                "python-modules": ["airflow_provider_plgd.operators.jetstream_to_staging"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "plgd JetStream",
+                "python-modules": ["airflow_provider_plgd.sensors.interval_complete"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "plgd JetStream",
+                "python-modules": [
+                    "airflow_provider_plgd.triggers.interval_complete",
+                    "airflow_provider_plgd.triggers.messages",
+                ],
+            }
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": HOOK_CLASS,
+                "hook-name": "plgd JetStream",
+                "connection-type": CONN_TYPE,
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
+                "conn-fields": CONN_FIELDS,
+            }
+        ],
+        "queues": ["airflow_provider_plgd.queues.nats.NatsMessageQueueProvider"],
+    }
