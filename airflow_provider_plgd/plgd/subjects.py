@@ -1,0 +1,387 @@
+"""NATS subjects of plgd hub events: build, parse, and JetStream filter subjects.
+
+Templates (WIRE_FORMAT.md §1.1, plgd hub v2.25.0):
+
+* S1 ``plgd.owners.{ownerId}.registrations.{eventType}``
+* S2 ``plgd.owners.{ownerId}.devices.{deviceId}.resource-links.{eventType}``
+* S3 ``plgd.owners.{ownerId}.devices.{deviceId}.metadata.{eventType}``
+* S4 ``plgd.owners.{ownerId}.devices.{deviceId}.resources.{hrefId}.{eventType}``
+* S5 ``...resources.{hrefId}.{eventType}.leadrt.{leadResourceType}`` (lead type may span tokens)
+* S6 ``...resources.{hrefId}.{eventType}.leadrt`` (feature on, no lead type chosen)
+
+This module is the one home of the literal tokens ``plgd``, ``owners``, ``devices`` and
+``leadrt``; the four family tokens are defined in :mod:`.event_types` (``FAMILY_*``).
+Token values come from :mod:`.ids` (``owner_id``, ``href_id``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable
+
+from .event_types import (
+    EVENT_TYPES,
+    FAMILY_METADATA,
+    FAMILY_REGISTRATIONS,
+    FAMILY_RESOURCE_LINKS,
+    FAMILY_RESOURCES,
+    event_type_info,
+)
+from .ids import uuid5_url
+
+__all__ = [
+    "LEADRT",
+    "TOKEN_DEVICES",
+    "TOKEN_OWNERS",
+    "TOKEN_PLGD",
+    "Subject",
+    "lead_resource_type_token",
+    "links_subject",
+    "metadata_subject",
+    "parse_subject",
+    "registrations_subject",
+    "resource_subject",
+    "select_lead_resource_type",
+    "subject_filters",
+    "validate_token",
+]
+
+TOKEN_PLGD = "plgd"
+TOKEN_OWNERS = "owners"
+TOKEN_DEVICES = "devices"
+LEADRT = "leadrt"
+
+_PREFIX = f"{TOKEN_PLGD}.{TOKEN_OWNERS}."
+_WILDCARD = "*"
+_FULL_WILDCARD = ">"
+
+# Token rule of validate_token: no '.', '*', '>', '/', whitespace, or control characters.
+_BAD_TOKEN_CHAR = re.compile(r"[.*>/\s\x00-\x1f\x7f-\x9f]")
+# A lead resource type may contain '.', but no empty token, wildcard, whitespace or control chars.
+_BAD_LEAD_CHAR = re.compile(r"[*>\s\x00-\x1f\x7f-\x9f]")
+_LEAD_REPLACE = str.maketrans({"*": "_", ">": "_", "$": "_"})
+
+
+def validate_token(value: str, what: str) -> str:
+    """Return ``value`` if it can be one NATS subject token, else raise ValueError.
+
+    Rejected: a non-str (TypeError), the empty string, and any value containing ``.`` (so also
+    ``..``), ``*``, ``>``, ``/``, whitespace, or control characters. The error message names
+    ``what`` (e.g. ``"device_id"``) and the value.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    bad = _BAD_TOKEN_CHAR.search(value)
+    if bad is not None:
+        raise ValueError(
+            f"{what} {value!r} is not a valid NATS subject token: contains {bad.group()!r} "
+            "(no '.', '*', '>', '/', whitespace or control characters allowed)"
+        )
+    return value
+
+
+def _validate_lead_resource_type(value: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"lead_resource_type must be a str, got {type(value).__name__}: {value!r}")
+    bad = _BAD_LEAD_CHAR.search(value)
+    if bad is not None or "" in value.split("."):
+        raise ValueError(
+            f"lead_resource_type {value!r} cannot end a subject: expected dot-separated non-empty "
+            "tokens without '*', '>', whitespace or control characters "
+            "(use lead_resource_type_token() to replace '*', '>', '$')"
+        )
+    return value
+
+
+def lead_resource_type_token(resource_type: str, *, use_uuid: bool = False) -> str:
+    """Subject form of a chosen lead resource type (WIRE_FORMAT.md §1.3 step 4).
+
+    Each ``*``, ``>`` and ``$`` becomes ``_`` (nothing else is escaped, so ``.`` stays and the
+    value may span several subject tokens). With ``use_uuid`` and a non-empty result, returns
+    ``uuid5(NAMESPACE_URL, replaced)`` instead (hash computed after the replacement).
+    Examples: ``"core.light"`` -> ``"core.light"``; with ``use_uuid`` ->
+    ``"6ed09a04-e205-5403-82cf-b999b53ad325"``. Raises TypeError for a non-str.
+    """
+    if not isinstance(resource_type, str):
+        raise TypeError(
+            f"resource_type must be a str, got {type(resource_type).__name__}: {resource_type!r}"
+        )
+    replaced = resource_type.translate(_LEAD_REPLACE)
+    if use_uuid and replaced:
+        return uuid5_url(replaced)
+    return replaced
+
+
+def select_lead_resource_type(
+    resource_types: Iterable[str],
+    *,
+    regex_filter: Iterable[str] = (),
+    filter: str = "",  # noqa: A002 - plgd's config key name
+    use_uuid: bool = False,
+) -> str | None:
+    """Lead resource type token the resource-aggregate puts after ``.leadrt.`` (WIRE_FORMAT.md §1.3).
+
+    :param resource_types: the event's ``resource_types`` in order.
+    :param regex_filter: plgd ``regexFilter``; the first type (in event order) that matches any
+        pattern wins. Patterns are applied with Python ``re.search`` (Go ``MatchString`` is also an
+        unanchored search; syntax differences between Go RE2 and Python ``re`` are not handled).
+    :param filter: plgd ``filter``: ``""``, ``"first"`` or ``"last"``; used when no regex matched.
+    :param use_uuid: plgd ``useUUID``.
+    :return: the token (after ``lead_resource_type_token``), or None when no type is chosen
+        (then the subject is S6, bare ``.leadrt``).
+    :raises ValueError: ``filter`` is not ``""``, ``"first"`` or ``"last"``.
+    """
+    if filter not in ("", "first", "last"):
+        raise ValueError(f"filter must be '', 'first' or 'last', got {filter!r}")
+    types = list(resource_types)
+    if not types:
+        return None
+    chosen: str | None = None
+    patterns = [re.compile(p) for p in regex_filter]
+    if patterns:
+        chosen = next((t for t in types if any(p.search(t) for p in patterns)), None)
+    if chosen is None:
+        if filter == "first":
+            chosen = types[0]
+        elif filter == "last":
+            chosen = types[-1]
+    if chosen is None:
+        return None
+    token = lead_resource_type_token(chosen, use_uuid=use_uuid)
+    return token or None
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """A parsed plgd subject (WIRE_FORMAT.md §1.1). ``str(subject)`` renders it back.
+
+    :ivar family: ``"registrations"`` (S1), ``"resource-links"`` (S2), ``"metadata"`` (S3) or
+        ``"resources"`` (S4-S6).
+    :ivar owner_id: the ``ownerId`` token as it appears (see ``ids.owner_id``).
+    :ivar event_type: the ``eventType`` token.
+    :ivar device_id: the ``deviceId`` token; None for ``registrations``.
+    :ivar href_id: the ``hrefId`` token (``uuid5(URL, href)``); only for ``resources``.
+    :ivar leadrt: the subject has the ``.leadrt`` suffix (S5 or S6).
+    :ivar lead_resource_type: everything after ``.leadrt.`` joined by ``.`` (S5), else None.
+    """
+
+    family: str
+    owner_id: str
+    event_type: str
+    device_id: str | None = None
+    href_id: str | None = None
+    leadrt: bool = False
+    lead_resource_type: str | None = None
+
+    def __str__(self) -> str:
+        family = self.family
+        if family == FAMILY_REGISTRATIONS:
+            return f"{_PREFIX}{self.owner_id}.{family}.{self.event_type}"
+        head = f"{_PREFIX}{self.owner_id}.{TOKEN_DEVICES}.{self.device_id}.{family}."
+        if family != FAMILY_RESOURCES:
+            return f"{head}{self.event_type}"
+        subject = f"{head}{self.href_id}.{self.event_type}"
+        if self.lead_resource_type:
+            return f"{subject}.{LEADRT}.{self.lead_resource_type}"
+        if self.leadrt:
+            return f"{subject}.{LEADRT}"
+        return subject
+
+
+def _check_family(event_type: str, family: str) -> str:
+    info = event_type_info(event_type)
+    if info.family != family:
+        raise ValueError(
+            f"event type {event_type!r} belongs to subject family {info.family!r}, not {family!r}"
+        )
+    return event_type
+
+
+def registrations_subject(owner_id: str, event_type: str) -> str:
+    """S1 ``plgd.owners.{owner_id}.registrations.{event_type}`` (identity-store events).
+
+    ``owner_id`` is the subject token (use ``ids.owner_id(owner)`` for a raw owner).
+    Raises ValueError if a token is invalid (``validate_token``) or ``event_type`` is not
+    ``devicesregistered``/``devicesunregistered``.
+    """
+    validate_token(owner_id, "owner_id")
+    _check_family(event_type, FAMILY_REGISTRATIONS)
+    return f"{_PREFIX}{owner_id}.{FAMILY_REGISTRATIONS}.{event_type}"
+
+
+def links_subject(owner_id: str, device_id: str, event_type: str) -> str:
+    """S2 ``plgd.owners.{owner_id}.devices.{device_id}.resource-links.{event_type}``.
+
+    Raises ValueError for an invalid token or an event type that is not a resource-links type.
+    """
+    validate_token(owner_id, "owner_id")
+    validate_token(device_id, "device_id")
+    _check_family(event_type, FAMILY_RESOURCE_LINKS)
+    return f"{_PREFIX}{owner_id}.{TOKEN_DEVICES}.{device_id}.{FAMILY_RESOURCE_LINKS}.{event_type}"
+
+
+def metadata_subject(owner_id: str, device_id: str, event_type: str) -> str:
+    """S3 ``plgd.owners.{owner_id}.devices.{device_id}.metadata.{event_type}``.
+
+    Raises ValueError for an invalid token or an event type that is not a device-metadata type.
+    """
+    validate_token(owner_id, "owner_id")
+    validate_token(device_id, "device_id")
+    _check_family(event_type, FAMILY_METADATA)
+    return f"{_PREFIX}{owner_id}.{TOKEN_DEVICES}.{device_id}.{FAMILY_METADATA}.{event_type}"
+
+
+def resource_subject(
+    owner_id: str,
+    device_id: str,
+    href_id: str,
+    event_type: str,
+    *,
+    leadrt: bool = False,
+    lead_resource_type: str | None = None,
+) -> str:
+    """S4/S5/S6 subject of a resource event.
+
+    * ``leadrt=False`` and no lead type: S4 ``...resources.{href_id}.{event_type}``
+    * a non-empty ``lead_resource_type``: S5 ``....{event_type}.leadrt.{lead_resource_type}``
+      (implies ``leadrt``; pass the token from ``lead_resource_type_token``, it may contain ``.``)
+    * ``leadrt=True`` without lead type (None or ``""``): S6 ``....{event_type}.leadrt``
+
+    ``href_id`` is the token ``ids.href_id(href)``, not the href.
+    Raises ValueError for an invalid token, a non-resource event type, or a lead type that
+    cannot end a subject (contains ``*``, ``>``, whitespace, control characters or empty tokens).
+    """
+    validate_token(owner_id, "owner_id")
+    validate_token(device_id, "device_id")
+    validate_token(href_id, "href_id")
+    _check_family(event_type, FAMILY_RESOURCES)
+    subject = (
+        f"{_PREFIX}{owner_id}.{TOKEN_DEVICES}.{device_id}.{FAMILY_RESOURCES}.{href_id}.{event_type}"
+    )
+    if lead_resource_type:
+        return f"{subject}.{LEADRT}.{_validate_lead_resource_type(lead_resource_type)}"
+    if lead_resource_type is not None and not isinstance(lead_resource_type, str):
+        raise TypeError(f"lead_resource_type must be a str or None, got {lead_resource_type!r}")
+    if leadrt:
+        return f"{subject}.{LEADRT}"
+    return subject
+
+
+def _bad(subject: object, why: str) -> ValueError:
+    return ValueError(f"not a plgd event subject: {subject!r} ({why})")
+
+
+@lru_cache(maxsize=1 << 16)
+def _parse(subject: str, check_event_type: bool) -> Subject:
+    if not isinstance(subject, str):
+        raise TypeError(f"subject must be a str, got {type(subject).__name__}: {subject!r}")
+    if not subject.startswith(_PREFIX):
+        raise _bad(subject, f"expected it to start with {_PREFIX!r}")
+    if _WILDCARD in subject or _FULL_WILDCARD in subject:
+        raise _bad(subject, "wildcards '*'/'>' cannot appear in a message subject")
+    tokens = subject.split(".")
+    n = len(tokens)
+    if "" in tokens:
+        raise _bad(subject, "empty token")
+    if n < 5:
+        raise _bad(subject, "too few tokens")
+    owner = tokens[2]
+    if tokens[3] == FAMILY_REGISTRATIONS:
+        if n != 5:
+            raise _bad(subject, "registrations subjects have 5 tokens")
+        result = Subject(FAMILY_REGISTRATIONS, owner, tokens[4])
+    elif tokens[3] == TOKEN_DEVICES:
+        if n < 7:
+            raise _bad(subject, "too few tokens for a device subject")
+        family = tokens[5]
+        if family == FAMILY_RESOURCES:
+            if n < 8:
+                raise _bad(subject, "too few tokens for a resource subject")
+            if n == 8:
+                result = Subject(family, owner, tokens[7], tokens[4], tokens[6])
+            elif tokens[8] != LEADRT:
+                raise _bad(subject, f"expected {LEADRT!r} after the event type")
+            elif n == 9:
+                result = Subject(family, owner, tokens[7], tokens[4], tokens[6], True)
+            else:
+                lead = ".".join(tokens[9:])
+                result = Subject(family, owner, tokens[7], tokens[4], tokens[6], True, lead)
+        elif family == FAMILY_RESOURCE_LINKS or family == FAMILY_METADATA:
+            if n != 7:
+                raise _bad(subject, f"{family} subjects have 7 tokens")
+            result = Subject(family, owner, tokens[6], tokens[4])
+        else:
+            raise _bad(
+                subject,
+                f"token 6 must be one of {FAMILY_RESOURCE_LINKS!r}, {FAMILY_METADATA!r}, "
+                f"{FAMILY_RESOURCES!r}, got {family!r}",
+            )
+    else:
+        raise _bad(
+            subject,
+            f"token 4 must be {FAMILY_REGISTRATIONS!r} or {TOKEN_DEVICES!r}, got {tokens[3]!r}",
+        )
+    if check_event_type:
+        info = EVENT_TYPES.get(result.event_type)
+        if info is None:
+            raise _bad(subject, f"unknown event type {result.event_type!r}")
+        if info.family != result.family:
+            raise _bad(
+                subject,
+                f"event type {result.event_type!r} belongs to family {info.family!r}, "
+                f"not {result.family!r}",
+            )
+    return result
+
+
+def parse_subject(subject: str, *, check_event_type: bool = True) -> Subject:
+    """Parse a plgd subject (S1-S6, WIRE_FORMAT.md §1.1 and the parsing tip in §1.4).
+
+    Tokens are split on ``.``; for resources everything after the ``leadrt`` token, joined by
+    ``.``, is the lead resource type (``...resourcechanged.leadrt.core.light`` ->
+    ``lead_resource_type="core.light"``). Results are cached (subjects repeat per resource).
+
+    :param check_event_type: also require the event type to be one of ``EVENT_TYPES`` and to
+        belong to the subject's family (default). The codec passes False so it can report an
+        unknown event type separately from a malformed subject.
+    :raises ValueError: naming the subject, for any other shape: wrong prefix, empty tokens,
+        wildcards, wrong token count, unknown family token, missing ``leadrt``, bad event type.
+    :raises TypeError: ``subject`` is not a str.
+    """
+    return _parse(subject, check_event_type)
+
+
+def subject_filters(owner_id: str = "*", event_type: str | None = None) -> list[str]:
+    """JetStream filter subjects that together match exactly one owner's events of one type.
+
+    Use one consumer per returned filter.
+
+    * ``event_type=None``: ``["plgd.owners.{owner_id}.>"]`` (all families).
+    * ``devicesregistered``/``devicesunregistered``: ``["plgd.owners.{o}.registrations.{et}"]``.
+    * resource-links / metadata types: ``["plgd.owners.{o}.devices.*.resource-links.{et}"]`` /
+      ``[...".metadata.{et}"]``.
+    * resource types need two (S4 and the ``.leadrt`` forms S5/S6):
+      ``["plgd.owners.{o}.devices.*.resources.*.{et}", "plgd.owners.{o}.devices.*.resources.*.{et}.>"]``.
+
+    :param owner_id: the ``ownerId`` token (``ids.owner_id(owner)``) or ``"*"`` for all owners.
+    :raises ValueError: ``owner_id`` is neither ``"*"`` nor a valid token; ``event_type`` is not
+        one of ``EVENT_TYPES``.
+    """
+    if owner_id != _WILDCARD:
+        validate_token(owner_id, "owner_id")
+    base = f"{_PREFIX}{owner_id}"
+    if event_type is None:
+        return [f"{base}.{_FULL_WILDCARD}"]
+    info = event_type_info(event_type)
+    if info.family == FAMILY_REGISTRATIONS:
+        return [f"{base}.{FAMILY_REGISTRATIONS}.{event_type}"]
+    devices = f"{base}.{TOKEN_DEVICES}.{_WILDCARD}.{info.family}"
+    if info.family == FAMILY_RESOURCES:
+        one = f"{devices}.{_WILDCARD}.{event_type}"
+        return [one, f"{one}.{_FULL_WILDCARD}"]
+    return [f"{devices}.{event_type}"]
+
