@@ -1,0 +1,69 @@
+"""Typed errors of the provider's JetStream access.
+
+All derive from :class:`JetStreamError` so callers can catch one type. Messages name the servers,
+stream or consumer involved and never contain credentials. Source of the JetStream error codes:
+NATS server ``server/errors.json`` (``err_code`` 10059 stream not found, 10039/10076 JetStream
+not enabled), as returned in the ``error`` object of ``$JS.API.*`` responses.
+"""
+
+from __future__ import annotations
+
+
+class JetStreamError(Exception):
+    """Base class of every error raised by :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook`."""
+
+
+class JetStreamConnectionError(JetStreamError):
+    """No NATS server could be reached (refused, timed out, TLS failure) or the connection was
+    lost during an operation. The message names the servers (without credentials)."""
+
+
+class JetStreamAuthError(JetStreamError):
+    """The server rejected the credentials (login/password, token, NKEY, creds file), or the
+    credentials could not be used. The message never contains a secret."""
+
+
+class JetStreamNotEnabledError(JetStreamError):
+    """JetStream is not enabled on the server or for the account (no responder on ``$JS.API``)."""
+
+
+class StreamNotFoundError(JetStreamError):
+    """The stream does not exist (JetStream ``err_code`` 10059), or no stream captures a subject.
+
+    :ivar stream: the stream name.
+    """
+
+    def __init__(self, message: str, *, stream: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+
+
+class JetStreamTimeoutError(JetStreamError):
+    """The server did not answer a JetStream API request or a pull in time."""
+
+
+class JetStreamAPIError(JetStreamError):
+    """Any other error answer of the JetStream API.
+
+    :ivar code: HTTP-like status code (e.g. 400, 404, 500), or None.
+    :ivar err_code: JetStream error code (e.g. 10014 consumer not found), or None.
+    :ivar description: the server's description.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None, err_code: int | None = None,
+                 description: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+
+
+__all__ = [
+    "JetStreamAPIError",
+    "JetStreamAuthError",
+    "JetStreamConnectionError",
+    "JetStreamError",
+    "JetStreamNotEnabledError",
+    "JetStreamTimeoutError",
+    "StreamNotFoundError",
+]

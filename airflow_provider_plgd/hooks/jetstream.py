@@ -1,0 +1,1115 @@
+"""Airflow hook for the plgd hub's NATS JetStream stream (connection type ``plgd_jetstream``).
+
+Reads plgd events from a JetStream stream (default ``EVENTS`` on ``plgd.>``, WIRE_FORMAT.md §1.5)
+in bounded, server-side-filtered batches, counts and lists them cheaply, and publishes.
+
+Everything talks to the JetStream JSON API over NATS request/reply with nats-py (the
+connection, subscriptions and requests are nats-py's; only the small JSON bodies are ours):
+
+- ``$JS.API.STREAM.INFO.<stream>`` with ``{"subjects_filter", "offset"}`` (subject counts, paged by
+  the server at 100 000 subjects per answer: ``total``, ``offset``, ``limit``);
+- ``$JS.API.CONSUMER.CREATE.<stream>.<name>`` (ephemeral consumer: ``inactive_threshold``,
+  ``ack_policy`` none, ``deliver_policy`` ``all`` / ``by_start_time`` / ``by_start_sequence``,
+  ``filter_subject``), ``$JS.API.CONSUMER.INFO`` (``num_pending``), ``$JS.API.CONSUMER.DELETE``;
+- ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`` pull requests (``batch``, ``max_bytes``,
+  ``expires`` ns) answered on our inbox; each message's reply subject
+  ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp ns>.<pending>``
+  (or the 12-token form with domain and account hash after ``ACK``) carries its metadata;
+  status messages ``100`` (heartbeat), ``404``/``408`` (no messages / request expired),
+  ``409`` (max bytes reached, consumer deleted, ...), ``503`` (no responders).
+
+Source: NATS docs, "JetStream wire API reference" (stream info paging, consumer create, pull
+``MSG.NEXT`` requests and their status codes) and ADR-13/ADR-15 (pull requests, ack reply
+subject); nats-py 2.x ``nats.connect`` options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import json
+import logging
+import secrets
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
+
+from airflow_provider_plgd.compat import BaseHook
+from airflow_provider_plgd.exceptions import (
+    JetStreamAPIError,
+    JetStreamAuthError,
+    JetStreamConnectionError,
+    JetStreamError,
+    JetStreamNotEnabledError,
+    JetStreamTimeoutError,
+    StreamNotFoundError,
+)
+from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+
+__all__ = [
+    "JetStreamAPIError",
+    "JetStreamAuthError",
+    "JetStreamConnectionError",
+    "JetStreamError",
+    "JetStreamHook",
+    "JetStreamNotEnabledError",
+    "JetStreamTimeoutError",
+    "StreamMessage",
+    "StreamNotFoundError",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_STREAM = "EVENTS"
+DEFAULT_PORT = 4222
+#: Seconds allowed to open a TCP/TLS connection and complete the NATS handshake, per server.
+CONNECT_TIMEOUT_S = 5
+#: Seconds to wait for a JetStream API answer.
+API_TIMEOUT_S = 10.0
+#: Default messages per pull request (= per yielded batch) of :meth:`JetStreamHook.aiter_batches`.
+DEFAULT_BATCH_SIZE = 2000
+#: Pull requests kept in flight (or answered and not yet taken by the caller) while iterating.
+PREFETCH_PULLS = 3
+#: Bytes cap per pull request (raised to 2x the server's max_payload if that is larger).
+PULL_MAX_BYTES = 8 * 1024 * 1024
+#: Seconds a pull request waits on the server for messages before it expires (status 408).
+PULL_EXPIRES_S = 30.0
+#: Seconds after which the server deletes our ephemeral consumers if we vanish.
+ITER_INACTIVE_THRESHOLD_S = 120.0
+COUNT_INACTIVE_THRESHOLD_S = 10.0
+
+_NS = 1_000_000_000
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_ERR_STREAM_NOT_FOUND = 10059
+_ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
+_EXTRA_PREFIX = f"extra__{CONN_TYPE}__"
+_SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+class StreamMessage(NamedTuple):
+    """One stored JetStream message.
+
+    :ivar stream_seq: stream sequence number (int, >= 1).
+    :ivar subject: the subject it was published on.
+    :ivar time_ns: JetStream server timestamp when stored, unix ns.
+    :ivar headers: NATS headers (name -> value) or None when the message has none.
+    :ivar data: the payload bytes.
+    """
+
+    stream_seq: int
+    subject: str
+    time_ns: int
+    headers: dict[str, str] | None
+    data: bytes
+
+
+@dataclass(frozen=True)
+class JetStreamSettings:
+    """What the hook needs from an Airflow connection of type ``plgd_jetstream``.
+
+    Secrets (password, token, nkey_seed) are excluded from ``repr``. ``servers`` are URLs that
+    may carry ``user:password@``; use :meth:`safe_servers` for messages and logs.
+    """
+
+    servers: tuple[str, ...]
+    stream: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    nkey_seed: str | None = field(default=None, repr=False)
+    creds_file: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    storage_root: str | None = None
+
+    def safe_servers(self) -> str:
+        """The server URLs, comma-separated, without any ``user:password@`` part."""
+        return ", ".join(_strip_userinfo(s) for s in self.servers)
+
+
+# --------------------------------------------------------------------------------------------
+# small pure helpers
+
+
+def _strip_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _extra(extras: dict[str, Any], name: str) -> Any:
+    """Read an extra both plain (``token``) and prefixed (``extra__plgd_jetstream__token``)."""
+    for key in (name, _EXTRA_PREFIX + name):
+        value = extras.get(key)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def _normalize_server(value: str, *, tls: bool) -> str:
+    value = value.strip()
+    if "://" not in value:
+        value = f"{'tls' if tls else 'nats'}://{value}"
+    parts = urlsplit(value)
+    if parts.scheme not in _SERVER_SCHEMES or not parts.hostname:
+        raise ValueError(
+            f"invalid NATS server URL {_strip_userinfo(value)!r}: expected nats://host:port or tls://host:port"
+        )
+    if parts.port is None and parts.scheme in ("nats", "tls"):
+        value = urlunsplit(parts._replace(netloc=f"{parts.netloc}:{DEFAULT_PORT}"))
+    return value
+
+
+def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamSettings:
+    """Build :class:`JetStreamSettings` from an Airflow ``Connection``.
+
+    Servers: extra ``servers`` (comma-separated URLs) else ``host``/``port`` (default 4222; scheme
+    ``tls://`` when a TLS extra is set). Credentials: login/password, extras ``token``,
+    ``nkey_seed``, ``creds_file``; TLS extras ``tls_ca``, ``tls_cert``, ``tls_key``; ``stream``
+    (default ``EVENTS``, overridden by the ``stream`` argument); ``storage_root``.
+
+    :raises ValueError: no servers, a malformed URL, ``tls_key`` without ``tls_cert``, or both
+        ``nkey_seed`` and ``creds_file``.
+    """
+    extras = dict(getattr(conn, "extra_dejson", None) or {})
+    tls_ca, tls_cert, tls_key = (_extra(extras, k) for k in ("tls_ca", "tls_cert", "tls_key"))
+    use_tls = bool(tls_ca or tls_cert)
+    raw_servers = _extra(extras, "servers")
+    if raw_servers:
+        items = raw_servers if isinstance(raw_servers, (list, tuple)) else str(raw_servers).split(",")
+        servers = tuple(_normalize_server(s, tls=use_tls) for s in items if str(s).strip())
+    elif conn.host:
+        host = conn.host if "://" in conn.host else f"{conn.host}:{conn.port or DEFAULT_PORT}"
+        servers = (_normalize_server(host, tls=use_tls),)
+    else:
+        servers = ()
+    if not servers:
+        raise ValueError(
+            f"connection {conn.conn_id!r} has neither a host nor a 'servers' extra; expected e.g. host 127.0.0.1"
+        )
+    if tls_key and not tls_cert:
+        raise ValueError(f"connection {conn.conn_id!r}: 'tls_key' is set but 'tls_cert' is not; set both or neither")
+    nkey_seed, creds_file = _extra(extras, "nkey_seed"), _extra(extras, "creds_file")
+    if nkey_seed and creds_file:
+        raise ValueError(f"connection {conn.conn_id!r}: set either 'nkey_seed' or 'creds_file', not both")
+    return JetStreamSettings(
+        servers=servers,
+        stream=stream or _extra(extras, "stream") or DEFAULT_STREAM,
+        user=conn.login or None,
+        password=conn.password or None,
+        token=_extra(extras, "token"),
+        nkey_seed=nkey_seed,
+        creds_file=creds_file,
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        storage_root=_extra(extras, "storage_root"),
+    )
+
+
+def to_unix_ns(value: dt.datetime | int, what: str) -> int:
+    """Convert a timezone-aware ``datetime`` or an int of unix ns to unix ns.
+
+    :raises ValueError: naive datetime or negative int. :raises TypeError: any other type.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, dt.datetime)):
+        raise TypeError(
+            f"{what} must be a timezone-aware datetime or int unix ns, got {type(value).__name__}: {value!r}"
+        )
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{what} must be >= 0 unix ns, got {value}")
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be timezone-aware, got naive datetime {value.isoformat()}")
+    return (value - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+
+
+def _rfc3339_ns(ns: int) -> str:
+    """Unix ns -> RFC 3339 UTC with 9 fraction digits (Go ``time.RFC3339Nano`` accepts it)."""
+    secs, frac = divmod(ns, _NS)
+    return dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+
+
+def parse_ack_reply(reply: str) -> tuple[int, int, int, int]:
+    """Parse a JetStream message reply subject into ``(stream_seq, consumer_seq, time_ns, pending)``.
+
+    Forms: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts_ns>.<pending>`` (9 tokens)
+    and ``$JS.ACK.<domain>.<acc hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts_ns>.<pending>[.<token>]``
+    (11 or 12 tokens). Source: NATS ADR-15 (JetStream subject naming).
+
+    :raises ValueError: not a JetStream ack subject (message names it).
+    """
+    t = reply.split(".")
+    n = len(t)
+    if n == 9:
+        o = 5
+    elif n >= 11:
+        o = 7
+    else:
+        raise ValueError(f"not a JetStream ack reply subject: {reply!r}")
+    if t[0] != "$JS" or t[1] != "ACK":
+        raise ValueError(f"not a JetStream ack reply subject: {reply!r}")
+    return int(t[o]), int(t[o + 1]), int(t[o + 2]), int(t[o + 3])
+
+
+RequestFn = Callable[[str, "dict | None"], Awaitable[dict]]
+
+
+async def page_subjects(request: RequestFn, stream: str, subjects_filter: str) -> dict[str, int]:
+    """Collect ``{subject: message count}`` of ``stream`` for ``subjects_filter``, page by page.
+
+    Sends ``$JS.API.STREAM.INFO.<stream>`` bodies ``{"subjects_filter": f, "offset": n}``; the
+    server answers at most ``limit`` (100 000) subjects in ``state.subjects`` plus ``total`` and
+    ``offset``; continues until ``total`` subjects were read or a page is empty.
+
+    :param request: ``async (api_subject, body) -> dict`` (the decoded API answer).
+    """
+    subjects: dict[str, int] = {}
+    offset = 0
+    while True:
+        resp = await request(f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subjects_filter, "offset": offset})
+        page = (resp.get("state") or {}).get("subjects") or {}
+        subjects.update(page)
+        offset += len(page)
+        total = resp.get("total")
+        if not page or total is None or offset >= total:
+            return subjects
+
+
+# --------------------------------------------------------------------------------------------
+# the hook
+
+
+class JetStreamHook(BaseHook):
+    """Access the plgd hub's JetStream stream: stream info, subject/owner listing, counting,
+    bounded batched reading, publishing.
+
+    :param jetstream_conn_id: Airflow connection id of type ``plgd_jetstream``.
+    :param stream: stream name; default: the connection's ``stream`` extra, else ``EVENTS``.
+
+    Bounds used by :meth:`acount_messages` and :meth:`aiter_batches`: ``[start_time, end_time)``
+    by JetStream server timestamp (timezone-aware ``datetime`` or int unix ns) and
+    ``[start_seq, end_seq]`` by stream sequence; both are combined with AND, and reading never
+    goes past the stream's last sequence taken when the call starts.
+
+    Every public method raises :class:`~airflow_provider_plgd.exceptions.JetStreamError`
+    subclasses for server-side problems (connection, auth, JetStream disabled, missing stream,
+    API errors, timeouts) and ``ValueError``/``TypeError`` for bad arguments. Credentials are
+    never logged; logs name the servers only.
+    """
+
+    conn_name_attr = "jetstream_conn_id"
+    default_conn_name = "plgd_jetstream_default"
+    conn_type = CONN_TYPE
+    hook_name = "plgd JetStream"
+
+    def __init__(self, jetstream_conn_id: str = default_conn_name, *, stream: str | None = None) -> None:
+        super().__init__()
+        self.jetstream_conn_id = jetstream_conn_id
+        self._stream_override = stream
+        self._settings: JetStreamSettings | None = None
+
+    # ---- Airflow UI ---------------------------------------------------------------------
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """Extra fields for the connection form of Airflow < 3.2 (from ``CONN_FIELDS``).
+
+        Returns ``{}`` when flask_appbuilder/wtforms are not importable (Airflow 3 without the
+        FAB provider reads ``conn-fields`` from the provider info instead).
+        """
+        try:
+            from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
+            from flask_babel import lazy_gettext
+            from wtforms import PasswordField, StringField
+        except ImportError:
+            return {}
+        widgets: dict[str, Any] = {}
+        for name, spec in CONN_FIELDS.items():
+            schema = spec.get("schema", {})
+            secret = schema.get("format") == "password"
+            field_cls, widget = (PasswordField, BS3PasswordFieldWidget) if secret else (StringField, BS3TextFieldWidget)
+            widgets[name] = field_cls(
+                lazy_gettext(spec["label"]),
+                description=spec.get("description", ""),
+                widget=widget(),
+                default=schema.get("default"),
+            )
+        return widgets
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Hidden/relabelled fields and placeholders of the connection form (``UI_FIELD_BEHAVIOUR``)."""
+        return json.loads(json.dumps(UI_FIELD_BEHAVIOUR))
+
+    # ---- settings & connection ----------------------------------------------------------
+
+    def get_settings(self) -> JetStreamSettings:
+        """Read the Airflow connection once (sync) and return :class:`JetStreamSettings`."""
+        if self._settings is None:
+            conn = self.get_connection(self.jetstream_conn_id)
+            self._settings = settings_from_connection(conn, self._stream_override)
+        return self._settings
+
+    async def aget_settings(self) -> JetStreamSettings:
+        """Async :meth:`get_settings` (uses ``aget_connection`` on Airflow 3, which must not be
+        replaced by the sync lookup inside an event loop)."""
+        if self._settings is None:
+            aget = getattr(self, "aget_connection", None)
+            conn = await aget(self.jetstream_conn_id) if aget else self.get_connection(self.jetstream_conn_id)
+            self._settings = settings_from_connection(conn, self._stream_override)
+        return self._settings
+
+    @property
+    def stream(self) -> str:
+        """The stream name in use (argument, else connection extra ``stream``, else ``EVENTS``)."""
+        return self._stream_override or self.get_settings().stream
+
+    def _connect_options(self, s: JetStreamSettings) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        if s.user:
+            opts["user"] = s.user
+        if s.password:
+            opts["password"] = s.password
+        if s.token:
+            opts["token"] = s.token
+        if s.nkey_seed or s.creds_file:
+            try:
+                import nkeys  # noqa: F401  (nats-py needs it for NKEY/JWT auth)
+            except ImportError:
+                raise JetStreamAuthError(
+                    "'nkey_seed'/'creds_file' authentication needs the 'nkeys' package: pip install 'nats-py[nkeys]'"
+                ) from None
+            if s.creds_file:
+                opts["user_credentials"] = s.creds_file
+            else:
+                opts["nkeys_seed_str"] = s.nkey_seed
+        if s.tls_ca or s.tls_cert or any(u.startswith(("tls://", "wss://")) for u in s.servers):
+            try:
+                ctx = ssl.create_default_context(cafile=s.tls_ca) if s.tls_ca else ssl.create_default_context()
+                if s.tls_cert:
+                    ctx.load_cert_chain(s.tls_cert, s.tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise JetStreamConnectionError(
+                    f"cannot load the TLS files of connection {self.jetstream_conn_id!r} "
+                    f"(tls_ca={s.tls_ca!r}, tls_cert={s.tls_cert!r}, tls_key={s.tls_key!r}): {exc}"
+                ) from None
+            opts["tls"] = ctx
+        return opts
+
+    @contextlib.asynccontextmanager
+    async def aconnect(self) -> AsyncIterator[Any]:
+        """Connect to the first reachable server and yield the nats-py client; close it on exit.
+
+        One-shot connection: ``allow_reconnect=False``, connect timeout ``CONNECT_TIMEOUT_S``
+        seconds per server, servers tried in order.
+
+        :raises JetStreamConnectionError: no server reachable (names the servers), TLS failure.
+        :raises JetStreamAuthError: credentials rejected or unusable (no secret in the message).
+        """
+        import nats
+        import nats.errors
+
+        s = await self.aget_settings()
+        opts = self._connect_options(s)
+        self.log.info("Connecting to NATS %s", s.safe_servers())
+        errors: list[str] = []
+        nc = None
+        for url in s.servers:
+            seen: list[BaseException] = []
+
+            async def error_cb(exc: BaseException, seen: list = seen) -> None:
+                seen.append(exc)
+                _log.debug("nats client error: %s", exc)
+
+            try:
+                # nats-py keeps retrying a refused server unless max_reconnect_attempts > 0:
+                # 1 means at most two attempts, 50 ms apart, then NoServersError.
+                nc = await nats.connect(
+                    servers=[url],
+                    allow_reconnect=False,
+                    max_reconnect_attempts=1,
+                    reconnect_time_wait=0.05,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    error_cb=error_cb,
+                    name="airflow-provider-plgd",
+                    **opts,
+                )
+                break
+            except (nats.errors.AuthorizationError, nats.errors.InvalidUserCredentialsError) as exc:
+                raise JetStreamAuthError(f"authentication to NATS {_strip_userinfo(url)} failed: {exc}") from None
+            except nats.errors.NoServersError:
+                last = seen[-1] if seen else None
+                errors.append(f"{_strip_userinfo(url)}: {type(last).__name__ if last else 'no server'}: {last or ''}")
+            except nats.errors.Error as exc:
+                text = str(exc)
+                if "authorization" in text.lower() or "authentication" in text.lower():
+                    raise JetStreamAuthError(
+                        f"authentication to NATS {_strip_userinfo(url)} failed (server said {text!r}); "
+                        "check login/password, token, nkey_seed or creds_file"
+                    ) from None
+                errors.append(f"{_strip_userinfo(url)}: {text or type(exc).__name__}")
+            except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+                errors.append(f"{_strip_userinfo(url)}: {type(exc).__name__}: {exc or 'timed out'}")
+        if nc is None:
+            raise JetStreamConnectionError(
+                f"cannot connect to NATS server(s) {s.safe_servers()} (timeout {CONNECT_TIMEOUT_S}s each): "
+                + "; ".join(errors)
+            )
+        try:
+            yield nc
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
+
+    # ---- JetStream API ------------------------------------------------------------------
+
+    async def _api(self, nc: Any, subject: str, body: dict | None = None, *, timeout: float = API_TIMEOUT_S) -> dict:
+        """Send one ``$JS.API`` request and return the decoded answer, mapping errors."""
+        import nats.errors
+
+        s = self._settings
+        where = s.safe_servers() if s else "NATS"
+        payload = json.dumps(body).encode() if body is not None else b""
+        try:
+            msg = await nc.request(subject, payload, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise JetStreamNotEnabledError(
+                f"JetStream is not enabled on {where}: no responder for {subject}"
+            ) from None
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            raise JetStreamTimeoutError(f"no answer from {where} to {subject} within {timeout}s") from None
+        except nats.errors.ConnectionClosedError:
+            raise JetStreamConnectionError(f"connection to {where} closed during {subject}") from None
+        try:
+            resp = json.loads(msg.data)
+        except ValueError:
+            raise JetStreamAPIError(f"{subject}: answer from {where} is not JSON: {msg.data[:200]!r}") from None
+        err = resp.get("error")
+        if err:
+            code, err_code, desc = err.get("code"), err.get("err_code"), err.get("description", "")
+            stream = self._stream_override or (s.stream if s else DEFAULT_STREAM)
+            if err_code == _ERR_STREAM_NOT_FOUND:
+                name = subject.split(".")[4] if subject.count(".") >= 4 else stream
+                raise StreamNotFoundError(f"stream {name!r} not found on {where}", stream=name)
+            if err_code in _ERR_JS_NOT_ENABLED:
+                raise JetStreamNotEnabledError(f"JetStream is not enabled on {where}: {desc}")
+            raise JetStreamAPIError(
+                f"{subject} failed on {where}: {desc} (code {code}, err_code {err_code})",
+                code=code,
+                err_code=err_code,
+                description=desc,
+            )
+        return resp
+
+    async def astream_info(self, stream: str | None = None) -> dict:
+        """Stream configuration and state (``$JS.API.STREAM.INFO.<stream>``).
+
+        :return: the API answer as a dict: ``config`` (name, subjects, retention, storage,
+            duplicate_window ns, ...), ``state`` (``messages``, ``bytes``, ``first_seq``,
+            ``last_seq``, ``first_ts``/``last_ts`` RFC 3339, ``num_subjects``, ``consumer_count``),
+            ``created``.
+        :raises StreamNotFoundError: the stream does not exist.
+        """
+        s = await self.aget_settings()
+        async with self.aconnect() as nc:
+            return await self._api(nc, f"$JS.API.STREAM.INFO.{stream or s.stream}")
+
+    async def alist_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
+        """``{subject: number of messages}`` for the stream's subjects matching ``filter``.
+
+        Pages through the server's ``subjects_filter`` answer (100 000 subjects per page), see
+        :func:`page_subjects`.
+
+        :raises ValueError: empty filter. :raises StreamNotFoundError: missing stream.
+        """
+        _check_filter(filter)
+        s = await self.aget_settings()
+        async with self.aconnect() as nc:
+            return await page_subjects(lambda subj, body: self._api(nc, subj, body), s.stream, filter)
+
+    async def alist_owners(self) -> dict[str, dict[str, int]]:
+        """``{owner_id: {subject: message count}}`` from the subjects ``plgd.owners.<owner_id>.>``
+        (owner id = subject token 2, WIRE_FORMAT.md §1)."""
+        owners: dict[str, dict[str, int]] = {}
+        for subject, count in (await self.alist_subjects("plgd.owners.>")).items():
+            tokens = subject.split(".")
+            if len(tokens) > 3:
+                owners.setdefault(tokens[2], {})[subject] = count
+        return owners
+
+    async def _acreate_consumer(
+        self,
+        nc: Any,
+        stream: str,
+        filter_subject: str,
+        *,
+        start_ns: int | None = None,
+        start_seq: int | None = None,
+        inactive_threshold_s: float,
+        kind: str,
+    ) -> dict:
+        """Create an ephemeral, ack-none, memory-stored consumer and return its info dict."""
+        name = f"plgd_{kind}_{secrets.token_hex(8)}"
+        config: dict[str, Any] = {
+            "name": name,
+            "ack_policy": "none",
+            "filter_subject": filter_subject,
+            "inactive_threshold": int(inactive_threshold_s * _NS),
+            "mem_storage": True,
+            "num_replicas": 1,
+        }
+        if start_seq is not None:
+            config.update(deliver_policy="by_start_sequence", opt_start_seq=max(1, start_seq))
+        elif start_ns is not None:
+            config.update(deliver_policy="by_start_time", opt_start_time=_rfc3339_ns(start_ns))
+        else:
+            config["deliver_policy"] = "all"
+        return await self._api(
+            nc, f"$JS.API.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config}
+        )
+
+    async def _adelete_consumer(self, nc: Any, stream: str, name: str) -> None:
+        try:
+            if not nc.is_closed:
+                await self._api(nc, f"$JS.API.CONSUMER.DELETE.{stream}.{name}", timeout=2.0)
+        except Exception as exc:  # best effort; the server removes it after inactive_threshold
+            self.log.warning("Could not delete consumer %s of stream %s: %s", name, stream, exc)
+
+    async def acount_messages(
+        self,
+        filter: str,  # noqa: A002
+        *,
+        start_time: dt.datetime | int | None = None,
+        end_time: dt.datetime | int | None = None,
+        start_seq: int | None = None,
+        end_seq: int | None = None,
+    ) -> int:
+        """Count the messages matching ``filter`` within the bounds, server-side.
+
+        Bounds: ``[start_time, end_time)`` by server timestamp, ``[start_seq, end_seq]`` by
+        sequence, and at most the stream's last sequence when called (the same set that
+        :meth:`aiter_batches` would read). Method: ephemeral consumers positioned at each start
+        and end bound (``by_start_time`` / ``by_start_sequence``, filtered, ack none); count =
+        min(``num_pending`` of starts) - max(``num_pending`` of ends). The readings are repeated
+        until no matching message arrived in between (up to 10 tries; under a constant stream of
+        new matching messages the result may be off by those stored during the last reading,
+        a few ms); consumers are deleted afterwards.
+
+        :return: number of messages (>= 0).
+        :raises ValueError/TypeError: bad filter or bounds. :raises StreamNotFoundError: missing stream.
+        """
+        _check_filter(filter)
+        start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
+        s = await self.aget_settings()
+        stream = s.stream
+        async with self.aconnect() as nc:
+            state = (await self._api(nc, f"$JS.API.STREAM.INFO.{stream}"))["state"]
+            last = state["last_seq"] if end_seq is None else min(end_seq, state["last_seq"])
+            if state["messages"] == 0 or (start_seq or 1) > last:
+                return 0
+            names: list[tuple[str, str]] = []  # (role, name)
+            try:
+                starts = []
+                if start_seq is not None:
+                    starts.append(dict(start_seq=start_seq))
+                if start_ns is not None:
+                    starts.append(dict(start_ns=start_ns))
+                if not starts:
+                    starts.append({})
+                ends = [dict(start_seq=last + 1)]
+                if end_ns is not None:
+                    ends.append(dict(start_ns=end_ns))
+                for role, bounds in [("s", b) for b in starts] + [("e", b) for b in ends]:
+                    info = await self._acreate_consumer(
+                        nc, stream, filter, inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count", **bounds
+                    )
+                    names.append((role, info["name"]))
+                for _ in range(10):
+                    pend = [
+                        (role, (await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}"))["num_pending"])
+                        for role, name in names
+                    ]
+                    again = (await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{names[0][1]}"))["num_pending"]
+                    if again == pend[0][1]:
+                        break
+                count = min(p for r, p in pend if r == "s") - max(p for r, p in pend if r == "e")
+                return max(0, count)
+            finally:
+                for _, name in names:
+                    await self._adelete_consumer(nc, stream, name)
+
+    async def aiter_batches(
+        self,
+        filter: str,  # noqa: A002
+        *,
+        start_time: dt.datetime | int | None = None,
+        end_time: dt.datetime | int | None = None,
+        start_seq: int | None = None,
+        end_seq: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> AsyncIterator[list[StreamMessage]]:
+        """Read the messages matching ``filter`` in stream order, as lists of :class:`StreamMessage`.
+
+        Bounds: ``[start_time, end_time)`` by server timestamp, ``[start_seq, end_seq]`` by
+        sequence, and never past the stream's last sequence read when the iteration starts (so it
+        ends even while publishers keep writing). It stops at the first message with time >=
+        end_time or seq beyond the bound, or when the server reports no more pending messages.
+
+        Method: one ephemeral consumer (ack none, filter_subject ``filter``, deliver
+        ``by_start_sequence``/``by_start_time``/``all``); up to ``PREFETCH_PULLS`` raw
+        ``CONSUMER.MSG.NEXT`` pull requests of ``batch_size`` messages (and <= 8 MiB, or 2x the
+        server's max_payload if larger) in flight into one inbox subscription; metadata parsed
+        from the reply subject. Each yielded list is normally the answer to one pull: at most
+        ``batch_size`` messages and at most the pull byte cap of payload. Memory is bounded by
+        the pulls in flight (``PREFETCH_PULLS``) plus the batch the caller holds. The consumer
+        is deleted at the end, on errors and on cancellation (close the iterator, e.g. with
+        ``contextlib.aclosing``, when breaking out early).
+
+        :param filter: subject filter, e.g. ``plgd.owners.*.devices.*.metadata.>``.
+        :param batch_size: messages per pull (>= 1).
+        :raises ValueError/TypeError: bad filter, bounds or batch_size.
+        :raises StreamNotFoundError: missing stream.
+        :raises JetStreamConnectionError: connection lost. :raises JetStreamTimeoutError: the
+            server stopped answering pulls. :raises JetStreamAPIError: consumer deleted or other
+            409/503 status, or a message larger than the pull byte cap.
+        """
+        _check_filter(filter)
+        start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        s = await self.aget_settings()
+        stream = s.stream
+        async with self.aconnect() as nc:
+            state = (await self._api(nc, f"$JS.API.STREAM.INFO.{stream}"))["state"]
+            last = state["last_seq"] if end_seq is None else min(end_seq, state["last_seq"])
+            if state["messages"] == 0 or (start_seq or 1) > last:
+                return
+            info = await self._acreate_consumer(
+                nc, stream, filter, start_ns=start_ns, start_seq=start_seq,
+                inactive_threshold_s=ITER_INACTIVE_THRESHOLD_S, kind="iter",
+            )
+            consumer = info["name"]
+            reader = _PullReader(
+                nc, stream, consumer,
+                last_seq=last,
+                start_seq=start_seq or 0,
+                start_ns=start_ns or 0,
+                end_ns=end_ns if end_ns is not None else float("inf"),
+                batch_size=batch_size,
+                max_bytes=max(PULL_MAX_BYTES, 2 * int(getattr(nc, "max_payload", 0) or 0)),
+                where=s.safe_servers(),
+            )
+            self.log.info(
+                "Reading %s of stream %s up to seq %s with consumer %s (%s pending)",
+                filter, stream, last, consumer, info.get("num_pending"),
+            )
+            try:
+                if info.get("num_pending", 1) == 0:
+                    return
+                await reader.start()
+                while True:
+                    batch = await reader.next_batch()
+                    if batch is None:
+                        return
+                    yield batch
+            finally:
+                await reader.stop()
+                await self._adelete_consumer(nc, stream, consumer)
+
+    async def apublish(
+        self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
+    ) -> int:
+        """Publish one message into the stream and wait for the JetStream PubAck.
+
+        With ``msg_id`` the header ``Nats-Msg-Id`` is set: the server drops a second message with
+        the same id within the stream's duplicate_window (10 min in the plgd bundle) and acks it
+        with the first one's sequence. No other header is added, so a message without ``msg_id``
+        and ``headers`` is stored exactly like plgd's own (WIRE_FORMAT.md §2.4).
+
+        :return: the stream sequence of the stored (or deduplicated original) message.
+        :raises TypeError: data is not bytes. :raises ValueError: subject not a literal subject.
+        :raises StreamNotFoundError: the stream does not exist, or ``subject`` is not stored by it.
+        :raises JetStreamTimeoutError: no PubAck in time.
+        """
+        import nats.errors
+
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, got {type(data).__name__}")
+        if not subject or not isinstance(subject, str) or any(c in subject for c in " \t\r\n*>"):
+            raise ValueError(f"subject must be a literal NATS subject, got {subject!r}")
+        s = await self.aget_settings()
+        hdrs = dict(headers or {})
+        if msg_id is not None:
+            hdrs["Nats-Msg-Id"] = str(msg_id)
+        async with self.aconnect() as nc:
+            try:
+                msg = await nc.request(subject, bytes(data), timeout=API_TIMEOUT_S, headers=hdrs or None)
+            except nats.errors.NoRespondersError:
+                # Nobody stored it: find out why, for a clear error (raises if the stream is missing).
+                await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
+                raise StreamNotFoundError(
+                    f"stream {s.stream!r} on {s.safe_servers()} does not capture subject {subject!r}", stream=s.stream
+                ) from None
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                raise JetStreamTimeoutError(
+                    f"no PubAck from {s.safe_servers()} for {subject} within {API_TIMEOUT_S}s"
+                ) from None
+            try:
+                ack = json.loads(msg.data)
+            except ValueError:
+                raise JetStreamAPIError(f"publish to {subject}: not a PubAck: {msg.data[:200]!r}") from None
+            err = ack.get("error")
+            if err:
+                raise JetStreamAPIError(
+                    f"publish to {subject} failed: {err.get('description')}",
+                    code=err.get("code"), err_code=err.get("err_code"), description=err.get("description"),
+                )
+            if ack.get("stream") != s.stream:
+                raise StreamNotFoundError(
+                    f"subject {subject!r} was stored by stream {ack.get('stream')!r}, not {s.stream!r}", stream=s.stream
+                )
+            return int(ack["seq"])
+
+    # ---- sync wrappers -------------------------------------------------------------------
+
+    def stream_info(self, stream: str | None = None) -> dict:
+        """Sync :meth:`astream_info`."""
+        return _run(self.astream_info(stream), "stream_info")
+
+    def list_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
+        """Sync :meth:`alist_subjects`."""
+        return _run(self.alist_subjects(filter), "list_subjects")
+
+    def list_owners(self) -> dict[str, dict[str, int]]:
+        """Sync :meth:`alist_owners`."""
+        return _run(self.alist_owners(), "list_owners")
+
+    def count_messages(
+        self,
+        filter: str,  # noqa: A002
+        *,
+        start_time: dt.datetime | int | None = None,
+        end_time: dt.datetime | int | None = None,
+        start_seq: int | None = None,
+        end_seq: int | None = None,
+    ) -> int:
+        """Sync :meth:`acount_messages`."""
+        coro = self.acount_messages(
+            filter, start_time=start_time, end_time=end_time, start_seq=start_seq, end_seq=end_seq
+        )
+        return _run(coro, "count_messages")
+
+    def publish(
+        self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
+    ) -> int:
+        """Sync :meth:`apublish`."""
+        return _run(self.apublish(subject, data, msg_id=msg_id, headers=headers), "publish")
+
+    def iter_batches(
+        self,
+        filter: str,  # noqa: A002
+        *,
+        start_time: dt.datetime | int | None = None,
+        end_time: dt.datetime | int | None = None,
+        start_seq: int | None = None,
+        end_seq: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Iterator[list[StreamMessage]]:
+        """Sync generator over :meth:`aiter_batches` (same arguments).
+
+        Drives a private event loop one batch at a time, so memory stays bounded; closing the
+        generator (or leaving a ``for`` loop) deletes the consumer. Between batches the loop is
+        idle: pauses longer than ``ITER_INACTIVE_THRESHOLD_S`` (120 s) let the server remove the
+        consumer, and the next batch then fails with :class:`JetStreamAPIError`.
+        """
+        _no_running_loop("iter_batches")
+        loop = asyncio.new_event_loop()
+        agen = self.aiter_batches(
+            filter, start_time=start_time, end_time=end_time, start_seq=start_seq, end_seq=end_seq,
+            batch_size=batch_size,
+        )
+        try:
+            while True:
+                try:
+                    batch = loop.run_until_complete(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield batch
+        finally:
+            try:
+                loop.run_until_complete(agen.aclose())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Connect and read the stream state (Airflow's "Test connection" button).
+
+        :return: ``(True, "... N messages, B bytes, first seq F, last seq L")`` or
+            ``(False, <clear error message>)``; never raises for server-side problems.
+        """
+        try:
+            s = self.get_settings()
+            info = self.stream_info()
+        except (JetStreamError, ValueError) as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        st = info.get("state", {})
+        return True, (
+            f"Connected to {s.safe_servers()}; stream {info.get('config', {}).get('name', s.stream)}: "
+            f"{st.get('messages', 0)} messages, {st.get('bytes', 0)} bytes, "
+            f"first seq {st.get('first_seq', 0)}, last seq {st.get('last_seq', 0)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# pull reader
+
+
+_DONE = object()
+_new_tuple = tuple.__new__  # builds a StreamMessage without the NamedTuple __new__ frame
+
+
+class _PullReader:
+    """Pull-request pipeline of one consumer into one inbox subscription (see ``aiter_batches``).
+
+    Pull requests are served by the server in order; ``self._pulls`` holds ``[id, remaining]``
+    of the pulls in flight, the head receives the messages. A full pull, or a pull ended by a
+    status, becomes one batch in ``self._queue``. New pulls are sent only by :meth:`next_batch`
+    so that pulls in flight + batches waiting <= ``PREFETCH_PULLS``.
+    """
+
+    def __init__(self, nc: Any, stream: str, consumer: str, *, last_seq: int, start_seq: int, start_ns: int,
+                 end_ns: float, batch_size: int, max_bytes: int, where: str) -> None:
+        self.nc = nc
+        self.stream = stream
+        self.consumer = consumer
+        self.last_seq = last_seq
+        self.start_seq = start_seq
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.batch_size = batch_size
+        self.max_bytes = max_bytes
+        self.where = where
+        self.inbox = nc.new_inbox()
+        self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self.pull_body = json.dumps(
+            {"batch": batch_size, "max_bytes": max_bytes, "expires": int(PULL_EXPIRES_S * _NS)}
+        ).encode()
+        self.sub = None
+        self._pulls: collections.deque[list] = collections.deque()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._batch: list[StreamMessage] = []
+        self._batch_bytes = 0
+        self._done = False
+        self._next_cseq = 1
+        self._pull_id = 0
+        self._owed = 0  # messages still due to pulls already ended by a status
+
+    async def start(self) -> None:
+        # Slack for pulls in flight: the byte cap bounds memory, these limits only must not drop.
+        limit = (PREFETCH_PULLS + 1) * self.batch_size + 100
+        self.sub = await self.nc.subscribe(
+            self.inbox + ".*", cb=self._on_msg, pending_msgs_limit=limit, pending_bytes_limit=0
+        )
+        await self._refill()
+
+    async def stop(self) -> None:
+        self._done = True
+        if self.sub is not None:
+            with contextlib.suppress(Exception):
+                await self.sub.unsubscribe()
+            self.sub = None
+
+    async def _refill(self) -> None:
+        while not self._done and len(self._pulls) + self._queue.qsize() < PREFETCH_PULLS:
+            self._pull_id += 1
+            self._pulls.append([str(self._pull_id), self.batch_size])
+            await self.nc.publish(self.next_subject, self.pull_body, reply=f"{self.inbox}.{self._pull_id}")
+
+    async def next_batch(self) -> list[StreamMessage] | None:
+        """The next batch, or None when the iteration is complete."""
+        waited = 0.0
+        while True:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), 1.0)
+                break
+            except asyncio.TimeoutError:
+                waited += 1.0
+                if self.nc.is_closed or not self.nc.is_connected:
+                    raise JetStreamConnectionError(
+                        f"connection to {self.where} lost while reading stream {self.stream}"
+                    ) from None
+                if waited > PULL_EXPIRES_S + 10:
+                    raise JetStreamTimeoutError(
+                        f"no message or status from {self.where} for consumer {self.consumer} of stream "
+                        f"{self.stream} within {waited:.0f}s"
+                    ) from None
+        if item is _DONE:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        await self._refill()
+        return item
+
+    def _flush(self) -> None:
+        if self._batch:
+            self._queue.put_nowait(self._batch)
+            self._batch = []
+            self._batch_bytes = 0
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        if self._done:
+            return
+        self._done = True
+        if error is None:
+            self._flush()
+            self._queue.put_nowait(_DONE)
+        else:
+            self._queue.put_nowait(error)
+
+    async def _on_msg(self, msg: Any) -> None:
+        # Hot path (once per message): keep it flat.
+        if self._done:
+            return
+        try:
+            reply = msg.reply
+            if not reply:
+                self._on_status(msg)
+                return
+            t = reply.split(".")
+            if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+                sseq, cseq, ts, pending = int(t[5]), int(t[6]), int(t[7]), int(t[8])
+            else:
+                sseq, cseq, ts, pending = parse_ack_reply(reply)
+            if cseq != self._next_cseq:
+                raise JetStreamError(
+                    f"consumer {self.consumer}: expected delivery {self._next_cseq}, got {cseq}; "
+                    "messages were lost (slow consumer?)"
+                )
+            self._next_cseq = cseq + 1
+            last = self.last_seq
+            if ts >= self.end_ns or sseq > last:
+                self._finish()
+                return
+            if sseq >= self.start_seq and ts >= self.start_ns:
+                data = msg.data
+                size = self._batch_bytes + len(data)
+                if size > self.max_bytes and self._batch:  # keep each batch within the pull byte cap
+                    self._flush()
+                    size = len(data)
+                self._batch_bytes = size
+                self._batch.append(_new_tuple(StreamMessage, (sseq, msg.subject, ts, msg.headers, data)))
+            if sseq >= last or pending == 0:
+                self._finish()
+                return
+            if self._owed:
+                self._owed -= 1
+                return
+            pulls = self._pulls
+            if pulls:
+                head = pulls[0]
+                head[1] -= 1
+                if head[1] <= 0:
+                    pulls.popleft()
+                    self._flush()
+        except BaseException as exc:  # surfaces in next_batch()
+            self._finish(exc)
+
+    def _on_status(self, msg: Any) -> None:
+        hdr = msg.headers or {}
+        status = hdr.get("Status", "")
+        desc = next((v for k, v in hdr.items() if k == "Description"), "")
+        if status == "100":  # idle heartbeat / flow control: nothing to do
+            return
+        if status in ("404", "408"):
+            # No message available now (404) or the pull expired without enough (408): every
+            # message up to our last sequence was stored before the consumer existed, so none is left.
+            self._finish()
+        elif status == "409" and ("Batch Completed" in desc or "MaxBytes" in desc):
+            # The pull ended: complete by count (sent when max_bytes is set), or the next message
+            # would exceed max_bytes. Nats-Pending-Messages = how many of its batch it did not get.
+            undelivered = hdr.get("Nats-Pending-Messages")
+            entry = self._end_pull(msg.subject.rsplit(".", 1)[-1], int(undelivered) if undelivered else None)
+            if entry is not None and "MaxBytes" in desc and undelivered and int(undelivered) == self.batch_size:
+                raise JetStreamAPIError(
+                    f"a message of stream {self.stream} is larger than the pull byte cap: {desc}",
+                    code=409, description=desc,
+                )
+        elif status == "503":
+            raise JetStreamAPIError(
+                f"consumer {self.consumer} of stream {self.stream} is gone (deleted, or inactive for more "
+                f"than {ITER_INACTIVE_THRESHOLD_S:.0f}s)",
+                code=503, description=desc,
+            )
+        else:
+            raise JetStreamAPIError(
+                f"pull from consumer {self.consumer} of stream {self.stream} failed: {status} {desc}",
+                code=int(status) if status.isdigit() else None, description=desc,
+            )
+
+    def _end_pull(self, pull_id: str, undelivered: int | None) -> list | None:
+        """A status ended pull ``pull_id`` early. Fix the message attribution (the status may
+        arrive after messages of the next pull, or before the last of its own) and flush."""
+        entry = next((p for p in self._pulls if p[0] == pull_id), None)
+        if entry is None:  # already complete by count
+            return None
+        self._pulls.remove(entry)
+        counted = self.batch_size - entry[1]
+        actual = counted if undelivered is None else self.batch_size - undelivered
+        if actual > counted:  # some of its messages are still on the way
+            self._owed += actual - counted
+        else:  # messages of later pulls were counted against this one
+            excess = counted - actual
+            for nxt in self._pulls:
+                if not excess:
+                    break
+                take = min(excess, nxt[1])
+                nxt[1] -= take
+                excess -= take
+        self._flush()
+        while self._pulls and self._pulls[0][1] <= 0:
+            self._pulls.popleft()
+        return entry
+
+
+# --------------------------------------------------------------------------------------------
+# argument checks and sync helpers
+
+
+def _check_filter(value: Any) -> None:
+    if not isinstance(value, str) or not value.strip() or any(c in value for c in " \t\r\n"):
+        raise ValueError(f"filter must be a NATS subject filter such as 'plgd.owners.*.>', got {value!r}")
+
+
+def _check_bounds(start_time: Any, end_time: Any, start_seq: Any, end_seq: Any) -> tuple:
+    start_ns = to_unix_ns(start_time, "start_time") if start_time is not None else None
+    end_ns = to_unix_ns(end_time, "end_time") if end_time is not None else None
+    for name, v in (("start_seq", start_seq), ("end_seq", end_seq)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    return start_ns, end_ns, start_seq, end_seq
+
+
+def _no_running_loop(name: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"JetStreamHook.{name}() is synchronous; inside an event loop use 'await hook.a{name}(...)'")
+
+
+def _run(coro: Any, name: str) -> Any:
+    try:
+        _no_running_loop(name)
+    except RuntimeError:
+        coro.close()
+        raise
+    return asyncio.run(coro)
