@@ -24,6 +24,17 @@ try:  # Airflow 3.x
 except ImportError:  # pragma: no cover - Airflow 2.x calls assets "datasets"
     from airflow.datasets import Dataset as Asset  # type: ignore[no-redef]
 
+try:  # Airflow 3.x: the Task SDK's timetables
+    from airflow.sdk.definitions.timetables.interval import (
+        CronDataIntervalTimetable,
+        DeltaDataIntervalTimetable,
+    )
+except ImportError:  # pragma: no cover - Airflow 2.x
+    from airflow.timetables.interval import (  # type: ignore[no-redef]
+        CronDataIntervalTimetable,
+        DeltaDataIntervalTimetable,
+    )
+
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 __all__ = [
@@ -34,6 +45,8 @@ __all__ = [
     "BaseSensorOperator",
     "BaseTrigger",
     "Context",
+    "CronDataIntervalTimetable",
+    "DeltaDataIntervalTimetable",
     "PokeReturnValue",
     "TriggerEvent",
 ]

@@ -1,0 +1,1 @@
+"""Message-queue providers for the common.messaging provider (``MessageQueueTrigger(scheme=...)``)."""

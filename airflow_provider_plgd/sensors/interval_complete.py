@@ -1,0 +1,164 @@
+"""Sensor: wait until a data interval is complete in the JetStream stream.
+
+Complete means: the stream holds a message of the filter whose server timestamp is at or after
+the interval's end, or ``settle_seconds`` have passed since the end (wall clock). Works in poke
+mode and in deferrable mode (:class:`~airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger`).
+Source: ``docs/architecture.md`` ("Bounded batches").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_plgd import staging
+from airflow_provider_plgd.compat import BaseSensorOperator
+from airflow_provider_plgd.triggers.interval_complete import (
+    JetStreamIntervalCompleteTrigger,
+    check_interval_complete,
+    is_missing_stream_error,
+)
+
+if TYPE_CHECKING:
+    from airflow_provider_plgd.compat import Context
+
+
+class JetStreamIntervalNotCompleteError(RuntimeError):
+    """The deferred wait ended without the interval being complete (e.g. the stream does not exist)."""
+
+
+def _default_deferrable() -> bool:
+    from airflow.configuration import conf
+
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+class JetStreamIntervalCompleteSensor(BaseSensorOperator):
+    """Wait until the interval ending at ``end_time`` (default: the run's ``data_interval_end``) is complete.
+
+    Succeeds when the stream holds a message of ``subject_filter`` with a JetStream server
+    timestamp at or after the end, or when ``settle_seconds`` have passed since the end. Returns
+    (XCom) ``{"status": "success", "reason": "newer_message" | "settled", "end_ns", "newer_messages"}``.
+
+    Errors: a missing stream raises ``ValueError`` (poke mode) or
+    :class:`JetStreamIntervalNotCompleteError` (deferrable mode); connection errors are logged
+    and retried at the next poke (and the interval still completes by ``settle_seconds``).
+    Without a data interval and without ``end_time``, ``execute`` raises ``ValueError``.
+
+    :param jetstream_conn_id: Airflow connection of type ``plgd_jetstream``.
+    :param subject_filter: JetStream filter subject (templated; default ``plgd.>``).
+    :param stream: stream name (templated; default the connection's ``stream`` extra, else ``EVENTS``).
+    :param settle_seconds: seconds after the end after which the interval counts as complete
+        anyway (templated; default 60).
+    :param end_time: explicit interval end: aware datetime, ISO string or unix ns (templated).
+    :param deferrable: defer to the triggerer instead of poking (default: the
+        ``[operators] default_deferrable`` config option). Poll period: ``poke_interval``.
+    """
+
+    template_fields: Sequence[str] = ("subject_filter", "stream", "settle_seconds", "end_time")
+    ui_color = "#e6f1f2"
+
+    def __init__(
+        self,
+        *,
+        jetstream_conn_id: str = "plgd_jetstream_default",
+        subject_filter: str = "plgd.>",
+        stream: str | None = None,
+        settle_seconds: float | str = 60,
+        end_time: Any = None,
+        deferrable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.jetstream_conn_id = jetstream_conn_id
+        self.subject_filter = subject_filter
+        self.stream = stream
+        self.settle_seconds = settle_seconds
+        self.end_time = end_time
+        self.deferrable = _default_deferrable() if deferrable is None else deferrable
+        self._result: dict[str, Any] | None = None
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _end_ns(self, context: Context) -> int:
+        end = self.end_time if self.end_time not in (None, "") else context.get("data_interval_end")
+        if end is None:
+            raise ValueError(
+                f"sensor {self.task_id!r} has no data interval (a manually triggered or asset-driven run on "
+                "Airflow 3) and no end_time: trigger the DAG with a logical date, or set end_time"
+            )
+        return staging.to_ns(end, "end_time")
+
+    def _settle(self) -> float:
+        try:
+            value = float(self.settle_seconds)
+        except (TypeError, ValueError):
+            raise ValueError(f"settle_seconds must be a number of seconds, got {self.settle_seconds!r}") from None
+        if value < 0:
+            raise ValueError(f"settle_seconds must not be negative, got {value}")
+        return value
+
+    def _hook(self):
+        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
+        return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
+
+    # -- poke mode ----------------------------------------------------------------------------
+    def poke(self, context: Context) -> bool:
+        """Check once; True when the interval is complete (see the class docstring)."""
+        end_ns, settle = self._end_ns(context), self._settle()
+        try:
+            result = asyncio.run(
+                check_interval_complete(
+                    self._hook(), subject_filter=self.subject_filter, end_ns=end_ns, settle_seconds=settle
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if is_missing_stream_error(exc):
+                raise ValueError(f"JetStream stream {self.stream or '(connection default)'!r} does not exist: {exc}") \
+                    from exc
+            self.log.warning("Checking interval completeness failed, will retry: %s", exc)
+            if time.time_ns() >= end_ns + int(settle * 1e9):
+                result = {"status": "success", "reason": "settled", "end_ns": end_ns, "newer_messages": 0}
+            else:
+                return False
+        if result is None:
+            self.log.info("Interval ending %s not complete yet (filter %s)", staging.ns_to_iso(end_ns),
+                          self.subject_filter)
+            return False
+        self.log.info("Interval ending %s is complete: %s", staging.ns_to_iso(end_ns), result["reason"])
+        self._result = result
+        return True
+
+    # -- execute: poke or defer ---------------------------------------------------------------
+    def execute(self, context: Context) -> Any:
+        """Poke mode: the base sensor loop. Deferrable: one check, then defer to the trigger."""
+        if not self.deferrable:
+            super().execute(context)
+            return self._result
+        if self.poke(context):
+            return self._result
+        self.defer(
+            trigger=JetStreamIntervalCompleteTrigger(
+                end_ns=self._end_ns(context),
+                subject_filter=self.subject_filter,
+                stream=self.stream or None,
+                jetstream_conn_id=self.jetstream_conn_id,
+                settle_seconds=self._settle(),
+                poll_interval=float(self.poke_interval if not isinstance(self.poke_interval, timedelta)
+                                    else self.poke_interval.total_seconds()),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)) if self.timeout is not None else None,
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resume after the trigger fired; return its payload or raise on an error event."""
+        if not event or event.get("status") != "success":
+            raise JetStreamIntervalNotCompleteError(
+                f"waiting for the interval failed: {(event or {}).get('message', event)!r}"
+            )
+        self.log.info("Interval ending %s is complete: %s", staging.ns_to_iso(event["end_ns"]), event["reason"])
+        return event

@@ -1,0 +1,799 @@
+"""The staging layout and manifest contract: raw JetStream messages as Parquet, one folder per batch.
+
+This module is the one home of the staging contract (``docs/architecture.md``, "Staging contract").
+The fetch operator writes it and the Spark applications read it, so it imports only pyarrow and
+fsspec (no Airflow, no Spark) and can ship to Spark executors with ``--py-files``.
+
+Layout (``{root}`` is a local path or any fsspec URL: ``/data/plgd``, ``file:///…``, ``memory://…``,
+``s3://bucket/plgd``)::
+
+    {root}/staging/{stream}/owner_id={owner_id}/event_type={event_type}/interval={interval_id}/
+        part-00000.parquet
+        part-00001.parquet
+        _manifest.json          <- the commit marker, written last
+
+Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder
+owner ``_filter`` and, as event type, a key derived from the filters (:func:`filter_key`,
+``f`` + 16 hex digits of a SHA-256), so every batch folder has the same depth and two different
+filters never share a folder::
+
+    {root}/staging/{stream}/owner_id=_filter/event_type=f0123456789abcdef/interval={interval_id}/
+
+Interval IDs (:func:`interval_id`, :func:`seq_interval_id`, :func:`durable_interval_id`):
+
+* time bounds ``[start, end)``: ``20260101T000000Z_20260101T010000Z``; a fraction is added only
+  when needed: ``.ffffff`` (microseconds) or ``.fffffffff`` (nanoseconds, int bounds only).
+* stream-sequence range ``[first, last]``: ``seq-000000000001-000000001000``.
+* durable-consumer batch: ``durable-{first_seq:012d}-{last_seq:012d}`` (the sequences read).
+
+Parquet schema (:data:`SCHEMA`, exact; ``published_at`` is microseconds because Spark 4 cannot read
+``TIMESTAMP(NANOS)``; the exact nanosecond bounds live in the manifest):
+
+=============  ===========================  =====================================================
+column         Arrow type                   meaning
+=============  ===========================  =====================================================
+stream         string, not null             JetStream stream name
+stream_seq     int64, not null              stream sequence
+subject        string, not null             NATS subject (WIRE_FORMAT.md §1)
+published_at   timestamp[us, tz=UTC]        JetStream server timestamp, truncated to microseconds
+msg_id         string, nullable             the ``Nats-Msg-Id`` header (plgd sets none)
+headers        map<string, string>, null    all NATS headers, null when the message has none
+data           binary, not null             the payload exactly as stored (WIRE_FORMAT.md §2)
+=============  ===========================  =====================================================
+
+Commit protocol (:class:`StagingWriter`): (1) a rerun first deletes the folder's old
+``_manifest.json``, so the folder is uncommitted while it is rewritten; (2) each part file is
+written under a temporary name (``.part-NNNNN.parquet.inprogress``) and renamed; on object stores
+(s3, gcs, azure, …) where one PUT is atomic and a rename is a copy, it is written under its final
+name; (3) ``_manifest.json`` is written last and atomically (temporary name + rename locally, one
+PUT on object stores); (4) files in the folder that the manifest does not list are deleted.
+Readers (:func:`list_committed`, :func:`read_manifest`) see only folders with a manifest, and only
+the files that manifest lists. Output is deterministic: the same messages give byte-identical part
+files and manifest, so a rerun replaces the folder with identical content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import uuid
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from itertools import accumulate
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+
+#: Folder under the storage root that holds all staging datasets.
+STAGING_DIR = "staging"
+#: Name of the commit marker in each batch folder.
+MANIFEST_NAME = "_manifest.json"
+#: Version of the manifest format (bump on an incompatible change).
+MANIFEST_VERSION = 1
+#: ``owner_id`` partition value of a batch fetched with an arbitrary subject filter.
+FILTER_OWNER = "_filter"
+#: ``created_by`` of every manifest (no timestamps, so reruns are byte-identical).
+CREATED_BY = f"{DISTRIBUTION_NAME} {__version__}"
+
+#: The staging Parquet schema (see the module docstring for the meaning of each column).
+SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("stream_seq", pa.int64(), nullable=False),
+        pa.field("subject", pa.string(), nullable=False),
+        pa.field("published_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("msg_id", pa.string(), nullable=True),
+        pa.field("headers", pa.map_(pa.string(), pa.string()), nullable=True),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+
+#: NATS header that carries the message ID (JetStream de-duplication).
+MSG_ID_HEADER = "Nats-Msg-Id"
+
+# Object stores: one PUT is atomic and a rename is a server-side copy, so write final names directly.
+_OBJECT_STORE_PROTOCOLS = frozenset(
+    {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss", "r2", "wasb", "wasbs", "oci", "cos"}
+)
+_FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..")
+
+
+# --------------------------------------------------------------------------------------------------
+# Interval IDs and paths
+# --------------------------------------------------------------------------------------------------
+def to_ns(value: datetime | int | str, what: str = "time") -> int:
+    """Convert a time to integer unix nanoseconds.
+
+    :param value: a timezone-aware ``datetime``, an ISO-8601 string with a timezone (``Z`` allowed),
+        an ``int`` of unix nanoseconds, or a string of digits (unix ns, e.g. a rendered template).
+    :param what: what the value is, for the error message.
+    :return: unix time in ns.
+    :raises ValueError: naive datetimes, unparseable strings.
+    :raises TypeError: other types.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a datetime, ISO string or int ns, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not an ISO-8601 date-time") from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"{what} {value!r} must be timezone-aware (UTC expected)")
+        delta = value.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+    # pendulum DateTime is a datetime subclass; anything else is a type error.
+    raise TypeError(f"{what} must be a datetime, ISO string or int ns, got {type(value).__name__}")
+
+
+def ns_to_iso(ns: int) -> str:
+    """Render unix nanoseconds as ISO-8601 UTC (``2026-01-01T00:00:00.123456789Z``; no fraction if 0)."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac == 0:
+        return base + "Z"
+    if frac % 1000 == 0:
+        return f"{base}.{frac // 1000:06d}Z"
+    return f"{base}.{frac:09d}Z"
+
+
+def _compact_time(ns: int) -> str:
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
+    if frac == 0:
+        return base + "Z"
+    if frac % 1000 == 0:
+        return f"{base}.{frac // 1000:06d}Z"
+    return f"{base}.{frac:09d}Z"
+
+
+def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
+    """Return the folder ID of a time interval ``[start, end)``: ``{start}_{end}``.
+
+    Each side is ``%Y%m%dT%H%M%SZ`` in UTC, with ``.ffffff`` when it has microseconds and
+    ``.fffffffff`` when it has nanoseconds (int bounds only). Example:
+    ``interval_id(datetime(2026,1,1,tzinfo=UTC), datetime(2026,1,1,1,tzinfo=UTC))`` ==
+    ``"20260101T000000Z_20260101T010000Z"``.
+
+    :param start: inclusive start (aware datetime, ISO string or unix ns).
+    :param end: exclusive end.
+    :raises ValueError: naive datetimes, or ``end <= start``.
+    """
+    start_ns, end_ns = to_ns(start, "start"), to_ns(end, "end")
+    if end_ns <= start_ns:
+        raise ValueError(f"interval end {ns_to_iso(end_ns)} must be after its start {ns_to_iso(start_ns)}")
+    return f"{_compact_time(start_ns)}_{_compact_time(end_ns)}"
+
+
+def seq_interval_id(first_seq: int, last_seq: int) -> str:
+    """Return the folder ID of a stream-sequence range ``[first_seq, last_seq]``: ``seq-{first:012d}-{last:012d}``.
+
+    :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
+    """
+    _check_seq_range(first_seq, last_seq)
+    return f"seq-{int(first_seq):012d}-{int(last_seq):012d}"
+
+
+def durable_interval_id(first_seq: int, last_seq: int) -> str:
+    """Return the folder ID of a durable-consumer batch that read ``[first_seq, last_seq]``: ``durable-…``.
+
+    :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
+    """
+    _check_seq_range(first_seq, last_seq)
+    return f"durable-{int(first_seq):012d}-{int(last_seq):012d}"
+
+
+def _check_seq_range(first_seq: int, last_seq: int) -> None:
+    if isinstance(first_seq, bool) or isinstance(last_seq, bool):
+        raise TypeError("stream sequences must be integers")
+    if int(first_seq) < 1 or int(last_seq) < int(first_seq):
+        raise ValueError(f"invalid stream sequence range [{first_seq}, {last_seq}]: expected 1 <= first <= last")
+
+
+def parse_interval_id(value: str) -> dict[str, Any]:
+    """Parse an interval ID back into its bounds.
+
+    :return: ``{"kind": "time", "start_ns", "end_ns"}``, ``{"kind": "seq", "first_seq", "last_seq"}`` or
+        ``{"kind": "durable", "first_seq", "last_seq"}``.
+    :raises ValueError: the value is not an interval ID of this module.
+    """
+    try:
+        if value.startswith(("seq-", "durable-")):
+            kind, first, last = value.split("-")
+            return {"kind": kind, "first_seq": int(first), "last_seq": int(last)}
+        start, end = value.split("_")
+        return {"kind": "time", "start_ns": _parse_compact(start), "end_ns": _parse_compact(end)}
+    except (ValueError, AttributeError):
+        raise ValueError(
+            f"not a staging interval ID: {value!r} (expected <start>_<end>, seq-<first>-<last> or durable-<first>-<last>)"
+        ) from None
+
+
+def _parse_compact(text: str) -> int:
+    if not text.endswith("Z"):
+        raise ValueError(text)
+    body = text[:-1]
+    main, _, frac = body.partition(".")
+    base = datetime.strptime(main, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
+    ns = to_ns(base)
+    if frac:
+        if len(frac) not in (6, 9) or not frac.isdigit():
+            raise ValueError(text)
+        ns += int(frac) * (1000 if len(frac) == 6 else 1)
+    return ns
+
+
+def filter_key(subject_filters: Sequence[str]) -> str:
+    """Return the ``event_type`` partition value of a batch with arbitrary subject filters.
+
+    ``"f"`` + the first 16 hex digits of SHA-256 over the filters joined by ``"\\n"`` (order kept).
+
+    :raises ValueError: no filters.
+    """
+    filters = _as_filter_list(subject_filters)
+    return "f" + hashlib.sha256("\n".join(filters).encode()).hexdigest()[:16]
+
+
+def _as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
+    filters = [subject_filters] if isinstance(subject_filters, str) else list(subject_filters)
+    if not filters or not all(isinstance(f, str) and f.strip() for f in filters):
+        raise ValueError(f"subject filters must be a non-empty list of subjects, got {subject_filters!r}")
+    return filters
+
+
+def validate_partition_value(value: str, what: str) -> str:
+    """Check that ``value`` is safe as a partition folder value (``owner_id=…``, ``event_type=…``, ``interval=…``).
+
+    :return: the value unchanged.
+    :raises ValueError: empty, or contains ``/``, ``\\``, ``=``, ``..``, whitespace or control characters.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    if any(bad in value for bad in _FORBIDDEN_IN_PARTITION) or any(c.isspace() or ord(c) < 32 for c in value):
+        raise ValueError(f"{what} {value!r} cannot be used in a staging path (no '/', '\\', '=', '..' or whitespace)")
+    return value
+
+
+def _join(base: str, *parts: str) -> str:
+    return posixpath.join(base.rstrip("/") if base not in ("/", "") else base, *parts)
+
+
+def stream_path(root: str, stream: str) -> str:
+    """Return ``{root}/staging/{stream}`` (string join; works for paths and URLs)."""
+    return _join(str(root), STAGING_DIR, validate_partition_value(stream, "stream"))
+
+
+def batch_path(root: str, stream: str, owner_id: str, event_type: str, interval: str) -> str:
+    """Return the folder of one batch: ``{root}/staging/{stream}/owner_id=…/event_type=…/interval=…``.
+
+    :raises ValueError: a value that is not safe in a path (:func:`validate_partition_value`).
+    """
+    return _join(
+        stream_path(root, stream),
+        f"owner_id={validate_partition_value(owner_id, 'owner_id')}",
+        f"event_type={validate_partition_value(event_type, 'event_type')}",
+        f"interval={validate_partition_value(interval, 'interval_id')}",
+    )
+
+
+def part_name(index: int) -> str:
+    """Return the name of part file ``index``: ``part-00000.parquet``."""
+    return f"part-{int(index):05d}.parquet"
+
+
+# --------------------------------------------------------------------------------------------------
+# Storage
+# --------------------------------------------------------------------------------------------------
+def to_fs(root: Any) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Resolve a storage location to an fsspec file system and a path on it.
+
+    :param root: a local path (``str`` or ``os.PathLike``), an fsspec URL (``file://``, ``memory://``,
+        ``s3://…``), or a path object with ``.fs`` and ``.path`` (Airflow ``ObjectStoragePath``,
+        ``upath.UPath``).
+    :return: ``(fs, path)`` where ``path`` has no protocol and no trailing slash.
+    :raises TypeError: another type.
+    """
+    fs = getattr(root, "fs", None)
+    path = getattr(root, "path", None)
+    if isinstance(fs, fsspec.AbstractFileSystem) and isinstance(path, str):
+        return fs, path.rstrip("/") or "/"
+    if isinstance(root, os.PathLike):
+        root = os.fspath(root)
+    if not isinstance(root, str) or not root:
+        raise TypeError(f"storage location must be a path, an fsspec URL or an ObjectStoragePath, got {root!r}")
+    fs, path = fsspec.core.url_to_fs(root)
+    return fs, path.rstrip("/") or "/"
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return "file" in protocols or "local" in protocols
+
+
+def _atomic_rename_ok(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return not any(p in _OBJECT_STORE_PROTOCOLS for p in protocols)
+
+
+def location_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """Render ``path`` on ``fs`` for humans and for :func:`to_fs`: a plain path locally, else a URL."""
+    return path if _is_local(fs) else fs.unstrip_protocol(path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------------------------------
+class StagingWriter:
+    """Stream the messages of one batch into Parquet part files of one staging folder and commit it.
+
+    Usage (one writer per batch folder; filters in a fixed order)::
+
+        with StagingWriter(root, stream="EVENTS", owner_id=o, event_type=et, interval_id=iid,
+                           subject_filters=filters, bounds=bounds) as writer:
+            for subject_filter in filters:
+                writer.start_filter(subject_filter)
+                for batch in batches_of(subject_filter):
+                    writer.write(batch)
+            manifest = writer.commit()
+
+    ``write`` takes a sequence of messages, each a 5-tuple in the field order of
+    ``hooks.jetstream.StreamMessage``: ``(stream_seq: int, subject: str, time_ns: int (server time,
+    unix ns), headers: dict[str, str] | None, data: bytes)``. Rows are buffered only up to one row
+    group (``row_group_size`` rows or ``row_group_bytes`` payload bytes, whichever comes first),
+    then written, so memory stays flat however large the batch. A part file is closed after
+    ``max_rows_per_file`` rows and at each :meth:`start_filter`, so every filter has its own
+    part files. Cut points depend only on the messages, so the output is deterministic.
+
+    Leaving the ``with`` block with an exception (or calling :meth:`abort`) leaves the folder
+    uncommitted: no manifest; :meth:`commit` of a later run cleans up.
+
+    :param root: storage root (path, fsspec URL or ``ObjectStoragePath``); see :func:`to_fs`.
+    :param stream: stream name (the ``stream`` column and the ``{stream}`` folder).
+    :param owner_id: ``owner_id`` partition value (``FILTER_OWNER`` for arbitrary filters).
+    :param event_type: ``event_type`` partition value (:func:`filter_key` for arbitrary filters).
+    :param interval_id: the interval folder ID (:func:`interval_id` and friends).
+    :param subject_filters: the JetStream filter subjects of the batch, in fetch order.
+    :param bounds: JSON-able description of the bounds, stored in the manifest as is
+        (e.g. ``{"kind": "time", "start_ns", "end_ns", "start", "end"}``).
+    :param row_group_size: rows per Parquet row group (default 50,000).
+    :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
+    :param max_rows_per_file: rows per part file (default 1,000,000).
+    :param compression: Parquet codec (default ``"snappy"``; payloads are already snappy-compressed).
+    :raises ValueError: bad partition values, sizes below 1.
+    """
+
+    def __init__(
+        self,
+        root: Any,
+        *,
+        stream: str,
+        owner_id: str,
+        event_type: str,
+        interval_id: str,
+        subject_filters: Sequence[str],
+        bounds: Mapping[str, Any],
+        row_group_size: int = 50_000,
+        row_group_bytes: int = 32 * 1024 * 1024,
+        max_rows_per_file: int = 1_000_000,
+        compression: str = "snappy",
+    ) -> None:
+        for name, value in (
+            ("row_group_size", row_group_size),
+            ("row_group_bytes", row_group_bytes),
+            ("max_rows_per_file", max_rows_per_file),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.fs, self.root_path = to_fs(root)
+        self.stream = stream
+        self.owner_id = owner_id
+        self.event_type = event_type
+        self.interval_id = interval_id
+        self.subject_filters = _as_filter_list(subject_filters)
+        self.bounds = dict(bounds)
+        self.folder = batch_path(self.root_path, stream, owner_id, event_type, interval_id)
+        self.row_group_size = row_group_size
+        self.row_group_bytes = row_group_bytes
+        self.max_rows_per_file = max_rows_per_file
+        self.compression = compression
+        self._local = _is_local(self.fs)
+        self._rename = _atomic_rename_ok(self.fs)
+        self._stream_scalar = pa.scalar(stream, pa.string())
+        self._opened = False
+        self._committed = False
+        self._files: list[dict[str, Any]] = []
+        self._filters: list[dict[str, Any]] = []
+        self._filter: dict[str, Any] | None = None
+        # current part file
+        self._writer: pq.ParquetWriter | None = None
+        self._sink: Any = None
+        self._file_info: dict[str, Any] | None = None
+        self._tmp_path: str | None = None
+        # pending row group
+        self._reset_pending()
+
+    # -- context manager ----------------------------------------------------------------------
+    def __enter__(self) -> StagingWriter:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or not self._committed:
+            self.abort()
+
+    @property
+    def url(self) -> str:
+        """The batch folder as a path (local) or URL (other file systems)."""
+        return location_url(self.fs, self.folder)
+
+    @property
+    def count(self) -> int:
+        """Rows written so far (including the pending row group)."""
+        return sum(f["count"] for f in self._filters)
+
+    @property
+    def data_bytes(self) -> int:
+        """Payload bytes written so far (sum of ``len(data)``)."""
+        return sum(f["bytes"] for f in self._filters)
+
+    def open(self) -> None:
+        """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now uncommitted)."""
+        if self._opened:
+            return
+        self.fs.makedirs(self.folder, exist_ok=True)
+        manifest = _join(self.folder, MANIFEST_NAME)
+        if self.fs.exists(manifest):
+            self.fs.rm(manifest)
+        self._opened = True
+
+    def start_filter(self, subject_filter: str) -> None:
+        """Begin the rows of the next subject filter (closes the current part file).
+
+        :raises ValueError: the filter is not the next one of ``subject_filters``.
+        """
+        self._require_open()
+        index = len(self._filters)
+        if index >= len(self.subject_filters) or self.subject_filters[index] != subject_filter:
+            raise ValueError(
+                f"filter {subject_filter!r} is not the next subject filter of this batch "
+                f"(expected order {self.subject_filters})"
+            )
+        self._flush_row_group()
+        self._close_file()
+        self._filter = {"subject_filter": subject_filter, "count": 0, "bytes": 0, "first_seq": None, "last_seq": None}
+        self._filters.append(self._filter)
+
+    def write(self, messages: Sequence[Sequence[Any]]) -> None:
+        """Append messages of the current filter (5-tuples, see the class docstring).
+
+        :raises ValueError: before :meth:`start_filter`; sequences not strictly increasing within a filter.
+        """
+        self._require_open()
+        if self._filter is None:
+            if len(self.subject_filters) == 1:
+                self.start_filter(self.subject_filters[0])
+            else:
+                raise ValueError("call start_filter() before write() when a batch has several subject filters")
+        if not messages:
+            return
+        seqs, subjects, times, headers, datas = zip(*messages)
+        last = self._filter["last_seq"]
+        if (last is not None and seqs[0] <= last) or any(a >= b for a, b in zip(seqs, seqs[1:])):
+            raise ValueError(
+                f"stream sequences must strictly increase within filter {self._filter['subject_filter']!r} "
+                f"(got {seqs[0]} after {last})"
+            )
+        lens = [len(d) for d in datas]
+        cum = list(accumulate(lens))
+        n = len(seqs)
+        f = self._filter
+        f["count"] += n
+        f["bytes"] += cum[-1]
+        if f["first_seq"] is None:
+            f["first_seq"] = seqs[0]
+        f["last_seq"] = seqs[-1]
+
+        i = 0
+        while i < n:
+            # rows the pending row group may hold: a full group, or what is left of the part file
+            limit_rows = min(self.row_group_size, self.max_rows_per_file - self._file_rows())
+            room_rows = limit_rows - self._p_rows
+            base = cum[i - 1] if i else 0
+            budget = self.row_group_bytes - self._p_bytes
+            # take the messages that fit the byte budget (a row group always gets >= 1 row)
+            k = bisect_right(cum, base + budget, lo=i, hi=min(n, i + room_rows)) - i
+            if k == 0 and self._p_rows == 0:
+                k = 1
+            if k:
+                j = i + k
+                self._p_seq.extend(seqs[i:j])
+                self._p_subject.extend(subjects[i:j])
+                self._p_time.extend(times[i:j])
+                self._p_headers.extend(headers[i:j])
+                self._p_data.extend(datas[i:j])
+                self._p_rows += k
+                self._p_bytes += cum[j - 1] - base
+                i = j
+            # a cut inside this batch, or a full group: write it (cut points depend only on content)
+            if i < n or self._p_rows >= limit_rows or self._p_bytes >= self.row_group_bytes:
+                self._flush_row_group()
+                if self._file_rows() >= self.max_rows_per_file:
+                    self._close_file()
+
+    def commit(self) -> dict[str, Any]:
+        """Close the last part file, write ``_manifest.json`` atomically, and delete stray files.
+
+        :return: the manifest (see :func:`read_manifest`), plus ``"folder"`` (where it was written).
+        """
+        self._require_open()
+        self._flush_row_group()
+        self._close_file()
+        seqs = [(f["first_seq"], f["last_seq"]) for f in self._filters if f["count"]]
+        manifest: dict[str, Any] = {
+            "version": MANIFEST_VERSION,
+            "stream": self.stream,
+            "owner_id": self.owner_id,
+            "event_type": self.event_type,
+            "interval_id": self.interval_id,
+            "subject_filters": list(self.subject_filters),
+            "bounds": self.bounds,
+            "first_seq": min(s[0] for s in seqs) if seqs else None,
+            "last_seq": max(s[1] for s in seqs) if seqs else None,
+            "count": self.count,
+            "bytes": self.data_bytes,
+            "filters": [dict(f) for f in self._filters]
+            + [
+                {"subject_filter": sf, "count": 0, "bytes": 0, "first_seq": None, "last_seq": None}
+                for sf in self.subject_filters[len(self._filters):]
+            ],
+            "files": list(self._files),
+            "schema": [f"{field.name}:{field.type}" for field in SCHEMA],
+            "created_by": CREATED_BY,
+        }
+        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+        target = _join(self.folder, MANIFEST_NAME)
+        if self._rename:
+            tmp = _join(self.folder, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.inprogress")
+            self.fs.pipe_file(tmp, text.encode())
+            self.fs.mv(tmp, target)
+        else:
+            self.fs.pipe_file(target, text.encode())
+        self._committed = True
+        keep = {MANIFEST_NAME} | {f["path"] for f in self._files}
+        for entry in self.fs.ls(self.folder, detail=False):
+            name = posixpath.basename(str(entry).rstrip("/"))
+            if name not in keep:
+                self.fs.rm(entry, recursive=True)
+        return {**manifest, "folder": self.url}
+
+    def abort(self) -> None:
+        """Stop without committing: close and delete the part file in progress (best effort)."""
+        writer, sink, tmp = self._writer, self._sink, self._tmp_path
+        self._writer = self._sink = self._tmp_path = self._file_info = None
+        self._reset_pending()
+        try:
+            if writer is not None:
+                writer.close()
+            if sink is not None:
+                sink.close()
+        except Exception:  # noqa: BLE001 - best effort on the error path
+            pass
+        if tmp is not None:
+            try:
+                self.fs.rm(tmp)
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- internals ------------------------------------------------------------------------------
+    def _require_open(self) -> None:
+        if not self._opened:
+            raise ValueError("StagingWriter.open() (or a with block) is required before writing")
+        if self._committed:
+            raise ValueError(f"batch {self.url} is already committed")
+
+    def _reset_pending(self) -> None:
+        self._p_seq: list[int] = []
+        self._p_subject: list[str] = []
+        self._p_time: list[int] = []
+        self._p_headers: list[Mapping[str, str] | None] = []
+        self._p_data: list[bytes] = []
+        self._p_rows = 0
+        self._p_bytes = 0
+
+    def _file_rows(self) -> int:
+        return self._file_info["rows"] if self._file_info else 0
+
+    def _open_file(self) -> None:
+        index = len(self._files)
+        name = part_name(index)
+        tmp = _join(self.folder, f".{name}.inprogress") if self._rename else _join(self.folder, name)
+        if self._local:
+            self._sink = None
+            where: Any = tmp
+        else:
+            self._sink = self.fs.open(tmp, "wb")
+            where = self._sink
+        self._writer = pq.ParquetWriter(
+            where,
+            SCHEMA,
+            compression=self.compression,
+            use_dictionary=["stream", "subject", "msg_id"],
+            write_statistics=["stream", "stream_seq", "subject", "published_at"],
+        )
+        self._tmp_path = tmp
+        self._file_info = {
+            "path": name,
+            "rows": 0,
+            "bytes": 0,
+            "data_bytes": 0,
+            "subject_filter": self._filter["subject_filter"] if self._filter else self.subject_filters[0],
+            "first_seq": None,
+            "last_seq": None,
+        }
+
+    def _close_file(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        if self._sink is not None:
+            self._sink.close()
+        info, tmp = self._file_info, self._tmp_path
+        final = _join(self.folder, info["path"])
+        if tmp != final:
+            self.fs.mv(tmp, final)
+        info["bytes"] = int(self.fs.size(final))
+        self._files.append(info)
+        self._writer = self._sink = self._tmp_path = self._file_info = None
+
+    def _flush_row_group(self) -> None:
+        if self._p_rows == 0:
+            return
+        if self._writer is None:
+            self._open_file()
+        n = self._p_rows
+        headers = self._p_headers
+        if any(h for h in headers):
+            msg_ids = [h.get(MSG_ID_HEADER) if h else None for h in headers]
+            header_arr = pa.array([list(h.items()) if h else None for h in headers], SCHEMA.field("headers").type)
+            msg_arr = pa.array(msg_ids, pa.string())
+        else:
+            header_arr = pa.nulls(n, SCHEMA.field("headers").type)
+            msg_arr = pa.nulls(n, pa.string())
+        # ns -> us, truncated (times are positive, so Arrow's integer division truncates like //)
+        times_us = pc.divide(pa.array(self._p_time, pa.int64()), pa.scalar(1000, pa.int64())).cast(
+            SCHEMA.field("published_at").type
+        )
+        table = pa.Table.from_arrays(
+            [
+                pa.repeat(self._stream_scalar, n),
+                pa.array(self._p_seq, pa.int64()),
+                pa.array(self._p_subject, pa.string()),
+                times_us,
+                msg_arr,
+                header_arr,
+                pa.array(self._p_data, pa.binary()),
+            ],
+            schema=SCHEMA,
+        )
+        self._writer.write_table(table, row_group_size=n)
+        info = self._file_info
+        info["rows"] += n
+        info["data_bytes"] += self._p_bytes
+        if info["first_seq"] is None:
+            info["first_seq"] = self._p_seq[0]
+        info["last_seq"] = self._p_seq[-1]
+        self._reset_pending()
+
+
+# --------------------------------------------------------------------------------------------------
+# Readers
+# --------------------------------------------------------------------------------------------------
+def read_manifest(path: Any) -> dict[str, Any]:
+    """Read one ``_manifest.json``.
+
+    :param path: the manifest file, or its batch folder (path, fsspec URL or ``ObjectStoragePath``).
+    :return: the manifest dict (fields: ``version``, ``stream``, ``owner_id``, ``event_type``,
+        ``interval_id``, ``subject_filters``, ``bounds``, ``first_seq``, ``last_seq`` (int or None),
+        ``count`` (rows), ``bytes`` (sum of payload lengths), ``filters`` (per filter: count, bytes,
+        first/last seq), ``files`` (``[{path, rows, bytes (file size), data_bytes, subject_filter,
+        first_seq, last_seq}]``, paths relative to the folder), ``schema``, ``created_by``), plus
+        ``"folder"``: where the batch lives (path or URL; not stored in the file).
+    :raises FileNotFoundError: no manifest there (the folder is not committed).
+    :raises ValueError: not valid JSON, or a manifest version this code does not know.
+    """
+    fs, p = to_fs(path)
+    if posixpath.basename(p) != MANIFEST_NAME:
+        p = _join(p, MANIFEST_NAME)
+    return _read_manifest(fs, p)
+
+
+def _read_manifest(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, Any]:
+    where = location_url(fs, p)
+    try:
+        raw = fs.cat_file(p)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no committed manifest at {where}") from None
+    try:
+        manifest = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"manifest {where} is not valid JSON: {exc}") from None
+    version = manifest.get("version") if isinstance(manifest, dict) else None
+    if version != MANIFEST_VERSION:
+        raise ValueError(f"manifest {where} has version {version!r}, expected {MANIFEST_VERSION}")
+    manifest["folder"] = location_url(fs, posixpath.dirname(p))
+    return manifest
+
+
+def manifest_file_urls(manifest: Mapping[str, Any]) -> list[str]:
+    """Return the data files of a manifest from :func:`read_manifest` as full paths/URLs, in order."""
+    return [_join(manifest["folder"], f["path"]) for f in manifest["files"]]
+
+
+def list_committed(
+    root: Any,
+    stream: str,
+    interval_id: str | None = None,
+    owner_ids: Iterable[str] | None = None,
+    event_types: Iterable[str] | None = None,
+) -> list[dict[str, Any]]:
+    """List the committed batches of a stream's staging dataset.
+
+    A batch is committed when its folder holds ``_manifest.json``; only the files its manifest
+    lists belong to it (anything else in the folder is a leftover of an interrupted run).
+
+    :param root: storage root (path, fsspec URL or ``ObjectStoragePath``).
+    :param stream: stream name.
+    :param interval_id: only this interval folder (exact ID); None = all.
+    :param owner_ids: only these owners (partition values; ``"_filter"`` selects arbitrary-filter
+        batches); None = all, including arbitrary-filter batches.
+    :param event_types: only these event types; None = all.
+    :return: manifests (see :func:`read_manifest`) sorted by (owner_id, event_type, interval_id).
+        An empty list when nothing is committed (also when the dataset does not exist).
+    """
+    fs, base = to_fs(root)
+    base = stream_path(base, stream)
+    owners = None if owner_ids is None else {validate_partition_value(o, "owner_id") for o in owner_ids}
+    types = None if event_types is None else {validate_partition_value(e, "event_type") for e in event_types}
+    interval = "*" if interval_id is None else validate_partition_value(interval_id, "interval_id")
+    owner_glob = next(iter(owners)) if owners is not None and len(owners) == 1 else "*"
+    type_glob = next(iter(types)) if types is not None and len(types) == 1 else "*"
+    pattern = _join(base, f"owner_id={owner_glob}", f"event_type={type_glob}", f"interval={interval}", MANIFEST_NAME)
+    results = []
+    for path in sorted(fs.glob(pattern)):
+        parts = str(path).rstrip("/").split("/")
+        owner, event_type = parts[-4].partition("=")[2], parts[-3].partition("=")[2]
+        if (owners is not None and owner not in owners) or (types is not None and event_type not in types):
+            continue
+        results.append(_read_manifest(fs, str(path)))
+    results.sort(key=lambda m: (m["owner_id"], m["event_type"], m["interval_id"]))
+    return results
+
+
+def read_batch(manifest: Mapping[str, Any], fs: fsspec.AbstractFileSystem | None = None) -> pa.Table:
+    """Read a committed batch into one Arrow table (for tests and small batches; Spark reads the files).
+
+    :param manifest: a manifest from :func:`read_manifest` or :func:`list_committed`.
+    :param fs: the file system to read with (default: resolved from ``manifest["folder"]``; pass it
+        when the location needs credentials, e.g. an ``ObjectStoragePath`` root's ``.fs``).
+    :return: a table with :data:`SCHEMA` (zero rows for an empty batch), rows in file order.
+    """
+    folder_fs, folder = to_fs(manifest["folder"])
+    fs = fs or folder_fs
+    tables = []
+    for entry in manifest["files"]:
+        with fs.open(_join(folder, entry["path"]), "rb") as fh:
+            tables.append(pq.read_table(fh, schema=SCHEMA))
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
