@@ -419,7 +419,7 @@ class JetStreamHook(BaseHook):
 
         s = await self.aget_settings()
         opts = self._connect_options(s)
-        self.log.info("Connecting to NATS %s", s.safe_servers())
+        self.log.debug("Connecting to NATS %s", s.safe_servers())
         errors: list[str] = []
         nc = None
         for url in s.servers:
@@ -929,10 +929,18 @@ class _PullReader:
             self.sub = None
 
     async def _refill(self) -> None:
+        import nats.errors
+
         while not self._done and len(self._pulls) + self._queue.qsize() < PREFETCH_PULLS:
             self._pull_id += 1
             self._pulls.append([str(self._pull_id), self.batch_size])
-            await self.nc.publish(self.next_subject, self.pull_body, reply=f"{self.inbox}.{self._pull_id}")
+            try:
+                await self.nc.publish(self.next_subject, self.pull_body, reply=f"{self.inbox}.{self._pull_id}")
+            except nats.errors.Error as exc:  # e.g. ConnectionClosedError when the server goes away
+                raise JetStreamConnectionError(
+                    f"connection to {self.where} lost while reading stream {self.stream} "
+                    f"({type(exc).__name__})"
+                ) from exc
 
     async def next_batch(self) -> list[StreamMessage] | None:
         """The next batch, or None when the iteration is complete."""
