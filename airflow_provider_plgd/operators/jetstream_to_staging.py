@@ -289,19 +289,10 @@ class JetStreamToStagingOperator(BaseOperator):
         """Resolve the storage root: ``destination``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
         if self.destination not in (None, ""):
             return self.destination if not isinstance(self.destination, str) else self.destination.rstrip("/")
-        params = context.get("params") or {}
-        if params.get("storage_root"):
-            return str(params["storage_root"]).rstrip("/")
-        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+        from airflow_provider_plgd.storage_root import resolve_storage_root
 
-        try:
-            extra = JetStreamHook.get_connection(self.jetstream_conn_id).extra_dejson
-        except Exception:  # noqa: BLE001 - a missing connection surfaces when fetching
-            extra = {}
-        if extra.get("storage_root"):
-            return str(extra["storage_root"]).rstrip("/")
-        home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-        return str(Path(home) / "plgd")
+        params = context.get("params") or {}
+        return resolve_storage_root(params.get("storage_root"), self.jetstream_conn_id)
 
     # -- fetch -----------------------------------------------------------------------------------
     async def _run(self, hook, stream, root, targets, mode, bounds) -> dict[str, Any]:

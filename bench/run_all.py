@@ -1,0 +1,35 @@
+"""Run every benchmark in turn, each in its own process (``make bench``); they print their figures.
+
+Benchmarks print figures and never pass or fail on timing. Pass ``--quick`` for smaller sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+#: (module, arguments for a full run, arguments for --quick)
+BENCHMARKS = [
+    ("bench.bench_hook_read", [], ["--messages", "50000"]),
+    ("bench.bench_fetch", [], ["--sizes", "100000"]),
+    ("bench.bench_decode", [], ["--messages", "100000"]),
+    ("bench.bench_rebuild", [], ["--events", "100000"]),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; return the number that exited non-zero."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = parser.parse_args(argv)
+    failed = 0
+    for module, full, quick in BENCHMARKS:
+        print(f"==> {module}", flush=True)
+        rc = subprocess.call([sys.executable, "-m", module, *(quick if args.quick else full)])
+        failed += rc != 0
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
