@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.compat import BaseOperator
+from airflow_provider_plgd.plgd.subjects import subject_matches
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
@@ -540,23 +541,12 @@ def _check_filter_subject(subject: str) -> None:
         raise ValueError(f"subject_filter {subject!r} is not a valid NATS filter subject")
 
 
-def _subject_matches(subject_filter: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` matches one token, a final ``>`` one or more tokens."""
-    pattern, tokens = subject_filter.split("."), subject.split(".")
-    for i, p in enumerate(pattern):
-        if p == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or (p != "*" and p != tokens[i]):
-            return False
-    return len(tokens) == len(pattern)
-
-
 def _filter_index(filters: Sequence[str], subject: str) -> int:
     """Index of the first filter that matches ``subject`` (0 when only one filter)."""
     if len(filters) == 1:
         return 0
     for i, subject_filter in enumerate(filters):
-        if _subject_matches(subject_filter, subject):
+        if subject_matches(subject_filter, subject):
             return i
     raise ValueError(f"subject {subject!r} matches none of the consumer's filters {list(filters)}")
 

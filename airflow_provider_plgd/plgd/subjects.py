@@ -32,6 +32,7 @@ from .event_types import (
 from .ids import uuid5_url
 
 __all__ = [
+    "subject_matches",
     "LEADRT",
     "TOKEN_DEVICES",
     "TOKEN_OWNERS",
@@ -62,6 +63,21 @@ _BAD_TOKEN_CHAR = re.compile(r"[.*>/\s\x00-\x1f\x7f-\x9f]")
 # A lead resource type may contain '.', but no empty token, wildcard, whitespace or control chars.
 _BAD_LEAD_CHAR = re.compile(r"[*>\s\x00-\x1f\x7f-\x9f]")
 _LEAD_REPLACE = str.maketrans({"*": "_", ">": "_", "$": "_"})
+
+
+def subject_matches(subject_filter: str, subject: str) -> bool:
+    """Whether ``subject`` matches the NATS filter subject ``subject_filter``.
+
+    ``*`` matches exactly one token; a final ``>`` matches one or more trailing tokens; other
+    tokens match literally. Source: NATS docs, "Subject-Based Messaging > Wildcards".
+    """
+    pattern, tokens = subject_filter.split("."), subject.split(".")
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (p != "*" and p != tokens[i]):
+            return False
+    return len(tokens) == len(pattern)
 
 
 def validate_token(value: str, what: str) -> str:

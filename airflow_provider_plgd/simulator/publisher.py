@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import nats
 from nats.js.errors import NotFoundError
 
+from ..plgd.subjects import subject_matches
 from ..testing.nats_server import BUNDLE_STREAM_CONFIG
 from .generator import Simulation
 from .ground_truth import GroundTruth
@@ -40,17 +41,6 @@ class PublishError(RuntimeError):
 
 def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _matches(filter_subject: str, subject: str) -> bool:
-    """NATS subject matching (``*`` = one token, ``>`` = one or more trailing tokens)."""
-    f, s = filter_subject.split("."), subject.split(".")
-    for i, tok in enumerate(f):
-        if tok == ">":
-            return len(s) > i
-        if i >= len(s) or (tok != "*" and tok != s[i]):
-            return False
-    return len(f) == len(s)
 
 
 async def _connect(servers: Sequence[str], connect_options: dict[str, Any] | None):
@@ -158,7 +148,7 @@ async def apublish(sim: Simulation, *, servers: Sequence[str], stream: str = "EV
             raise PublishError(
                 f"stream {stream!r} does not exist on {list(servers)}; create it (plgd-simulate --create-stream)"
             ) from None
-        if n and not any(_matches(f, subjects[0]) for f in (info.config.subjects or ())):
+        if n and not any(subject_matches(f, subjects[0]) for f in (info.config.subjects or ())):
             raise PublishError(
                 f"stream {stream!r} (subjects {info.config.subjects}) does not capture {subjects[0]!r}; "
                 "it must be bound to 'plgd.>'"

@@ -108,17 +108,6 @@ def read_stream(url: str, stream: str = "EVENTS") -> dict[int, tuple]:
     return asyncio.run(aread_stream(url, stream))
 
 
-def matches(subject_filter: str, subject: str) -> bool:
-    """NATS subject matching (``*`` one token, final ``>`` one or more) for expected counts."""
-    pattern, tokens = subject_filter.split("."), subject.split(".")
-    for i, p in enumerate(pattern):
-        if p == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or (p != "*" and p != tokens[i]):
-            return False
-    return len(tokens) == len(pattern)
-
-
 @pytest.fixture
 def storage_root(tmp_path) -> str:
     """A fresh local storage root."""

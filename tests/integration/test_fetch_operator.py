@@ -21,13 +21,14 @@ from airflow_provider_plgd import staging
 from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamError, StreamNotFoundError
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import (
+    subject_matches,
     metadata_subject,
     registrations_subject,
     resource_subject,
     subject_filters,
 )
 from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
-from tests.integration.conftest import load_dag, matches, publish_messages, read_stream, xcom_value
+from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
 
 pytestmark = pytest.mark.airflow
 
@@ -58,7 +59,7 @@ def expected_seqs(truth: dict, owner: str, event_type: str, start_ns: int, end_n
     out = []
     for f in subject_filters(owner, event_type):
         out.extend(seq for seq, (subj, ts, _h, _d) in sorted(truth.items())
-                   if matches(f, subj) and start_ns <= ts < end_ns and (last_seq is None or seq <= last_seq))
+                   if subject_matches(f, subj) and start_ns <= ts < end_ns and (last_seq is None or seq <= last_seq))
     return out
 
 
