@@ -1,0 +1,356 @@
+"""Helpers shared by the Spark applications (decode, dedupe, rebuild).
+
+* :func:`build_spark_session` -- a SparkSession with the settings every app needs (UTC session
+  time zone, Parquet ``TIMESTAMP_MICROS``; never INT96).
+* argparse bits: :func:`add_interval_args`, :func:`name_list`.
+* output commit on any Hadoop file system (local, HDFS, S3A, GCS, ABFS) through the JVM
+  (``spark._jvm``): :func:`temp_dir_for` + :func:`commit_dir` (write to a hidden temp folder next
+  to the target, delete the old target, rename the temp folder into place), :func:`write_text`
+  (temp file + rename).
+* run summaries: :func:`write_summary` to ``{root}/_runs/{app}/interval={interval_id}.json``
+  (the path rule lives in ``airflow_provider_plgd.run_summary.run_summary_path``).
+
+Only pyspark is needed at import time of the functions that take a ``spark`` argument; the
+module itself imports nothing from pyspark at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import posixpath
+import uuid
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow_provider_plgd.run_summary import run_summary_path
+
+log = logging.getLogger("plgd.spark")
+
+#: Spark SQL settings every application sets (the Airflow DAG passes the same ones with --conf).
+BASE_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.int96AsTimestamp": "false",
+    # partition values are read back as strings (owner IDs that look like numbers stay strings)
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+}
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Log ``plgd.*`` loggers to stderr with timestamps (spark-submit shows stderr)."""
+    logging.basicConfig(
+        level=getattr(logging, str(level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def build_spark_session(app_name: str, conf: Mapping[str, str] | None = None):
+    """Return the (existing or new) SparkSession with :data:`BASE_CONF` plus ``conf`` applied.
+
+    The master, memory and cluster settings come from spark-submit; this only sets SQL options.
+
+    :param app_name: Spark application name (used when no name was given to spark-submit).
+    :param conf: extra Spark settings (strings).
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in {**BASE_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    for key, value in {**BASE_CONF, **(conf or {})}.items():  # session already existed: runtime SQL confs
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - static conf of an existing session; keep what it has
+            pass
+    return spark
+
+
+# ----------------------------------------------------------------------------------------------
+# argparse
+# ----------------------------------------------------------------------------------------------
+
+def name_list(value: str) -> list[str]:
+    """argparse ``type`` for a comma-separated list: ``"a,b, c"`` -> ``["a", "b", "c"]`` (empties dropped)."""
+    return [item.strip() for item in str(value).split(",") if item.strip()]
+
+
+def flatten_lists(values: Iterable[Iterable[str]] | None) -> list[str] | None:
+    """Flatten an ``action="append"``/``nargs`` list of :func:`name_list` results; None or [] -> None."""
+    if not values:
+        return None
+    flat = [v for group in values for v in (group if isinstance(group, list) else [group])]
+    return flat or None
+
+
+def add_interval_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--interval-id`` (required), ``--summary-path`` and ``--log-level``."""
+    parser.add_argument("--interval-id", required=True,
+                        help="staging interval ID (airflow_provider_plgd.staging.interval_id)")
+    parser.add_argument("--summary-path", default=None,
+                        help="where to write the run summary JSON "
+                             "(default {output_root}/_runs/{app}/interval={interval_id}.json)")
+    parser.add_argument("--log-level", default="INFO", help="Python log level (default INFO)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Hadoop file system helpers (through the JVM, so any Hadoop URL works)
+# ----------------------------------------------------------------------------------------------
+
+def hadoop_path(spark, path: str):
+    """Return ``(fs, jpath)``: the Hadoop ``FileSystem`` of ``path`` and the ``Path`` object."""
+    jvm = spark._jvm
+    jpath = jvm.org.apache.hadoop.fs.Path(str(path))
+    fs = jpath.getFileSystem(spark._jsc.hadoopConfiguration())
+    return fs, jpath
+
+
+def path_exists(spark, path: str) -> bool:
+    """True if ``path`` exists on its Hadoop file system."""
+    fs, jpath = hadoop_path(spark, path)
+    return bool(fs.exists(jpath))
+
+
+def delete_path(spark, path: str) -> bool:
+    """Delete ``path`` recursively if it exists; return whether something was deleted."""
+    fs, jpath = hadoop_path(spark, path)
+    if fs.exists(jpath):
+        return bool(fs.delete(jpath, True))
+    return False
+
+
+def temp_dir_for(final_path: str) -> str:
+    """A fresh hidden sibling of ``final_path``: ``{parent}/_tmp-{name}-{uuid}``.
+
+    The leading ``_`` hides it from Spark/Hive partition discovery, so readers of the table
+    root never see half-written output. Same parent = same file system, so the rename is cheap.
+    """
+    parent, name = posixpath.split(str(final_path).rstrip("/"))
+    return posixpath.join(parent, f"_tmp-{name}-{uuid.uuid4().hex}")
+
+
+def commit_dir(spark, temp_path: str, final_path: str) -> None:
+    """Move a finished temp folder into place: delete ``final_path`` if present, then rename.
+
+    On HDFS and local file systems the rename is atomic, so readers see either no folder or the
+    complete new one (the window between delete and rename shows no folder, never a partial one).
+    On object stores (S3A, GCS) a directory rename is a copy; the ``_SUCCESS`` file that Spark
+    writes last marks a complete folder there.
+
+    :raises FileNotFoundError: ``temp_path`` does not exist.
+    :raises OSError: the rename failed.
+    """
+    fs, src = hadoop_path(spark, temp_path)
+    dst = spark._jvm.org.apache.hadoop.fs.Path(str(final_path))
+    if not fs.exists(src):
+        raise FileNotFoundError(f"temporary output {temp_path} does not exist; nothing to commit")
+    if fs.exists(dst):
+        fs.delete(dst, True)
+    parent = dst.getParent()
+    if parent is not None and not fs.exists(parent):
+        fs.mkdirs(parent)
+    if not fs.rename(src, dst):
+        raise OSError(f"could not rename {temp_path} to {final_path}")
+
+
+def cleanup_temp_dirs(spark, parent: str, name: str) -> int:
+    """Delete leftover ``_tmp-{name}-*`` folders of killed runs under ``parent``; return how many."""
+    fs, jparent = hadoop_path(spark, parent)
+    if not fs.exists(jparent):
+        return 0
+    removed = 0
+    for status in fs.listStatus(jparent):
+        child = status.getPath()
+        if child.getName().startswith(f"_tmp-{name}-"):
+            fs.delete(child, True)
+            removed += 1
+    return removed
+
+
+def write_text(spark, path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` on its Hadoop file system: temp file, then rename."""
+    fs, dst = hadoop_path(spark, path)
+    parent = dst.getParent()
+    if parent is not None and not fs.exists(parent):
+        fs.mkdirs(parent)
+    tmp = spark._jvm.org.apache.hadoop.fs.Path(parent, f"_tmp-{dst.getName()}-{uuid.uuid4().hex}")
+    fs.setWriteChecksum(False)  # no .crc side files on the local file system
+    out = fs.create(tmp, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+    if fs.exists(dst):
+        fs.delete(dst, False)
+    if not fs.rename(tmp, dst):
+        raise OSError(f"could not rename {tmp.toString()} to {path}")
+
+
+def summary_path(output_root: str, app: str, interval_id: str, explicit: str | None = None) -> str:
+    """``explicit`` if given, else ``{output_root}/_runs/{app}/interval={interval_id}.json``."""
+    return explicit or run_summary_path(output_root, app, interval_id)
+
+
+def write_summary(spark, path: str, summary: Mapping[str, Any]) -> str:
+    """Write a run summary as indented, key-sorted JSON (see :func:`summary_path`); return the path."""
+    write_text(spark, path, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    log.info("run summary written to %s", path)
+    return path
+
+
+def join(root: str, *parts: str) -> str:
+    """Join a path or URL with ``/`` (``posixpath.join`` semantics, keeps ``scheme://``)."""
+    return posixpath.join(str(root).rstrip("/"), *parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hive partition paths and a per-task pyarrow Parquet writer (runs inside Python workers)
+# ----------------------------------------------------------------------------------------------
+
+#: Spark's value for a null partition value.
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# Spark ExternalCatalogUtils.charToEscape (non-Windows): control chars and "#%'*/:=?\{[]^ and DEL.
+_ESCAPE = frozenset([chr(c) for c in range(1, 32)] + list("\"#%'*/:=?\\\x7f{[]^"))
+
+
+def hive_escape(value: Any) -> str:
+    """Render one partition value like Spark does (``ExternalCatalogUtils.escapePathName``).
+
+    None or ``""`` -> ``__HIVE_DEFAULT_PARTITION__``; a ``date`` -> ``YYYY-MM-DD``; the characters
+    Spark escapes become ``%XX`` (upper-case hex), so Spark's partition discovery reads the
+    original value back.
+    """
+    if value is None or value == "":
+        return HIVE_DEFAULT_PARTITION
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPE else c for c in text)
+
+
+def partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
+    """``name1=value1/name2=value2`` with :func:`hive_escape`."""
+    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values))
+
+
+class ArrowPartitionedWriter:
+    """Write Arrow batches as Hive-partitioned Parquet files with pyarrow, from one Spark task.
+
+    Files: ``{base}/{col1=v1/col2=v2/...}/part-{task_id:05d}.parquet`` -- one file per partition
+    value combination per task; the partition columns are not stored in the files (Hive layout).
+    Names depend only on the task's partition index and the data, so a retried or speculative
+    task attempt overwrites the same files with the same content; the driver commits the whole
+    (hidden, temporary) ``base`` folder only after the job succeeded, and deletes files that no
+    successful task reported.
+
+    Rows are buffered per partition and written in row groups of ``row_group_rows``. Timestamps
+    are written as ``TIMESTAMP_MICROS`` (never INT96), compression ``snappy``.
+
+    :param base: folder URL or path (fsspec; the same storage Spark reads).
+    :param task_id: the Spark partition index (``TaskContext.get().partitionId()``).
+    :param schema: Arrow schema of the incoming batches (must contain ``partition_cols``).
+    :param partition_cols: partition columns, outermost first (may be empty: one file).
+    :param always_write: write an (empty) file even if no rows came, when there are no
+        partition columns (so a reader finds the schema).
+    """
+
+    def __init__(self, base: str, task_id: int, schema, partition_cols: Sequence[str] = (),
+                 *, row_group_rows: int = 65_536, compression: str = "snappy",
+                 always_write: bool = False) -> None:
+        import fsspec
+        import pyarrow as pa
+
+        self.fs, self.base = fsspec.core.url_to_fs(str(base))
+        self.base = self.base.rstrip("/")
+        self.task_id = int(task_id)
+        self.partition_cols = tuple(partition_cols)
+        self.file_columns = [n for n in schema.names if n not in self.partition_cols]
+        self.file_schema = pa.schema([schema.field(n) for n in self.file_columns])
+        self.row_group_rows = row_group_rows
+        self.compression = compression
+        self.always_write = always_write and not self.partition_cols
+        self._groups: dict[tuple, dict[str, Any]] = {}
+
+    def write(self, batch) -> None:
+        """Add a batch (any number of partition value combinations)."""
+        if batch.num_rows == 0:
+            return
+        if not self.partition_cols:
+            self._add((), batch)
+            return
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        cols = [batch.column(batch.schema.get_field_index(c)) for c in self.partition_cols]
+        uniques = [pc.unique(c) for c in cols]
+        if all(len(u) == 1 for u in uniques):
+            self._add(tuple(u[0].as_py() for u in uniques), batch)
+            return
+        rows: dict[tuple, list[int]] = {}
+        for i, key in enumerate(zip(*(c.to_pylist() for c in cols))):
+            rows.setdefault(key, []).append(i)
+        for key, idx in rows.items():
+            self._add(key, batch.take(pa.array(idx, pa.int64())))
+
+    def _add(self, key: tuple, batch) -> None:
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}
+        group["pending"].append(batch.select(self.file_columns))
+        group["pending_rows"] += batch.num_rows
+        group["rows"] += batch.num_rows
+        if group["pending_rows"] >= self.row_group_rows:
+            self._flush(key, group)
+
+    def _relpath(self, key: tuple) -> str:
+        name = f"part-{self.task_id:05d}.parquet"
+        return f"{partition_dir(self.partition_cols, key)}/{name}" if self.partition_cols else name
+
+    def _flush(self, key: tuple, group: dict) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if group["writer"] is None:
+            path = f"{self.base}/{self._relpath(key)}"
+            self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            group["sink"] = self.fs.open(path, "wb")
+            group["writer"] = pq.ParquetWriter(
+                group["sink"], self.file_schema, compression=self.compression,
+                coerce_timestamps="us", use_deprecated_int96_timestamps=False,
+            )
+        if group["pending"]:
+            table = pa.Table.from_batches(group["pending"], schema=self.file_schema)
+            group["writer"].write_table(table, row_group_size=max(1, table.num_rows))
+        group["pending"] = []
+        group["pending_rows"] = 0
+
+    def close(self) -> list[dict[str, Any]]:
+        """Flush and close every file; return ``[{"path" (relative to base), "rows", "partition": {col: value}}]``."""
+        if self.always_write and not self._groups:
+            self._groups[()] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}
+        written = []
+        for key, group in sorted(self._groups.items(), key=lambda kv: tuple(str(v) for v in kv[0])):
+            self._flush(key, group)
+            group["writer"].close()
+            group["sink"].close()
+            written.append({
+                "path": self._relpath(key),
+                "rows": group["rows"],
+                "partition": {c: (v.isoformat() if hasattr(v, "isoformat") else v)
+                              for c, v in zip(self.partition_cols, key)},
+            })
+        self._groups = {}
+        return written
+
+
+def list_files(spark, folder: str) -> list[str]:
+    """Paths (relative to ``folder``) of all files below ``folder`` (Hadoop FS, recursive)."""
+    fs, jfolder = hadoop_path(spark, folder)
+    if not fs.exists(jfolder):
+        return []
+    base = fs.makeQualified(jfolder).toString().rstrip("/") + "/"
+    it = fs.listFiles(jfolder, True)
+    out = []
+    while it.hasNext():
+        full = it.next().getPath().toString()
+        out.append(full[len(base):] if full.startswith(base) else full)
+    return sorted(out)

@@ -1,0 +1,675 @@
+"""Versioned snapshot layout, manifests and the ``_latest.json`` pointer (copy-on-write by bucket).
+
+Layout below the storage root (a local path or any Hadoop/fsspec URL)::
+
+    {root}/snapshots/_latest.json                      pointer, written last (atomic replace)
+    {root}/snapshots/v={version}/_manifest.json        one manifest per snapshot version
+    {root}/snapshots/v={version}/r-{run_id}/{table}/bucket={b}/part-00000.parquet  data files
+
+* ``version`` is the snapshot time (the interval end) as ``YYYYMMDDTHHMMSSZ`` (with ``.ffffff``
+  or ``.fffffffff`` when the time has a fraction), so versions sort lexicographically by time.
+* Every table is split into ``buckets`` hash buckets of the device:
+  ``bucket = pmod(xxhash64(device_id), buckets)`` (Spark SQL; :data:`BUCKET_EXPR`). All rows of
+  a device, in every table, are in the same bucket number.
+* A manifest lists, per table and bucket, the data files that make up that bucket (paths
+  relative to ``{root}/snapshots``). A rebuild rewrites only the buckets its new events touch
+  (plus buckets with pendings that expire by the new snapshot time); every other bucket's entry
+  is copied from the parent manifest, i.e. its files are carried over by reference. So a
+  manifest may name files under older ``v=`` folders.
+* The files of one run live in their own ``r-{run_id}`` folder (each file written under a
+  hidden temp name and moved into place, so a retried task never leaves a partial file);
+  nothing refers to them until the manifest is written, so the manifest is the commit. A rerun
+  for the same version writes a new run folder and replaces the manifest;
+  readers that still hold the previous manifest keep reading the files it names (deleted only by
+  :func:`collect_garbage`, and never while a retained manifest names them).
+* Commit order: data files -> ``v={version}/_manifest.json`` -> ``_latest.json``. A run that dies
+  before the last step leaves ``_latest.json`` naming the previous snapshot, whose files are
+  untouched.
+
+Manifest (JSON object; format :data:`MANIFEST_FORMAT`)::
+
+    {"format": 1, "version": str, "snapshot_time_ns": int, "snapshot_time": ISO str,
+     "parent": str | null, "run_id": str, "created_at": ISO str,
+     "interval_id": str (newest interval folded), "intervals": [str] (folded by this run),
+     "buckets": int, "bucket_expr": str,
+     "tables": {table: {"<bucket>": {"files": [rel path], "rows": int}}},
+     "next_expiry_ns": {"<bucket>": int}   (smallest pending valid_until per bucket),
+     "rows": {table: int}, "touched_buckets": [int], "stats": {...}}
+
+``_latest.json``: ``{"version", "manifest" (rel path), "snapshot_time_ns", "interval_id",
+"updated_at"}``.
+
+Tables: the four public tables of ``docs/data-contracts.md`` (columns from
+``airflow_provider_plgd.simulator.tables``) and the internal :data:`STATE_TABLE` (one row per
+device: the serialised fold state of :mod:`spark_apps.fold`, see :data:`STATE_SCHEMA`).
+
+Readers: :func:`read_table` (pyarrow + fsspec, no Spark) and :func:`spark_read_table`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+
+__all__ = [
+    "ALL_TABLES",
+    "BUCKET_EXPR",
+    "DEFAULT_BUCKETS",
+    "LATEST_NAME",
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "PUBLIC_TABLES",
+    "SNAPSHOTS_DIR",
+    "STATE_SCHEMA",
+    "STATE_TABLE",
+    "collect_garbage",
+    "list_committed_intervals",
+    "manifest_path",
+    "read_latest",
+    "read_manifest",
+    "read_table",
+    "spark_read_table",
+    "table_files",
+    "table_schema",
+    "version_id",
+]
+
+SNAPSHOTS_DIR = "snapshots"
+LATEST_NAME = "_latest.json"
+MANIFEST_NAME = "_manifest.json"
+MANIFEST_FORMAT = 1
+DEFAULT_BUCKETS = 32
+#: Spark SQL expression of the bucket of a row, given the bucket count.
+BUCKET_EXPR = "pmod(xxhash64(device_id), {buckets})"
+
+PUBLIC_TABLES: tuple[str, ...] = ("resources", "device_metadata", "device_links", "owner_devices")
+#: The internal per-device fold state (not part of the public contract).
+STATE_TABLE = "_device_state"
+ALL_TABLES: tuple[str, ...] = PUBLIC_TABLES + (STATE_TABLE,)
+
+#: ``_device_state`` rows: ``device_id``; ``next_expiry_ns`` = smallest non-zero ``valid_until``
+#: of the device's open pendings (unix ns, null = none); ``state_json`` = ``fold.dumps_state``.
+STATE_SCHEMA = pa.schema([
+    pa.field("device_id", pa.string(), nullable=False),
+    pa.field("next_expiry_ns", pa.int64()),
+    pa.field("state_json", pa.string(), nullable=False),
+])
+
+
+_TABLES_MODULE = "airflow_provider_plgd.simulator.tables"
+_TABLES_CACHE = None
+
+
+def _tables_module():
+    """``airflow_provider_plgd/simulator/tables.py``, the one home of the snapshot columns.
+
+    It imports only pyarrow, but importing it as a package member first runs
+    ``simulator/__init__.py`` (generator, publisher, nats-py), which a Spark driver does not
+    need and may not have. So its source is read with ``pkgutil.get_data`` (works from a source
+    tree, an installed package or the ``--py-files`` zip) and executed as a module of its own;
+    if that fails, the normal import is tried.
+    """
+    import importlib
+    import pkgutil
+    import sys
+    import types
+
+    global _TABLES_CACHE
+    module = sys.modules.get(_TABLES_MODULE) or _TABLES_CACHE
+    if module is not None:
+        return module
+    try:
+        source = pkgutil.get_data("airflow_provider_plgd", "simulator/tables.py")
+    except OSError:
+        source = None
+    if source is None:
+        return importlib.import_module(_TABLES_MODULE)
+    module = types.ModuleType("_plgd_snapshot_tables")
+    module.__file__ = "airflow_provider_plgd/simulator/tables.py"
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own module
+    _TABLES_CACHE = module
+    return module
+
+
+def table_schema(table: str) -> pa.Schema:
+    """Arrow schema of snapshot table ``table`` (public tables: ``docs/data-contracts.md``).
+
+    :raises ValueError: unknown table name.
+    """
+    if table == STATE_TABLE:
+        return STATE_SCHEMA
+    return _tables_module().snapshot_schema(table)
+
+
+def sort_keys(table: str) -> tuple[str, ...]:
+    """Columns that identify a row of ``table``; files are sorted by them.
+
+    :raises ValueError: unknown table name.
+    """
+    if table == STATE_TABLE:
+        return ("device_id",)
+    keys = _tables_module().SNAPSHOT_SORT_KEYS
+    if table not in keys:
+        raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
+    return keys[table]
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and paths
+# ---------------------------------------------------------------------------------------------
+
+def version_id(snapshot_time_ns: int) -> str:
+    """Snapshot version of a snapshot time (unix ns): ``YYYYMMDDTHHMMSSZ`` (+ ``.ffffff`` or
+    ``.fffffffff`` when there is a fraction), UTC; sorts like the time.
+
+    :raises ValueError: negative times.
+    """
+    if snapshot_time_ns < 0:
+        raise ValueError(f"snapshot time must be >= 0 ns, got {snapshot_time_ns}")
+    seconds, frac = divmod(int(snapshot_time_ns), 1_000_000_000)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
+    if frac == 0:
+        return base + "Z"
+    if frac % 1000 == 0:
+        return f"{base}.{frac // 1000:06d}Z"
+    return f"{base}.{frac:09d}Z"
+
+
+def _join(root: str, *parts: str) -> str:
+    return posixpath.join(str(root).rstrip("/"), *parts)
+
+
+def snapshots_root(root: str) -> str:
+    """``{root}/snapshots``."""
+    return _join(root, SNAPSHOTS_DIR)
+
+
+def manifest_path(root: str, version: str) -> str:
+    """``{root}/snapshots/v={version}/_manifest.json``."""
+    return _join(snapshots_root(root), f"v={version}", MANIFEST_NAME)
+
+
+def latest_path(root: str) -> str:
+    """``{root}/snapshots/_latest.json``."""
+    return _join(snapshots_root(root), LATEST_NAME)
+
+
+def run_dir(version: str, run_id: str) -> str:
+    """Run folder relative to ``{root}/snapshots``: ``v={version}/r-{run_id}``."""
+    return f"v={version}/r-{run_id}"
+
+
+def new_run_id() -> str:
+    """A fresh run ID (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+# ---------------------------------------------------------------------------------------------
+# Manifests
+# ---------------------------------------------------------------------------------------------
+
+def table_files(root: str, manifest: Mapping[str, Any], table: str) -> list[str]:
+    """Absolute paths of the data files of ``table`` in ``manifest`` (sorted by bucket).
+
+    :raises ValueError: ``table`` is not a snapshot table.
+    """
+    if table not in ALL_TABLES:
+        raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
+    base = snapshots_root(root)
+    entries = manifest.get("tables", {}).get(table, {})
+    return [_join(base, rel) for b in sorted(entries, key=int) for rel in entries[b]["files"]]
+
+
+def bucket_files(root: str, manifest: Mapping[str, Any], table: str, buckets: Iterable[int]) -> list[str]:
+    """Absolute paths of the files of ``table`` in the given buckets of ``manifest``."""
+    base = snapshots_root(root)
+    entries = manifest.get("tables", {}).get(table, {})
+    return [_join(base, rel) for b in sorted(set(buckets)) for rel in entries.get(str(b), {}).get("files", [])]
+
+
+def validate_manifest(manifest: Any, where: str) -> dict[str, Any]:
+    """Check the shape of a manifest read from ``where``; return it.
+
+    :raises ValueError: not a manifest of format :data:`MANIFEST_FORMAT`.
+    """
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise ValueError(
+            f"{where} is not a snapshot manifest of format {MANIFEST_FORMAT} "
+            f"(got format {manifest.get('format') if isinstance(manifest, dict) else type(manifest).__name__!r})"
+        )
+    for key in ("version", "snapshot_time_ns", "buckets", "tables"):
+        if key not in manifest:
+            raise ValueError(f"snapshot manifest {where} has no {key!r}")
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure-Python readers (fsspec + pyarrow; no Spark)
+# ---------------------------------------------------------------------------------------------
+
+def _fs(root: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(root))
+
+
+def _read_json_fsspec(path: str) -> Any | None:
+    fs, p = _fs(path)
+    if not fs.exists(p):
+        return None
+    with fs.open(p, "r") as fh:
+        return json.load(fh)
+
+
+def read_latest(root: str) -> dict[str, Any] | None:
+    """The manifest that ``{root}/snapshots/_latest.json`` names, or None when there is no snapshot.
+
+    :raises ValueError: the pointer or the manifest is malformed, or the manifest is missing.
+    """
+    pointer = _read_json_fsspec(latest_path(root))
+    if pointer is None:
+        return None
+    if not isinstance(pointer, dict) or "manifest" not in pointer:
+        raise ValueError(f"{latest_path(root)} is not a snapshot pointer: {pointer!r}")
+    path = _join(snapshots_root(root), pointer["manifest"])
+    manifest = _read_json_fsspec(path)
+    if manifest is None:
+        raise ValueError(f"{latest_path(root)} names {path}, which does not exist")
+    return validate_manifest(manifest, path)
+
+
+def read_manifest(root: str, version: str) -> dict[str, Any] | None:
+    """The manifest of snapshot ``version`` (None if it does not exist)."""
+    path = manifest_path(root, version)
+    manifest = _read_json_fsspec(path)
+    return None if manifest is None else validate_manifest(manifest, path)
+
+
+def read_table(root: str, table: str, manifest: Mapping[str, Any] | None = None) -> pa.Table:
+    """Read snapshot table ``table`` into a ``pyarrow.Table`` with pyarrow + fsspec (no Spark).
+
+    :param root: storage root (path or fsspec URL).
+    :param table: one of :data:`PUBLIC_TABLES` (or :data:`STATE_TABLE`).
+    :param manifest: a manifest (default: the latest snapshot's).
+    :return: the rows, with :func:`table_schema` ``(table)``, sorted by :func:`sort_keys`; an empty
+        table when there is no snapshot yet.
+    """
+    import pyarrow.parquet as pq
+
+    schema = table_schema(table)
+    if manifest is None:
+        manifest = read_latest(root)
+    if manifest is None:
+        return schema.empty_table()
+    files = table_files(root, manifest, table)
+    if not files:
+        return schema.empty_table()
+    fs, _ = _fs(root)
+    parts = []
+    for url in files:
+        _, p = _fs(url)
+        parts.append(pq.read_table(p, filesystem=fs, schema=schema))
+    result = pa.concat_tables(parts)
+    return result.sort_by([(k, "ascending") for k in sort_keys(table)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark-side helpers (Hadoop file systems through the JVM)
+# ---------------------------------------------------------------------------------------------
+
+def read_text(spark, path: str) -> str | None:
+    """Read a small UTF-8 text file through Hadoop; None if it does not exist."""
+    from spark_apps import common
+
+    fs, jpath = common.hadoop_path(spark, path)
+    if not fs.exists(jpath):
+        return None
+    stream = fs.open(jpath)
+    try:
+        reader = spark._jvm.java.io.BufferedReader(spark._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+        lines = []
+        line = reader.readLine()
+        while line is not None:
+            lines.append(line)
+            line = reader.readLine()
+        return "\n".join(lines)
+    finally:
+        stream.close()
+
+
+def atomic_write_text(spark, path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new content, never nothing.
+
+    Writes a hidden temp file next to it, then renames it over ``path`` with Hadoop's
+    ``FileContext.rename(..., Options.Rename.OVERWRITE)`` (atomic on HDFS and local file
+    systems). Where the file system has no ``FileContext`` binding (some object stores, where a
+    PUT is atomic anyway) it falls back to ``common.write_text``.
+
+    :raises OSError: the rename failed.
+    """
+    from spark_apps import common
+
+    jvm = spark._jvm
+    fs, dst = common.hadoop_path(spark, path)
+    parent = dst.getParent()
+    if parent is not None and not fs.exists(parent):
+        fs.mkdirs(parent)
+    tmp = jvm.org.apache.hadoop.fs.Path(parent, f"_tmp-{dst.getName()}-{uuid.uuid4().hex}")
+    out = fs.create(tmp, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+    try:
+        fc = jvm.org.apache.hadoop.fs.FileContext.getFileContext(dst.toUri(), spark._jsc.hadoopConfiguration())
+        rename_cls = jvm.org.apache.hadoop.fs.Options.Rename
+        options = spark._sc._gateway.new_array(rename_cls, 1)
+        options[0] = rename_cls.OVERWRITE
+        fc.rename(fs.makeQualified(tmp), fs.makeQualified(dst), options)
+    except Exception as exc:  # noqa: BLE001 - no FileContext for this scheme: delete + rename
+        if fs.exists(dst) and fs.exists(tmp):
+            common.log.warning("atomic rename unsupported for %s (%s); falling back to delete+rename", path, exc)
+        if fs.exists(tmp):
+            if fs.exists(dst):
+                fs.delete(dst, False)
+            if not fs.rename(tmp, dst):
+                raise OSError(f"could not rename {tmp.toString()} to {path}") from None
+
+
+def spark_read_json(spark, path: str) -> Any | None:
+    """Parse the JSON file ``path`` (Hadoop); None if it does not exist.
+
+    :raises ValueError: the file is not JSON.
+    """
+    text = read_text(spark, path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
+def spark_latest(spark, root: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """``(pointer, manifest)`` of the latest snapshot, or ``(None, None)`` when there is none.
+
+    :raises ValueError: malformed pointer, or a pointer naming a missing/malformed manifest.
+    """
+    pointer = spark_read_json(spark, latest_path(root))
+    if pointer is None:
+        return None, None
+    if not isinstance(pointer, dict) or "manifest" not in pointer:
+        raise ValueError(f"{latest_path(root)} is not a snapshot pointer: {pointer!r}")
+    path = _join(snapshots_root(root), pointer["manifest"])
+    manifest = spark_read_json(spark, path)
+    if manifest is None:
+        raise ValueError(f"{latest_path(root)} names {path}, which does not exist")
+    return pointer, validate_manifest(manifest, path)
+
+
+def spark_manifest(spark, root: str, version: str) -> dict[str, Any] | None:
+    """The manifest of ``version`` read through Hadoop (None if absent)."""
+    path = manifest_path(root, version)
+    manifest = spark_read_json(spark, path)
+    return None if manifest is None else validate_manifest(manifest, path)
+
+
+def spark_schema(table: str):
+    """Spark ``StructType`` of ``table``."""
+    from spark_apps.schemas import to_spark_schema
+
+    return to_spark_schema(table_schema(table))
+
+
+def spark_read_files(spark, table: str, files: list[str]):
+    """DataFrame of ``table`` over ``files`` (an empty DataFrame of the schema when there are none)."""
+    schema = spark_schema(table)
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*files)
+
+
+def spark_read_table(spark, root: str, table: str, manifest: Mapping[str, Any] | None = None):
+    """DataFrame of snapshot table ``table`` (default: latest snapshot; empty if none)."""
+    if manifest is None:
+        _, manifest = spark_latest(spark, root)
+    files = table_files(root, manifest, table) if manifest else []
+    return spark_read_files(spark, table, files)
+
+
+def list_committed_intervals(spark, table_root: str) -> list[str]:
+    """Interval IDs of ``{table_root}/interval=<id>/`` folders that hold ``_SUCCESS``, sorted.
+
+    Used for ``events_deduped``/``msgid_index`` (written with ``common.commit_dir``, so a folder
+    with ``_SUCCESS`` is complete). Hidden folders (``_tmp-...``) are skipped.
+    """
+    from spark_apps import common
+
+    fs, jroot = common.hadoop_path(spark, table_root)
+    if not fs.exists(jroot):
+        return []
+    found = []
+    for status in fs.listStatus(jroot):
+        name = status.getPath().getName()
+        if status.isDirectory() and name.startswith("interval="):
+            success = spark._jvm.org.apache.hadoop.fs.Path(status.getPath(), "_SUCCESS")
+            if fs.exists(success):
+                found.append(name[len("interval="):])
+    return sorted(found)
+
+
+def interval_kind(interval_id: str) -> str:
+    """``"time"`` for ``<start>_<end>`` IDs, else the prefix (``"seq"``/``"durable"``): IDs of one
+    kind sort in stream order; IDs of different kinds are not comparable."""
+    for prefix in ("seq-", "durable-"):
+        if interval_id.startswith(prefix):
+            return prefix[:-1]
+    return "time"
+
+
+# ---------------------------------------------------------------------------------------------
+# Garbage collection
+# ---------------------------------------------------------------------------------------------
+
+def collect_garbage(spark, root: str, keep_versions: int) -> dict[str, int]:
+    """Delete snapshot versions older than the newest ``keep_versions`` committed ones.
+
+    A data file is deleted only when no retained manifest names it (files carried over by
+    reference stay). The run folders of retained versions are never touched (a concurrent run
+    may be about to commit one). ``keep_versions <= 0`` disables collection.
+
+    :return: ``{"versions_removed": n, "files_removed": n}``.
+    """
+    from spark_apps import common
+
+    result = {"versions_removed": 0, "files_removed": 0}
+    if keep_versions <= 0:
+        return result
+    base = snapshots_root(root)
+    fs, jbase = common.hadoop_path(spark, base)
+    if not fs.exists(jbase):
+        return result
+    versions = sorted(
+        s.getPath().getName()[2:] for s in fs.listStatus(jbase)
+        if s.isDirectory() and s.getPath().getName().startswith("v=")
+    )
+    committed = [v for v in versions if fs.exists(common.hadoop_path(spark, manifest_path(root, v))[1])]
+    pointer = spark_read_json(spark, latest_path(root)) or {}
+    kept = set(committed[-keep_versions:])
+    if pointer.get("version"):
+        kept.add(pointer["version"])
+    referenced: set[str] = set()
+    for v in kept:
+        manifest = spark_manifest(spark, root, v)
+        for entries in (manifest or {}).get("tables", {}).values():
+            for entry in entries.values():
+                referenced.update(entry["files"])
+    oldest_kept = min(kept) if kept else None
+    for v in versions:
+        if v in kept or (oldest_kept is not None and v > oldest_kept):
+            continue
+        vdir = _join(base, f"v={v}")
+        _, jv = common.hadoop_path(spark, vdir)
+        removed_all = True
+        files = fs.listFiles(jv, True)
+        doomed = []
+        while files.hasNext():
+            status = files.next()
+            full = status.getPath().toUri().getPath()
+            rel = f"v={v}/" + full.split(f"/v={v}/", 1)[1]
+            if rel in referenced:
+                removed_all = False
+            else:
+                doomed.append(status.getPath())
+        for p in doomed:
+            fs.delete(p, False)
+            result["files_removed"] += 1
+        if removed_all:
+            fs.delete(jv, True)
+            result["versions_removed"] += 1
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# One bucket of a rebuild (runs on an executor: pyarrow + fsspec, no Spark)
+# ---------------------------------------------------------------------------------------------
+
+#: Result rows of :func:`rebuild_bucket`: one per table of the bucket, plus one ``_stats`` row.
+BUCKET_RESULT_SCHEMA = pa.schema([
+    pa.field("bucket", pa.int32()),
+    pa.field("table", pa.string()),
+    pa.field("file", pa.string()),          # path relative to {root}/snapshots; null = no rows
+    pa.field("rows", pa.int64()),
+    pa.field("next_expiry_ns", pa.int64()),  # _device_state only: smallest pending valid_until
+    pa.field("events", pa.int64()),          # _stats only: event rows folded
+    pa.field("stats_json", pa.string()),     # _stats only: fold.FoldStats as JSON
+])
+
+
+def _read_parquet_files(fs, paths: list[str], schema: pa.Schema) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    if not paths:
+        return schema.empty_table()
+    parts = []
+    for url in paths:
+        _, p = _fs(url)
+        parts.append(pq.read_table(p, filesystem=fs, schema=schema))
+    return pa.concat_tables(parts)
+
+
+def _write_parquet(fs, path: str, table: pa.Table) -> None:
+    """Write ``table`` to ``path`` (fsspec): a temp name in the same folder, then a move, so a
+    retried task never leaves a half-written file under the final name."""
+    import pyarrow.parquet as pq
+
+    folder = posixpath.dirname(path)
+    fs.makedirs(folder, exist_ok=True)
+    tmp = posixpath.join(folder, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+    with fs.open(tmp, "wb") as fh:
+        pq.write_table(table, fh, compression="snappy", row_group_size=64 * 1024)
+    fs.mv(tmp, path)
+
+
+def rebuild_bucket(
+    events: pa.Table,
+    *,
+    root: str,
+    run_rel: str,
+    old_files: Mapping[str, list[str]],
+    table_schemas: Mapping[str, pa.Schema],
+    snapshot_time_ns: int,
+    bucket_column: str = "_bucket",
+    device_column: str = "_device",
+) -> pa.Table:
+    """Rebuild one bucket: fold its touched devices and write one new file per table.
+
+    Runs inside the ``mapInArrow`` of ``rebuild_snapshots`` (:func:`rebuild_partition`).
+
+    :param events: the bucket's new ``events`` rows plus ``bucket_column`` (int) and
+        ``device_column`` (the device a row applies to; null on the marker row that
+        ``rebuild_snapshots`` adds for a bucket without events whose pendings expire).
+    :param root: the snapshots' storage root (path or fsspec URL; ``{root}/snapshots/...``).
+    :param run_rel: this run's folder relative to ``{root}/snapshots`` (``v=.../r-...``).
+    :param old_files: ``{table: [absolute paths]}``: the base snapshot's files of this bucket.
+    :param table_schemas: ``{table: schema}`` for :data:`ALL_TABLES`.
+    :param snapshot_time_ns: the snapshot time (unix ns).
+    :return: :data:`BUCKET_RESULT_SCHEMA` rows: per table the written file (null when the bucket
+        has no rows of that table any more), its row count and, for ``_device_state``, the
+        bucket's smallest pending ``valid_until``; and a ``_stats`` row.
+
+    Touched devices = devices with new events + devices whose ``next_expiry_ns`` is before the
+    snapshot time. Only their states are parsed and folded (``fold.fold_bucket_arrow``); every
+    other row of the bucket is copied with Arrow (``pyarrow.compute.is_in``), never parsed.
+    """
+    import pyarrow.compute as pc
+
+    from spark_apps import fold
+
+    bucket = int(events.column(bucket_column)[0].as_py())
+    events = events.filter(pc.is_valid(events.column(device_column)))
+    fs, _ = _fs(root)
+    old = {t: _read_parquet_files(fs, list(old_files.get(t, [])), table_schemas[t]) for t in ALL_TABLES}
+    state = old[STATE_TABLE]
+    expiring = pc.less(state.column("next_expiry_ns"), pa.scalar(snapshot_time_ns, pa.int64()))
+    touched = pa.concat_arrays([
+        events.column(device_column).combine_chunks().cast(pa.string()),
+        state.filter(pc.fill_null(expiring, False)).column("device_id").combine_chunks(),
+    ]).unique()
+    in_touched = pc.is_in(state.column("device_id"), value_set=touched)
+    folded = fold.fold_bucket_arrow(events, state.filter(in_touched), snapshot_time_ns=snapshot_time_ns,
+                                    table_schemas=table_schemas, bucket_column=bucket_column,
+                                    device_column=device_column, bucket=bucket)
+    kinds = folded.column("table")
+    base = snapshots_root(root)
+    results: list[dict[str, Any]] = []
+    for table in ALL_TABLES:
+        schema = table_schemas[table]
+        mine = folded.filter(pc.equal(kinds, table)).column(table).combine_chunks()
+        new_rows = pa.Table.from_arrays(mine.flatten(), schema=schema) if len(mine) else schema.empty_table()
+        keep = pc.invert(pc.is_in(old[table].column("device_id"), value_set=touched))
+        merged = pa.concat_tables([old[table].filter(keep), new_rows])
+        merged = merged.sort_by([(k, "ascending") for k in sort_keys(table)])
+        rel = None
+        if merged.num_rows:
+            rel = f"{run_rel}/{table}/bucket={bucket}/part-00000.parquet"
+            _write_parquet(fs, _join(base, rel), merged)
+        expiry = None
+        if table == STATE_TABLE and merged.num_rows:
+            expiry = pc.min(merged.column("next_expiry_ns")).as_py()
+        results.append({"bucket": bucket, "table": table, "file": rel, "rows": merged.num_rows,
+                        "next_expiry_ns": expiry, "events": None, "stats_json": None})
+    stats_rows = folded.filter(pc.equal(kinds, "_stats")).column("stats_json").to_pylist()
+    results.append({"bucket": bucket, "table": "_stats", "file": None, "rows": None, "next_expiry_ns": None,
+                    "events": events.num_rows, "stats_json": stats_rows[0] if stats_rows else "{}"})
+    return pa.Table.from_pylist(results, schema=BUCKET_RESULT_SCHEMA)
+
+
+def rebuild_partition(batches, *, bucket_column: str = "_bucket", **kwargs):
+    """``mapInArrow`` body of ``rebuild_snapshots``: one Spark partition (holding whole buckets,
+    after ``repartition(n, bucket)``) -> :data:`BUCKET_RESULT_SCHEMA` batches.
+
+    Gathers the partition's batches, then runs :func:`rebuild_bucket` once per bucket value
+    (``kwargs`` except ``old_files_by_bucket`` are passed on; ``old_files_by_bucket`` maps a
+    bucket to its ``old_files``). Grouping here instead of ``groupBy().applyInArrow`` saves
+    Spark's sort of every event row.
+    """
+    import pyarrow.compute as pc
+
+    old_by_bucket = kwargs.pop("old_files_by_bucket")
+    batches = list(batches)
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    if not table.num_rows:
+        return
+    buckets = table.column(bucket_column)
+    for bucket in sorted(pc.unique(buckets).to_pylist()):
+        part = table.filter(pc.equal(buckets, bucket))
+        result = rebuild_bucket(part, old_files=old_by_bucket.get(bucket, {}), bucket_column=bucket_column, **kwargs)
+        yield from result.to_batches()

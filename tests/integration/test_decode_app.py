@@ -1,0 +1,405 @@
+"""decode_events through real ``spark-submit --master local[2]`` (two runs, many assertions).
+
+Staging (written with ``airflow_provider_plgd.staging.StagingWriter``, the fetch operator's
+format) holds one interval with:
+
+* simulator traffic (``airflow_provider_plgd.simulator.generate``: lead resource types, old-hub
+  snapshots, duplicates, version gaps, unregistrations and corrupt payloads),
+* hand-made messages of every event type with every field set (``tests/unit/test_decode_batch``),
+* corrupt rows for every quarantine reason, some with NATS headers,
+* things that must NOT be read: an uncommitted batch folder, a stray file in a committed folder,
+  and another interval.
+
+Run 1: the app's command line (``spark_apps/decode_events.py``, default ``--reader arrow``) with
+the ``--py-files`` zip of ``spark_deps``. Run 2 (one more spark-submit): a small driver that reruns
+the app for the same interval with ``--reader spark`` and then reads both tables back with Spark
+using ``schemas.events_read_schema()`` / ``quarantine_read_schema()``. Spark jobs run under
+``flock /tmp/spark.lock`` (shared 2-core machine).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_plgd import staging
+from airflow_provider_plgd.plgd import subjects
+from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
+from spark_apps import schemas
+from spark_apps.decode_batch import decode_batch
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+LOCK = "/tmp/spark.lock"
+STREAM = "EVENTS"
+START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
+END_NS = START_NS + 3600 * 1_000_000_000
+IID = staging.interval_id(START_NS, END_NS)
+OTHER_IID = staging.interval_id(END_NS, END_NS + 3600 * 1_000_000_000)
+HEADER_ID = "hdr-msg-1"
+
+
+def _unit_cases():
+    """Import the every-field cases of the unit tests (tests/ is not a package)."""
+    path = REPO / "tests" / "unit" / "test_decode_batch.py"
+    spec = importlib.util.spec_from_file_location("_decode_batch_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sim_messages():
+    from airflow_provider_plgd.simulator import SimulationConfig, generate
+
+    config = SimulationConfig(
+        seed=11, owners=2, devices_per_owner=2, resources_per_device=3, intervals=1, steps_per_interval=60,
+        leadrt="first", duplicates=0.05, corrupt=4, old_hub_snapshots=True, version_gaps=True, unregister=True,
+    )
+    return generate(config).messages
+
+
+def _spark_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
+    env["PYSPARK_PYTHON"] = str(VENV_BIN / "python")
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
+    spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
+    cmd = ["flock", LOCK, spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
+           "--conf", "spark.ui.enabled=false", app, *args]
+    with open(log, "w") as fh:
+        proc = subprocess.run(cmd, env=_spark_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=str(log.parent))
+    if proc.returncode != 0:
+        tail = log.read_text()[-8000:]
+        pytest.fail(f"spark-submit {app} failed ({proc.returncode}):\n{tail}")
+
+
+DRIVER = r'''
+import json, sys
+import pyarrow.parquet as pq
+from spark_apps import common, decode_events, schemas
+
+cfg = json.load(open(sys.argv[1]))
+spark = common.build_spark_session("test-decode-rerun")
+summary = decode_events.run(spark, decode_events.parse_args(cfg["argv"]))
+events = spark.read.schema(schemas.events_read_schema()).parquet(cfg["events_root"])
+quarantine = spark.read.schema(schemas.quarantine_read_schema()).parquet(cfg["quarantine_root"])
+pq.write_table(events.toArrow(), cfg["events_out"])
+pq.write_table(quarantine.toArrow(), cfg["quarantine_out"])
+json.dump({"summary": summary, "events_schema": events.schema.simpleString()}, open(cfg["out"], "w"), default=str)
+spark.stop()
+'''
+
+
+def _write_batch(root, owner, event_type, iid, rows):
+    """rows: (seq, subject, time_ns, headers, data), sequences increasing."""
+    with staging.StagingWriter(root, stream=STREAM, owner_id=owner, event_type=event_type, interval_id=iid,
+                               subject_filters=[f"plgd.owners.{owner}.>"],
+                               bounds={"kind": "time", "start_ns": START_NS, "end_ns": END_NS}) as w:
+        w.write(rows)
+        return w.commit()
+
+
+def read_table(path: Path, partitioned: bool) -> list[dict]:
+    """Read a committed table folder with pyarrow (Hive partition values as strings)."""
+    if partitioned:
+        part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
+        dataset = ds.dataset(str(path), format="parquet", partitioning=part, exclude_invalid_files=True)
+    else:
+        dataset = ds.dataset(str(path), format="parquet", exclude_invalid_files=True)
+    rows = dataset.to_table().to_pylist()
+    return sorted(rows, key=lambda r: r["stream_seq"])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from airflow_provider_plgd.spark_deps import build_py_files_zip
+
+    base = tmp_path_factory.mktemp("decode_app")
+    root, out = base / "data", base / "out"
+    cases = _unit_cases()
+
+    # ---- messages: (subject, data, headers, owner partition, event_type partition, expectation)
+    published = []
+    for m in _sim_messages():
+        published.append((m.subject, m.data, None, m.owner_id, m.event_type, ("sim", m)))
+    for event_type, subject, data, cols in cases.all_cases():
+        published.append((subject, data, None, cases.OWNER, event_type, ("case", event_type, cols)))
+    rc = next(c for c in cases.all_cases() if c[0] == "resourcechanged")
+    published.append((rc[1], rc[2], {"Nats-Msg-Id": HEADER_ID, "X-Trace": "t1"}, cases.OWNER,
+                      "resourcechanged", ("header",)))
+    for reason, row in cases._corrupt_rows():
+        headers = {"Nats-Msg-Id": row[2], "X-Extra": "1"} if len(row) > 2 else None
+        published.append((row[0], row[1], headers, cases.OWNER, "_corrupt", ("corrupt", reason)))
+
+    seq_of = {}
+    groups = collections.defaultdict(list)
+    for seq, (subject, data, headers, owner, et, expect) in enumerate(published, start=1):
+        seq_of[seq] = (subject, data, headers, expect)
+        groups[(owner, et)].append((seq, subject, START_NS + seq * 1_000_000, headers, data))
+    for (owner, et), rows in sorted(groups.items()):
+        _write_batch(root, owner, et, IID, rows)
+
+    # ---- must not be read
+    seq = len(published) + 1000
+    _write_batch(root, cases.OWNER, "resourcechanged", OTHER_IID, [(seq, rc[1], END_NS + 5, None, rc[2])])
+    folder = Path(staging.batch_path(str(root), STREAM, cases.OWNER, "uncommitted", IID))
+    with staging.StagingWriter(root, stream=STREAM, owner_id=cases.OWNER, event_type="uncommitted", interval_id=IID,
+                               subject_filters=["x"], bounds={}) as w:
+        w.write([(seq + 1, rc[1], START_NS + 7, None, rc[2])])
+        w._flush_row_group()
+        w._close_file()  # a finished part file, but no manifest: the folder is not committed
+    assert list(folder.glob("part-*.parquet")) and not (folder / staging.MANIFEST_NAME).exists()
+    committed = Path(staging.batch_path(str(root), STREAM, sim_owner := published[0][3], published[0][4], IID))
+    stray = pa.table({n: pa.array([v], staging.SCHEMA.field(n).type) for n, v in zip(
+        staging.SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2]])})
+    pq.write_table(stray.cast(staging.SCHEMA), committed / "part-99999.parquet")
+
+    # ---- run 1: the command line, default reader
+    py_files = build_py_files_zip(base / "py")
+    assert py_files.endswith(".zip")
+    spark_submit(py_files, str(REPO / "spark_apps" / "decode_events.py"),
+                 "--staging-root", str(root), "--stream", STREAM, "--interval-id", IID, "--output-root", str(out),
+                 log=base / "run1.log")
+    events1 = read_table(out / "events" / f"interval={IID}", True)
+    quarantine1 = read_table(out / "quarantine" / f"interval={IID}", False)
+    summary1 = json.loads((out / "_runs" / "decode" / f"interval={IID}.json").read_text())
+    files1 = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+    # ---- run 2: rerun (Spark reader) + read back with Spark
+    cfg = {
+        "argv": ["--staging-root", str(root), "--interval-id", IID, "--output-root", str(out),
+                 "--reader", "spark", "--summary-path", str(base / "summary2.json")],
+        "events_root": str(out / "events"), "quarantine_root": str(out / "quarantine"),
+        "events_out": str(base / "spark_events.parquet"), "quarantine_out": str(base / "spark_quarantine.parquet"),
+        "out": str(base / "driver_out.json"),
+    }
+    (base / "cfg.json").write_text(json.dumps(cfg))
+    (base / "driver.py").write_text(DRIVER)
+    spark_submit(py_files, str(base / "driver.py"), str(base / "cfg.json"), log=base / "run2.log")
+
+    class R:
+        pass
+
+    r = R()
+    r.base, r.root, r.out, r.cases, r.published, r.seq_of = base, root, out, cases, published, seq_of
+    r.events1, r.quarantine1, r.summary1, r.files1 = events1, quarantine1, summary1, files1
+    r.events2 = read_table(out / "events" / f"interval={IID}", True)
+    r.quarantine2 = read_table(out / "quarantine" / f"interval={IID}", False)
+    r.summary2 = json.loads((base / "summary2.json").read_text())
+    r.driver = json.loads((base / "driver_out.json").read_text())
+    r.spark_events = sorted(pq.read_table(cfg["events_out"]).to_pylist(), key=lambda x: x["stream_seq"])
+    r.spark_quarantine = sorted(pq.read_table(cfg["quarantine_out"]).to_pylist(), key=lambda x: x["stream_seq"])
+    r.log1 = (base / "run1.log").read_text()
+    return r
+
+
+def _normalize(row: dict) -> dict:
+    """Partition values read back as strings -> the row types of UNION_SCHEMA."""
+    out = dict(row)
+    if out.get("date") is not None and not isinstance(out["date"], str):
+        out["date"] = out["date"].isoformat()
+    return out
+
+
+def test_counts_reconcile(run):
+    s = run.summary1
+    n = len(run.published)
+    assert s["fetched"] == n  # the stray file, the uncommitted folder and the other interval are not counted
+    assert s["decoded"] + s["quarantined"] == s["fetched"]
+    assert len(run.events1) == s["decoded"] and len(run.quarantine1) == s["quarantined"]
+    expected_types = collections.Counter()
+    expected_reasons = collections.Counter()
+    for seq, (_, _, _, expect) in run.seq_of.items():
+        if expect[0] == "corrupt":
+            expected_reasons[expect[1]] += 1
+        elif expect[0] == "sim" and expect[1].fault == "corrupt":
+            pass
+        else:
+            et = expect[1].event_type if expect[0] == "sim" else expect[1] if expect[0] == "case" else "resourcechanged"
+            expected_types[et] += 1
+    assert s["per_event_type"] == dict(sorted(expected_types.items()))
+    sim_corrupt = sum(1 for e in run.seq_of.values() if e[3][0] == "sim" and e[3][1].fault == "corrupt")
+    assert sim_corrupt == 4
+    assert sum(s["per_reason"].values()) == sum(expected_reasons.values()) + sim_corrupt
+    for reason, count in expected_reasons.items():
+        assert s["per_reason"][reason] >= count
+    assert "fetched=%d decoded=%d quarantined=%d" % (s["fetched"], s["decoded"], s["quarantined"]) in run.log1
+    seqs = [r["stream_seq"] for r in run.events1 + run.quarantine1]
+    assert sorted(seqs) == list(range(1, n + 1))  # every row exactly once, nothing else
+
+
+def test_every_field_of_every_event_type(run):
+    cases = run.cases
+    by_seq = {r["stream_seq"]: _normalize(r) for r in run.events1}
+    checked = set()
+    for seq, (subject, data, headers, expect) in run.seq_of.items():
+        if expect[0] != "case":
+            continue
+        event_type, cols = expect[1], expect[2]
+        row = by_seq[seq]
+        expected = {name: None for name in schemas.EVENTS_COLUMNS}
+        expected.update(stream=STREAM, stream_seq=seq, subject=subject, owner_id=cases.OWNER, event_type=event_type,
+                        interval_id=IID, date="2026-01-01")
+        expected.update(cols)
+        if cols.get("aggregate_id"):
+            expected["msg_id"] = f"ra:{cols['aggregate_id']}:{cols['version']}:{event_type}:{cols['timestamp']}"
+        else:
+            expected["msg_id"] = "is:" + hashlib.sha256(subject.encode() + b"\n" + data).hexdigest()
+        if "content_data" in cols:
+            assert json.loads(row["content_json"]) == {"power": 5, "state": True}
+            expected["content_json"] = row["content_json"]
+        cases._fix_nested_json(row, expected)
+        published_at = row.pop("published_at")
+        expected.pop("published_at")
+        assert published_at.timestamp() * 1e9 == pytest.approx(START_NS + seq * 1_000_000, abs=1000)
+        for name, value in expected.items():
+            if name == "published_at":
+                continue
+            assert row[name] == value, (event_type, name)
+        checked.add(event_type)
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+    assert checked == set(EVENT_TYPES)
+
+
+def test_simulated_messages_match_what_was_published(run):
+    by_seq = {r["stream_seq"]: r for r in run.events1}
+    q_by_seq = {r["stream_seq"]: r for r in run.quarantine1}
+    seen_leadrt = seen_snapshot = 0
+    for seq, (subject, data, headers, expect) in run.seq_of.items():
+        if expect[0] != "sim":
+            continue
+        m = expect[1]
+        if m.fault == "corrupt":
+            assert seq in q_by_seq and q_by_seq[seq]["reason"] in DECODE_ERROR_REASONS
+            assert q_by_seq[seq]["data"] == m.data
+            continue
+        row = by_seq[seq]
+        parsed = subjects.parse_subject(m.subject)
+        assert (row["event_type"], row["owner_id"], row["device_id"]) == (m.event_type, m.owner_id, m.device_id)
+        assert row["subject"] == m.subject and row["msg_id"] == m.msg_id
+        assert row["aggregate_id"] == m.aggregate_id and row["version"] == m.version
+        assert row["timestamp"] == m.timestamp_ns
+        assert row["lead_resource_type"] == parsed.lead_resource_type and row["href_id"] == parsed.href_id
+        if m.href is not None:
+            assert row["href"] == m.href
+        seen_leadrt += row["lead_resource_type"] is not None
+        seen_snapshot += m.fault == "old_hub_snapshot"
+    assert seen_leadrt > 0 and seen_snapshot > 0
+
+
+def test_spark_output_equals_pure_python_decoder(run):
+    """Every column of every row equals decode_batch on the same staging rows (in-process)."""
+    tables = []
+    for manifest in staging.list_committed(str(run.root), STREAM, interval_id=IID):
+        tables.append(staging.read_batch(manifest))
+    staged = pa.concat_tables(tables).combine_chunks()
+    expected = decode_batch(staged.to_batches()[0], IID).to_pylist()
+    exp_events = {r["stream_seq"]: r for r in expected if r["reason"] is None}
+    exp_q = {r["stream_seq"]: r for r in expected if r["reason"] is not None}
+    assert len(exp_events) == len(run.events1) and len(exp_q) == len(run.quarantine1)
+    for row in run.events1:
+        exp = exp_events[row["stream_seq"]]
+        got = _normalize(row)
+        for name in schemas.EVENTS_COLUMNS:
+            want = exp[name].isoformat() if name == "date" else exp[name]
+            assert got[name] == want, (row["stream_seq"], name)
+    for row in run.quarantine1:
+        exp = exp_q[row["stream_seq"]]
+        for name in schemas.QUARANTINE_COLUMNS:
+            assert row[name] == exp[name], (row["stream_seq"], name)
+
+
+def test_quarantine_rows(run):
+    q = {r["stream_seq"]: r for r in run.quarantine1}
+    for seq, (subject, data, headers, expect) in run.seq_of.items():
+        if expect[0] != "corrupt":
+            continue
+        row = q[seq]
+        assert row["reason"] == expect[1], (seq, row["detail"])
+        assert row["detail"] and row["stage"] == "decode" and row["interval_id"] == IID
+        assert row["subject"] == subject and row["data"] == data and row["stream"] == STREAM
+        assert row["published_at"].timestamp() * 1e9 == pytest.approx(START_NS + seq * 1_000_000, abs=1000)
+        if headers:
+            assert dict(row["headers"]) == headers and row["msg_id"] == headers["Nats-Msg-Id"]
+        else:
+            assert row["headers"] is None and row["msg_id"] is None
+    assert set(q) == {s for s, e in run.seq_of.items() if e[3][0] == "corrupt"
+                      or (e[3][0] == "sim" and e[3][1].fault == "corrupt")}
+
+
+def test_header_msg_id_wins(run):
+    seq = next(s for s, e in run.seq_of.items() if e[3][0] == "header")
+    row = next(r for r in run.events1 if r["stream_seq"] == seq)
+    assert row["msg_id"] == HEADER_ID and row["event_type"] == "resourcechanged"
+
+
+def test_layout_commit_markers_and_timestamps(run):
+    events_dir = run.out / "events" / f"interval={IID}"
+    q_dir = run.out / "quarantine" / f"interval={IID}"
+    for d in (events_dir, q_dir):
+        assert (d / "_SUCCESS").exists()
+        manifest = json.loads((d / "_manifest.json").read_text())
+        assert manifest["interval_id"] == IID
+        assert sorted(f["path"] for f in manifest["files"]) == sorted(
+            str(p.relative_to(d)) for p in d.rglob("*.parquet"))
+    assert json.loads((events_dir / "_manifest.json").read_text())["rows"] == run.summary1["decoded"]
+    parts = list(events_dir.rglob("*.parquet"))
+    assert parts
+    for p in parts:
+        rel = p.relative_to(events_dir).parts
+        assert rel[0].startswith("owner_id=") and rel[1].startswith("event_type=") and rel[2] == "date=2026-01-01"
+        schema = pq.read_schema(p)
+        assert not set(schemas.EVENTS_PARTITION_COLUMNS) & set(schema.names)
+    meta = pq.ParquetFile(parts[0]).metadata.schema
+    col = meta.column(meta.names.index("published_at"))
+    assert col.physical_type == "INT64" and "timeUnit=microseconds" in str(col.logical_type)  # never INT96
+    assert not list((run.out / "events").glob("_tmp-*")) and not list((run.out / "quarantine").glob("_tmp-*"))
+
+
+def test_rerun_gives_identical_output(run):
+    assert run.events2 == run.events1
+    assert run.quarantine2 == run.quarantine1
+    for key in ("fetched", "decoded", "quarantined", "per_event_type", "per_reason"):
+        assert run.summary2[key] == run.summary1[key]
+    assert run.summary2["reader"] == "spark" and run.summary1["reader"] == "arrow"
+
+
+def test_spark_reads_tables_with_read_schemas(run):
+    assert len(run.spark_events) == len(run.events1)
+    assert len(run.spark_quarantine) == len(run.quarantine1)
+    assert "interval:string" in run.driver["events_schema"] and "date:date" in run.driver["events_schema"]
+    py = {r["stream_seq"]: _normalize(r) for r in run.events1}
+    for row in run.spark_events:
+        assert row["interval"] == IID
+        got = _normalize(row)
+        exp = py[row["stream_seq"]]
+        for name in schemas.EVENTS_COLUMNS:
+            assert got[name] == exp[name], (row["stream_seq"], name)
+    pq_rows = {r["stream_seq"]: r for r in run.quarantine1}
+    for row in run.spark_quarantine:
+        for name in schemas.QUARANTINE_COLUMNS:
+            want = pq_rows[row["stream_seq"]][name]
+            got = row[name]
+            if name == "headers" and got is not None:
+                got, want = dict(got), dict(want)
+            assert got == want, (row["stream_seq"], name)

@@ -1,0 +1,330 @@
+"""dedupe_events + rebuild_snapshots through real ``spark-submit --master local[2]``.
+
+Simulated plgd traffic (duplicates within and across intervals, corrupt payloads, a device
+unregistered and re-created, version gaps, old-hub snapshots, lead resource types) is staged per
+interval with the staging writer (the fetch operator's format), then one ``spark-submit`` runs,
+in one JVM, decode -> dedupe -> rebuild for every interval, a rebuild of everything at once into
+a second snapshot root (different bucket count), and a rebuild whose commit is made to fail.
+Two more ``spark-submit`` runs call the applications' command lines directly (reruns of the last
+interval). Every snapshot version is compared with the simulator's ``expected_state``.
+
+Spark jobs run under ``flock /tmp/spark.lock`` (shared 2-core machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from airflow_provider_plgd import staging
+from airflow_provider_plgd.plgd import subjects
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from spark_apps import snapshot_store
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+LOCK = "/tmp/spark.lock"
+CONFIG = SimulationConfig(
+    seed=11,
+    owners=3,
+    devices_per_owner=6,
+    resources_per_device=3,
+    intervals=4,
+    steps_per_interval=30,
+    duplicates=0.08,
+    corrupt=3,
+    old_hub_snapshots=True,
+    version_gaps=True,
+    unregister=True,
+    leadrt="first",
+)
+BUCKETS = 32
+
+DRIVER = textwrap.dedent('''
+    """Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py."""
+    import json, sys
+    from spark_apps import common, decode_events, dedupe_events, rebuild_snapshots, snapshot_store
+
+    cfg = json.load(open(sys.argv[1]))
+    root, root_all = cfg["root"], cfg["root_all"]
+    spark = common.build_spark_session("plgd-test-dedupe-rebuild")
+    out = {"decode": [], "dedupe": [], "rebuild": []}
+    for iid, end in cfg["intervals"]:
+        out["decode"].append(decode_events.run(spark, decode_events.parse_args(
+            ["--staging-root", root, "--interval-id", iid, "--output-root", root])))
+        out["dedupe"].append(dedupe_events.run(spark, dedupe_events.parse_args(
+            ["--root", root, "--interval-id", iid, "--lookback-intervals", "24"])))
+        out["rebuild"].append(rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
+            ["--root", root, "--interval-id", iid, "--snapshot-time", end, "--buckets", str(cfg["buckets"])])))
+    last_iid, last_end = cfg["intervals"][-1]
+    # everything at once, into another snapshot root, with another bucket count
+    out["all_at_once"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
+        ["--root", root, "--snapshots-root", root_all, "--interval-id", last_iid,
+         "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5"]))
+    # a rerun of the last rebuild whose manifest commit fails: the previous snapshot stays current
+    real = snapshot_store.atomic_write_text
+    def failing(spark_, path, text):
+        if path.endswith("_manifest.json"):
+            raise OSError("injected failure before the manifest commit")
+        return real(spark_, path, text)
+    snapshot_store.atomic_write_text = failing
+    try:
+        rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
+            ["--root", root, "--interval-id", last_iid, "--snapshot-time", last_end]))
+        out["failure"] = "no exception"
+    except OSError as exc:
+        out["failure"] = str(exc)
+    finally:
+        snapshot_store.atomic_write_text = real
+    # garbage collection on a copy: keep the newest 2 versions
+    import shutil
+    shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
+    out["gc"] = snapshot_store.collect_garbage(spark, cfg["root_gc"], 2)
+    spark.stop()
+    json.dump(out, open(cfg["out"], "w"), default=str)
+''')
+
+
+def _spark_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
+    """Run ``spark-submit --master local[2]`` under the shared Spark lock; fail with the log tail."""
+    spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
+    cmd = ["flock", LOCK, spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+           "--driver-memory", "2g", app, *args]
+    with log.open("ab") as fh:
+        proc = subprocess.run(cmd, env=_spark_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+        pytest.fail(f"spark-submit {app} failed ({proc.returncode}):\n{tail}")
+
+
+def stage(root: Path, sim) -> list[tuple[str, str, int]]:
+    """Write every interval's messages as committed staging batches (one per owner x event type).
+
+    Stream sequences are the publish order (1-based); server times lie inside the interval.
+    :return: ``[(interval_id, end ISO, end ns)]``.
+    """
+    bounds = sim.config.interval_bounds()
+    out = []
+    for k, (start, end) in enumerate(bounds):
+        iid = staging.interval_id(start, end)
+        groups: dict[tuple[str, str], list] = {}
+        for seq, m in enumerate(sim.messages, start=1):
+            if m.interval != k:
+                continue
+            subject = subjects.parse_subject(m.subject)
+            groups.setdefault((subject.owner_id, subject.event_type), []).append(
+                (seq, m.subject, start + seq, None, m.data))
+        for (owner, event_type), msgs in sorted(groups.items()):
+            with staging.StagingWriter(root, stream="EVENTS", owner_id=owner, event_type=event_type,
+                                       interval_id=iid, subject_filters=[f"plgd.owners.{owner}.>"],
+                                       bounds={"kind": "time", "start_ns": start, "end_ns": end}) as w:
+                w.write(msgs)
+                w.commit()
+        out.append((iid, staging.ns_to_iso(end), end))
+    return out
+
+
+def table_rows(root: Path, table: str, manifest=None) -> list[dict]:
+    return snapshot_store.read_table(str(root), table, manifest).to_pylist()
+
+
+def deduped_rows(root: Path, iid: str) -> list[dict]:
+    path = root / "events_deduped" / f"interval={iid}"
+    dataset = ds.dataset(str(path), format="parquet", partitioning="hive", exclude_invalid_files=True)
+    rows = dataset.to_table(columns=["msg_id", "stream_seq", "event_type"]).to_pylist()
+    return sorted(rows, key=lambda r: (r["msg_id"], r["stream_seq"]))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """Stage, then run the driver (one spark-submit); returns a namespace of paths and results."""
+    from airflow_provider_plgd.spark_deps import build_py_files_zip
+
+    base = tmp_path_factory.mktemp("dedupe_rebuild")
+    root, root_all = base / "data", base / "data_all"
+    root.mkdir()
+    sim = generate(CONFIG)
+    intervals = stage(root, sim)
+    py_files = build_py_files_zip(base / "py")
+    driver = base / "driver.py"
+    driver.write_text(DRIVER)
+    cfg = {"root": str(root), "root_all": str(root_all), "root_gc": str(base / "data_gc"), "buckets": BUCKETS, "out": str(base / "out.json"),
+           "intervals": [[iid, end] for iid, end, _ in intervals], "last_end_ns": intervals[-1][2]}
+    (base / "cfg.json").write_text(json.dumps(cfg))
+    log = base / "spark.log"
+    spark_submit(py_files, str(driver), str(base / "cfg.json"), log=log)
+    out = json.loads((base / "out.json").read_text())
+
+    class P:
+        pass
+
+    p = P()
+    p.base, p.root, p.root_all, p.sim, p.intervals, p.out, p.py_files, p.log = (
+        base, root, root_all, sim, intervals, out, py_files, log)
+    p.root_gc = base / "data_gc"
+    return p
+
+
+def test_each_snapshot_equals_expected_state(pipeline):
+    for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
+        manifest = snapshot_store.read_manifest(str(pipeline.root), snapshot_store.version_id(end_ns))
+        assert manifest is not None and manifest["interval_id"] == iid
+        expected = expected_state(pipeline.sim, k)
+        for table in snapshot_store.PUBLIC_TABLES:
+            got = table_rows(pipeline.root, table, manifest)
+            assert got == expected[table], f"interval {k} table {table}"
+            assert got, f"interval {k}: table {table} is empty (scenario too small?)"
+
+
+def test_latest_pointer_and_final_tables(pipeline):
+    iid, _, end_ns = pipeline.intervals[-1]
+    pointer = json.loads((pipeline.root / "snapshots" / "_latest.json").read_text())
+    assert pointer["version"] == snapshot_store.version_id(end_ns) and pointer["interval_id"] == iid
+    expected = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert table_rows(pipeline.root, table) == expected[table]
+    # columns exactly as docs/data-contracts.md
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert snapshot_store.read_table(str(pipeline.root), table).schema.names == \
+            snapshot_store.table_schema(table).names
+
+
+def test_incremental_equals_all_at_once(pipeline):
+    summary = pipeline.out["all_at_once"]
+    assert summary["intervals"] == [iid for iid, _, _ in pipeline.intervals]
+    assert summary["parent"] is None and summary["buckets"] == 5
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert table_rows(pipeline.root_all, table) == table_rows(pipeline.root, table), table
+
+
+def test_dedupe_one_row_per_message_id_and_counts(pipeline):
+    sim = pipeline.sim
+    all_ids: list[str] = []
+    cross_total = within_total = 0
+    for k, (iid, _, _) in enumerate(pipeline.intervals):
+        rows = deduped_rows(pipeline.root, iid)
+        ids = [r["msg_id"] for r in rows]
+        assert len(ids) == len(set(ids)), f"interval {k}: a msg_id appears twice"
+        published = [m for m in sim.messages if m.interval == k and m.msg_id is not None]
+        first_seq = {}
+        for seq, m in enumerate(sim.messages, start=1):
+            if m.interval == k and m.msg_id is not None:
+                first_seq.setdefault(m.msg_id, seq)
+        earlier = {m.msg_id for m in sim.messages if m.interval < k and m.msg_id is not None}
+        expected_ids = sorted(set(first_seq) - earlier)
+        assert ids == expected_ids, f"interval {k}"
+        # within a batch the lowest stream sequence is kept
+        assert all(r["stream_seq"] == first_seq[r["msg_id"]] for r in rows)
+        summary = pipeline.out["dedupe"][k]
+        cross = sum(1 for m in published if m.msg_id in earlier)
+        assert summary["cross_batch_duplicates"] == cross
+        assert summary["within_batch_duplicates"] == len(published) - cross - len(expected_ids)
+        assert summary["output"] == len(expected_ids)
+        per_type = Counter(m.event_type for m in published if m.msg_id in earlier)
+        assert {t: v["cross_batch"] for t, v in summary["per_event_type"].items() if v["cross_batch"]} == dict(per_type)
+        all_ids += ids
+        cross_total += cross
+        within_total += summary["within_batch_duplicates"]
+    assert len(all_ids) == len(set(all_ids)) == len({m.msg_id for m in sim.messages if m.msg_id})
+    n_dups = sum(1 for m in sim.messages if m.fault == "duplicate")
+    assert cross_total > 0 and within_total > 0 and cross_total + within_total == n_dups
+
+
+def _bucket_of(path: str) -> int:
+    return int(path.split("/bucket=")[1].split("/")[0])
+
+
+def test_copy_on_write_by_bucket(pipeline):
+    """Each later snapshot rewrites only the touched buckets and names the parent's files for the rest."""
+    reb = pipeline.out["rebuild"]
+    assert reb[0]["parent"] is None and all(r["parent"] == p["version"] for p, r in zip(reb, reb[1:]))
+    assert all(r["buckets"] == BUCKETS for r in reb)
+    carried_total = 0
+    for (_, _, prev_end), (_, _, end_ns) in zip(pipeline.intervals, pipeline.intervals[1:]):
+        parent = snapshot_store.read_manifest(str(pipeline.root), snapshot_store.version_id(prev_end))
+        manifest = snapshot_store.read_manifest(str(pipeline.root), snapshot_store.version_id(end_ns))
+        touched = set(manifest["touched_buckets"])
+        own = f"v={manifest['version']}/r-{manifest['run_id']}/"
+        for table, entries in manifest["tables"].items():
+            for bucket, entry in entries.items():
+                if int(bucket) in touched:
+                    assert all(f.startswith(own) for f in entry["files"]), (table, bucket)
+                else:  # carried over by reference: exactly the parent's entry
+                    assert entry == parent["tables"][table][bucket], (table, bucket)
+                    carried_total += 1
+            # an untouched bucket of the parent is never dropped
+            for bucket in parent["tables"][table]:
+                if int(bucket) not in touched:
+                    assert bucket in entries
+        assert manifest["rows"]["resources"] == len(table_rows(pipeline.root, "resources", manifest))
+    assert carried_total > 0, [r["touched_buckets"] for r in reb]
+
+
+def test_garbage_collection_keeps_what_retained_manifests_name(pipeline):
+    gc = pipeline.out["gc"]
+    assert gc["versions_removed"] >= 1 or gc["files_removed"] >= 1, gc
+    versions = sorted(p.name[2:] for p in (pipeline.root_gc / "snapshots").glob("v=*")
+                      if (p / "_manifest.json").exists())
+    assert versions == [snapshot_store.version_id(end) for _, _, end in pipeline.intervals[-2:]]
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert table_rows(pipeline.root_gc, table) == table_rows(pipeline.root, table)
+    for version in versions:
+        manifest = snapshot_store.read_manifest(str(pipeline.root_gc), version)
+        for entries in manifest["tables"].values():
+            for entry in entries.values():
+                assert all((pipeline.root_gc / "snapshots" / f).is_file() for f in entry["files"])
+
+
+def test_failed_commit_keeps_previous_snapshot(pipeline):
+    assert pipeline.out["failure"] == "injected failure before the manifest commit"
+    iid, _, end_ns = pipeline.intervals[-1]
+    pointer = json.loads((pipeline.root / "snapshots" / "_latest.json").read_text())
+    assert pointer["version"] == snapshot_store.version_id(end_ns)
+    manifest = snapshot_store.read_latest(str(pipeline.root))
+    assert manifest["run_id"] == pipeline.out["rebuild"][-1]["run_id"]
+    expected = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert table_rows(pipeline.root, table) == expected[table]
+
+
+def test_cli_reruns_give_identical_output(pipeline):
+    """spark-submit of the two applications themselves: rerunning the last interval changes nothing."""
+    iid, end_iso, end_ns = pipeline.intervals[-1]
+    before_rows = deduped_rows(pipeline.root, iid)
+    before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}
+    before_summary = json.loads((pipeline.root / "_runs" / "dedupe" / f"interval={iid}.json").read_text())
+    spark_submit(pipeline.py_files, str(REPO / "spark_apps" / "dedupe_events.py"),
+                 "--root", str(pipeline.root), "--interval-id", iid, log=pipeline.log)
+    spark_submit(pipeline.py_files, str(REPO / "spark_apps" / "rebuild_snapshots.py"),
+                 "--root", str(pipeline.root), "--interval-id", iid, "--snapshot-time", str(end_ns),
+                 log=pipeline.log)
+    assert deduped_rows(pipeline.root, iid) == before_rows
+    after_summary = json.loads((pipeline.root / "_runs" / "dedupe" / f"interval={iid}.json").read_text())
+    for key in ("input", "output", "within_batch_duplicates", "cross_batch_duplicates", "previous_intervals"):
+        assert after_summary[key] == before_summary[key], key
+    rebuild = json.loads((pipeline.root / "_runs" / "rebuild" / f"interval={iid}.json").read_text())
+    assert rebuild["version"] == snapshot_store.version_id(end_ns)
+    assert rebuild["parent"] == snapshot_store.version_id(pipeline.intervals[-2][2])
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert table_rows(pipeline.root, table) == before_tables[table], table
