@@ -182,17 +182,23 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     return {"rows": rows, "decoded": decoded, "seconds": seconds, "rate": decoded / seconds}
 
 
+def _proc_stat() -> tuple[int, int]:
+    """(total, idle) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
+def _busy_since(start: tuple[int, int]) -> float:
+    total, idle = _proc_stat()
+    return 1.0 - (idle - start[1]) / max(1, total - start[0])
+
+
 def cpu_busy(seconds: float = 2.0) -> float:
     """Share (0..1) of all CPUs busy over ``seconds`` (from /proc/stat)."""
-    def sample():
-        with open("/proc/stat") as fh:
-            values = [int(v) for v in fh.readline().split()[1:]]
-        idle = values[3] + values[4]
-        return sum(values), idle
-    t0, i0 = sample()
+    start = _proc_stat()
     time.sleep(seconds)
-    t1, i1 = sample()
-    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+    return _busy_since(start)
 
 
 def wait_until_quiet(max_busy: float, timeout: float) -> float:
@@ -223,16 +229,18 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
         "--output-root", out_root, "--summary-path", summary_path, "--reader", reader,
     ] + (["--owners", ",".join(owners)] if owners else [])
+    stat0 = _proc_stat()
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    busy = _busy_since(stat0)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-5000:] + proc.stderr[-20000:])
         raise SystemExit(f"spark-submit failed with exit code {proc.returncode}")
     with open(summary_path) as fh:
         summary = json.load(fh)
     return {"summary": summary, "wall": wall, "rate": summary["decoded"] / summary["seconds"],
-            "wall_rate": summary["decoded"] / wall}
+            "wall_rate": summary["decoded"] / wall, "machine_busy": busy}
 
 
 @contextmanager
@@ -290,10 +298,13 @@ def main(argv=None) -> dict:
         with exclusive_lock(args.lock):
             busy = wait_until_quiet(0.25, args.quiet_wait)
             print(f"machine busy before measuring: {busy:.0%} of 2 cores")
+            stat0 = _proc_stat()
             py = python_rate(root)
+            py["machine_busy"] = _busy_since(stat0)
             result["python"] = py
             print(f"pure Python, 1 core : {py['rate']:>10,.0f} decoded events/s "
-                  f"({py['decoded']:,} decoded of {py['rows']:,} rows in {py['seconds']:.1f} s)")
+                  f"({py['decoded']:,} decoded of {py['rows']:,} rows in {py['seconds']:.1f} s; "
+                  f"machine {py['machine_busy']:.0%} busy = this core + others)")
             for reader in ([] if args.skip_spark else [r for r in args.readers.split(",") if r]):
                 shutil.rmtree(out_root, ignore_errors=True)
                 sp = spark_rate(root, out_root, args.master, reader=reader)
@@ -304,7 +315,7 @@ def main(argv=None) -> dict:
                 print(f"Spark app, {args.master}, --reader {reader}: {sp['rate']:>10,.0f} decoded events/s "
                       f"({s['decoded']:,} decoded + {s['quarantined']:,} quarantined in {s['seconds']:.1f} s app time, "
                       f"{s.get('input_partitions')} tasks; {sp['wall']:.1f} s wall incl. JVM start = "
-                      f"{sp['wall_rate']:,.0f}/s)")
+                      f"{sp['wall_rate']:,.0f}/s; both cores {sp['machine_busy']:.0%} busy meanwhile)")
                 print(f"  ratio Spark/Python: {ratio:.2f}x (goal >= 1.5x); "
                       f"end-to-end incl. JVM start: {sp['wall_rate'] / py['rate']:.2f}x")
                 if args.marginal:

@@ -137,6 +137,7 @@ def make_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *, units=N
 
     def task(batches):
         import pyarrow as pa
+        import pyarrow.compute as pc
         from pyspark import TaskContext
 
         from spark_apps.decode_batch import decode_batch_parts
@@ -160,7 +161,7 @@ def make_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *, units=N
                 else:  # decode_batch_parts never mixes, but do not rely on it
                     mask = part.column("reason").is_null()
                     events.write(part.filter(mask).select(events_cols))
-                    q = part.filter(pa.compute.invert(mask)).select(quarantine_cols)
+                    q = part.filter(pc.invert(mask)).select(quarantine_cols)
                     quarantine.write(q)
                     for r in q.column("reason").to_pylist():
                         reasons[r] = reasons.get(r, 0) + 1

@@ -13,6 +13,7 @@ from datetime import date, datetime, timezone
 
 import cbor2
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 
 from airflow_provider_plgd import staging
@@ -476,3 +477,76 @@ def test_spark_schemas_convert():
     assert union["published_at"].dataType.typeName() == "timestamp"
     assert schemas.events_read_schema().fieldNames()[-1] == "interval"
     assert schemas.quarantine_spark_schema().fieldNames() == list(schemas.QUARANTINE_COLUMNS)
+
+
+# ---- helpers of the Spark app that run without Spark -------------------------------------------
+
+def test_hive_escape_matches_spark():
+    from spark_apps.common import HIVE_DEFAULT_PARTITION, hive_escape, partition_dir
+
+    assert hive_escape("e1407479-3136-56c0-9908-bb02fb0339e2") == "e1407479-3136-56c0-9908-bb02fb0339e2"
+    assert hive_escape("urn:uuid:{A}") == "urn%3Auuid%3A%7BA}"
+    assert hive_escape("a/b=c%d") == "a%2Fb%3Dc%25d"
+    assert hive_escape(None) == hive_escape("") == HIVE_DEFAULT_PARTITION
+    assert partition_dir(["owner_id", "date"], ["o", date(2026, 1, 2)]) == "owner_id=o/date=2026-01-02"
+
+
+def test_partitioned_writer_deterministic_files(tmp_path):
+    import pyarrow.dataset as ds
+
+    from spark_apps.common import ArrowPartitionedWriter
+
+    cases = all_cases()
+    batch = staging_batch([(s, d) for _, s, d, _ in cases])
+    out = decode_batch(batch, INTERVAL).select(list(schemas.EVENTS_COLUMNS))
+    files = []
+    for attempt in range(2):  # a retried task attempt rewrites the same names with the same content
+        w = ArrowPartitionedWriter(str(tmp_path / "ev"), 7, schemas.EVENTS_SCHEMA, schemas.EVENTS_PARTITION_COLUMNS,
+                                   row_group_rows=4)
+        w.write(out.slice(0, 10))
+        w.write(out.slice(10))
+        files.append(w.close())
+    assert files[0] == files[1]
+    assert sum(f["rows"] for f in files[0]) == out.num_rows
+    assert {f["partition"]["event_type"] for f in files[0]} == set(EVENT_TYPES)
+    assert all(f["path"].endswith("/part-00007.parquet") and f["path"].startswith(f"owner_id={OWNER}/")
+               for f in files[0])
+    on_disk = sorted(str(p.relative_to(tmp_path / "ev")) for p in (tmp_path / "ev").rglob("*.parquet"))
+    assert on_disk == sorted(f["path"] for f in files[0])
+    part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
+    back = ds.dataset(str(tmp_path / "ev"), format="parquet", partitioning=part).to_table()
+    assert back.num_rows == out.num_rows
+    assert sorted(back.column("msg_id").to_pylist()) == sorted(out.column("msg_id").to_pylist())
+    empty = ArrowPartitionedWriter(str(tmp_path / "q"), 0, schemas.QUARANTINE_SCHEMA, (), always_write=True).close()
+    assert empty == [{"path": "part-00000.parquet", "rows": 0, "partition": {}}]
+    assert pa.parquet.read_table(tmp_path / "q" / "part-00000.parquet").num_rows == 0
+
+
+def test_headers_json_input_column():
+    _, subject, _, _ = all_cases()[0]
+    batch = staging_batch([(subject, b"\xff\xfe", "m1")])
+    as_json = batch.drop_columns(["headers"]).append_column(
+        "headers_json", pa.array(['{"Nats-Msg-Id":"m1","X":"y"}'], pa.string()))
+    row = decode_batch(as_json, INTERVAL).to_pylist()[0]
+    assert row["reason"] == "bad_protobuf"
+    assert row["headers"] == [("Nats-Msg-Id", "m1"), ("X", "y")]
+
+
+def test_py_files_zip(tmp_path):
+    import zipfile
+
+    from airflow_provider_plgd.spark_deps import ZIP_NAME, build_py_files_zip
+
+    path = build_py_files_zip(tmp_path / "deps")
+    assert path.endswith(ZIP_NAME)
+    first = open(path, "rb").read()
+    assert build_py_files_zip(tmp_path / "deps") == path and open(path, "rb").read() == first  # deterministic
+    names = zipfile.ZipFile(path).namelist()
+    for needed in ("airflow_provider_plgd/__init__.py", "airflow_provider_plgd/staging.py",
+                   "airflow_provider_plgd/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
+                   "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "spark_apps/decode_events.py",
+                   "spark_apps/decode_batch.py", "spark_apps/schemas.py", "spark_apps/common.py"):
+        assert needed in names
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    assert not any(n.startswith("airflow_provider_plgd/hooks") for n in names)
+    assert build_py_files_zip(tmp_path / "x.zip").endswith("x.zip")
