@@ -17,9 +17,15 @@ Steps:
    listing the manifests to the committed output, so JVM start-up is excluded; the end-to-end
    wall time including JVM start is printed too).
 
-Prints both rates (decoded events/s) and their ratio (goal: >= 1.5). The whole measurement holds
-an exclusive ``flock`` on ``--lock`` (default ``/tmp/spark.lock``) so no other Spark job shares the
-two cores meanwhile.
+   spark-submit gets ``--driver-java-options -XX:TieredStopAtLevel=1`` (``--jvm-options``; the
+   JVM only schedules tasks with ``--reader arrow``, so C1-only JIT saves CPU for the workers).
+5. ``--marginal``: the app again on 2/5 of the owners; (rows difference) / (time difference) is
+   the steady-state rate without the fixed costs (first PySpark job ~4.5 s, planning, commit).
+
+Prints the rates (decoded events/s) and their ratio (goal: >= 1.5) plus how busy the machine was
+meanwhile. The whole measurement holds an exclusive ``flock`` on ``--lock`` (default
+``/tmp/spark.lock``) so no other Spark job shares the two cores; ``--quiet-wait`` waits for other
+load to end first and ``--repeat N`` keeps the best of N measurements (noise only slows down).
 """
 
 from __future__ import annotations
@@ -211,8 +217,14 @@ def wait_until_quiet(max_busy: float, timeout: float) -> float:
     return busy
 
 
+#: JVM option of the benchmark's spark-submit: in ``--reader arrow`` the JVM only schedules tasks,
+#: so C1-only JIT is enough and saves ~12 CPU-s of C2 compilation that would compete with the
+#: two Python workers for the two cores (measured: JVM CPU 24.9 s -> 12.6 s per run).
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
 def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
-               owners: list[str] | None = None) -> dict:
+               owners: list[str] | None = None, jvm_options: str = JVM_OPTIONS) -> dict:
     """Run the decode app with spark-submit and return its summary plus the wall time."""
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
@@ -225,6 +237,7 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
     cmd = [
         "spark-submit", "--master", master, "--py-files", zip_path,
         "--conf", "spark.ui.enabled=false", "--driver-memory", "2g",
+        *(["--driver-java-options", jvm_options] if jvm_options else []),
         str(REPO / "spark_apps" / "decode_events.py"),
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
         "--output-root", out_root, "--summary-path", summary_path, "--reader", reader,
@@ -266,6 +279,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--lock", default="/tmp/spark.lock", help="flock file held while measuring ('' = none)")
     parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--jvm-options", default=JVM_OPTIONS,
+                        help=f"--driver-java-options of spark-submit (default {JVM_OPTIONS!r}; '' = JVM defaults)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure each rate this many times and keep the best (shared, noisy machine)")
     parser.add_argument("--marginal", action="store_true",
                         help="also run the app on 2/5 of the owners and print the marginal (steady-state) rate")
     parser.add_argument("--reuse", action="store_true",
@@ -298,21 +315,31 @@ def main(argv=None) -> dict:
         with exclusive_lock(args.lock):
             busy = wait_until_quiet(0.25, args.quiet_wait)
             print(f"machine busy before measuring: {busy:.0%} of 2 cores")
-            stat0 = _proc_stat()
-            py = python_rate(root)
-            py["machine_busy"] = _busy_since(stat0)
+            py = None
+            for _ in range(args.repeat):  # best of N: the machine is shared, noise only slows down
+                stat0 = _proc_stat()
+                attempt = python_rate(root)
+                attempt["machine_busy"] = _busy_since(stat0)
+                if py is None or attempt["rate"] > py["rate"]:
+                    py = attempt
             result["python"] = py
             print(f"pure Python, 1 core : {py['rate']:>10,.0f} decoded events/s "
                   f"({py['decoded']:,} decoded of {py['rows']:,} rows in {py['seconds']:.1f} s; "
                   f"machine {py['machine_busy']:.0%} busy = this core + others)")
             for reader in ([] if args.skip_spark else [r for r in args.readers.split(",") if r]):
                 shutil.rmtree(out_root, ignore_errors=True)
-                sp = spark_rate(root, out_root, args.master, reader=reader)
+                sp = None
+                for _ in range(args.repeat):
+                    shutil.rmtree(out_root, ignore_errors=True)
+                    attempt = spark_rate(root, out_root, args.master, reader=reader, jvm_options=args.jvm_options)
+                    if sp is None or attempt["rate"] > sp["rate"]:
+                        sp = attempt
                 result[f"spark_{reader}"] = sp
                 s = sp["summary"]
                 ratio = sp["rate"] / py["rate"]
                 result[f"ratio_{reader}"] = ratio
-                print(f"Spark app, {args.master}, --reader {reader}: {sp['rate']:>10,.0f} decoded events/s "
+                print(f"Spark app, {args.master}, --reader {reader}, JVM {args.jvm_options or 'defaults'}: "
+                      f"{sp['rate']:>10,.0f} decoded events/s "
                       f"({s['decoded']:,} decoded + {s['quarantined']:,} quarantined in {s['seconds']:.1f} s app time, "
                       f"{s.get('input_partitions')} tasks; {sp['wall']:.1f} s wall incl. JVM start = "
                       f"{sp['wall_rate']:,.0f}/s; both cores {sp['machine_busy']:.0%} busy meanwhile)")
@@ -326,7 +353,13 @@ def main(argv=None) -> dict:
                     owners = sorted({m["owner_id"] for m in _st.list_committed(root, "EVENTS", interval_id=INTERVAL_ID)})
                     subset = owners[: max(1, len(owners) * 2 // 5)]
                     shutil.rmtree(out_root, ignore_errors=True)
-                    sub = spark_rate(root, out_root, args.master, reader=reader, owners=subset)
+                    sub = None
+                    for _ in range(args.repeat):
+                        shutil.rmtree(out_root, ignore_errors=True)
+                        attempt = spark_rate(root, out_root, args.master, reader=reader, owners=subset,
+                                             jvm_options=args.jvm_options)
+                        if sub is None or attempt["summary"]["seconds"] < sub["summary"]["seconds"]:
+                            sub = attempt
                     d_rows = s["decoded"] - sub["summary"]["decoded"]
                     d_time = s["seconds"] - sub["summary"]["seconds"]
                     marginal = d_rows / d_time if d_time > 0 else float("nan")
