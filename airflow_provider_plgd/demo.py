@@ -6,7 +6,8 @@
    of ``--interval-seconds`` each (each stands for an hour of hub activity, compressed, because
    JetStream stamps messages with the server's wall clock);
 3. runs the ``plgd_events_etl`` DAG once per interval through Airflow itself
-   (``airflow dags test``; SQLite metadata DB; Spark ``local[*]``);
+   (``airflow dags test``; SQLite metadata DB; Spark ``local[*]`` with
+   ``etl.FAST_LOCAL_SPARK_CONF``, i.e. ``PLGD_ETL_SPARK_CONF=fast-local``, for short JVM start-ups);
 4. prints the rebuilt state and whether it equals the simulator's ground truth;
 5. stops what it started. Everything lives under ``.demo/`` (removed at the start of each run).
 
@@ -51,6 +52,8 @@ def _airflow_env(work: Path, nats_url: str, start: datetime, interval_seconds: f
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
             "PLGD_ETL_SCHEDULE_SECONDS": str(interval_seconds),
             "PLGD_ETL_START_DATE": start.isoformat(),
+            # short spark-submits on tiny data: C1-only JIT, serial GC (etl.FAST_LOCAL_SPARK_CONF)
+            "PLGD_ETL_SPARK_CONF": "fast-local",
         }
     )
     return env

@@ -6,8 +6,9 @@ own ``dag_id``, schedule and defaults. Source of the task order: ``docs/architec
 
 from __future__ import annotations
 
-import json
+import logging
 import os
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,114 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lookback_intervals": 24,
 }
 
+#: Spark settings passed with ``--conf`` to the three Spark tasks; ``build_etl_dag(spark_conf=…)``
+#: adds to or overrides them (a value of ``None`` removes a key). The SQL settings match
+#: ``spark_apps.common.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
+#: ``spark-defaults.conf`` or ``spark_conf``.
+DEFAULT_SPARK_CONF: dict[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.ui.enabled": "false",
+}
+
+#: Extra Spark settings for short runs on small data with ``local[*]`` (the demo and the tests):
+#: the driver JVM (which also runs the executors in local mode) only JIT-compiles with C1 and uses
+#: the serial GC, which halves the CPU time of a short ``spark-submit`` (measured: 33 s → 15 s of
+#: CPU for a trivial job); no whole-stage code generation and no adaptive re-planning (another
+#: ~10 % of a tiny decode or dedupe run). Not a default: C1-only, non-generated code is slower on
+#: long jobs over large data, and ``--conf spark.driver.extraJavaOptions`` replaces the value from
+#: ``spark-defaults.conf``.
+FAST_LOCAL_SPARK_CONF: dict[str, str] = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.sql.shuffle.partitions": "2",
+    # tiny inputs: compiling whole-stage code and re-planning stages cost more than they save
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+
 _SPARK_APPS = Path(__file__).resolve().parent.parent / "spark_apps"
+_log = logging.getLogger(__name__)
+
+try:  # Airflow 3.x
+    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+
+
+class MissingDataIntervalError(_FailWithoutRetry, ValueError):
+    """The DAG run has no data interval, so there is nothing to bound the fetch by.
+
+    On Airflow 3 a run triggered without a logical date (``airflow dags trigger`` without
+    ``--logical-date``, the UI's trigger button with an empty date, an asset-triggered run) has
+    ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
+    the first task (``wait_for_interval``, through its ``pre_execute`` hook); it is an
+    ``AirflowFailException``, so the task fails at once without retries. Also a ``ValueError``.
+    """
+
+
+def require_data_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
+    """Return the run's ``(data_interval_start, data_interval_end)`` (aware datetimes).
+
+    Used as the ``pre_execute`` hook of ``wait_for_interval`` and by ``plan``.
+
+    :param context: the task context (keys ``data_interval_start``, ``data_interval_end``, ``dag_run``).
+    :raises MissingDataIntervalError: when either is missing (a run without a logical date on
+        Airflow 3), with the ways to run the DAG for an interval.
+    """
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        dag_run = context.get("dag_run")
+        run_id = getattr(dag_run, "run_id", None)
+        raise MissingDataIntervalError(
+            f"DAG run {run_id!r} has no data interval (logical date None: a manual or asset-triggered run "
+            "on Airflow 3), so there is no interval of the stream to process. Run an interval with a "
+            "backfill (`airflow backfill create --dag-id <dag> --from-date <interval start> --to-date "
+            "<interval start> --reprocess-behavior completed`) or `airflow dags test <dag> <interval end>`; "
+            "see docs/operations.md, \"Backfill and reruns\"."
+        )
+    if end <= start:
+        raise MissingDataIntervalError(f"empty data interval [{start}, {end}) of DAG run {context.get('run_id')!r}")
+    return start, end
+
+
+def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None) -> None:
+    """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
+
+    Lines: messages fetched per owner and event type (non-zero counts; owners without messages on
+    one line); decoded and quarantined rows (per reason);
+    duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
+    per table; reconciliation (fetched == decoded + quarantined); lag in seconds (now minus the
+    interval end).
+
+    :param result: the summary dict.
+    :param log: the logger (default: this module's).
+    """
+    log = log or _log
+    log.info("Interval %s: %s messages fetched (%s bytes)", result.get("interval_id"),
+             result.get("fetched_total"), result.get("fetched_bytes"))
+    idle = []
+    for owner, counts in (result.get("fetched") or {}).items():
+        if not any(counts.values()):
+            idle.append(owner)
+            continue
+        for event_type, count in counts.items():
+            if count:
+                log.info("  fetched owner=%s event_type=%s count=%s", owner, event_type, count)
+    if idle:
+        log.info("  %s owners without messages in this interval: %s", len(idle), ", ".join(idle[:20])
+                 + (", ..." if len(idle) > 20 else ""))
+    decode = result.get("decode") or {}
+    log.info("Decoded %s, quarantined %s (by reason: %s)", decode.get("decoded"), decode.get("quarantined"),
+             decode.get("per_reason") or {})
+    dedupe = result.get("dedupe") or {}
+    log.info("Duplicates dropped %s (within the interval %s, seen in earlier intervals %s); %s events kept",
+             dedupe.get("duplicates"), dedupe.get("within_batch_duplicates"), dedupe.get("cross_batch_duplicates"),
+             dedupe.get("output"))
+    rebuild = result.get("rebuild") or {}
+    log.info("Snapshot %s rows: %s", rebuild.get("version"), rebuild.get("rows"))
+    if result.get("reconciled") is False:
+        log.warning("Counts do not reconcile: fetched %s != decoded + quarantined", result.get("fetched_total"))
+    log.info("Reconciled: %s; lag %s s after the interval end", result.get("reconciled"), result.get("lag_seconds"))
 
 
 def spark_app_path(name: str) -> str:
@@ -50,6 +158,21 @@ def spark_app_path(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"Spark application {name!r} not found at {path}")
     return str(path)
+
+
+#: The ETL's output datasets, in task order; each is an Airflow Asset (see :func:`etl_assets`).
+ASSET_NAMES = ("staging", "events", "quarantine", "events_deduped", "snapshots")
+
+
+def etl_assets(dag_id: str = "plgd_events_etl") -> dict[str, Any]:
+    """The Assets (Airflow 2.11: Datasets) that the ETL DAG ``dag_id`` updates, by dataset name.
+
+    ``{name: Asset(name=f"plgd_{name}", uri=f"plgd://{dag_id}/{name}")}`` for each name in
+    :data:`ASSET_NAMES`: ``staging`` (outlet of ``fetch``), ``events`` and ``quarantine``
+    (``decode``), ``events_deduped`` (``dedupe``), ``snapshots`` (``rebuild``). Schedule a consumer
+    DAG on ``etl_assets(dag_id)["snapshots"]`` to run after each new snapshot.
+    """
+    return {name: Asset(name=f"plgd_{name}", uri=f"plgd://{dag_id}/{name}") for name in ASSET_NAMES}
 
 
 def chunk(items: list, groups: int) -> list[list]:
@@ -71,23 +194,41 @@ def build_etl_dag(
     dag_id: str = "plgd_events_etl",
     schedule: timedelta | str = timedelta(hours=1),
     start_date: datetime,
+    end_date: datetime | None = None,
+    catchup: bool = True,
     params: dict[str, Any] | None = None,
     jetstream_conn_id: str = "plgd_jetstream_default",
     spark_conn_id: str = "spark_default",
+    spark_conf: Mapping[str, str | None] | None = None,
     default_args: dict[str, Any] | None = None,
     tags: list[str] | None = None,
 ):
     """Build the plgd ETL DAG.
 
+    Runs are chained: ``max_active_runs=1``, and ``depends_on_past=True`` on ``dedupe`` (it reads the
+    message-ID index of the earlier intervals) and ``rebuild`` (each snapshot is the previous one
+    plus the new events), so scheduled runs and backfills process the intervals oldest first and a
+    failed interval stops the chain until it is cleared or fixed. Runs without a data interval
+    (Airflow 3 runs without a logical date) fail in ``wait_for_interval`` with
+    :class:`MissingDataIntervalError`, without retries.
+
     :param dag_id: the DAG ID.
     :param schedule: a ``timedelta`` or cron string; each run handles its data interval.
     :param start_date: the start of the first data interval (timezone-aware).
+    :param end_date: no run is scheduled for an interval that starts after it (default: none).
+    :param catchup: schedule every interval since ``start_date`` (or since the last run) that
+        has not run yet, oldest first (default True: the snapshot chain needs every interval; with
+        False, intervals missed while the DAG was paused must be backfilled).
     :param params: overrides of :data:`DEFAULT_PARAMS`.
     :param jetstream_conn_id: the ``plgd_jetstream`` connection (connection IDs are not templated).
     :param spark_conn_id: the ``spark`` connection used by the three ``SparkSubmitOperator`` tasks.
+    :param spark_conf: Spark settings (``--conf``) added to :data:`DEFAULT_SPARK_CONF` for the three
+        Spark tasks; a ``None`` value removes a default. E.g. :data:`FAST_LOCAL_SPARK_CONF` for
+        small local runs, or ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
+    :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -101,9 +242,9 @@ def build_etl_dag(
         from airflow.decorators import task
 
     merged_params = {**DEFAULT_PARAMS, **(params or {})}
+    conf = _merge_spark_conf(spark_conf)
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
-    assets = {name: Asset(name=f"plgd_{name}", uri=f"plgd://{dag_id}/{name}") for name in (
-        "staging", "events", "quarantine", "events_deduped", "snapshots")}
+    assets = etl_assets(dag_id)
 
     # Explicit data-interval timetables: Airflow 3 turns a bare timedelta into a
     # DeltaTriggerTimetable, whose runs have no data interval to bound the fetch by.
@@ -116,7 +257,8 @@ def build_etl_dag(
         dag_id=dag_id,
         schedule=timetable,
         start_date=start_date,
-        catchup=False,
+        end_date=end_date,
+        catchup=catchup,
         max_active_runs=1,
         params=merged_params,
         default_args=args,
@@ -132,6 +274,7 @@ def build_etl_dag(
             deferrable=True,
             poke_interval=5,
             timeout=6 * 3600,
+            pre_execute=require_data_interval,
         )
 
         @task
@@ -143,13 +286,7 @@ def build_etl_dag(
             from airflow_provider_plgd.spark_deps import build_py_files_zip
 
             p = context["params"]
-            start, end = context.get("data_interval_start"), context.get("data_interval_end")
-            if start is None or end is None:
-                raise ValueError(
-                    "plgd_events_etl needs a data interval; this run has none (a manual or asset-triggered "
-                    "run on Airflow 3). Run it for an interval with a backfill (`airflow backfill create`), "
-                    "`airflow dags test plgd_events_etl <interval end>`, or a REST API run with a logical date."
-                )
+            start, end = require_data_interval(context)
             root = resolve_storage_root(p["storage_root"], jetstream_conn_id)
             owners = list(p["owners"]) or sorted(
                 JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"]).list_owners()
@@ -192,11 +329,7 @@ def build_etl_dag(
         common = {
             "conn_id": spark_conn_id,
             "py_files": "{{ " + x + "['py_files'] }}",
-            "conf": {
-                "spark.sql.session.timeZone": "UTC",
-                "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-                "spark.ui.enabled": "false",
-            },
+            "conf": conf,
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
         interval_arg = "{{ " + x + "['interval_id'] }}"
@@ -244,10 +377,30 @@ def build_etl_dag(
             planned_value = context["ti"].xcom_pull(task_ids="plan")
             fetched = context["ti"].xcom_pull(task_ids="fetch") or []
             result = collect_run_summary(planned_value["storage_root"], planned_value["interval_id"], fetched)
-            print(json.dumps(result, indent=2, sort_keys=True, default=str))
+            log_run_summary(result)
             return result
 
         wait >> planned
         fetch >> decode >> dedupe >> rebuild >> summary()
 
     return dag
+
+
+def _merge_spark_conf(spark_conf: Mapping[str, str | None] | None) -> dict[str, str]:
+    """:data:`DEFAULT_SPARK_CONF` updated with ``spark_conf`` (``None`` values remove keys).
+
+    :raises TypeError: when ``spark_conf`` is not a mapping of string keys to string (or None) values.
+    """
+    merged = dict(DEFAULT_SPARK_CONF)
+    if spark_conf is None:
+        return merged
+    if not isinstance(spark_conf, Mapping):
+        raise TypeError(f"spark_conf must be a mapping of Spark setting -> string, got {type(spark_conf).__name__}")
+    for key, value in spark_conf.items():
+        if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
+            raise TypeError(f"spark_conf entry {key!r}: {value!r} must be a string setting name and a string value")
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return merged

@@ -58,6 +58,32 @@ class JetStreamAPIError(JetStreamError):
         self.description = description
 
 
+class MessagesExpiredError(JetStreamError):
+    """The stream no longer holds every message of the requested bounds: messages were removed
+    (``max_age``, ``max_msgs``, ``max_bytes``, purge) before the fetch reached them, so a batch
+    committed now would silently hold less. Raised by the fetch operator before it commits.
+
+    :ivar stream: the stream name.
+    :ivar first_seq: the stream's first retained sequence when checked.
+    :ivar missing_first_seq: first stream sequence that may be missing (int).
+    :ivar missing_last_seq: last stream sequence that may be missing (int, ``first_seq - 1``
+        or the requested ``end_seq``).
+    :ivar missing_start_ns: start of the time range that may be missing (unix ns) or None (sequence bounds).
+    :ivar missing_end_ns: exclusive end of that time range (unix ns) or None.
+    """
+
+    def __init__(self, message: str, *, stream: str, first_seq: int, missing_first_seq: int,
+                 missing_last_seq: int, missing_start_ns: int | None = None,
+                 missing_end_ns: int | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.first_seq = first_seq
+        self.missing_first_seq = missing_first_seq
+        self.missing_last_seq = missing_last_seq
+        self.missing_start_ns = missing_start_ns
+        self.missing_end_ns = missing_end_ns
+
+
 __all__ = [
     "JetStreamAPIError",
     "JetStreamAuthError",
@@ -65,5 +91,6 @@ __all__ = [
     "JetStreamError",
     "JetStreamNotEnabledError",
     "JetStreamTimeoutError",
+    "MessagesExpiredError",
     "StreamNotFoundError",
 ]

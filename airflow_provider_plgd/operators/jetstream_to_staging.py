@@ -63,6 +63,17 @@ class JetStreamToStagingOperator(BaseOperator):
     Every read also stops at the stream's last sequence taken when the task starts, so a batch
     is bounded even when the stream keeps growing.
 
+    **Expired messages** (time and sequence bounds): before reading, and again after reading and
+    before the commit, the stream state is checked (:func:`check_retained`). When the stream no
+    longer holds every message the bounds ask for (its first retained sequence is above 1 and
+    its first retained message is newer than the interval start, or above ``start_seq``:
+    messages were removed by ``max_age``, ``max_msgs``, ``max_bytes`` or a purge before the
+    fetch reached them), the task fails with
+    :class:`~airflow_provider_plgd.exceptions.MessagesExpiredError` naming the stream-sequence
+    and time range that may be missing, and commits nothing, instead of committing a short batch.
+    A retry fails the same way; the data is gone from the stream. Durable mode is not checked
+    (a durable consumer reads what is retained; see ``docs/reliability.md``).
+
     **Where**: ``destination`` (a path, an fsspec URL or an ``ObjectStoragePath``); default the
     DAG param ``storage_root``, else the connection's ``storage_root`` extra, else
     ``$AIRFLOW_HOME/plgd``. Staging lives under ``{destination}/staging/{stream}/``.
@@ -104,6 +115,10 @@ class JetStreamToStagingOperator(BaseOperator):
     :param progress_every_messages: ... or after this many messages (default 100,000).
     :raises ValueError: (in ``execute``) invalid owner IDs or event types (before any subject or
         path is built), conflicting or missing target/bounds, no data interval.
+    :raises MessagesExpiredError: the stream no longer holds all messages of the bounds (see
+        "Expired messages"); nothing is committed for the batch.
+    :raises JetStreamConnectionError: the NATS connection was lost; nothing is committed for the
+        batch in progress.
     """
 
     template_fields: Sequence[str] = (
@@ -305,6 +320,8 @@ class JetStreamToStagingOperator(BaseOperator):
                       len(targets), stream, head, bounds, root_url)
         if mode == "seq" and bounds["end_seq"] is None:
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
+        if mode != "durable":
+            check_retained(_state(info), stream, bounds, when="before the fetch")
         results = []
         for owner, event_type, filters in targets:
             try:
@@ -375,6 +392,9 @@ class JetStreamToStagingOperator(BaseOperator):
                         if batch:
                             await worker.submit(writer.write, batch)
                             progress.update(batch)
+            # Messages of the bounds may have aged out while this batch was read: check again
+            # before the commit (a short batch is never committed silently).
+            check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
             manifest = await worker.call(writer.commit)
         progress.done()
         return _batch_summary(manifest)
@@ -499,6 +519,99 @@ def _state(info: Any) -> dict[str, Any]:
         return info.get("state") or {}
     state = getattr(info, "state", None)
     return {"last_seq": getattr(state, "last_seq", 0)} if state is not None else {}
+
+
+def parse_rfc3339_ns(value: Any) -> int | None:
+    """Unix ns of a JetStream RFC 3339 timestamp (``2026-01-01T00:00:00.123456789Z``, any
+    fraction length, ``Z`` or ``±hh:mm``); None for missing/empty values and Go's zero time
+    (``0001-01-01T00:00:00Z``, what an empty stream reports).
+
+    :raises ValueError: a non-empty value that is not RFC 3339 (names the value).
+    """
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if text.startswith("0001-01-01T00:00:00"):
+        return None
+    main, frac, zone = text, "", ""
+    for i, c in enumerate(text[19:], start=19):
+        if c in "Zz+-":
+            main, zone = text[:i], text[i:]
+            break
+    if "." in main:
+        main, frac = main.split(".", 1)
+    try:
+        if not frac.isdigit() and frac != "":
+            raise ValueError
+        base = datetime.fromisoformat(main + (("+00:00" if zone in ("Z", "z") else zone) or "+00:00"))
+    except ValueError:
+        raise ValueError(f"stream timestamp {value!r} is not RFC 3339 (expected e.g. 2026-01-01T00:00:00.5Z)") from None
+    return staging.to_ns(base) + int((frac + "000000000")[:9] or 0)
+
+
+def check_retained(state: dict[str, Any], stream: str, bounds: dict[str, Any], *, when: str) -> None:
+    """Fail when the stream no longer holds every message of ``bounds`` (time or seq bounds).
+
+    Rule (``state`` = the ``state`` of ``$JS.API.STREAM.INFO``: ``first_seq``, ``first_ts``,
+    ``last_ts``, ``messages``): nothing was removed while ``first_seq <= 1``. Otherwise the
+    sequences ``1 .. first_seq - 1`` are gone, and their server times are at most ``first_ts``
+    (the oldest retained message; ``last_ts`` when the stream is empty). So
+
+    * time bounds ``[start, end)``: messages may be missing when ``start < first_ts`` (or
+      ``start <= last_ts`` for an empty stream): the time range ``[start, min(end, first_ts))``,
+      among sequences ``1 .. first_seq - 1`` (conservative: the removed messages may all have
+      been older than ``start``, which the stream can no longer tell);
+    * sequence bounds ``[start_seq, end_seq]``: missing exactly when ``start_seq < first_seq``:
+      sequences ``start_seq .. min(end_seq, first_seq - 1)``.
+
+    :param state: the stream state dict (as from ``JetStreamHook.astream_info``).
+    :param stream: the stream name (for the message).
+    :param bounds: the operator's bounds (``kind`` ``"time"`` with ``start_ns``/``end_ns``, or
+        ``"seq"`` with ``start_seq``/``end_seq``); other kinds are not checked.
+    :param when: ``"before the fetch"`` / ``"during the fetch"``, for the message.
+    :raises MessagesExpiredError: messages of the bounds may have been removed.
+    """
+    from airflow_provider_plgd.exceptions import MessagesExpiredError
+
+    first_seq = int(state.get("first_seq") or 0)
+    if first_seq <= 1 or bounds.get("kind") not in ("time", "seq"):
+        return
+    removed_last = first_seq - 1
+    fix = ("the stream's retention (max_age, max_msgs, max_bytes) removed them, or it was purged; "
+           "re-publish the range or accept the gap by fetching later bounds; a retry fails the same way")
+    if bounds["kind"] == "seq":
+        start_seq, end_seq = int(bounds["start_seq"]), int(bounds["end_seq"] or removed_last)
+        if start_seq >= first_seq:
+            return
+        last_missing = min(end_seq, removed_last)
+        raise MessagesExpiredError(
+            f"stream {stream!r} no longer holds stream sequences {start_seq}..{last_missing} of the requested "
+            f"range [{start_seq}, {end_seq}] (noticed {when}): its first retained sequence is {first_seq}; "
+            f"nothing was committed. {fix}",
+            stream=stream, first_seq=first_seq, missing_first_seq=start_seq, missing_last_seq=last_missing,
+        )
+    start_ns, end_ns = int(bounds["start_ns"]), int(bounds["end_ns"])
+    messages = int(state.get("messages") or 0)
+    if messages > 0:
+        horizon = parse_rfc3339_ns(state.get("first_ts"))
+        if horizon is None or start_ns >= horizon:
+            return
+        oldest = f"its oldest retained message (seq {first_seq}) is from {staging.ns_to_iso(horizon)}"
+    else:
+        horizon = parse_rfc3339_ns(state.get("last_ts"))
+        if horizon is None or start_ns > horizon:
+            return
+        horizon += 1  # the last removed message itself may be in the interval
+        oldest = f"it is empty, and its last message (seq {removed_last}) was from {staging.ns_to_iso(horizon - 1)}"
+    missing_end = min(end_ns, horizon)
+    raise MessagesExpiredError(
+        f"stream {stream!r} no longer holds every message of the interval [{staging.ns_to_iso(start_ns)}, "
+        f"{staging.ns_to_iso(end_ns)}) (noticed {when}): {oldest}, and stream sequences 1..{removed_last} "
+        f"were removed, so messages from [{staging.ns_to_iso(start_ns)}, {staging.ns_to_iso(missing_end)}) "
+        f"may be missing; nothing was committed. {fix}",
+        stream=stream, first_seq=first_seq, missing_first_seq=1, missing_last_seq=removed_last,
+        missing_start_ns=start_ns, missing_end_ns=missing_end,
+    )
 
 
 def _as_list(value: Any, what: str) -> list[str]:

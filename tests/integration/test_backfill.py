@@ -1,0 +1,469 @@
+"""Scheduled runs, then a backfill of the same intervals, through the real Airflow 3 components.
+
+Simulated plgd hub traffic (three short data intervals) is published into a real nats-server.
+A temporary ``AIRFLOW_HOME`` with a SQLite metadata DB runs the real components as subprocesses
+(``api-server`` for the task Execution API, ``scheduler`` with the ``LocalExecutor``,
+``dag-processor``, ``triggerer``); the scheduler itself creates the three catchup runs of
+``plgd_events_etl`` (``PLGD_ETL_START_DATE`` / ``PLGD_ETL_END_DATE`` bound them to exactly three
+intervals), each with real ``spark-submit`` (``local[2]``). Then every output is read into a
+canonical form, the storage root is wiped, and the same intervals are reprocessed with
+
+    airflow backfill create --dag-id plgd_events_etl --from-date <first interval start>
+        --to-date <last interval start> --reprocess-behavior completed --max-active-runs 1
+
+The test asserts that the backfill rebuilt identical tables (staging, events, quarantine,
+events_deduped, msgid_index, every snapshot version), that the final snapshot equals the
+simulator's ground truth, and that counts reconcile with what was published.
+Airflow 3 only (``airflow backfill create``); the Airflow 2.11 command is in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.airflow]
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "plgd_events_etl"
+INTERVALS = 3
+INTERVAL_SECONDS = 6.0
+#: Output tables compared between the scheduled runs and the backfill (folders under the root).
+TABLE_DIRS = ("staging", "events", "quarantine", "events_deduped", "msgid_index")
+RUN_TIMEOUT_S = 480
+
+airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create needs Airflow 3")
+
+
+def _free_port() -> int:
+    from airflow_provider_plgd.testing.nats_server import free_port
+
+    return free_port()
+
+
+class AirflowStack:
+    """The Airflow 3 components of one temporary ``AIRFLOW_HOME``, each in its own process group.
+
+    ``env`` is the environment of every component and CLI call; ``db`` the SQLite file.
+    :meth:`stop` terminates every process group (SIGTERM, then SIGKILL after 20 s).
+    """
+
+    COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+    def __init__(self, *, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.db = home / "airflow.db"
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def cli(self, *args: str, timeout: float = 180) -> str:
+        """Run ``airflow <args>``; return stdout; AssertionError with the output on failure."""
+        proc = subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout, cwd=self.home)
+        assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc.stdout
+
+    def start(self) -> None:
+        for name in self.COMPONENTS:
+            args = [name]
+            if name == "api-server":
+                args += ["--host", "127.0.0.1", "--port", self.env["_PLGD_API_PORT"], "--workers", "1",
+                         "--apps", "execution"]
+            log = (self.home / f"{name}.log").open("ab")
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "airflow", *args], env=self.env, cwd=self.home,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            log.close()
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            assert proc.poll() is None, f"airflow {name} exited with {proc.returncode}:\n{self.log_tail(name)}"
+
+    def log_tail(self, name: str, lines: int = 60) -> str:
+        path = self.home / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            try:  # the whole group: executor workers, task processes, spark-submit and its JVM
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+    # -- metadata DB (read-only SQLite queries) ----------------------------------------------------
+    def query(self, sql: str, *params: Any) -> list[tuple]:
+        if not self.db.exists():
+            return []
+        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
+        try:
+            return con.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:  # tables not created yet, or locked for too long
+            if "no such table" in str(exc) or "locked" in str(exc):
+                return []
+            raise
+        finally:
+            con.close()
+
+    def runs(self) -> list[tuple]:
+        """``(run_id, state, run_type, logical_date, end_date, backfill_id)`` of the DAG's runs, oldest first."""
+        return self.query("SELECT run_id, state, run_type, logical_date, end_date, backfill_id FROM dag_run "
+                          "WHERE dag_id = ? ORDER BY logical_date", DAG_ID)
+
+    def failed_tasks(self) -> list[tuple]:
+        return self.query("SELECT run_id, task_id, map_index, state, try_number FROM task_instance "
+                          "WHERE dag_id = ? AND state IN ('failed', 'up_for_retry', 'upstream_failed')", DAG_ID)
+
+    def task_log(self, run_id: str, task_id: str) -> str:
+        logs = sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/**/*.log"))
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs[-2:])
+
+    def wait_for_runs(self, *, count: int, done: Any, what: str, timeout: float = RUN_TIMEOUT_S) -> list[tuple]:
+        """Poll until ``done(runs)`` holds for ``count`` runs; fail fast on a failed or retrying task."""
+        deadline = time.monotonic() + timeout
+        runs: list[tuple] = []
+        while time.monotonic() < deadline:
+            self.check_alive()
+            runs = self.runs()
+            bad = self.failed_tasks()
+            if bad:
+                run_id, task_id = bad[0][0], bad[0][1]
+                pytest.fail(f"{what}: task {bad} did not succeed; its log:\n{self.task_log(run_id, task_id)}\n"
+                            f"scheduler:\n{self.log_tail('scheduler', 30)}")
+            if any(r[1] == "failed" for r in runs):
+                pytest.fail(f"{what}: a DAG run failed: {runs}\nscheduler:\n{self.log_tail('scheduler')}")
+            if len(runs) >= count and done(runs):
+                return runs
+            time.sleep(2)
+        pytest.fail(f"{what}: not done after {timeout:.0f} s; runs {runs}\nscheduler:\n"
+                    f"{self.log_tail('scheduler')}\ndag-processor:\n{self.log_tail('dag-processor', 30)}")
+
+
+def _airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datetime) -> dict[str, str]:
+    from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    port = str(_free_port())
+    env.update({
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "2",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        # SQLite has one writer at a time: wait up to 60 s for the lock instead of the default 5 s
+        # (the backfill CLI clears runs while the scheduler, triggerer and dag-processor write too)
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": json.dumps({
+            "conn_type": "plgd_jetstream", "host": nats_server.host, "port": nats_server.port,
+            "extra": {"stream": "EVENTS", "storage_root": str(root)},
+        }),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PLGD_ETL_SCHEDULE_SECONDS": str(INTERVAL_SECONDS),
+        "PLGD_ETL_START_DATE": start.isoformat(),
+        # the last scheduled interval starts at start + (INTERVALS - 1) intervals
+        "PLGD_ETL_END_DATE": (start + timedelta(seconds=INTERVAL_SECONDS * (INTERVALS - 1))).isoformat(),
+        "PLGD_ETL_PARAMS": json.dumps({"settle_seconds": 2}),
+        "PLGD_ETL_SPARK_CONF": json.dumps(FAST_LOCAL_SPARK_CONF),
+        "_PLGD_API_PORT": port,
+    })
+    return env
+
+
+# -- canonical form of the outputs -------------------------------------------------------------------
+
+def _canonical_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return "b64:" + base64.b64encode(value).decode()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _canonical_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical_value(v) for v in value]
+    return value
+
+
+def _canonical_rows(rows: list[dict]) -> list[str]:
+    return sorted(json.dumps(_canonical_value(row), sort_keys=True, default=str) for row in rows)
+
+
+def read_outputs(root: Path) -> dict[str, list[str]]:
+    """Every committed output under ``root`` as ``{table: sorted canonical JSON rows}``.
+
+    Parquet tables are read file by file (hidden ``_``/``.`` paths skipped) with their ``k=v``
+    folder names as columns; snapshots per version through their manifests.
+    """
+    import pyarrow.parquet as pq
+
+    from airflow_provider_plgd.snapshot_compare import TABLES
+    from spark_apps import snapshot_store
+
+    out: dict[str, list[str]] = {}
+    for table in TABLE_DIRS:
+        rows: list[dict] = []
+        for path in sorted((root / table).rglob("*.parquet")):
+            rel = path.relative_to(root / table)
+            if any(part.startswith(("_", ".")) for part in rel.parts):
+                continue
+            partitions = dict(part.split("=", 1) for part in rel.parts[:-1] if "=" in part)
+            rows.extend({**row, **partitions} for row in pq.read_table(path).to_pylist())
+        out[table] = _canonical_rows(rows)
+    versions = sorted(p.name.removeprefix("v=") for p in (root / "snapshots").glob("v=*"))
+    for version in versions:
+        manifest = snapshot_store.read_manifest(str(root), version)
+        assert manifest is not None, f"snapshot version {version} has no manifest"
+        for table in TABLES:
+            out[f"snapshots/v={version}/{table}"] = _canonical_rows(
+                snapshot_store.read_table(str(root), table, manifest).to_pylist())
+    out["snapshots/_latest"] = [json.dumps(snapshot_store.read_latest(str(root)).get("version"))]
+    return out
+
+
+def read_counts(root: Path, interval_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The deterministic counts of the Spark run summaries per interval."""
+    from airflow_provider_plgd.run_summary import read_app_summary
+
+    keys = {"decode": ("fetched", "decoded", "quarantined", "per_reason"),
+            "dedupe": ("input", "output", "duplicates", "within_batch_duplicates", "cross_batch_duplicates"),
+            "rebuild": ("rows", "events", "version")}
+    counts: dict[str, dict[str, Any]] = {}
+    for interval_id in interval_ids:
+        for app, wanted in keys.items():
+            summary = read_app_summary(str(root), app, interval_id)
+            assert summary is not None, f"no {app} summary for {interval_id}"
+            counts[f"{app}/{interval_id}"] = {k: summary.get(k) for k in wanted}
+    return counts
+
+
+# -- the test ----------------------------------------------------------------------------------------
+
+def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, tmp_path: Path) -> None:
+    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+
+    t_start = time.monotonic()
+    home, dags, root = tmp_path / "airflow", tmp_path / "dags", tmp_path / "data"
+    for path in (home, dags, root):
+        path.mkdir()
+    shutil.copy(REPO / "dags" / "plgd_events_etl.py", dags / "plgd_events_etl.py")
+
+    # Three intervals starting at a boundary far enough ahead for `airflow db migrate` to overlap publishing.
+    step = INTERVAL_SECONDS
+    start_s = (int(time.time() // step) + 2) * step
+    start = datetime.fromtimestamp(start_s, tz=timezone.utc)
+    sim = generate(SimulationConfig(
+        seed=11, owners=2, devices_per_owner=2, resources_per_device=2, intervals=INTERVALS,
+        steps_per_interval=30, interval_seconds=step, start_time_ns=int(start_s * 1e9),
+        duplicates=0.05, corrupt=2, unregister=True,
+    ))
+    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=start)
+    stack = AirflowStack(home=home, env=env)
+
+    published: dict[str, Any] = {}
+
+    def _publish() -> None:
+        try:
+            published["truth"] = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            published["error"] = exc
+
+    publisher = threading.Thread(target=_publish, name="plgd-publish")
+    publisher.start()
+    timings: dict[str, float] = {}
+    try:
+        stack.cli("db", "migrate", timeout=300)
+        stack.start()
+        publisher.join(timeout=120)
+        assert not publisher.is_alive(), "publishing did not finish"
+        if "error" in published:
+            raise published["error"]
+        summary = published["truth"].summary()
+        timings["setup"] = time.monotonic() - t_start
+
+        # 1. The scheduler creates and runs the three catchup runs, oldest first.
+        t0 = time.monotonic()
+        runs = stack.wait_for_runs(
+            count=INTERVALS, what="scheduled runs",
+            done=lambda rs: len(rs) == INTERVALS and all(r[1] == "success" for r in rs),
+        )
+        timings["scheduled_runs"] = time.monotonic() - t0
+        assert [r[2] for r in runs] == ["scheduled"] * INTERVALS, runs
+        interval_ids = [
+            staging.interval_id(start + timedelta(seconds=step * k), start + timedelta(seconds=step * (k + 1)))
+            for k in range(INTERVALS)
+        ]
+        scheduled = read_outputs(root)
+        scheduled_counts = read_counts(root, interval_ids)
+
+        # Content: every published message fetched and decoded or quarantined; corrupt ones quarantined.
+        decode = [scheduled_counts[f"decode/{i}"] for i in interval_ids]
+        assert sum(d["fetched"] for d in decode) == summary["messages"]
+        assert all(d["fetched"] == d["decoded"] + d["quarantined"] for d in decode)
+        assert sum(d["quarantined"] for d in decode) == summary["corrupt"]["total"] == 2
+        assert len(scheduled["staging"]) == summary["messages"]
+        assert len(scheduled["quarantine"]) == 2
+        assert sum(c["dedupe/" + i]["duplicates"] for c in [scheduled_counts] for i in interval_ids) \
+            == summary["duplicates"]["total"] > 0
+        assert len(scheduled["events_deduped"]) == len(scheduled["events"]) - summary["duplicates"]["total"]
+        assert len([k for k in scheduled if k.startswith("snapshots/v=")]) == 4 * INTERVALS
+        expected = expected_state(sim, through_interval=INTERVALS - 1)
+        assert compare_snapshot(root, expected) == []
+
+        # 2. Wipe the outputs and backfill the same three intervals.
+        shutil.rmtree(root)
+        root.mkdir()
+        first, last = start, start + timedelta(seconds=step * (INTERVALS - 1))
+        t0 = time.monotonic()
+        created = datetime.now(timezone.utc)
+        stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", first.isoformat(),
+                  "--to-date", last.isoformat(), "--reprocess-behavior", "completed", "--max-active-runs", "1")
+        backfills = stack.query("SELECT id, completed_at FROM backfill WHERE dag_id = ?", DAG_ID)
+        assert len(backfills) == 1, backfills
+
+        def rerun(rs: list[tuple]) -> bool:
+            return all(r[1] == "success" and r[5] == backfills[0][0] and r[4] is not None
+                       and datetime.fromisoformat(str(r[4])).replace(tzinfo=timezone.utc) > created for r in rs)
+
+        runs = stack.wait_for_runs(count=INTERVALS, what="backfill runs", done=rerun)
+        timings["backfill_runs"] = time.monotonic() - t0
+        assert len(runs) == INTERVALS and [r[2] for r in runs] == ["backfill"] * INTERVALS, runs
+        backfilled = read_outputs(root)
+
+        # 3. Identical tables, identical counts, and the final snapshot is the ground truth.
+        assert sorted(backfilled) == sorted(scheduled)
+        for table in scheduled:
+            assert backfilled[table] == scheduled[table], f"{table} differs after the backfill"
+        assert read_counts(root, interval_ids) == scheduled_counts
+        assert compare_snapshot(root, expected) == []
+
+        # 4. A manual run without a logical date has no data interval: it fails at once in the
+        #    first task, without retries, with the documented error, and touches no output.
+        t0 = time.monotonic()
+        manual_run_id = "manual__plgd_without_logical_date"
+        stack.cli("dags", "trigger", DAG_ID, "--run-id", manual_run_id)
+        assert stack.query("SELECT logical_date FROM dag_run WHERE run_id = ?", manual_run_id) == [(None,)]
+        deadline = time.monotonic() + 120
+        state: list[tuple] = []
+        while time.monotonic() < deadline:
+            state = stack.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, manual_run_id)
+            if state and state[0][0] in ("failed", "success"):
+                break
+            time.sleep(1)
+        timings["manual_run"] = time.monotonic() - t0
+        assert state == [("failed",)], state
+        tis = dict((t, (st, n)) for t, st, n in stack.query(
+            "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ? AND map_index = -1",
+            DAG_ID, manual_run_id))
+        assert tis["wait_for_interval"] == ("failed", 1), tis
+        assert tis["plan"][0] == "upstream_failed", tis
+        log = stack.task_log(manual_run_id, "wait_for_interval")
+        assert "MissingDataIntervalError" in log and "has no data interval" in log, log[-2000:]
+        assert read_outputs(root) == backfilled
+    finally:
+        stack.stop()
+        publisher.join(timeout=60)
+        timings["total"] = time.monotonic() - t_start
+        print(f"[test_backfill] timings (s): { {k: round(v, 1) for k, v in timings.items()} }")
+
+
+# -- the factory's helpers, in-process (no Spark, no scheduler) ---------------------------------------
+
+def test_require_data_interval_fails_without_retry_and_names_the_fix() -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_plgd.etl import MissingDataIntervalError, require_data_interval
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    end = start + timedelta(hours=1)
+    assert require_data_interval({"data_interval_start": start, "data_interval_end": end}) == (start, end)
+    with pytest.raises(MissingDataIntervalError) as info:
+        require_data_interval({"data_interval_start": None, "data_interval_end": None,
+                               "dag_run": type("Run", (), {"run_id": "manual__x"})()})
+    assert isinstance(info.value, AirflowFailException) and isinstance(info.value, ValueError)
+    assert "'manual__x'" in str(info.value) and "airflow backfill create" in str(info.value)
+    with pytest.raises(MissingDataIntervalError, match="empty data interval"):
+        require_data_interval({"data_interval_start": end, "data_interval_end": end})
+
+
+def test_spark_conf_merges_overrides_and_removals() -> None:
+    from airflow_provider_plgd.etl import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF, build_etl_dag
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    dag = build_etl_dag(dag_id="plgd_conf_test", start_date=start, spark_conf={
+        **FAST_LOCAL_SPARK_CONF, "spark.executor.memory": "4g", "spark.ui.enabled": None})
+    for task_id in ("decode", "dedupe", "rebuild"):
+        conf = dag.get_task(task_id).conf
+        assert conf["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+        assert conf["spark.executor.memory"] == "4g" and "spark.ui.enabled" not in conf
+        assert conf["spark.sql.session.timeZone"] == DEFAULT_SPARK_CONF["spark.sql.session.timeZone"]
+    assert dag.catchup is True and dag.max_active_runs == 1
+    assert [t.task_id for t in dag.tasks if t.depends_on_past] == ["dedupe", "rebuild"]
+    with pytest.raises(TypeError, match="spark_conf"):
+        build_etl_dag(dag_id="plgd_conf_bad", start_date=start, spark_conf=["spark.ui.enabled=false"])
+
+
+def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> None:
+    import logging
+
+    from airflow_provider_plgd.etl import log_run_summary
+
+    result = {
+        "interval_id": "20260101T000000Z_20260101T010000Z", "fetched_total": 7, "fetched_bytes": 700,
+        "fetched": {"owner-a": {"resourcechanged": 5, "resourcecreated": 0}, "owner-b": {"devicesregistered": 2},
+                    "owner-c": {"resourcechanged": 0}},
+        "decode": {"decoded": 6, "quarantined": 1, "per_reason": {"bad_snappy": 1}},
+        "dedupe": {"duplicates": 2, "within_batch_duplicates": 1, "cross_batch_duplicates": 1, "output": 4},
+        "rebuild": {"version": "20260101T010000Z", "rows": {"resources": 3}},
+        "reconciled": True, "lag_seconds": 12.5,
+    }
+    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
+        log_run_summary(result)
+    text = caplog.text
+    assert "owner=owner-a event_type=resourcechanged count=5" in text
+    assert "owner=owner-b event_type=devicesregistered count=2" in text
+    assert "resourcecreated" not in text and "1 owners without messages in this interval: owner-c" in text
+    assert "quarantined 1 (by reason: {'bad_snappy': 1})" in text
+    assert "Duplicates dropped 2 (within the interval 1, seen in earlier intervals 1)" in text
+    assert "lag 12.5 s" in text
+
