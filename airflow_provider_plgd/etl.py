@@ -189,6 +189,25 @@ def chunk(items: list, groups: int) -> list[list]:
     return out
 
 
+def _token_list(value: Any, what: str) -> list[str]:
+    """A DAG param of owner IDs or event types as a list of valid subject tokens.
+
+    A single string is one value (not a list of characters); ``""``/``None``/``[]`` give ``[]``.
+
+    :raises ValueError: a value that is not a valid token (``plgd.subjects.validate_token``:
+        names ``what`` and the value), or a param that is neither a string nor a list.
+    """
+    from airflow_provider_plgd.plgd.subjects import validate_token
+
+    if isinstance(value, str):
+        values = [value] if value else []
+    elif value is None or isinstance(value, (list, tuple)):
+        values = list(value or [])
+    else:
+        raise ValueError(f"{what} param must be a list of strings, got {value!r}")
+    return [validate_token(v, what) for v in values]
+
+
 def build_etl_dag(
     *,
     dag_id: str = "plgd_events_etl",
@@ -282,16 +301,20 @@ def build_etl_dag(
             """Resolve the storage root, discover owners, group fetches and build the --py-files zip."""
             from airflow_provider_plgd import staging
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-            from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES
+            from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES, event_type_info
             from airflow_provider_plgd.spark_deps import build_py_files_zip
 
             p = context["params"]
             start, end = require_data_interval(context)
             root = resolve_storage_root(p["storage_root"], jetstream_conn_id)
-            owners = list(p["owners"]) or sorted(
+            # validate both params before anything is discovered, built or written
+            owners = _token_list(p["owners"], "owner_id")
+            event_types = [
+                event_type_info(e).name for e in _token_list(p["event_types"], "event_type")
+            ] or list(LIVE_EVENT_TYPES)
+            owners = owners or sorted(
                 JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"]).list_owners()
             )
-            event_types = list(p["event_types"]) or list(LIVE_EVENT_TYPES)
             # The zip goes under a local storage root (shared by all workers in a cluster setup);
             # with a remote root it stays on this worker's disk (see docs/operations.md).
             local_root = root.removeprefix("file://") if "://" not in root.removeprefix("file://") else None

@@ -107,12 +107,13 @@ class StreamMessage(NamedTuple):
     data: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class JetStreamSettings:
     """What the hook needs from an Airflow connection of type ``plgd_jetstream``.
 
-    Secrets (password, token, nkey_seed) are excluded from ``repr``. ``servers`` are URLs that
-    may carry ``user:password@``; use :meth:`safe_servers` for messages and logs.
+    Secrets (password, token, nkey_seed, and any ``user:password@`` in ``servers``) are not in
+    ``repr``; use :meth:`safe_servers` for messages and logs and :meth:`secret_values` to register
+    the secrets with Airflow's log masker.
     """
 
     servers: tuple[str, ...]
@@ -131,16 +132,164 @@ class JetStreamSettings:
         """The server URLs, comma-separated, without any ``user:password@`` part."""
         return ", ".join(_strip_userinfo(s) for s in self.servers)
 
+    def secret_values(self) -> list[str]:
+        """Every secret of the connection: password, token, nkey_seed, and the password (or the
+        token, when there is no password) of ``user:password@`` / ``token@`` in server URLs."""
+        values = [v for v in (self.password, self.token, self.nkey_seed) if v]
+        for url in self.servers:
+            parts = urlsplit(url)
+            if parts.password:
+                values.append(parts.password)
+            elif parts.username:  # nats://<token>@host
+                values.append(parts.username)
+        return values
+
+    def __repr__(self) -> str:
+        shown = ("stream", "user", "creds_file", "tls_ca", "tls_cert", "tls_key", "storage_root")
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in shown)
+        hidden = len(self.secret_values())
+        return f"JetStreamSettings(servers={self.safe_servers()!r}, {fields}, hidden_secrets={hidden})"
+
 
 # --------------------------------------------------------------------------------------------
 # small pure helpers
 
 
 def _strip_userinfo(url: str) -> str:
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
+    """``url`` without a ``user:password@`` / ``token@`` part: everything between ``://`` and the
+    last ``@`` is dropped, so a password that contains ``/``, ``#``, ``?`` or ``@`` is removed too."""
+    scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
+    if "@" not in rest:
         return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return f"{scheme}{sep}{rest.rsplit('@', 1)[1]}"
+
+
+def _mask_settings_secrets(s: JetStreamSettings) -> None:
+    """Register the connection's secrets with Airflow's secrets masker (task logs show ``***``).
+
+    Airflow masks the password and extras named like a secret (``token``) itself, but not
+    ``nkey_seed`` nor passwords inside server URLs. Airflow does not mask values shorter than
+    ``[logging] min_length_masked_secret`` (default 5 characters). On Airflow 3 the Task SDK's
+    ``mask_secret`` also tells the supervisor process.
+    """
+    values = s.secret_values()
+    if not values:
+        return
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - Airflow 2.11
+        try:
+            from airflow.utils.log.secrets_masker import mask_secret
+        except ImportError:
+            return
+    for value in values:
+        mask_secret(value)
+
+
+async def _amask_settings_secrets(s: JetStreamSettings) -> None:
+    """Async :func:`_mask_settings_secrets` (``amask_secret`` on Airflow 3: the sync form must not
+    talk to the supervisor from inside an event loop)."""
+    values = s.secret_values()
+    if not values:
+        return
+    try:
+        from airflow.sdk.log import amask_secret
+    except ImportError:  # pragma: no cover - Airflow 2.11 / older 3.x
+        _mask_settings_secrets(s)
+        return
+    for value in values:
+        await amask_secret(value)
+
+
+class TlsDowngradeError(ConnectionError):
+    """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
+    require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
+
+
+_CLIENT_CLASS: Any = None
+
+
+def _tls_guarded_client(require_tls: bool) -> Any:
+    """A nats-py client that refuses to send CONNECT in clear text when ``require_tls``.
+
+    nats-py upgrades to TLS only when the server's INFO says ``tls_required`` (nats-py 2.x
+    ``Client._process_connect_init``), even for a ``tls://`` URL with a TLS context: a server
+    without TLS, or anyone in between who rewrites the clear-text INFO line, would get the
+    CONNECT command with user/password/token in clear text. ``_connect_command`` runs after the
+    upgrade step and just before CONNECT is written, so the check there sends nothing.
+    """
+    global _CLIENT_CLASS
+    if _CLIENT_CLASS is None:
+        from nats.aio.client import Client
+
+        class _GuardedClient(Client):
+            plgd_require_tls = False
+
+            def _connect_command(self) -> bytes:
+                scheme = self._current_server.uri.scheme if self._current_server is not None else ""
+                if self.plgd_require_tls and scheme in ("nats", "tls") and not (
+                    self._server_info.get("tls_required") or self.options.get("tls_handshake_first")
+                ):
+                    raise TlsDowngradeError(
+                        "TLS is configured but the server did not switch to TLS (its INFO has no tls_required): "
+                        "refusing to send credentials in clear text; check that the server has a 'tls' block "
+                        "(and no 'allow_non_tls'), or that nothing between strips TLS"
+                    )
+                return super()._connect_command()
+
+        _CLIENT_CLASS = _GuardedClient
+    client = _CLIENT_CLASS()
+    client.plgd_require_tls = require_tls
+    return client
+
+
+def _check_user_seed(seed: str, conn_id: str) -> None:
+    """Fail early, with a message that does not quote the seed, if it is not an NKEY user seed."""
+    import nkeys
+
+    ok = isinstance(seed, str) and seed.strip().startswith("SU")
+    if ok:
+        try:
+            nkeys.from_seed(bytearray(seed.strip().encode())).wipe()
+        except Exception:  # noqa: BLE001 - nkeys raises several error types (and binascii/nacl ones)
+            ok = False
+    if not ok:
+        raise JetStreamAuthError(
+            f"connection {conn_id!r}: 'nkey_seed' is not a valid NKEY user seed (expected the 58-character "
+            "seed starting with 'SU' that nsc or 'nk -gen user' prints); the value is not shown"
+        )
+
+
+def _check_creds_file(path: str, conn_id: str) -> None:
+    """Fail early if ``path`` is not a readable ``.creds`` file with a user JWT and a user seed.
+
+    nats-py reads the file during the handshake; a file without the JWT markers would make it loop
+    forever. The message names the path, never the content.
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise JetStreamAuthError(
+            f"connection {conn_id!r}: cannot read 'creds_file' {path!r}: {exc.strerror or type(exc).__name__}"
+        ) from None
+    lines = text.splitlines()
+    try:
+        jwt_line = lines[next(i for i, x in enumerate(lines) if "BEGIN NATS USER JWT" in x) + 1].strip()
+        seed_line = lines[next(i for i, x in enumerate(lines) if "BEGIN USER NKEY SEED" in x) + 1].strip()
+    except (StopIteration, IndexError):
+        jwt_line = seed_line = ""
+    if jwt_line.count(".") != 2 or not seed_line:
+        raise JetStreamAuthError(
+            f"connection {conn_id!r}: 'creds_file' {path!r} is not a NATS .creds file (expected the "
+            "'BEGIN NATS USER JWT' and 'BEGIN USER NKEY SEED' sections that nsc writes)"
+        )
+    try:
+        _check_user_seed(seed_line, conn_id)
+    except JetStreamAuthError:
+        raise JetStreamAuthError(
+            f"connection {conn_id!r}: 'creds_file' {path!r} holds no valid NKEY user seed"
+        ) from None
 
 
 def _extra(extras: dict[str, Any], name: str) -> Any:
@@ -157,11 +306,22 @@ def _normalize_server(value: str, *, tls: bool) -> str:
     if "://" not in value:
         value = f"{'tls' if tls else 'nats'}://{value}"
     parts = urlsplit(value)
-    if parts.scheme not in _SERVER_SCHEMES or not parts.hostname:
+    after_scheme = value.split("://", 1)[1]
+    try:
+        port = parts.port  # ValueError for a non-numeric port
+    except ValueError:
+        port = -1
+    if "@" in after_scheme and "@" not in parts.netloc:
+        # '/', '?' or '#' inside user:password cut the URL early: the "host" is part of a secret
+        raise ValueError(
+            f"invalid NATS server URL {_strip_userinfo(value)!r} (credentials not shown): a user or password in a "
+            "server URL cannot contain '/', '?', '#' or '@'; use the connection's Login/Password fields instead"
+        )
+    if parts.scheme not in _SERVER_SCHEMES or not parts.hostname or port == -1:
         raise ValueError(
             f"invalid NATS server URL {_strip_userinfo(value)!r}: expected nats://host:port or tls://host:port"
         )
-    if parts.port is None and parts.scheme in ("nats", "tls"):
+    if port is None and parts.scheme in ("nats", "tls"):
         value = urlunsplit(parts._replace(netloc=f"{parts.netloc}:{DEFAULT_PORT}"))
     return value
 
@@ -174,8 +334,9 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
     ``nkey_seed``, ``creds_file``; TLS extras ``tls_ca``, ``tls_cert``, ``tls_key``; ``stream``
     (default ``EVENTS``, overridden by the ``stream`` argument); ``storage_root``.
 
-    :raises ValueError: no servers, a malformed URL, ``tls_key`` without ``tls_cert``, or both
-        ``nkey_seed`` and ``creds_file``.
+    :raises ValueError: no servers, a malformed URL (the message never shows its user/password),
+        ``tls_key`` without ``tls_cert``, both ``nkey_seed`` and ``creds_file``, or an invalid
+        stream name (:func:`check_stream_name`).
     """
     extras = dict(getattr(conn, "extra_dejson", None) or {})
     tls_ca, tls_cert, tls_key = (_extra(extras, k) for k in ("tls_ca", "tls_cert", "tls_key"))
@@ -200,7 +361,7 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
         raise ValueError(f"connection {conn.conn_id!r}: set either 'nkey_seed' or 'creds_file', not both")
     return JetStreamSettings(
         servers=servers,
-        stream=stream or _extra(extras, "stream") or DEFAULT_STREAM,
+        stream=check_stream_name(stream or _extra(extras, "stream") or DEFAULT_STREAM),
         user=conn.login or None,
         password=conn.password or None,
         token=_extra(extras, "token"),
@@ -211,6 +372,26 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
         tls_key=tls_key,
         storage_root=_extra(extras, "storage_root"),
     )
+
+
+_BAD_STREAM_CHARS = frozenset(".*>/\\")
+
+
+def check_stream_name(name: Any, what: str = "stream") -> str:
+    """Return ``name`` if it is a valid JetStream stream name, else raise ValueError naming it.
+
+    A stream name becomes a token of ``$JS.API.*`` subjects and the ``{stream}`` staging folder, so
+    it must not contain whitespace, ``.``, ``*``, ``>``, ``/``, ``\\`` or non-printable characters
+    (NATS docs, "JetStream > Naming streams, consumers and accounts").
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} must be a non-empty stream name, got {name!r}")
+    if any(c in _BAD_STREAM_CHARS or c.isspace() or not c.isprintable() for c in name):
+        raise ValueError(
+            f"{what} {name!r} is not a valid JetStream stream name "
+            "(no whitespace, '.', '*', '>', '/', '\\' or non-printable characters)"
+        )
+    return name
 
 
 def to_unix_ns(value: dt.datetime | int, what: str) -> int:
@@ -352,19 +533,27 @@ class JetStreamHook(BaseHook):
     # ---- settings & connection ----------------------------------------------------------
 
     def get_settings(self) -> JetStreamSettings:
-        """Read the Airflow connection once (sync) and return :class:`JetStreamSettings`."""
+        """Read the Airflow connection once (sync) and return :class:`JetStreamSettings`.
+
+        Registers every secret of the connection with Airflow's log masker (see
+        :func:`_mask_settings_secrets`).
+        """
         if self._settings is None:
             conn = self.get_connection(self.jetstream_conn_id)
-            self._settings = settings_from_connection(conn, self._stream_override)
+            settings = settings_from_connection(conn, self._stream_override)
+            _mask_settings_secrets(settings)
+            self._settings = settings
         return self._settings
 
     async def aget_settings(self) -> JetStreamSettings:
-        """Async :meth:`get_settings` (uses ``aget_connection`` on Airflow 3, which must not be
-        replaced by the sync lookup inside an event loop)."""
+        """Async :meth:`get_settings` (uses ``aget_connection`` and ``amask_secret`` on Airflow 3,
+        which must not be replaced by the sync forms inside an event loop)."""
         if self._settings is None:
             aget = getattr(self, "aget_connection", None)
             conn = await aget(self.jetstream_conn_id) if aget else self.get_connection(self.jetstream_conn_id)
-            self._settings = settings_from_connection(conn, self._stream_override)
+            settings = settings_from_connection(conn, self._stream_override)
+            await _amask_settings_secrets(settings)
+            self._settings = settings
         return self._settings
 
     @property
@@ -388,18 +577,22 @@ class JetStreamHook(BaseHook):
                     "'nkey_seed'/'creds_file' authentication needs the 'nkeys' package: pip install 'nats-py[nkeys]'"
                 ) from None
             if s.creds_file:
+                _check_creds_file(s.creds_file, self.jetstream_conn_id)
                 opts["user_credentials"] = s.creds_file
             else:
-                opts["nkeys_seed_str"] = s.nkey_seed
+                _check_user_seed(s.nkey_seed, self.jetstream_conn_id)
+                opts["nkeys_seed_str"] = s.nkey_seed.strip()
         if s.tls_ca or s.tls_cert or any(u.startswith(("tls://", "wss://")) for u in s.servers):
             try:
                 ctx = ssl.create_default_context(cafile=s.tls_ca) if s.tls_ca else ssl.create_default_context()
                 if s.tls_cert:
                     ctx.load_cert_chain(s.tls_cert, s.tls_key)
             except (OSError, ssl.SSLError) as exc:
+                # paths only: ssl errors name the failing step (e.g. "[SSL] PEM lib"), never key bytes
                 raise JetStreamConnectionError(
                     f"cannot load the TLS files of connection {self.jetstream_conn_id!r} "
-                    f"(tls_ca={s.tls_ca!r}, tls_cert={s.tls_cert!r}, tls_key={s.tls_key!r}): {exc}"
+                    f"(tls_ca={s.tls_ca!r}, tls_cert={s.tls_cert!r}, tls_key={s.tls_key!r}): "
+                    f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
                 ) from None
             opts["tls"] = ctx
         return opts
@@ -411,10 +604,12 @@ class JetStreamHook(BaseHook):
         One-shot connection: ``allow_reconnect=False``, connect timeout ``CONNECT_TIMEOUT_S``
         seconds per server, servers tried in order.
 
-        :raises JetStreamConnectionError: no server reachable (names the servers), TLS failure.
-        :raises JetStreamAuthError: credentials rejected or unusable (no secret in the message).
+        :raises JetStreamConnectionError: no server reachable (names the servers), TLS failure
+            (certificate not trusted: check ``tls_ca``; server requires a client certificate:
+            set ``tls_cert``/``tls_key``; TLS required but not configured).
+        :raises JetStreamAuthError: credentials rejected or unusable (malformed ``nkey_seed``,
+            unreadable or malformed ``creds_file``); the message never contains a secret.
         """
-        import nats
         import nats.errors
 
         s = await self.aget_settings()
@@ -429,25 +624,34 @@ class JetStreamHook(BaseHook):
                 seen.append(exc)
                 _log.debug("nats client error: %s", exc)
 
+            require_tls = "tls" in opts and urlsplit(url).scheme in ("nats", "tls")
+            client = _tls_guarded_client(require_tls)
             try:
                 # nats-py keeps retrying a refused server unless max_reconnect_attempts > 0:
                 # 1 means at most two attempts, 50 ms apart, then NoServersError.
-                nc = await nats.connect(
-                    servers=[url],
-                    allow_reconnect=False,
-                    max_reconnect_attempts=1,
-                    reconnect_time_wait=0.05,
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                    error_cb=error_cb,
-                    name="airflow-provider-plgd",
-                    **opts,
-                )
+                try:
+                    await client.connect(
+                        servers=[url],
+                        allow_reconnect=False,
+                        max_reconnect_attempts=1,
+                        reconnect_time_wait=0.05,
+                        connect_timeout=CONNECT_TIMEOUT_S,
+                        error_cb=error_cb,
+                        name="airflow-provider-plgd",
+                        **opts,
+                    )
+                except BaseException:
+                    # nats-py leaves the socket open when the handshake fails without reconnects
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(client.close(), 2.0)
+                    raise
+                nc = client
                 break
             except (nats.errors.AuthorizationError, nats.errors.InvalidUserCredentialsError) as exc:
                 raise JetStreamAuthError(f"authentication to NATS {_strip_userinfo(url)} failed: {exc}") from None
             except nats.errors.NoServersError:
                 last = seen[-1] if seen else None
-                errors.append(f"{_strip_userinfo(url)}: {type(last).__name__ if last else 'no server'}: {last or ''}")
+                errors.append(f"{_strip_userinfo(url)}: {_describe_connect_error(last, s) if last else 'no server'}")
             except nats.errors.Error as exc:
                 text = str(exc)
                 if "authorization" in text.lower() or "authentication" in text.lower():
@@ -456,8 +660,10 @@ class JetStreamHook(BaseHook):
                         "check login/password, token, nkey_seed or creds_file"
                     ) from None
                 errors.append(f"{_strip_userinfo(url)}: {text or type(exc).__name__}")
+            except TlsDowngradeError as exc:
+                errors.append(f"{_strip_userinfo(url)}: {exc}")
             except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-                errors.append(f"{_strip_userinfo(url)}: {type(exc).__name__}: {exc or 'timed out'}")
+                errors.append(f"{_strip_userinfo(url)}: {_describe_connect_error(exc, s)}")
         if nc is None:
             raise JetStreamConnectionError(
                 f"cannot connect to NATS server(s) {s.safe_servers()} (timeout {CONNECT_TIMEOUT_S}s each): "
@@ -519,8 +725,9 @@ class JetStreamHook(BaseHook):
         :raises StreamNotFoundError: the stream does not exist.
         """
         s = await self.aget_settings()
+        name = check_stream_name(stream) if stream is not None else s.stream
         async with self.aconnect() as nc:
-            return await self._api(nc, f"$JS.API.STREAM.INFO.{stream or s.stream}")
+            return await self._api(nc, f"$JS.API.STREAM.INFO.{name}")
 
     async def alist_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
         """``{subject: number of messages}`` for the stream's subjects matching ``filter``.
@@ -537,12 +744,32 @@ class JetStreamHook(BaseHook):
 
     async def alist_owners(self) -> dict[str, dict[str, int]]:
         """``{owner_id: {subject: message count}}`` from the subjects ``plgd.owners.<owner_id>.>``
-        (owner id = subject token 2, WIRE_FORMAT.md §1)."""
+        (owner id = subject token 2, WIRE_FORMAT.md §1).
+
+        Only owner tokens that pass :func:`~airflow_provider_plgd.plgd.subjects.validate_token`
+        are returned: JetStream stores messages published on subjects such as
+        ``plgd.owners.*.registrations.x`` literally, and such a token must never become a
+        subscription wildcard or a staging folder. Skipped subjects are logged (WARNING) with
+        their message counts.
+        """
+        from airflow_provider_plgd.plgd.subjects import validate_token
+
         owners: dict[str, dict[str, int]] = {}
+        skipped: dict[str, int] = {}
         for subject, count in (await self.alist_subjects("plgd.owners.>")).items():
             tokens = subject.split(".")
             if len(tokens) > 3:
+                try:
+                    validate_token(tokens[2], "owner_id")
+                except (TypeError, ValueError):
+                    skipped[subject] = count
+                    continue
                 owners.setdefault(tokens[2], {})[subject] = count
+        if skipped:
+            self.log.warning(
+                "Ignoring %s subject(s) whose owner token is not a valid owner ID (%s messages), e.g. %s",
+                len(skipped), sum(skipped.values()), sorted(skipped)[:5],
+            )
         return owners
 
     async def _acreate_consumer(
@@ -1090,6 +1317,22 @@ class _PullReader:
 
 # --------------------------------------------------------------------------------------------
 # argument checks and sync helpers
+
+
+def _describe_connect_error(exc: BaseException, s: JetStreamSettings) -> str:
+    """A one-line reason for a failed connect, with a hint for TLS problems (no secrets)."""
+    text = f"{type(exc).__name__}: {exc or 'timed out'}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        hint = ("the server's certificate is not trusted: set 'tls_ca' to the CA that signed it"
+                if not s.tls_ca else f"the server's certificate is not signed by tls_ca {s.tls_ca!r} "
+                "or does not name this host")
+        return f"TLS verification failed ({hint}): {text}"
+    lowered = str(exc).lower()
+    if isinstance(exc, ssl.SSLError) and "certificate required" in lowered:
+        return f"the server requires a client certificate: set 'tls_cert' and 'tls_key': {text}"
+    if isinstance(exc, ssl.SSLError) or "tls" in lowered or "ssl" in lowered:
+        return f"TLS handshake failed: {text}"
+    return text
 
 
 def _check_filter(value: Any) -> None:

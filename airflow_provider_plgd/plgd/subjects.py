@@ -17,6 +17,7 @@ Token values come from :mod:`.ids` (``owner_id``, ``href_id``).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable
@@ -58,8 +59,10 @@ _PREFIX = f"{TOKEN_PLGD}.{TOKEN_OWNERS}."
 _WILDCARD = "*"
 _FULL_WILDCARD = ">"
 
-# Token rule of validate_token: no '.', '*', '>', '/', whitespace, or control characters.
-_BAD_TOKEN_CHAR = re.compile(r"[.*>/\s\x00-\x1f\x7f-\x9f]")
+# Token rule of validate_token: no '.', '*', '>' (subject syntax), no '/', '\\', '=' (staging
+# paths: separators and the partition key/value separator), no '?', '[', ']' (glob patterns of
+# staging listings), no whitespace or control characters.
+_BAD_TOKEN_CHAR = re.compile(r"[.*>/\\=?\[\]\s\x00-\x1f\x7f-\x9f]")
 # A lead resource type may contain '.', but no empty token, wildcard, whitespace or control chars.
 _BAD_LEAD_CHAR = re.compile(r"[*>\s\x00-\x1f\x7f-\x9f]")
 _LEAD_REPLACE = str.maketrans({"*": "_", ">": "_", "$": "_"})
@@ -81,21 +84,31 @@ def subject_matches(subject_filter: str, subject: str) -> bool:
 
 
 def validate_token(value: str, what: str) -> str:
-    """Return ``value`` if it can be one NATS subject token, else raise ValueError.
+    """Return ``value`` if it can be one NATS subject token and one staging path segment, else
+    raise ValueError.
 
-    Rejected: a non-str (TypeError), the empty string, and any value containing ``.`` (so also
-    ``..``), ``*``, ``>``, ``/``, whitespace, or control characters. The error message names
-    ``what`` (e.g. ``"device_id"``) and the value.
+    Values such as owner IDs and event types become both a subject token
+    (``plgd.owners.{owner_id}.…``) and a folder (``owner_id={owner_id}``), so a valid token can
+    neither widen a subscription nor leave the storage root. Rejected: a non-str (TypeError), the
+    empty string, and any value containing ``.`` (so also ``..``), ``*``, ``>``, ``/``, ``\\``,
+    ``=``, ``?``, ``[``, ``]``, whitespace (including Unicode spaces), or control/format
+    characters (Unicode category C, e.g. NUL, DEL, U+202E). plgd's own tokens are UUIDs and event
+    type names (WIRE_FORMAT.md §1), which never contain these. The error message names ``what``
+    (e.g. ``"device_id"``) and the value.
     """
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
     if not value:
         raise ValueError(f"{what} must not be empty")
     bad = _BAD_TOKEN_CHAR.search(value)
-    if bad is not None:
+    if bad is None and not value.isascii():
+        bad_char = next((c for c in value if unicodedata.category(c).startswith("C")), None)
+    else:
+        bad_char = bad.group() if bad is not None else None
+    if bad_char is not None:
         raise ValueError(
-            f"{what} {value!r} is not a valid NATS subject token: contains {bad.group()!r} "
-            "(no '.', '*', '>', '/', whitespace or control characters allowed)"
+            f"{what} {value!r} is not a valid NATS subject token: contains {bad_char!r} "
+            "(no '.', '*', '>', '/', '\\', '=', '?', '[', ']', whitespace or control characters allowed)"
         )
     return value
 

@@ -1,0 +1,504 @@
+"""Security of the JetStream connection against real nats-server processes: TLS, authentication,
+secrets in errors and logs, and secrets masked in Airflow task logs.
+
+Servers (each a real ``nats-server`` with JetStream, started once per module):
+
+* ``tls_server``: TLS only, mutual TLS (client certificate required, ``verify: true``), with a
+  self-signed CA generated at test time, and two users: user/password and an NKEY user;
+* ``token_server``: plain, token authentication;
+* ``operator_server``: decentralized JWT auth (operator, system and ``ETL`` accounts in a
+  ``MEMORY`` resolver), clients log in with ``.creds`` files generated at test time.
+
+Every failure must raise our typed error (``airflow_provider_plgd.exceptions``) with a clear message
+that contains no secret -- checked in ``str(exc)`` and in every log record and console output of
+the attempt (DEBUG level, all loggers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import ssl
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, JetStreamError
+from airflow_provider_plgd.hooks.jetstream import JetStreamHook, settings_from_connection
+from airflow_provider_plgd.plgd.subjects import registrations_subject
+from airflow_provider_plgd.testing.nats_server import (
+    NatsServer,
+    OperatorMode,
+    new_nkey,
+    recreate_stream,
+    tls_block,
+    write_tls_files,
+)
+
+OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
+SUBJECT = registrations_subject(OWNER, "devicesregistered")
+PASSWORD = "pw-Kq8vZr2LmX"  # distinctive, so a leak anywhere is found by substring search
+TOKEN = "tok-Hs93jdPq7Tz"
+SMALL_STREAM = {"name": "EVENTS", "subjects": ["plgd.>"], "storage": "memory", "duplicate_window": 600_000_000_000}
+
+
+def set_conn(monkeypatch, **fields) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps({"conn_type": "plgd_jetstream", **fields}))
+
+
+def client_tls(files) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=files.ca)
+    ctx.load_cert_chain(files.client_cert, files.client_key)
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """Two unrelated PKIs: ``good`` (the server's) and ``other`` (a CA the server does not use)."""
+    directory = tmp_path_factory.mktemp("pki")
+    return {"good": write_tls_files(directory), "other": write_tls_files(directory, prefix="other-")}
+
+
+@pytest.fixture(scope="module")
+def nkey_user():
+    seed, public = new_nkey("user")
+    return {"seed": seed, "public": public}
+
+
+@pytest.fixture(scope="module")
+def tls_server(pki, nkey_user):
+    files = pki["good"]
+    config = tls_block(files, verify_clients=True) + (
+        "authorization {\n  users = [\n"
+        f'    {{user: "etl", password: "{PASSWORD}"}}\n'
+        f'    {{nkey: "{nkey_user["public"]}"}}\n'
+        "  ]\n}\n"
+    )
+    with NatsServer(config=config, scheme="tls") as server:
+        recreate_stream(server.url, SMALL_STREAM, tls=client_tls(files), user="etl", password=PASSWORD)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def token_server():
+    with NatsServer(config=f'authorization {{ token: "{TOKEN}" }}\n') as server:
+        recreate_stream(server.url, SMALL_STREAM, token=TOKEN)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def operator_mode(tmp_path_factory):
+    mode = OperatorMode()
+    mode.creds_path = mode.write_creds(tmp_path_factory.mktemp("creds") / "etl.creds")
+    return mode
+
+
+@pytest.fixture(scope="module")
+def operator_server(operator_mode):
+    with NatsServer(config=operator_mode.config) as server:
+        recreate_stream(server.url, SMALL_STREAM, user_credentials=operator_mode.creds_path)
+        yield server
+
+
+@pytest.fixture
+def no_leak(caplog, capfd):
+    """Yield a checker: ``check(*secrets)`` asserts no secret in any log record or console output
+    captured since the test started (all loggers at DEBUG)."""
+    caplog.set_level(logging.DEBUG)
+
+    def check(*secrets: str) -> None:
+        out, err = capfd.readouterr()
+        text = "\n".join([caplog.text, out, err, *(str(r.args) for r in caplog.records)])
+        for secret in secrets:
+            assert secret not in text
+
+    return check
+
+
+def round_trip(hook: JetStreamHook) -> None:
+    """Publish one message and read it back through the hook (proves an authenticated JetStream session)."""
+    seq = hook.publish(SUBJECT, b"payload", msg_id=f"m-{os.urandom(4).hex()}")
+    got = [m for batch in hook.iter_batches(SUBJECT, start_seq=seq) for m in batch]
+    assert [(m.stream_seq, m.subject, m.data) for m in got] == [(seq, SUBJECT, b"payload")]
+
+
+def expect_error(kind: type[JetStreamError], *secrets: str, match: str | None = None) -> JetStreamError:
+    with pytest.raises(kind) as info:
+        JetStreamHook().stream_info()
+    text = str(info.value)
+    for secret in secrets:
+        assert secret not in text
+    if match:
+        assert match in text, text
+    return info.value
+
+
+# ---------------------------------------------------------------------------------------------
+# TLS (mutual) + user/password + NKEY
+
+
+def test_mtls_with_user_password_and_nkey_works(tls_server, pki, nkey_user, monkeypatch, no_leak):
+    files = pki["good"]
+    tls = {"tls_ca": files.ca, "tls_cert": files.client_cert, "tls_key": files.client_key}
+    # host/port + TLS extras -> tls://; login/password
+    set_conn(monkeypatch, host=tls_server.host, port=tls_server.port, login="etl", password=PASSWORD, extra=tls)
+    hook = JetStreamHook()
+    assert hook.get_settings().servers == (f"tls://127.0.0.1:{tls_server.port}",)
+    round_trip(hook)
+    ok, message = hook.test_connection()
+    assert ok and message.startswith(f"Connected to tls://127.0.0.1:{tls_server.port}; stream EVENTS")
+    # extra servers + NKEY seed (prefixed extra names as the Airflow < 3.2 form stores them)
+    set_conn(monkeypatch, extra={"extra__plgd_jetstream__servers": tls_server.url,
+                                 "extra__plgd_jetstream__nkey_seed": nkey_user["seed"],
+                                 **{f"extra__plgd_jetstream__{k}": v for k, v in tls.items()}})
+    round_trip(JetStreamHook())
+    no_leak(PASSWORD, nkey_user["seed"])
+
+
+def test_wrong_password_fails_with_auth_error_without_secret(tls_server, pki, monkeypatch, no_leak):
+    files = pki["good"]
+    set_conn(monkeypatch, host=tls_server.host, port=tls_server.port, login="etl", password="wrong-Zx81Qp",
+             extra={"tls_ca": files.ca, "tls_cert": files.client_cert, "tls_key": files.client_key})
+    err = expect_error(JetStreamAuthError, "wrong-Zx81Qp", PASSWORD, match="authentication to NATS")
+    assert f"tls://127.0.0.1:{tls_server.port}" in str(err)
+    no_leak("wrong-Zx81Qp", PASSWORD)
+
+
+def test_password_in_server_url_is_never_shown(tls_server, pki, monkeypatch, no_leak):
+    files = pki["good"]
+    tls = {"tls_ca": files.ca, "tls_cert": files.client_cert, "tls_key": files.client_key}
+    # user:password inside the servers URL works, and is shown nowhere
+    set_conn(monkeypatch, extra={"servers": f"tls://etl:{PASSWORD}@127.0.0.1:{tls_server.port}", **tls})
+    hook = JetStreamHook()
+    assert hook.get_settings().safe_servers() == f"tls://127.0.0.1:{tls_server.port}"
+    assert PASSWORD not in repr(hook.get_settings())
+    round_trip(hook)
+    set_conn(monkeypatch, extra={"servers": f"tls://etl:wrong-Zx81Qp@127.0.0.1:{tls_server.port}", **tls})
+    err = expect_error(JetStreamAuthError, "wrong-Zx81Qp", match=f"tls://127.0.0.1:{tls_server.port}")
+    # a password with URL delimiters: only the part after the last '@' may ever be shown
+    for url in (f"tls://etl:Xq7v/Lm#9w@127.0.0.1:{tls_server.port}", "tls://etl:Rt5k?Kp2j@127.0.0.1:x"):
+        set_conn(monkeypatch, extra={"servers": url, **tls})
+        with pytest.raises(ValueError) as info:
+            JetStreamHook().get_settings()
+        for part in ("Xq7v", "Lm#9w", "Rt5k", "Kp2j"):
+            assert part not in str(info.value)
+        assert "invalid NATS server URL 'tls://127.0.0.1:" in str(info.value)
+    no_leak(PASSWORD, "wrong-Zx81Qp", "Xq7v", "Lm#9w", "Rt5k", "Kp2j")
+
+
+def test_unknown_nkey_fails_with_auth_error_without_seed(tls_server, pki, monkeypatch, no_leak):
+    files = pki["good"]
+    stranger, _public = new_nkey("user")
+    set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed": stranger, "tls_ca": files.ca,
+                                 "tls_cert": files.client_cert, "tls_key": files.client_key})
+    expect_error(JetStreamAuthError, stranger, match="authentication to NATS")
+    no_leak(stranger)
+
+
+@pytest.mark.parametrize("seed", [
+    "not-a-seed-0123456789",
+    "SUAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",  # right prefix, bad length/checksum
+    new_nkey("account")[0],  # a valid seed, but of an account, not a user
+])
+def test_malformed_nkey_seed_fails_before_connecting_without_seed(tls_server, pki, monkeypatch, seed, no_leak):
+    files = pki["good"]
+    set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed": seed, "tls_ca": files.ca})
+    expect_error(JetStreamAuthError, seed, match="'nkey_seed' is not a valid NKEY user seed")
+    no_leak(seed)
+
+
+def test_wrong_ca_fails_with_tls_verification_message(tls_server, pki, monkeypatch, no_leak):
+    other = pki["other"]
+    set_conn(monkeypatch, host=tls_server.host, port=tls_server.port, login="etl", password=PASSWORD,
+             extra={"tls_ca": other.ca, "tls_cert": other.client_cert, "tls_key": other.client_key})
+    err = expect_error(JetStreamConnectionError, PASSWORD, match="TLS verification failed")
+    assert other.ca in str(err) and str(tls_server.port) in str(err)
+    no_leak(PASSWORD)
+
+
+def test_plain_nats_url_against_tls_only_server_fails_clearly(tls_server, monkeypatch, no_leak):
+    # no TLS settings at all: the client must not silently talk to a TLS-only server
+    set_conn(monkeypatch, extra={"servers": f"nats://127.0.0.1:{tls_server.port}"}, login="etl", password=PASSWORD)
+    err = expect_error(JetStreamConnectionError, PASSWORD, match="TLS verification failed")
+    assert "set 'tls_ca'" in str(err) and f"nats://127.0.0.1:{tls_server.port}" in str(err)
+    no_leak(PASSWORD)
+
+
+def test_missing_client_certificate_is_rejected(tls_server, pki, monkeypatch, no_leak):
+    set_conn(monkeypatch, host=tls_server.host, port=tls_server.port, login="etl", password=PASSWORD,
+             extra={"tls_ca": pki["good"].ca})
+    err = expect_error(JetStreamConnectionError, PASSWORD)
+    assert "cannot connect to NATS server(s)" in str(err) and str(tls_server.port) in str(err)
+    no_leak(PASSWORD)
+
+
+def test_unreadable_tls_files_name_the_paths(tmp_path, monkeypatch):
+    set_conn(monkeypatch, host="127.0.0.1", port=1, extra={"tls_ca": str(tmp_path / "missing-ca.pem")})
+    expect_error(JetStreamConnectionError, match=str(tmp_path / "missing-ca.pem"))
+
+
+# ---------------------------------------------------------------------------------------------
+# token
+
+
+def test_token_auth_and_bad_token(token_server, monkeypatch, no_leak):
+    set_conn(monkeypatch, host=token_server.host, port=token_server.port, extra={"token": TOKEN})
+    round_trip(JetStreamHook())
+    set_conn(monkeypatch, host=token_server.host, port=token_server.port, extra={"token": "tok-WRONG-77aa"})
+    expect_error(JetStreamAuthError, "tok-WRONG-77aa", TOKEN, match="authentication to NATS")
+    set_conn(monkeypatch, host=token_server.host, port=token_server.port)  # no credentials at all
+    expect_error(JetStreamAuthError, TOKEN, match="authentication to NATS")
+    no_leak(TOKEN, "tok-WRONG-77aa")
+
+
+# ---------------------------------------------------------------------------------------------
+# .creds files (operator / JWT mode)
+
+
+def test_creds_file_auth_works(operator_server, operator_mode, monkeypatch, no_leak):
+    set_conn(monkeypatch, host=operator_server.host, port=operator_server.port,
+             extra={"creds_file": operator_mode.creds_path})
+    round_trip(JetStreamHook())
+    seed_line = Path(operator_mode.creds_path).read_text().split("BEGIN USER NKEY SEED-----\n")[1].split("\n")[0]
+    no_leak(seed_line)
+
+
+def test_creds_of_an_unknown_account_fail_with_auth_error(operator_server, operator_mode, tmp_path, monkeypatch,
+                                                          no_leak):
+    other_account, _ = new_nkey("account")
+    path = operator_mode.write_creds(tmp_path / "stranger.creds", account_seed=other_account)
+    seed_line = Path(path).read_text().split("BEGIN USER NKEY SEED-----\n")[1].split("\n")[0]
+    set_conn(monkeypatch, host=operator_server.host, port=operator_server.port, extra={"creds_file": path})
+    expect_error(JetStreamAuthError, seed_line, match="authentication to NATS")
+    no_leak(seed_line)
+
+
+@pytest.mark.parametrize("content", [None, "", "just some text\n", "-----BEGIN NATS USER JWT-----\nabc\n"])
+def test_missing_or_malformed_creds_file_fails_fast_naming_the_path(operator_server, tmp_path, monkeypatch, content):
+    path = tmp_path / "broken.creds"
+    if content is not None:
+        path.write_text(content)
+    set_conn(monkeypatch, host=operator_server.host, port=operator_server.port, extra={"creds_file": str(path)})
+    # nats-py alone loops forever on a file without the JWT marker: the hook checks the file first
+    expect_error(JetStreamAuthError, match=f"'creds_file' {str(path)!r}")
+
+
+def test_settings_repr_and_errors_hold_no_secret():
+    from types import SimpleNamespace
+
+    conn = SimpleNamespace(conn_id="c", host="nats://u:url-pw-123@h", port=None, login="u", password="pw-123456",
+                           extra_dejson={"token": "tok-123456", "nkey_seed": "SUseed123456"})
+    settings = settings_from_connection(conn)
+    text = repr(settings)
+    for secret in ("url-pw-123", "pw-123456", "tok-123456", "SUseed123456"):
+        assert secret not in text
+    assert "hidden_secrets=4" in text
+    assert sorted(settings.secret_values()) == sorted(["pw-123456", "tok-123456", "SUseed123456", "url-pw-123"])
+    with pytest.raises(ValueError) as info:
+        settings_from_connection(SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
+                                                 extra_dejson={"servers": "nats://u:p/w-secret@h:x"}))
+    assert "w-secret" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# TLS downgrade: a TLS-configured client never sends credentials in clear text
+
+
+class FakePlainServer:
+    """A TCP server on loopback that greets like a NATS server without TLS (what a plain server, or
+    a man in the middle who strips ``tls_required`` from the INFO line, sends) and records every
+    byte the client sends."""
+
+    INFO = b'INFO {"server_id":"FAKE","version":"2.15.1","go":"go1","host":"127.0.0.1","port":4222,' \
+           b'"headers":true,"max_payload":1048576,"proto":1,"auth_required":true}\r\n'
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.received = bytearray()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import socket
+
+        self.sock.settimeout(10)
+        try:
+            while True:
+                conn, _ = self.sock.accept()
+                with conn:
+                    conn.sendall(self.INFO)
+                    conn.settimeout(1.0)
+                    try:
+                        while chunk := conn.recv(65536):
+                            self.received += chunk
+                            if b"PING" in chunk:
+                                conn.sendall(b"PONG\r\n")
+                    except (socket.timeout, OSError):
+                        pass
+        except OSError:
+            return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_tls_client_refuses_a_server_that_does_not_switch_to_tls(pki, monkeypatch, no_leak):
+    fake = FakePlainServer()
+    try:
+        # TLS asked for by the tls_ca extra (host -> tls://) and by an explicit tls:// URL
+        for fields in ({"host": "127.0.0.1", "port": fake.port},
+                       {"extra": {"servers": f"tls://127.0.0.1:{fake.port}"}}):
+            extra = {"tls_ca": pki["good"].ca, "token": TOKEN, **fields.pop("extra", {})}
+            set_conn(monkeypatch, login="etl", password=PASSWORD, extra=extra, **fields)
+            err = expect_error(JetStreamConnectionError, PASSWORD, TOKEN,
+                               match="refusing to send credentials in clear text")
+            assert f"tls://127.0.0.1:{fake.port}" in str(err)
+        assert b"CONNECT" not in fake.received and PASSWORD.encode() not in fake.received
+        assert TOKEN.encode() not in fake.received
+        # control: without TLS settings the same server gets the CONNECT (so the check above is meaningful)
+        set_conn(monkeypatch, host="127.0.0.1", port=fake.port, login="etl", password=PASSWORD)
+
+        async def connect_only() -> None:
+            with contextlib.suppress(JetStreamError):
+                async with JetStreamHook().aconnect():
+                    pass
+
+        asyncio.run(connect_only())
+        assert b"CONNECT" in fake.received and PASSWORD.encode() in fake.received
+    finally:
+        fake.close()
+    no_leak(PASSWORD, TOKEN)
+
+
+# ---------------------------------------------------------------------------------------------
+# Airflow: secrets masked in task logs (a real DAG run with dag.test())
+
+MASK_DAG = """
+from airflow.sdk import DAG, task
+from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+
+with DAG("plgd_test_secrets_masked", schedule=None, catchup=False) as dag:
+    @task
+    def careless_user_code():
+        # what a careless DAG author might do: log every secret of the connection
+        hook = JetStreamHook()
+        settings = hook.get_settings()
+        conn = hook.get_connection("plgd_jetstream_default")
+        hook.log.info("LOGGED password=%s", conn.password)
+        hook.log.info("LOGGED token=%s", settings.token)
+        hook.log.info("LOGGED nkey_seed=%s", settings.nkey_seed)
+        hook.log.info("LOGGED url=%s", settings.servers[0])
+        hook.log.info("LOGGED extras=%s", conn.extra_dejson)
+        return hook.stream_info()["state"]["messages"]
+
+    fetch = JetStreamToStagingOperator(task_id="fetch", owner_id="OWNER", event_type="devicesregistered",
+                                       start_seq=1, destination="ROOT")
+    careless_user_code() >> fetch
+"""
+
+#: Runs the DAG file with ``dag.test()`` in a fresh process whose logging is configured the way
+#: Airflow configures a worker's task supervisor (``airflow.sdk.log.configure_logging``: secrets
+#: masked in every log line). The pytest process keeps its own logging setup untouched.
+MASK_RUNNER = """
+import importlib.util, sys
+from airflow.sdk.log import configure_logging
+configure_logging()
+spec = importlib.util.spec_from_file_location("plgd_test_secrets_masked", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dr = module.dag.test()
+print("DAG RUN STATE", dr.state)
+"""
+
+
+@pytest.mark.airflow
+def test_connection_secrets_are_masked_in_airflow_task_logs(nkey_user, dags_folder, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from airflow_provider_plgd import staging
+
+    url_password = "urlpw-Vn38Ke"
+    seed = nkey_user["seed"]
+    # An NKEY server: it authenticates by the seed and ignores the password, URL password and
+    # token the client also sends -- so one connection carries every kind of secret.
+    with NatsServer(config=f'authorization {{ users = [ {{nkey: "{nkey_user["public"]}"}} ] }}\n') as server:
+        recreate_stream(server.url, SMALL_STREAM, nkeys_seed_str=seed)
+        set_conn(monkeypatch, login="etl", password=PASSWORD, extra={
+            "servers": f"nats://etl:{url_password}@127.0.0.1:{server.port}",
+            "token": TOKEN, "nkey_seed": seed, "stream": "EVENTS"})
+        JetStreamHook().publish(SUBJECT, b"x")
+        root = tmp_path / "root"
+        path = dags_folder / "plgd_test_secrets_masked.py"
+        path.write_text(MASK_DAG.replace("OWNER", OWNER).replace("ROOT", str(root)))
+        runner = tmp_path / "run_dag.py"
+        runner.write_text(MASK_RUNNER)
+        # a DAG run on the shared CI machine takes /tmp/spark.lock (one heavy job at a time)
+        proc = subprocess.run(["flock", "/tmp/spark.lock", sys.executable, str(runner), str(path)],
+                              capture_output=True, text=True, timeout=1800, env=dict(os.environ))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "DAG RUN STATE success" in text, text[-3000:]
+    # the careless lines ran and were masked, and the fetch task (which logs too) committed the batch
+    for label in ("password", "token", "nkey_seed"):
+        assert f"LOGGED {label}=***" in text
+    assert "LOGGED url=nats://etl:***@127.0.0.1" in text
+    assert "Reading plgd.owners." in text  # the hook's own log lines are in the output as well
+    for secret in (PASSWORD, TOKEN, seed, url_password):
+        assert secret not in text
+    manifests = staging.list_committed(str(root), "EVENTS")
+    assert [m["count"] for m in manifests] == [1] and manifests[0]["owner_id"] == OWNER
+
+
+def test_hook_masks_the_secrets_airflow_alone_does_not(monkeypatch):
+    """Airflow masks the password and the ``token`` extra when a connection is read, not
+    ``nkey_seed`` nor a password inside the ``servers`` URL; the hook registers those too."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import redact
+
+    tag = os.urandom(4).hex()  # fresh values: the masker is process-global
+    password, token, url_password = f"pw-{tag}-a", f"tok-{tag}-b", f"urlpw-{tag}-c"
+    seed, _public = new_nkey("user")
+    set_conn(monkeypatch, login="etl", password=password, extra={
+        "servers": f"nats://etl:{url_password}@127.0.0.1:4222", "token": token, "nkey_seed": seed})
+    line = f"{password} {token} {seed} {url_password}"
+    conn = BaseHook.get_connection("plgd_jetstream_default")
+    assert conn.extra_dejson["nkey_seed"] == seed
+    assert redact(line) == f"*** *** {seed} {url_password}"  # Airflow alone
+    JetStreamHook().get_settings()
+    assert redact(line) == "*** *** *** ***"  # after the hook read the connection
+
+
+# ---------------------------------------------------------------------------------------------
+# owners discovered from stream subjects
+
+
+def test_list_owners_skips_subjects_whose_owner_token_is_a_wildcard_or_path(jetstream, caplog, capfd):
+    """JetStream stores messages published on ``plgd.owners.*.…`` literally; such a token must
+    not become an owner the ETL then fetches (a subscription wildcard or a staging folder)."""
+    import nats
+
+    hostile = ["*", "a=b", "[x]", "a\\b"]
+
+    async def publish() -> None:
+        nc = await nats.connect(jetstream.url)
+        try:
+            for token in [OWNER, *hostile]:
+                ack = await nc.request(f"plgd.owners.{token}.registrations.devicesregistered", b"x", timeout=5)
+                assert json.loads(ack.data)["stream"] == "EVENTS"  # stored
+        finally:
+            await nc.close()
+
+    asyncio.run(publish())
+    caplog.set_level(logging.WARNING)
+    owners = JetStreamHook().list_owners()
+    assert owners == {OWNER: {SUBJECT: 1}}
+    logged = caplog.text + "".join(capfd.readouterr())  # the hook logs through Airflow's structlog setup
+    assert "Ignoring 4 subject(s) whose owner token is not a valid owner ID (4 messages)" in logged
