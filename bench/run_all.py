@@ -15,6 +15,7 @@ BENCHMARKS = [
     ("bench.bench_fetch", [], ["--sizes", "100000"]),
     ("bench.bench_decode", [], ["--messages", "100000"]),
     ("bench.bench_rebuild", [], ["--events", "100000"]),
+    ("bench.e2e.run", [], ["--events", "100000", "--also"]),  # the whole DAG; 1M + 100k take ~15 min
 ]
 
 

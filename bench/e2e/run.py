@@ -1,0 +1,528 @@
+"""Scale benchmark: simulated plgd traffic through the whole ETL DAG, stage by stage (figures, not a test).
+
+Usage::
+
+    PATH=.venv/bin:$PATH .venv/bin/python -m bench.e2e.run --events 1000000 --also 100000 --json e2e.json
+
+For each size (smallest first):
+
+1. **Traffic**: ``airflow_provider_plgd.simulator.generate`` with ``target_messages`` = the size,
+   ``--owners`` owners x ``--devices`` devices each x ``--resources`` resources, 1% duplicates and
+   a few corrupt payloads (realistic sizes: CBOR contents, links, metadata; ~350 B per message).
+   Generating is slow pure Python (~40 s per 100k), so the messages are cached as Parquet under
+   ``--cache-dir`` (keyed by the config; deterministic, so a cache hit is the same bytes).
+2. **Publish** to a fresh local ``nats-server`` (``airflow_provider_plgd.testing.nats_server``,
+   stream ``EVENTS`` with the plgd bundle settings), core NATS like plgd; not timed as a stage.
+3. **The DAG, through Airflow itself**, like ``make demo`` (``airflow_provider_plgd.demo``:
+   temp ``AIRFLOW_HOME``, SQLite, Spark ``local[*]``): one data interval that covers the publish
+   window, run by ``airflow dags test plgd_events_etl <interval end>`` with ``settle_seconds=1``.
+   A sampler thread reads the RSS of the process tree (``airflow dags test`` + spark-submit JVM
+   + Spark's Python processes) every ``--sample-period`` s.
+4. **Per stage** (sensor, plan, fetch, decode, dedupe, rebuild, summary): wall time from the task
+   instances' start/end in the metadata DB, events/s (= published messages / stage wall), peak
+   RSS, and for the Spark stages the split of the task's wall time into app work (the app's run
+   summary ``seconds``), JVM (spark-submit process wall - app seconds: JVM + SparkSession start,
+   Python imports, shutdown) and Airflow (task wall - spark-submit wall).
+5. **Ceilings on the same data**: the raw read rate (``bench.bench_hook_read``'s
+   ``JetStreamHook.iter_batches("plgd.>")`` loop over the same stream) and the single-core decode
+   rate (``bench.bench_decode.python_rate``: ``decode_batch`` over the DAG's staged files, reading
+   not timed). Ratio = end-to-end time / (read seconds + decode seconds) (goal: <= 3x).
+
+Then the growth from the smallest to the largest size: (time ratio) / (size ratio), 1.0 = linear.
+Prints tables; ``--json`` writes every figure (schema: :func:`run_size` and :func:`main`).
+The whole run holds an exclusive ``flock`` on ``--lock`` (default ``/tmp/spark.lock``), and
+records ``uptime`` (load averages) before and after: the machine may be shared.
+
+Errors: ``SystemExit`` with the command's log tail when the DAG run fails; ``RuntimeError`` when
+the stream does not hold every published message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.e2e.sampler import TreeSampler  # noqa: E402
+from bench.e2e.stages import SPARK_STAGES, read_task_instances, stage_figures  # noqa: E402
+
+MB = 1024 * 1024
+
+
+# ------------------------------------------------------------------------------------------------
+# machine
+# ------------------------------------------------------------------------------------------------
+
+def uptime() -> dict[str, Any]:
+    """``{"time": ISO UTC, "uptime": the uptime command's line, "loadavg": [1, 5, 15 min]}``."""
+    try:
+        line = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        line = ""
+    return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "uptime": line,
+            "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory (bytes) and versions of the parts under test."""
+    model = ""
+    with contextlib.suppress(OSError):
+        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
+    mem = 0
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        mem = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1]) * 1024
+    versions = {}
+    for mod in ("airflow", "pyspark", "nats"):
+        with contextlib.suppress(Exception):
+            versions[mod] = __import__(mod).__version__
+    return {"cpu": model, "cores": os.cpu_count(), "mem_bytes": mem, "python": platform.python_version(),
+            "kernel": platform.release(), **versions}
+
+
+def _proc_stat() -> tuple[int, int]:
+    """(total, idle) jiffies of all CPUs (``/proc/stat``)."""
+    with open("/proc/stat") as fh:
+        values = [int(v) for v in fh.readline().split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
+def _busy_since(start: tuple[int, int]) -> float:
+    total, idle = _proc_stat()
+    return round(1.0 - (idle - start[1]) / max(1, total - start[0]), 3)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | None):
+    """Hold an exclusive ``flock`` on ``path`` (None/'' = no lock); prints when it had to wait."""
+    if not path:
+        yield 0.0
+        return
+    with open(path, "a") as fh:
+        t0 = time.monotonic()
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[e2e] waiting for the lock {path} (another Spark job runs) ...", flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        waited = time.monotonic() - t0
+        try:
+            yield waited
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------------------------------------------
+# traffic
+# ------------------------------------------------------------------------------------------------
+
+def sim_config(args: argparse.Namespace, events: int):
+    """The ``SimulationConfig`` of one size: one interval of an hour (simulated timestamps from the
+    simulator's fixed start), ``target_messages=events``, 1% duplicates, 1 corrupt per 100k."""
+    from airflow_provider_plgd.simulator import SimulationConfig
+
+    return SimulationConfig(
+        seed=args.seed, owners=args.owners, devices_per_owner=args.devices, resources_per_device=args.resources,
+        intervals=1, interval_seconds=3600.0, target_messages=events, duplicates=0.01,
+        corrupt=max(1, events // 100_000),
+    )
+
+
+def load_messages(config, cache_dir: str | None) -> tuple[list[str], list[bytes], dict[str, Any]]:
+    """``(subjects, payloads, info)`` of the simulation of ``config``, publish order.
+
+    ``info``: ``{"generated_s", "cached": bool, "cache_file", "bytes" (payload total)}``. A cache
+    file (Parquet: ``subject`` string, ``data`` binary) is named by the SHA-256 of the config.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    key = hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"sim-{key}.parquet" if cache_dir else None
+    if path is not None and path.exists():
+        t0 = time.perf_counter()
+        table = pq.read_table(path)
+        subjects, data = table.column("subject").to_pylist(), table.column("data").to_pylist()
+        meta = json.loads((table.schema.metadata or {}).get(b"e2e", b"{}"))
+        return subjects, data, {"generated_s": meta.get("generated_s"), "cached": True, "cache_file": str(path),
+                                "load_s": round(time.perf_counter() - t0, 1), "bytes": sum(map(len, data))}
+    from airflow_provider_plgd.simulator import generate
+
+    sim = generate(config)
+    subjects, data = list(sim.messages.subjects), list(sim.messages.data)
+    info = {"generated_s": round(sim.generation_seconds, 1), "cached": False,
+            "cache_file": str(path) if path else None, "bytes": sum(map(len, data)),
+            "steps_per_interval": sim.steps_per_interval}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.table({"subject": pa.array(subjects, pa.string()), "data": pa.array(data, pa.binary())})
+        table = table.replace_schema_metadata({"e2e": json.dumps(info), "config": json.dumps(config.as_dict())})
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(table, tmp)
+        tmp.rename(path)
+    return subjects, data, info
+
+
+async def _apublish(url: str, subjects: list[str], data: list[bytes], stream: str = "EVENTS") -> int:
+    """Core-NATS publish in order (flush every 10k; wait when the stream lags > 200k), then wait
+    until the stream holds them all; return the stream's last sequence.
+
+    :raises RuntimeError: the stream does not hold exactly ``len(subjects)`` messages within 120 s.
+    """
+    import nats
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    try:
+        for i, (subject, payload) in enumerate(zip(subjects, data), start=1):
+            await nc.publish(subject, payload)
+            if i % 10_000 == 0:
+                await nc.flush()
+                while i - (await js.stream_info(stream)).state.last_seq > 200_000:
+                    await asyncio.sleep(0.01)
+        await nc.flush()
+        deadline = time.monotonic() + 120
+        while (state := (await js.stream_info(stream)).state).messages < len(subjects):
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        if state.messages != len(subjects):
+            raise RuntimeError(f"stream {stream} holds {state.messages} messages, expected {len(subjects)}")
+        return state.last_seq
+    finally:
+        await nc.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# ceilings (same stream, same staged data)
+# ------------------------------------------------------------------------------------------------
+
+def read_ceiling(expected: int) -> dict[str, Any]:
+    """Raw read rate of the stream: ``bench.bench_hook_read``'s ``iter_batches("plgd.>")`` loop.
+
+    :return: ``{"messages", "bytes", "seconds" (wall), "cpu_s" (this process), "rate" (msgs/s)}``.
+    :raises RuntimeError: it read a different number of messages than ``expected``.
+    """
+    from airflow_provider_plgd.hooks.jetstream import DEFAULT_BATCH_SIZE
+    from bench.bench_hook_read import _hook_read
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    count, nbytes = _hook_read(DEFAULT_BATCH_SIZE)
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if count != expected:
+        raise RuntimeError(f"read ceiling: read {count} messages, expected {expected}")
+    return {"messages": count, "bytes": nbytes, "seconds": round(secs, 3), "cpu_s": round(cpu, 3),
+            "rate": round(count / secs, 1)}
+
+
+def decode_ceiling(root: str, interval_id: str, stream: str = "EVENTS") -> dict[str, Any]:
+    """Single-core decode rate of the DAG's staged data: ``bench.bench_decode.python_rate``.
+
+    ``python_rate`` reads its interval from the module constant ``INTERVAL_ID``; it is set to this
+    run's interval for the call and restored after.
+
+    :return: ``{"rows", "decoded", "seconds" (decode only; reading is not timed), "rate" (decoded/s),
+        "row_rate" (rows/s)}``.
+    """
+    import bench.bench_decode as bd
+
+    saved = bd.INTERVAL_ID
+    bd.INTERVAL_ID = interval_id
+    try:
+        result = bd.python_rate(root, stream=stream)
+    finally:
+        bd.INTERVAL_ID = saved
+    return {"rows": result["rows"], "decoded": result["decoded"], "seconds": round(result["seconds"], 3),
+            "rate": round(result["rate"], 1), "row_rate": round(result["rows"] / result["seconds"], 1)}
+
+
+# ------------------------------------------------------------------------------------------------
+# one size
+# ------------------------------------------------------------------------------------------------
+
+def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any]:
+    """Generate, publish, run the DAG, measure; return the figures of one size.
+
+    :return: ``{"target_events", "events" (published), "payload_bytes", "traffic" (cache info),
+        "publish_s", "interval" {start, end (ISO), seconds, id}, "counts" {fetched, decoded,
+        quarantined, deduped, duplicates}, "dag" {"wall_s" (``airflow dags test`` process),
+        "span_s" (first task start -> last task end), "tasks_s" (sum of stage walls),
+        "airflow_gaps_s" (wall - stage walls: CLI start, DAG parsing, scheduling between tasks),
+        "machine_busy" (share of both cores busy, all processes), "events_per_s"}, "stages"
+        (:func:`bench.e2e.stages.stage_figures`), "nats_peak_rss", "ceilings" {read, decode,
+        sum_s}, "ratio_to_ceilings", "load_before", "load_after"}``. Times in seconds, RSS in bytes.
+    """
+    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.demo import _airflow_env, _run
+    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
+
+    result: dict[str, Any] = {"target_events": events, "load_before": uptime()}
+    config = sim_config(args, events)
+    t0 = time.perf_counter()
+    subjects, data, info = load_messages(config, args.cache_dir)
+    n = len(subjects)
+    result.update(events=n, payload_bytes=info["bytes"], traffic={**info, "config": config.as_dict()})
+    print(f"[e2e] {n:,} messages ({info['bytes'] / 1e6:.0f} MB payload; "
+          f"{'cache ' + info['cache_file'] if info['cached'] else 'generated'} in "
+          f"{time.perf_counter() - t0:.0f} s)", flush=True)
+
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "data").mkdir(parents=True)
+    log = work / "airflow.log"
+    root = str(work / "data")
+    with NatsServer(store_dir=work / "nats") as server:
+        recreate_stream(server.url)
+        pub_start = time.time()
+        asyncio.run(_apublish(server.url, subjects, data))
+        pub_end = time.time()
+        del subjects, data
+        result["publish_s"] = round(pub_end - pub_start, 2)
+        print(f"[e2e] published in {pub_end - pub_start:.1f} s to {server.url}", flush=True)
+
+        # one data interval [start, end) covering every server timestamp, whole seconds
+        start_s, end_s = math.floor(pub_start) - 1, math.ceil(pub_end) + 1
+        start = datetime.fromtimestamp(start_s, tz=timezone.utc)
+        end = datetime.fromtimestamp(end_s, tz=timezone.utc)
+        interval_id = staging.interval_id(start, end)
+        result["interval"] = {"start": start.isoformat(), "end": end.isoformat(), "seconds": end_s - start_s,
+                              "id": interval_id}
+        env = _airflow_env(work, server.url, start, float(end_s - start_s))
+        env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = args.log_level
+        if args.spark_conf:  # read by dags/plgd_events_etl.py (etl.build_etl_dag(spark_conf=...))
+            env["PLGD_ETL_SPARK_CONF"] = args.spark_conf
+        _run([sys.executable, "-m", "airflow", "db", "migrate"], env, log)
+        while time.time() < end_s + 1.5:  # the sensor's settle time (1 s) is over before the run
+            time.sleep(0.1)
+
+        cmd = [sys.executable, "-m", "airflow", "dags", "test", "plgd_events_etl", end.isoformat(),
+               "-c", json.dumps({"settle_seconds": 1})]
+        print(f"[e2e] airflow dags test for {interval_id} ...", flush=True)
+        stat0 = _proc_stat()
+        t_start = time.time()
+        with log.open("ab") as fh:
+            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+            with TreeSampler(proc.pid, period=args.sample_period, extra_pids={"nats": server.pid}) as sampler:
+                rc = proc.wait()
+        t_end = time.time()
+        busy = _busy_since(stat0)
+        if rc != 0:
+            tail = log.read_text(errors="replace").splitlines()[-60:]
+            raise SystemExit(f"airflow dags test failed ({rc}); log {log}:\n" + "\n".join(tail))
+
+        tis = read_task_instances(str(work / "airflow" / "airflow.db"))
+        bad = [ti for ti in tis if ti["state"] != "success"]
+        if bad:
+            raise SystemExit(f"task instances not successful: {bad}; log {log}")
+        apps = {app: read_app_summary(root, app, interval_id) for app in SPARK_STAGES}
+        stages = stage_figures(tis, sampler, n, apps)
+        fetched = sum(m["count"] for m in staging.list_committed(root, "EVENTS", interval_id=interval_id))
+        decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
+        result["counts"] = {"fetched": fetched, "decoded": decode.get("decoded"),
+                            "quarantined": decode.get("quarantined"),
+                            "deduped": dedupe.get("output"),
+                            "dedupe_summary": {k: v for k, v in dedupe.items() if isinstance(v, (int, float))},
+                            "rebuild_summary": {k: v for k, v in (apps.get("rebuild") or {}).items()
+                                                if isinstance(v, (int, float))}}
+        if fetched != n:
+            raise SystemExit(f"the DAG fetched {fetched} messages of {n} published (interval {interval_id})")
+        wall = t_end - t_start
+        stage_walls = sum(s["wall_s"] for s in stages.values())
+        result["dag"] = {"wall_s": round(wall, 3),
+                         "span_s": round(max(ti["end"] for ti in tis) - min(ti["start"] for ti in tis), 3),
+                         "tasks_s": round(stage_walls, 3), "airflow_gaps_s": round(wall - stage_walls, 3),
+                         "machine_busy": busy, "events_per_s": round(n / wall, 1),
+                         "peak_rss": sampler.peak(t_start, t_end), "samples": len(sampler.samples)}
+        result["stages"] = stages
+        result["nats_peak_rss"] = sampler.extra.get("nats")
+
+        # ceilings, same stream and same staged files
+        os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = env["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"]
+        read = read_ceiling(n)
+        dec = decode_ceiling(root, interval_id)
+        ceiling_sum = read["seconds"] + dec["seconds"]
+        result["ceilings"] = {"read": read, "decode": dec, "sum_s": round(ceiling_sum, 3)}
+        result["ratio_to_ceilings"] = round(wall / ceiling_sum, 2)
+        result["ratio_span_to_ceilings"] = round(result["dag"]["span_s"] / ceiling_sum, 2)
+    result["load_after"] = uptime()
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+# ------------------------------------------------------------------------------------------------
+
+def print_size(r: dict[str, Any]) -> None:
+    """Print the stage table of one size."""
+    n = r["events"]
+    d = r["dag"]
+    print(f"\n=== {n:,} events ({r['payload_bytes'] / 1e6:.0f} MB payload), interval {r['interval']['id']} ===")
+    print(f"{'stage':<9} {'wall s':>8} {'events/s':>10} {'peak RSS MB':>12} {'(JVM':>7} {'SparkPy':>8} "
+          f"{'Airflow)':>9}  Spark: submit s = app s + JVM s; Airflow s")
+    for name, s in r["stages"].items():
+        rss = s["peak_rss"]
+        line = (f"{name:<9} {s['wall_s']:>8.1f} {s['events_per_s'] or 0:>10,.0f} {rss['total'] / MB:>12,.0f} "
+                f"{rss['jvm'] / MB:>7,.0f} {rss['spark_py'] / MB:>8,.0f} {rss['airflow'] / MB:>9,.0f}")
+        sp = s.get("spark")
+        if sp and sp.get("app_s") is not None and sp.get("submit_wall_s") is not None:
+            line += (f"  {sp['submit_wall_s']:.1f} = {sp['app_s']:.1f} app ({sp['app_share']:.0%}) + "
+                     f"{sp['jvm_s']:.1f} JVM ({sp['jvm_share']:.0%}); {sp['airflow_s']:.1f}")
+        if s["tasks"] > 1:
+            line += f"  [{s['tasks']} tasks]"
+        print(line)
+    print(f"{'DAG':<9} {d['wall_s']:>8.1f} {d['events_per_s']:>10,.0f} {d['peak_rss']['total'] / MB:>12,.0f}"
+          f"   (airflow dags test process; {d['airflow_gaps_s']:.1f} s outside tasks: CLI start, parsing, "
+          f"scheduling; both cores {d['machine_busy']:.0%} busy)")
+    c = r["ceilings"]
+    print(f"ceilings: raw read {c['read']['rate']:,.0f} msgs/s ({c['read']['seconds']:.1f} s), single-core decode "
+          f"{c['decode']['row_rate']:,.0f} rows/s ({c['decode']['seconds']:.1f} s); sum {c['sum_s']:.1f} s")
+    print(f"end-to-end / ceilings: {r['ratio_to_ceilings']:.2f}x (goal <= 3x; task span only: "
+          f"{r['ratio_span_to_ceilings']:.2f}x); nats-server peak RSS {(r['nats_peak_rss'] or 0) / MB:,.0f} MB; "
+          f"load {r['load_before']['loadavg']} -> {r['load_after']['loadavg']}")
+
+
+def growth(small: dict[str, Any], large: dict[str, Any]) -> dict[str, Any]:
+    """Growth from ``small`` to ``large``: per stage and end to end, ``time ratio / size ratio`` (1.0 = linear).
+
+    :return: ``{"from", "to", "size_ratio", "dag": {...}, "stages": {stage: {"time_ratio", "vs_linear"}}}``.
+    """
+    size_ratio = large["events"] / small["events"]
+
+    def one(a: float, b: float) -> dict[str, float]:
+        ratio = b / a if a else float("nan")
+        return {"small_s": round(a, 2), "large_s": round(b, 2), "time_ratio": round(ratio, 2),
+                "vs_linear": round(ratio / size_ratio, 2)}
+
+    return {"from": small["events"], "to": large["events"], "size_ratio": round(size_ratio, 3),
+            "dag": one(small["dag"]["wall_s"], large["dag"]["wall_s"]),
+            "stages": {k: one(small["stages"][k]["wall_s"], large["stages"][k]["wall_s"])
+                       for k in large["stages"] if k in small["stages"]}}
+
+
+def print_growth(g: dict[str, Any]) -> None:
+    """Print the growth table."""
+    print(f"\n=== growth {g['from']:,} -> {g['to']:,} events (x{g['size_ratio']:.2f}); 1.00 = linear ===")
+    print(f"{'stage':<9} {'small s':>8} {'large s':>8} {'x time':>7} {'vs linear':>10}")
+    for name, s in [*g["stages"].items(), ("DAG", g["dag"])]:
+        print(f"{name:<9} {s['small_s']:>8.1f} {s['large_s']:>8.1f} {s['time_ratio']:>7.2f} {s['vs_linear']:>10.2f}")
+
+
+def _fixed_seconds(r: dict[str, Any]) -> float:
+    """The size-independent part of one size's time (s): the non-Spark stages other than fetch,
+    Airflow's gaps between tasks, and the JVM and Airflow parts of the Spark stages."""
+    fixed = r["dag"]["airflow_gaps_s"]
+    for name, s in r["stages"].items():
+        if name in ("sensor", "plan", "summary"):
+            fixed += s["wall_s"]
+        elif "spark" in s and s["spark"].get("app_s") is not None and s["spark"].get("submit_wall_s") is not None:
+            fixed += s["wall_s"] - s["spark"]["app_s"]
+    return fixed
+
+
+def estimate_seconds(small: dict[str, Any], events: int, margin: float = 1.3) -> float:
+    """Estimated seconds of a size of ``events`` from a measured one: fixed part + the rest scaled
+    linearly (DAG and ceilings), times ``margin``, plus 60 s for loading, publishing and ``db migrate``."""
+    fixed = _fixed_seconds(small)
+    variable = small["dag"]["wall_s"] - fixed + small["ceilings"]["sum_s"]
+    return 60 + margin * (fixed + variable * events / small["events"])
+
+
+def fit_deadline(small: dict[str, Any], size: int, fallback: int | None, deadline: str) -> int | None:
+    """``size`` if its estimate (:func:`estimate_seconds`) ends before ``deadline`` (``HH:MM`` UTC
+    today), else ``fallback`` if that one fits, else None (skip). Prints the decision."""
+    hh, mm = (int(x) for x in deadline.split(":"))
+    now = datetime.now(timezone.utc)
+    limit = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    for candidate in (size, fallback):
+        if candidate is None:
+            continue
+        est = estimate_seconds(small, candidate)
+        fits = now.timestamp() + est <= limit.timestamp()
+        print(f"[e2e] {candidate:,} events: estimated {est / 60:.1f} min, deadline {deadline} UTC: "
+              f"{'runs' if fits else 'does not fit'}", flush=True)
+        if fits:
+            return candidate
+    return None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark; print the tables; return (and with ``--json`` write) every figure:
+    ``{"machine", "args", "lock_wait_s", "load_before", "load_after", "sizes": [run_size ...],
+    "growth": growth(smallest, largest) | None}``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="messages of the main size (default 1M)")
+    parser.add_argument("--also", type=int, nargs="*", default=[100_000],
+                        help="other sizes, for the growth figure (default 100000; none: --also)")
+    parser.add_argument("--owners", type=int, default=8)
+    parser.add_argument("--devices", type=int, default=500, help="devices per owner (default 500: 4,000 devices)")
+    parser.add_argument("--resources", type=int, default=4, help="resources per device")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", default=None, help="write the figures to this JSON file")
+    parser.add_argument("--workdir", default=None, help="work folder (default: a temp dir)")
+    parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "plgd-e2e-cache"),
+                        help="cache of generated traffic ('' = none)")
+    parser.add_argument("--lock", default="/tmp/spark.lock", help="flock held for the whole run ('' = none)")
+    parser.add_argument("--sample-period", type=float, default=0.2, help="RSS sampling period, seconds")
+    parser.add_argument("--keep", action="store_true", help="keep each size's work folder")
+    parser.add_argument("--deadline", default="", help="HH:MM UTC: skip a larger size whose estimate "
+                        "(from the smallest size) ends after it, running --fallback instead if that fits")
+    parser.add_argument("--fallback", type=int, default=300_000, help="size to run instead (default 300000)")
+    parser.add_argument("--log-level", default="WARNING", help="Airflow logging level of the DAG run (its log: "
+                        "<workdir>/n<size>/airflow.log)")
+    parser.add_argument("--spark-conf", default="",
+                        help="PLGD_ETL_SPARK_CONF for the DAG: a JSON object of Spark settings or 'fast-local' "
+                             "(default '': the DAG's defaults, as deployed)")
+    args = parser.parse_args(argv)
+
+    sizes = sorted({args.events, *args.also})
+    base = Path(args.workdir or tempfile.mkdtemp(prefix="plgd-e2e-"))
+    out: dict[str, Any] = {"machine": machine(), "args": vars(args), "sizes": [], "growth": None}
+    with exclusive_lock(args.lock) as waited:
+        out["lock_wait_s"] = round(waited, 1)
+        out["load_before"] = uptime()
+        print(f"[e2e] {out['load_before']['uptime']}", flush=True)
+        for i, size in enumerate(sizes):
+            if i and args.deadline:
+                size = fit_deadline(out["sizes"][0], size, args.fallback, args.deadline)
+                if size is None:
+                    break
+            r = run_size(args, size, base / f"n{size}")
+            out["sizes"].append(r)
+            print_size(r)
+            if args.json:  # after every size, so an interrupted run keeps what it measured
+                Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
+        out["load_after"] = uptime()
+    if len(out["sizes"]) > 1:
+        out["growth"] = growth(out["sizes"][0], out["sizes"][-1])
+        print_growth(out["growth"])
+    print(f"\n[e2e] load before {out['load_before']['loadavg']}, after {out['load_after']['loadavg']} "
+          f"(1/5/15 min; 2 cores, shared machine)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
+        print(f"[e2e] figures written to {args.json}")
+    if not args.workdir and not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
