@@ -17,10 +17,12 @@ Steps:
    listing the manifests to the committed output, so JVM start-up is excluded; the end-to-end
    wall time including JVM start is printed too).
 
-   spark-submit gets ``--driver-java-options -XX:TieredStopAtLevel=1`` (``--jvm-options``; the
-   JVM only schedules tasks with ``--reader arrow``, so C1-only JIT saves CPU for the workers).
+   spark-submit gets ``--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"``
+   (``--jvm-options``; the JVM only schedules tasks with ``--reader arrow``, so C1-only JIT and
+   the serial GC save CPU for the two Python workers).
 5. ``--marginal``: the app again on 2/5 of the owners; (rows difference) / (time difference) is
-   the steady-state rate without the fixed costs (first PySpark job ~4.5 s, planning, commit).
+   the steady-state rate without the fixed costs (first PySpark job: Python daemon and workers
+   importing pyarrow/protobuf/the codec, scheduling; planning ~0.1 s; commit ~0.2 s).
 
 Prints the rates (decoded events/s) and their ratio (goal: >= 1.5) plus how busy the machine was
 meanwhile. The whole measurement holds an exclusive ``flock`` on ``--lock`` (default
@@ -217,10 +219,12 @@ def wait_until_quiet(max_busy: float, timeout: float) -> float:
     return busy
 
 
-#: JVM option of the benchmark's spark-submit: in ``--reader arrow`` the JVM only schedules tasks,
-#: so C1-only JIT is enough and saves ~12 CPU-s of C2 compilation that would compete with the
-#: two Python workers for the two cores (measured: JVM CPU 24.9 s -> 12.6 s per run).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: JVM options of the benchmark's spark-submit (the same as ``etl.FAST_LOCAL_SPARK_CONF``'s
+#: ``spark.driver.extraJavaOptions``): in ``--reader arrow`` the JVM only schedules tasks, so
+#: C1-only JIT is enough and saves ~12 CPU-s of C2 compilation that would compete with the two
+#: Python workers for the two cores (measured: JVM CPU 24.9 s -> 12.6 s per run); the serial GC
+#: has no concurrent GC threads (the JVM holds only small task records here).
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
@@ -247,13 +251,14 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     busy = _busy_since(stat0)
+    load1 = os.getloadavg()[0]
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-5000:] + proc.stderr[-20000:])
         raise SystemExit(f"spark-submit failed with exit code {proc.returncode}")
     with open(summary_path) as fh:
         summary = json.load(fh)
     return {"summary": summary, "wall": wall, "rate": summary["decoded"] / summary["seconds"],
-            "wall_rate": summary["decoded"] / wall, "machine_busy": busy}
+            "wall_rate": summary["decoded"] / wall, "machine_busy": busy, "load1": load1}
 
 
 @contextmanager
@@ -320,12 +325,13 @@ def main(argv=None) -> dict:
                 stat0 = _proc_stat()
                 attempt = python_rate(root)
                 attempt["machine_busy"] = _busy_since(stat0)
+                attempt["load1"] = os.getloadavg()[0]
                 if py is None or attempt["rate"] > py["rate"]:
                     py = attempt
             result["python"] = py
             print(f"pure Python, 1 core : {py['rate']:>10,.0f} decoded events/s "
                   f"({py['decoded']:,} decoded of {py['rows']:,} rows in {py['seconds']:.1f} s; "
-                  f"machine {py['machine_busy']:.0%} busy = this core + others)")
+                  f"machine {py['machine_busy']:.0%} busy = this core + others; load average {py['load1']:.2f})")
             for reader in ([] if args.skip_spark else [r for r in args.readers.split(",") if r]):
                 shutil.rmtree(out_root, ignore_errors=True)
                 sp = None
@@ -341,13 +347,14 @@ def main(argv=None) -> dict:
                 print(f"Spark app, {args.master}, --reader {reader}, JVM {args.jvm_options or 'defaults'}: "
                       f"{sp['rate']:>10,.0f} decoded events/s "
                       f"({s['decoded']:,} decoded + {s['quarantined']:,} quarantined in {s['seconds']:.1f} s app time, "
-                      f"{s.get('input_partitions')} tasks; {sp['wall']:.1f} s wall incl. JVM start = "
-                      f"{sp['wall_rate']:,.0f}/s; both cores {sp['machine_busy']:.0%} busy meanwhile)")
+                      f"{s.get('input_partitions')} tasks; phases {s.get('phase_seconds')}; "
+                      f"{sp['wall']:.1f} s wall incl. JVM start = {sp['wall_rate']:,.0f}/s; both cores "
+                      f"{sp['machine_busy']:.0%} busy meanwhile, load average {sp['load1']:.2f})")
                 print(f"  ratio Spark/Python: {ratio:.2f}x (goal >= 1.5x); "
                       f"end-to-end incl. JVM start: {sp['wall_rate'] / py['rate']:.2f}x")
                 if args.marginal:
                     # same app on a subset of the owners: the difference cancels the fixed costs
-                    # (first PySpark job ~4.5 s, planning, commit) and gives the per-message rate
+                    # (first PySpark job, planning, commit) and gives the per-message rate
                     from airflow_provider_plgd import staging as _st
 
                     owners = sorted({m["owner_id"] for m in _st.list_committed(root, "EVENTS", interval_id=INTERVAL_ID)})

@@ -7,6 +7,7 @@ must come out as quarantine rows with the right reason.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 from datetime import date, datetime, timezone
@@ -550,3 +551,68 @@ def test_py_files_zip(tmp_path):
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert not any(n.startswith("airflow_provider_plgd/hooks") for n in names)
     assert build_py_files_zip(tmp_path / "x.zip").endswith("x.zip")
+
+
+def test_plan_tasks_packs_row_groups_into_few_decreasing_tasks():
+    """``decode_events.plan_tasks``: every row group once, few tasks, big first, even tail."""
+    from spark_apps.decode_events import plan_tasks
+
+    # the bench's shape: 10 x 50k, 5 x 28k, ..., 5 x 20 rows (75 row groups, 974k rows)
+    sizes = [50_000] * 10 + [28_000] * 5 + [12_700] * 5 + [9_200] * 5 + [8_000] * 5 + [7_200] * 5 \
+        + [5_800] * 5 + [5_200] * 5 + [4_800] * 10 + [3_500] * 10 + [2_500] * 5 + [20] * 5
+    units = [(f"file://f{i}.parquet", i % 2, n) for i, n in enumerate(sizes)]
+    tasks = plan_tasks(units, 2)
+    assert sorted(u for t in tasks for u in t) == sorted(units)  # each unit exactly once
+    assert all(t for t in tasks) and len(tasks) < len(units) // 2
+    rows = [sum(u[2] for u in t) for t in tasks]
+    assert rows[0] == max(rows) and rows[0] <= 0.25 * sum(sizes) / 2 + 50_000
+    assert max(rows[-4:]) <= 20_000  # the tail is small (about min_rows), so slots end together
+    # simulated schedule (tasks start in list order on the first free slot): even finish
+    slots = [0, 0]
+    for r in rows:
+        slots[slots.index(min(slots))] += r
+    assert abs(slots[0] - slots[1]) <= 10_000
+
+    assert plan_tasks([], 2) == []
+    assert plan_tasks([("f", 0, 5)], 2) == [[("f", 0, 5)]]
+    one_slot = plan_tasks(units, 1, min_rows=1, share=1.0)
+    assert len(one_slot) == 1 and len(one_slot[0]) == len(units)  # share 1 on one slot: one task
+
+
+def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypatch):
+    """``decode_events.make_rdd_task`` run in-process (no Spark): the packed row groups of a staging
+    file are read once each, decoded rows land in ``events``, bad ones in ``quarantine``."""
+    import pyarrow.dataset as ds
+
+    from spark_apps.decode_events import make_rdd_task, plan_tasks, staging_units
+
+    cases = all_cases()
+    rows = [(s, d) for _, s, d, _ in cases] * 3 + [(cases[0][1], b"\x00bad")]
+    batch = staging_batch(rows)
+    path = tmp_path / "staging.parquet"
+    pa.parquet.write_table(pa.Table.from_batches([batch]).cast(staging.SCHEMA), path, row_group_size=7)
+    units = staging_units([str(path)])
+    assert sum(u[2] for u in units) == len(rows) and len(units) == -(-len(rows) // 7)
+    tasks = plan_tasks(units, 2, min_rows=10)
+    assert 1 < len(tasks) < len(units)
+    ev, q = str(tmp_path / "ev"), str(tmp_path / "q")
+    records = []
+    import pyspark
+
+    for task_id, task_units in enumerate(tasks):  # one Spark task (partition) per element
+        ctx = type("Ctx", (), {"partitionId": lambda self, i=task_id: i})()
+        monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls, c=ctx: c))
+        records += list(make_rdd_task(INTERVAL, ev, q, batch_rows=5)(iter([task_units])))
+    by_table = collections.Counter()
+    for table, _path, _o, _e, _d, _reason, n in records:
+        by_table[table] += n
+    assert by_table == {"events": len(rows) - 1, "quarantine": 1}
+    part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
+    back = ds.dataset(ev, format="parquet", partitioning=part).to_table()
+    expected = decode_batch(batch, INTERVAL)
+    decoded = expected.filter(expected.column("reason").is_null())
+    assert sorted(back.column("msg_id").to_pylist()) == sorted(decoded.column("msg_id").to_pylist())
+    quarantined = ds.dataset(q, format="parquet").to_table()
+    assert quarantined.column("reason").to_pylist() == ["bad_protobuf"]
+    assert {p for _t, p, *_ in records} == {str(f.relative_to(tmp_path / t)) for t in ("ev", "q")
+                                            for f in (tmp_path / t).rglob("*.parquet")}
