@@ -50,6 +50,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.machine import busy_since, proc_stat  # noqa: E402
+
 INTERVAL_ID = "20260101T000000Z_20260101T010000Z"
 START_NS = 1_767_225_600_000_000_000
 
@@ -190,23 +192,13 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     return {"rows": rows, "decoded": decoded, "seconds": seconds, "rate": decoded / seconds}
 
 
-def _proc_stat() -> tuple[int, int]:
-    """(total, idle) jiffies of all CPUs from /proc/stat."""
-    with open("/proc/stat") as fh:
-        values = [int(v) for v in fh.readline().split()[1:]]
-    return sum(values), values[3] + values[4]
-
-
-def _busy_since(start: tuple[int, int]) -> float:
-    total, idle = _proc_stat()
-    return 1.0 - (idle - start[1]) / max(1, total - start[0])
 
 
 def cpu_busy(seconds: float = 2.0) -> float:
     """Share (0..1) of all CPUs busy over ``seconds`` (from /proc/stat)."""
-    start = _proc_stat()
+    start = proc_stat()
     time.sleep(seconds)
-    return _busy_since(start)
+    return busy_since(start)
 
 
 def wait_until_quiet(max_busy: float, timeout: float) -> float:
@@ -246,11 +238,11 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
         "--output-root", out_root, "--summary-path", summary_path, "--reader", reader,
     ] + (["--owners", ",".join(owners)] if owners else [])
-    stat0 = _proc_stat()
+    stat0 = proc_stat()
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    busy = _busy_since(stat0)
+    busy = busy_since(stat0)
     load1 = os.getloadavg()[0]
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-5000:] + proc.stderr[-20000:])
@@ -322,9 +314,9 @@ def main(argv=None) -> dict:
             print(f"machine busy before measuring: {busy:.0%} of 2 cores")
             py = None
             for _ in range(args.repeat):  # best of N: the machine is shared, noise only slows down
-                stat0 = _proc_stat()
+                stat0 = proc_stat()
                 attempt = python_rate(root)
-                attempt["machine_busy"] = _busy_since(stat0)
+                attempt["machine_busy"] = busy_since(stat0)
                 attempt["load1"] = os.getloadavg()[0]
                 if py is None or attempt["rate"] > py["rate"]:
                     py = attempt

@@ -62,6 +62,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.e2e.sampler import TreeSampler  # noqa: E402
+from bench.machine import busy_since, proc_stat  # noqa: E402
 from bench.e2e.stages import SPARK_STAGES, read_task_instances, stage_figures  # noqa: E402
 
 MB = 1024 * 1024
@@ -97,16 +98,6 @@ def machine() -> dict[str, Any]:
             "kernel": platform.release(), **versions}
 
 
-def _proc_stat() -> tuple[int, int]:
-    """(total, idle) jiffies of all CPUs (``/proc/stat``)."""
-    with open("/proc/stat") as fh:
-        values = [int(v) for v in fh.readline().split()[1:]]
-    return sum(values), values[3] + values[4]
-
-
-def _busy_since(start: tuple[int, int]) -> float:
-    total, idle = _proc_stat()
-    return round(1.0 - (idle - start[1]) / max(1, total - start[0]), 3)
 
 
 @contextlib.contextmanager
@@ -315,14 +306,14 @@ def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any
         cmd = [sys.executable, "-m", "airflow", "dags", "test", "plgd_events_etl", end.isoformat(),
                "-c", json.dumps({"settle_seconds": 1})]
         print(f"[e2e] airflow dags test for {interval_id} ...", flush=True)
-        stat0 = _proc_stat()
+        stat0 = proc_stat()
         t_start = time.time()
         with log.open("ab") as fh:
             proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
             with TreeSampler(proc.pid, period=args.sample_period, extra_pids={"nats": server.pid}) as sampler:
                 rc = proc.wait()
         t_end = time.time()
-        busy = _busy_since(stat0)
+        busy = busy_since(stat0)
         if rc != 0:
             tail = log.read_text(errors="replace").splitlines()[-60:]
             raise SystemExit(f"airflow dags test failed ({rc}); log {log}:\n" + "\n".join(tail))
