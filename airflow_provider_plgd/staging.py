@@ -58,6 +58,7 @@ import hashlib
 import json
 import os
 import posixpath
+import unicodedata
 import uuid
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
@@ -103,7 +104,9 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 _OBJECT_STORE_PROTOCOLS = frozenset(
     {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss", "r2", "wasb", "wasbs", "oci", "cos"}
 )
-_FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..")
+# Path separators, the partition key/value separator, parent references, and glob characters
+# (list_committed globs with these values).
+_FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..", "*", "?", "[", "]")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,25 +142,31 @@ def to_ns(value: datetime | int | str, what: str = "time") -> int:
     raise TypeError(f"{what} must be a datetime, ISO string or int ns, got {type(value).__name__}")
 
 
+def _format_ns(ns: int, pattern: str) -> str:
+    """``strftime(pattern)`` of unix ns in UTC + ``.ffffff`` (whole microseconds) or
+    ``.fffffffff`` (nanoseconds) when there is a fraction + ``Z``."""
+    seconds, frac = divmod(int(ns), 1_000_000_000)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(pattern)
+    if frac == 0:
+        return base + "Z"
+    if frac % 1000 == 0:
+        return f"{base}.{frac // 1000:06d}Z"
+    return f"{base}.{frac:09d}Z"
+
+
 def ns_to_iso(ns: int) -> str:
     """Render unix nanoseconds as ISO-8601 UTC (``2026-01-01T00:00:00.123456789Z``; no fraction if 0)."""
-    seconds, frac = divmod(int(ns), 1_000_000_000)
-    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    if frac == 0:
-        return base + "Z"
-    if frac % 1000 == 0:
-        return f"{base}.{frac // 1000:06d}Z"
-    return f"{base}.{frac:09d}Z"
+    return _format_ns(ns, "%Y-%m-%dT%H:%M:%S")
 
 
-def _compact_time(ns: int) -> str:
-    seconds, frac = divmod(int(ns), 1_000_000_000)
-    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
-    if frac == 0:
-        return base + "Z"
-    if frac % 1000 == 0:
-        return f"{base}.{frac // 1000:06d}Z"
-    return f"{base}.{frac:09d}Z"
+def compact_time(ns: int) -> str:
+    """Render unix nanoseconds (int) as the compact UTC time of folder names: ``YYYYMMDDTHHMMSSZ``,
+    with ``.ffffff`` for whole microseconds or ``.fffffffff`` for nanoseconds
+    (e.g. ``20260101T000000.500000Z``). The one home of this format: interval IDs (:func:`interval_id`) and
+    snapshot versions (``spark_apps.snapshot_store.version_id``) use it; :func:`_parse_compact`
+    reads it back.
+    """
+    return _format_ns(ns, "%Y%m%dT%H%M%S")
 
 
 def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
@@ -175,7 +184,7 @@ def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
     start_ns, end_ns = to_ns(start, "start"), to_ns(end, "end")
     if end_ns <= start_ns:
         raise ValueError(f"interval end {ns_to_iso(end_ns)} must be after its start {ns_to_iso(start_ns)}")
-    return f"{_compact_time(start_ns)}_{_compact_time(end_ns)}"
+    return f"{compact_time(start_ns)}_{compact_time(end_ns)}"
 
 
 def seq_interval_id(first_seq: int, last_seq: int) -> str:
@@ -255,15 +264,26 @@ def _as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
 
 
 def validate_partition_value(value: str, what: str) -> str:
-    """Check that ``value`` is safe as a partition folder value (``owner_id=…``, ``event_type=…``, ``interval=…``).
+    """Check that ``value`` is safe as one path segment under the storage root: a partition folder
+    value (``owner_id=…``, ``event_type=…``, ``interval=…``), the ``{stream}`` folder, or a file name
+    listed in a manifest.
 
     :return: the value unchanged.
-    :raises ValueError: empty, or contains ``/``, ``\\``, ``=``, ``..``, whitespace or control characters.
+    :raises ValueError: (naming ``what`` and the value) not a non-empty str, ``"."``, or contains
+        ``/``, ``\\``, ``=``, ``..``, ``*``, ``?``, ``[``, ``]``, whitespace, or control/format
+        characters (Unicode category C: NUL, DEL, U+202E, ...).
     """
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    if any(bad in value for bad in _FORBIDDEN_IN_PARTITION) or any(c.isspace() or ord(c) < 32 for c in value):
-        raise ValueError(f"{what} {value!r} cannot be used in a staging path (no '/', '\\', '=', '..' or whitespace)")
+    if (
+        value == "."
+        or any(bad in value for bad in _FORBIDDEN_IN_PARTITION)
+        or any(c.isspace() or ord(c) < 32 or unicodedata.category(c).startswith("C") for c in value)
+    ):
+        raise ValueError(
+            f"{what} {value!r} cannot be used in a staging path "
+            "(no '/', '\\', '=', '..', '*', '?', '[', ']', whitespace or control characters; not '.')"
+        )
     return value
 
 
@@ -733,6 +753,12 @@ def _read_manifest(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, Any]:
     version = manifest.get("version") if isinstance(manifest, dict) else None
     if version != MANIFEST_VERSION:
         raise ValueError(f"manifest {where} has version {version!r}, expected {MANIFEST_VERSION}")
+    for entry in manifest.get("files") or []:  # a tampered manifest must not point outside its folder
+        path = entry.get("path") if isinstance(entry, dict) else None
+        try:
+            validate_partition_value(path, "file path")
+        except ValueError:
+            raise ValueError(f"manifest {where} lists file {path!r}, which is not a file name in its folder") from None
     manifest["folder"] = location_url(fs, posixpath.dirname(p))
     return manifest
 

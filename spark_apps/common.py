@@ -8,7 +8,9 @@
   to the target, delete the old target, rename the temp folder into place), :func:`write_text`
   (temp file + rename).
 * run summaries: :func:`write_summary` to ``{root}/_runs/{app}/interval={interval_id}.json``
-  (the path rule lives in ``airflow_provider_plgd.run_summary.run_summary_path``).
+  (the path rule lives in ``airflow_provider_plgd.run_summary.run_summary_path``);
+  :func:`finish_run` is the common end of each app's ``run``.
+* :func:`run_app`: each app's ``main`` (arguments, logging, session, run, stop).
 
 Only pyspark is needed at import time of the functions that take a ``spark`` argument; the
 module itself imports nothing from pyspark at module level.
@@ -21,7 +23,7 @@ import json
 import logging
 import posixpath
 import uuid
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from airflow_provider_plgd.run_summary import run_summary_path
 
@@ -197,6 +199,47 @@ def write_summary(spark, path: str, summary: Mapping[str, Any]) -> str:
     write_text(spark, path, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
     log.info("run summary written to %s", path)
     return path
+
+
+def finish_run(spark, summary: dict[str, Any], *, output_root: str, app: str, interval_id: str,
+               explicit_path: str | None = None) -> dict[str, Any]:
+    """The common end of every app's ``run``: write ``summary`` (:func:`write_summary` at
+    :func:`summary_path`), add its location as ``summary["summary_path"]`` and return it.
+
+    :param summary: JSON-serialisable dict (the app's documented summary keys).
+    :param output_root: storage root of the app's outputs (path or Hadoop URL).
+    :param app: ``decode`` / ``dedupe`` / ``rebuild`` (the ``_runs/{app}`` folder).
+    :param interval_id: the interval the run processed.
+    :param explicit_path: the app's ``--summary-path`` (wins when given).
+    :raises OSError: the summary cannot be written.
+    """
+    path = summary_path(output_root, app, interval_id, explicit_path)
+    write_summary(spark, path, summary)
+    summary["summary_path"] = path
+    return summary
+
+
+def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
+            run: Callable[[Any, argparse.Namespace], dict[str, Any]],
+            argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The command-line entry of every app (its ``main``): parse ``argv`` (default
+    ``sys.argv[1:]``), set up logging (``--log-level``), get the SparkSession
+    (:func:`build_spark_session`), ``run(spark, args)``, stop Spark, return the summary.
+
+    An exception from ``run`` stops Spark and propagates, so ``spark-submit`` exits non-zero
+    (Airflow's ``SparkSubmitOperator`` then fails the task); bad arguments exit with argparse's
+    status 2.
+
+    :param session_name: Spark application name, e.g. ``plgd-dedupe-events``.
+    :raises SystemExit: bad arguments.
+    """
+    args = parse_args(argv)
+    setup_logging(args.log_level)
+    spark = build_spark_session(session_name)
+    try:
+        return run(spark, args)
+    finally:
+        spark.stop()
 
 
 def join(root: str, *parts: str) -> str:

@@ -17,10 +17,13 @@ Output, each written to a hidden temp folder and swapped in (``common.commit_dir
   ``msg_id``. Committed second; a folder with ``_SUCCESS`` is complete.
 * the run summary ``{root}/_runs/dedupe/interval={id}.json``.
 
-One shuffle of the event rows (by ``msg_id``, for the window); the kept rows are written from
-there (a few files per partition folder, no second shuffle) while ``Observation`` metrics count
-the rows per event type and class; the index reads only the ``msg_id`` column. Shuffle
-partitions: one per 64 MiB of input (2..200) instead of Spark's 200.
+How: the keep/drop decision is made on the narrow key columns (``msg_id``, ``stream``,
+``stream_seq``, ``subject``, ``event_type``; one small shuffle by ``msg_id``), the index and the
+counts come from that, and the full rows are written once, minus the dropped keys (an
+anti-join, broadcast when the drop list is small): the wide rows are never shuffled. If two rows
+share the whole key (the same stored message staged twice) or a key has a null ``stream`` /
+``stream_seq``, the app falls back to ranking the full rows (same rule, one wide shuffle).
+Shuffle partitions: one per 64 MiB of input (2..200) instead of Spark's 200.
 
 The message ID is the ``msg_id`` column that decode computed with
 ``airflow_provider_plgd.plgd.msgid.message_id`` (the one home of the ARCHITECTURE.md rule: the
@@ -68,11 +71,13 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from spark_apps import common, schemas, snapshot_store
 
-from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-
 APP = "dedupe"
 #: Row classes: kept, dropped as a copy within the interval, dropped as seen in an earlier one.
 CLASSES = ("kept", "within_batch", "cross_batch")
+#: Columns that identify one staged message row: its ID and where the stream stored it.
+ROW_KEY = ("msg_id", "stream", "stream_seq")
+#: Up to this many dropped rows, their keys (~100 bytes each) are broadcast to the anti-join.
+BROADCAST_DROPS = 500_000
 EVENTS_DIR = "events"
 DEDUPED_DIR = "events_deduped"
 INDEX_DIR = "msgid_index"
@@ -151,7 +156,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :return: the run summary dict (also written as JSON).
     :raises FileNotFoundError: the interval's ``events`` folder is not committed.
     """
-    from pyspark.sql import Observation, Window
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from airflow_provider_plgd import staging
@@ -178,10 +184,16 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
               .option("basePath", common.join(root, EVENTS_DIR))
               .parquet(source)
               .select(*schemas.EVENTS_COLUMNS))
+    # Decide on the narrow key columns only (one small shuffle), then drop the losers from the
+    # full rows with an anti-join (broadcast when the drop list is small), so the wide rows are
+    # never shuffled.
+    narrow = events.select(*ROW_KEY, "subject", "event_type")
     order = Window.partitionBy("msg_id").orderBy(
         F.col("stream_seq").asc_nulls_last(), F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last()
     )
-    marked = events.withColumn("_rank", F.when(F.col("msg_id").isNull(), F.lit(1)).otherwise(F.row_number().over(order)))
+    marked = (narrow
+              .withColumn("_rank", F.when(F.col("msg_id").isNull(), F.lit(1)).otherwise(F.row_number().over(order)))
+              .withColumn("_copies", F.count(F.lit(1)).over(Window.partitionBy(*ROW_KEY))))
     seen = _seen_ids(spark, root, previous)
     if seen is not None:
         marked = marked.join(seen, "msg_id", "left")
@@ -192,44 +204,61 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         F.when(F.col("_seen"), F.lit("cross_batch"))
         .when(F.col("_rank") > 1, F.lit("within_batch"))
         .otherwise(F.lit("kept")),
-    )
-    # Counts per event type and class, gathered while the output is written (no second pass).
-    known = list(EVENT_TYPES)
-    metrics = [F.sum(F.col("msg_id").isNull().cast("long")).alias("null_msg_id")]
-    for i, et in enumerate(known + [None]):
-        match = F.col("event_type") == et if et is not None else ~F.col("event_type").isin(known)
-        for cls in CLASSES:
-            metrics.append(F.sum((match & (F.col("_class") == cls)).cast("long")).alias(f"m{i}_{cls}"))
-    observation = Observation(f"dedupe-{interval_id}")
-    observed = marked.observe(observation, *metrics)
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        rows = marked.groupBy("event_type", "_class").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum(F.col("msg_id").isNull().cast("long")).alias("nulls"),
+            # > 1: some row's key does not single it out (an exact repeat, or a null stream /
+            # stream_seq, which an equi-join never matches)
+            F.max(F.when(F.col("msg_id").isNotNull(),
+                         F.when(F.col("stream").isNull() | F.col("stream_seq").isNull(), F.lit(2))
+                         .otherwise(F.col("_copies")))).alias("copies"),
+        ).collect()
+        per_type: dict[str, dict[str, int]] = {}
+        null_ids = 0
+        exact_copies = False
+        for row in rows:
+            event_type = row["event_type"] if row["event_type"] is not None else "_none"  # sortable key
+            entry = per_type.setdefault(event_type, {"input": 0, "output": 0, "within_batch": 0, "cross_batch": 0})
+            entry["input"] += row["n"]
+            entry["output" if row["_class"] == "kept" else row["_class"]] += row["n"]
+            null_ids += row["nulls"] or 0
+            exact_copies = exact_copies or (row["copies"] or 0) > 1
+        totals = {k: sum(v[k] for v in per_type.values()) for k in ("input", "output", "within_batch", "cross_batch")}
 
-    index_final = common.join(root, INDEX_DIR, f"interval={interval_id}")
-    deduped_final = common.join(root, DEDUPED_DIR, f"interval={interval_id}")
-    for final in (index_final, deduped_final):
-        parent, name = final.rsplit("/", 1)
-        common.cleanup_temp_dirs(spark, parent, name)
-    index_tmp = common.temp_dir_for(index_final)
-    deduped_tmp = common.temp_dir_for(deduped_final)
+        index_final = common.join(root, INDEX_DIR, f"interval={interval_id}")
+        deduped_final = common.join(root, DEDUPED_DIR, f"interval={interval_id}")
+        for final in (index_final, deduped_final):
+            parent, name = final.rsplit("/", 1)
+            common.cleanup_temp_dirs(spark, parent, name)
+        index_tmp = common.temp_dir_for(index_final)
+        deduped_tmp = common.temp_dir_for(deduped_final)
 
-    # the index: every distinct msg_id of the interval (reads just that column)
-    (events.select("msg_id").where(F.col("msg_id").isNotNull()).distinct()
-        .coalesce(1).sortWithinPartitions("msg_id")
-        .write.mode("overwrite").parquet(index_tmp))
-    # the kept rows, written from the msg_id-partitioned rows without another shuffle
-    (observed.where(F.col("_class") == "kept").select(*schemas.EVENTS_COLUMNS)
-        .sortWithinPartitions(*schemas.EVENTS_PARTITION_COLUMNS, "stream_seq")
-        .write.mode("overwrite")
-        .partitionBy(*schemas.EVENTS_PARTITION_COLUMNS)
-        .parquet(deduped_tmp))
-    values = observation.get
-    per_type: dict[str, dict[str, int]] = {}
-    for i, et in enumerate(known + ["_other"]):
-        counts = {cls: int(values.get(f"m{i}_{cls}") or 0) for cls in CLASSES}
-        if any(counts.values()):
-            per_type[et] = {"input": sum(counts.values()), "output": counts["kept"],
-                            "within_batch": counts["within_batch"], "cross_batch": counts["cross_batch"]}
-    null_ids = int(values.get("null_msg_id") or 0)
-    totals = {k: sum(v[k] for v in per_type.values()) for k in ("input", "output", "within_batch", "cross_batch")}
+        (marked.where(F.col("msg_id").isNotNull()).select("msg_id").distinct()
+            .coalesce(1).sortWithinPartitions("msg_id")
+            .write.mode("overwrite").parquet(index_tmp))
+        if exact_copies:
+            # Some rows repeat (msg_id, stream, stream_seq) exactly (the same stored message staged
+            # twice) or lack stream / stream_seq; the key cannot tell them apart, so rank the full
+            # rows instead (one shuffle of the wide rows; same output rule).
+            log.warning("interval %s: (msg_id, stream, stream_seq) does not identify every row (repeated or "
+                        "null); deduplicating the full rows", interval_id)
+            full = events.withColumn("_rank", F.row_number().over(order))
+            if seen is not None:
+                full = full.join(seen, "msg_id", "left_anti")
+            kept = full.where((F.col("_rank") == 1) | F.col("msg_id").isNull()).select(*schemas.EVENTS_COLUMNS)
+        else:
+            drops = marked.where(F.col("_class") != "kept").select(*ROW_KEY)
+            if totals["within_batch"] + totals["cross_batch"] <= BROADCAST_DROPS:
+                drops = F.broadcast(drops)  # Spark cannot size a cached, filtered frame itself
+            kept = events.join(drops, list(ROW_KEY), "left_anti").select(*schemas.EVENTS_COLUMNS)
+        (kept.sortWithinPartitions(*schemas.EVENTS_PARTITION_COLUMNS, "stream_seq")
+            .write.mode("overwrite")
+            .partitionBy(*schemas.EVENTS_PARTITION_COLUMNS)
+            .parquet(deduped_tmp))
+    finally:
+        marked.unpersist()
     common.commit_dir(spark, index_tmp, index_final)
     common.commit_dir(spark, deduped_tmp, deduped_final)
     log.info("committed %s (%d rows; %d within-batch and %d cross-batch duplicates dropped)",
@@ -252,21 +281,14 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "msgid_index_path": index_final,
         "seconds": round(time.time() - started, 3),
     }
-    path = common.summary_path(root, APP, interval_id, args.summary_path)
-    common.write_summary(spark, path, summary)
-    summary["summary_path"] = path
-    return summary
+    return common.finish_run(spark, summary, output_root=root, app=APP, interval_id=interval_id,
+                             explicit_path=args.summary_path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Entry point: parse ``argv`` (default ``sys.argv[1:]``), run, stop Spark; return the summary."""
-    args = parse_args(argv)
-    common.setup_logging(args.log_level)
-    spark = common.build_spark_session("plgd-dedupe-events")
-    try:
-        return run(spark, args)
-    finally:
-        spark.stop()
+    """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
+    Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
+    return common.run_app("plgd-dedupe-events", parse_args, run, argv)
 
 
 if __name__ == "__main__":

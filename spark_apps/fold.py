@@ -2,17 +2,19 @@
 
 No Spark here: plain Python over ``events`` rows (dicts with the column names of
 :data:`spark_apps.schemas.EVENTS_SCHEMA`, as ``pyarrow.Table.to_pylist()`` gives them). The rebuild
-app calls :func:`fold_device` once per touched device inside a grouped Arrow UDF; the unit tests
-call it directly. Semantics: ``../shared/plgd/WIRE_FORMAT.md`` §4 (state of each aggregate kind)
-and §4.9 (the consumer rules); the model followed is the resource-aggregate (RA) write side.
+app calls :func:`fold_bucket_arrow` (Arrow in, Arrow out) once per touched bucket inside its
+``mapInArrow``, which calls :func:`fold_device` per device; the unit tests call both directly.
+Semantics: ``../shared/plgd/WIRE_FORMAT.md`` §4 (state of each aggregate kind) and §4.9 (the
+consumer rules); the model followed is the resource-aggregate (RA) write side.
 
 Unit of work: one **device**
 -----------------------------
 All state of one device lives together: its resource aggregates (one per href), its links
-aggregate, its metadata aggregate and its registrations (owner -> device). A
+aggregate, its metadata aggregate and its registration (owner -> device). A
 ``devicesunregistered`` drops *all* of it at once (§4.7), so the device is the smallest unit that
-can be folded independently. The device state is a JSON-serialisable dict (see
-:func:`new_device_state`; :func:`dumps_state` / :func:`loads_state` round-trip it, bytes included).
+can be folded independently. The device state is a dict of JSON types only (see
+:func:`new_device_state`; :func:`dumps_state` / :func:`loads_state` round-trip it): content bytes
+are kept as a digest, etags as base64 text.
 
 Rules applied (each cites its source)
 -------------------------------------
@@ -66,6 +68,7 @@ from airflow_provider_plgd.plgd.event_types import (
     AGGREGATE_RESOURCE,
     EVENT_TYPES,
 )
+from airflow_provider_plgd.plgd.tables import SNAPSHOT_TABLES
 
 __all__ = [
     "BASE_COLUMNS",
@@ -682,7 +685,7 @@ def clone_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Snapshot rows (docs/data-contracts.md "Snapshot tables"; columns: simulator/tables.py)
+# Snapshot rows (docs/data-contracts.md "Snapshot tables"; columns: airflow_provider_plgd/plgd/tables.py)
 # ---------------------------------------------------------------------------------------------
 
 def _tail(agg: dict[str, Any]) -> dict[str, Any]:
@@ -802,15 +805,15 @@ def _link_rows(agg: dict[str, Any], device_id: str) -> list[dict[str, Any]]:
     return rows
 
 
-#: The snapshot tables :func:`device_rows` produces, in a fixed order.
-SNAPSHOT_TABLE_NAMES = ("resources", "device_metadata", "device_links", "owner_devices")
+#: The snapshot tables :func:`device_rows` produces, in the order of ``plgd.tables.SNAPSHOT_TABLES``.
+SNAPSHOT_TABLE_NAMES: tuple[str, ...] = tuple(SNAPSHOT_TABLES)
 
 
 def device_rows(state: dict[str, Any], snapshot_time_ns: int) -> dict[str, list[dict[str, Any]]]:
     """The rows of the four snapshot tables that one device state contributes.
 
     Columns exactly as ``docs/data-contracts.md`` "Snapshot tables"
-    (``airflow_provider_plgd.simulator.tables.SNAPSHOT_TABLES``): ``resources`` (one row per
+    (``airflow_provider_plgd.plgd.tables.SNAPSHOT_TABLES``): ``resources`` (one row per
     resource aggregate), ``device_metadata`` (one row if the metadata aggregate exists),
     ``device_links`` (one row per published href; ``version``/``timestamp`` of the event that
     last published the link, ``complete``/``missing_versions`` of the links aggregate),

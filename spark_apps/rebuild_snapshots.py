@@ -25,7 +25,8 @@ Steps
    ``device_ids``) and a bucket ``pmod(xxhash64(device_id), buckets)``. Buckets whose
    ``next_expiry_ns`` in the base manifest is before the snapshot time get a marker row, so
    pendings that expire by now leave the tables even without new events.
-4. **One task per touched bucket** (``repartition(bucket).mapInArrow`` ->
+4. **Per touched bucket** (``repartition(n, bucket).mapInArrow``, n = min(buckets, 200,
+   4 x ``defaultParallelism``), each task taking whole buckets one after the other ->
    :func:`spark_apps.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
    base's files of that bucket, parse and fold only the states of the devices with new events or
    expiring pendings (:func:`spark_apps.fold.fold_bucket_arrow`), copy every other row with Arrow,
@@ -200,7 +201,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         markers = spark.createDataFrame([(b,) for b in expiring], "_bucket int")
         events = events.unionByName(markers, allowMissingColumns=True)
 
-    # ---- one task per touched bucket: fold, carry the rest over, write -----------------------
+    # ---- per touched bucket: fold, carry the rest over, write ---------------------------------
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
     run_id = snapshot_store.new_run_id()
     run_rel = snapshot_store.run_dir(version, run_id)
@@ -214,7 +215,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             batches, root=out_root, run_rel=run_rel, old_files_by_bucket=old_by_bucket,
             table_schemas=table_schemas, snapshot_time_ns=t_ns)
 
-    results = (events.repartition(max(1, min(buckets, 200)), "_bucket")
+    # A few tasks per core, each folding several whole buckets one after the other: one task per
+    # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
+    partitions = max(1, min(buckets, 200, 4 * spark.sparkContext.defaultParallelism))
+    results = (events.repartition(partitions, "_bucket")
                .mapInArrow(partition_task, schemas.to_spark_schema(snapshot_store.BUCKET_RESULT_SCHEMA))
                .collect())
 
@@ -291,21 +295,14 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "gc": gc,
         "seconds": round(time.time() - started, 3),
     }
-    path = common.summary_path(out_root, APP, interval_id, args.summary_path)
-    common.write_summary(spark, path, summary)
-    summary["summary_path"] = path
-    return summary
+    return common.finish_run(spark, summary, output_root=out_root, app=APP, interval_id=interval_id,
+                             explicit_path=args.summary_path)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Entry point: parse ``argv`` (default ``sys.argv[1:]``), run, stop Spark; return the summary."""
-    args = parse_args(argv)
-    common.setup_logging(args.log_level)
-    spark = common.build_spark_session("plgd-rebuild-snapshots")
-    try:
-        return run(spark, args)
-    finally:
-        spark.stop()
+    """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
+    Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
+    return common.run_app("plgd-rebuild-snapshots", parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ Manifest (JSON object; format :data:`MANIFEST_FORMAT`)::
 "updated_at"}``.
 
 Tables: the four public tables of ``docs/data-contracts.md`` (columns from
-``airflow_provider_plgd.simulator.tables``) and the internal :data:`STATE_TABLE` (one row per
+``airflow_provider_plgd.plgd.tables``) and the internal :data:`STATE_TABLE` (one row per
 device: the serialised fold state of :mod:`spark_apps.fold`, see :data:`STATE_SCHEMA`).
 
 Readers: :func:`read_table` (pyarrow + fsspec, no Spark) and :func:`spark_read_table`.
@@ -51,10 +51,12 @@ from __future__ import annotations
 import json
 import posixpath
 import uuid
-from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
+
+from airflow_provider_plgd import staging
+from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 __all__ = [
     "ALL_TABLES",
@@ -87,7 +89,9 @@ DEFAULT_BUCKETS = 32
 #: Spark SQL expression of the bucket of a row, given the bucket count.
 BUCKET_EXPR = "pmod(xxhash64(device_id), {buckets})"
 
-PUBLIC_TABLES: tuple[str, ...] = ("resources", "device_metadata", "device_links", "owner_devices")
+#: The four public tables of ``docs/data-contracts.md``: resources, device_metadata, device_links,
+#: owner_devices (order and columns from ``airflow_provider_plgd.plgd.tables``).
+PUBLIC_TABLES: tuple[str, ...] = tuple(snapshot_tables.SNAPSHOT_TABLES)
 #: The internal per-device fold state (not part of the public contract).
 STATE_TABLE = "_device_state"
 ALL_TABLES: tuple[str, ...] = PUBLIC_TABLES + (STATE_TABLE,)
@@ -101,41 +105,6 @@ STATE_SCHEMA = pa.schema([
 ])
 
 
-_TABLES_MODULE = "airflow_provider_plgd.simulator.tables"
-_TABLES_CACHE = None
-
-
-def _tables_module():
-    """``airflow_provider_plgd/simulator/tables.py``, the one home of the snapshot columns.
-
-    It imports only pyarrow, but importing it as a package member first runs
-    ``simulator/__init__.py`` (generator, publisher, nats-py), which a Spark driver does not
-    need and may not have. So its source is read with ``pkgutil.get_data`` (works from a source
-    tree, an installed package or the ``--py-files`` zip) and executed as a module of its own;
-    if that fails, the normal import is tried.
-    """
-    import importlib
-    import pkgutil
-    import sys
-    import types
-
-    global _TABLES_CACHE
-    module = sys.modules.get(_TABLES_MODULE) or _TABLES_CACHE
-    if module is not None:
-        return module
-    try:
-        source = pkgutil.get_data("airflow_provider_plgd", "simulator/tables.py")
-    except OSError:
-        source = None
-    if source is None:
-        return importlib.import_module(_TABLES_MODULE)
-    module = types.ModuleType("_plgd_snapshot_tables")
-    module.__file__ = "airflow_provider_plgd/simulator/tables.py"
-    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own module
-    _TABLES_CACHE = module
-    return module
-
-
 def table_schema(table: str) -> pa.Schema:
     """Arrow schema of snapshot table ``table`` (public tables: ``docs/data-contracts.md``).
 
@@ -143,7 +112,7 @@ def table_schema(table: str) -> pa.Schema:
     """
     if table == STATE_TABLE:
         return STATE_SCHEMA
-    return _tables_module().snapshot_schema(table)
+    return snapshot_tables.snapshot_schema(table)
 
 
 def sort_keys(table: str) -> tuple[str, ...]:
@@ -153,7 +122,7 @@ def sort_keys(table: str) -> tuple[str, ...]:
     """
     if table == STATE_TABLE:
         return ("device_id",)
-    keys = _tables_module().SNAPSHOT_SORT_KEYS
+    keys = snapshot_tables.SNAPSHOT_SORT_KEYS
     if table not in keys:
         raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
     return keys[table]
@@ -165,19 +134,14 @@ def sort_keys(table: str) -> tuple[str, ...]:
 
 def version_id(snapshot_time_ns: int) -> str:
     """Snapshot version of a snapshot time (unix ns): ``YYYYMMDDTHHMMSSZ`` (+ ``.ffffff`` or
-    ``.fffffffff`` when there is a fraction), UTC; sorts like the time.
+    ``.fffffffff`` when there is a fraction), UTC; sorts like the time. Same format as the
+    sides of an interval ID (``airflow_provider_plgd.staging.compact_time``).
 
     :raises ValueError: negative times.
     """
     if snapshot_time_ns < 0:
         raise ValueError(f"snapshot time must be >= 0 ns, got {snapshot_time_ns}")
-    seconds, frac = divmod(int(snapshot_time_ns), 1_000_000_000)
-    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y%m%dT%H%M%S")
-    if frac == 0:
-        return base + "Z"
-    if frac % 1000 == 0:
-        return f"{base}.{frac // 1000:06d}Z"
-    return f"{base}.{frac:09d}Z"
+    return staging.compact_time(snapshot_time_ns)
 
 
 def _join(root: str, *parts: str) -> str:

@@ -15,7 +15,7 @@ from .ground_truth import GroundTruth
 from .messages import SimMessage
 from .publisher import PublishError, acreate_stream, apublish, create_stream, publish
 from .state import expected_state
-from .tables import SNAPSHOT_SCHEMAS, SNAPSHOT_TABLES
+from ..plgd.tables import SNAPSHOT_SCHEMAS, SNAPSHOT_TABLES
 
 __all__ = [
     "GroundTruth",

@@ -37,7 +37,7 @@ from ..plgd import ids
 from ..plgd.content import content_to_json
 from ..plgd.pb import resourceaggregate_pb2 as pb
 from .records import IsEvent, RaEvent
-from .tables import SNAPSHOT_SORT_KEYS
+from ..plgd.tables import SNAPSHOT_SORT_KEYS
 
 __all__ = ["StateFold", "expected_state"]
 

@@ -5,14 +5,17 @@ unregistered and re-created, version gaps, old-hub snapshots, lead resource type
 interval with the staging writer (the fetch operator's format), then one ``spark-submit`` runs,
 in one JVM, decode -> dedupe -> rebuild for every interval, a rebuild of everything at once into
 a second snapshot root (different bucket count), and a rebuild whose commit is made to fail.
-Two more ``spark-submit`` runs call the applications' command lines directly (reruns of the last
-interval). Every snapshot version is compared with the simulator's ``expected_state``.
+The last interval's dedupe is rerun in the same JVM; one more ``spark-submit`` calls the rebuild
+application's command line directly (a rerun of the last interval). Every snapshot version is
+compared with the simulator's ``expected_state``; dedupe output with the simulator's message IDs
+(also for an interval whose files are staged twice).
 
-Spark jobs run under ``flock /tmp/spark.lock`` (shared 2-core machine).
+Spark jobs run holding ``flock /tmp/spark.lock`` (shared 2-core machine).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -68,6 +71,9 @@ DRIVER = textwrap.dedent('''
         out["rebuild"].append(rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
             ["--root", root, "--interval-id", iid, "--snapshot-time", end, "--buckets", str(cfg["buckets"])])))
     last_iid, last_end = cfg["intervals"][-1]
+    # a rerun of the last dedupe must give the same rows and counts
+    out["dedupe_rerun"] = dedupe_events.run(spark, dedupe_events.parse_args(
+        ["--root", root, "--interval-id", last_iid, "--lookback-intervals", "24"]))
     # everything at once, into another snapshot root, with another bucket count
     out["all_at_once"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
         ["--root", root, "--snapshots-root", root_all, "--interval-id", last_iid,
@@ -87,8 +93,17 @@ DRIVER = textwrap.dedent('''
         out["failure"] = str(exc)
     finally:
         snapshot_store.atomic_write_text = real
+    # every events file of the first interval staged twice (rows identical in msg_id, stream and
+    # stream_seq): dedupe must still keep exactly one row per message ID
+    import glob, shutil
+    first_iid = cfg["intervals"][0][0]
+    dup_dir = cfg["root_dup"] + "/events/interval=" + first_iid
+    shutil.copytree(root + "/events/interval=" + first_iid, dup_dir)
+    for path in glob.glob(dup_dir + "/**/*.parquet", recursive=True):
+        shutil.copy(path, path[:-len(".parquet")] + "-again.parquet")
+    out["dedupe_dup"] = dedupe_events.run(spark, dedupe_events.parse_args(
+        ["--root", cfg["root_dup"], "--interval-id", first_iid]))
     # garbage collection on a copy: keep the newest 2 versions
-    import shutil
     shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
     out["gc"] = snapshot_store.collect_garbage(spark, cfg["root_gc"], 2)
     spark.stop()
@@ -106,12 +121,14 @@ def _spark_env() -> dict[str, str]:
 
 
 def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
-    """Run ``spark-submit --master local[2]`` under the shared Spark lock; fail with the log tail."""
+    """Run ``spark-submit --master local[2]`` holding the shared Spark lock (``fcntl.flock`` on
+    ``/tmp/spark.lock``, taken before the 20 min timeout starts); fail with the log tail."""
     spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
-    cmd = ["flock", LOCK, spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
+    cmd = [spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
            "--driver-memory", "2g", app, *args]
-    with log.open("ab") as fh:
+    with open(LOCK, "a") as lock, log.open("ab") as fh:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
         proc = subprocess.run(cmd, env=_spark_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
@@ -169,7 +186,8 @@ def pipeline(tmp_path_factory):
     py_files = build_py_files_zip(base / "py")
     driver = base / "driver.py"
     driver.write_text(DRIVER)
-    cfg = {"root": str(root), "root_all": str(root_all), "root_gc": str(base / "data_gc"), "buckets": BUCKETS, "out": str(base / "out.json"),
+    cfg = {"root": str(root), "root_all": str(root_all), "root_gc": str(base / "data_gc"),
+           "root_dup": str(base / "data_dup"), "buckets": BUCKETS, "out": str(base / "out.json"),
            "intervals": [[iid, end] for iid, end, _ in intervals], "last_end_ns": intervals[-1][2]}
     (base / "cfg.json").write_text(json.dumps(cfg))
     log = base / "spark.log"
@@ -183,6 +201,7 @@ def pipeline(tmp_path_factory):
     p.base, p.root, p.root_all, p.sim, p.intervals, p.out, p.py_files, p.log = (
         base, root, root_all, sim, intervals, out, py_files, log)
     p.root_gc = base / "data_gc"
+    p.root_dup = base / "data_dup"
     return p
 
 
@@ -241,8 +260,15 @@ def test_dedupe_one_row_per_message_id_and_counts(pipeline):
         assert summary["cross_batch_duplicates"] == cross
         assert summary["within_batch_duplicates"] == len(published) - cross - len(expected_ids)
         assert summary["output"] == len(expected_ids)
-        per_type = Counter(m.event_type for m in published if m.msg_id in earlier)
-        assert {t: v["cross_batch"] for t, v in summary["per_event_type"].items() if v["cross_batch"]} == dict(per_type)
+        # duplicate counts per event type
+        cross_by_type = Counter(m.event_type for m in published if m.msg_id in earlier)
+        kept_by_type = Counter(r["event_type"] for r in rows)
+        within_by_type = Counter(m.event_type for m in published) - cross_by_type - kept_by_type
+        per_type = summary["per_event_type"]
+        assert {t: v["cross_batch"] for t, v in per_type.items() if v["cross_batch"]} == dict(cross_by_type)
+        assert {t: v["within_batch"] for t, v in per_type.items() if v["within_batch"]} == dict(within_by_type)
+        assert {t: v["output"] for t, v in per_type.items() if v["output"]} == dict(kept_by_type)
+        assert all(v["input"] == v["output"] + v["within_batch"] + v["cross_batch"] for v in per_type.values())
         all_ids += ids
         cross_total += cross
         within_total += summary["within_batch_duplicates"]
@@ -251,8 +277,13 @@ def test_dedupe_one_row_per_message_id_and_counts(pipeline):
     assert cross_total > 0 and within_total > 0 and cross_total + within_total == n_dups
 
 
-def _bucket_of(path: str) -> int:
-    return int(path.split("/bucket=")[1].split("/")[0])
+def test_dedupe_of_exact_copies_falls_back_to_full_rows(pipeline):
+    """The same stored message staged twice (equal msg_id, stream, stream_seq) still gives one row."""
+    iid = pipeline.intervals[0][0]
+    assert deduped_rows(pipeline.root_dup, iid) == deduped_rows(pipeline.root, iid)
+    dup, main = pipeline.out["dedupe_dup"], pipeline.out["dedupe"][0]
+    assert dup["input"] == 2 * main["input"] and dup["output"] == main["output"]
+    assert dup["within_batch_duplicates"] == main["input"] + main["within_batch_duplicates"]
 
 
 def test_copy_on_write_by_bucket(pipeline):
@@ -308,23 +339,27 @@ def test_failed_commit_keeps_previous_snapshot(pipeline):
         assert table_rows(pipeline.root, table) == expected[table]
 
 
-def test_cli_reruns_give_identical_output(pipeline):
-    """spark-submit of the two applications themselves: rerunning the last interval changes nothing."""
+def test_dedupe_rerun_gives_identical_output(pipeline):
+    """The driver reran the last interval's dedupe right after the loop: same counts and
+    lookback; the rows left in place (the rerun's) are checked against the simulator in
+    ``test_dedupe_one_row_per_message_id_and_counts``."""
+    first, rerun = pipeline.out["dedupe"][-1], pipeline.out["dedupe_rerun"]
+    for key in ("input", "output", "within_batch_duplicates", "cross_batch_duplicates", "per_event_type",
+                "previous_intervals", "events_deduped_path"):
+        assert rerun[key] == first[key], key
+
+
+def test_cli_rerun_gives_identical_output(pipeline):
+    """spark-submit of the rebuild application itself (``main`` = ``common.run_app``, shared by the
+    three apps): rerunning the last interval gives the same snapshot tables."""
     iid, end_iso, end_ns = pipeline.intervals[-1]
-    before_rows = deduped_rows(pipeline.root, iid)
     before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}
-    before_summary = json.loads((pipeline.root / "_runs" / "dedupe" / f"interval={iid}.json").read_text())
-    spark_submit(pipeline.py_files, str(REPO / "spark_apps" / "dedupe_events.py"),
-                 "--root", str(pipeline.root), "--interval-id", iid, log=pipeline.log)
     spark_submit(pipeline.py_files, str(REPO / "spark_apps" / "rebuild_snapshots.py"),
                  "--root", str(pipeline.root), "--interval-id", iid, "--snapshot-time", str(end_ns),
                  log=pipeline.log)
-    assert deduped_rows(pipeline.root, iid) == before_rows
-    after_summary = json.loads((pipeline.root / "_runs" / "dedupe" / f"interval={iid}.json").read_text())
-    for key in ("input", "output", "within_batch_duplicates", "cross_batch_duplicates", "previous_intervals"):
-        assert after_summary[key] == before_summary[key], key
     rebuild = json.loads((pipeline.root / "_runs" / "rebuild" / f"interval={iid}.json").read_text())
     assert rebuild["version"] == snapshot_store.version_id(end_ns)
     assert rebuild["parent"] == snapshot_store.version_id(pipeline.intervals[-2][2])
+    assert rebuild["run_id"] != pipeline.out["rebuild"][-1]["run_id"]
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root, table) == before_tables[table], table

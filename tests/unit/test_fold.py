@@ -454,6 +454,17 @@ def test_version_gap_is_kept_flagged_and_later_versions_apply():
     assert stats["gaps"] == 1
 
 
+def test_version_gap_across_two_batches_survives_the_state_round_trip():
+    st = loads_state(dumps_state(run([changed(0, b"A", sequence=1), changed(1, b"B", sequence=2)])))
+    stats = FoldStats()
+    st = loads_state(dumps_state(run([changed(4, b"E", sequence=5)], st, stats=stats)))
+    agg = resource(st)
+    assert agg["complete"] is False and agg["missing"] == [[2, 3]] and stats["gaps"] == 1
+    st = run([changed(5, b"F", sequence=6)], st)
+    assert resource(st)["version"] == 5 and resource(st)["missing"] == [[2, 3]]
+    assert resource(st)["latest"]["content_digest"] == fold._digest(b"F")
+
+
 def test_first_known_version_above_zero_is_incomplete():
     st = run([ra("resourcelinkspublished", 5, resources=[link("/x")])])
     assert links(st)["complete"] is False and links(st)["missing"] == [[0, 4]]
@@ -479,6 +490,19 @@ def test_old_hub_resource_snapshot_replaces_state():
     # an older snapshot arriving later is ignored
     st = run([dict(snap, version=8, stream_seq=999)], st)
     assert resource(st)["version"] == 17
+
+
+def test_old_hub_snapshot_after_a_gap_makes_the_aggregate_complete_again():
+    """§4.9 rule 8: a ``*snapshottaken`` with a version above the stored one is a full-state reset,
+    so the versions missing before it no longer matter (§4.3: snapshot = new base)."""
+    st = run([ra("resourcelinkspublished", 0, resources=[link("/a")]),
+              ra("resourcelinkspublished", 3, resources=[link("/b")])])
+    assert links(st)["missing"] == [[1, 2]] and links(st)["complete"] is False
+    st = run([ra("resourcelinkssnapshottaken", 4, resources=[link("/c")])], loads_state(dumps_state(st)))
+    assert links(st)["complete"] is True and links(st)["missing"] == []
+    assert sorted(links(st)["links"]) == ["/c"] and links(st)["version"] == 4
+    rows = fold.device_rows(st, END)["device_links"]
+    assert [(r["href"], r["complete"], r["missing_versions"]) for r in rows] == [("/c", True, [])]
 
 
 def test_old_hub_links_and_metadata_snapshots():
@@ -527,7 +551,7 @@ def test_unknown_event_type_is_a_clear_error():
 # ------------------------------------------------------------------------------------------
 
 def test_device_rows_columns_match_the_contract():
-    from airflow_provider_plgd.simulator.tables import SNAPSHOT_TABLES
+    from airflow_provider_plgd.plgd.tables import SNAPSHOT_TABLES
 
     st = run([
         reg("devicesregistered", T0),
@@ -557,40 +581,49 @@ def test_device_rows_columns_match_the_contract():
     assert all(v == [] for v in fold.device_rows(st, END).values())
 
 
-def _sim_fold(config):
+def _sim_fold(config, batches=None):
     """Decode the simulator's messages per interval, keep the first copy of every msg_id, fold
-    device by device with a JSON round trip of the state between intervals (as the Spark app
-    does), and yield (interval, rows, expected rows)."""
+    device by device with a JSON round trip of the state between batches (as the Spark app
+    does), and yield (last interval of the batch, rows, expected rows at its end).
+
+    :param batches: lists of interval indexes folded together, snapshot time = end of the last
+        one (default: one batch per interval).
+    """
     from collections import defaultdict
 
     import pyarrow as pa
 
     from airflow_provider_plgd import staging
+    from airflow_provider_plgd.plgd.tables import SNAPSHOT_SORT_KEYS
     from airflow_provider_plgd.simulator import expected_state, generate
-    from airflow_provider_plgd.simulator.tables import SNAPSHOT_SORT_KEYS
     from spark_apps import decode_batch
 
     sim = generate(config)
+    bounds = config.interval_bounds()
     seen: set[str] = set()
     states: dict[str, str] = {}
-    for k, (start, end) in enumerate(config.interval_bounds()):
-        msgs = [(seq, m) for seq, m in enumerate(sim.messages, start=1) if m.interval == k]
-        batch = pa.RecordBatch.from_pydict({
-            "stream": ["EVENTS"] * len(msgs),
-            "stream_seq": [seq for seq, _ in msgs],
-            "subject": [m.subject for _, m in msgs],
-            "published_at": pa.array([start // 1000] * len(msgs), pa.timestamp("us", tz="UTC")),
-            "msg_id": pa.nulls(len(msgs), pa.string()),
-            "data": [m.data for _, m in msgs],
-        })
-        decoded = decode_batch.decode_batch(batch, staging.interval_id(start, end)).to_pylist()
+    for batch_intervals in batches or [[k] for k in range(len(bounds))]:
         by_device = defaultdict(list)
-        for row in sorted((r for r in decoded if r["reason"] is None), key=lambda r: r["stream_seq"]):
-            if row["msg_id"] in seen:
-                continue
-            seen.add(row["msg_id"])
-            for device in (row["device_ids"] if row["event_type"].startswith("devices") else [row["device_id"]]):
-                by_device[device].append(row)
+        for k in batch_intervals:
+            start, end = bounds[k]
+            msgs = [(seq, m) for seq, m in enumerate(sim.messages, start=1) if m.interval == k]
+            batch = pa.RecordBatch.from_pydict({
+                "stream": ["EVENTS"] * len(msgs),
+                "stream_seq": [seq for seq, _ in msgs],
+                "subject": [m.subject for _, m in msgs],
+                "published_at": pa.array([start // 1000] * len(msgs), pa.timestamp("us", tz="UTC")),
+                "msg_id": pa.nulls(len(msgs), pa.string()),
+                "data": [m.data for _, m in msgs],
+            })
+            decoded = decode_batch.decode_batch(batch, staging.interval_id(start, end)).to_pylist()
+            for row in sorted((r for r in decoded if r["reason"] is None), key=lambda r: r["stream_seq"]):
+                if row["msg_id"] in seen:
+                    continue
+                seen.add(row["msg_id"])
+                for device in (row["device_ids"] if row["event_type"].startswith("devices") else [row["device_id"]]):
+                    by_device[device].append(row)
+        k = batch_intervals[-1]
+        end = bounds[k][1]
         got = {t: [] for t in fold.SNAPSHOT_TABLE_NAMES}
         for device in sorted(set(by_device) | set(states)):
             state = loads_state(states[device]) if device in states else None
@@ -614,6 +647,21 @@ def test_folding_simulated_traffic_gives_expected_state(config_kw):
     for k, got, expected in _sim_fold(SimulationConfig(**config_kw)):
         for table in expected:
             assert got[table] == expected[table], f"interval {k} table {table}"
+
+
+def test_incremental_fold_equals_one_fold_of_everything():
+    """Folding interval by interval (state round trip in between) gives the same tables as one
+    fold of all intervals at the last snapshot time, and both equal the ground truth."""
+    from airflow_provider_plgd.simulator import SimulationConfig
+
+    config = SimulationConfig(seed=7, intervals=4, duplicates=0.1, unregister=True, version_gaps=True,
+                              old_hub_snapshots=True)
+    *_, (k_inc, incremental, expected) = _sim_fold(config)
+    [(k_all, at_once, _)] = _sim_fold(config, batches=[list(range(config.intervals))])
+    assert k_inc == k_all == config.intervals - 1
+    for table in expected:
+        assert at_once[table] == incremental[table] == expected[table], table
+    assert all(expected[t] for t in expected), "scenario too small: a table is empty"
 
 
 # ------------------------------------------------------------------------------------------
@@ -665,6 +713,10 @@ def test_snapshot_store_names_and_empty_reads(tmp_path):
     assert snapshot_store.version_id(T0 + 3600 * SEC) == "20260101T010000Z"
     assert snapshot_store.version_id(T0 + 1500) == "20260101T000000.000001500Z"
     assert snapshot_store.version_id(T0 + 1000) == "20260101T000000.000001Z"
+    # one format for snapshot versions and interval IDs: version of the interval end == its ID's end
+    from airflow_provider_plgd import staging
+    assert staging.interval_id(T0 + 1000, END).split("_") == [
+        snapshot_store.version_id(T0 + 1000), snapshot_store.version_id(END)]
     with pytest.raises(ValueError, match="snapshot time"):
         snapshot_store.version_id(-1)
     assert snapshot_store.read_latest(str(tmp_path)) is None
@@ -741,3 +793,23 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
     res = snapshot_store.read_table(str(tmp_path), "resources", manifest).to_pylist()
     assert res[1]["update_pendings"] == [] and res[0]["version"] == 1
     assert [r for r in third.to_pylist() if r["table"] == "_device_state"][0]["next_expiry_ns"] is None
+
+
+def test_spark_apps_run_from_the_py_files_zip_alone(tmp_path):
+    """The fold/snapshot modules need only the ``--py-files`` zip (plgd model incl. the snapshot
+    table schemas, staging): importing them from the zip loads neither the simulator (nats-py),
+    Airflow nor pyspark."""
+    import subprocess
+    import sys
+
+    from airflow_provider_plgd.spark_deps import build_py_files_zip
+
+    zip_path = build_py_files_zip(tmp_path)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from spark_apps import fold, snapshot_store, dedupe_events, rebuild_snapshots; "
+            "assert snapshot_store.__file__.startswith(sys.argv[1]), snapshot_store.__file__; "
+            "assert snapshot_store.table_schema('resources').names[0] == 'owner_id'; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('nats', 'airflow', 'pyspark') "
+            "or m.startswith('airflow_provider_plgd.simulator')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code, zip_path], check=True, cwd=tmp_path)

@@ -34,7 +34,7 @@ from airflow_provider_plgd.simulator.records import (
     TwinSync,
 )
 from airflow_provider_plgd.simulator.state import StateFold
-from airflow_provider_plgd.simulator.tables import SNAPSHOT_SCHEMAS
+from airflow_provider_plgd.plgd.tables import SNAPSHOT_SCHEMAS
 
 ALL_FAULTS = dict(duplicates=0.05, corrupt=4, old_hub_snapshots=True, version_gaps=True, unregister=True)
 NO_FAULTS = dict(duplicates=0.0, corrupt=0, old_hub_snapshots=False, version_gaps=False, unregister=False)

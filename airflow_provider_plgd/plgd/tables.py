@@ -1,16 +1,30 @@
 """Columns and types of the four snapshot tables (the contract in ``docs/data-contracts.md``,
-section "Snapshot tables").
+section "Snapshot tables"); the one home of the snapshot columns and sort keys.
 
-``expected_state`` rows have exactly these keys, and the Spark ``rebuild_snapshots`` app writes
-exactly these columns. Times are int64 unix nanoseconds (the protobuf values, no precision lost);
-enums are their protobuf names; byte strings are standard base64 text.
+``airflow_provider_plgd.simulator.expected_state`` rows have exactly these keys, and the Spark
+``rebuild_snapshots`` app (``spark_apps/snapshot_store.py``, ``spark_apps/fold.py``) writes exactly
+these columns. Times are int64 unix nanoseconds (the protobuf values, no precision lost); enums
+are their protobuf names; byte strings are standard base64 text. State semantics: WIRE_FORMAT.md
+§4 and §4.9.
+
+Part of the pure-Python plgd model: imports only pyarrow (no Airflow, Spark or nats-py), so it
+ships in the Spark apps' ``--py-files`` zip (``airflow_provider_plgd/spark_deps.py``).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["SNAPSHOT_SCHEMAS", "SNAPSHOT_SORT_KEYS", "SNAPSHOT_TABLES", "snapshot_schema"]
+__all__ = [
+    "ENDPOINT",
+    "METADATA_PENDING",
+    "MISSING_RANGE",
+    "RESOURCE_PENDING",
+    "SNAPSHOT_SCHEMAS",
+    "SNAPSHOT_SORT_KEYS",
+    "SNAPSHOT_TABLES",
+    "snapshot_schema",
+]
 
 #: One missing range of aggregate versions, inclusive on both ends.
 MISSING_RANGE = pa.struct([("first", pa.int64()), ("last", pa.int64())])
@@ -37,6 +51,7 @@ METADATA_PENDING = pa.struct(
     ]
 )
 
+#: One endpoint of a link (``EndpointInformation``: URL text and priority).
 ENDPOINT = pa.struct([("endpoint", pa.string()), ("priority", pa.int64())])
 
 _AGGREGATE_TAIL = [
@@ -131,7 +146,10 @@ SNAPSHOT_SCHEMAS: dict[str, pa.Schema] = {
 
 
 def snapshot_schema(table: str) -> pa.Schema:
-    """``pyarrow.Schema`` of snapshot table ``table``; ValueError naming the value if unknown."""
+    """``pyarrow.Schema`` of snapshot table ``table`` (columns as :data:`SNAPSHOT_TABLES`).
+
+    :raises ValueError: ``table`` is not one of the four snapshot tables (the message names it).
+    """
     try:
         return SNAPSHOT_SCHEMAS[table]
     except KeyError:
