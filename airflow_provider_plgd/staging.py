@@ -353,6 +353,21 @@ def location_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return path if _is_local(fs) else fs.unstrip_protocol(path)
 
 
+#: A temporary part file of another writer younger than this (seconds) may still be written.
+STALE_INPROGRESS_S = 3600
+
+
+def _younger_than(fs: fsspec.AbstractFileSystem, path: str, seconds: float) -> bool:
+    """True if ``path`` was modified less than ``seconds`` ago (False when unknown)."""
+    try:
+        modified = fs.modified(path)
+    except (NotImplementedError, FileNotFoundError, OSError):
+        return False
+    if modified.tzinfo is None:
+        modified = modified.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - modified).total_seconds() < seconds
+
+
 # --------------------------------------------------------------------------------------------------
 # Writer
 # --------------------------------------------------------------------------------------------------
@@ -432,6 +447,8 @@ class StagingWriter:
         self._local = _is_local(self.fs)
         self._rename = _atomic_rename_ok(self.fs)
         self._stream_scalar = pa.scalar(stream, pa.string())
+        #: names this writer's temporary files, so two writers of one folder never share one
+        self._writer_id = uuid.uuid4().hex[:12]
         self._opened = False
         self._committed = False
         self._files: list[dict[str, Any]] = []
@@ -595,8 +612,10 @@ class StagingWriter:
         keep = {MANIFEST_NAME} | {f["path"] for f in self._files}
         for entry in self.fs.ls(self.folder, detail=False):
             name = posixpath.basename(str(entry).rstrip("/"))
-            if name not in keep:
-                self.fs.rm(entry, recursive=True)
+            if name in keep or (name.endswith(".inprogress") and self._writer_id not in name
+                                and _younger_than(self.fs, entry, STALE_INPROGRESS_S)):
+                continue  # another writer's file in progress (a concurrent run of this batch)
+            self.fs.rm(entry, recursive=True)
         return {**manifest, "folder": self.url}
 
     def abort(self) -> None:
@@ -639,7 +658,7 @@ class StagingWriter:
     def _open_file(self) -> None:
         index = len(self._files)
         name = part_name(index)
-        tmp = _join(self.folder, f".{name}.inprogress") if self._rename else _join(self.folder, name)
+        tmp = _join(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else _join(self.folder, name)
         if self._local:
             self._sink = None
             where: Any = tmp

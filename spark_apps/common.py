@@ -140,6 +140,11 @@ def commit_dir(spark, temp_path: str, final_path: str) -> None:
     On object stores (S3A, GCS) a directory rename is a copy; the ``_SUCCESS`` file that Spark
     writes last marks a complete folder there.
 
+    Concurrent runs of the same interval (two DAG runs, or a retry while a zombie attempt still
+    runs): each commits its own complete temp folder, and the last commit wins. If another run
+    committed between this run's delete and rename, Hadoop's rename moves the temp folder *into*
+    ``final_path``; that nested copy is deleted again, so the other run's complete output stays.
+
     :raises FileNotFoundError: ``temp_path`` does not exist.
     :raises OSError: the rename failed.
     """
@@ -154,17 +159,34 @@ def commit_dir(spark, temp_path: str, final_path: str) -> None:
         fs.mkdirs(parent)
     if not fs.rename(src, dst):
         raise OSError(f"could not rename {temp_path} to {final_path}")
+    nested = spark._jvm.org.apache.hadoop.fs.Path(dst, src.getName())
+    if fs.exists(nested):
+        log.warning("another run committed %s at the same time; keeping its (complete) output", final_path)
+        fs.delete(nested, True)
 
 
-def cleanup_temp_dirs(spark, parent: str, name: str) -> int:
-    """Delete leftover ``_tmp-{name}-*`` folders of killed runs under ``parent``; return how many."""
+#: Temp folders younger than this (seconds since their last change) may belong to a run that is
+#: still writing (a concurrent run of the same interval), so :func:`cleanup_temp_dirs` keeps them.
+TEMP_MIN_AGE_S = 6 * 3600
+
+
+def cleanup_temp_dirs(spark, parent: str, name: str, *, min_age_s: float = TEMP_MIN_AGE_S) -> int:
+    """Delete leftover ``_tmp-{name}-*`` folders of killed runs under ``parent``; return how many.
+
+    Only folders not modified for ``min_age_s`` seconds (default 6 h) are deleted: a younger one
+    may be the temp folder of a concurrent run of the same interval, still being written. Leftovers
+    are hidden (``_`` prefix), so keeping them a while costs only space.
+    """
+    import time
+
     fs, jparent = hadoop_path(spark, parent)
     if not fs.exists(jparent):
         return 0
+    cutoff_ms = (time.time() - min_age_s) * 1000
     removed = 0
     for status in fs.listStatus(jparent):
         child = status.getPath()
-        if child.getName().startswith(f"_tmp-{name}-"):
+        if child.getName().startswith(f"_tmp-{name}-") and status.getModificationTime() < cutoff_ms:
             fs.delete(child, True)
             removed += 1
     return removed

@@ -511,11 +511,6 @@ def test_concurrent_runs_of_one_interval_leave_correct_output(faults):
         str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))  # no file missing, none extra
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: spark_apps.common.cleanup_temp_dirs deletes the temp folder of a concurrent run of the same "
-    "interval, which then fails with 'temporary output ... does not exist' (or, if its tasks were still "
-    "writing, may commit a manifest naming deleted files); fix proposed in docs/reliability.md "
-    "('Failures'); remove this marker with the fix"))
 def test_concurrent_second_run_is_refused_clearly_or_both_succeed(faults):
     """Each run either succeeded or failed with an error that says another run holds the interval."""
     outcomes = [faults.state["conc_a"], faults.state["conc_b"]]

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import fsspec
@@ -177,6 +178,10 @@ def test_rerun_is_byte_identical_and_removes_strays(tmp_path):
     # leftovers of an interrupted run, and a part file from a bigger earlier batch
     for name in (".part-00000.parquet.inprogress", "part-00099.parquet", "junk.txt"):
         (tmp_path / first["folder"] / name).write_bytes(b"x")
+    # a temp file of a killed writer is removed once it is older than STALE_INPROGRESS_S (a
+    # younger one may belong to a concurrent writer of the same batch)
+    stale = time.time() - staging.STALE_INPROGRESS_S - 60
+    os.utime(tmp_path / first["folder"] / ".part-00000.parquet.inprogress", (stale, stale))
     again = write_batch(str(tmp_path), msgs, chunks=(13,), max_rows_per_file=400)
     assert folder_digest(again["folder"]) == before
     assert sorted(before) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
