@@ -23,7 +23,6 @@ import collections
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
+from airflow_provider_plgd.testing.spark import spark_submit_env
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import subjects
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
-LOCK = "/tmp/spark.lock"
+from airflow_provider_plgd.testing.spark import SPARK_LOCK as LOCK  # noqa: E402
 STREAM = "EVENTS"
 START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 END_NS = START_NS + 3600 * 1_000_000_000
@@ -73,12 +74,6 @@ def _sim_messages():
     return generate(config).messages
 
 
-def _spark_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
-    env["PYSPARK_PYTHON"] = str(VENV_BIN / "python")
-    env["PYTHONHASHSEED"] = "0"
-    return env
 
 
 def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
@@ -86,7 +81,7 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
     cmd = ["flock", LOCK, spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
            "--conf", "spark.ui.enabled=false", app, *args]
     with open(log, "w") as fh:
-        proc = subprocess.run(cmd, env=_spark_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=str(log.parent))
+        proc = subprocess.run(cmd, env=spark_submit_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=str(log.parent))
     if proc.returncode != 0:
         tail = log.read_text()[-8000:]
         pytest.fail(f"spark-submit {app} failed ({proc.returncode}):\n{tail}")

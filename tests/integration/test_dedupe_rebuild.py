@@ -15,9 +15,7 @@ Spark jobs run holding ``flock /tmp/spark.lock`` (shared 2-core machine).
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +26,8 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
+from airflow_provider_plgd.testing.spark import spark_lock, spark_submit_env
+
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
@@ -37,7 +37,6 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-LOCK = "/tmp/spark.lock"
 CONFIG = SimulationConfig(
     seed=11,
     owners=3,
@@ -111,13 +110,6 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def _spark_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env["PYTHONHASHSEED"] = "0"
-    return env
 
 
 def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
@@ -127,9 +119,8 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
     cmd = [spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
            "--driver-memory", "2g", app, *args]
-    with open(LOCK, "a") as lock, log.open("ab") as fh:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
-        proc = subprocess.run(cmd, env=_spark_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200)
+    with spark_lock(), log.open("ab") as fh:
+        proc = subprocess.run(cmd, env=spark_submit_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
         pytest.fail(f"spark-submit {app} failed ({proc.returncode}):\n{tail}")

@@ -9,16 +9,16 @@ Airflow", "Expired messages and incomplete intervals", "Exactly-once output".
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import signal
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
+
+from airflow_provider_plgd.testing.spark import spark_lock
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.exceptions import MessagesExpiredError
@@ -31,19 +31,8 @@ pytestmark = pytest.mark.airflow
 
 UTC = timezone.utc
 O1 = "e1407479-3136-56c0-9908-bb02fb0339e2"
-LOCK = "/tmp/spark.lock"
 
 
-@contextlib.contextmanager
-def spark_lock():
-    """Hold ``/tmp/spark.lock`` (the shared-machine rule: one Spark job / DAG run at a time), unless
-    ``PLGD_SPARK_LOCK_HELD=1`` says the caller already holds it (``flock /tmp/spark.lock pytest …``)."""
-    if os.environ.get("PLGD_SPARK_LOCK_HELD") == "1":
-        yield
-        return
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def run_op(**kwargs):

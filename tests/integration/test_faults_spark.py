@@ -31,8 +31,6 @@ with ``simulator.expected_state``. Spark jobs take ``/tmp/spark.lock`` (shared 2
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import random
@@ -49,6 +47,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
+from airflow_provider_plgd.testing.spark import spark_lock, spark_submit_env
+
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
@@ -60,7 +60,6 @@ pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-LOCK = "/tmp/spark.lock"
 CONFIG = SimulationConfig(seed=17, owners=2, devices_per_owner=4, resources_per_device=2, intervals=2,
                           steps_per_interval=30, duplicates=0.1, corrupt=3, leadrt="first", unregister=True)
 BUCKETS = 8
@@ -122,24 +121,7 @@ DRIVER = textwrap.dedent('''
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def spark_lock():
-    """Hold ``/tmp/spark.lock`` (the shared-machine rule: one Spark job / DAG run at a time), unless
-    ``PLGD_SPARK_LOCK_HELD=1`` says the caller already holds it (``flock /tmp/spark.lock pytest …``)."""
-    if os.environ.get("PLGD_SPARK_LOCK_HELD") == "1":
-        yield
-        return
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
-def _spark_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    env["PYTHONHASHSEED"] = "0"
-    return env
 
 
 def _cmd(py_files: str, driver: Path, cfg: Path) -> list[str]:
@@ -167,7 +149,7 @@ class Run:
 
     def start(self) -> Run:
         self._fh = self.log.open("ab")
-        self.proc = subprocess.Popen(self.cmd, env=_spark_env(), stdout=self._fh, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(self.cmd, env=spark_submit_env(), stdout=self._fh, stderr=subprocess.STDOUT,
                                      cwd=self.dir, start_new_session=True)
         return self
 

@@ -1,0 +1,201 @@
+"""The example DAGs in ``dags/`` run through Airflow itself (``dag.test()``) against a real nats-server.
+
+* ``example_plgd_snapshot_consumer``: scheduled on the ETL DAG's ``snapshots`` asset (the same
+  object the ETL's ``rebuild`` task has as outlet); a run reads a committed snapshot and its XCom
+  equals the device counts computed from the simulator's ground truth. The snapshot is written
+  here in the documented layout (``docs/snapshots.md``) from ``expected_state``, so no Spark runs.
+* ``example_plgd_fetch_by_sequence``: explicit stream-sequence bounds from the run conf stage
+  exactly the messages in that range (compared with the publish acks of simulated hub traffic).
+* ``example_plgd_fetch_durable``: a durable consumer stages each message once across runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_plgd import staging
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from tests.integration.conftest import load_dag, publish_messages, xcom_value
+
+pytestmark = pytest.mark.airflow
+
+REPO = Path(__file__).resolve().parents[2]
+START_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
+
+
+def _install_dag(dags_folder: Path, name: str, dag_id: str):
+    """Copy ``dags/<name>`` into the session's dags folder (the DAG bundle) and load ``dag_id`` from it."""
+    target = dags_folder / name
+    shutil.copyfile(REPO / "dags" / name, target)
+    return load_dag(target, dag_id)
+
+
+def _succeeded(dag_run) -> bool:
+    return str(dag_run.state) in ("success", "DagRunState.SUCCESS")
+
+
+def _simulation(seed: int, owners: int = 2, devices: int = 3, intervals: int = 1):
+    return generate(SimulationConfig(seed=seed, owners=owners, devices_per_owner=devices, resources_per_device=2,
+                                     intervals=intervals, steps_per_interval=12, interval_seconds=20.0,
+                                     start_time_ns=START_NS))
+
+
+def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: int, interval_id: str) -> str:
+    """Commit ``tables`` as one snapshot version (one bucket per table) in the layout of
+    ``spark_apps.snapshot_store``: data files, then ``v=<version>/_manifest.json``, then ``_latest.json``."""
+    from spark_apps import snapshot_store as ss
+
+    version = ss.version_id(snapshot_time_ns)
+    run_rel = ss.run_dir(version, ss.new_run_id())
+    entries = {}
+    for table, rows in tables.items():
+        rel = f"{run_rel}/{table}/bucket=0/part-00000.parquet"
+        path = Path(ss.snapshots_root(str(root))) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=ss.table_schema(table)), path)
+        entries[table] = {"0": {"files": [rel], "rows": len(rows)}}
+    manifest = {"format": ss.MANIFEST_FORMAT, "version": version, "snapshot_time_ns": snapshot_time_ns,
+                "snapshot_time": staging.ns_to_iso(snapshot_time_ns), "parent": None, "run_id": run_rel,
+                "interval_id": interval_id, "intervals": [interval_id], "buckets": 1,
+                "bucket_expr": ss.BUCKET_EXPR.format(buckets=1), "tables": entries,
+                "rows": {t: len(r) for t, r in tables.items()}}
+    Path(ss.manifest_path(str(root), version)).write_text(json.dumps(manifest))
+    Path(ss.latest_path(str(root))).write_text(json.dumps(
+        {"version": version, "manifest": f"v={version}/{ss.MANIFEST_NAME}", "snapshot_time_ns": snapshot_time_ns,
+         "interval_id": interval_id}))
+    return version
+
+
+# ---------------------------------------------------------------------------------------------
+def test_snapshot_consumer_is_scheduled_on_the_etl_snapshot_asset(dags_folder):
+    from airflow_provider_plgd.etl import build_etl_dag, etl_assets
+
+    dag = _install_dag(dags_folder, "example_plgd_snapshot_consumer.py", "example_plgd_snapshot_consumer")
+    snapshots = etl_assets("plgd_events_etl")["snapshots"]
+    etl = build_etl_dag(dag_id="plgd_events_etl", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    assert snapshots in etl.get_task("rebuild").outlets
+    condition = getattr(dag.timetable, "asset_condition", None) or getattr(dag.timetable, "dataset_condition")
+    assert list(condition.objects) == [snapshots]
+
+
+def test_snapshot_consumer_counts_devices_online_per_owner(dags_folder, tmp_path):
+    sim = _simulation(seed=11, owners=2, devices=3)
+    tables = expected_state(sim, through_interval=0)
+    snapshot_ns = START_NS + 20 * 10**9
+    root = tmp_path / "root"
+    version = write_snapshot(root, tables, snapshot_ns, "20260101T000000Z_20260101T000020Z")
+
+    # Ground truth: the owner's devices and their connection status, straight from the simulator.
+    status: dict[tuple[str, str], str | None] = {(r["owner_id"], r["device_id"]): None
+                                                 for r in tables["owner_devices"]}
+    for row in tables["device_metadata"]:
+        status[(row["owner_id"], row["device_id"])] = row["connection_status"]
+    expected: dict[str, dict[str, int]] = {}
+    for (owner_id, _device), value in status.items():
+        c = expected.setdefault(owner_id, {"devices": 0, "online": 0, "offline": 0, "unknown": 0})
+        c["devices"] += 1
+        c[{"ONLINE": "online", "OFFLINE": "offline"}.get(value or "", "unknown")] += 1
+    assert len(expected) == 2 and sum(c["online"] for c in expected.values()) > 0
+
+    dag = _install_dag(dags_folder, "example_plgd_snapshot_consumer.py", "example_plgd_snapshot_consumer")
+    dr = dag.test(logical_date=None, run_conf={"storage_root": str(root)})  # like an asset-triggered run
+    assert _succeeded(dr), dr.state
+    result = xcom_value(dr, "devices_online")
+    assert result == {
+        "snapshot_version": version,
+        "snapshot_time": "2026-01-01T00:00:20Z",
+        "interval_id": "20260101T000000Z_20260101T000020Z",
+        "owners": expected,
+        "devices": len(status),
+        "online": sum(1 for v in status.values() if v == "ONLINE"),
+    }
+
+
+def test_snapshot_consumer_fails_without_a_snapshot(dags_folder, tmp_path):
+    dag = _install_dag(dags_folder, "example_plgd_snapshot_consumer.py", "example_plgd_snapshot_consumer")
+    dr = dag.test(logical_date=None, run_conf={"storage_root": str(tmp_path / "empty")})
+    assert not _succeeded(dr)
+
+
+# ---------------------------------------------------------------------------------------------
+def _publish_sim(jetstream, sim) -> list[tuple[int, str, str]]:
+    """Publish the simulation's messages; return ``(stream_seq, owner_id, event_type)`` per message."""
+    seqs = publish_messages(jetstream.url, [(m.subject, m.data, None) for m in sim.messages])
+    return [(seq, m.owner_id, m.event_type) for seq, m in zip(seqs, sim.messages)]
+
+
+def _per_owner(published, first: int, last: int) -> dict[str, dict[str, int]]:
+    counts = Counter((o, e) for seq, o, e in published if first <= seq <= last)
+    out: dict[str, dict[str, int]] = {}
+    for (owner_id, event_type), n in sorted(counts.items()):
+        out.setdefault(owner_id, {})[event_type] = n
+    return out
+
+
+def test_fetch_by_sequence_stages_exactly_the_range(jetstream, dags_folder, tmp_path):
+    published = _publish_sim(jetstream, _simulation(seed=5))
+    total = len(published)
+    assert [p[0] for p in published] == list(range(1, total + 1)) and total > 60
+    first, last = 11, total - 20
+    root = str(tmp_path / "root")
+    dag = _install_dag(dags_folder, "example_plgd_fetch_by_sequence.py", "example_plgd_fetch_by_sequence")
+
+    dr = dag.test(logical_date=None, run_conf={"start_seq": first, "end_seq": last, "storage_root": root})
+    assert _succeeded(dr), dr.state
+    summary = xcom_value(dr, "staging_summary")
+    assert summary == {
+        "mode": "seq",
+        "interval_ids": [staging.seq_interval_id(first, last)],
+        "count": last - first + 1,
+        "bytes": xcom_value(dr, "fetch")["bytes"],
+        "first_seq": first,
+        "last_seq": last,
+        "per_owner": _per_owner(published, first, last),
+        "other_subjects": 0,
+    }
+    (manifest,) = staging.list_committed(root, "EVENTS")
+    assert staging.read_batch(manifest).column("stream_seq").to_pylist() == list(range(first, last + 1))
+
+    # end_seq null: up to the stream's last sequence when the task starts
+    dr = dag.test(logical_date=None, run_conf={"start_seq": last + 1, "end_seq": None, "storage_root": root})
+    assert _succeeded(dr), dr.state
+    summary = xcom_value(dr, "staging_summary")
+    assert (summary["count"], summary["first_seq"], summary["last_seq"]) == (total - last, last + 1, total)
+    assert summary["per_owner"] == _per_owner(published, last + 1, total)
+
+
+def test_fetch_durable_stages_each_message_once_across_runs(jetstream, dags_folder, tmp_path):
+    root = str(tmp_path / "root")
+    conf = {"storage_root": root, "durable": "plgd_example_test"}
+    dag = _install_dag(dags_folder, "example_plgd_fetch_by_sequence.py", "example_plgd_fetch_durable")
+    first = _publish_sim(jetstream, _simulation(seed=6, owners=1))
+    dr = dag.test(logical_date=None, run_conf=conf)
+    assert _succeeded(dr), dr.state
+    summary = xcom_value(dr, "staging_summary")
+    n1 = len(first)
+    assert (summary["mode"], summary["count"], summary["first_seq"], summary["last_seq"]) == ("durable", n1, 1, n1)
+    assert summary["interval_ids"] == [staging.durable_interval_id(1, n1)]
+    assert summary["per_owner"] == _per_owner(first, 1, n1)
+
+    second = _publish_sim(jetstream, _simulation(seed=7, owners=1))
+    n2 = len(second)
+    dr = dag.test(logical_date=None, run_conf=conf)
+    summary = xcom_value(dr, "staging_summary")
+    assert (summary["count"], summary["first_seq"], summary["last_seq"]) == (n2, n1 + 1, n1 + n2)
+    assert summary["per_owner"] == _per_owner(second, n1 + 1, n1 + n2)
+
+    dr = dag.test(logical_date=None, run_conf=conf)  # nothing new: no folder, count 0
+    assert _succeeded(dr), dr.state
+    summary = xcom_value(dr, "staging_summary")
+    assert (summary["count"], summary["interval_ids"], summary["per_owner"]) == (0, [], {})
+    staged = sorted(seq for m in staging.list_committed(root, "EVENTS")
+                    for seq in staging.read_batch(m).column("stream_seq").to_pylist())
+    assert staged == list(range(1, n1 + n2 + 1))
