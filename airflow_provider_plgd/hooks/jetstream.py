@@ -527,8 +527,19 @@ class JetStreamHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Hidden/relabelled fields and placeholders of the connection form (``UI_FIELD_BEHAVIOUR``)."""
-        return json.loads(json.dumps(UI_FIELD_BEHAVIOUR))
+        """Hidden/relabelled fields and placeholders of the connection form.
+
+        :return: ``{"hidden_fields": [str], "relabeling": {field: label}, "placeholders": {field: text}}``,
+            the hook API's snake_case keys (Airflow's ``ProvidersManager`` validates them; the provider
+            info's ``ui-field-behaviour`` keeps the kebab-case ``hidden-fields`` of
+            ``provider_info.schema.json``). Source: ``get_provider_info.UI_FIELD_BEHAVIOUR``.
+        """
+        behaviour = json.loads(json.dumps(UI_FIELD_BEHAVIOUR))
+        return {
+            "hidden_fields": behaviour["hidden-fields"],
+            "relabeling": behaviour["relabeling"],
+            "placeholders": behaviour["placeholders"],
+        }
 
     # ---- settings & connection ----------------------------------------------------------
 

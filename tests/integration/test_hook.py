@@ -524,7 +524,7 @@ def test_settings_from_connection():
 
 
 def test_ui_metadata_and_time_conversion():
-    assert JetStreamHook.get_ui_field_behaviour()["hidden-fields"] == ["schema", "extra"]
+    assert JetStreamHook.get_ui_field_behaviour()["hidden_fields"] == ["schema", "extra"]
     assert isinstance(JetStreamHook.get_connection_form_widgets(), dict)
     assert JetStreamHook.conn_type == "plgd_jetstream" and JetStreamHook.default_conn_name == "plgd_jetstream_default"
     when = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)

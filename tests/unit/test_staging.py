@@ -266,7 +266,7 @@ def test_object_store_path_writes_final_names(tmp_path, monkeypatch):
 
 
 def test_object_storage_path(tmp_path):
-    from airflow.sdk import ObjectStoragePath
+    from airflow_provider_plgd.compat import ObjectStoragePath
 
     root = ObjectStoragePath(f"file://{tmp_path}/osp")
     m = write_batch(root, make_messages(3))
