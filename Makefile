@@ -34,7 +34,7 @@ $(VENV2)/.installed: setup.cfg pyproject.toml
 
 ## make test: the whole suite (real nats-server, spark-submit and Airflow)
 test: venv
-	$(RUN) $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+	$(RUN) $(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 ## make test-airflow2: the Airflow 2.11 subset: tests/airflow2 (DAG import, provider registration, a real
 ## `airflow dags backfill` against nats-server) and the unit tests.

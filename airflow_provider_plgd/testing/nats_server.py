@@ -211,6 +211,10 @@ class NatsServer:
             return "(no log)"
 
 
+#: Tries of STREAM.CREATE in :func:`arecreate_stream` while the deleted store is still removed.
+CREATE_ATTEMPTS = 5
+
+
 async def arecreate_stream(
     servers: str | list[str], config: dict[str, Any] | None = None, **connect_options: Any
 ) -> dict:
@@ -233,8 +237,14 @@ async def arecreate_stream(
         err = json.loads(resp.data).get("error")
         if err and err.get("err_code") != 10059:  # 10059: stream not found
             raise RuntimeError(f"deleting stream {name}: {err}")
-        resp = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(config).encode(), timeout=10)
-        body = json.loads(resp.data)
+        for attempt in range(CREATE_ATTEMPTS):
+            resp = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(config).encode(), timeout=10)
+            body = json.loads(resp.data)
+            # 10049 "error creating store for stream": right after the delete, the old stream's
+            # file store may still be being removed; try again shortly
+            if not body.get("error") or body["error"].get("err_code") != 10049:
+                break
+            await asyncio.sleep(0.2 * (attempt + 1))
         if body.get("error"):
             raise RuntimeError(f"creating stream {name}: {body['error']}")
         return body
