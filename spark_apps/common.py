@@ -192,6 +192,25 @@ def cleanup_temp_dirs(spark, parent: str, name: str, *, min_age_s: float = TEMP_
     return removed
 
 
+def read_text(spark, path: str) -> str | None:
+    """Read a small UTF-8 text file through Hadoop (any file system Spark reads); None if it does
+    not exist."""
+    fs, jpath = hadoop_path(spark, path)
+    if not fs.exists(jpath):
+        return None
+    stream = fs.open(jpath)
+    try:
+        reader = spark._jvm.java.io.BufferedReader(spark._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+        lines = []
+        line = reader.readLine()
+        while line is not None:
+            lines.append(line)
+            line = reader.readLine()
+        return "\n".join(lines)
+    finally:
+        stream.close()
+
+
 def write_text(spark, path: str, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` on its Hadoop file system: temp file, then rename."""
     fs, dst = hadoop_path(spark, path)
@@ -295,6 +314,88 @@ def hive_escape(value: Any) -> str:
 def partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
     """``name1=value1/name2=value2`` with :func:`hive_escape`."""
     return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values))
+
+
+def plan_tasks(units: list[tuple[str, int, int]], slots: int, *, min_rows: int = 10_000,
+               share: float = 0.25) -> list[list[tuple[str, int, int]]]:
+    """Pack units of work (staging row groups, Parquet files) into Spark tasks: few tasks, sizes decreasing, even finish.
+
+    Guided self-scheduling: Spark starts the tasks in list order on ``slots`` task slots, so
+    task ``k`` gets about ``share * remaining_rows / slots`` rows (first-fit over the units,
+    largest first; a unit is never split; the target is at least ``min_rows``). Early
+    tasks are big (few task overheads: ~30-50 ms each for a Python task), the last ones small,
+    so both slots run out of work at about the same time. 974,286 rows in 75 row groups on
+    2 slots -> 28 tasks instead of 75.
+
+    :param units: ``(url, row_group, rows)`` tuples, e.g. ``decode_events.staging_units`` (any order;
+        rows >= 0; ``row_group`` is any int, e.g. -1 for a whole file).
+    :param slots: task slots (``spark.sparkContext.defaultParallelism``), >= 1.
+    :param min_rows: smallest target task size in rows.
+    :param share: fraction of the remaining work per slot given to the next task (0..1].
+    :return: list of tasks (each a non-empty list of units); every unit exactly once.
+    """
+    left = sorted(units, key=lambda u: (-u[2], u[0], u[1]))
+    remaining = sum(u[2] for u in left)
+    slots = max(1, int(slots))
+    tasks: list[list[tuple[str, int, int]]] = []
+    while left:
+        target = max(min_rows, int(share * remaining / slots))
+        task, rows, rest = [], 0, []
+        for unit in left:
+            if not task or rows + unit[2] <= target:
+                task.append(unit)
+                rows += unit[2]
+            else:
+                rest.append(unit)
+        tasks.append(task)
+        left = rest
+        remaining -= rows
+    return tasks
+
+
+def finish_folder(spark, temp: str, files: list[dict[str, Any]], table: str, interval_id: str) -> None:
+    """Finish a temp output folder written by tasks: delete files no successful task reported
+    (leftovers of failed attempts), then write ``_manifest.json`` (``table``, ``interval_id``,
+    ``rows``, ``files``: ``[{"path" (relative), "rows", ...}]`` sorted by path) and ``_SUCCESS``.
+
+    :param files: what the tasks reported, one dict per written file (``path`` relative to ``temp``).
+    """
+    import fsspec
+
+    keep = {f["path"] for f in files}
+    fs, base = fsspec.core.url_to_fs(temp)  # the same file system API the tasks wrote with
+    base = base.rstrip("/")
+    for path in fs.find(base) if fs.exists(base) else []:
+        rel = path[len(base) + 1:] if path.startswith(base + "/") else path
+        if rel not in keep:
+            fs.rm(path)
+    manifest = {
+        "table": table,
+        "interval_id": interval_id,
+        "rows": sum(f["rows"] for f in files),
+        "files": sorted(files, key=lambda f: f["path"]),
+    }
+    write_text(spark, join(temp, "_manifest.json"),
+               json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_text(spark, join(temp, "_SUCCESS"), "")
+
+
+def write_parquet_file(fs, path: str, table, *, row_group_size: int = 64 * 1024) -> None:
+    """Write ``table`` (pyarrow) to ``path`` on the fsspec file system ``fs``: Parquet, snappy,
+    timestamps as ``TIMESTAMP_MICROS`` (never INT96), ``row_group_size`` rows per row group.
+
+    Written under a temp name in the same folder, then moved, so a retried task never leaves a
+    half-written file under the final name.
+    """
+    import pyarrow.parquet as pq
+
+    folder = posixpath.dirname(path)
+    fs.makedirs(folder, exist_ok=True)
+    tmp = posixpath.join(folder, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+    with fs.open(tmp, "wb") as fh:
+        pq.write_table(table, fh, compression="snappy", row_group_size=max(1, row_group_size),
+                       coerce_timestamps="us", use_deprecated_int96_timestamps=False)
+    fs.mv(tmp, path)
 
 
 class ArrowPartitionedWriter:
@@ -419,3 +520,25 @@ def list_files(spark, folder: str) -> list[str]:
         full = it.next().getPath().toString()
         out.append(full[len(base):] if full.startswith(base) else full)
     return sorted(out)
+
+
+def folder_files(spark, folder: str) -> tuple[list[tuple[str, int, int]], bool]:
+    """The Parquet files of a committed table folder (``events``, ``events_deduped`` interval).
+
+    :return: ``([(relative path, -1, rows)], rows_known)`` sorted by path: every ``*.parquet``
+        file below the folder (a Hadoop listing), with the row counts of the folder's
+        ``_manifest.json`` (:func:`finish_folder`) when it names exactly those files
+        (``rows_known`` True); otherwise (a folder written by Spark, or files added after the
+        commit) rows = 1, only good to balance tasks (``rows_known`` False). The tuples are
+        :func:`plan_tasks` units.
+    """
+    listed = [rel for rel in list_files(spark, folder)
+              if rel.endswith(".parquet") and not any(part[:1] in "._" for part in rel.split("/"))]
+    text = read_text(spark, join(folder, "_manifest.json"))
+    if text:
+        rows = {f["path"]: int(f["rows"]) for f in json.loads(text)["files"]}
+        if set(rows) == set(listed):
+            return [(rel, -1, rows[rel]) for rel in listed], True
+        log.warning("%s: _manifest.json names %d files, the folder holds %d Parquet files; using the listing",
+                    folder, len(rows), len(listed))
+    return [(rel, -1, 1) for rel in listed], False

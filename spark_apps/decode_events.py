@@ -12,7 +12,7 @@ Steps:
 1. ``airflow_provider_plgd.staging.list_committed`` lists the committed batch folders of the
    interval (those with ``_manifest.json``); only the files the manifests list are read.
    ``--reader arrow`` (default): the driver reads the footers and packs the row groups into a few
-   tasks of decreasing size (:func:`plan_tasks`); each task reads its row groups with pyarrow.
+   tasks of decreasing size (:func:`common.plan_tasks`); each task reads its row groups with pyarrow.
    ``--reader spark``: Spark's Parquet scan, a few partitions per core (``headers`` as JSON text).
 2. One pass (``RDD.mapPartitions`` with :func:`make_rdd_task` for ``--reader arrow``,
    ``mapInArrow`` with :func:`make_task` for ``--reader spark``): each task decodes its staging
@@ -39,7 +39,6 @@ Column reference: ``docs/events.md``; schemas: ``spark_apps/schemas.py``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -47,12 +46,14 @@ from typing import Any, Sequence
 
 try:  # a plain ``spark-submit spark_apps/decode_events.py`` puts only spark_apps/ on sys.path
     from spark_apps import common, schemas
+    from spark_apps.common import plan_tasks
     from spark_apps.decode_batch import decode_batches
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from spark_apps import common, schemas
+    from spark_apps.common import plan_tasks
     from spark_apps.decode_batch import decode_batches
 
 APP = "decode"
@@ -115,42 +116,6 @@ def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
             units.append((url, i, meta.row_group(i).num_rows))
     units.sort(key=lambda u: (-u[2], u[0], u[1]))
     return units
-
-
-def plan_tasks(units: list[tuple[str, int, int]], slots: int, *, min_rows: int = 10_000,
-               share: float = 0.25) -> list[list[tuple[str, int, int]]]:
-    """Pack staging row groups into Spark tasks: few tasks, sizes decreasing, even finish.
-
-    Guided self-scheduling: Spark starts the tasks in list order on ``slots`` task slots, so
-    task ``k`` gets about ``share * remaining_rows / slots`` rows (first-fit over the units,
-    largest first; a unit is never split; the target is at least ``min_rows``). Early
-    tasks are big (few task overheads: ~30-50 ms each for a Python task), the last ones small,
-    so both slots run out of work at about the same time. 974,286 rows in 75 row groups on
-    2 slots -> 28 tasks instead of 75.
-
-    :param units: :func:`staging_units` (any order; rows >= 0).
-    :param slots: task slots (``spark.sparkContext.defaultParallelism``), >= 1.
-    :param min_rows: smallest target task size in rows.
-    :param share: fraction of the remaining work per slot given to the next task (0..1].
-    :return: list of tasks (each a non-empty list of units); every unit exactly once.
-    """
-    left = sorted(units, key=lambda u: (-u[2], u[0], u[1]))
-    remaining = sum(u[2] for u in left)
-    slots = max(1, int(slots))
-    tasks: list[list[tuple[str, int, int]]] = []
-    while left:
-        target = max(min_rows, int(share * remaining / slots))
-        task, rows, rest = [], 0, []
-        for unit in left:
-            if not task or rows + unit[2] <= target:
-                task.append(unit)
-                rows += unit[2]
-            else:
-                rest.append(unit)
-        tasks.append(task)
-        left = rest
-        remaining -= rows
-    return tasks
 
 
 def _decode_task(batches, task_id: int, interval_id: str, events_tmp: str, quarantine_tmp: str,
@@ -228,7 +193,7 @@ def make_rdd_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *,
                   batch_rows: int = 10_000, row_group_rows: int = 65_536):
     """Build the ``RDD.mapPartitions`` function of the decode pass for ``--reader arrow``.
 
-    Input: the partition's elements, each a list of units (:func:`plan_tasks`); the task reads
+    Input: the partition's elements, each a list of units (:func:`common.plan_tasks`); the task reads
     those row groups with pyarrow (``batch_rows`` rows per batch), runs :func:`_decode_task`
     and yields its records (tuples, :data:`WRITTEN_FILES_SCHEMA_DDL` order). A plain Python RDD
     task needs no SQL planning, no Arrow stream between JVM and worker and no second Python
@@ -262,28 +227,6 @@ def _read_units(unit_lists, batch_rows: int):
                 for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[row_group],
                                              columns=staging.SCHEMA.names):
                     yield batch
-
-
-def _finish_folder(spark, temp: str, files: list[dict[str, Any]], table: str, interval_id: str) -> None:
-    """Delete files no successful task reported, then write ``_manifest.json`` and ``_SUCCESS``."""
-    import fsspec
-
-    keep = {f["path"] for f in files}
-    fs, base = fsspec.core.url_to_fs(temp)  # the same file system API the tasks wrote with
-    base = base.rstrip("/")
-    for path in fs.find(base) if fs.exists(base) else []:
-        rel = path[len(base) + 1:] if path.startswith(base + "/") else path
-        if rel not in keep:
-            fs.rm(path)
-    manifest = {
-        "table": table,
-        "interval_id": interval_id,
-        "rows": sum(f["rows"] for f in files),
-        "files": sorted(files, key=lambda f: f["path"]),
-    }
-    common.write_text(spark, common.join(temp, "_manifest.json"),
-                      json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    common.write_text(spark, common.join(temp, "_SUCCESS"), "")
 
 
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
@@ -382,8 +325,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     if not quarantine_files:  # an empty file, so the folder always has the schema
         common.ArrowPartitionedWriter(quarantine_tmp, 0, schemas.QUARANTINE_SCHEMA, (), always_write=True).close()
         quarantine_files["part-00000.parquet"] = 0
-    _finish_folder(spark, events_tmp, event_files, "events", interval_id)
-    _finish_folder(spark, quarantine_tmp, [{"path": p, "rows": n} for p, n in sorted(quarantine_files.items())],
+    common.finish_folder(spark, events_tmp, event_files, "events", interval_id)
+    common.finish_folder(spark, quarantine_tmp, [{"path": p, "rows": n} for p, n in sorted(quarantine_files.items())],
                    "quarantine", interval_id)
     common.commit_dir(spark, events_tmp, events_final)
     common.commit_dir(spark, quarantine_tmp, quarantine_final)

@@ -52,12 +52,12 @@ import time
 from typing import Any, Sequence
 
 try:  # a plain ``spark-submit spark_apps/rebuild_snapshots.py`` puts only spark_apps/ on sys.path
-    from spark_apps import common, fold, schemas, snapshot_store
+    from spark_apps import common, fold, rebuild_input, schemas, snapshot_store
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_apps import common, fold, schemas, snapshot_store
+    from spark_apps import common, fold, rebuild_input, schemas, snapshot_store
 
 APP = "rebuild"
 DEDUPED_DIR = "events_deduped"
@@ -95,6 +95,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              f"base's count; default {snapshot_store.DEFAULT_BUCKETS})")
     parser.add_argument("--keep-versions", type=int, default=DEFAULT_KEEP_VERSIONS,
                         help=f"snapshot versions to keep (0 = never delete; default {DEFAULT_KEEP_VERSIONS})")
+    parser.add_argument("--reader", choices=("arrow", "spark"), default="arrow",
+                        help="how the new events are read: 'arrow' = Python tasks read the files with "
+                             "pyarrow and a Python shuffle gathers each bucket (default, faster; "
+                             "spark_apps/rebuild_input.py), 'spark' = Spark's Parquet scan + repartition")
     common.add_interval_args(parser)
     args = parser.parse_args(argv)
     if args.buckets < 1 or args.buckets > 65536:
@@ -152,14 +156,47 @@ def intervals_to_fold(spark, root: str, interval_id: str, base: dict[str, Any] |
             and (after is None or i > after)]
 
 
+def _fold_with_spark_reader(spark, root: str, folders: list[str], buckets: int, partitions: int,
+                            expiring: list[int], fold_kwargs: dict[str, Any]) -> list[Any]:
+    """``--reader spark``: Spark's Parquet scan of the new events, keyed by device and bucket,
+    ``repartition(partitions, bucket)`` + ``mapInArrow`` (:func:`snapshot_store.rebuild_partition`).
+    Returns the ``BUCKET_RESULT_SCHEMA`` rows."""
+    from pyspark.sql import functions as F
+
+    events = (spark.read.schema(schemas.events_read_schema())
+              .option("basePath", common.join(root, DEDUPED_DIR))
+              .parquet(*folders)
+              .select(*fold.FOLD_INPUT_COLUMNS))
+    is_registration = F.col("event_type").isin(fold.DEVICES_REGISTERED, fold.DEVICES_UNREGISTERED)
+    events = (events
+              .withColumn("_device", F.explode(F.when(is_registration, F.col("device_ids"))
+                                               .otherwise(F.array(F.coalesce("device_id", "group_id")))))
+              .where(F.col("_device").isNotNull())
+              .withColumn("_bucket", F.expr(snapshot_store.BUCKET_EXPR.format(buckets=buckets)
+                                            .replace("device_id", "_device")).cast("int")))
+    # Python gets the content's MD5 (all the stale-skip rule needs), not the bytes, and the nested
+    # columns as JSON text (null nested structs are costly to convert to Arrow, row by row).
+    events = events.withColumn("content_md5", F.md5("content_data")).drop("content_data")
+    for column in fold.JSON_COLUMNS:
+        events = events.withColumn(column, F.to_json(column))
+    if expiring:  # one marker row per bucket whose pendings expire, so the bucket is processed
+        markers = spark.createDataFrame([(b,) for b in expiring], "_bucket int")
+        events = events.unionByName(markers, allowMissingColumns=True)
+
+    def partition_task(batches):
+        return snapshot_store.rebuild_partition(batches, **fold_kwargs)
+
+    return (events.repartition(partitions, "_bucket")
+            .mapInArrow(partition_task, schemas.to_spark_schema(snapshot_store.BUCKET_RESULT_SCHEMA))
+            .collect())
+
+
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     """Build and commit the snapshot of ``args.snapshot_time``; return the run summary.
 
     :raises RuntimeError: see :func:`choose_base`.
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
     """
-    from pyspark.sql import functions as F
-
     from airflow_provider_plgd import staging
 
     started = time.time()
@@ -179,29 +216,6 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     log.info("snapshot %s: base %s, folding %d interval(s) %s; %d buckets with expiring pendings",
              version, base["version"] if base else None, len(intervals), intervals, len(expiring))
 
-    # ---- new events, keyed by device and bucket ----------------------------------------------
-    paths = [common.join(root, DEDUPED_DIR, f"interval={i}") for i in intervals]
-    events = (spark.read.schema(schemas.events_read_schema())
-              .option("basePath", common.join(root, DEDUPED_DIR))
-              .parquet(*paths)
-              .select(*fold.FOLD_INPUT_COLUMNS))
-    is_registration = F.col("event_type").isin(fold.DEVICES_REGISTERED, fold.DEVICES_UNREGISTERED)
-    events = (events
-              .withColumn("_device", F.explode(F.when(is_registration, F.col("device_ids"))
-                                               .otherwise(F.array(F.coalesce("device_id", "group_id")))))
-              .where(F.col("_device").isNotNull())
-              .withColumn("_bucket", F.expr(snapshot_store.BUCKET_EXPR.format(buckets=buckets)
-                                            .replace("device_id", "_device")).cast("int")))
-    # Python gets the content's MD5 (all the stale-skip rule needs), not the bytes, and the nested
-    # columns as JSON text (null nested structs are costly to convert to Arrow, row by row).
-    events = events.withColumn("content_md5", F.md5("content_data")).drop("content_data")
-    for column in fold.JSON_COLUMNS:
-        events = events.withColumn(column, F.to_json(column))
-    if expiring:  # one marker row per bucket whose pendings expire, so the bucket is processed
-        markers = spark.createDataFrame([(b,) for b in expiring], "_bucket int")
-        events = events.unionByName(markers, allowMissingColumns=True)
-
-    # ---- per touched bucket: fold, carry the rest over, write ---------------------------------
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
     run_id = snapshot_store.new_run_id()
     run_rel = snapshot_store.run_dir(version, run_id)
@@ -209,18 +223,20 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         b: {t: snapshot_store.bucket_files(out_root, base, t, [b]) for t in snapshot_store.ALL_TABLES}
         for b in range(buckets)
     } if base else {}
-
-    def partition_task(batches):
-        return snapshot_store.rebuild_partition(
-            batches, root=out_root, run_rel=run_rel, old_files_by_bucket=old_by_bucket,
-            table_schemas=table_schemas, snapshot_time_ns=t_ns)
-
+    fold_kwargs = dict(root=out_root, run_rel=run_rel, old_files_by_bucket=old_by_bucket,
+                       table_schemas=table_schemas, snapshot_time_ns=t_ns)
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
     partitions = max(1, min(buckets, 200, 4 * spark.sparkContext.defaultParallelism))
-    results = (events.repartition(partitions, "_bucket")
-               .mapInArrow(partition_task, schemas.to_spark_schema(snapshot_store.BUCKET_RESULT_SCHEMA))
-               .collect())
+    folders = [common.join(root, DEDUPED_DIR, f"interval={i}") for i in intervals]
+    timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
+    phase = time.time()
+    if args.reader == "arrow":
+        results = rebuild_input.fold_touched_buckets(spark, folders, buckets=buckets, partitions=partitions,
+                                                     expiring=expiring, fold_kwargs=fold_kwargs)
+    else:
+        results = _fold_with_spark_reader(spark, root, folders, buckets, partitions, expiring, fold_kwargs)
+    timings["fold_and_write"] = round(time.time() - phase, 3)
 
     # ---- manifest: touched buckets from this run, the rest by reference -----------------------
     touched = sorted({r["bucket"] for r in results})
@@ -293,7 +309,9 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "fold": stats,
         "manifest": manifest_file,
         "gc": gc,
+        "reader": args.reader,
         "seconds": round(time.time() - started, 3),
+        "phase_seconds": timings,
     }
     return common.finish_run(spark, summary, output_root=out_root, app=APP, interval_id=interval_id,
                              explicit_path=args.summary_path)

@@ -286,26 +286,6 @@ def read_table(root: str, table: str, manifest: Mapping[str, Any] | None = None)
 # Spark-side helpers (Hadoop file systems through the JVM)
 # ---------------------------------------------------------------------------------------------
 
-def read_text(spark, path: str) -> str | None:
-    """Read a small UTF-8 text file through Hadoop; None if it does not exist."""
-    from spark_apps import common
-
-    fs, jpath = common.hadoop_path(spark, path)
-    if not fs.exists(jpath):
-        return None
-    stream = fs.open(jpath)
-    try:
-        reader = spark._jvm.java.io.BufferedReader(spark._jvm.java.io.InputStreamReader(stream, "UTF-8"))
-        lines = []
-        line = reader.readLine()
-        while line is not None:
-            lines.append(line)
-            line = reader.readLine()
-        return "\n".join(lines)
-    finally:
-        stream.close()
-
-
 def atomic_write_text(spark, path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new content, never nothing.
 
@@ -350,7 +330,9 @@ def spark_read_json(spark, path: str) -> Any | None:
 
     :raises ValueError: the file is not JSON.
     """
-    text = read_text(spark, path)
+    from spark_apps import common
+
+    text = common.read_text(spark, path)
     if text is None:
         return None
     try:
@@ -527,19 +509,6 @@ def _read_parquet_files(fs, paths: list[str], schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-def _write_parquet(fs, path: str, table: pa.Table) -> None:
-    """Write ``table`` to ``path`` (fsspec): a temp name in the same folder, then a move, so a
-    retried task never leaves a half-written file under the final name."""
-    import pyarrow.parquet as pq
-
-    folder = posixpath.dirname(path)
-    fs.makedirs(folder, exist_ok=True)
-    tmp = posixpath.join(folder, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-    with fs.open(tmp, "wb") as fh:
-        pq.write_table(table, fh, compression="snappy", row_group_size=64 * 1024)
-    fs.mv(tmp, path)
-
-
 def rebuild_bucket(
     events: pa.Table,
     *,
@@ -550,6 +519,7 @@ def rebuild_bucket(
     snapshot_time_ns: int,
     bucket_column: str = "_bucket",
     device_column: str = "_device",
+    bucket: int | None = None,
 ) -> pa.Table:
     """Rebuild one bucket: fold its touched devices and write one new file per table.
 
@@ -563,6 +533,8 @@ def rebuild_bucket(
     :param old_files: ``{table: [absolute paths]}``: the base snapshot's files of this bucket.
     :param table_schemas: ``{table: schema}`` for :data:`ALL_TABLES`.
     :param snapshot_time_ns: the snapshot time (unix ns).
+    :param bucket: the bucket number (default: ``bucket_column`` of the first event row; needed
+        when ``events`` is empty).
     :return: :data:`BUCKET_RESULT_SCHEMA` rows: per table the written file (null when the bucket
         has no rows of that table any more), its row count and, for ``_device_state``, the
         bucket's smallest pending ``valid_until``; and a ``_stats`` row.
@@ -573,9 +545,9 @@ def rebuild_bucket(
     """
     import pyarrow.compute as pc
 
-    from spark_apps import fold
+    from spark_apps import common, fold
 
-    bucket = int(events.column(bucket_column)[0].as_py())
+    bucket = int(events.column(bucket_column)[0].as_py()) if bucket is None else int(bucket)
     events = events.filter(pc.is_valid(events.column(device_column)))
     fs, _ = _fs(root)
     old = {t: _read_parquet_files(fs, list(old_files.get(t, [])), table_schemas[t]) for t in ALL_TABLES}
@@ -602,7 +574,7 @@ def rebuild_bucket(
         rel = None
         if merged.num_rows:
             rel = f"{run_rel}/{table}/bucket={bucket}/part-00000.parquet"
-            _write_parquet(fs, _join(base, rel), merged)
+            common.write_parquet_file(fs, _join(base, rel), merged)
         expiry = None
         if table == STATE_TABLE and merged.num_rows:
             expiry = pc.min(merged.column("next_expiry_ns")).as_py()
@@ -614,26 +586,29 @@ def rebuild_bucket(
     return pa.Table.from_pylist(results, schema=BUCKET_RESULT_SCHEMA)
 
 
-def rebuild_partition(batches, *, bucket_column: str = "_bucket", **kwargs):
+def rebuild_partition(batches, *, bucket_column: str = "_bucket", extra_buckets: Iterable[int] = (), **kwargs):
     """``mapInArrow`` body of ``rebuild_snapshots``: one Spark partition (holding whole buckets,
     after ``repartition(n, bucket)``) -> :data:`BUCKET_RESULT_SCHEMA` batches.
 
     Gathers the partition's batches, then runs :func:`rebuild_bucket` once per bucket value
     (``kwargs`` except ``old_files_by_bucket`` are passed on; ``old_files_by_bucket`` maps a
     bucket to its ``old_files``). Grouping here instead of ``groupBy().applyInArrow`` saves
-    Spark's sort of every event row.
+    Spark's sort of every event row. ``extra_buckets`` are rebuilt too when no event of the
+    partition names them (buckets whose pendings expire; ``rebuild_input`` passes them, the
+    ``--reader spark`` path adds a marker row instead).
     """
     import pyarrow.compute as pc
 
     old_by_bucket = kwargs.pop("old_files_by_bucket")
+    device_column = kwargs.pop("device_column", "_device")
     batches = list(batches)
-    if not batches:
-        return
-    table = pa.Table.from_batches(batches)
-    if not table.num_rows:
-        return
+    table = pa.Table.from_batches(batches) if batches else None
+    if table is None or not table.num_rows:
+        table = pa.table({bucket_column: pa.array([], pa.int32()), device_column: pa.array([], pa.string())})
     buckets = table.column(bucket_column)
-    for bucket in sorted(pc.unique(buckets).to_pylist()):
-        part = table.filter(pc.equal(buckets, bucket))
-        result = rebuild_bucket(part, old_files=old_by_bucket.get(bucket, {}), bucket_column=bucket_column, **kwargs)
+    present = {b for b in pc.unique(buckets).to_pylist() if b is not None}
+    for bucket in sorted(present | {int(b) for b in extra_buckets}):
+        part = table.filter(pc.equal(buckets, bucket)) if bucket in present else table.slice(0, 0)
+        result = rebuild_bucket(part, old_files=old_by_bucket.get(bucket, {}), bucket_column=bucket_column,
+                                device_column=device_column, bucket=bucket, **kwargs)
         yield from result.to_batches()

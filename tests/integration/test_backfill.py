@@ -77,8 +77,8 @@ class AirflowStack:
         assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return proc.stdout
 
-    def start(self) -> None:
-        for name in self.COMPONENTS:
+    def start(self, names: tuple[str, ...] | None = None) -> None:
+        for name in names or self.COMPONENTS:
             args = [name]
             if name == "api-server":
                 args += ["--host", "127.0.0.1", "--port", self.env["_PLGD_API_PORT"], "--workers", "1",
@@ -97,6 +97,18 @@ class AirflowStack:
     def log_tail(self, name: str, lines: int = 60) -> str:
         path = self.home / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def stop_component(self, name: str, timeout: float = 60) -> None:
+        """SIGTERM one component's process group and wait for it (SIGKILL after ``timeout`` s)."""
+        proc = self.procs.pop(name)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -356,8 +368,12 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, tmp_pa
         first, last = start, start + timedelta(seconds=step * (INTERVALS - 1))
         t0 = time.monotonic()
         created = datetime.now(timezone.utc)
+        # The scheduler is stopped while the CLI clears and creates the runs: on a loaded machine
+        # both writing to the one SQLite file made the CLI fail with "database is locked".
+        stack.stop_component("scheduler")
         stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", first.isoformat(),
                   "--to-date", last.isoformat(), "--reprocess-behavior", "completed", "--max-active-runs", "1")
+        stack.start(("scheduler",))
         backfills = stack.query("SELECT id, completed_at FROM backfill WHERE dag_id = ?", DAG_ID)
         assert len(backfills) == 1, backfills
 

@@ -77,6 +77,16 @@ DRIVER = textwrap.dedent('''
     out["all_at_once"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
         ["--root", root, "--snapshots-root", root_all, "--interval-id", last_iid,
          "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5"]))
+    # the other code paths on the same data: the dedupe decision made by Spark (as for intervals
+    # above --driver-decide-rows), and the rebuild reading with Spark's Parquet scan
+    import shutil
+    for table in ("events", "events_deduped", "msgid_index"):
+        shutil.copytree(root + "/" + table, cfg["root_spark"] + "/" + table)
+    out["dedupe_spark_decision"] = dedupe_events.run(spark, dedupe_events.parse_args(
+        ["--root", cfg["root_spark"], "--interval-id", last_iid, "--driver-decide-rows", "0"]))
+    out["all_at_once_spark_reader"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
+        ["--root", root, "--snapshots-root", cfg["root_spark"], "--interval-id", last_iid,
+         "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5", "--reader", "spark"]))
     # a rerun of the last rebuild whose manifest commit fails: the previous snapshot stays current
     real = snapshot_store.atomic_write_text
     def failing(spark_, path, text):
@@ -94,7 +104,7 @@ DRIVER = textwrap.dedent('''
         snapshot_store.atomic_write_text = real
     # every events file of the first interval staged twice (rows identical in msg_id, stream and
     # stream_seq): dedupe must still keep exactly one row per message ID
-    import glob, shutil
+    import glob
     first_iid = cfg["intervals"][0][0]
     dup_dir = cfg["root_dup"] + "/events/interval=" + first_iid
     shutil.copytree(root + "/events/interval=" + first_iid, dup_dir)
@@ -178,7 +188,7 @@ def pipeline(tmp_path_factory):
     driver = base / "driver.py"
     driver.write_text(DRIVER)
     cfg = {"root": str(root), "root_all": str(root_all), "root_gc": str(base / "data_gc"),
-           "root_dup": str(base / "data_dup"), "buckets": BUCKETS, "out": str(base / "out.json"),
+           "root_dup": str(base / "data_dup"), "root_spark": str(base / "data_spark"), "buckets": BUCKETS, "out": str(base / "out.json"),
            "intervals": [[iid, end] for iid, end, _ in intervals], "last_end_ns": intervals[-1][2]}
     (base / "cfg.json").write_text(json.dumps(cfg))
     log = base / "spark.log"
@@ -193,6 +203,7 @@ def pipeline(tmp_path_factory):
         base, root, root_all, sim, intervals, out, py_files, log)
     p.root_gc = base / "data_gc"
     p.root_dup = base / "data_dup"
+    p.root_spark = base / "data_spark"
     return p
 
 
@@ -226,6 +237,33 @@ def test_incremental_equals_all_at_once(pipeline):
     assert summary["parent"] is None and summary["buckets"] == 5
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root_all, table) == table_rows(pipeline.root, table), table
+
+
+def test_rebuild_readers_give_identical_tables(pipeline):
+    """``--reader spark`` (Spark's Parquet scan) and the default ``--reader arrow`` (pyarrow in
+    Python tasks + a Python shuffle): the same rows in every table, the internal state too."""
+    arrow, spark = pipeline.out["all_at_once"], pipeline.out["all_at_once_spark_reader"]
+    assert (arrow["reader"], spark["reader"]) == ("arrow", "spark")
+    assert spark["events"] == arrow["events"] > 0 and spark["fold"] == arrow["fold"]
+    for table in snapshot_store.ALL_TABLES:
+        assert table_rows(pipeline.root_spark, table) == table_rows(pipeline.root_all, table), table
+
+
+def test_dedupe_decisions_on_driver_and_in_spark_agree(pipeline):
+    """The last interval decided by Spark windows (``--driver-decide-rows 0``) equals the pyarrow
+    decision on the driver (the default for this size): same counts, rows and index."""
+    iid = pipeline.intervals[-1][0]
+    driver, spark = pipeline.out["dedupe"][-1], pipeline.out["dedupe_spark_decision"]
+    assert (driver["decided_on"], spark["decided_on"]) == ("driver", "spark")
+    assert driver["method"] == spark["method"] == "files"
+    for key in ("input", "output", "within_batch_duplicates", "cross_batch_duplicates", "null_msg_id",
+                "per_event_type", "previous_intervals"):
+        assert spark[key] == driver[key], key
+    assert driver["cross_batch_duplicates"] > 0 and driver["within_batch_duplicates"] > 0
+    assert deduped_rows(pipeline.root_spark, iid) == deduped_rows(pipeline.root, iid)
+    index = [ds.dataset(str(r / "msgid_index" / f"interval={iid}"), format="parquet").to_table()
+             .column("msg_id").to_pylist() for r in (pipeline.root, pipeline.root_spark)]
+    assert index[0] == index[1] == sorted(set(index[0]))
 
 
 def test_dedupe_one_row_per_message_id_and_counts(pipeline):
@@ -274,6 +312,7 @@ def test_dedupe_of_exact_copies_falls_back_to_full_rows(pipeline):
     assert deduped_rows(pipeline.root_dup, iid) == deduped_rows(pipeline.root, iid)
     dup, main = pipeline.out["dedupe_dup"], pipeline.out["dedupe"][0]
     assert dup["input"] == 2 * main["input"] and dup["output"] == main["output"]
+    assert (dup["decided_on"], dup["method"]) == ("spark", "spark")  # the listing differs from the manifest
     assert dup["within_batch_duplicates"] == main["input"] + main["within_batch_duplicates"]
 
 
