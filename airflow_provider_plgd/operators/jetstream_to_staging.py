@@ -15,12 +15,11 @@ import os
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.compat import BaseOperator
-from airflow_provider_plgd.plgd.subjects import subject_matches
+from airflow_provider_plgd.plgd.subjects import parse_subject, subject_filters, subject_matches
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
@@ -40,7 +39,11 @@ class JetStreamToStagingOperator(BaseOperator):
       one after the other, each into its own part files), under
       ``owner_id={owner_id}/event_type={event_type}/``.
     * ``owner_ids`` + ``event_types``: one batch per (owner, event type) pair, in that order,
-      read one after the other by one task (used by the ETL DAG to bound the number of tasks).
+      by one task (used by the ETL DAG to bound the number of tasks). With two or more event
+      types, each owner is read through ONE consumer on ``plgd.owners.{owner}.>`` and the
+      messages are routed to their batch and filter on the client: the server walks the stream
+      once per owner instead of once per (event type, filter), and the batches get the same
+      files as with one consumer per filter.
     * ``subject_filter``: any JetStream filter subject (or a list of them, read in order) as one
       batch under ``owner_id=_filter/event_type=f<key>/`` (see :func:`staging.filter_key`).
 
@@ -209,7 +212,7 @@ class JetStreamToStagingOperator(BaseOperator):
     def _targets(self) -> list[tuple[str, str, list[str]]]:
         """Return ``[(owner_id partition, event_type partition, subject filters)]`` in fetch order."""
         from airflow_provider_plgd.plgd.event_types import event_type_info
-        from airflow_provider_plgd.plgd.subjects import subject_filters, validate_token
+        from airflow_provider_plgd.plgd.subjects import validate_token
 
         def check_event_type(value: Any) -> str:
             validate_token(value, "event_type")
@@ -323,19 +326,24 @@ class JetStreamToStagingOperator(BaseOperator):
         if mode != "durable":
             check_retained(_state(info), stream, bounds, when="before the fetch")
         results = []
-        for owner, event_type, filters in targets:
+        for group in _owner_groups(targets) if mode != "durable" else [[t] for t in targets]:
             try:
                 if mode == "durable":
-                    batch = await self._durable_batch(hook, stream, root, owner, event_type, filters, bounds, head)
+                    owner, event_type, filters = group[0]
+                    batches = [await self._durable_batch(hook, stream, root, owner, event_type, filters, bounds,
+                                                         head)]
+                elif len(group) > 1:
+                    batches = await self._owner_batches(hook, stream, root, group, mode, bounds, head)
                 else:
-                    batch = await self._bounded_batch(hook, stream, root, owner, event_type, filters, mode, bounds,
-                                                      head)
+                    owner, event_type, filters = group[0]
+                    batches = [await self._bounded_batch(hook, stream, root, owner, event_type, filters, mode,
+                                                         bounds, head)]
             except Exception as exc:
                 typed = _typed_nats_error(exc, stream)
                 if typed is exc:
                     raise
                 raise typed from exc
-            results.append(batch)
+            results.extend(batches)
         seqs = [r for r in results if r["count"]]
         interval_ids = {r["interval_id"] for r in results}
         summary = {
@@ -398,6 +406,61 @@ class JetStreamToStagingOperator(BaseOperator):
             manifest = await worker.call(writer.commit)
         progress.done()
         return _batch_summary(manifest)
+
+    async def _owner_batches(self, hook, stream, root, group, mode, bounds, head) -> list[dict[str, Any]]:
+        """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
+
+        The server walks the stream once per consumer to find the messages of its filter, so one
+        consumer per (owner, event type, filter) made it walk the stream ~20 times per owner
+        (measured: 1M messages, 8 owners x 14 event types, 9.5k msg/s vs 40k for one consumer).
+        Here each message is routed to its batch and filter on the client
+        (:func:`_route`); messages of none of the requested types are skipped. Each batch gets
+        the same files as with its own consumers: the first filter's messages are written as they
+        come, the others' are spooled to local files (``_Spool``) and written after it, filter by
+        filter. Memory: up to one row group (``row_group_bytes``) per batch of the owner.
+        """
+        if mode == "time":
+            interval = staging.interval_id(bounds["start_ns"], bounds["end_ns"])
+            read_kwargs = {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]}
+        else:
+            interval = staging.seq_interval_id(bounds["start_seq"], bounds["end_seq"])
+            read_kwargs = {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]}
+        owner = group[0][0]
+        (owner_filter,) = subject_filters(owner)
+        progress = _Progress(self.log, f"{owner}/{len(group)} event types", head, self.progress_interval_seconds,
+                             self.progress_every_messages)
+        spools: dict[tuple[int, int], _Spool] = {}
+        with contextlib.ExitStack() as stack, _WriterThread() as worker:
+            writers = [stack.enter_context(self._writer(root, stream, o, et, interval, filters, bounds))
+                       for o, et, filters in group]
+            stack.callback(lambda: [spool.close() for spool in spools.values()])
+            for writer, (_, _, filters) in zip(writers, group):
+                await worker.submit(writer.start_filter, filters[0])
+            router = _Router(group)
+            batches = hook.aiter_batches(owner_filter, batch_size=self.batch_size, **read_kwargs)
+            async with contextlib.aclosing(batches):  # deletes the consumer on errors too
+                async for batch in batches:
+                    if not batch:
+                        continue
+                    for (target, index), rows in router.route(batch).items():
+                        if index == 0:
+                            await worker.submit(writers[target].write, rows)
+                        else:
+                            spool = spools.get((target, index))
+                            if spool is None:
+                                spool = spools[(target, index)] = _Spool()
+                            spool.write(rows)
+                    progress.update(batch)
+            for target, (_, _, filters) in enumerate(group):
+                for index in range(1, len(filters)):
+                    await worker.submit(writers[target].start_filter, filters[index])
+                    if (target, index) in spools:
+                        for rows in spools[(target, index)].read():
+                            await worker.submit(writers[target].write, rows)
+            check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            manifests = [await worker.call(writer.commit) for writer in writers]
+        progress.done()
+        return [_batch_summary(m) for m in manifests]
 
     async def _durable_batch(self, hook, stream, root, owner, event_type, filters, bounds, head):
         """Durable-consumer mode: fetch up to max_messages, commit, then ack (ack policy ``all``)."""
@@ -707,6 +770,57 @@ class _WriterThread:
         while self._pending:
             await self._pending.pop(0)
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+def _owner_groups(targets: list[tuple[str, str, list[str]]]) -> list[list[tuple[str, str, list[str]]]]:
+    """Group ``owner_ids x event_types`` targets by owner (fetch order kept; owners in first-seen
+    order). Targets of arbitrary subject filters (owner ``staging.FILTER_OWNER``) stay alone."""
+    groups: dict[str, list] = {}
+    alone = []
+    for target in targets:
+        if target[0] == staging.FILTER_OWNER:
+            alone.append([target])
+        else:
+            groups.setdefault(target[0], []).append(target)
+    return list(groups.values()) + alone
+
+
+class _Router:
+    """Routes the messages of an owner-wide consumer to ``(target index, filter index)``.
+
+    A message goes to the target of its event type (``plgd.subjects.parse_subject``) and to the
+    first of that target's filters it matches (``subject_matches``); a subject that does not parse
+    is tried against every filter, so it is staged exactly as a per-filter consumer would have
+    (decode quarantines it). Messages that match no target are dropped (types not requested).
+    """
+
+    def __init__(self, group: list[tuple[str, str, list[str]]]) -> None:
+        self.group = group
+        self.by_type = {event_type: i for i, (_, event_type, _) in enumerate(group)}
+
+    def _place(self, subject: str) -> tuple[int, int] | None:
+        try:
+            target = self.by_type.get(parse_subject(subject, check_event_type=False).event_type)
+            candidates = [] if target is None else [target]
+        except ValueError:
+            target, candidates = None, range(len(self.group))
+        for t in candidates:
+            filters = self.group[t][2]
+            if len(filters) == 1 and target is not None:
+                return t, 0
+            for index, subject_filter in enumerate(filters):
+                if subject_matches(subject_filter, subject):
+                    return t, index
+        return None
+
+    def route(self, batch: Sequence[Sequence[Any]]) -> dict[tuple[int, int], list]:
+        """``{(target, filter index): [messages in stream order]}`` of one fetched batch."""
+        out: dict[tuple[int, int], list] = {}
+        for msg in batch:
+            place = self._place(msg[1])
+            if place is not None:
+                out.setdefault(place, []).append(msg)
+        return out
 
 
 class _Spool:

@@ -98,17 +98,21 @@ def test_nats_killed_mid_fetch_airflow_retries_commit_exactly_the_published_mess
     truth = read_stream(jetstream.url)
     assert len(truth) == len(sim.messages)
 
-    # Slow the staging writes down so the kill lands in the middle of fetch_a; the killer thread
-    # SIGKILLs nats-server after 200 rows, and restarts it (same port and store) 0.5 s later.
+    # Slow the reading down so the kill lands in the middle of fetch_a, while its consumer reads
+    # (each owner's messages come through one consumer and are routed to their batches on the
+    # client); the killer thread SIGKILLs nats-server after 200 routed messages and restarts it
+    # (same port and store) 0.5 s later.
+    from airflow_provider_plgd.operators import jetstream_to_staging as fetch_module
+
     rows = {"n": 0}
-    real_write = staging.StagingWriter.write
+    real_route = fetch_module._Router.route
 
-    def slow_write(self, messages):
-        real_write(self, messages)
-        rows["n"] += len(messages)
-        time.sleep(0.01)
+    def slow_route(self, batch):
+        rows["n"] += len(batch)
+        time.sleep(0.02)
+        return real_route(self, batch)
 
-    monkeypatch.setattr(staging.StagingWriter, "write", slow_write)
+    monkeypatch.setattr(fetch_module._Router, "route", slow_route)
     killed = threading.Event()
 
     def killer():

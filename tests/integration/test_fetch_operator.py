@@ -209,6 +209,32 @@ def test_rerun_gives_byte_identical_parquet(jetstream, storage_root):
     assert digest(second["path"]) == before
 
 
+def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstream, tmp_path):
+    """owner_ids x event_types reads each owner through one consumer and routes on the client; the
+    batches are byte-identical to single (owner, event type) fetches with a consumer per filter,
+    also for subjects that do not parse (kept where their filter matches) and types not asked."""
+    extra = [
+        (resource_subject(O1, DEV, HREF, "resourcechanged") + ".leadrt", b"no lead type after leadrt", None),
+        (resource_subject(O1, DEV, HREF, "resourcedeleted"), b"not requested", None),
+        (f"plgd.owners.{O2}.registrations.devicesregistered.extra", b"matches no filter", None),
+    ]
+    publish_messages(jetstream.url, make_messages("wide", 12)[:40] + extra + make_messages("wide2", 6))
+    kw = dict(start_time="2020-01-01T00:00:00Z", end_time="2100-01-01T00:00:00Z", row_group_size=5,
+              max_rows_per_file=11)
+    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=str(tmp_path / "grouped"),
+                     batch_size=7, **kw)
+    assert [(b["owner_id"], b["event_type"]) for b in grouped["batches"]] == \
+        [(o, e) for o in (O1, O2) for e in EVENT_TYPES]
+    for batch in grouped["batches"]:
+        single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"],
+                        destination=str(tmp_path / "single"), **kw)
+        assert digest(batch["path"]) == digest(single["path"]), batch["event_type"]
+        assert single["count"] == batch["count"]
+    counts = {(b["owner_id"], b["event_type"]): b["count"] for b in grouped["batches"]}
+    assert counts[(O1, "resourcechanged")] == 5 * 2 + 6 * 2 + 1  # 40 msgs = 5 rounds; + the unparsable one
+    assert grouped["count"] == sum(counts.values())
+
+
 def test_empty_interval_commits_an_empty_manifest(jetstream, storage_root):
     publish_messages(jetstream.url, make_messages("x", 2))
     out = run_op(owner_id=O2, event_type="resourcechanged", destination=storage_root,
