@@ -14,16 +14,21 @@ Output, each written to a hidden temp folder and swapped in (``common.commit_dir
   look back at. Committed first.
 * ``{root}/events_deduped/interval={id}/owner_id=../event_type=../date=../part-*.parquet``: the
   ``events`` rows (same columns, ``spark_apps.schemas.EVENTS_SCHEMA``) with exactly one row per
-  ``msg_id``. Committed second; a folder with ``_SUCCESS`` is complete.
+  ``msg_id``, plus ``_manifest.json`` (files and rows; not on the Spark fallback path).
+  Committed second; a folder with ``_SUCCESS`` is complete.
 * the run summary ``{root}/_runs/dedupe/interval={id}.json``.
 
-How: the keep/drop decision is made on the narrow key columns (``msg_id``, ``stream``,
-``stream_seq``, ``subject``, ``event_type``; one small shuffle by ``msg_id``), the index and the
-counts come from that, and the full rows are written once, minus the dropped keys (an
-anti-join, broadcast when the drop list is small): the wide rows are never shuffled. If two rows
-share the whole key (the same stored message staged twice) or a key has a null ``stream`` /
-``stream_seq``, the app falls back to ranking the full rows (same rule, one wide shuffle).
-Shuffle partitions: one per 64 MiB of input (2..200) instead of Spark's 200.
+How: the keep/drop decision is made on the key columns (``msg_id``, ``stream``,
+``stream_seq``, ``subject``, ``event_type``): on the driver with pyarrow
+(:mod:`spark_apps.dedupe_decision`) for intervals of up to ``--driver-decide-rows`` rows (the
+``events`` folder's ``_manifest.json`` gives the count), else with Spark windows (shuffle
+partitions: one per 64 MiB of input, 2..200). The index and the counts come from the decision;
+the rows are written by Python tasks that copy each decoded file, minus its dropped rows
+(:func:`make_filter_task`; a file without drops is copied byte for byte): the wide rows never
+become JVM rows. If two rows share the whole key (the same stored message staged twice), a key
+has a null ``stream`` / ``stream_seq``, or the folder's files differ from its manifest, the app
+falls back to Spark (ranking the full rows: same rule, one wide shuffle). ``docs/snapshots.md``
+has the measurements.
 
 The message ID is the ``msg_id`` column that decode computed with
 ``airflow_provider_plgd.plgd.msgid.message_id`` (the one home of the ARCHITECTURE.md rule: the
@@ -51,7 +56,8 @@ Rules
   one's messages.
 
 Summary keys: ``input``, ``output``, ``within_batch_duplicates``, ``cross_batch_duplicates``,
-``null_msg_id``, ``per_event_type`` (``{event_type: {"input", "output", "within_batch",
+``null_msg_id``, ``decided_on`` (``driver``/``spark``), ``method`` (``files``/``spark``),
+``phase_seconds``, ``per_event_type`` (``{event_type: {"input", "output", "within_batch",
 "cross_batch"}}``), ``previous_intervals``, ``seconds``.
 """
 

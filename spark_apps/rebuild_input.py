@@ -6,15 +6,13 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
 1. **Files**: the Parquet files of the intervals to fold (``common.folder_files``: the
    ``_manifest.json`` that ``dedupe_events`` writes, or a listing), packed into a few tasks
    (``common.plan_tasks``).
-2. **Buckets**: the distinct devices of those files (the driver reads only ``event_type``,
-   ``device_id``, ``group_id`` and ``device_ids`` with pyarrow), bucketed by Spark SQL with
-   ``snapshot_store.BUCKET_EXPR`` (so the buckets are the ones of every earlier snapshot) into a
-   ``{device: bucket}`` dict shipped to the tasks.
-3. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
+2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
    ``event_type`` from the Hive folder names), gives each row its device (identity-store rows: one
-   row per entry of ``device_ids``) and bucket, and emits one Arrow IPC stream per target
+   row per entry of ``device_ids``) and bucket (:mod:`spark_apps.xxhash64`: Spark's
+   ``pmod(xxhash64(device_id), buckets)`` in pure Python, so the buckets are the ones of every
+   earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
    partition (``bucket % partitions``).
-4. **Reduce** (``RDD.partitionBy``): each partition gathers its buckets' events and runs
+3. **Reduce** (``RDD.partitionBy``): each partition gathers its buckets' events and runs
    ``snapshot_store.rebuild_partition`` (fold, carry over, write), also for the buckets of the
    partition whose pendings expire without new events. Returns the
    ``snapshot_store.BUCKET_RESULT_SCHEMA`` rows as dicts.
@@ -40,8 +38,6 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
 
 BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
-#: The columns that name a row's device(s).
-DEVICE_KEY_COLUMNS = ("event_type", "device_id", "group_id", "device_ids")
 
 
 def interval_files(spark, folders: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -110,39 +106,28 @@ def _devices_of(table):
     return indices, devices
 
 
-def device_buckets(spark, files: Sequence[tuple[str, int, int]], buckets: int) -> dict[str, int]:
-    """``{device_id: bucket}`` for every device of ``files`` (:func:`interval_files` units).
-
-    The driver reads only the device columns (:data:`DEVICE_KEY_COLUMNS`, ~0.5 s per 1M rows
-    here); the buckets come from Spark SQL ``snapshot_store.BUCKET_EXPR`` over the distinct
-    devices, so they are the buckets of every earlier snapshot. (A Python job for the distinct
-    devices cost ~10 s of task start-up in a fresh JVM.)
-    """
-    from pyspark.sql import functions as F
-
-    table = _read([url for url, _, _ in files], DEVICE_KEY_COLUMNS)
-    if table is None or not table.num_rows:
-        return {}
-    _, devices = _devices_of(table)
-    distinct = devices.unique().to_pylist()
-    if not distinct:
-        return {}
-    frame = spark.createDataFrame([(d,) for d in distinct], "device_id string")
-    expr = snapshot_store.BUCKET_EXPR.format(buckets=buckets)
-    return {r["device_id"]: int(r["b"]) for r in frame.select("device_id", F.expr(expr).alias("b")).collect()}
-
-
-def make_map_task(bucket_of: Mapping[str, int], partitions: int):
+def make_map_task(buckets: int, partitions: int):
     """``RDD.mapPartitions`` function: file lists -> ``(partition, Arrow IPC stream bytes)``.
 
     Each row of the files (``fold.FOLD_INPUT_COLUMNS``), once per device it applies to, with two
-    more columns: ``_device`` (string) and ``_bucket`` (int32, ``bucket_of[_device]``); rows go to
-    partition ``_bucket % partitions``.
+    more columns: ``_device`` (string) and ``_bucket`` (int32, ``pmod(xxhash64(_device),
+    buckets)``: :func:`spark_apps.xxhash64.bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
+    snapshot); rows go to partition ``_bucket % partitions``.
     """
 
     def task(file_lists):
         import pyarrow as pa
         import pyarrow.compute as pc
+
+        from spark_apps.xxhash64 import bucket as bucket_of_device
+
+        memo: dict[str, int] = {}
+
+        def bucket_of(device: str) -> int:
+            b = memo.get(device)
+            if b is None:
+                b = memo[device] = bucket_of_device(device, buckets)
+            return b
 
         for files in file_lists:
             table = _read([url for url, _, _ in files], fold.FOLD_INPUT_COLUMNS)
@@ -150,7 +135,7 @@ def make_map_task(bucket_of: Mapping[str, int], partitions: int):
                 continue
             indices, devices = _devices_of(table)
             rows = table.take(indices)
-            bucket = pa.array([bucket_of[d] for d in devices.to_pylist()], pa.int32())
+            bucket = pa.array([bucket_of(d) for d in devices.to_pylist()], pa.int32())
             rows = rows.append_column(DEVICE_COLUMN, devices).append_column(BUCKET_COLUMN, bucket)
             target = pc.remainder(bucket, partitions) if partitions > 1 else pa.array([0] * len(bucket), pa.int32())
             for p in pc.unique(target).to_pylist():
@@ -192,22 +177,31 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
 
 
 def fold_touched_buckets(spark, folders: Sequence[str], *, buckets: int, partitions: int,
-                         expiring: Sequence[int], fold_kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Run steps 1-4 of the module docstring; return the ``BUCKET_RESULT_SCHEMA`` rows (dicts).
+                         expiring: Sequence[int], fold_kwargs: Mapping[str, Any],
+                         timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Run steps 1-3 of the module docstring; return the ``BUCKET_RESULT_SCHEMA`` rows (dicts).
 
     :param folders: the ``events_deduped/interval=..`` folders to fold (oldest first).
     :param buckets: the snapshot's bucket count.
     :param partitions: reduce partitions (each folds whole buckets one after the other).
+    :param timings: if given, gets ``list`` (step 1) and ``fold`` (2-4) in seconds.
     """
+    import time
+
+    started = time.time()
     sc = spark.sparkContext
-    files = interval_files(spark, folders)
-    tasks = common.plan_tasks(files, sc.defaultParallelism)
-    bucket_of = device_buckets(spark, files, buckets)
-    if tasks and bucket_of:
-        mapped = sc.parallelize(tasks, len(tasks)).mapPartitions(make_map_task(bucket_of, partitions))
-    else:
-        mapped = sc.parallelize([], 1)
+    tasks = common.plan_tasks(interval_files(spark, folders), sc.defaultParallelism)
+    if timings is not None:
+        timings["list"] = round(time.time() - started, 3)
     if not tasks and not expiring:
         return []
+    started = time.time()
+    if tasks:
+        mapped = sc.parallelize(tasks, len(tasks)).mapPartitions(make_map_task(buckets, partitions))
+    else:
+        mapped = sc.parallelize([], 1)
     shuffled = mapped.partitionBy(partitions, lambda p: p)
-    return shuffled.mapPartitions(make_reduce_task(partitions, expiring, fold_kwargs)).collect()
+    results = shuffled.mapPartitions(make_reduce_task(partitions, expiring, fold_kwargs)).collect()
+    if timings is not None:
+        timings["fold"] = round(time.time() - started, 3)
+    return results

@@ -233,7 +233,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     phase = time.time()
     if args.reader == "arrow":
         results = rebuild_input.fold_touched_buckets(spark, folders, buckets=buckets, partitions=partitions,
-                                                     expiring=expiring, fold_kwargs=fold_kwargs)
+                                                     expiring=expiring, fold_kwargs=fold_kwargs, timings=timings)
     else:
         results = _fold_with_spark_reader(spark, root, folders, buckets, partitions, expiring, fold_kwargs)
     timings["fold_and_write"] = round(time.time() - phase, 3)

@@ -87,6 +87,20 @@ DRIVER = textwrap.dedent('''
     out["all_at_once_spark_reader"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
         ["--root", root, "--snapshots-root", cfg["root_spark"], "--interval-id", last_iid,
          "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5", "--reader", "spark"]))
+    # the pure-Python bucket function (rebuild --reader arrow) against Spark SQL's BUCKET_EXPR
+    import random, string
+    from pyspark.sql import functions as F
+    from spark_apps import xxhash64
+    rng = random.Random(5)
+    values = cfg["device_ids"] + ["".join(rng.choice(string.ascii_letters + "-é€😀") for _ in range(rng.randint(0, 90)))
+                                  for _ in range(2000)]
+    frame = spark.createDataFrame([(v,) for v in values], "device_id string").select(
+        "device_id", F.xxhash64("device_id").alias("h"),
+        F.expr(snapshot_store.BUCKET_EXPR.format(buckets=32)).alias("b"))
+    out["xxhash_mismatches"] = [r["device_id"] for r in frame.collect()
+                                if r["h"] != xxhash64.spark_xxhash64(r["device_id"])
+                                or r["b"] != xxhash64.bucket(r["device_id"], 32)]
+    out["xxhash_checked"] = len(values)
     # a rerun of the last rebuild whose manifest commit fails: the previous snapshot stays current
     real = snapshot_store.atomic_write_text
     def failing(spark_, path, text):
@@ -189,7 +203,8 @@ def pipeline(tmp_path_factory):
     driver.write_text(DRIVER)
     cfg = {"root": str(root), "root_all": str(root_all), "root_gc": str(base / "data_gc"),
            "root_dup": str(base / "data_dup"), "root_spark": str(base / "data_spark"), "buckets": BUCKETS, "out": str(base / "out.json"),
-           "intervals": [[iid, end] for iid, end, _ in intervals], "last_end_ns": intervals[-1][2]}
+           "intervals": [[iid, end] for iid, end, _ in intervals], "last_end_ns": intervals[-1][2],
+           "device_ids": sorted({m.device_id for m in sim.messages if getattr(m, "device_id", None)})}
     (base / "cfg.json").write_text(json.dumps(cfg))
     log = base / "spark.log"
     spark_submit(py_files, str(driver), str(base / "cfg.json"), log=log)
@@ -247,6 +262,13 @@ def test_rebuild_readers_give_identical_tables(pipeline):
     assert spark["events"] == arrow["events"] > 0 and spark["fold"] == arrow["fold"]
     for table in snapshot_store.ALL_TABLES:
         assert table_rows(pipeline.root_spark, table) == table_rows(pipeline.root_all, table), table
+
+
+def test_python_bucket_function_equals_spark_sql(pipeline):
+    """``spark_apps.xxhash64`` (used by ``--reader arrow``) gives Spark's ``xxhash64`` and
+    ``pmod(xxhash64(device_id), 32)`` for every simulated device and 2,000 random strings."""
+    assert pipeline.out["xxhash_checked"] > 2000
+    assert pipeline.out["xxhash_mismatches"] == []
 
 
 def test_dedupe_decisions_on_driver_and_in_spark_agree(pipeline):

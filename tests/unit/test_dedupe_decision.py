@@ -1,0 +1,82 @@
+"""spark_apps.dedupe_decision (the pyarrow keep/drop decision) and spark_apps.xxhash64, without Spark.
+
+The Spark side of both (the window decision, Spark SQL ``xxhash64``) is compared with these in
+tests/integration/test_dedupe_rebuild.py.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from spark_apps import dedupe_decision, xxhash64
+
+
+def keys(rows):
+    cols = list(zip(*rows)) if rows else [[]] * 5
+    return pa.table({
+        "msg_id": pa.array(cols[0], pa.string()), "stream": pa.array(cols[1], pa.string()),
+        "stream_seq": pa.array(cols[2], pa.int64()), "subject": pa.array(cols[3], pa.string()),
+        "event_type": pa.array(cols[4], pa.string()),
+    })
+
+
+def test_lowest_stream_seq_kept_copies_and_seen_ids_dropped_nulls_kept():
+    t = keys([
+        ("a", "S", 7, "s1", "resourcechanged"),
+        ("a", "S", 3, "s1", "resourcechanged"),   # kept: lowest stream_seq of "a"
+        ("b", "S", 4, "s2", "devicesregistered"),
+        ("c", "S", 5, "s3", "resourcechanged"),   # seen earlier: dropped
+        ("c", "S", 9, "s3", "resourcechanged"),   # seen earlier: dropped too
+        (None, "S", 6, "s4", "resourcechanged"),  # no ID: kept
+        (None, "S", 8, "s4", "resourcechanged"),
+    ])
+    d = dedupe_decision.decide(t, pa.array(["c", "zz"]))
+    assert d.drops == {"S": [5, 7, 9]}
+    assert d.index.to_pylist() == ["a", "b", "c"]
+    assert d.null_ids == 2 and not d.exact_copies
+    assert d.per_type == {
+        "devicesregistered": {"input": 1, "output": 1, "within_batch": 0, "cross_batch": 0},
+        "resourcechanged": {"input": 6, "output": 3, "within_batch": 1, "cross_batch": 2},
+    }
+    assert d.totals() == {"input": 7, "output": 4, "within_batch": 1, "cross_batch": 2}
+
+
+def test_ties_on_stream_seq_break_on_stream_then_subject():
+    d = dedupe_decision.decide(keys([("a", "T", 1, "x", "e"), ("a", "S", 1, "y", "e"), ("a", "S", 1, "x", "e")]))
+    # all three share stream_seq 1; ("S", "x") is first; ("S", 1) repeats, so the key is ambiguous
+    assert d.exact_copies
+    d = dedupe_decision.decide(keys([("a", "T", 1, "x", "e"), ("a", "S", 1, "y", "e")]))
+    assert d.drops == {"T": [1]} and not d.exact_copies
+
+
+@pytest.mark.parametrize("rows", [
+    [("a", "S", 1, "x", "e"), ("a", "S", 1, "x", "e")],   # the same stored message staged twice
+    [("a", None, 1, "x", "e"), ("a", "S", 2, "x", "e")],  # a null stream
+    [("a", "S", None, "x", "e")],                         # a null stream_seq
+])
+def test_ambiguous_keys_are_reported(rows):
+    assert dedupe_decision.decide(keys(rows)).exact_copies
+
+
+def test_empty_input_and_seen_ids():
+    d = dedupe_decision.decide(keys([]))
+    assert d.per_type == {} and d.drops == {} and d.index.to_pylist() == []
+    found = dedupe_decision.seen_ids(pa.array(["a", "b", "c"]),
+                                     [pa.chunked_array([["x", "b"], [None, "c"]]), pa.array(["c", "q"])])
+    assert sorted(found.to_pylist()) == ["b", "c"]
+    assert dedupe_decision.seen_ids(pa.array(["a"]), []).to_pylist() == []
+
+
+def test_xxh64_reference_vectors_and_spark_sign():
+    # xxHash reference values (seed 0)
+    assert xxhash64.xxh64(b"") == 0xEF46DB3751D8E999
+    assert xxhash64.xxh64(b"a") == 0xD24EC4F1A98C6E5B
+    assert xxhash64.xxh64(b"abc") == 0x44BC2CF5AD770999
+    # signed like a Java long; buckets in range for every length branch (<4, <8, <32, >=32 bytes)
+    for value in ["", "a", "abcde", "0123456789", "x" * 31, "y" * 32, "00000000-0000-4000-8000-000000001234" * 3]:
+        h = xxhash64.spark_xxhash64(value)
+        assert -(1 << 63) <= h < (1 << 63)
+        assert 0 <= xxhash64.bucket(value, 32) < 32
+    with pytest.raises(ValueError, match="buckets must be >= 1, got 0"):
+        xxhash64.bucket("a", 0)
