@@ -169,7 +169,8 @@ class EventFactory:
 
 
 def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict]) -> None:
-    """Write ``rows`` as ``{root}/{table_dir}/interval={id}/owner_id=/event_type=/date=/`` + ``_SUCCESS``."""
+    """Write ``rows`` as ``{root}/{table_dir}/interval={id}/owner_id=/event_type=/date=/`` plus
+    ``_manifest.json`` (files and rows, as ``decode_events`` writes it) and ``_SUCCESS``."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -184,9 +185,15 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     table = pa.table(cols, schema=schemas.EVENTS_SCHEMA)
     target = root / table_dir / f"interval={interval_id}"
     shutil.rmtree(target, ignore_errors=True)
+    files = []
     ds.write_dataset(table, str(target), format="parquet", partitioning=list(schemas.EVENTS_PARTITION_COLUMNS),
                      partitioning_flavor="hive", existing_data_behavior="overwrite_or_ignore",
-                     max_rows_per_group=100_000)
+                     max_rows_per_group=100_000,
+                     file_visitor=lambda f: files.append({"path": os.path.relpath(f.path, target),
+                                                          "rows": f.metadata.num_rows}))
+    manifest = {"table": table_dir, "interval_id": interval_id, "rows": sum(f["rows"] for f in files),
+                "files": sorted(files, key=lambda f: f["path"])}
+    (target / "_manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     (target / "_SUCCESS").write_bytes(b"")
 
 
