@@ -380,12 +380,7 @@ class JetStreamToStagingOperator(BaseOperator):
         )
 
     async def _bounded_batch(self, hook, stream, root, owner, event_type, filters, mode, bounds, head):
-        if mode == "time":
-            interval = staging.interval_id(bounds["start_ns"], bounds["end_ns"])
-            read_kwargs = {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]}
-        else:
-            interval = staging.seq_interval_id(bounds["start_seq"], bounds["end_seq"])
-            read_kwargs = {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]}
+        interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
         progress = _Progress(self.log, f"{owner}/{event_type}", head, self.progress_interval_seconds,
                              self.progress_every_messages)
         # The writer runs on one worker thread, fed in order, while the event loop keeps reading:
@@ -419,12 +414,7 @@ class JetStreamToStagingOperator(BaseOperator):
         come, the others' are spooled to local files (``_Spool``) and written after it, filter by
         filter. Memory: up to one row group (``row_group_bytes``) per batch of the owner.
         """
-        if mode == "time":
-            interval = staging.interval_id(bounds["start_ns"], bounds["end_ns"])
-            read_kwargs = {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]}
-        else:
-            interval = staging.seq_interval_id(bounds["start_seq"], bounds["end_seq"])
-            read_kwargs = {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]}
+        interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
         owner = group[0][0]
         (owner_filter,) = subject_filters(owner)
         progress = _Progress(self.log, f"{owner}/{len(group)} event types", head, self.progress_interval_seconds,
@@ -770,6 +760,16 @@ class _WriterThread:
         while self._pending:
             await self._pending.pop(0)
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
+    ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
+    if mode == "time":
+        return (staging.interval_id(bounds["start_ns"], bounds["end_ns"]),
+                {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]})
+    return (staging.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
+            {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
 
 
 def _owner_groups(targets: list[tuple[str, str, list[str]]]) -> list[list[tuple[str, str, list[str]]]]:
