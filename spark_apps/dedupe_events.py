@@ -273,13 +273,13 @@ def decide_on_driver(spark, root: str, source: str, files, previous: list[str], 
     ``msgid_index`` temp folder (one sorted file, ``_SUCCESS``). Returns the ``Decision``."""
     import fsspec
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from spark_apps import dedupe_decision
 
     keys = _read_key_columns(source, files)
-    current = keys.column("msg_id").drop_null().unique()
-    seen = dedupe_decision.seen_ids(current.combine_chunks() if hasattr(current, "combine_chunks") else current,
-                                    _previous_id_arrays(spark, root, previous)) if previous else None
+    current = pc.unique(keys.column("msg_id").drop_null())  # an Array
+    seen = dedupe_decision.seen_ids(current, _previous_id_arrays(spark, root, previous)) if previous else None
     decision = dedupe_decision.decide(keys, seen)
     fs, path = fsspec.core.url_to_fs(index_tmp)
     common.write_parquet_file(fs, f"{path.rstrip('/')}/part-00000.parquet",
