@@ -542,3 +542,34 @@ def folder_files(spark, folder: str) -> tuple[list[tuple[str, int, int]], bool]:
         log.warning("%s: _manifest.json names %d files, the folder holds %d Parquet files; using the listing",
                     folder, len(rows), len(listed))
     return [(rel, -1, 1) for rel in listed], False
+
+
+def read_events_files(urls: Iterable[str], columns: Sequence[str]):
+    """Read ``columns`` of ``events``-layout Parquet files with pyarrow into one Arrow table.
+
+    :param urls: fsspec URLs or paths of files below ``.../interval={id}/`` (``owner_id=``,
+        ``event_type=``, ``date=`` folders; files of several intervals may be mixed). The Hive
+        partition columns come from the folder names, as strings.
+    :param columns: wanted columns, in output order; those absent from every file are left out.
+    :return: a ``pyarrow.Table``, or None when ``urls`` is empty.
+    """
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from spark_apps.schemas import EVENTS_PARTITION_COLUMNS
+
+    partitioning = ds.partitioning(pa.schema([(c, pa.string()) for c in EVENTS_PARTITION_COLUMNS]),
+                                   flavor="hive")
+    by_interval: dict[tuple[Any, str], list[str]] = {}
+    for url in urls:
+        fs, path = fsspec.core.url_to_fs(url)
+        folder, _, rest = path.partition("/interval=")
+        interval, _, rel = rest.partition("/")
+        by_interval.setdefault((fs, f"{folder}/interval={interval}"), []).append(rel)
+    tables = []
+    for (fs, base), rels in by_interval.items():
+        dataset = ds.dataset([f"{base}/{rel}" for rel in rels], filesystem=fs, format="parquet",
+                             partitioning=partitioning, partition_base_dir=base)
+        tables.append(dataset.to_table(columns=[c for c in columns if c in dataset.schema.names]))
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None

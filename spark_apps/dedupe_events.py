@@ -233,21 +233,14 @@ def _seen_ids(spark, root: str, intervals: list[str]):
 def _read_key_columns(source: str, files: list[tuple[str, int, int]]):
     """The :data:`dedupe_decision.KEY_COLUMNS` of the listed ``events`` files, with pyarrow
     (``event_type`` from the Hive folder names)."""
-    import fsspec
     import pyarrow as pa
-    import pyarrow.dataset as ds
 
     from spark_apps.dedupe_decision import KEY_COLUMNS
 
-    fs, base = fsspec.core.url_to_fs(source)
-    base = base.rstrip("/")
-    partitioning = ds.partitioning(
-        pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
-    dataset = ds.dataset([f"{base}/{rel}" for rel, _, _ in files], filesystem=fs, format="parquet",
-                         partitioning=partitioning, partition_base_dir=base)
-    keys = dataset.to_table(columns=list(KEY_COLUMNS))
-    return keys.cast(pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
-                                ("subject", pa.string()), ("event_type", pa.string())]))
+    keys = common.read_events_files([common.join(source, rel) for rel, _, _ in files], KEY_COLUMNS)
+    schema = pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
+                        ("subject", pa.string()), ("event_type", pa.string())])
+    return keys.cast(schema) if keys is not None else schema.empty_table()
 
 
 def _previous_id_arrays(spark, root: str, intervals: list[str]):
@@ -288,6 +281,16 @@ def decide_on_driver(spark, root: str, source: str, files, previous: list[str], 
     return decision
 
 
+def _keep_order():
+    """The Spark window of the keep rule: per ``msg_id``, lowest ``stream_seq`` first (ties:
+    ``stream``, then ``subject``; nulls last), as in :func:`spark_apps.dedupe_decision.decide`."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    return Window.partitionBy("msg_id").orderBy(
+        F.col("stream_seq").asc_nulls_last(), F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last())
+
+
 def decide_with_spark(spark, root: str, events, previous: list[str], index_tmp: str):
     """Decide with Spark (windows over the key columns; for intervals too large for the driver) and
     write the ``msgid_index`` temp folder. Returns ``(Decision, marked)``: ``Decision.drops`` is
@@ -300,9 +303,7 @@ def decide_with_spark(spark, root: str, events, previous: list[str], index_tmp: 
     from spark_apps import dedupe_decision
 
     narrow = events.select(*ROW_KEY, "subject", "event_type")
-    order = Window.partitionBy("msg_id").orderBy(
-        F.col("stream_seq").asc_nulls_last(), F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last()
-    )
+    order = _keep_order()
     marked = (narrow
               .withColumn("_rank", F.when(F.col("msg_id").isNull(), F.lit(1)).otherwise(F.row_number().over(order)))
               .withColumn("_copies", F.count(F.lit(1)).over(Window.partitionBy(*ROW_KEY))))
@@ -349,7 +350,6 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :raises FileNotFoundError: the interval's ``events`` folder is not committed.
     :raises RuntimeError: the written rows do not match the decision (nothing is committed then).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from airflow_provider_plgd import staging
@@ -422,10 +422,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
                 # rank the full rows instead (one shuffle of the wide rows; same output rule).
                 log.warning("interval %s: (msg_id, stream, stream_seq) does not identify every row (repeated "
                             "or null); deduplicating the full rows", interval_id)
-                order = Window.partitionBy("msg_id").orderBy(
-                    F.col("stream_seq").asc_nulls_last(), F.col("stream").asc_nulls_last(),
-                    F.col("subject").asc_nulls_last())
-                full = events.withColumn("_rank", F.row_number().over(order))
+                full = events.withColumn("_rank", F.row_number().over(_keep_order()))
                 seen = _seen_ids(spark, root, previous)
                 if seen is not None:
                     full = full.join(seen, "msg_id", "left_anti")

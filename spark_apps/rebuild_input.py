@@ -25,16 +25,16 @@ give the same tables (``tests/integration/test_dedupe_rebuild.py``).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 try:
-    from spark_apps import common, fold, schemas, snapshot_store
+    from spark_apps import common, fold, snapshot_store
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_apps import common, fold, schemas, snapshot_store
+    from spark_apps import common, fold, snapshot_store
 
 BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
@@ -48,33 +48,6 @@ def interval_files(spark, folders: Sequence[str]) -> list[tuple[str, int, int]]:
         files, _ = common.folder_files(spark, folder)
         units += [(f"{folder.rstrip('/')}/{rel}", -1, rows) for rel, _, rows in files]
     return units
-
-
-def _read(urls: Iterable[str], columns: Sequence[str]):
-    """Read ``columns`` of the given files (fsspec URLs below ``.../interval=..``) into one Arrow
-    table; the Hive partition columns ``owner_id``/``event_type``/``date`` come from the folder
-    names. Files of different intervals may be mixed."""
-    import fsspec
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    wanted = set(columns)
-    partition_fields = [pa.field(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]
-    tables = []
-    for url in urls:
-        fs, path = fsspec.core.url_to_fs(url)
-        folder, _, rel = path.partition("/interval=")
-        interval, _, rel = rel.partition("/")
-        base = f"{folder}/interval={interval}"
-        dataset = ds.dataset([f"{base}/{rel}"], filesystem=fs, format="parquet",
-                             partitioning=ds.partitioning(pa.schema(partition_fields), flavor="hive"),
-                             partition_base_dir=base)
-        names = [c for c in columns if c in dataset.schema.names]
-        tables.append(dataset.to_table(columns=names))
-    if not tables:
-        return None
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return table.select([c for c in columns if c in wanted and c in table.column_names])
 
 
 def _devices_of(table):
@@ -130,7 +103,7 @@ def make_map_task(buckets: int, partitions: int):
             return b
 
         for files in file_lists:
-            table = _read([url for url, _, _ in files], fold.FOLD_INPUT_COLUMNS)
+            table = common.read_events_files([url for url, _, _ in files], fold.FOLD_INPUT_COLUMNS)
             if table is None or not table.num_rows:
                 continue
             indices, devices = _devices_of(table)
