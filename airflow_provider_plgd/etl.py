@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
@@ -30,31 +31,6 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "settle_seconds": 60,
     "max_fetch_tasks": 16,
     "lookback_intervals": 24,
-}
-
-#: Spark settings passed with ``--conf`` to the three Spark tasks; ``build_etl_dag(spark_conf=…)``
-#: adds to or overrides them (a value of ``None`` removes a key). The SQL settings match
-#: ``spark_apps.common.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
-#: ``spark-defaults.conf`` or ``spark_conf``.
-DEFAULT_SPARK_CONF: dict[str, str] = {
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.ui.enabled": "false",
-}
-
-#: Extra Spark settings for short runs on small data with ``local[*]`` (the demo and the tests):
-#: the driver JVM (which also runs the executors in local mode) only JIT-compiles with C1 and uses
-#: the serial GC, which halves the CPU time of a short ``spark-submit`` (measured: 33 s → 15 s of
-#: CPU for a trivial job); no whole-stage code generation and no adaptive re-planning (another
-#: ~10 % of a tiny decode or dedupe run). Not a default: C1-only, non-generated code is slower on
-#: long jobs over large data, and ``--conf spark.driver.extraJavaOptions`` replaces the value from
-#: ``spark-defaults.conf``.
-FAST_LOCAL_SPARK_CONF: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    "spark.sql.shuffle.partitions": "2",
-    # tiny inputs: compiling whole-stage code and re-planning stages cost more than they save
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.adaptive.enabled": "false",
 }
 
 _SPARK_APPS = Path(__file__).resolve().parent.parent / "spark_apps"

@@ -12,22 +12,25 @@ Steps:
    one batch folder per (owner, event type).
 3. Single-core pure Python: read the staging files into Arrow batches of 10,000 rows (not timed),
    then time ``spark_apps.decode_batch.decode_batch`` over all of them in this process.
-4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging.
-   Rate = decoded events / the app's own processing time (``seconds`` in its run summary: from
-   listing the manifests to the committed output, so JVM start-up is excluded; the end-to-end
-   wall time including JVM start is printed too).
-
-   spark-submit gets ``--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"``
-   (``--jvm-options``; the JVM only schedules tasks with ``--reader arrow``, so C1-only JIT and
-   the serial GC save CPU for the two Python workers).
+4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging,
+   with the DAG's settings for local runs (``--spark-conf fast-local``,
+   ``airflow_provider_plgd.spark_conf.FAST_LOCAL_SPARK_CONF``: C1-only JIT and the serial GC for
+   the JVM, which only schedules tasks with ``--reader arrow``, and the PySpark daemon that
+   imports the installed PySpark). Rate = decoded events / the app's own processing time
+   (``seconds`` in its run summary: from listing the manifests to the committed output, so JVM
+   start-up is excluded; the end-to-end wall time including JVM start is printed too). The app
+   starts its Python workers while it builds its SQL session (``--warm-up-workers on``, the
+   default; ``--warm-up-workers off`` measures without).
 5. ``--marginal``: the app again on 2/5 of the owners; (rows difference) / (time difference) is
    the steady-state rate without the fixed costs (first PySpark job: Python daemon and workers
    importing pyarrow/protobuf/the codec, scheduling; planning ~0.1 s; commit ~0.2 s).
+6. ``--repeat N`` measures N rounds, each Python then Spark then the Spark subset (interleaved,
+   so a drift of the host's speed reaches both sides), and keeps the best of each.
 
 Prints the rates (decoded events/s) and their ratio (goal: >= 1.5) plus how busy the machine was
 meanwhile. The whole measurement holds an exclusive ``flock`` on ``--lock`` (default
 ``/tmp/spark.lock``) so no other Spark job shares the two cores; ``--quiet-wait`` waits for other
-load to end first and ``--repeat N`` keeps the best of N measurements (noise only slows down).
+load to end first.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from airflow_provider_plgd.spark_conf import FAST_LOCAL_SPARK_CONF, conf_args  # noqa: E402
 from bench.machine import busy_since, proc_stat  # noqa: E402
 
 INTERVAL_ID = "20260101T000000Z_20260101T010000Z"
@@ -211,16 +215,16 @@ def wait_until_quiet(max_busy: float, timeout: float) -> float:
     return busy
 
 
-#: JVM options of the benchmark's spark-submit (the same as ``etl.FAST_LOCAL_SPARK_CONF``'s
-#: ``spark.driver.extraJavaOptions``): in ``--reader arrow`` the JVM only schedules tasks, so
-#: C1-only JIT is enough and saves ~12 CPU-s of C2 compilation that would compete with the two
-#: Python workers for the two cores (measured: JVM CPU 24.9 s -> 12.6 s per run); the serial GC
-#: has no concurrent GC threads (the JVM holds only small task records here).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: ``--spark-conf`` choices: the DAG's settings for local runs (``spark_conf.FAST_LOCAL_SPARK_CONF``:
+#: C1-only JIT and the serial GC -- with ``--reader arrow`` the JVM only schedules tasks, so this
+#: saves CPU for the two Python workers, measured JVM CPU 24.9 s -> 12.6 s per run -- and the
+#: PySpark daemon that imports the installed PySpark), or Spark's defaults.
+SPARK_CONFS = {"fast-local": FAST_LOCAL_SPARK_CONF, "defaults": {}}
 
 
 def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
-               owners: list[str] | None = None, jvm_options: str = JVM_OPTIONS) -> dict:
+               owners: list[str] | None = None, spark_conf: dict[str, str] | None = None,
+               warm_up_workers: str = "on") -> dict:
     """Run the decode app with spark-submit and return its summary plus the wall time."""
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
@@ -233,10 +237,11 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
     cmd = [
         "spark-submit", "--master", master, "--py-files", zip_path,
         "--conf", "spark.ui.enabled=false", "--driver-memory", "2g",
-        *(["--driver-java-options", jvm_options] if jvm_options else []),
+        *conf_args(spark_conf or {}),
         str(REPO / "spark_apps" / "decode_events.py"),
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
         "--output-root", out_root, "--summary-path", summary_path, "--reader", reader,
+        "--warm-up-workers", warm_up_workers,
     ] + (["--owners", ",".join(owners)] if owners else [])
     stat0 = proc_stat()
     start = time.perf_counter()
@@ -276,14 +281,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--lock", default="/tmp/spark.lock", help="flock file held while measuring ('' = none)")
     parser.add_argument("--skip-spark", action="store_true")
-    parser.add_argument("--jvm-options", default=JVM_OPTIONS,
-                        help=f"--driver-java-options of spark-submit (default {JVM_OPTIONS!r}; '' = JVM defaults)")
+    parser.add_argument("--spark-conf", choices=sorted(SPARK_CONFS), default="fast-local",
+                        help="Spark settings of the app runs: the DAG's FAST_LOCAL_SPARK_CONF (default) or Spark's defaults")
     parser.add_argument("--repeat", type=int, default=1,
                         help="measure each rate this many times and keep the best (shared, noisy machine)")
     parser.add_argument("--marginal", action="store_true",
                         help="also run the app on 2/5 of the owners and print the marginal (steady-state) rate")
     parser.add_argument("--reuse", action="store_true",
                         help="reuse the staging data already in --workdir (same interval) instead of regenerating")
+    parser.add_argument("--warm-up-workers", choices=("on", "off"), default="on",
+                        help="the app's --warm-up-workers (default on)")
     parser.add_argument("--readers", default="arrow",
                         help="comma-separated --reader values of the app to measure (arrow, spark)")
     parser.add_argument("--quiet-wait", type=float, default=300.0,
@@ -308,57 +315,58 @@ def main(argv=None) -> dict:
         print(f"staging: {written:,} messages written in {time.perf_counter() - t0:.1f} s ({work})")
 
     result: dict = {"messages": written}
+    readers = [] if args.skip_spark else [r for r in args.readers.split(",") if r]
+    subset = None
+    if args.marginal:
+        owners = sorted({m["owner_id"] for m in staging.list_committed(root, "EVENTS", interval_id=INTERVAL_ID)})
+        subset = owners[: max(1, len(owners) * 2 // 5)]
     try:
         with exclusive_lock(args.lock):
             busy = wait_until_quiet(0.25, args.quiet_wait)
             print(f"machine busy before measuring: {busy:.0%} of 2 cores")
+            # Best of N, and the measurements interleaved (Python, Spark, Spark subset, Python,
+            # ...): the machine is shared and its speed drifts; noise only slows a run down, and
+            # interleaving exposes both sides to the same drift.
             py = None
-            for _ in range(args.repeat):  # best of N: the machine is shared, noise only slows down
+            best: dict[str, dict] = {}
+            for _ in range(args.repeat):
                 stat0 = proc_stat()
                 attempt = python_rate(root)
                 attempt["machine_busy"] = busy_since(stat0)
                 attempt["load1"] = os.getloadavg()[0]
                 if py is None or attempt["rate"] > py["rate"]:
                     py = attempt
+                for reader in readers:
+                    runs = [(reader, None)] + ([(f"{reader}_subset", subset)] if subset else [])
+                    for key, owners in runs:
+                        shutil.rmtree(out_root, ignore_errors=True)
+                        attempt = spark_rate(root, out_root, args.master, reader=reader, owners=owners,
+                                             spark_conf=SPARK_CONFS[args.spark_conf],
+                                             warm_up_workers=args.warm_up_workers)
+                        if key not in best or attempt["summary"]["seconds"] < best[key]["summary"]["seconds"]:
+                            best[key] = attempt
             result["python"] = py
             print(f"pure Python, 1 core : {py['rate']:>10,.0f} decoded events/s "
                   f"({py['decoded']:,} decoded of {py['rows']:,} rows in {py['seconds']:.1f} s; "
                   f"machine {py['machine_busy']:.0%} busy = this core + others; load average {py['load1']:.2f})")
-            for reader in ([] if args.skip_spark else [r for r in args.readers.split(",") if r]):
-                shutil.rmtree(out_root, ignore_errors=True)
-                sp = None
-                for _ in range(args.repeat):
-                    shutil.rmtree(out_root, ignore_errors=True)
-                    attempt = spark_rate(root, out_root, args.master, reader=reader, jvm_options=args.jvm_options)
-                    if sp is None or attempt["rate"] > sp["rate"]:
-                        sp = attempt
+            for reader in readers:
+                sp = best[reader]
                 result[f"spark_{reader}"] = sp
                 s = sp["summary"]
                 ratio = sp["rate"] / py["rate"]
                 result[f"ratio_{reader}"] = ratio
-                print(f"Spark app, {args.master}, --reader {reader}, JVM {args.jvm_options or 'defaults'}: "
-                      f"{sp['rate']:>10,.0f} decoded events/s "
+                print(f"Spark app, {args.master}, --reader {reader}, --warm-up-workers {args.warm_up_workers}, "
+                      f"--spark-conf {args.spark_conf}: {sp['rate']:>10,.0f} decoded events/s "
                       f"({s['decoded']:,} decoded + {s['quarantined']:,} quarantined in {s['seconds']:.1f} s app time, "
                       f"{s.get('input_partitions')} tasks; phases {s.get('phase_seconds')}; "
                       f"{sp['wall']:.1f} s wall incl. JVM start = {sp['wall_rate']:,.0f}/s; both cores "
                       f"{sp['machine_busy']:.0%} busy meanwhile, load average {sp['load1']:.2f})")
                 print(f"  ratio Spark/Python: {ratio:.2f}x (goal >= 1.5x); "
                       f"end-to-end incl. JVM start: {sp['wall_rate'] / py['rate']:.2f}x")
-                if args.marginal:
-                    # same app on a subset of the owners: the difference cancels the fixed costs
+                if subset:
+                    # the difference to a run on a subset of the owners cancels the fixed costs
                     # (first PySpark job, planning, commit) and gives the per-message rate
-                    from airflow_provider_plgd import staging as _st
-
-                    owners = sorted({m["owner_id"] for m in _st.list_committed(root, "EVENTS", interval_id=INTERVAL_ID)})
-                    subset = owners[: max(1, len(owners) * 2 // 5)]
-                    shutil.rmtree(out_root, ignore_errors=True)
-                    sub = None
-                    for _ in range(args.repeat):
-                        shutil.rmtree(out_root, ignore_errors=True)
-                        attempt = spark_rate(root, out_root, args.master, reader=reader, owners=subset,
-                                             jvm_options=args.jvm_options)
-                        if sub is None or attempt["summary"]["seconds"] < sub["summary"]["seconds"]:
-                            sub = attempt
+                    sub = best[f"{reader}_subset"]
                     d_rows = s["decoded"] - sub["summary"]["decoded"]
                     d_time = s["seconds"] - sub["summary"]["seconds"]
                     marginal = d_rows / d_time if d_time > 0 else float("nan")

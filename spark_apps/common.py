@@ -87,13 +87,16 @@ def flatten_lists(values: Iterable[Iterable[str]] | None) -> list[str] | None:
 
 
 def add_interval_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--interval-id`` (required), ``--summary-path`` and ``--log-level``."""
+    """Add ``--interval-id`` (required), ``--summary-path``, ``--log-level`` and ``--warm-up-workers``."""
     parser.add_argument("--interval-id", required=True,
                         help="staging interval ID (airflow_provider_plgd.staging.interval_id)")
     parser.add_argument("--summary-path", default=None,
                         help="where to write the run summary JSON "
                              "(default {output_root}/_runs/{app}/interval={interval_id}.json)")
     parser.add_argument("--log-level", default="INFO", help="Python log level (default INFO)")
+    parser.add_argument("--warm-up-workers", choices=("on", "off"), default="on",
+                        help="start the Python workers (and their imports) while the SQL session is "
+                             "built (default on; spark_apps/worker_warmup.py)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,10 +265,15 @@ def finish_run(spark, summary: dict[str, Any], *, output_root: str, app: str, in
 
 def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
             run: Callable[[Any, argparse.Namespace], dict[str, Any]],
-            argv: Sequence[str] | None = None) -> dict[str, Any]:
+            argv: Sequence[str] | None = None, *,
+            worker_modules: Sequence[str] = ()) -> dict[str, Any]:
     """The command-line entry of every app (its ``main``): parse ``argv`` (default
     ``sys.argv[1:]``), set up logging (``--log-level``), get the SparkSession
     (:func:`build_spark_session`), ``run(spark, args)``, stop Spark, return the summary.
+
+    ``worker_modules``: what the application's Python tasks import; unless ``--warm-up-workers
+    off``, the workers start and import them while the session is built
+    (:func:`spark_apps.worker_warmup.start_python_workers`).
 
     An exception from ``run`` stops Spark and propagates, so ``spark-submit`` exits non-zero
     (Airflow's ``SparkSubmitOperator`` then fails the task); bad arguments exit with argparse's
@@ -276,6 +284,18 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
     """
     args = parse_args(argv)
     setup_logging(args.log_level)
+    from spark_apps.pyspark_path import prefer_installed_pyspark
+
+    if prefer_installed_pyspark():  # before the first pyspark import of the driver
+        log.debug("importing pyspark from the installed package, not from pyspark.zip")
+    if worker_modules and getattr(args, "warm_up_workers", "on") == "on":
+        from pyspark import SparkConf, SparkContext
+
+        from spark_apps.worker_warmup import start_python_workers
+
+        # the context first (named like SparkSession.builder.appName would), so the Python
+        # workers start while the SQL session is built
+        start_python_workers(SparkContext.getOrCreate(SparkConf().setAppName(session_name)), worker_modules)
     spark = build_spark_session(session_name)
     try:
         return run(spark, args)

@@ -57,6 +57,9 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from spark_apps.decode_batch import decode_batches
 
 APP = "decode"
+#: What the decode tasks import; the workers import it while the SQL session starts (``--warm-up-workers``).
+WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.staging",
+                  "spark_apps.decode_batch")
 log = logging.getLogger("plgd.spark.decode")
 
 
@@ -365,7 +368,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
     Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
-    return common.run_app("plgd-decode-events", parse_args, run, argv)
+    return common.run_app("plgd-decode-events", parse_args, run, argv, worker_modules=WORKER_MODULES)
 
 
 if __name__ == "__main__":

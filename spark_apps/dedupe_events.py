@@ -78,6 +78,8 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from spark_apps import common, schemas, snapshot_store
 
 APP = "dedupe"
+#: What the filter tasks import; the workers import it while the SQL session starts (``--warm-up-workers``).
+WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "spark_apps.common")
 #: Columns that identify one staged message row: its ID and where the stream stored it.
 ROW_KEY = ("msg_id", "stream", "stream_seq")
 #: Up to this many dropped rows, their keys (~100 bytes each) are broadcast to the anti-join.
@@ -470,7 +472,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
     Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
-    return common.run_app("plgd-dedupe-events", parse_args, run, argv)
+    return common.run_app("plgd-dedupe-events", parse_args, run, argv, worker_modules=WORKER_MODULES)
 
 
 if __name__ == "__main__":

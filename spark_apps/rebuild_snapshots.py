@@ -60,6 +60,9 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from spark_apps import common, fold, rebuild_input, schemas, snapshot_store
 
 APP = "rebuild"
+#: What the map and fold tasks import; the workers import it while the SQL session starts (``--warm-up-workers``).
+WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "spark_apps.rebuild_input",
+                  "spark_apps.snapshot_store", "spark_apps.fold", "spark_apps.xxhash64")
 DEDUPED_DIR = "events_deduped"
 DEFAULT_KEEP_VERSIONS = 5
 log = logging.getLogger("plgd.spark.rebuild")
@@ -320,7 +323,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
     Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
-    return common.run_app("plgd-rebuild-snapshots", parse_args, run, argv)
+    return common.run_app("plgd-rebuild-snapshots", parse_args, run, argv, worker_modules=WORKER_MODULES)
 
 
 if __name__ == "__main__":

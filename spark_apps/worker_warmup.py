@@ -1,0 +1,62 @@
+"""Start the Python workers of a Spark application early, while the driver builds its SQL session.
+
+PySpark starts its Python daemon at the first Python task and forks one worker per task slot;
+each worker then imports what its task needs (pyarrow, protobuf, the plgd codec). Measured on
+the 2-core development VM (Spark 4.2, ``local[2]``): ~2 s of daemon boot plus 0.6-0.9 s of
+imports per worker before the first row, in every application run. That is ~10% of the decode
+application's time at 1M messages.
+
+:func:`start_python_workers` submits a small job from a background thread right after the
+SparkContext exists: ``defaultParallelism`` tasks that only import the application's modules.
+It runs while the main thread builds the SparkSession (~3 s of JVM work: session state, SQL
+configuration), so the first real tasks find warm workers; ``spark.python.worker.reuse`` (on by
+default) keeps them between jobs. Nothing waits for it: with Spark's FIFO scheduler the real job's
+tasks queue behind the warm-up tasks, and whatever of the warm-up is still running then counts in
+the application's own time.
+
+Sources: PySpark's ``PythonWorkerFactory`` (daemon, ``spark.python.use.daemon``) and
+``spark.python.worker.reuse`` in the Spark configuration reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Sequence
+
+log = logging.getLogger("plgd.spark")
+
+
+def start_python_workers(sc, modules: Sequence[str]) -> threading.Thread:
+    """Run a job of ``sc.defaultParallelism`` tasks that import ``modules``, from a background thread.
+
+    :param sc: the application's ``pyspark.SparkContext``.
+    :param modules: importable module names (strings), e.g. ``("pyarrow.parquet", "spark_apps.decode_batch")``.
+    :return: the started daemon thread (``join()`` it to wait for the warm-up; nothing needs to).
+        A failure of the warm-up job (e.g. Spark stopped meanwhile) is logged as a warning and
+        otherwise ignored: a real problem, such as a missing module, fails the real job with
+        Spark's own error.
+    :raises TypeError: ``modules`` is a single string instead of a sequence of names.
+    """
+    if isinstance(modules, str):
+        raise TypeError(f"modules must be a sequence of module names, got the string {modules!r}")
+    names = [str(m) for m in modules]
+
+    def warm(_items):
+        import importlib
+
+        for name in names:
+            importlib.import_module(name)
+        yield len(names)
+
+    def job() -> None:
+        try:
+            slots = max(1, int(sc.defaultParallelism))
+            sc.setJobDescription("plgd: start the Python workers")
+            sc.parallelize(range(slots), slots).mapPartitions(warm).collect()
+        except Exception as exc:  # noqa: BLE001 - only a warm-up; the real job reports real errors
+            log.warning("warming up the Python workers failed (the application goes on): %s", exc)
+
+    thread = threading.Thread(target=job, name="plgd-python-workers", daemon=True)
+    thread.start()
+    return thread
