@@ -57,7 +57,7 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from spark_apps.decode_batch import decode_batches
 
 APP = "decode"
-#: What the decode tasks import; the workers import it while the SQL session starts (``--warm-up-workers``).
+#: What the decode tasks import; the workers import it while the driver plans (``--warm-up-workers``).
 WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.staging",
                   "spark_apps.decode_batch")
 log = logging.getLogger("plgd.spark.decode")

@@ -78,7 +78,7 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from spark_apps import common, schemas, snapshot_store
 
 APP = "dedupe"
-#: What the filter tasks import; the workers import it while the SQL session starts (``--warm-up-workers``).
+#: What the filter tasks import; the workers import it while the driver plans (``--warm-up-workers``).
 WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "spark_apps.common")
 #: Columns that identify one staged message row: its ID and where the stream stored it.
 ROW_KEY = ("msg_id", "stream", "stream_seq")
@@ -387,10 +387,17 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
     phase = time.time()
-    events = (spark.read.schema(schemas.events_read_schema())
-              .option("basePath", common.join(root, EVENTS_DIR))
-              .parquet(source)
-              .select(*schemas.EVENTS_COLUMNS))
+    events = None
+
+    def read_events():  # the decoded rows as a DataFrame: only the Spark paths need it
+        nonlocal events
+        if events is None:
+            events = (spark.read.schema(schemas.events_read_schema())
+                      .option("basePath", common.join(root, EVENTS_DIR))
+                      .parquet(source)
+                      .select(*schemas.EVENTS_COLUMNS))
+        return events
+
     marked = None
     try:
         if on_driver:
@@ -398,7 +405,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         else:
             partitions = shuffle_partitions(spark, source)
             spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-            decision, marked = decide_with_spark(spark, root, events, previous, index_tmp)
+            decision, marked = decide_with_spark(spark, root, read_events(), previous, index_tmp)
         totals = decision.totals()
         timings["decide"] = round(time.time() - phase, 3)
         phase = time.time()
@@ -424,13 +431,13 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
                 # rank the full rows instead (one shuffle of the wide rows; same output rule).
                 log.warning("interval %s: (msg_id, stream, stream_seq) does not identify every row (repeated "
                             "or null); deduplicating the full rows", interval_id)
-                full = events.withColumn("_rank", F.row_number().over(_keep_order()))
+                full = read_events().withColumn("_rank", F.row_number().over(_keep_order()))
                 seen = _seen_ids(spark, root, previous)
                 if seen is not None:
                     full = full.join(seen, "msg_id", "left_anti")
                 kept = full.where((F.col("_rank") == 1) | F.col("msg_id").isNull()).select(*schemas.EVENTS_COLUMNS)
             else:  # more drops than the tasks should hold in memory: a Spark anti-join
-                kept = events.join(marked.where(F.col("_class") != "kept").select(*ROW_KEY), list(ROW_KEY),
+                kept = read_events().join(marked.where(F.col("_class") != "kept").select(*ROW_KEY), list(ROW_KEY),
                                    "left_anti").select(*schemas.EVENTS_COLUMNS)
             (kept.sortWithinPartitions(*schemas.EVENTS_PARTITION_COLUMNS, "stream_seq")
                 .write.mode("overwrite")

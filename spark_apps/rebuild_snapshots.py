@@ -60,7 +60,7 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from spark_apps import common, fold, rebuild_input, schemas, snapshot_store
 
 APP = "rebuild"
-#: What the map and fold tasks import; the workers import it while the SQL session starts (``--warm-up-workers``).
+#: What the map and fold tasks import; the workers import it while the driver plans (``--warm-up-workers``).
 WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "spark_apps.rebuild_input",
                   "spark_apps.snapshot_store", "spark_apps.fold", "spark_apps.xxhash64")
 DEDUPED_DIR = "events_deduped"

@@ -1,21 +1,20 @@
-"""Start the Python workers of a Spark application early, while the driver builds its SQL session.
+"""Start the Python workers of a Spark application early, while the driver plans its work.
 
 PySpark starts its Python daemon at the first Python task and forks one worker per task slot;
 each worker then imports what its task needs (pyarrow, protobuf, the plgd codec). Measured on
-the 2-core development VM (Spark 4.2, ``local[2]``): ~2 s of daemon boot plus 0.6-0.9 s of
-imports per worker before the first row, in every application run. That is ~10% of the decode
-application's time at 1M messages.
+the 2-core development VM (Spark 4.2, ``local[2]``): 0.6-0.9 s of imports per worker before the
+first row, plus the daemon's boot (~0.5 s with ``spark_apps.pyspark_daemon``, 1.1-2 s without).
 
 :func:`start_python_workers` submits a small job from a background thread right after the
 SparkContext exists: ``defaultParallelism`` tasks that only import the application's modules.
-It runs while the main thread builds the SparkSession (~3 s of JVM work: session state, SQL
-configuration), so the first real tasks find warm workers; ``spark.python.worker.reuse`` (on by
-default) keeps them between jobs. Nothing waits for it: with Spark's FIFO scheduler the real job's
-tasks queue behind the warm-up tasks, and whatever of the warm-up is still running then counts in
-the application's own time.
+It runs while the driver plans (lists manifests, reads Parquet footers; dedupe decides on the
+driver for seconds), so the first real tasks find warm workers; ``spark.python.worker.reuse``
+(on by default) keeps them between jobs. Nothing waits for it: with Spark's FIFO scheduler the
+real job's tasks queue behind the warm-up tasks, and whatever of the warm-up is still running
+then counts in the application's own time.
 
-Sources: PySpark's ``PythonWorkerFactory`` (daemon, ``spark.python.use.daemon``) and
-``spark.python.worker.reuse`` in the Spark configuration reference.
+Sources: PySpark's ``daemon.py`` and ``PythonWorkerFactory``; ``spark.python.worker.reuse`` in
+the Spark configuration reference.
 """
 
 from __future__ import annotations
