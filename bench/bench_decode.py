@@ -28,7 +28,9 @@ Steps:
    so a drift of the host's speed reaches both sides), and keeps the best of each.
 
 Prints the rates (decoded events/s) and their ratio (goal: >= 1.5) plus how busy the machine was
-meanwhile. The whole measurement holds an exclusive ``flock`` on ``--lock`` (default
+meanwhile, and the host's parallel scaling before and after (``bench.machine.parallel_scaling``:
+how much two CPU-bound Python processes get done together relative to one; two free cores give
+~2.0). The ratio cannot exceed that scaling, so read the two together. The whole measurement holds an exclusive ``flock`` on ``--lock`` (default
 ``/tmp/spark.lock``) so no other Spark job shares the two cores; ``--quiet-wait`` waits for other
 load to end first.
 """
@@ -54,7 +56,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from airflow_provider_plgd.spark_conf import FAST_LOCAL_SPARK_CONF, conf_args  # noqa: E402
-from bench.machine import busy_since, proc_stat  # noqa: E402
+from bench.machine import busy_since, parallel_scaling, proc_stat  # noqa: E402
 
 INTERVAL_ID = "20260101T000000Z_20260101T010000Z"
 START_NS = 1_767_225_600_000_000_000
@@ -324,6 +326,9 @@ def main(argv=None) -> dict:
         with exclusive_lock(args.lock):
             busy = wait_until_quiet(0.25, args.quiet_wait)
             print(f"machine busy before measuring: {busy:.0%} of 2 cores")
+            result["scaling_before"] = parallel_scaling()
+            print(f"host scaling before: two CPU-bound Python processes do {result['scaling_before']['scaling']:.2f}x "
+                  f"the work of one ({result['scaling_before']}); local[2] cannot beat one core by more")
             # Best of N, and the measurements interleaved (Python, Spark, Spark subset, Python,
             # ...): the machine is shared and its speed drifts; noise only slows a run down, and
             # interleaving exposes both sides to the same drift.
@@ -374,6 +379,8 @@ def main(argv=None) -> dict:
                     print(f"  marginal (steady-state) rate: {marginal:,.0f} decoded events/s from "
                           f"{s['decoded']:,} vs {sub['summary']['decoded']:,} events ({s['seconds']:.1f} s vs "
                           f"{sub['summary']['seconds']:.1f} s) = {marginal / py['rate']:.2f}x")
+            result["scaling_after"] = parallel_scaling()
+            print(f"host scaling after: {result['scaling_after']['scaling']:.2f}x ({result['scaling_after']})")
             print(f"machine busy after: {cpu_busy():.0%}")
     finally:
         if not args.keep and not args.workdir:
