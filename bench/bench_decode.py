@@ -19,8 +19,8 @@ Steps:
    imports the installed PySpark). Rate = decoded events / the app's own processing time
    (``seconds`` in its run summary: from listing the manifests to the committed output, so JVM
    start-up is excluded; the end-to-end wall time including JVM start is printed too). The app
-   starts its Python workers while it builds its SQL session (``--warm-up-workers on``, the
-   default; ``--warm-up-workers off`` measures without).
+   starts its Python workers while its driver plans (``--warm-up-workers on``, the default;
+   ``--warm-up-workers off`` measures without).
 5. ``--marginal``: the app again on 2/5 of the owners; (rows difference) / (time difference) is
    the steady-state rate without the fixed costs (first PySpark job: Python daemon and workers
    importing pyarrow/protobuf/the codec, scheduling; planning ~0.1 s; commit ~0.2 s).
@@ -30,9 +30,9 @@ Steps:
 Prints the rates (decoded events/s) and their ratio (goal: >= 1.5) plus how busy the machine was
 meanwhile, and the host's parallel scaling before and after (``bench.machine.parallel_scaling``:
 how much two CPU-bound Python processes get done together relative to one; two free cores give
-~2.0). The ratio cannot exceed that scaling, so read the two together. The whole measurement holds an exclusive ``flock`` on ``--lock`` (default
-``/tmp/spark.lock``) so no other Spark job shares the two cores; ``--quiet-wait`` waits for other
-load to end first.
+~2.0). The ratio cannot exceed that scaling, so read the two together. The whole measurement
+holds an exclusive ``flock`` on ``--lock`` (default ``/tmp/spark.lock``) so no other Spark job
+shares the two cores; ``--quiet-wait`` waits for other load to end first.
 """
 
 from __future__ import annotations

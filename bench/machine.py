@@ -44,7 +44,7 @@ def parallel_scaling(loops: int = 5_000_000, rounds: int = 3) -> dict[str, float
 
     Runs :func:`_spin` in one process, then in two processes at once (``multiprocessing`` with
     the ``spawn`` start method), ``rounds`` times, and keeps the best time of each. A machine with
-    two free cores gives a ``scaling`` near 2.0; the 2-vCPU development VM has measured 1.3-2.0
+    two free cores gives a ``scaling`` near 2.0; the 2-vCPU development VM has measured 1.15-1.98
     at different times. A Spark app on ``local[2]`` cannot beat one core by more than this.
 
     :param loops: iterations of the loop (5M: ~0.7-1.5 s on the development VM).

@@ -9,9 +9,10 @@ first row, plus the daemon's boot (~0.5 s with ``spark_apps.pyspark_daemon``, 1.
 SparkContext exists: ``defaultParallelism`` tasks that only import the application's modules.
 It runs while the driver plans (lists manifests, reads Parquet footers; dedupe decides on the
 driver for seconds), so the first real tasks find warm workers; ``spark.python.worker.reuse``
-(on by default) keeps them between jobs. Nothing waits for it: with Spark's FIFO scheduler the
-real job's tasks queue behind the warm-up tasks, and whatever of the warm-up is still running
-then counts in the application's own time.
+(on by default) keeps them between jobs. Nothing waits for it: Spark's FIFO scheduler runs the
+jobs in the order they were submitted, so when the driver plans for only a moment (decode:
+~0.06 s) its job may come first and the warm-up tasks run after it; either way, whatever of the
+warm-up is not yet done counts in the application's own time.
 
 Sources: PySpark's ``daemon.py`` and ``PythonWorkerFactory``; ``spark.python.worker.reuse`` in
 the Spark configuration reference.
