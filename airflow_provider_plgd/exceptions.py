@@ -94,3 +94,24 @@ __all__ = [
     "MessagesExpiredError",
     "StreamNotFoundError",
 ]
+
+
+class LedgerError(Exception):
+    """The interval ledger does not add up: a stage cannot account for every message the stream
+    holds for an interval (``docs/reliability.md``, "The interval ledger"). The message names the
+    interval, the owner and the numbers. Nothing of the failing stage is committed.
+
+    :ivar interval_id: the interval ID.
+    :ivar problems: one line per problem (owner, stage and numbers).
+    """
+
+    def __init__(self, message: str, *, interval_id: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.interval_id = interval_id
+        self.problems = list(problems or [])
+
+
+class FewerMessagesError(LedgerError):
+    """A rerun would replace an interval's committed data with fewer messages (the stream was
+    re-created, purged, or messages were deleted from the middle of it). Refused unless the user
+    asks for it explicitly (``accept_fewer_messages``)."""

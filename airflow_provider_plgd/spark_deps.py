@@ -12,6 +12,7 @@ Zip content (paths inside the zip are package paths, so ``import airflow_provide
   ``pb/*_pb2.py`` and the ``.proto`` files)
 * ``airflow_provider_plgd/staging.py`` (the staging contract, read by the decode app)
 * ``airflow_provider_plgd/run_summary.py`` (the one home of the run-summary path rule)
+* ``airflow_provider_plgd/ledger.py`` and ``exceptions.py`` (the interval ledger, read by the decode app)
 * ``spark_apps/*.py``
 
 Not included: third-party libraries. The Python environment of the Spark nodes needs
@@ -40,7 +41,7 @@ from pathlib import Path
 #: Name of the zip when :func:`build_py_files_zip` is given a directory.
 ZIP_NAME = "plgd_py_files.zip"
 #: Provider files shipped besides ``plgd/**`` (relative to the package folder).
-PROVIDER_FILES = ("__init__.py", "staging.py", "run_summary.py")
+PROVIDER_FILES = ("__init__.py", "exceptions.py", "ledger.py", "staging.py", "run_summary.py")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")

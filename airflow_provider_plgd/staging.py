@@ -368,6 +368,27 @@ def _younger_than(fs: fsspec.AbstractFileSystem, path: str, seconds: float) -> b
     return (datetime.now(timezone.utc) - modified).total_seconds() < seconds
 
 
+def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one: a
+    temporary name in the same folder and a rename where renames are atomic (local and POSIX-like
+    file systems), one PUT on object stores (where a PUT is atomic and a rename is a copy).
+
+    :raises OSError: the write failed; the message names ``path``.
+    """
+    try:
+        parent = posixpath.dirname(path)
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        if _atomic_rename_ok(fs):
+            tmp = _join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.inprogress")
+            fs.pipe_file(tmp, data)
+            fs.mv(tmp, path)
+        else:
+            fs.pipe_file(path, data)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write {location_url(fs, path)}: {exc.strerror or exc}") from exc
+
+
 # --------------------------------------------------------------------------------------------------
 # Writer
 # --------------------------------------------------------------------------------------------------

@@ -787,23 +787,25 @@ class JetStreamHook(BaseHook):
         self,
         nc: Any,
         stream: str,
-        filter_subject: str,
+        filter_subject: str | None,
         *,
         start_ns: int | None = None,
         start_seq: int | None = None,
         inactive_threshold_s: float,
         kind: str,
     ) -> dict:
-        """Create an ephemeral, ack-none, memory-stored consumer and return its info dict."""
+        """Create an ephemeral, ack-none, memory-stored consumer (``filter_subject`` None: every
+        subject of the stream) and return its info dict."""
         name = f"plgd_{kind}_{secrets.token_hex(8)}"
         config: dict[str, Any] = {
             "name": name,
             "ack_policy": "none",
-            "filter_subject": filter_subject,
             "inactive_threshold": int(inactive_threshold_s * _NS),
             "mem_storage": True,
             "num_replicas": 1,
         }
+        if filter_subject:
+            config["filter_subject"] = filter_subject
         if start_seq is not None:
             config.update(deliver_policy="by_start_sequence", opt_start_seq=max(1, start_seq))
         elif start_ns is not None:
@@ -883,6 +885,116 @@ class JetStreamHook(BaseHook):
             finally:
                 for _, name in names:
                     await self._adelete_consumer(nc, stream, name)
+
+    async def acount_interval(
+        self,
+        filters: list[str] | tuple[str, ...],
+        *,
+        start_time: dt.datetime | int | None = None,
+        end_time: dt.datetime | int | None = None,
+        start_seq: int | None = None,
+        end_seq: int | None = None,
+        concurrency: int = 16,
+    ) -> dict[str, Any]:
+        """What the stream holds for one interval: its stream-sequence range, and per filter a count.
+
+        The interval is ``[start_time, end_time)`` by server timestamp, or ``[start_seq, end_seq]``
+        by stream sequence (not both). Time bounds become the sequence range ``[first_seq,
+        end_seq_exclusive)``: the first sequence stored at or after each bound (the starting
+        sequence of an ephemeral ``by_start_time`` consumer, ``delivered.stream_seq + 1``; NATS
+        "JetStream consumers": ``DeliverByStartTime``). Each count is then the number of stored
+        messages matching the filter in that range: ``num_pending`` of a filtered consumer at the
+        range start minus that of one at the range end, read as end/start/end until both end
+        readings agree (no matching message arrived in between), so the count is exact; deleted
+        messages are not counted.
+
+        :param filters: subject filters (e.g. ``plgd.owners.<owner>.>`` per owner); each counted
+            separately. An empty string counts every subject of the stream (the ``total``).
+        :param concurrency: filters counted at once over the one connection.
+        :return: ``{"stream", "created" (RFC 3339, the stream's creation time: it changes when the
+            stream is deleted and re-created), "state" (stream state at the start: messages, bytes,
+            first_seq, last_seq, first_ts, last_ts, num_deleted), "first_seq", "end_seq_exclusive",
+            "total" (every subject), "counts": {filter: int}}``.
+        :raises ValueError/TypeError: bad filters or bounds, or both kinds of bounds.
+        :raises JetStreamError: server-side problems; ``JetStreamTimeoutError`` when the counts
+            keep changing (more than 20 readings).
+        """
+        for f in filters:
+            _check_filter(f)
+        start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
+        if (start_ns is not None or end_ns is not None) and (start_seq is not None or end_seq is not None):
+            raise ValueError("acount_interval takes time bounds or sequence bounds, not both")
+        s = await self.aget_settings()
+        stream = s.stream
+        async with self.aconnect() as nc:
+            info = await self._api(nc, f"$JS.API.STREAM.INFO.{stream}")
+            state = info.get("state") or {}
+            last = int(state.get("last_seq") or 0)
+
+            async def seq_at(ns: int | None, default: int) -> int:
+                if ns is None:
+                    return default
+                made = await self._acreate_consumer(nc, stream, None, start_ns=ns,
+                                                    inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
+                try:
+                    return int((made.get("delivered") or {}).get("stream_seq") or 0) + 1
+                finally:
+                    await self._adelete_consumer(nc, stream, made["name"])
+
+            if start_seq is not None or end_seq is not None:
+                first = start_seq or 1
+                stop = (end_seq + 1) if end_seq is not None else last + 1
+            else:
+                first = await seq_at(start_ns, 1)
+                stop = await seq_at(end_ns, last + 1)
+            stop = max(stop, first)
+            gate = asyncio.Semaphore(max(1, int(concurrency)))
+
+            async def count(subject_filter: str) -> int:
+                if stop <= first:
+                    return 0
+                async with gate:
+                    return await self._acount_range(nc, stream, subject_filter or None, first, stop)
+
+            wanted = list(dict.fromkeys(filters))
+            results = await asyncio.gather(count(""), *(count(f) for f in wanted))
+        keep = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
+        return {
+            "stream": stream,
+            "created": info.get("created"),
+            "state": {k: state.get(k) for k in keep},
+            "first_seq": first,
+            "end_seq_exclusive": stop,
+            "total": results[0],
+            "counts": dict(zip(wanted, results[1:])),
+        }
+
+    async def _acount_range(self, nc: Any, stream: str, subject_filter: str | None, first: int, stop: int) -> int:
+        """Stored messages matching ``subject_filter`` (None: all) with ``first <= seq < stop``."""
+        names: list[str] = []
+        try:
+            for seq in (stop, first):
+                made = await self._acreate_consumer(nc, stream, subject_filter, start_seq=seq,
+                                                    inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
+                names.append(made["name"])
+            at_stop, at_first = names
+
+            async def pending(name: str) -> int:
+                return int((await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}"))["num_pending"])
+
+            for _ in range(20):
+                before = await pending(at_stop)
+                from_first = await pending(at_first)
+                after = await pending(at_stop)
+                if before == after:
+                    return max(0, from_first - after)
+            raise JetStreamTimeoutError(
+                f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences [{first}, {stop}): "
+                "matching messages kept arriving during 20 readings"
+            )
+        finally:
+            for name in names:
+                await self._adelete_consumer(nc, stream, name)
 
     async def aiter_batches(
         self,
@@ -1044,6 +1156,10 @@ class JetStreamHook(BaseHook):
             filter, start_time=start_time, end_time=end_time, start_seq=start_seq, end_seq=end_seq
         )
         return _run(coro, "count_messages")
+
+    def count_interval(self, filters: list[str] | tuple[str, ...], **bounds: Any) -> dict[str, Any]:
+        """Sync :meth:`acount_interval` (same arguments)."""
+        return _run(self.acount_interval(filters, **bounds), "count_interval")
 
     def publish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import ledger, staging
 from airflow_provider_plgd.compat import BaseOperator
+from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import parse_subject, subject_filters, subject_matches
 
 if TYPE_CHECKING:
@@ -116,12 +117,37 @@ class JetStreamToStagingOperator(BaseOperator):
     :param compression: Parquet codec (default ``"snappy"``).
     :param progress_interval_seconds: log progress at most this often (default 5 s) ...
     :param progress_every_messages: ... or after this many messages (default 100,000).
+    :param unrouted: the target is the messages of ``ledger.SCOPE_FILTER`` (``plgd.>``) whose subject
+        is not under ``plgd.owners.<valid owner ID>.`` (a malformed plgd subject, an owner token
+        that is no valid owner ID, a subject outside ``plgd.owners``): one batch under
+        ``owner_id=_unrouted/event_type=_unknown/`` that decode quarantines. The ETL adds this
+        fetch when the ledger finds such messages.
+    :param ledger: the interval's ledger folder (templated; ``ledger.interval_dir``, written by the
+        ETL's ``plan``). The expected count of each owner then comes from the ledger instead of a
+        new server count; the task writes its record to ``{ledger}/fetch/`` and returns a small
+        XCom without the per-batch list (the details are in the record).
+    :param accept_fewer_messages: allow a rerun to replace committed batches with fewer messages
+        (templated; default False: :class:`~airflow_provider_plgd.exceptions.FewerMessagesError`).
+
+    **Accounting** (time and sequence bounds): before reading, the messages the stream holds for
+    each batch (or, for ``owner_ids``, for each owner: ``plgd.owners.{owner}.>``) are counted on
+    the server (``JetStreamHook.acount_interval``) or taken from ``ledger``. After reading and
+    before any commit of the owner, staged + skipped (per reason) must equal that count, else
+    :class:`~airflow_provider_plgd.exceptions.LedgerError` is raised and nothing of the owner is
+    committed. With ``owner_ids``, messages of an event type we do not know and subjects that do
+    not parse are staged in an extra batch ``event_type=_unknown`` (decode quarantines them);
+    known event types that were not requested are skipped and counted. A count below what the
+    interval already committed (a re-created or purged stream) raises
+    :class:`~airflow_provider_plgd.exceptions.FewerMessagesError` before anything is touched,
+    unless ``accept_fewer_messages``.
     :raises ValueError: (in ``execute``) invalid owner IDs or event types (before any subject or
         path is built), conflicting or missing target/bounds, no data interval.
     :raises MessagesExpiredError: the stream no longer holds all messages of the bounds (see
         "Expired messages"); nothing is committed for the batch.
     :raises JetStreamConnectionError: the NATS connection was lost; nothing is committed for the
         batch in progress.
+    :raises LedgerError: staged + skipped differs from what the stream holds (see "Accounting").
+    :raises FewerMessagesError: a rerun would commit fewer messages than the interval has committed.
     """
 
     template_fields: Sequence[str] = (
@@ -138,6 +164,8 @@ class JetStreamToStagingOperator(BaseOperator):
         "durable",
         "max_messages",
         "destination",
+        "ledger",
+        "accept_fewer_messages",
     )
     ui_color = "#c7e9f7"
 
@@ -166,6 +194,9 @@ class JetStreamToStagingOperator(BaseOperator):
         compression: str = "snappy",
         progress_interval_seconds: float = 5.0,
         progress_every_messages: int = 100_000,
+        unrouted: bool = False,
+        ledger: str | None = None,
+        accept_fewer_messages: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -191,6 +222,9 @@ class JetStreamToStagingOperator(BaseOperator):
         self.compression = compression
         self.progress_interval_seconds = progress_interval_seconds
         self.progress_every_messages = progress_every_messages
+        self.unrouted = unrouted
+        self.ledger = ledger
+        self.accept_fewer_messages = accept_fewer_messages
 
     # ------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
@@ -222,13 +256,16 @@ class JetStreamToStagingOperator(BaseOperator):
         single = self.owner_id is not None or self.event_type is not None
         group = self.owner_ids is not None or self.event_types is not None
         arbitrary = self.subject_filter not in (None, "", [])
-        if single + group + arbitrary != 1:
+        unrouted = bool(self.unrouted)
+        if single + group + arbitrary + unrouted != 1:
             raise ValueError(
                 "JetStreamToStagingOperator needs exactly one target: owner_id + event_type, "
-                "owner_ids + event_types, or subject_filter "
+                "owner_ids + event_types, subject_filter, or unrouted=True "
                 f"(got owner_id={self.owner_id!r}, event_type={self.event_type!r}, owner_ids={self.owner_ids!r}, "
                 f"event_types={self.event_types!r}, subject_filter={self.subject_filter!r})"
             )
+        if unrouted:
+            return [(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE, [ledger.SCOPE_FILTER])]
         if arbitrary:
             filters = staging._as_filter_list(self.subject_filter)  # noqa: SLF001 - shared helper
             for f in filters:
@@ -246,7 +283,9 @@ class JetStreamToStagingOperator(BaseOperator):
         owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
         owners = [validate_token(o, "owner_id") for o in owners]
         types = [check_event_type(e) for e in types]
-        return [(o, e, subject_filters(o, e)) for o in owners for e in types]
+        return [target for o in owners for target in
+                [(o, e, subject_filters(o, e)) for e in types]
+                + [(o, ledger.UNKNOWN_EVENT_TYPE, [ledger.owner_filter(o)])]]
 
     def _bounds(self, context: Context) -> tuple[str, dict[str, Any]]:
         """Return ``(mode, bounds)``; ``bounds`` is JSON-able and goes into the manifest."""
@@ -325,25 +364,41 @@ class JetStreamToStagingOperator(BaseOperator):
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
             check_retained(_state(info), stream, bounds, when="before the fetch")
+        owner_wide = self.owner_ids is not None or bool(self.unrouted)
+        groups = _owner_groups(targets) if mode != "durable" else [[t] for t in targets]
+        expected = await self._expected_counts(hook, stream, groups, mode, bounds, owner_wide)
+        accept_fewer = _as_bool(self.accept_fewer_messages, "accept_fewer_messages")
         results = []
-        for group in _owner_groups(targets) if mode != "durable" else [[t] for t in targets]:
+        accounts: dict[str, dict[str, Any]] = {}
+        for group in groups:
+            key = group[0][0] if owner_wide else group[0][1]
+            if mode != "durable":
+                self._refuse_fewer(root, stream, group, bounds, mode, expected[key], accept_fewer)
             try:
                 if mode == "durable":
                     owner, event_type, filters = group[0]
                     batches = [await self._durable_batch(hook, stream, root, owner, event_type, filters, bounds,
                                                          head)]
-                elif len(group) > 1:
-                    batches = await self._owner_batches(hook, stream, root, group, mode, bounds, head)
+                    skipped: dict[str, int] = {}
+                elif owner_wide:
+                    batches, skipped = await self._owner_batches(hook, stream, root, group, mode, bounds, head,
+                                                                 expected[key])
                 else:
                     owner, event_type, filters = group[0]
                     batches = [await self._bounded_batch(hook, stream, root, owner, event_type, filters, mode,
-                                                         bounds, head)]
+                                                         bounds, head, expected[key])]
+                    skipped = {}
             except Exception as exc:
                 typed = _typed_nats_error(exc, stream)
                 if typed is exc:
                     raise
                 raise typed from exc
             results.extend(batches)
+            if owner_wide:
+                accounts[key] = {"expected": expected[key], "staged": sum(b["count"] for b in batches),
+                                 "skipped": skipped,
+                                 "batches": [{k: b[k] for k in ("event_type", "count", "bytes", "first_seq",
+                                                                "last_seq", "files", "path")} for b in batches]}
         seqs = [r for r in results if r["count"]]
         interval_ids = {r["interval_id"] for r in results}
         summary = {
@@ -362,7 +417,60 @@ class JetStreamToStagingOperator(BaseOperator):
         }
         self.log.info("Committed %s batch(es): %s messages, %s bytes, seq %s..%s", len(results), summary["count"],
                       summary["bytes"], summary["first_seq"], summary["last_seq"])
+        if owner_wide:
+            summary["skipped"] = {r: sum(a["skipped"].get(r, 0) for a in accounts.values())
+                                  for r in sorted({r for a in accounts.values() for r in a["skipped"]})}
+        if self.ledger and owner_wide:
+            record_path = f"{str(self.ledger).rstrip('/')}/fetch/{ledger.group_key(accounts)}.json"
+            ledger.write_json(record_path, ledger.fetch_record(interval_id=summary["interval_id"], stream=stream,
+                                                               owners=accounts))
+            summary["owners"] = len(accounts)
+            summary["batches"] = len(results)
+            summary["record"] = record_path
         return summary
+
+    async def _expected_counts(self, hook, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
+        """What the stream holds for each owner (``owner_wide``) or batch, from the ledger or the server."""
+        keys = {(g[0][0] if owner_wide else g[0][1]): g for g in groups}
+        if mode == "durable":
+            return dict.fromkeys(keys)
+        if self.ledger and owner_wide:
+            plan = ledger.read_json(f"{str(self.ledger).rstrip('/')}/stream.json")
+            if plan is None:
+                raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
+            if mode != "time" or (plan["bounds"].get("start_ns"), plan["bounds"].get("end_ns")) != (
+                    bounds["start_ns"], bounds["end_ns"]):
+                raise ValueError(f"ledger {self.ledger} is for the interval {plan['bounds']}, not {bounds}")
+            counts = {**plan["owners"], ledger.UNROUTED_OWNER: plan["total"]}
+            missing = [k for k in keys if k not in counts]
+            if missing:
+                raise LedgerError(f"the ledger {self.ledger} has no count for owner(s) {missing[:10]}",
+                                         interval_id=plan["interval_id"])
+            return {k: int(counts[k]) for k in keys}
+        filters = {k: ([ledger.SCOPE_FILTER] if k == ledger.UNROUTED_OWNER else [ledger.owner_filter(k)])
+                   if owner_wide else g[0][2] for k, g in keys.items()}
+        read = ({"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]} if mode == "time"
+                else {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+        counted = await hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
+        return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
+
+    def _refuse_fewer(self, root, stream, group, bounds, mode, expected, accept_fewer: bool) -> None:
+        """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
+        interval, _ = _interval_and_read_kwargs(mode, bounds)
+        owner = group[0][0]
+        committed = staging.list_committed(root, stream, interval_id=interval, owner_ids=[owner],
+                                           event_types=[t[1] for t in group])
+        before = sum(int(m["count"]) for m in committed)
+        if expected is None or expected >= before or accept_fewer:
+            return
+        raise FewerMessagesError(
+            f"interval {interval}: the stream {stream!r} now holds {expected} messages for "
+            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0][2]}, but {before} are committed in "
+            f"staging ({_counts_text(committed)}); a rerun "
+            "would replace them with fewer (the stream was re-created, purged, or messages were deleted). Nothing "
+            "was changed. Set accept_fewer_messages=True to replace them anyway.",
+            interval_id=interval, problems=[f"owner {owner}: stream {expected}, committed {before}"],
+        )
 
     def _writer(self, root, stream, owner, event_type, interval, filters, bounds) -> staging.StagingWriter:
         return staging.StagingWriter(
@@ -379,7 +487,7 @@ class JetStreamToStagingOperator(BaseOperator):
             compression=self.compression,
         )
 
-    async def _bounded_batch(self, hook, stream, root, owner, event_type, filters, mode, bounds, head):
+    async def _bounded_batch(self, hook, stream, root, owner, event_type, filters, mode, bounds, head, expected):
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
         progress = _Progress(self.log, f"{owner}/{event_type}", head, self.progress_interval_seconds,
                              self.progress_every_messages)
@@ -398,25 +506,30 @@ class JetStreamToStagingOperator(BaseOperator):
             # Messages of the bounds may have aged out while this batch was read: check again
             # before the commit (a short batch is never committed silently).
             check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            staged = await worker.call(lambda: writer.count)
+            _check_accounted(writer.interval_id, f"{owner}/{event_type}", expected, staged, {})
             manifest = await worker.call(writer.commit)
         progress.done()
         return _batch_summary(manifest)
 
-    async def _owner_batches(self, hook, stream, root, group, mode, bounds, head) -> list[dict[str, Any]]:
+    async def _owner_batches(self, hook, stream, root, group, mode, bounds, head,
+                             expected: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
 
         The server walks the stream once per consumer to find the messages of its filter, so one
         consumer per (owner, event type, filter) made it walk the stream ~20 times per owner
         (measured: 1M messages, 8 owners x 14 event types, 9.5k msg/s vs 40k for one consumer).
         Here each message is routed to its batch and filter on the client
-        (:func:`_route`); messages of none of the requested types are skipped. Each batch gets
+        (:class:`_Router`: unknown types to the ``_unknown`` batch, types not requested skipped and
+        counted). Before any commit, staged + skipped must equal ``expected``. Each batch gets
         the same files as with its own consumers: the first filter's messages are written as they
         come, the others' are spooled to local files (``_Spool``) and written after it, filter by
         filter. Memory: up to one row group (``row_group_bytes``) per batch of the owner.
         """
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
         owner = group[0][0]
-        (owner_filter,) = subject_filters(owner)
+        unrouted = owner == ledger.UNROUTED_OWNER
+        owner_filter = ledger.SCOPE_FILTER if unrouted else ledger.owner_filter(owner)
         progress = _Progress(self.log, f"{owner}/{len(group)} event types", head, self.progress_interval_seconds,
                              self.progress_every_messages)
         spools: dict[tuple[int, int], _Spool] = {}
@@ -426,7 +539,7 @@ class JetStreamToStagingOperator(BaseOperator):
             stack.callback(lambda: [spool.close() for spool in spools.values()])
             for writer, (_, _, filters) in zip(writers, group):
                 await worker.submit(writer.start_filter, filters[0])
-            router = _Router(group)
+            router = _Router(group, unrouted=unrouted)
             batches = hook.aiter_batches(owner_filter, batch_size=self.batch_size, **read_kwargs)
             async with contextlib.aclosing(batches):  # deletes the consumer on errors too
                 async for batch in batches:
@@ -448,9 +561,11 @@ class JetStreamToStagingOperator(BaseOperator):
                         for rows in spools[(target, index)].read():
                             await worker.submit(writers[target].write, rows)
             check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            staged = await worker.call(lambda: sum(w.count for w in writers))
+            _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
             manifests = [await worker.call(writer.commit) for writer in writers]
         progress.done()
-        return [_batch_summary(m) for m in manifests]
+        return [_batch_summary(m) for m in manifests], dict(sorted(router.skipped.items()))
 
     async def _durable_batch(self, hook, stream, root, owner, event_type, filters, bounds, head):
         """Durable-consumer mode: fetch up to max_messages, commit, then ack (ack policy ``all``)."""
@@ -536,6 +651,36 @@ class JetStreamToStagingOperator(BaseOperator):
 # ----------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------
+def _check_accounted(interval: str, what: str, expected: int | None, staged: int, skipped: dict[str, int]) -> None:
+    """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
+    if expected is None:
+        return
+    problems = ledger.owner_problems(what, expected, staged, skipped)
+    if problems:
+        raise LedgerError(
+            f"interval {interval}: {problems[0]}; nothing was committed for it. Messages arrived or were removed "
+            "while the interval was read (is the interval complete? was the stream changed?); retry the task",
+            interval_id=interval, problems=problems,
+        )
+
+
+def _counts_text(manifests: list[dict[str, Any]]) -> str:
+    """``event_type: count, ...`` of the non-empty committed batches."""
+    return ", ".join(f"{m['event_type']}: {m['count']}" for m in manifests if m["count"]) or "none"
+
+
+def _as_bool(value: Any, what: str) -> bool:
+    """A bool from a bool or a rendered template (``"True"``/``"false"``/``"1"``/``"0"``)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "", "none"):
+        return False
+    raise ValueError(f"{what} must be true or false, got {value!r}")
+
+
 def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
     return {
         "owner_id": manifest["owner_id"],
@@ -791,36 +936,84 @@ class _Router:
     A message goes to the target of its event type (``plgd.subjects.parse_subject``) and to the
     first of that target's filters it matches (``subject_matches``); a subject that does not parse
     is tried against every filter, so it is staged exactly as a per-filter consumer would have
-    (decode quarantines it). Messages that match no target are dropped (types not requested).
+    (decode quarantines it). Nothing is dropped silently:
+
+    * a message of a known event type that was not requested is skipped and counted in
+      :attr:`skipped` under ``ledger.SKIP_NOT_REQUESTED``;
+    * every other message (an event type we do not know, e.g. from a newer hub, or a subject that
+      does not parse and matches no requested filter) goes to the ``ledger.UNKNOWN_EVENT_TYPE``
+      target when the group has one (decode quarantines it as ``unknown_event_type`` or
+      ``bad_subject``), else it is counted as skipped under ``"unroutable"``.
+
+    With ``unrouted=True`` (the unrouted fetch over ``ledger.SCOPE_FILTER``) the one target takes
+    exactly the messages whose subject is not under ``plgd.owners.<valid owner ID>.``; the others
+    are skipped as ``ledger.SKIP_OWNED`` (their owner's fetch stages them).
     """
 
-    def __init__(self, group: list[tuple[str, str, list[str]]]) -> None:
+    def __init__(self, group: list[tuple[str, str, list[str]]], *, unrouted: bool = False) -> None:
+        from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
         self.group = group
+        self.unrouted = unrouted
         self.by_type = {event_type: i for i, (_, event_type, _) in enumerate(group)}
+        self.unknown = self.by_type.get(ledger.UNKNOWN_EVENT_TYPE)
+        self.requested = [i for i in range(len(group)) if i != self.unknown]
+        self.known_types = EVENT_TYPES
+        self.skipped: dict[str, int] = {}
 
     def _place(self, subject: str) -> tuple[int, int] | None:
+        if self.unrouted:
+            return None if _owner_token_ok(subject) else (0, 0)
         try:
-            target = self.by_type.get(parse_subject(subject, check_event_type=False).event_type)
-            candidates = [] if target is None else [target]
+            event_type = parse_subject(subject, check_event_type=False).event_type
         except ValueError:
-            target, candidates = None, range(len(self.group))
+            event_type, candidates = None, self.requested
+        else:
+            target = self.by_type.get(event_type)
+            if target is not None and target != self.unknown:
+                filters = self.group[target][2]
+                if len(filters) == 1:
+                    return target, 0
+                candidates = [target]
+            elif event_type in self.known_types:
+                self.skipped[ledger.SKIP_NOT_REQUESTED] = self.skipped.get(ledger.SKIP_NOT_REQUESTED, 0) + 1
+                return None
+            else:
+                candidates = []
         for t in candidates:
-            filters = self.group[t][2]
-            if len(filters) == 1 and target is not None:
-                return t, 0
-            for index, subject_filter in enumerate(filters):
+            for index, subject_filter in enumerate(self.group[t][2]):
                 if subject_matches(subject_filter, subject):
                     return t, index
+        if self.unknown is not None:
+            return self.unknown, 0
+        self.skipped["unroutable"] = self.skipped.get("unroutable", 0) + 1
         return None
 
     def route(self, batch: Sequence[Sequence[Any]]) -> dict[tuple[int, int], list]:
-        """``{(target, filter index): [messages in stream order]}`` of one fetched batch."""
+        """``{(target, filter index): [messages in stream order]}`` of one fetched batch; skipped
+        messages are counted in :attr:`skipped` (``{reason: count}``)."""
         out: dict[tuple[int, int], list] = {}
         for msg in batch:
             place = self._place(msg[1])
             if place is not None:
                 out.setdefault(place, []).append(msg)
+            elif self.unrouted:
+                self.skipped[ledger.SKIP_OWNED] = self.skipped.get(ledger.SKIP_OWNED, 0) + 1
         return out
+
+
+def _owner_token_ok(subject: str) -> bool:
+    """True if ``subject`` is under ``plgd.owners.<valid owner ID>.`` (its owner's fetch reads it)."""
+    from airflow_provider_plgd.plgd.subjects import validate_token
+
+    tokens = subject.split(".", 3)
+    if len(tokens) < 4 or tokens[0] != "plgd" or tokens[1] != "owners":
+        return False
+    try:
+        validate_token(tokens[2], "owner_id")
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class _Spool:

@@ -56,6 +56,8 @@ def make_messages(tag: str, n_per_kind: int = 20) -> list[tuple]:
 
 def expected_seqs(truth: dict, owner: str, event_type: str, start_ns: int, end_ns: int, last_seq: int | None = None):
     """Stream sequences of one owner x event type in [start_ns, end_ns), filter by filter, as the operator orders them."""
+    if event_type == "_unknown":  # no message of the test traffic goes there
+        return []
     out = []
     for f in subject_filters(owner, event_type):
         out.extend(seq for seq, (subj, ts, _h, _d) in sorted(truth.items())
@@ -118,7 +120,7 @@ def test_dag_runs_write_exact_rows_per_owner_event_type_and_interval(jetstream, 
         summary = xcom_value(dr, "fetch_group")
         assert summary["interval_id"] == staging.interval_id(end - timedelta(seconds=interval), end)
         assert [(b["owner_id"], b["event_type"]) for b in summary["batches"]] == \
-            [(o, e) for o in (O1, O2) for e in EVENT_TYPES]
+            [(o, e) for o in (O1, O2) for e in [*EVENT_TYPES, "_unknown"]]
         assert summary["count"] == sum(b["count"] for b in summary["batches"]) > 0
         assert summary["root"] == storage_root and summary["mode"] == "time"
 
@@ -127,8 +129,9 @@ def test_dag_runs_write_exact_rows_per_owner_event_type_and_interval(jetstream, 
         s_ns, e_ns = int((start + k * interval) * 1e9), int((start + (k + 1) * interval) * 1e9)
         iid = staging.interval_id(s_ns, e_ns)
         manifests = staging.list_committed(storage_root, "EVENTS", interval_id=iid)
-        assert len(manifests) == 6, [m["folder"] for m in manifests]
-        for m in manifests:
+        assert len(manifests) == 8, [m["folder"] for m in manifests]
+        assert [m["count"] for m in manifests if m["event_type"] == "_unknown"] == [0, 0]
+        for m in (m for m in manifests if m["event_type"] != "_unknown"):
             want = expected_seqs(truth, m["owner_id"], m["event_type"], s_ns, e_ns)
             assert want, "every owner x event type has traffic in every interval"
             assert committed_seqs(m) == want
@@ -212,7 +215,9 @@ def test_rerun_gives_byte_identical_parquet(jetstream, storage_root):
 def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstream, tmp_path):
     """owner_ids x event_types reads each owner through one consumer and routes on the client; the
     batches are byte-identical to single (owner, event type) fetches with a consumer per filter,
-    also for subjects that do not parse (kept where their filter matches) and types not asked."""
+    also for subjects that do not parse (kept where their filter matches) and types not asked.
+    Subjects that match no requested filter go to the owner's ``_unknown`` batch; known types that
+    were not requested are counted as skipped (nothing is dropped without a count)."""
     extra = [
         (resource_subject(O1, DEV, HREF, "resourcechanged") + ".leadrt", b"no lead type after leadrt", None),
         (resource_subject(O1, DEV, HREF, "resourcedeleted"), b"not requested", None),
@@ -224,8 +229,12 @@ def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstrea
     grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=str(tmp_path / "grouped"),
                      batch_size=7, **kw)
     assert [(b["owner_id"], b["event_type"]) for b in grouped["batches"]] == \
-        [(o, e) for o in (O1, O2) for e in EVENT_TYPES]
-    for batch in grouped["batches"]:
+        [(o, e) for o in (O1, O2) for e in [*EVENT_TYPES, "_unknown"]]
+    unknown = {b["owner_id"]: b for b in grouped["batches"] if b["event_type"] == "_unknown"}
+    assert unknown[O1]["count"] == 0 and unknown[O2]["count"] == 1
+    assert [r["subject"] for r in staging.read_batch(staging.read_manifest(unknown[O2]["path"])).to_pylist()] == \
+        [f"plgd.owners.{O2}.registrations.devicesregistered.extra"]
+    for batch in (b for b in grouped["batches"] if b["event_type"] != "_unknown"):
         single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"],
                         destination=str(tmp_path / "single"), **kw)
         assert digest(batch["path"]) == digest(single["path"]), batch["event_type"]
@@ -233,6 +242,7 @@ def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstrea
     counts = {(b["owner_id"], b["event_type"]): b["count"] for b in grouped["batches"]}
     assert counts[(O1, "resourcechanged")] == 5 * 2 + 6 * 2 + 1  # 40 msgs = 5 rounds; + the unparsable one
     assert grouped["count"] == sum(counts.values())
+    assert grouped["skipped"] == {"event_type_not_requested": 1}  # the resourcedeleted message
 
 
 def test_empty_interval_commits_an_empty_manifest(jetstream, storage_root):
