@@ -26,11 +26,12 @@ from airflow_provider_plgd.compat import (
 DEFAULT_PARAMS: dict[str, Any] = {
     "stream": "EVENTS",
     "owners": [],  # [] = discover from the stream's subjects
-    "event_types": [],  # [] = all live event types (plgd.event_types.LIVE_EVENT_TYPES)
+    "event_types": [],  # [] = every event type on NATS (plgd.event_types.EVENT_TYPES: live + old hubs' snapshots)
     "storage_root": "",  # "" = the connection's storage_root extra, else $AIRFLOW_HOME/plgd
     "settle_seconds": 60,
     "max_fetch_tasks": 16,
     "lookback_intervals": 24,
+    "accept_fewer_messages": False,  # True: a rerun may replace committed data with fewer messages
 }
 
 _SPARK_APPS = Path(__file__).resolve().parent.parent / "spark_apps"
@@ -81,18 +82,21 @@ def require_data_interval(context: Mapping[str, Any]) -> tuple[datetime, datetim
 def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None) -> None:
     """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
 
-    Lines: messages fetched per owner and event type (non-zero counts; owners without messages on
-    one line); decoded and quarantined rows (per reason);
+    Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
+    owner and event type (non-zero counts); decoded and quarantined rows (per reason);
     duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
-    per table; reconciliation (fetched == decoded + quarantined); lag in seconds (now minus the
-    interval end).
+    per table; every problem of the ledger's chain (ERROR); whether it reconciled; lag in seconds
+    (now minus the interval end).
 
     :param result: the summary dict.
     :param log: the logger (default: this module's).
     """
     log = log or _log
-    log.info("Interval %s: %s messages fetched (%s bytes)", result.get("interval_id"),
-             result.get("fetched_total"), result.get("fetched_bytes"))
+    chain = result.get("chain") or {}
+    log.info("Interval %s: the stream holds %s messages (%s owners, %s unrouted, %s of owners not requested); "
+             "%s staged, skipped %s", result.get("interval_id"), chain.get("stream_total"), chain.get("owners"),
+             chain.get("unrouted"), chain.get("not_requested_owners_messages"), result.get("fetched_total"),
+             chain.get("skipped") or {})
     idle = []
     for owner, counts in (result.get("fetched") or {}).items():
         if not any(counts.values()):
@@ -113,8 +117,11 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
              dedupe.get("output"))
     rebuild = result.get("rebuild") or {}
     log.info("Snapshot %s rows: %s", rebuild.get("version"), rebuild.get("rows"))
-    if result.get("reconciled") is False:
-        log.warning("Counts do not reconcile: fetched %s != decoded + quarantined", result.get("fetched_total"))
+    if chain.get("deleted_in_range"):
+        log.warning("%s stream sequences of the interval's range hold no message (deleted from the stream)",
+                    chain["deleted_in_range"])
+    for problem in result.get("problems") or []:
+        log.error("Does not reconcile: %s", problem)
     log.info("Reconciled: %s; lag %s s after the interval end", result.get("reconciled"), result.get("lag_seconds"))
 
 
@@ -274,10 +281,12 @@ def build_etl_dag(
 
         @task
         def plan(**context) -> dict[str, Any]:
-            """Resolve the storage root, discover owners, group fetches and build the --py-files zip."""
-            from airflow_provider_plgd import staging
+            """Resolve the storage root, discover owners, record the interval ledger, group fetches and
+            build the --py-files zip."""
+            from airflow_provider_plgd import ledger, staging
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-            from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES, event_type_info
+            from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
+            from airflow_provider_plgd.plgd.event_types import EVENT_TYPES, event_type_info
             from airflow_provider_plgd.spark_deps import build_py_files_zip
 
             p = context["params"]
@@ -287,25 +296,34 @@ def build_etl_dag(
             owners = _token_list(p["owners"], "owner_id")
             event_types = [
                 event_type_info(e).name for e in _token_list(p["event_types"], "event_type")
-            ] or list(LIVE_EVENT_TYPES)
-            owners = owners or sorted(
-                JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"]).list_owners()
+            ] or list(EVENT_TYPES)
+            hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"])
+            discovered = not owners
+            owners = owners or sorted(hook.list_owners())
+            interval = staging.interval_id(start, end)
+            record = write_interval_ledger(
+                hook, root, interval, start, end, owners, discovered, event_types,
+                accept_fewer=parse_bool(p.get("accept_fewer_messages", False), "accept_fewer_messages"),
             )
             # The zip goes under a local storage root (shared by all workers in a cluster setup);
             # with a remote root it stays on this worker's disk (see docs/operations.md).
             local_root = root.removeprefix("file://") if "://" not in root.removeprefix("file://") else None
             home = os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))
             py_files = build_py_files_zip(Path(local_root or home) / "_deps")
+            groups: list[dict[str, Any]] = [
+                {"owner_ids": group, "event_types": event_types}
+                for group in chunk(owners, int(p["max_fetch_tasks"]))
+            ]
+            if record["unrouted"]:
+                groups.append({"unrouted": True})
             return {
                 "storage_root": root,
-                "interval_id": staging.interval_id(start, end),
+                "interval_id": interval,
                 "snapshot_time": end.isoformat(),
-                "owners": owners,
-                "event_types": event_types,
-                "fetch_groups": [
-                    {"owner_ids": group, "event_types": event_types}
-                    for group in chunk(owners, int(p["max_fetch_tasks"]))
-                ],
+                "ledger": ledger.interval_dir(root, p["stream"], interval),
+                "owners": len(owners),
+                "messages": record["total"],
+                "fetch_groups": groups,
                 "py_files": str(py_files),
             }
 
@@ -321,6 +339,8 @@ def build_etl_dag(
             jetstream_conn_id=jetstream_conn_id,
             stream="{{ params.stream }}",
             destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
+            ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
+            accept_fewer_messages="{{ params.accept_fewer_messages }}",
             outlets=[assets["staging"]],
         ).expand_kwargs(fetch_groups(planned))
 
@@ -338,7 +358,7 @@ def build_etl_dag(
             application=spark_app_path("decode_events"),
             application_args=[
                 "--staging-root", root_arg, "--stream", "{{ params.stream }}",
-                "--interval-id", interval_arg, "--output-root", root_arg,
+                "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
             ],
             outlets=[assets["events"], assets["quarantine"]],
             **common,
@@ -370,19 +390,64 @@ def build_etl_dag(
 
         @task
         def summary(**context) -> dict[str, Any]:
-            """Log counts per owner and event type, duplicates, quarantined rows and lag; return them."""
+            """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
+            and return its numbers (bounded XCom: no per-owner lists)."""
             from airflow_provider_plgd.run_summary import collect_run_summary
 
             planned_value = context["ti"].xcom_pull(task_ids="plan")
-            fetched = context["ti"].xcom_pull(task_ids="fetch") or []
-            result = collect_run_summary(planned_value["storage_root"], planned_value["interval_id"], fetched)
+            result = collect_run_summary(planned_value["storage_root"], context["params"]["stream"],
+                                         planned_value["interval_id"])
             log_run_summary(result)
+            result.pop("fetched")  # per owner: logged above, too large for XCom at many owners
+            if not result["reconciled"]:
+                from airflow_provider_plgd.exceptions import LedgerError
+
+                raise LedgerError(f"interval {result['interval_id']} does not reconcile: "
+                                  + "; ".join(result["problems"][:20]),
+                                  interval_id=result["interval_id"], problems=result["problems"])
             return result
 
         wait >> planned
         fetch >> decode >> dedupe >> rebuild >> summary()
 
     return dag
+
+
+def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, end: datetime, owners: list[str],
+                          discovered: bool, event_types: list[str], *, accept_fewer: bool) -> dict[str, Any]:
+    """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
+
+    The counts are ``ledger.SCOPE_FILTER`` (``plgd.>``) and ``plgd.owners.{owner}.>`` per owner
+    (:meth:`JetStreamHook.acount_interval`). A previous record of the interval with more messages
+    (a re-created or purged stream, deletes) raises :class:`FewerMessagesError` unless
+    ``accept_fewer``. The interval's old fetch records are removed, so the rerun's are its own.
+
+    :return: the record (``ledger.plan_record``).
+    """
+    from airflow_provider_plgd import ledger, staging
+
+    counted = hook.count_interval([ledger.SCOPE_FILTER, *(ledger.owner_filter(o) for o in owners)],
+                                  start_time=start, end_time=end)
+    record = ledger.plan_record(
+        counted, interval_id=interval, owners=owners, owners_discovered=discovered, event_types=event_types,
+        bounds={"kind": "time", "start_ns": staging.to_ns(start), "end_ns": staging.to_ns(end),
+                "start": staging.ns_to_iso(staging.to_ns(start)), "end": staging.ns_to_iso(staging.to_ns(end))},
+    )
+    base = ledger.interval_dir(root, counted["stream"], interval)
+    lost = ledger.check_not_fewer(ledger.read_json(f"{base}/stream.json"), record, accept_fewer=accept_fewer)
+    if lost:
+        _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
+                     "; ".join(lost))
+    if record["deleted_in_range"]:
+        _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
+                     "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
+                     interval, record["deleted_in_range"], record["first_seq"], record["end_seq_exclusive"])
+    ledger.write_json(f"{base}/stream.json", record)
+    ledger.clear_fetch_records(root, counted["stream"], interval)
+    _log.info("Interval %s: the stream holds %s messages of %s (sequences %s..%s), %s owners, %s unrouted",
+              interval, record["total"], ledger.SCOPE_FILTER, record["first_seq"], record["end_seq_exclusive"] - 1,
+              len(owners), record["unrouted"])
+    return record
 
 
 def _merge_spark_conf(spark_conf: Mapping[str, str | None] | None) -> dict[str, str]:

@@ -254,18 +254,18 @@ def staged_batches(plan: Mapping[str, Any], records: list[Mapping[str, Any]]) ->
 # the whole chain
 # ------------------------------------------------------------------------------------------------
 def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
-    """Check the whole chain of one interval; write ``summary.json``; return it.
+    """Check the whole chain of one interval and write ``summary.json``.
 
     :param apps: the run summaries of ``decode``, ``dedupe`` and ``rebuild`` (``run_summary``).
-    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "problems": [str],
-        "reconciled": bool}``.
-    :raises LedgerError: the chain does not add up (after ``summary.json`` is written), or the
-        interval has no plan record.
+    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "per_owner":
+        {owner: {event_type: staged}} (non-zero only), "problems": [str], "reconciled": bool}``;
+        ``reconciled`` is False when any problem was found (the caller fails the run).
     """
     plan, records = read_records(root, stream, interval_id)
     if plan is None:
-        raise LedgerError(f"interval {interval_id}: no ledger at {interval_dir(root, stream, interval_id)} "
-                          "(the plan task writes it)", interval_id=interval_id)
+        problems = [f"no ledger at {interval_dir(root, stream, interval_id)} (the plan task writes it)"]
+        return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
+                "per_owner": {}, "problems": problems, "reconciled": False}
     problems: list[str] = []
     try:
         batches = staged_batches(plan, records)
@@ -273,6 +273,10 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         problems += exc.problems
         batches = []
     staged = sum(b["count"] for b in batches)
+    per_owner: dict[str, dict[str, int]] = {}
+    for b in batches:
+        if b["count"]:
+            per_owner.setdefault(b["owner_id"], {})[b["event_type"]] = b["count"]
     skipped: dict[str, int] = {}
     for record in records:
         for owner, got in (record.get("owners") or {}).items():
@@ -317,7 +321,4 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}
     write_json(posixpath.join(interval_dir(root, stream, interval_id), "summary.json"), result)
-    if problems:
-        raise LedgerError(f"interval {interval_id} does not reconcile: " + "; ".join(problems[:20]),
-                          interval_id=interval_id, problems=problems)
-    return result
+    return {**result, "per_owner": per_owner}

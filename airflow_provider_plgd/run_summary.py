@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from typing import Any
 
 import fsspec
@@ -32,43 +31,30 @@ def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | 
         return json.load(fh)
 
 
-def collect_run_summary(root: str, interval_id: str, fetched: list[dict[str, Any]] | dict | None) -> dict[str, Any]:
-    """Combine the fetch XComs and the Spark summaries of one interval.
+def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, Any]:
+    """Check the interval ledger's chain (``ledger.reconcile``) and gather the Spark summaries.
 
     :param root: the storage root (local path or fsspec URL).
+    :param stream: the stream name.
     :param interval_id: the staging interval ID.
-    :param fetched: the XCom values of the (mapped) fetch tasks. Each is a summary dict of the
-        fetch operator with a ``batches`` list of ``{owner_id, event_type, count, bytes, ...}``, or
-        such a batch itself.
-    :return: ``{"interval_id", "fetched": {owner: {event_type: count}}, "fetched_total",
-        "fetched_bytes", "decode", "dedupe", "rebuild", "reconciled", "lag_seconds"}``;
-        ``reconciled`` is True when fetched == decoded + quarantined.
+    :return: ``{"interval_id", "fetched": {owner: {event_type: staged count}} (non-zero; for the
+        log, not for XCom), "fetched_total", "chain" (the ledger's numbers), "problems" (list of
+        str), "reconciled" (bool: every stage accounted for every message), "decode", "dedupe",
+        "rebuild" (the apps' summaries or None), "lag_seconds" (now minus the interval end, s)}``.
     """
-    per_owner: dict[str, dict[str, int]] = defaultdict(dict)
-    total = total_bytes = 0
-    items = fetched if isinstance(fetched, list) else [fetched] if fetched else []
-    for item in items:
-        if not item:
-            continue
-        for batch in item.get("batches", [item]):
-            owner, event_type = batch.get("owner_id"), batch.get("event_type")
-            count = int(batch.get("count", 0))
-            per_owner[str(owner)][str(event_type)] = per_owner[str(owner)].get(str(event_type), 0) + count
-            total += count
-            total_bytes += int(batch.get("bytes", 0))
+    from airflow_provider_plgd import ledger
+
     apps = {app: read_app_summary(root, app, interval_id) for app in APPS}
-    decode = apps["decode"] or {}
-    reconciled = None
-    if decode:
-        reconciled = total == int(decode.get("decoded", 0)) + int(decode.get("quarantined", 0))
+    checked = ledger.reconcile(root, stream, interval_id, apps)
     interval_end = _interval_end_epoch(interval_id)
     return {
         "interval_id": interval_id,
-        "fetched": {owner: dict(sorted(counts.items())) for owner, counts in sorted(per_owner.items())},
-        "fetched_total": total,
-        "fetched_bytes": total_bytes,
+        "fetched": checked["per_owner"],
+        "fetched_total": checked["chain"].get("staged"),
+        "chain": checked["chain"],
+        "problems": checked["problems"],
+        "reconciled": checked["reconciled"],
         **apps,
-        "reconciled": reconciled,
         "lag_seconds": None if interval_end is None else round(time.time() - interval_end, 3),
     }
 

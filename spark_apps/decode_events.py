@@ -9,8 +9,11 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
 
 Steps:
 
-1. ``airflow_provider_plgd.staging.list_committed`` lists the committed batch folders of the
-   interval (those with ``_manifest.json``); only the files the manifests list are read.
+1. With ``--ledger`` (the ETL DAG): exactly the batches the interval ledger names
+   (:func:`ledger_manifests`; a missing or changed batch fails the run before anything is
+   written). Without it: ``airflow_provider_plgd.staging.list_committed`` lists the committed
+   batch folders of the interval (those with ``_manifest.json``). Only the files the manifests
+   list are read.
    ``--reader arrow`` (default): the driver reads the footers and packs the row groups into a few
    tasks of decreasing size (:func:`common.plan_tasks`); each task reads its row groups with pyarrow.
    ``--reader spark``: Spark's Parquet scan, a few partitions per core (``headers`` as JSON text).
@@ -77,6 +80,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="only these owner_id partitions (comma-separated; repeatable)")
     parser.add_argument("--event-types", type=common.name_list, action="append", default=None,
                         help="only these event_type partitions (comma-separated; repeatable)")
+    parser.add_argument("--ledger", action="store_true",
+                        help="read exactly the batches that the interval ledger under --staging-root names "
+                             "(airflow_provider_plgd.ledger; the ETL DAG passes it): a batch that is missing, "
+                             "uncommitted or holds another count fails the run before anything is written")
     parser.add_argument("--reader", choices=("arrow", "spark"), default="arrow",
                         help="how the staging files are read: 'arrow' = each task reads its Parquet row "
                              "groups with pyarrow (default, faster), 'spark' = Spark's Parquet scan")
@@ -232,6 +239,40 @@ def _read_units(unit_lists, batch_rows: int):
                     yield batch
 
 
+def ledger_manifests(root: str, stream: str, interval_id: str) -> list[dict[str, Any]]:
+    """The manifests of the batches that the interval ledger names (``ledger.staged_batches``).
+
+    :raises LedgerError: no ledger, the fetch records do not account for every message, or a named
+        batch is missing, uncommitted or holds another count than the fetch recorded (names the
+        interval, owner, event type and numbers).
+    """
+    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd.exceptions import LedgerError
+
+    plan, records = ledger.read_records(root, stream, interval_id)
+    if plan is None:
+        raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(root, stream, interval_id)}",
+                          interval_id=interval_id)
+    manifests, problems = [], []
+    for batch in ledger.staged_batches(plan, records):
+        folder = staging.batch_path(root, stream, batch["owner_id"], batch["event_type"], interval_id)
+        try:
+            manifest = staging.read_manifest(folder)
+        except FileNotFoundError:
+            problems.append(f"owner {batch['owner_id']} event type {batch['event_type']}: the fetch staged "
+                            f"{batch['count']} messages, but the batch is not committed ({folder})")
+            continue
+        if int(manifest["count"]) != batch["count"]:
+            problems.append(f"owner {batch['owner_id']} event type {batch['event_type']}: the fetch staged "
+                            f"{batch['count']} messages, the committed batch holds {manifest['count']} ({folder})")
+        manifests.append(manifest)
+    if problems:
+        raise LedgerError(f"interval {interval_id}: staging does not hold what the ledger names (a fetch of the "
+                          "interval was interrupted or changed afterwards; rerun the fetch): " + "; ".join(problems[:20]),
+                          interval_id=interval_id, problems=problems)
+    return manifests
+
+
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     """Decode one interval and commit ``events``, ``quarantine`` and the summary.
 
@@ -245,10 +286,13 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     interval_id = args.interval_id
     staging.validate_partition_value(interval_id, "interval_id")
-    manifests = staging.list_committed(
-        args.staging_root, args.stream, interval_id=interval_id,
-        owner_ids=args.owners, event_types=args.event_types,
-    )
+    if args.ledger:
+        manifests = ledger_manifests(args.staging_root, args.stream, interval_id)
+    else:
+        manifests = staging.list_committed(
+            args.staging_root, args.stream, interval_id=interval_id,
+            owner_ids=args.owners, event_types=args.event_types,
+        )
     files = [url for m in manifests for url in staging.manifest_file_urls(m)]
     fetched = sum(int(m["count"]) for m in manifests)
     log.info("interval %s: %d committed staging batches, %d files, %d messages",

@@ -367,7 +367,7 @@ class JetStreamToStagingOperator(BaseOperator):
         owner_wide = self.owner_ids is not None or bool(self.unrouted)
         groups = _owner_groups(targets) if mode != "durable" else [[t] for t in targets]
         expected = await self._expected_counts(hook, stream, groups, mode, bounds, owner_wide)
-        accept_fewer = _as_bool(self.accept_fewer_messages, "accept_fewer_messages")
+        accept_fewer = parse_bool(self.accept_fewer_messages, "accept_fewer_messages")
         results = []
         accounts: dict[str, dict[str, Any]] = {}
         for group in groups:
@@ -669,8 +669,11 @@ def _counts_text(manifests: list[dict[str, Any]]) -> str:
     return ", ".join(f"{m['event_type']}: {m['count']}" for m in manifests if m["count"]) or "none"
 
 
-def _as_bool(value: Any, what: str) -> bool:
-    """A bool from a bool or a rendered template (``"True"``/``"false"``/``"1"``/``"0"``)."""
+def parse_bool(value: Any, what: str) -> bool:
+    """A bool from a bool or a rendered template or DAG param (``"True"``/``"false"``/``"1"``/``"0"``).
+
+    :raises ValueError: anything else (names ``what`` and the value).
+    """
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()

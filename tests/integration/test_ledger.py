@@ -1,0 +1,272 @@
+"""The interval ledger through real parts: what the stream holds, and every stage accounting for it.
+
+Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with real
+``spark-submit`` (the first test), and the fetch operator / plan step against the real server
+(the others). Each test names the case of ``docs/reliability.md`` ("The interval ledger") it
+covers; each failed on the code before the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
+from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
+from airflow_provider_plgd.testing.nats_server import recreate_stream
+from tests.integration.conftest import load_dag, publish_messages, read_stream
+
+UTC = timezone.utc
+O1 = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
+O2 = "e1407479-3136-56c0-9908-bb02fb0339e2"
+DEV = "00000000-0000-0000-0000-000000000001"
+HREF = "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"
+ALL = "2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z"
+
+
+def run_op(**kwargs):
+    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+
+    kwargs.setdefault("task_id", "fetch")
+    return JetStreamToStagingOperator(**kwargs).execute({"params": {}})
+
+
+def traffic(n: int) -> list[tuple]:
+    """``n`` messages per owner on valid subjects (payload content does not matter to the fetch)."""
+    out = []
+    for i in range(n):
+        for owner in (O1, O2):
+            out.append((registrations_subject(owner, "devicesregistered"), f"r{i}".encode(), None))
+            out.append((resource_subject(owner, DEV, HREF, "resourcechanged"), f"c{i}".encode(), None))
+    return out
+
+
+def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str], discovered: bool = True,
+                accept_fewer: bool = False) -> dict:
+    """The ETL plan step's ledger write (``etl.write_interval_ledger``) against the real server."""
+    from airflow_provider_plgd.etl import write_interval_ledger
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
+    start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
+    interval = staging.interval_id(start, end)
+    return write_interval_ledger(JetStreamHook(), root, interval, start, end, owners, discovered,
+                                 ["devicesregistered", "resourcechanged"], accept_fewer=accept_fewer)
+
+
+def bounds_around(url: str) -> tuple[int, int]:
+    """An interval that holds every stored message (whole seconds around the first and last)."""
+    truth = read_stream(url)
+    times = [t for _s, t, _h, _d in truth.values()]
+    return (min(times) // 10**9) * 10**9, (max(times) // 10**9 + 1) * 10**9
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
+# through the whole ETL DAG (real Airflow, real spark-submit)
+# ---------------------------------------------------------------------------------------------
+ETL_DAG_FILE = """
+from datetime import datetime, timedelta, timezone
+from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+
+dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
+                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.airflow
+def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger_adds_up(
+        jetstream, dags_folder, storage_root, monkeypatch):
+    from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from airflow_provider_plgd.testing.spark import spark_lock, spark_submit_env
+
+    for key, value in spark_submit_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    interval = 8
+    path = dags_folder / "plgd_test_ledger_etl.py"
+    path.write_text(ETL_DAG_FILE.replace("INTERVAL", str(interval)))
+    dag = load_dag(path, "plgd_test_ledger_etl")
+
+    start_s = (int(time.time() // interval) + 1) * interval
+    sim = generate(SimulationConfig(seed=3, owners=2, devices_per_owner=2, resources_per_device=2, intervals=1,
+                                    steps_per_interval=25, interval_seconds=interval,
+                                    start_time_ns=int(start_s * 1e9), old_hub_snapshots=True, corrupt=2))
+    publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+    owner = sim.messages[0].subject.split(".")[2]
+    strange = [
+        # a newer hub's event type under a valid owner: staged in the owner's _unknown batch
+        (f"plgd.owners.{owner}.devices.{DEV}.resources.{HREF}.resourcemigrated", b"\x00\x01", None),
+        # not a plgd subject form, valid owner
+        (f"plgd.owners.{owner}.bogus", b"x", None),
+        # unrouted: no valid owner token, or outside plgd.owners
+        ("plgd.owners.bad=owner.registrations.devicesregistered", b"y", None),
+        ("plgd.status.ping", b"z", None),
+    ]
+    publish_messages(jetstream.url, strange)
+    end_s = start_s + interval
+    truth = read_stream(jetstream.url)
+    assert all(start_s * 1e9 <= t < end_s * 1e9 for _s, t, _h, _d in truth.values()), \
+        "publishing took longer than the interval"
+    time.sleep(max(0.0, end_s + 0.5 - time.time()))
+    snapshots = [s for s, _t, _h, _d in truth.values() if s.endswith("snapshottaken")]
+    assert snapshots, "the simulation has old-hub snapshots"
+
+    end = datetime.fromtimestamp(end_s, tz=UTC)
+    with spark_lock():
+        dr = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
+    assert "success" in str(dr.state).lower(), dr.state
+    interval_id = staging.interval_id(end - timedelta(seconds=interval), end)
+
+    ledger_dir = ledger.interval_dir(storage_root, "EVENTS", interval_id)
+    record = json.loads(open(f"{ledger_dir}/stream.json").read())
+    assert record["total"] == len(truth)
+    assert record["unrouted"] == 2 and record["deleted_in_range"] == 0
+    summary = json.loads(open(f"{ledger_dir}/summary.json").read())
+    assert summary["reconciled"] is True and summary["problems"] == []
+    chain = summary["chain"]
+    assert chain["stream_total"] == chain["staged"] == len(truth)
+    assert chain["skipped"] == {}
+    assert chain["decoded"] + chain["quarantined"] == len(truth)
+    reasons = chain["quarantined_per_reason"]
+    assert reasons.get("bad_subject", 0) >= 3  # the malformed and the two unrouted subjects
+    assert reasons.get("unknown_event_type", 0) + reasons.get("bad_subject", 0) >= 4
+
+    import pyarrow.parquet as pq
+
+    quarantine = pq.read_table(f"{storage_root}/quarantine/interval={interval_id}").to_pylist()
+    subjects = {row["subject"] for row in quarantine}
+    assert {s for s, _d, _h in strange} <= subjects
+    events = pq.read_table(f"{storage_root}/events/interval={interval_id}").to_pylist()
+    assert {row["event_type"] for row in events} >= {"resourcestatesnapshottaken"} & {
+        s.rsplit(".", 1)[-1] for s in snapshots}
+    assert len(events) + len(quarantine) == len(truth)
+    assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 3: a re-created stream must not blank good staging
+# ---------------------------------------------------------------------------------------------
+def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream, storage_root):
+    publish_messages(jetstream.url, traffic(25))  # 50 per owner
+    start_ns, end_ns = bounds_around(jetstream.url)
+    kw = dict(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"], destination=storage_root,
+              start_time=start_ns, end_time=end_ns)
+    first = run_op(**kw)
+    assert first["count"] == 100
+    before = {m["folder"]: m for m in staging.list_committed(storage_root, "EVENTS")}
+    plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+
+    recreate_stream(jetstream.url)  # a lost NATS volume, or `nats stream rm/add`
+    with pytest.raises(FewerMessagesError, match=r"now holds 0 messages for owner .* but 50 are committed"):
+        run_op(**kw)
+    assert {m["folder"]: m for m in staging.list_committed(storage_root, "EVENTS")} == before  # untouched
+    with pytest.raises(FewerMessagesError, match="was re-created"):
+        plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+
+    # asked for explicitly, the rerun replaces them
+    plan_ledger(storage_root, start_ns, end_ns, [O1, O2], accept_fewer=True)
+    again = run_op(accept_fewer_messages="True", **kw)
+    assert again["count"] == 0
+    assert sum(m["count"] for m in staging.list_committed(storage_root, "EVENTS")) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 4: decode reads the batches the ledger names, not whatever manifests exist
+# ---------------------------------------------------------------------------------------------
+def test_decode_refuses_an_interval_whose_named_batch_is_missing(jetstream, storage_root):
+    from spark_apps.decode_events import ledger_manifests
+
+    publish_messages(jetstream.url, traffic(10))
+    start_ns, end_ns = bounds_around(jetstream.url)
+    record = plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    interval = record["interval_id"]
+    out = run_op(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"],
+                 destination=storage_root, start_time=start_ns, end_time=end_ns,
+                 ledger=ledger.interval_dir(storage_root, "EVENTS", interval))
+    assert out["count"] == 40 and out["batches"] == 6 and out["record"].startswith(f"{storage_root}/_ledger/")
+    assert len(ledger_manifests(storage_root, "EVENTS", interval)) == 6  # 2 owners x (2 types + _unknown)
+
+    # a second fetch of the interval withdrew a manifest and was killed (or someone deleted it)
+    victim = staging.batch_path(storage_root, "EVENTS", O2, "resourcechanged", interval)
+    fs, p = staging.to_fs(victim)
+    fs.rm(f"{p}/_manifest.json")
+    with pytest.raises(LedgerError, match=rf"owner {O2} event type resourcechanged: the fetch staged 10 messages, "
+                                          "but the batch is not committed"):
+        ledger_manifests(storage_root, "EVENTS", interval)
+    # without the ledger, the old behaviour would silently read 20 fewer
+    assert sum(m["count"] for m in staging.list_committed(storage_root, "EVENTS", interval_id=interval)) == 30
+
+    # an owner the plan counted but no fetch task recorded
+    ledger.clear_fetch_records(storage_root, "EVENTS", interval)
+    with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 20 messages, no fetch task recorded it"):
+        ledger_manifests(storage_root, "EVENTS", interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 9: deletes in the middle of the stream
+# ---------------------------------------------------------------------------------------------
+def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(jetstream, storage_root):
+    import nats
+
+    seqs = publish_messages(jetstream.url, traffic(10))
+    start_ns, end_ns = bounds_around(jetstream.url)
+
+    async def delete(seq_list):
+        nc = await nats.connect(jetstream.url)
+        try:
+            for seq in seq_list:
+                await nc.jetstream().delete_msg("EVENTS", seq)
+        finally:
+            await nc.close()
+
+    asyncio.run(delete([seqs[3]]))  # e.g. max_msgs_per_subject or a single delete
+    record = plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    assert record["total"] == 39 and record["deleted_in_range"] == 1
+    assert record["first_seq"] == 1 and record["end_seq_exclusive"] == 41
+    interval_dir = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    out = run_op(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"],
+                 destination=storage_root, start_time=start_ns, end_time=end_ns, ledger=interval_dir)
+    assert out["count"] == 39
+
+    asyncio.run(delete(seqs[10:14]))
+    with pytest.raises(FewerMessagesError, match=r"owner .*: now 1[68], recorded 20"):
+        plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    # a fetch that still uses the old ledger cannot account for its owners either
+    with pytest.raises(LedgerError, match=r"the stream holds 2\d messages, fetched 1\d"):
+        run_op(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"],
+               destination=storage_root, start_time=start_ns, end_time=end_ns, ledger=interval_dir,
+               accept_fewer_messages=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# fetch = staged + skipped, per owner, against the server's count
+# ---------------------------------------------------------------------------------------------
+def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream, storage_root, monkeypatch):
+    from airflow_provider_plgd.operators import jetstream_to_staging as fetch_module
+
+    publish_messages(jetstream.url, traffic(5))
+    start_ns, end_ns = bounds_around(jetstream.url)
+    out = run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=storage_root,
+                 start_time=start_ns, end_time=end_ns)
+    assert out["count"] == 5 and out["skipped"] == {"event_type_not_requested": 5}
+
+    # a message that the read does not see (here: the router loses one) fails the owner before any commit
+    real_route = fetch_module._Router.route
+
+    def lossy(self, batch):
+        return real_route(self, batch[1:] if batch else batch)
+
+    monkeypatch.setattr(fetch_module._Router, "route", lossy)
+    other = storage_root + "/other"
+    with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 10 messages, fetched 9"):
+        run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=other,
+               start_time=start_ns, end_time=end_ns)
+    assert staging.list_committed(other, "EVENTS") == []
