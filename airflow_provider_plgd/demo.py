@@ -67,6 +67,19 @@ def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n" + "\n".join(tail))
 
 
+def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> None:
+    """Print the interval ledger's chain of one interval (``_ledger/.../summary.json``)."""
+    from airflow_provider_plgd import ledger, staging
+
+    path = Path(ledger.interval_dir(str(root), stream, staging.interval_id(start, end))) / "summary.json"
+    chain = json.loads(path.read_text())["chain"] if path.exists() else {}
+    print(f"[demo]   ledger: stream holds {chain.get('stream_total')} = staged {chain.get('staged')} "
+          f"(+ skipped {chain.get('skipped') or 0}); decoded {chain.get('decoded')} + quarantined "
+          f"{chain.get('quarantined')} {chain.get('quarantined_per_reason') or {}}; dedupe kept {chain.get('kept')}, "
+          f"dropped {chain.get('duplicates_within_interval')} within the interval + "
+          f"{chain.get('duplicates_seen_before')} seen before; snapshot {chain.get('snapshot_version')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; return the process exit status (0 = snapshot equals ground truth)."""
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
@@ -127,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                  env, log)
             print(f"[demo] interval {k + 1}/{args.intervals} ending {end.isoformat()}: DAG run succeeded "
                   f"in {time.monotonic() - t0:.0f} s")
+            print_ledger(work / "data", "EVENTS", datetime.fromtimestamp(start_s + k * step, tz=timezone.utc), end)
 
         expected = expected_state(sim, through_interval=args.intervals - 1)
         print_snapshot_summary(work / "data")
