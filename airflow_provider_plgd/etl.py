@@ -225,7 +225,7 @@ def build_etl_dag(
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
 
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
     from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
@@ -278,7 +278,7 @@ def build_etl_dag(
             from airflow_provider_plgd import staging
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
             from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES, event_type_info
-            from airflow_provider_plgd.spark_deps import build_py_files_zip
+            from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
             p = context["params"]
             start, end = require_data_interval(context)
@@ -291,11 +291,9 @@ def build_etl_dag(
             owners = owners or sorted(
                 JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"]).list_owners()
             )
-            # The zip goes under a local storage root (shared by all workers in a cluster setup);
-            # with a remote root it stays on this worker's disk (see docs/operations.md).
-            local_root = root.removeprefix("file://") if "://" not in root.removeprefix("file://") else None
-            home = os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))
-            py_files = build_py_files_zip(Path(local_root or home) / "_deps")
+            # Never on the storage root: the Spark driver runs this code inside the worker
+            # (docs/operations.md, "Shipping the plgd code to executors").
+            py_files = build_private_py_files_zip(storage_root=root)
             return {
                 "storage_root": root,
                 "interval_id": staging.interval_id(start, end),
