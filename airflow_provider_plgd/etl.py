@@ -31,6 +31,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "settle_seconds": 60,
     "max_fetch_tasks": 16,
     "lookback_intervals": 24,
+    "max_content_bytes": 4 * 1024 * 1024,  # decode: larger decoded events -> quarantine content_too_large
 }
 
 _SPARK_APPS = Path(__file__).resolve().parent.parent / "spark_apps"
@@ -337,6 +338,7 @@ def build_etl_dag(
             application_args=[
                 "--staging-root", root_arg, "--stream", "{{ params.stream }}",
                 "--interval-id", interval_arg, "--output-root", root_arg,
+                "--max-content-bytes", "{{ params.max_content_bytes }}",
             ],
             outlets=[assets["events"], assets["quarantine"]],
             **common,
