@@ -7,7 +7,6 @@ own ``dag_id``, schedule and defaults. Source of the task order: ``docs/architec
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "max_fetch_tasks": 16,
     "lookback_intervals": 24,
     "accept_fewer_messages": False,  # True: a rerun may replace committed data with fewer messages
+    "max_content_bytes": 4 * 1024 * 1024,  # decode: larger decoded events -> quarantine content_too_large
 }
 
 _SPARK_APPS = Path(__file__).resolve().parent.parent / "spark_apps"
@@ -232,7 +232,7 @@ def build_etl_dag(
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
 
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
     from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
@@ -287,7 +287,7 @@ def build_etl_dag(
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
             from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
             from airflow_provider_plgd.plgd.event_types import EVENT_TYPES, event_type_info
-            from airflow_provider_plgd.spark_deps import build_py_files_zip
+            from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
             p = context["params"]
             start, end = require_data_interval(context)
@@ -305,11 +305,9 @@ def build_etl_dag(
                 hook, root, interval, start, end, owners, discovered, event_types,
                 accept_fewer=parse_bool(p.get("accept_fewer_messages", False), "accept_fewer_messages"),
             )
-            # The zip goes under a local storage root (shared by all workers in a cluster setup);
-            # with a remote root it stays on this worker's disk (see docs/operations.md).
-            local_root = root.removeprefix("file://") if "://" not in root.removeprefix("file://") else None
-            home = os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))
-            py_files = build_py_files_zip(Path(local_root or home) / "_deps")
+            # Never on the storage root: the Spark driver runs this code inside the worker
+            # (docs/operations.md, "Shipping the plgd code to executors").
+            py_files = build_private_py_files_zip(storage_root=root)
             groups: list[dict[str, Any]] = [
                 {"owner_ids": group, "event_types": event_types}
                 for group in chunk(owners, int(p["max_fetch_tasks"]))
@@ -359,6 +357,7 @@ def build_etl_dag(
             application_args=[
                 "--staging-root", root_arg, "--stream", "{{ params.stream }}",
                 "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
+                "--max-content-bytes", "{{ params.max_content_bytes }}",
             ],
             outlets=[assets["events"], assets["quarantine"]],
             **common,

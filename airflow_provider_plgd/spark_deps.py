@@ -23,6 +23,15 @@ runtime needs; see ``setup.cfg``), e.g. through a shared virtualenv/conda env
 Nothing here imports Airflow or Spark. The zip is deterministic (sorted entries, fixed timestamps),
 so rebuilding it gives the same bytes, and it is replaced atomically.
 
+Trust boundary (``docs/operations.md``, "Shipping the plgd code to executors"): in client mode the
+Spark driver runs the zip's code inside the Airflow worker, with the worker's environment (its
+connections, ``AIRFLOW_CONN_*``). So the ETL never reads the zip from the storage root, which other
+machines (Spark workers) may write. :func:`build_private_py_files_zip` (the ``plan`` task) writes
+it into a directory only the worker's user can write (:func:`private_py_files_dir`), under a
+content-addressed name ``plgd_py_files-<sha256>.zip``; :func:`verified_py_files_zip` (each Spark
+task, :class:`~airflow_provider_plgd.operators.spark_submit.PlgdSparkSubmitOperator`) checks the
+file's SHA-256 against that name right before ``spark-submit`` and refuses a file that differs.
+
 Example::
 
     from airflow_provider_plgd.spark_deps import build_py_files_zip
@@ -32,8 +41,11 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import re
+import stat
 import tempfile
 import zipfile
 from pathlib import Path
@@ -45,6 +57,20 @@ PROVIDER_FILES = ("__init__.py", "exceptions.py", "ledger.py", "staging.py", "ru
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
+#: Environment variable that overrides :func:`private_py_files_dir`.
+PY_FILES_DIR_ENV = "PLGD_PY_FILES_DIR"
+#: Content-addressed zip name: ``plgd_py_files-<sha256 of the zip, 64 lowercase hex>.zip``.
+CONTENT_ADDRESSED_NAME = re.compile(r"^plgd_py_files-([0-9a-f]{64})\.zip$")
+
+
+class PyFilesIntegrityError(ValueError):
+    """The ``--py-files`` zip cannot be trusted: its bytes differ from the SHA-256 in its name, the
+    code installed on this worker builds a different zip than the one ``plan`` recorded, or the
+    directory that holds it can be written by someone other than this worker's user.
+
+    Raised by :func:`verified_py_files_zip` before anything runs the zip. The message names the
+    path and both hashes (or the offending owner and mode).
+    """
 
 
 def provider_dir() -> Path:
@@ -136,4 +162,143 @@ def build_py_files_zip(target: str | os.PathLike[str]) -> str:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return str(path)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _local_root(storage_root: str) -> Path | None:
+    """The local folder of a path or ``file://`` storage root; None for a remote URL."""
+    root = storage_root.removeprefix("file://")
+    return None if "://" in root else Path(root)
+
+
+def private_py_files_dir() -> Path:
+    """The worker-private folder for the ``--py-files`` zip; created with mode 0700 if missing.
+
+    ``$PLGD_PY_FILES_DIR`` if set, else ``$AIRFLOW_HOME/plgd_py_files`` (``~/airflow`` when
+    ``AIRFLOW_HOME`` is unset). An existing folder owned by this user with group/other
+    permission bits is narrowed to 0700 (the zips in it are still hash-checked before use).
+
+    :raises PyFilesIntegrityError: the path is not a directory, or it is owned by another user
+        (someone else could replace the zip between the hash check and ``spark-submit``).
+    """
+    configured = os.environ.get(PY_FILES_DIR_ENV)
+    if configured:
+        path = Path(configured)
+    else:
+        home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+        path = Path(home) / "plgd_py_files"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.stat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise PyFilesIntegrityError(f"--py-files folder {path} is not a directory")
+    if info.st_uid != os.geteuid():
+        raise PyFilesIntegrityError(
+            f"--py-files folder {path} is owned by uid {info.st_uid}, not by this worker's uid "
+            f"{os.geteuid()}; expected a folder only the Airflow worker's user can write "
+            f"(set {PY_FILES_DIR_ENV} to one)"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def build_private_py_files_zip(*, storage_root: str | None = None) -> str:
+    """Build the zip into :func:`private_py_files_dir` under its content-addressed name.
+
+    Used by the ETL ``plan`` task. The name ``plgd_py_files-<sha256>.zip`` carries the SHA-256 of
+    the bytes, so each Spark task can check the file before ``spark-submit``
+    (:func:`verified_py_files_zip`). An existing file of that name is kept only if its hash
+    matches; otherwise it is replaced (atomic rename).
+
+    :param storage_root: the run's storage root; a local root may not contain the private folder
+        (the root is shared with other machines, e.g. the Spark workers).
+    :return: the zip path (str).
+    :raises PyFilesIntegrityError: the private folder is inside the local storage root or not
+        private (:func:`private_py_files_dir`).
+    :raises FileNotFoundError: a source file is missing.
+    """
+    folder = private_py_files_dir()
+    local_root = _local_root(storage_root) if storage_root else None
+    if local_root is not None and folder.resolve().is_relative_to(local_root.resolve()):
+        raise PyFilesIntegrityError(
+            f"--py-files folder {folder} is inside the storage root {storage_root!r}, which other "
+            f"machines may write; set {PY_FILES_DIR_ENV} to a folder only the Airflow worker writes"
+        )
+    data = build_py_files_bytes()
+    path = folder / f"plgd_py_files-{_sha256(data)}.zip"
+    if not (path.is_file() and _sha256_file(path) == _sha256(data)):
+        _write_atomic(path, data)
+    return str(path)
+
+
+def verified_py_files_zip(planned: str | os.PathLike[str]) -> str:
+    """Return a local copy of the planned zip whose SHA-256 was checked just now.
+
+    Called right before ``spark-submit`` (``PlgdSparkSubmitOperator.execute``). ``planned`` is the
+    path ``plan`` returned; only its name (``plgd_py_files-<sha256>.zip``) is used: the file is
+    looked up in *this* worker's :func:`private_py_files_dir` (``plan`` may have run on another
+    host). If it is missing there, it is built from the provider installed on this worker, which
+    must give the same hash.
+
+    :param planned: the path from the ``plan`` task's XCom.
+    :return: the verified local path (str), to pass as ``--py-files``.
+    :raises PyFilesIntegrityError: the name is not content-addressed; the file's SHA-256 differs
+        from its name (tampered or corrupt: the message names the path and both hashes); this
+        worker's installed provider builds a zip with another hash (version skew between workers);
+        the private folder is not private.
+    """
+    name = Path(os.fspath(planned)).name
+    match = CONTENT_ADDRESSED_NAME.match(name)
+    if match is None:
+        raise PyFilesIntegrityError(
+            f"--py-files {os.fspath(planned)!r} is not a content-addressed plgd zip; expected a name "
+            "plgd_py_files-<sha256>.zip from spark_deps.build_private_py_files_zip"
+        )
+    expected = match.group(1)
+    path = private_py_files_dir() / name
+    if not path.exists():
+        data = build_py_files_bytes()
+        built = _sha256(data)
+        if built != expected:
+            raise PyFilesIntegrityError(
+                f"--py-files {path} is missing on this worker and the provider installed here builds "
+                f"a zip with sha256 {built}, but the plan step recorded sha256 {expected}: install the "
+                "same airflow-provider-plgd version on every worker"
+            )
+        _write_atomic(path, data)
+    actual = _sha256_file(path)
+    if actual != expected:
+        raise PyFilesIntegrityError(
+            f"--py-files {path} has sha256 {actual} but the plan step recorded sha256 {expected}: the "
+            "file was changed after it was built; refusing to run it (delete it to rebuild it)"
+        )
     return str(path)

@@ -19,10 +19,15 @@ columns. Exactly one output row per input row:
   ``docs/events.md``); ``msg_id`` is :func:`airflow_provider_plgd.plgd.msgid.message_id`
   (header wins).
 * rows that do not decode: ``reason`` is the ``PlgdDecodeError.reason`` (``bad_snappy``,
-  ``bad_protobuf``, ``unknown_event_type``, ``bad_subject``, ``subject_mismatch``), ``detail`` its
-  message, ``stage`` = ``"decode"``; the raw staging columns are copied unchanged (``msg_id`` =
+  ``bad_protobuf``, ``unknown_event_type``, ``bad_subject``, ``subject_mismatch``,
+  ``content_too_large``), ``detail`` its message, ``stage`` = ``"decode"``; the raw staging columns are copied unchanged (``msg_id`` =
   the raw header value); the typed columns are null. An unexpected non-codec exception while
   decoding one payload is quarantined with reason ``internal_error`` instead of failing the job.
+
+Decode bombs: ``max_content_bytes`` (default ``codec.DEFAULT_MAX_DECODED_BYTES``, 4 MiB) caps the
+snappy-decompressed size of each event, and so of its resource content; a payload whose snappy
+header declares more is quarantined as ``content_too_large`` without being decompressed (its raw
+``data`` is kept like every quarantined row's).
 
 Rows are grouped by event type inside a batch (output order differs from input order).
 How: decode every payload once (``codec.decode_payload``), group the decoded messages by
@@ -45,6 +50,8 @@ from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as _ra
 from spark_apps import schemas as S
 
 STAGE = "decode"
+#: Default cap on one event's decoded size (bytes): ``codec.DEFAULT_MAX_DECODED_BYTES``, 4 MiB.
+DEFAULT_MAX_CONTENT_BYTES = codec.DEFAULT_MAX_DECODED_BYTES
 #: Reason used when decoding one payload raised something other than ``PlgdDecodeError``
 #: (a bug); the row is quarantined, not dropped, and the job goes on.
 INTERNAL_ERROR = "internal_error"
@@ -348,11 +355,15 @@ def _assemble(cols: dict[str, pa.Array], n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=S.UNION_SCHEMA)
 
 
-def decode_batch_parts(batch: pa.RecordBatch, interval_id: str) -> list[pa.RecordBatch]:
+def decode_batch_parts(
+    batch: pa.RecordBatch, interval_id: str, *, max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
+) -> list[pa.RecordBatch]:
     """Decode one staging batch into one ``UNION_SCHEMA`` batch per event type (+ one quarantine batch).
 
     :param batch: staging rows (columns listed in the module docstring).
     :param interval_id: the staging interval ID, copied into ``interval_id``.
+    :param max_content_bytes: cap on each event's decoded (snappy-decompressed) size in bytes;
+        over it the row is quarantined as ``content_too_large`` (None = no cap).
     :return: batches whose row counts sum to ``batch.num_rows``; empty list for an empty batch.
     :raises KeyError: if ``subject`` or ``data`` is missing from the input batch.
     """
@@ -377,7 +388,7 @@ def decode_batch_parts(batch: pa.RecordBatch, interval_id: str) -> list[pa.Recor
             q_idx.append(i), q_reason.append(parsed.reason), q_detail.append(str(parsed))
             continue
         try:
-            decoded = decode(parsed, b"" if data is None else data)
+            decoded = decode(parsed, b"" if data is None else data, max_decoded_bytes=max_content_bytes)
         except decode_error as err:
             q_idx.append(i), q_reason.append(err.reason), q_detail.append(str(err))
             continue
@@ -465,7 +476,9 @@ def decode_batch_parts(batch: pa.RecordBatch, interval_id: str) -> list[pa.Recor
     return parts
 
 
-def decode_batch(batch: pa.RecordBatch, interval_id: str) -> pa.RecordBatch:
+def decode_batch(
+    batch: pa.RecordBatch, interval_id: str, *, max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
+) -> pa.RecordBatch:
     """Decode one staging batch into a single ``schemas.UNION_SCHEMA`` batch (same row count).
 
     See the module docstring for the input columns and the output rules. Never raises on bad
@@ -473,9 +486,10 @@ def decode_batch(batch: pa.RecordBatch, interval_id: str) -> pa.RecordBatch:
 
     :param batch: staging rows.
     :param interval_id: the staging interval ID (string, copied into ``interval_id``).
+    :param max_content_bytes: as in :func:`decode_batch_parts`.
     :return: ``pa.RecordBatch`` with ``batch.num_rows`` rows, schema ``UNION_SCHEMA``.
     """
-    parts = decode_batch_parts(batch, interval_id)
+    parts = decode_batch_parts(batch, interval_id, max_content_bytes=max_content_bytes)
     if not parts:
         return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in S.UNION_SCHEMA], schema=S.UNION_SCHEMA)
     if len(parts) == 1:
@@ -483,10 +497,13 @@ def decode_batch(batch: pa.RecordBatch, interval_id: str) -> pa.RecordBatch:
     return pa.concat_batches(parts)
 
 
-def decode_batches(batches: Iterable[pa.RecordBatch], interval_id: str) -> Iterator[pa.RecordBatch]:
+def decode_batches(
+    batches: Iterable[pa.RecordBatch], interval_id: str, *,
+    max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
+) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function body: decode each staging batch, yield its ``UNION_SCHEMA`` parts.
 
     Use as ``df.mapInArrow(lambda it: decode_batches(it, interval_id), union_spark_schema())``.
     """
     for batch in batches:
-        yield from decode_batch_parts(batch, interval_id)
+        yield from decode_batch_parts(batch, interval_id, max_content_bytes=max_content_bytes)

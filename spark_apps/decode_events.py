@@ -5,7 +5,11 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
     spark-submit --master local[2] --py-files plgd_py_files.zip spark_apps/decode_events.py \\
         --staging-root /data/plgd --stream EVENTS --interval-id 20260101T000000Z_20260101T010000Z \\
         --output-root /data/plgd [--owners o1,o2] [--event-types resourcechanged,...] \\
-        [--summary-path /data/plgd/_runs/decode/interval=....json]
+        [--max-content-bytes 4194304] [--summary-path /data/plgd/_runs/decode/interval=....json]
+
+``--max-content-bytes`` (default 4 MiB, ``codec.DEFAULT_MAX_DECODED_BYTES``) caps the decoded
+(snappy-decompressed) size of each event and so of its resource content; a payload over it is
+quarantined as ``content_too_large`` before anything is decompressed (decode bombs).
 
 Steps:
 
@@ -50,14 +54,14 @@ from typing import Any, Sequence
 try:  # a plain ``spark-submit spark_apps/decode_events.py`` puts only spark_apps/ on sys.path
     from spark_apps import common, schemas
     from spark_apps.common import plan_tasks
-    from spark_apps.decode_batch import decode_batches
+    from spark_apps.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from spark_apps import common, schemas
     from spark_apps.common import plan_tasks
-    from spark_apps.decode_batch import decode_batches
+    from spark_apps.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
 
 APP = "decode"
 #: What the decode tasks import; the workers import it while the driver plans (``--warm-up-workers``).
@@ -89,11 +93,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "groups with pyarrow (default, faster), 'spark' = Spark's Parquet scan")
     parser.add_argument("--partitions-per-core", type=int, default=3,
                         help="--reader spark: input partitions per core (default 3)")
+    parser.add_argument("--max-content-bytes", type=_positive_bytes, default=DEFAULT_MAX_CONTENT_BYTES,
+                        help="cap on the decoded (snappy-decompressed) size of one event, and so of its "
+                             "resource content, in bytes; over it the row is quarantined as "
+                             f"content_too_large (default {DEFAULT_MAX_CONTENT_BYTES} = 4 MiB)")
     common.add_interval_args(parser)
     args = parser.parse_args(argv)
     args.owners = common.flatten_lists(args.owners)
     args.event_types = common.flatten_lists(args.event_types)
     return args
+
+
+def _positive_bytes(value: str) -> int:
+    """argparse type of ``--max-content-bytes``: a positive integer number of bytes."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, got {value!r}")
+    return number
 
 
 def _staging_spark_schema():
@@ -129,7 +148,7 @@ def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
 
 
 def _decode_task(batches, task_id: int, interval_id: str, events_tmp: str, quarantine_tmp: str,
-                 row_group_rows: int) -> list[tuple]:
+                 row_group_rows: int, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES) -> list[tuple]:
     """Decode staging Arrow batches and write both tables; return one record per written file.
 
     Records are tuples in the column order of :data:`WRITTEN_FILES_SCHEMA_DDL`: decoded rows go to
@@ -149,7 +168,7 @@ def _decode_task(batches, task_id: int, interval_id: str, events_tmp: str, quara
         quarantine_tmp, task_id, schemas.QUARANTINE_SCHEMA, (), row_group_rows=row_group_rows)
     reasons: dict[str, int] = {}
     for batch in batches:
-        for part in decode_batch_parts(batch, interval_id):
+        for part in decode_batch_parts(batch, interval_id, max_content_bytes=max_content_bytes):
             nulls = part.column("reason").null_count
             if nulls == part.num_rows:
                 events.write(part.select(events_cols))
@@ -174,7 +193,8 @@ def _decode_task(batches, task_id: int, interval_id: str, events_tmp: str, quara
     return records
 
 
-def make_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *, row_group_rows: int = 65_536):
+def make_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *, row_group_rows: int = 65_536,
+              max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES):
     """Build the ``mapInArrow`` function of the decode pass for ``--reader spark``.
 
     Input: staging rows from Spark's Parquet scan (``headers`` as ``headers_json``). Per Spark
@@ -188,7 +208,8 @@ def make_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *, row_gro
 
         ctx = TaskContext.get()
         task_id = ctx.partitionId() if ctx is not None else 0
-        records = _decode_task(batches, task_id, interval_id, events_tmp, quarantine_tmp, row_group_rows)
+        records = _decode_task(batches, task_id, interval_id, events_tmp, quarantine_tmp, row_group_rows,
+                               max_content_bytes)
         if records:
             cols = list(zip(*records))
             yield pa.RecordBatch.from_arrays(
@@ -200,7 +221,8 @@ def make_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *, row_gro
 
 
 def make_rdd_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *,
-                  batch_rows: int = 10_000, row_group_rows: int = 65_536):
+                  batch_rows: int = 10_000, row_group_rows: int = 65_536,
+                  max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES):
     """Build the ``RDD.mapPartitions`` function of the decode pass for ``--reader arrow``.
 
     Input: the partition's elements, each a list of units (:func:`common.plan_tasks`); the task reads
@@ -217,7 +239,7 @@ def make_rdd_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *,
         ctx = TaskContext.get()
         task_id = ctx.partitionId() if ctx is not None else 0
         yield from _decode_task(_read_units(unit_lists, batch_rows), task_id, interval_id,
-                                events_tmp, quarantine_tmp, row_group_rows)
+                                events_tmp, quarantine_tmp, row_group_rows, max_content_bytes)
 
     return task
 
@@ -334,11 +356,11 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     phase = time.time()
     # one pass: every payload is decoded once, and both tables are written by the same tasks
     if tasks is not None:
-        task = make_rdd_task(interval_id, events_tmp, quarantine_tmp)
+        task = make_rdd_task(interval_id, events_tmp, quarantine_tmp, max_content_bytes=args.max_content_bytes)
         records = (spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(task).collect()
                    if tasks else [])
     else:
-        task = make_task(interval_id, events_tmp, quarantine_tmp)
+        task = make_task(interval_id, events_tmp, quarantine_tmp, max_content_bytes=args.max_content_bytes)
         records = [tuple(row) for row in raw.mapInArrow(task, WRITTEN_FILES_SCHEMA_DDL).collect()]
     names = ("table", "path", "owner_id", "event_type", "date", "reason", "rows")
     written = [dict(zip(names, rec)) for rec in records]
@@ -401,6 +423,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
         "reader": args.reader,
+        "max_content_bytes": args.max_content_bytes,
         "input_partitions": input_partitions,
     }
     path = common.summary_path(args.output_root, APP, interval_id, args.summary_path)

@@ -10,9 +10,19 @@ Two body formats, chosen by the subject family (§2.1):
   ``identitystore.pb.Event`` (a oneof); no envelope (§2.1, §3.4).
 
 Every decoding failure is a :class:`PlgdDecodeError` (a ValueError) with ``.reason`` one of
-``bad_snappy``, ``bad_protobuf``, ``unknown_event_type``, ``bad_subject``, ``subject_mismatch``;
-no snappy (``snappy.UncompressError``), cramjam or protobuf (``DecodeError``) exception leaves
-this module.
+``bad_snappy``, ``bad_protobuf``, ``unknown_event_type``, ``bad_subject``, ``subject_mismatch``,
+``content_too_large``; no snappy (``snappy.UncompressError``), cramjam or protobuf
+(``DecodeError``) exception leaves this module.
+
+**Decode bombs.** A device controls its resource content, and snappy expands up to ~21x (a 1 MiB
+payload of zeros holds a 22 MiB inner event). Before decompressing, the decoders read the
+uncompressed length that every snappy block starts with ("The stream starts with the uncompressed
+length (up to a maximum of 2^32 - 1), stored as a little-endian varint", google/snappy
+``format_description.txt`` §1; read with ``cramjam.snappy.decompress_raw_len``, the library under
+python-snappy) and refuse a block that would decode to more than ``max_decoded_bytes``
+(default :data:`DEFAULT_MAX_DECODED_BYTES`, 4 MiB) with reason ``content_too_large``: nothing is
+decompressed then. The inner event holds the resource content (``Content.data``), so the cap
+bounds the content's decoded bytes too.
 
 Classification choices (documented here, tested in ``tests/unit/test_codec.py``):
 
@@ -37,6 +47,7 @@ from operator import attrgetter
 from typing import Any, Callable
 
 import snappy
+from cramjam import snappy as _raw_snappy
 from google.protobuf.message import Message
 
 from .event_types import (
@@ -58,6 +69,7 @@ from .subjects import Subject, parse_subject
 
 __all__ = [
     "DECODE_ERROR_REASONS",
+    "DEFAULT_MAX_DECODED_BYTES",
     "Decoded",
     "PlgdDecodeError",
     "decode_identity_store_payload",
@@ -70,8 +82,13 @@ __all__ = [
 
 #: Allowed values of ``PlgdDecodeError.reason``.
 DECODE_ERROR_REASONS = frozenset(
-    {"bad_snappy", "bad_protobuf", "unknown_event_type", "bad_subject", "subject_mismatch"}
+    {"bad_snappy", "bad_protobuf", "unknown_event_type", "bad_subject", "subject_mismatch",
+     "content_too_large"}
 )
+#: Default cap (bytes) on the decoded (snappy-decompressed) size of one event, and so of its
+#: resource content: 4 MiB. Four times NATS' default ``max_payload`` (1 MiB); plgd resource
+#: contents (OCF resource representations) are far smaller. Over it: ``content_too_large``.
+DEFAULT_MAX_DECODED_BYTES = 4 * 1024 * 1024
 
 
 class PlgdDecodeError(ValueError):
@@ -80,8 +97,9 @@ class PlgdDecodeError(ValueError):
     :ivar reason: ``"bad_snappy"`` (snappy block decompression failed), ``"bad_protobuf"``
         (protobuf parse failed, or parsed into something that is not a plgd message),
         ``"unknown_event_type"`` (the type is not in ``EVENT_TYPES`` for that format),
-        ``"bad_subject"`` (not a plgd subject, or event type of the wrong family), or
-        ``"subject_mismatch"`` (subject and body disagree on event type, device or href).
+        ``"bad_subject"`` (not a plgd subject, or event type of the wrong family),
+        ``"subject_mismatch"`` (subject and body disagree on event type, device or href), or
+        ``"content_too_large"`` (the snappy block would decode to more than the cap).
     ``str(error)`` is the detail; it names the offending value, never the whole payload.
     Picklable (Spark ships exceptions between processes).
     """
@@ -178,9 +196,33 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _decompress(data: Any, what: str) -> bytes:
+def _max_snappy_output(compressed_len: int) -> int:
+    """Most bytes a snappy block of ``compressed_len`` bytes can decode to: the densest element is a
+    3-byte copy of up to 64 bytes (google/snappy ``format_description.txt`` §2.2.2), so larger
+    declared lengths mean a corrupt header (``bad_snappy``), not a bomb."""
+    return (compressed_len // 3 + 1) * 64
+
+
+def _decompress(data: Any, what: str, max_decoded_bytes: int | None) -> bytes:
     try:
+        if max_decoded_bytes is not None:
+            # the varint header of the block (snappy format_description.txt §1); nothing decompressed yet
+            declared = _raw_snappy.decompress_raw_len(data)
+            if declared > max_decoded_bytes and declared > _max_snappy_output(len(data)):
+                raise PlgdDecodeError(
+                    "bad_snappy",
+                    f"{what} ({len(data)} bytes) is not snappy block format: its header declares "
+                    f"{declared} bytes, more than {len(data)} bytes of snappy can encode",
+                )
+            if declared > max_decoded_bytes:
+                raise PlgdDecodeError(
+                    "content_too_large",
+                    f"{what} ({len(data)} bytes) would decode to {declared} bytes, over the cap of "
+                    f"{max_decoded_bytes} bytes (max_decoded_bytes, decode app --max-content-bytes)",
+                )
         return snappy.decompress(data)
+    except PlgdDecodeError:
+        raise
     except Exception as exc:  # snappy.UncompressError, cramjam errors, TypeError for non-bytes
         size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else type(data).__name__
         raise PlgdDecodeError(
@@ -271,18 +313,24 @@ def encode_event(message: Message) -> bytes:
 # ---- decoding ---------------------------------------------------------------------------------
 
 
-def decode_resource_aggregate_payload(data: bytes) -> Decoded:
+def decode_resource_aggregate_payload(
+    data: bytes, *, max_decoded_bytes: int | None = DEFAULT_MAX_DECODED_BYTES
+) -> Decoded:
     """Decode a resource-aggregate payload (WIRE_FORMAT.md §2.5 step 2).
 
     Parses the envelope, picks the inner class by ``event_type``, snappy-decompresses ``data``
     and parses it. No subject checks (see ``decode_payload``). Accepts bytes, bytearray or
     memoryview (PySpark gives bytearray).
 
+    :param max_decoded_bytes: cap on the decompressed inner event (bytes; None = no cap),
+        checked before decompressing.
+
     :returns: ``Decoded(event_type, inner message, envelope)``.
     :raises PlgdDecodeError: ``bad_protobuf`` (envelope or inner message unparsable, or envelope
         without ``event_type``), ``unknown_event_type`` (not a resource-aggregate type on NATS,
         e.g. a newer hub's type or ``ServiceMetadataUpdated``), ``bad_snappy`` (``data`` is not
-        snappy block format).
+        snappy block format), ``content_too_large`` (``data`` would decode to more than
+        ``max_decoded_bytes``).
     """
     try:
         envelope = _ENVELOPE.FromString(data)
@@ -303,7 +351,7 @@ def decode_resource_aggregate_payload(data: bytes) -> Decoded:
             "unknown_event_type",
             f"envelope event_type {event_type!r} is not a resource-aggregate event type on NATS",
         )
-    raw = _decompress(envelope.data, f"envelope data of a {event_type!r} event")
+    raw = _decompress(envelope.data, f"envelope data of a {event_type!r} event", max_decoded_bytes)
     try:
         message = cls.FromString(raw)
     except Exception as exc:
@@ -315,16 +363,21 @@ def decode_resource_aggregate_payload(data: bytes) -> Decoded:
     return Decoded(event_type, message, envelope)
 
 
-def decode_identity_store_payload(data: bytes, event_type: str | None = None) -> Decoded:
+def decode_identity_store_payload(
+    data: bytes, event_type: str | None = None, *,
+    max_decoded_bytes: int | None = DEFAULT_MAX_DECODED_BYTES,
+) -> Decoded:
     """Decode an identity-store payload (WIRE_FORMAT.md §2.5 step 1, §3.4).
 
     Snappy-decompresses, parses ``identitystore.pb.Event``, and maps the set oneof member
     (``devices_registered``/``devices_unregistered``) to the event type.
 
     :param event_type: the subject's event type, if known; must then match the body.
+    :param max_decoded_bytes: cap on the decompressed event (bytes; None = no cap), checked
+        before decompressing.
     :returns: ``Decoded(event_type, DevicesRegistered | DevicesUnregistered, None)``.
-    :raises PlgdDecodeError: ``bad_snappy``; ``bad_protobuf`` (unparsable, or empty after
-        decompression); ``unknown_event_type`` (no known oneof member set, or ``event_type`` is
+    :raises PlgdDecodeError: ``bad_snappy``; ``content_too_large`` (over ``max_decoded_bytes``);
+        ``bad_protobuf`` (unparsable, or empty after decompression); ``unknown_event_type`` (no known oneof member set, or ``event_type`` is
         not an identity-store type); ``subject_mismatch`` (body type differs from ``event_type``).
     """
     if event_type is not None and event_type not in _IS_TYPES:
@@ -333,7 +386,7 @@ def decode_identity_store_payload(data: bytes, event_type: str | None = None) ->
             f"{event_type!r} is not an identity-store event type "
             f"(expected one of {sorted(_IS_TYPES)})",
         )
-    raw = _decompress(data, "identity-store payload")
+    raw = _decompress(data, "identity-store payload", max_decoded_bytes)
     if not raw:
         raise PlgdDecodeError("bad_protobuf", "identity-store payload decompresses to 0 bytes")
     try:
@@ -357,7 +410,9 @@ def decode_identity_store_payload(data: bytes, event_type: str | None = None) ->
     return Decoded(body_type, getattr(event, which), None)
 
 
-def decode_payload(subject: str | Subject, data: bytes) -> Decoded:
+def decode_payload(
+    subject: str | Subject, data: bytes, *, max_decoded_bytes: int | None = DEFAULT_MAX_DECODED_BYTES
+) -> Decoded:
     """Decode a NATS message of plgd: parse the subject, pick the format, decode, cross-check.
 
     Checks (WIRE_FORMAT.md §1, §2): the body's event type equals the subject's; for device
@@ -368,6 +423,9 @@ def decode_payload(subject: str | Subject, data: bytes) -> Decoded:
 
     :param subject: the message subject, or an already parsed ``Subject``.
     :param data: the payload (bytes, bytearray or memoryview).
+    :param max_decoded_bytes: cap on the snappy-decompressed event (bytes; None = no cap), so on
+        its resource content; default :data:`DEFAULT_MAX_DECODED_BYTES`. Checked before
+        decompressing; over it: ``content_too_large``.
     :raises PlgdDecodeError: ``bad_subject`` (unparsable subject, or its event type belongs to
         another family), ``unknown_event_type`` (subject or body type unknown), and every reason
         of the two format decoders, ``subject_mismatch`` for the checks above.
@@ -391,9 +449,9 @@ def decode_payload(subject: str | Subject, data: bytes) -> Decoded:
             f"{info.family!r}, not {parsed.family!r}",
         )
     if parsed.family == FAMILY_REGISTRATIONS:
-        return decode_identity_store_payload(data, parsed.event_type)
+        return decode_identity_store_payload(data, parsed.event_type, max_decoded_bytes=max_decoded_bytes)
 
-    decoded = decode_resource_aggregate_payload(data)
+    decoded = decode_resource_aggregate_payload(data, max_decoded_bytes=max_decoded_bytes)
     if decoded.event_type != parsed.event_type:
         raise PlgdDecodeError(
             "subject_mismatch",
