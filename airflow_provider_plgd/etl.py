@@ -158,20 +158,6 @@ def etl_assets(dag_id: str = "plgd_events_etl") -> dict[str, Any]:
     return {name: Asset(name=f"plgd_{name}", uri=f"plgd://{dag_id}/{name}") for name in ASSET_NAMES}
 
 
-def chunk(items: list, groups: int) -> list[list]:
-    """Split ``items`` into at most ``groups`` contiguous, non-empty, near-equal chunks (order kept)."""
-    if not items:
-        return []
-    groups = max(1, min(groups, len(items)))
-    size, extra = divmod(len(items), groups)
-    out, start = [], 0
-    for i in range(groups):
-        end = start + size + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
-
-
 def _token_list(value: Any, what: str) -> list[str]:
     """A DAG param of owner IDs or event types as a list of valid subject tokens.
 
@@ -304,14 +290,13 @@ def build_etl_dag(
             record = write_interval_ledger(
                 hook, root, interval, start, end, owners, discovered, event_types,
                 accept_fewer=parse_bool(p.get("accept_fewer_messages", False), "accept_fewer_messages"),
+                fetch_groups=int(p["max_fetch_tasks"]),
             )
             # Never on the storage root: the Spark driver runs this code inside the worker
             # (docs/operations.md, "Shipping the plgd code to executors").
             py_files = build_private_py_files_zip(storage_root=root)
-            groups: list[dict[str, Any]] = [
-                {"owner_ids": group, "event_types": event_types}
-                for group in chunk(owners, int(p["max_fetch_tasks"]))
-            ]
+            # the owners of each fetch task are in the ledger: XCom stays small at any number of owners
+            groups: list[dict[str, Any]] = [{"ledger_group": i} for i in range(record["fetch_groups"])]
             if record["unrouted"]:
                 groups.append({"unrouted": True})
             return {
@@ -413,13 +398,15 @@ def build_etl_dag(
 
 
 def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, end: datetime, owners: list[str],
-                          discovered: bool, event_types: list[str], *, accept_fewer: bool) -> dict[str, Any]:
+                          discovered: bool, event_types: list[str], *, accept_fewer: bool,
+                          fetch_groups: int = 1) -> dict[str, Any]:
     """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
 
     The counts are ``ledger.SCOPE_FILTER`` (``plgd.>``) and ``plgd.owners.{owner}.>`` per owner
     (:meth:`JetStreamHook.acount_interval`). A previous record of the interval with more messages
     (a re-created or purged stream, deletes) raises :class:`FewerMessagesError` unless
     ``accept_fewer``. The interval's old fetch records are removed, so the rerun's are its own.
+    ``fetch_groups``: at most this many fetch tasks share the owners (``ledger.owner_group``).
 
     :return: the record (``ledger.plan_record``).
     """
@@ -429,6 +416,7 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
                                   start_time=start, end_time=end)
     record = ledger.plan_record(
         counted, interval_id=interval, owners=owners, owners_discovered=discovered, event_types=event_types,
+        fetch_groups=fetch_groups,
         bounds={"kind": "time", "start_ns": staging.to_ns(start), "end_ns": staging.to_ns(end),
                 "start": staging.ns_to_iso(staging.to_ns(start)), "end": staging.ns_to_iso(staging.to_ns(end))},
     )

@@ -107,7 +107,7 @@ def read_json(path: str) -> dict[str, Any] | None:
 # plan
 # ------------------------------------------------------------------------------------------------
 def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any], owners: list[str],
-                owners_discovered: bool, event_types: list[str]) -> dict[str, Any]:
+                owners_discovered: bool, event_types: list[str], fetch_groups: int = 1) -> dict[str, Any]:
     """Build ``stream.json`` from ``JetStreamHook.acount_interval`` over ``[SCOPE_FILTER] + owner filters``.
 
     :param counted: the hook's answer (``stream``, ``created``, ``state``, ``first_seq``,
@@ -115,9 +115,11 @@ def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping
     :param owners: the owners the run fetches; ``owners_discovered``: they were discovered from
         the stream (so every message under another subject must be staged as unrouted), or given
         by the user (other owners' messages are out of scope: ``not_requested``).
+    :param fetch_groups: at most this many fetch tasks share the owners (:func:`owner_group`).
     :return: ``{"version", "interval_id", "stream", "stream_created", "bounds", "first_seq",
         "end_seq_exclusive", "seq_span", "deleted_in_range", "stream_state", "total",
-        "owners": {owner: count}, "owners_discovered", "event_types", "unrouted", "not_requested"}``.
+        "owners": {owner: count}, "owners_discovered", "event_types", "unrouted", "not_requested",
+        "fetch_groups"}`` (``fetch_groups``: the number of owner groups, ``len(chunk(owners, n))``).
     """
     counts = counted["counts"]
     total = int(counts[SCOPE_FILTER])
@@ -143,7 +145,35 @@ def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping
         "event_types": list(event_types),
         "unrouted": rest if owners_discovered else 0,
         "not_requested": 0 if owners_discovered else rest,
+        "fetch_groups": len(chunk(list(owners), int(fetch_groups))),
     }
+
+
+def owner_group(plan: Mapping[str, Any], index: int) -> list[str]:
+    """The owners of fetch task ``index`` (0-based) of a plan record, in order.
+
+    :raises ValueError: ``index`` outside ``0 .. fetch_groups - 1`` (names both).
+    """
+    groups = chunk(list(plan["owners"]), int(plan["fetch_groups"]))
+    if not 0 <= int(index) < len(groups):
+        raise ValueError(f"ledger group {index!r} does not exist: the plan of interval {plan['interval_id']} has "
+                         f"{len(groups)} owner group(s)")
+    return groups[int(index)]
+
+
+def chunk(items: list, groups: int) -> list[list]:
+    """Split ``items`` into at most ``groups`` contiguous, non-empty, near-equal chunks (order kept)."""
+    if not items:
+        return []
+    groups = max(1, min(groups, len(items)))
+    size, extra = divmod(len(items), groups)
+    out, start = [], 0
+    for i in range(groups):
+        end = start + size + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
+
 
 
 def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], *, accept_fewer: bool) -> list[str]:

@@ -409,7 +409,10 @@ def to_unix_ns(value: dt.datetime | int, what: str) -> int:
         return value
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware, got naive datetime {value.isoformat()}")
-    return (value - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+    # days/seconds/microseconds: also right for pendulum DateTimes (Airflow's data intervals), whose
+    # difference is a pendulum Interval that does not support // timedelta
+    delta = value.astimezone(dt.timezone.utc) - _EPOCH
+    return ((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000
 
 
 def _rfc3339_ns(ns: int) -> str:

@@ -126,6 +126,9 @@ class JetStreamToStagingOperator(BaseOperator):
         ETL's ``plan``). The expected count of each owner then comes from the ledger instead of a
         new server count; the task writes its record to ``{ledger}/fetch/`` and returns a small
         XCom without the per-batch list (the details are in the record).
+    :param ledger_group: fetch the owners of group N (0-based, templated) of the ledger's plan
+        (``ledger.owner_group``) for the plan's event types; needs ``ledger``. The ETL maps its fetch
+        tasks over the groups, so the XCom that drives the mapping stays small at any number of owners.
     :param accept_fewer_messages: allow a rerun to replace committed batches with fewer messages
         (templated; default False: :class:`~airflow_provider_plgd.exceptions.FewerMessagesError`).
 
@@ -165,6 +168,7 @@ class JetStreamToStagingOperator(BaseOperator):
         "max_messages",
         "destination",
         "ledger",
+        "ledger_group",
         "accept_fewer_messages",
     )
     ui_color = "#c7e9f7"
@@ -196,6 +200,7 @@ class JetStreamToStagingOperator(BaseOperator):
         progress_every_messages: int = 100_000,
         unrouted: bool = False,
         ledger: str | None = None,
+        ledger_group: int | str | None = None,
         accept_fewer_messages: bool | str = False,
         **kwargs: Any,
     ) -> None:
@@ -224,6 +229,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.progress_every_messages = progress_every_messages
         self.unrouted = unrouted
         self.ledger = ledger
+        self.ledger_group = ledger_group
         self.accept_fewer_messages = accept_fewer_messages
 
     # ------------------------------------------------------------------------------------------
@@ -257,13 +263,24 @@ class JetStreamToStagingOperator(BaseOperator):
         group = self.owner_ids is not None or self.event_types is not None
         arbitrary = self.subject_filter not in (None, "", [])
         unrouted = bool(self.unrouted)
-        if single + group + arbitrary + unrouted != 1:
+        from_ledger = self.ledger_group not in (None, "")
+        if single + group + arbitrary + unrouted + from_ledger != 1:
             raise ValueError(
                 "JetStreamToStagingOperator needs exactly one target: owner_id + event_type, "
-                "owner_ids + event_types, subject_filter, or unrouted=True "
+                "owner_ids + event_types, subject_filter, unrouted=True, or ledger_group "
                 f"(got owner_id={self.owner_id!r}, event_type={self.event_type!r}, owner_ids={self.owner_ids!r}, "
-                f"event_types={self.event_types!r}, subject_filter={self.subject_filter!r})"
+                f"event_types={self.event_types!r}, subject_filter={self.subject_filter!r}, "
+                f"ledger_group={self.ledger_group!r})"
             )
+        if from_ledger:
+            plan = self._plan_record()
+            try:
+                index = int(str(self.ledger_group).strip())
+            except ValueError:
+                raise ValueError(f"ledger_group must be an integer >= 0, got {self.ledger_group!r}") from None
+            owners, types = ledger.owner_group(plan, index), plan["event_types"]
+        elif group:
+            owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
         if unrouted:
             return [(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE, [ledger.SCOPE_FILTER])]
         if arbitrary:
@@ -280,7 +297,6 @@ class JetStreamToStagingOperator(BaseOperator):
             owner = validate_token(self.owner_id, "owner_id")
             event_type = check_event_type(self.event_type)
             return [(owner, event_type, subject_filters(owner, event_type))]
-        owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
         owners = [validate_token(o, "owner_id") for o in owners]
         types = [check_event_type(e) for e in types]
         return [target for o in owners for target in
@@ -364,7 +380,7 @@ class JetStreamToStagingOperator(BaseOperator):
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
             check_retained(_state(info), stream, bounds, when="before the fetch")
-        owner_wide = self.owner_ids is not None or bool(self.unrouted)
+        owner_wide = self.owner_ids is not None or bool(self.unrouted) or self.ledger_group not in (None, "")
         groups = _owner_groups(targets) if mode != "durable" else [[t] for t in targets]
         expected = await self._expected_counts(hook, stream, groups, mode, bounds, owner_wide)
         accept_fewer = parse_bool(self.accept_fewer_messages, "accept_fewer_messages")
@@ -435,9 +451,7 @@ class JetStreamToStagingOperator(BaseOperator):
         if mode == "durable":
             return dict.fromkeys(keys)
         if self.ledger and owner_wide:
-            plan = ledger.read_json(f"{str(self.ledger).rstrip('/')}/stream.json")
-            if plan is None:
-                raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
+            plan = self._plan_record()
             if mode != "time" or (plan["bounds"].get("start_ns"), plan["bounds"].get("end_ns")) != (
                     bounds["start_ns"], bounds["end_ns"]):
                 raise ValueError(f"ledger {self.ledger} is for the interval {plan['bounds']}, not {bounds}")
@@ -453,6 +467,18 @@ class JetStreamToStagingOperator(BaseOperator):
                 else {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
         counted = await hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
+
+    def _plan_record(self) -> dict[str, Any]:
+        """The plan record (``stream.json``) of ``self.ledger``.
+
+        :raises ValueError: no ``ledger`` argument. :raises LedgerError: no record there.
+        """
+        if self.ledger in (None, ""):
+            raise ValueError("ledger_group needs the ledger argument (the interval's ledger folder)")
+        plan = ledger.read_json(f"{str(self.ledger).rstrip('/')}/stream.json")
+        if plan is None:
+            raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
+        return plan
 
     def _refuse_fewer(self, root, stream, group, bounds, mode, expected, accept_fewer: bool) -> None:
         """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""

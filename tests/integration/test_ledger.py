@@ -270,3 +270,27 @@ def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream
         run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=other,
                start_time=start_ns, end_time=end_ns)
     assert staging.list_committed(other, "EVENTS") == []
+
+
+def test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small(jetstream, storage_root):
+    """The ETL maps its fetch tasks over ``{"ledger_group": i}``: the owners live in the ledger, not in XCom."""
+    from airflow_provider_plgd.etl import write_interval_ledger
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from spark_apps.decode_events import ledger_manifests
+
+    publish_messages(jetstream.url, traffic(3))
+    start_ns, end_ns = bounds_around(jetstream.url)
+    start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
+    interval = staging.interval_id(start, end)
+    record = write_interval_ledger(JetStreamHook(), storage_root, interval, start, end, sorted([O1, O2]), True,
+                                   ["devicesregistered"], accept_fewer=False, fetch_groups=5)
+    assert record["fetch_groups"] == 2 and ledger.owner_group(record, 1) == [max(O1, O2)]
+    base = ledger.interval_dir(storage_root, "EVENTS", interval)
+    outs = [run_op(ledger_group=str(i), ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
+            for i in range(2)]
+    assert [o["owners"] for o in outs] == [1, 1] and all(len(json.dumps(o)) < 1500 for o in outs)
+    assert sum(o["skipped"]["event_type_not_requested"] for o in outs) == 6  # resourcechanged not requested
+    assert [m["event_type"] for m in ledger_manifests(storage_root, "EVENTS", interval)] == \
+        ["devicesregistered", "_unknown"] * 2
+    with pytest.raises(ValueError, match="ledger group 2 does not exist"):
+        run_op(ledger_group=2, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
