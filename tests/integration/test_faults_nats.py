@@ -277,3 +277,101 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
     assert sorted(staged) == list(range(1, 31))  # nothing lost
     assert sorted(s for s, n in staged.items() if n == 2) == list(range(11, 21))  # at-least-once overlap
     assert max(staged.values()) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# A message on a subject that is not valid UTF-8 (raw PUB by any client allowed on plgd.>)
+# ---------------------------------------------------------------------------------------------
+def raw_publish(server, subject: bytes, payload: bytes) -> None:
+    """Publish with the NATS text protocol on a plain socket (``PUB <subject> <n>``), bytes as given."""
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        reader = sock.makefile("rb")
+        assert reader.readline().startswith(b"INFO ")
+        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+                     + b"PUB " + subject + b" %d\r\n" % len(payload) + payload + b"\r\nPING\r\n")
+        assert reader.readline() == b"PONG\r\n"
+
+
+def stored_messages(url: str, last_seq: int) -> dict[int, tuple[str, bytes]]:
+    """``{seq: (subject, data)}`` by ``$JS.API.STREAM.MSG.GET`` (the server's JSON: invalid UTF-8
+    in a subject shows as U+FFFD), independent of the pull path under test."""
+    import asyncio
+    import base64
+    import json
+
+    import nats
+
+    async def read():
+        nc = await nats.connect(url)
+        try:
+            out = {}
+            for seq in range(1, last_seq + 1):
+                answer = json.loads((await nc.request("$JS.API.STREAM.MSG.GET.EVENTS",
+                                                      json.dumps({"seq": seq}).encode(), timeout=5)).data)
+                msg = answer["message"]
+                out[seq] = (msg["subject"], base64.b64decode(msg.get("data") or ""))
+            return out
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, storage_root):
+    """Before: nats-py's read loop died on the subject (UnicodeDecodeError, only a traceback), and
+    every fetch of the owner failed after ~43 s with JetStreamTimeoutError. Now the per-filter,
+    owner-wide and durable paths all finish at once and stage the message, its subject with U+FFFD
+    for each invalid byte (decode quarantines it) and its payload unchanged."""
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.plgd.subjects import resource_subject
+
+    dev, href = "00000000-0000-0000-0000-000000000001", "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"
+    good = [(registrations_subject(O1, "devicesregistered"), b"reg", None),
+            (resource_subject(O1, dev, href, "resourcechanged"), b"changed", None)]
+    publish_messages(jetstream.url, good)
+    raw_publish(jetstream, f"plgd.owners.{O1}.".encode() + b"\xff\xfe", b"junk")  # the issue's example
+    raw_publish(jetstream, f"plgd.owners.{O1}.devices.".encode() + b"\xff\xfe"
+                + f".resources.{href}.resourcechanged".encode(), b"payload of a bad subject")
+    publish_messages(jetstream.url, good)
+    hook = JetStreamHook()
+    _wait(lambda: hook.stream_info()["state"]["messages"] == 6, what="the raw PUBs stored")
+    truth = stored_messages(jetstream.url, 6)
+    bad_subject = f"plgd.owners.{O1}.devices.\ufffd\ufffd.resources.{href}.resourcechanged"
+    assert truth[3][0] == f"plgd.owners.{O1}.\ufffd\ufffd" and truth[4] == (bad_subject, b"payload of a bad subject")
+
+    started = time.monotonic()
+    single = run_op(owner_id=O1, event_type="resourcechanged", start_seq=1, destination=f"{storage_root}/single")
+    grouped = run_op(owner_ids=[O1], event_types=["devicesregistered", "resourcechanged"], start_seq=1,
+                     destination=f"{storage_root}/grouped")
+    durable = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_non_utf8", ack_wait_seconds=5.0,
+                     destination=f"{storage_root}/durable")
+    assert time.monotonic() - started < 20  # was: ~43 s per attempt, then JetStreamTimeoutError
+
+    want = [(seq, truth[seq][0], truth[seq][1]) for seq in (2, 4, 6)]
+    for out in (single, durable, next(b for b in grouped["batches"] if b["event_type"] == "resourcechanged")):
+        table = staging.read_batch(staging.read_manifest(out["path"]))
+        assert list(zip(*(table.column(c).to_pylist() for c in ("stream_seq", "subject", "data")))) == want
+    registered = next(b for b in grouped["batches"] if b["event_type"] == "devicesregistered")
+    assert staging.read_batch(staging.read_manifest(registered["path"])).column("stream_seq").to_pylist() == [1, 5]
+    assert durable["interval_id"] == staging.durable_interval_id(2, 6)
+
+
+def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstream, storage_root, monkeypatch):
+    """Second line of defence: whatever ends nats-py's read loop (here the non-UTF-8 subject with
+    the replacement switched off), the pull reader notices within a second and fails with
+    JetStreamConnectionError instead of waiting ~43 s for answers nobody reads."""
+    from airflow_provider_plgd.exceptions import JetStreamConnectionError
+    from airflow_provider_plgd.hooks import jetstream as hook_module
+
+    monkeypatch.setattr(hook_module, "NON_UTF8_REPLACEMENT", "strict")
+    publish_messages(jetstream.url, [(registrations_subject(O1, "devicesregistered"), b"reg", None)])
+    raw_publish(jetstream, f"plgd.owners.{O1}.registrations.".encode() + b"\xff", b"junk")
+    _wait(lambda: hook_module.JetStreamHook().stream_info()["state"]["messages"] == 2, what="the raw PUB stored")
+    started = time.monotonic()
+    with pytest.raises(JetStreamConnectionError, match="read loop ended"):
+        run_op(owner_ids=[O1], event_types=["devicesregistered", "resourcechanged"], start_seq=1,
+               destination=storage_root)
+    assert time.monotonic() - started < 10
+    assert staging.list_committed(storage_root, "EVENTS") == []
