@@ -408,24 +408,20 @@ class JetStreamToStagingOperator(BaseOperator):
         The server walks the stream once per consumer to find the messages of its filter, so one
         consumer per (owner, event type, filter) made it walk the stream ~20 times per owner
         (measured: 1M messages, 8 owners x 14 event types, 9.5k msg/s vs 40k for one consumer).
-        Here each message is routed to its batch and filter on the client
-        (:func:`_route`); messages of none of the requested types are skipped. Each batch gets
-        the same files as with its own consumers: the first filter's messages are written as they
-        come, the others' are spooled to local files (``_Spool``) and written after it, filter by
-        filter. Memory: up to one row group (``row_group_bytes``) per batch of the owner.
+        Here each message is routed to its batch and filter on the client (:class:`_Router`);
+        messages of none of the requested types are skipped. Each filter's rows are written as
+        they come, into that filter's own part files (``StagingWriter.write(rows, filter_index)``),
+        so each batch gets the same files as with its own consumers, and nothing is spooled.
+        Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
         """
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
         owner = group[0][0]
         (owner_filter,) = subject_filters(owner)
         progress = _Progress(self.log, f"{owner}/{len(group)} event types", head, self.progress_interval_seconds,
                              self.progress_every_messages)
-        spools: dict[tuple[int, int], _Spool] = {}
         with contextlib.ExitStack() as stack, _WriterThread() as worker:
             writers = [stack.enter_context(self._writer(root, stream, o, et, interval, filters, bounds))
                        for o, et, filters in group]
-            stack.callback(lambda: [spool.close() for spool in spools.values()])
-            for writer, (_, _, filters) in zip(writers, group):
-                await worker.submit(writer.start_filter, filters[0])
             router = _Router(group)
             batches = hook.aiter_batches(owner_filter, batch_size=self.batch_size, **read_kwargs)
             async with contextlib.aclosing(batches):  # deletes the consumer on errors too
@@ -433,20 +429,8 @@ class JetStreamToStagingOperator(BaseOperator):
                     if not batch:
                         continue
                     for (target, index), rows in router.route(batch).items():
-                        if index == 0:
-                            await worker.submit(writers[target].write, rows)
-                        else:
-                            spool = spools.get((target, index))
-                            if spool is None:
-                                spool = spools[(target, index)] = _Spool()
-                            spool.write(rows)
+                        await worker.submit(writers[target].write, rows, index)
                     progress.update(batch)
-            for target, (_, _, filters) in enumerate(group):
-                for index in range(1, len(filters)):
-                    await worker.submit(writers[target].start_filter, filters[index])
-                    if (target, index) in spools:
-                        for rows in spools[(target, index)].read():
-                            await worker.submit(writers[target].write, rows)
             check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
             manifests = [await worker.call(writer.commit) for writer in writers]
         progress.done()
