@@ -375,3 +375,80 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
                destination=storage_root)
     assert time.monotonic() - started < 10
     assert staging.list_committed(storage_root, "EVENTS") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Durable consumer: a retry within ack_wait must not acknowledge the failed attempt's messages
+# ---------------------------------------------------------------------------------------------
+def test_durable_retry_within_ack_wait_loses_no_message(jetstream, storage_root, monkeypatch):
+    """Run 1 pulls 1..12 and fails before its commit; the immediate retry pulls 13..24 and commits.
+    With ack policy "all" its ack of 24 also acknowledged 1..12, never staged. Now each staged
+    message is acknowledged by itself: 1..12 come again after ack_wait, every message is staged."""
+    from airflow_provider_plgd.plgd.subjects import resource_subject
+
+    dev, href = "00000000-0000-0000-0000-000000000001", "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"
+    messages = []
+    for i in range(20):  # both filters of a resource type: S4 and the .leadrt form
+        messages.append((resource_subject(O1, dev, href, "resourcechanged"), f"s4-{i}".encode(), None))
+        messages.append((resource_subject(O1, dev, href, "resourcechanged", leadrt=True), f"s5-{i}".encode(), None))
+    publish_messages(jetstream.url, messages)
+    truth = read_stream(jetstream.url)
+    kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root, durable="plgd_faults_retry",
+              max_messages=12, ack_wait_seconds=2.0)
+
+    real_commit = staging.StagingWriter.commit
+
+    def failing_commit(self):
+        raise OSError("injected: the first attempt dies before its commit")
+
+    monkeypatch.setattr(staging.StagingWriter, "commit", failing_commit)
+    with pytest.raises(OSError, match="injected"):
+        run_op(**kw)  # run 1: pulls 1..12
+    monkeypatch.setattr(staging.StagingWriter, "commit", real_commit)
+    retry = run_op(**kw)  # the immediate retry (Airflow retry or manual rerun), within ack_wait
+    assert (retry["first_seq"], retry["last_seq"], retry["count"]) == (13, 24, 12)
+    time.sleep(2.5)  # ack_wait passed: 1..12 are redelivered
+    for _ in range(10):
+        if run_op(**kw)["count"] == 0:
+            break
+    batches = staging.list_committed(storage_root, "EVENTS")
+    staged = Counter(s for m in batches for s in staging.read_batch(m).column("stream_seq").to_pylist())
+    assert sorted(staged) == sorted(truth)  # every published message is in a committed durable folder
+    assert max(staged.values()) == 1  # and here (no crash after a commit) exactly once
+    for m in batches:  # each filter's rows in stream order, the batch named by its sequence range
+        for f in m["files"]:
+            seqs = staging.read_batch({**m, "files": [f]}).column("stream_seq").to_pylist()
+            assert seqs == sorted(seqs) and all(subject_matches(f["subject_filter"], truth[s][0]) for s in seqs)
+        assert m["interval_id"] == staging.durable_interval_id(m["first_seq"], m["last_seq"])
+
+
+def test_durable_consumer_of_earlier_versions_is_refused_with_the_way_to_switch(jetstream, storage_root):
+    """A durable consumer with ack policy "all" (what earlier versions created) is refused before
+    anything is read, acknowledged or written; the message names the ack floor and the fix."""
+    import asyncio
+
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    subj = registrations_subject(O1, "devicesregistered")
+    publish_messages(jetstream.url, [(subj, f"m-{i}".encode(), None) for i in range(5)])
+
+    async def old_consumer():
+        nc = await nats.connect(jetstream.url)
+        try:
+            js = nc.jetstream()
+            await js.add_consumer("EVENTS", ConsumerConfig(durable_name="plgd_old", ack_policy=AckPolicy.ALL,
+                                                           filter_subject=subj, ack_wait=300.0))
+            psub = await js.pull_subscribe_bind(durable="plgd_old", stream="EVENTS")
+            msgs = await psub.fetch(3, timeout=5)
+            await msgs[-1].ack_sync()  # ack floor 3
+            return (await js.consumer_info("EVENTS", "plgd_old")).num_pending
+        finally:
+            await nc.close()
+
+    assert asyncio.run(old_consumer()) == 2
+    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root, durable="plgd_old")
+    with pytest.raises(ValueError, match=r"has ack policy 'all'.*ack floor, stream sequence 3.*"
+                                         r"nats consumer add EVENTS plgd_old --pull --ack explicit --deliver 4"):
+        run_op(**kw)
+    assert staging.list_committed(storage_root, "EVENTS") == []
