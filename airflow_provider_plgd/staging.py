@@ -10,6 +10,7 @@ Layout (``{root}`` is a local path or any fsspec URL: ``/data/plgd``, ``file:///
     {root}/staging/{stream}/owner_id={owner_id}/event_type={event_type}/interval={interval_id}/
         part-00000.parquet
         part-00001.parquet
+        part-00000-f1.parquet   <- files of the second subject filter (part_name)
         _manifest.json          <- the commit marker, written last
 
 Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder
