@@ -282,15 +282,21 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
 # ---------------------------------------------------------------------------------------------
 # A message on a subject that is not valid UTF-8 (raw PUB by any client allowed on plgd.>)
 # ---------------------------------------------------------------------------------------------
-def raw_publish(server, subject: bytes, payload: bytes) -> None:
-    """Publish with the NATS text protocol on a plain socket (``PUB <subject> <n>``), bytes as given."""
+def raw_publish(server, subject: bytes, payload: bytes, header_lines: bytes = b"") -> None:
+    """Publish with the NATS text protocol on a plain socket (``PUB <subject> <n>``, or ``HPUB``
+    with ``header_lines``), bytes as given."""
     import socket
 
+    if header_lines:
+        head = b"NATS/1.0\r\n" + header_lines + b"\r\n"
+        command = b"HPUB " + subject + b" %d %d\r\n" % (len(head), len(head) + len(payload)) + head
+    else:
+        command = b"PUB " + subject + b" %d\r\n" % len(payload)
     with socket.create_connection((server.host, server.port), timeout=5) as sock:
         reader = sock.makefile("rb")
         assert reader.readline().startswith(b"INFO ")
-        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\n'
-                     + b"PUB " + subject + b" %d\r\n" % len(payload) + payload + b"\r\nPING\r\n")
+        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+                     + command + payload + b"\r\nPING\r\n")
         assert reader.readline() == b"PONG\r\n"
 
 
@@ -333,7 +339,8 @@ def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, 
     publish_messages(jetstream.url, good)
     raw_publish(jetstream, f"plgd.owners.{O1}.".encode() + b"\xff\xfe", b"junk")  # the issue's example
     raw_publish(jetstream, f"plgd.owners.{O1}.devices.".encode() + b"\xff\xfe"
-                + f".resources.{href}.resourcechanged".encode(), b"payload of a bad subject")
+                + f".resources.{href}.resourcechanged".encode(), b"payload of a bad subject",
+                header_lines=b"X-Bad: \xff\xfe\r\n")  # nats-py's header parser replaces those bytes itself
     publish_messages(jetstream.url, good)
     hook = JetStreamHook()
     _wait(lambda: hook.stream_info()["state"]["messages"] == 6, what="the raw PUBs stored")
@@ -353,6 +360,7 @@ def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, 
     for out in (single, durable, next(b for b in grouped["batches"] if b["event_type"] == "resourcechanged")):
         table = staging.read_batch(staging.read_manifest(out["path"]))
         assert list(zip(*(table.column(c).to_pylist() for c in ("stream_seq", "subject", "data")))) == want
+        assert table.column("headers").to_pylist()[1] == [("X-Bad", "\ufffd\ufffd")]
     registered = next(b for b in grouped["batches"] if b["event_type"] == "devicesregistered")
     assert staging.read_batch(staging.read_manifest(registered["path"])).column("stream_seq").to_pylist() == [1, 5]
     assert durable["interval_id"] == staging.durable_interval_id(2, 6)
