@@ -10,6 +10,7 @@ Layout (``{root}`` is a local path or any fsspec URL: ``/data/plgd``, ``file:///
     {root}/staging/{stream}/owner_id={owner_id}/event_type={event_type}/interval={interval_id}/
         part-00000.parquet
         part-00001.parquet
+        part-00000-f1.parquet   <- files of the second subject filter (part_name)
         _manifest.json          <- the commit marker, written last
 
 Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder
@@ -54,6 +55,7 @@ files and manifest, so a rerun replaces the folder with identical content.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -61,7 +63,7 @@ import posixpath
 import unicodedata
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from itertools import accumulate
 from typing import Any
@@ -309,9 +311,31 @@ def batch_path(root: str, stream: str, owner_id: str, event_type: str, interval:
     )
 
 
-def part_name(index: int) -> str:
-    """Return the name of part file ``index``: ``part-00000.parquet``."""
-    return f"part-{int(index):05d}.parquet"
+def part_name(index: int, filter_index: int = 0) -> str:
+    """Return the name of part file ``index`` of the batch's filter ``filter_index``:
+    ``part-00000.parquet`` for the first filter (the only one of most batches),
+    ``part-00000-f1.parquet`` for the second, and so on."""
+    suffix = f"-f{int(filter_index)}" if filter_index else ""
+    return f"part-{int(index):05d}{suffix}.parquet"
+
+
+@contextlib.contextmanager
+def io_error_with_path(fs: fsspec.AbstractFileSystem | None, path: str | None, action: str) -> Iterator[None]:
+    """Re-raise an ``OSError`` (pyarrow's ``ArrowIOError`` is one) of the block as an ``OSError``
+    that names the path, e.g. ``[Errno 28] cannot write the part file
+    /root/…/.part-00000.parquet.….inprogress: No space left on device``. The errno (and so the
+    subclass: ``FileNotFoundError``, ``PermissionError``, …) is kept; the original is chained.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = path if fs is None or path is None else location_url(fs, path)
+        if where and str(where) in str(exc):
+            raise
+        if exc.errno is None:
+            raise OSError(f"cannot {action} {where}: {exc}") from exc
+        # OSError(errno, text) becomes the matching subclass (FileNotFoundError, PermissionError, ...)
+        raise OSError(exc.errno, f"cannot {action} {where}: {exc.strerror or exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,10 +416,37 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
 # --------------------------------------------------------------------------------------------------
 # Writer
 # --------------------------------------------------------------------------------------------------
+class _FilterPart:
+    """Writing state of one subject filter of a batch: its statistics, pending row group and open part file."""
+
+    def __init__(self, index: int, subject_filter: str) -> None:
+        self.index = index
+        self.stats: dict[str, Any] = {"subject_filter": subject_filter, "count": 0, "bytes": 0,
+                                      "first_seq": None, "last_seq": None}
+        self.files: list[dict[str, Any]] = []  # closed part files, in order
+        self.writer: pq.ParquetWriter | None = None
+        self.sink: Any = None
+        self.tmp_path: str | None = None
+        self.file_info: dict[str, Any] | None = None
+        self.reset_pending()
+
+    def reset_pending(self) -> None:
+        self.p_seq: list[int] = []
+        self.p_subject: list[str] = []
+        self.p_time: list[int] = []
+        self.p_headers: list[Mapping[str, str] | None] = []
+        self.p_data: list[bytes] = []
+        self.p_rows = 0
+        self.p_bytes = 0
+
+    def file_rows(self) -> int:
+        return self.file_info["rows"] if self.file_info else 0
+
+
 class StagingWriter:
     """Stream the messages of one batch into Parquet part files of one staging folder and commit it.
 
-    Usage (one writer per batch folder; filters in a fixed order)::
+    Usage (one writer per batch folder), filter after filter::
 
         with StagingWriter(root, stream="EVENTS", owner_id=o, event_type=et, interval_id=iid,
                            subject_filters=filters, bounds=bounds) as writer:
@@ -405,13 +456,19 @@ class StagingWriter:
                     writer.write(batch)
             manifest = writer.commit()
 
+    or with the messages of all filters as they come (one consumer for several filters):
+    ``writer.write(batch, filter_index=i)`` for the messages of ``subject_filters[i]``, in any
+    interleaving. Both give the same files: each filter has its own sequence of part files
+    (:func:`part_name`), and its cut points depend only on its own messages.
+
     ``write`` takes a sequence of messages, each a 5-tuple in the field order of
     ``hooks.jetstream.StreamMessage``: ``(stream_seq: int, subject: str, time_ns: int (server time,
-    unix ns), headers: dict[str, str] | None, data: bytes)``. Rows are buffered only up to one row
-    group (``row_group_size`` rows or ``row_group_bytes`` payload bytes, whichever comes first),
-    then written, so memory stays flat however large the batch. A part file is closed after
-    ``max_rows_per_file`` rows and at each :meth:`start_filter`, so every filter has its own
-    part files. Cut points depend only on the messages, so the output is deterministic.
+    unix ns), headers: dict[str, str] | None, data: bytes)``; sequences strictly increase within
+    a filter. Rows are buffered only up to one row group per filter (``row_group_size`` rows or
+    ``row_group_bytes`` payload bytes, whichever comes first), then written, so memory stays flat
+    however large the batch: at most one row group per filter that has pending rows. A part file
+    is closed after ``max_rows_per_file`` rows, at :meth:`start_filter` (the previous filter's
+    last file) and at :meth:`commit`. The manifest lists the files filter by filter.
 
     Leaving the ``with`` block with an exception (or calling :meth:`abort`) leaves the folder
     uncommitted: no manifest; :meth:`commit` of a later run cleans up.
@@ -429,6 +486,8 @@ class StagingWriter:
     :param max_rows_per_file: rows per part file (default 1,000,000).
     :param compression: Parquet codec (default ``"snappy"``; payloads are already snappy-compressed).
     :raises ValueError: bad partition values, sizes below 1.
+    :raises OSError: (from any method) a file system error; the message names the path
+        (:func:`io_error_with_path`).
     """
 
     def __init__(
@@ -472,16 +531,8 @@ class StagingWriter:
         self._writer_id = uuid.uuid4().hex[:12]
         self._opened = False
         self._committed = False
-        self._files: list[dict[str, Any]] = []
-        self._filters: list[dict[str, Any]] = []
-        self._filter: dict[str, Any] | None = None
-        # current part file
-        self._writer: pq.ParquetWriter | None = None
-        self._sink: Any = None
-        self._file_info: dict[str, Any] | None = None
-        self._tmp_path: str | None = None
-        # pending row group
-        self._reset_pending()
+        self._parts: dict[int, _FilterPart] = {}  # by filter index
+        self._current: int | None = None  # filter of start_filter()/write() without filter_index
 
     # -- context manager ----------------------------------------------------------------------
     def __enter__(self) -> StagingWriter:
@@ -499,107 +550,119 @@ class StagingWriter:
 
     @property
     def count(self) -> int:
-        """Rows written so far (including the pending row group)."""
-        return sum(f["count"] for f in self._filters)
+        """Rows written so far (including pending row groups)."""
+        return sum(p.stats["count"] for p in self._parts.values())
 
     @property
     def data_bytes(self) -> int:
         """Payload bytes written so far (sum of ``len(data)``)."""
-        return sum(f["bytes"] for f in self._filters)
+        return sum(p.stats["bytes"] for p in self._parts.values())
 
     def open(self) -> None:
         """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now uncommitted)."""
         if self._opened:
             return
-        self.fs.makedirs(self.folder, exist_ok=True)
         manifest = _join(self.folder, MANIFEST_NAME)
-        if self.fs.exists(manifest):
-            self.fs.rm(manifest)
+        with io_error_with_path(self.fs, self.folder, "create the staging folder"):
+            self.fs.makedirs(self.folder, exist_ok=True)
+            if self.fs.exists(manifest):
+                self.fs.rm(manifest)
         self._opened = True
 
     def start_filter(self, subject_filter: str) -> None:
-        """Begin the rows of the next subject filter (closes the current part file).
+        """Begin the rows of the next subject filter (closes the previous filter's part file).
 
         :raises ValueError: the filter is not the next one of ``subject_filters``.
         """
         self._require_open()
-        index = len(self._filters)
+        index = 0 if self._current is None else self._current + 1
         if index >= len(self.subject_filters) or self.subject_filters[index] != subject_filter:
             raise ValueError(
                 f"filter {subject_filter!r} is not the next subject filter of this batch "
                 f"(expected order {self.subject_filters})"
             )
-        self._flush_row_group()
-        self._close_file()
-        self._filter = {"subject_filter": subject_filter, "count": 0, "bytes": 0, "first_seq": None, "last_seq": None}
-        self._filters.append(self._filter)
+        if self._current is not None:
+            self._finish_part(self._parts[self._current])
+        self._current = index
+        self._part(index)
 
-    def write(self, messages: Sequence[Sequence[Any]]) -> None:
-        """Append messages of the current filter (5-tuples, see the class docstring).
+    def write(self, messages: Sequence[Sequence[Any]], filter_index: int | None = None) -> None:
+        """Append messages of one filter (5-tuples, see the class docstring).
 
-        :raises ValueError: before :meth:`start_filter`; sequences not strictly increasing within a filter.
+        :param filter_index: index of their filter in ``subject_filters``; default the filter of
+            the last :meth:`start_filter` (the only filter, when there is one).
+        :raises ValueError: no filter given or started when a batch has several; a bad index;
+            sequences not strictly increasing within a filter.
         """
         self._require_open()
-        if self._filter is None:
-            if len(self.subject_filters) == 1:
-                self.start_filter(self.subject_filters[0])
-            else:
-                raise ValueError("call start_filter() before write() when a batch has several subject filters")
+        if filter_index is None:
+            if self._current is None:
+                if len(self.subject_filters) == 1:
+                    self.start_filter(self.subject_filters[0])
+                else:
+                    raise ValueError("call start_filter() before write() when a batch has several subject filters")
+            filter_index = self._current
+        elif isinstance(filter_index, bool) or not 0 <= filter_index < len(self.subject_filters):
+            raise ValueError(f"filter_index {filter_index!r} is not an index of {self.subject_filters}")
         if not messages:
             return
+        part = self._part(filter_index)
         seqs, subjects, times, headers, datas = zip(*messages)
-        last = self._filter["last_seq"]
+        stats = part.stats
+        last = stats["last_seq"]
         if (last is not None and seqs[0] <= last) or any(a >= b for a, b in zip(seqs, seqs[1:])):
             raise ValueError(
-                f"stream sequences must strictly increase within filter {self._filter['subject_filter']!r} "
+                f"stream sequences must strictly increase within filter {stats['subject_filter']!r} "
                 f"(got {seqs[0]} after {last})"
             )
         lens = [len(d) for d in datas]
         cum = list(accumulate(lens))
         n = len(seqs)
-        f = self._filter
-        f["count"] += n
-        f["bytes"] += cum[-1]
-        if f["first_seq"] is None:
-            f["first_seq"] = seqs[0]
-        f["last_seq"] = seqs[-1]
+        stats["count"] += n
+        stats["bytes"] += cum[-1]
+        if stats["first_seq"] is None:
+            stats["first_seq"] = seqs[0]
+        stats["last_seq"] = seqs[-1]
 
         i = 0
         while i < n:
             # rows the pending row group may hold: a full group, or what is left of the part file
-            limit_rows = min(self.row_group_size, self.max_rows_per_file - self._file_rows())
-            room_rows = limit_rows - self._p_rows
+            limit_rows = min(self.row_group_size, self.max_rows_per_file - part.file_rows())
+            room_rows = limit_rows - part.p_rows
             base = cum[i - 1] if i else 0
-            budget = self.row_group_bytes - self._p_bytes
+            budget = self.row_group_bytes - part.p_bytes
             # take the messages that fit the byte budget (a row group always gets >= 1 row)
             k = bisect_right(cum, base + budget, lo=i, hi=min(n, i + room_rows)) - i
-            if k == 0 and self._p_rows == 0:
+            if k == 0 and part.p_rows == 0:
                 k = 1
             if k:
                 j = i + k
-                self._p_seq.extend(seqs[i:j])
-                self._p_subject.extend(subjects[i:j])
-                self._p_time.extend(times[i:j])
-                self._p_headers.extend(headers[i:j])
-                self._p_data.extend(datas[i:j])
-                self._p_rows += k
-                self._p_bytes += cum[j - 1] - base
+                part.p_seq.extend(seqs[i:j])
+                part.p_subject.extend(subjects[i:j])
+                part.p_time.extend(times[i:j])
+                part.p_headers.extend(headers[i:j])
+                part.p_data.extend(datas[i:j])
+                part.p_rows += k
+                part.p_bytes += cum[j - 1] - base
                 i = j
             # a cut inside this batch, or a full group: write it (cut points depend only on content)
-            if i < n or self._p_rows >= limit_rows or self._p_bytes >= self.row_group_bytes:
-                self._flush_row_group()
-                if self._file_rows() >= self.max_rows_per_file:
-                    self._close_file()
+            if i < n or part.p_rows >= limit_rows or part.p_bytes >= self.row_group_bytes:
+                self._flush_row_group(part)
+                if part.file_rows() >= self.max_rows_per_file:
+                    self._close_file(part)
 
     def commit(self) -> dict[str, Any]:
-        """Close the last part file, write ``_manifest.json`` atomically, and delete stray files.
+        """Close the last part files, write ``_manifest.json`` atomically, and delete stray files.
 
         :return: the manifest (see :func:`read_manifest`), plus ``"folder"`` (where it was written).
         """
         self._require_open()
-        self._flush_row_group()
-        self._close_file()
-        seqs = [(f["first_seq"], f["last_seq"]) for f in self._filters if f["count"]]
+        for part in self._parts.values():
+            self._finish_part(part)
+        filters = [self._parts[i].stats if i in self._parts else _FilterPart(i, sf).stats
+                   for i, sf in enumerate(self.subject_filters)]
+        files = [info for i in sorted(self._parts) for info in self._parts[i].files]
+        seqs = [(f["first_seq"], f["last_seq"]) for f in filters if f["count"]]
         manifest: dict[str, Any] = {
             "version": MANIFEST_VERSION,
             "stream": self.stream,
@@ -612,50 +675,49 @@ class StagingWriter:
             "last_seq": max(s[1] for s in seqs) if seqs else None,
             "count": self.count,
             "bytes": self.data_bytes,
-            "filters": [dict(f) for f in self._filters]
-            + [
-                {"subject_filter": sf, "count": 0, "bytes": 0, "first_seq": None, "last_seq": None}
-                for sf in self.subject_filters[len(self._filters):]
-            ],
-            "files": list(self._files),
+            "filters": [dict(f) for f in filters],
+            "files": [dict(f) for f in files],
             "schema": [f"{field.name}:{field.type}" for field in SCHEMA],
             "created_by": CREATED_BY,
         }
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         target = _join(self.folder, MANIFEST_NAME)
-        if self._rename:
-            tmp = _join(self.folder, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.inprogress")
-            self.fs.pipe_file(tmp, text.encode())
-            self.fs.mv(tmp, target)
-        else:
-            self.fs.pipe_file(target, text.encode())
+        with io_error_with_path(self.fs, target, "write the manifest"):
+            if self._rename:
+                tmp = _join(self.folder, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.inprogress")
+                self.fs.pipe_file(tmp, text.encode())
+                self.fs.mv(tmp, target)
+            else:
+                self.fs.pipe_file(target, text.encode())
         self._committed = True
-        keep = {MANIFEST_NAME} | {f["path"] for f in self._files}
-        for entry in self.fs.ls(self.folder, detail=False):
-            name = posixpath.basename(str(entry).rstrip("/"))
-            if name in keep or (name.endswith(".inprogress") and self._writer_id not in name
-                                and _younger_than(self.fs, entry, STALE_INPROGRESS_S)):
-                continue  # another writer's file in progress (a concurrent run of this batch)
-            self.fs.rm(entry, recursive=True)
+        keep = {MANIFEST_NAME} | {f["path"] for f in files}
+        with io_error_with_path(self.fs, self.folder, "remove stray files from"):
+            for entry in self.fs.ls(self.folder, detail=False):
+                name = posixpath.basename(str(entry).rstrip("/"))
+                if name in keep or (name.endswith(".inprogress") and self._writer_id not in name
+                                    and _younger_than(self.fs, entry, STALE_INPROGRESS_S)):
+                    continue  # another writer's file in progress (a concurrent run of this batch)
+                self.fs.rm(entry, recursive=True)
         return {**manifest, "folder": self.url}
 
     def abort(self) -> None:
-        """Stop without committing: close and delete the part file in progress (best effort)."""
-        writer, sink, tmp = self._writer, self._sink, self._tmp_path
-        self._writer = self._sink = self._tmp_path = self._file_info = None
-        self._reset_pending()
-        try:
-            if writer is not None:
-                writer.close()
-            if sink is not None:
-                sink.close()
-        except Exception:  # noqa: BLE001 - best effort on the error path
-            pass
-        if tmp is not None:
+        """Stop without committing: close and delete the part files in progress (best effort)."""
+        for part in self._parts.values():
+            writer, sink, tmp = part.writer, part.sink, part.tmp_path
+            part.writer = part.sink = part.tmp_path = part.file_info = None
+            part.reset_pending()
             try:
-                self.fs.rm(tmp)
-            except Exception:  # noqa: BLE001
+                if writer is not None:
+                    writer.close()
+                if sink is not None:
+                    sink.close()
+            except Exception:  # noqa: BLE001 - best effort on the error path
                 pass
+            if tmp is not None:
+                try:
+                    self.fs.rm(tmp)
+                except Exception:  # noqa: BLE001
+                    pass
 
     # -- internals ------------------------------------------------------------------------------
     def _require_open(self) -> None:
@@ -664,67 +726,67 @@ class StagingWriter:
         if self._committed:
             raise ValueError(f"batch {self.url} is already committed")
 
-    def _reset_pending(self) -> None:
-        self._p_seq: list[int] = []
-        self._p_subject: list[str] = []
-        self._p_time: list[int] = []
-        self._p_headers: list[Mapping[str, str] | None] = []
-        self._p_data: list[bytes] = []
-        self._p_rows = 0
-        self._p_bytes = 0
+    def _part(self, index: int) -> _FilterPart:
+        part = self._parts.get(index)
+        if part is None:
+            part = self._parts[index] = _FilterPart(index, self.subject_filters[index])
+        return part
 
-    def _file_rows(self) -> int:
-        return self._file_info["rows"] if self._file_info else 0
+    def _finish_part(self, part: _FilterPart) -> None:
+        self._flush_row_group(part)
+        self._close_file(part)
 
-    def _open_file(self) -> None:
-        index = len(self._files)
-        name = part_name(index)
+    def _open_file(self, part: _FilterPart) -> None:
+        name = part_name(len(part.files), part.index)
         tmp = _join(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else _join(self.folder, name)
-        if self._local:
-            self._sink = None
-            where: Any = tmp
-        else:
-            self._sink = self.fs.open(tmp, "wb")
-            where = self._sink
-        self._writer = pq.ParquetWriter(
-            where,
-            SCHEMA,
-            compression=self.compression,
-            use_dictionary=["stream", "subject", "msg_id"],
-            write_statistics=["stream", "stream_seq", "subject", "published_at"],
-        )
-        self._tmp_path = tmp
-        self._file_info = {
+        with io_error_with_path(self.fs, tmp, "open the part file"):
+            if self._local:
+                part.sink = None
+                where: Any = tmp
+            else:
+                part.sink = self.fs.open(tmp, "wb")
+                where = part.sink
+            part.writer = pq.ParquetWriter(
+                where,
+                SCHEMA,
+                compression=self.compression,
+                use_dictionary=["stream", "subject", "msg_id"],
+                write_statistics=["stream", "stream_seq", "subject", "published_at"],
+            )
+        part.tmp_path = tmp
+        part.file_info = {
             "path": name,
             "rows": 0,
             "bytes": 0,
             "data_bytes": 0,
-            "subject_filter": self._filter["subject_filter"] if self._filter else self.subject_filters[0],
+            "subject_filter": part.stats["subject_filter"],
             "first_seq": None,
             "last_seq": None,
         }
 
-    def _close_file(self) -> None:
-        if self._writer is None:
+    def _close_file(self, part: _FilterPart) -> None:
+        if part.writer is None:
             return
-        self._writer.close()
-        if self._sink is not None:
-            self._sink.close()
-        info, tmp = self._file_info, self._tmp_path
+        info, tmp = part.file_info, part.tmp_path
         final = _join(self.folder, info["path"])
-        if tmp != final:
-            self.fs.mv(tmp, final)
-        info["bytes"] = int(self.fs.size(final))
-        self._files.append(info)
-        self._writer = self._sink = self._tmp_path = self._file_info = None
+        with io_error_with_path(self.fs, tmp, "close the part file"):
+            part.writer.close()
+            if part.sink is not None:
+                part.sink.close()
+        with io_error_with_path(self.fs, final, "rename the part file to"):
+            if tmp != final:
+                self.fs.mv(tmp, final)
+            info["bytes"] = int(self.fs.size(final))
+        part.files.append(info)
+        part.writer = part.sink = part.tmp_path = part.file_info = None
 
-    def _flush_row_group(self) -> None:
-        if self._p_rows == 0:
+    def _flush_row_group(self, part: _FilterPart) -> None:
+        if part.p_rows == 0:
             return
-        if self._writer is None:
-            self._open_file()
-        n = self._p_rows
-        headers = self._p_headers
+        if part.writer is None:
+            self._open_file(part)
+        n = part.p_rows
+        headers = part.p_headers
         if any(h for h in headers):
             msg_ids = [h.get(MSG_ID_HEADER) if h else None for h in headers]
             header_arr = pa.array([list(h.items()) if h else None for h in headers], SCHEMA.field("headers").type)
@@ -733,29 +795,30 @@ class StagingWriter:
             header_arr = pa.nulls(n, SCHEMA.field("headers").type)
             msg_arr = pa.nulls(n, pa.string())
         # ns -> us, truncated (times are positive, so Arrow's integer division truncates like //)
-        times_us = pc.divide(pa.array(self._p_time, pa.int64()), pa.scalar(1000, pa.int64())).cast(
+        times_us = pc.divide(pa.array(part.p_time, pa.int64()), pa.scalar(1000, pa.int64())).cast(
             SCHEMA.field("published_at").type
         )
         table = pa.Table.from_arrays(
             [
                 pa.repeat(self._stream_scalar, n),
-                pa.array(self._p_seq, pa.int64()),
-                pa.array(self._p_subject, pa.string()),
+                pa.array(part.p_seq, pa.int64()),
+                pa.array(part.p_subject, pa.string()),
                 times_us,
                 msg_arr,
                 header_arr,
-                pa.array(self._p_data, pa.binary()),
+                pa.array(part.p_data, pa.binary()),
             ],
             schema=SCHEMA,
         )
-        self._writer.write_table(table, row_group_size=n)
-        info = self._file_info
+        with io_error_with_path(self.fs, part.tmp_path, "write the part file"):
+            part.writer.write_table(table, row_group_size=n)
+        info = part.file_info
         info["rows"] += n
-        info["data_bytes"] += self._p_bytes
+        info["data_bytes"] += part.p_bytes
         if info["first_seq"] is None:
-            info["first_seq"] = self._p_seq[0]
-        info["last_seq"] = self._p_seq[-1]
-        self._reset_pending()
+            info["first_seq"] = part.p_seq[0]
+        info["last_seq"] = part.p_seq[-1]
+        part.reset_pending()
 
 
 # --------------------------------------------------------------------------------------------------

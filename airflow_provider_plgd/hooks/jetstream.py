@@ -207,6 +207,9 @@ class TlsDowngradeError(ConnectionError):
 
 
 _CLIENT_CLASS: Any = None
+#: How the client decodes a subject that is not valid UTF-8 (Python's codec error handler:
+#: U+FFFD per invalid byte, like Go's ``encoding/json`` in the server's API answers).
+NON_UTF8_REPLACEMENT = "replace"
 
 
 def _tls_guarded_client(require_tls: bool) -> Any:
@@ -217,6 +220,14 @@ def _tls_guarded_client(require_tls: bool) -> Any:
     without TLS, or anyone in between who rewrites the clear-text INFO line, would get the
     CONNECT command with user/password/token in clear text. ``_connect_command`` runs after the
     upgrade step and just before CONNECT is written, so the check there sends nothing.
+
+    The client also decodes a message subject that is not valid UTF-8 with U+FFFD in place of
+    each invalid byte (:data:`NON_UTF8_REPLACEMENT`; what the server's own JSON API shows for
+    it) instead of failing: nats-py 2.x ``Client._build_message`` calls ``subject.decode()``,
+    and the ``UnicodeDecodeError`` ends its read loop while the connection stays open, so every
+    later pull waited for answers that were never read. Any client allowed to publish on
+    ``plgd.>`` can store such a subject with a raw ``PUB``; the message is now delivered (and
+    staged; decode quarantines its subject as ``bad_subject``).
     """
     global _CLIENT_CLASS
     if _CLIENT_CLASS is None:
@@ -236,6 +247,15 @@ def _tls_guarded_client(require_tls: bool) -> Any:
                         "(and no 'allow_non_tls'), or that nothing between strips TLS"
                     )
                 return super()._connect_command()
+
+            def _build_message(self, sid, subject, reply, data, headers):  # noqa: ANN001
+                try:
+                    return super()._build_message(sid, subject, reply, data, headers)
+                except UnicodeDecodeError:
+                    subject = bytes(subject).decode("utf-8", NON_UTF8_REPLACEMENT).encode()
+                    reply = bytes(reply).decode("utf-8", NON_UTF8_REPLACEMENT).encode()
+                    _log.warning("message on a subject that is not valid UTF-8, delivered as %r", subject.decode())
+                    return super()._build_message(sid, subject, reply, data, headers)
 
         _CLIENT_CLASS = _GuardedClient
     client = _CLIENT_CLASS()
@@ -1311,6 +1331,15 @@ class _PullReader:
                 if self.nc.is_closed or not self.nc.is_connected:
                     raise JetStreamConnectionError(
                         f"connection to {self.where} lost while reading stream {self.stream}"
+                    ) from None
+                reading = getattr(self.nc, "_reading_task", None)  # nats-py 2.x: its read loop
+                if reading is not None and reading.done():
+                    # nats-py ends its read loop on an unexpected parser error and only logs it
+                    # ("nats: encountered error"); the connection looks open but nothing is read.
+                    raise JetStreamConnectionError(
+                        f"the NATS client stopped reading from {self.where} while reading stream {self.stream} "
+                        f"(consumer {self.consumer}, last delivered consumer sequence {self._next_cseq - 1}): "
+                        "its read loop ended on an error logged as 'nats: encountered error'"
                     ) from None
                 if waited > PULL_EXPIRES_S + 10:
                     raise JetStreamTimeoutError(

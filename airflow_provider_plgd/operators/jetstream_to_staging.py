@@ -57,12 +57,18 @@ class JetStreamToStagingOperator(BaseOperator):
     * ``start_time`` + ``end_time``: explicit time bounds ``[start, end)``.
     * ``start_seq`` (+ optional ``end_seq``, default: the stream's last sequence when the task
       starts): a stream-sequence range ``[start_seq, end_seq]``; folder ``interval=seq-…``.
-    * ``durable``: a durable pull consumer of that name (created on first use, ack policy
-      "all"); reads up to ``max_messages`` messages that the consumer has not had acknowledged,
-      commits them as ``interval=durable-{first_seq}-{last_seq}`` and acknowledges them only
-      after the commit (at-least-once: a failed task leaves them unacknowledged; they are
-      redelivered to the next run after ``ack_wait_seconds``). With nothing pending no folder
-      is written and the XCom ``count`` is 0.
+    * ``durable``: a durable pull consumer of that name (created on first use: ack policy
+      "explicit", ``max_ack_pending`` and ``max_deliver`` unlimited); reads up to ``max_messages``
+      messages that the consumer has not had acknowledged, commits them as
+      ``interval=durable-{first_seq}-{last_seq}`` (sorted by stream sequence; redeliveries may
+      come out of order) and acknowledges each of them only after the commit (at-least-once: a
+      failed task leaves its messages unacknowledged; they are redelivered to a later run once
+      ``ack_wait_seconds`` passed, also when a retry commits other messages before that; such
+      folders may overlap, and dedupe drops the copies). With nothing delivered no folder is
+      written and the XCom ``count`` is 0. A consumer with another ack policy (ack policy "all"
+      of earlier versions) or a ``max_deliver`` limit is refused with a ``ValueError`` that says
+      how to recreate it without a gap. The rows are spooled to local files until the folder
+      name is known (``spool_dir``).
 
     Every read also stops at the stream's last sequence taken when the task starts, so a batch
     is bounded even when the stream keeps growing.
@@ -109,6 +115,12 @@ class JetStreamToStagingOperator(BaseOperator):
     :param max_messages: most messages per durable batch (templated; default 100,000).
     :param ack_wait_seconds: durable consumer ack wait, in seconds: how long fetched but
         uncommitted messages stay invisible to the next run (default 300).
+    :param spool_dir: local folder for the spool files of durable mode
+        (``plgd-durable-spool-{consumer}-f{filter}-{pid}-{random}.arrow``, deleted when the run
+        ends; leftovers of killed runs older than ``STALE_SPOOL_S`` (1 h) are deleted by the next
+        durable run). Default (:func:`default_spool_dir`): ``{destination}/staging/{stream}/_spool``
+        for a local destination, else the system temp folder. Needs room for one batch
+        (``max_messages`` payloads). Other modes spool nothing.
     :param destination: storage root (templated); see above.
     :param batch_size: messages per JetStream pull request (default 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
@@ -151,6 +163,7 @@ class JetStreamToStagingOperator(BaseOperator):
         batch in progress.
     :raises LedgerError: staged + skipped differs from what the stream holds (see "Accounting").
     :raises FewerMessagesError: a rerun would commit fewer messages than the interval has committed.
+    :raises OSError: a file could not be written, read or deleted; the message names the path.
     """
 
     template_fields: Sequence[str] = (
@@ -190,6 +203,7 @@ class JetStreamToStagingOperator(BaseOperator):
         durable: str | None = None,
         max_messages: int | str | None = None,
         ack_wait_seconds: float = 300.0,
+        spool_dir: str | None = None,
         destination: Any = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         row_group_size: int = 50_000,
@@ -219,6 +233,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.durable = durable
         self.max_messages = max_messages
         self.ack_wait_seconds = ack_wait_seconds
+        self.spool_dir = spool_dir
         self.destination = destination
         self.batch_size = batch_size
         self.row_group_size = row_group_size
@@ -545,12 +560,12 @@ class JetStreamToStagingOperator(BaseOperator):
         The server walks the stream once per consumer to find the messages of its filter, so one
         consumer per (owner, event type, filter) made it walk the stream ~20 times per owner
         (measured: 1M messages, 8 owners x 14 event types, 9.5k msg/s vs 40k for one consumer).
-        Here each message is routed to its batch and filter on the client
-        (:class:`_Router`: unknown types to the ``_unknown`` batch, types not requested skipped and
-        counted). Before any commit, staged + skipped must equal ``expected``. Each batch gets
-        the same files as with its own consumers: the first filter's messages are written as they
-        come, the others' are spooled to local files (``_Spool``) and written after it, filter by
-        filter. Memory: up to one row group (``row_group_bytes``) per batch of the owner.
+        Here each message is routed to its batch and filter on the client (:class:`_Router`:
+        unknown types to the ``_unknown`` batch, types not requested skipped and counted). Before
+        any commit, staged + skipped must equal ``expected``. Each filter's rows are written as
+        they come, into that filter's own part files (``StagingWriter.write(rows, filter_index)``),
+        so each batch gets the same files as with its own consumers, and nothing is spooled.
+        Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
         """
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
         owner = group[0][0]
@@ -558,13 +573,9 @@ class JetStreamToStagingOperator(BaseOperator):
         owner_filter = ledger.SCOPE_FILTER if unrouted else ledger.owner_filter(owner)
         progress = _Progress(self.log, f"{owner}/{len(group)} event types", head, self.progress_interval_seconds,
                              self.progress_every_messages)
-        spools: dict[tuple[int, int], _Spool] = {}
         with contextlib.ExitStack() as stack, _WriterThread() as worker:
             writers = [stack.enter_context(self._writer(root, stream, o, et, interval, filters, bounds))
                        for o, et, filters in group]
-            stack.callback(lambda: [spool.close() for spool in spools.values()])
-            for writer, (_, _, filters) in zip(writers, group):
-                await worker.submit(writer.start_filter, filters[0])
             router = _Router(group, unrouted=unrouted)
             batches = hook.aiter_batches(owner_filter, batch_size=self.batch_size, **read_kwargs)
             async with contextlib.aclosing(batches):  # deletes the consumer on errors too
@@ -572,20 +583,8 @@ class JetStreamToStagingOperator(BaseOperator):
                     if not batch:
                         continue
                     for (target, index), rows in router.route(batch).items():
-                        if index == 0:
-                            await worker.submit(writers[target].write, rows)
-                        else:
-                            spool = spools.get((target, index))
-                            if spool is None:
-                                spool = spools[(target, index)] = _Spool()
-                            spool.write(rows)
+                        await worker.submit(writers[target].write, rows, index)
                     progress.update(batch)
-            for target, (_, _, filters) in enumerate(group):
-                for index in range(1, len(filters)):
-                    await worker.submit(writers[target].start_filter, filters[index])
-                    if (target, index) in spools:
-                        for rows in spools[(target, index)].read():
-                            await worker.submit(writers[target].write, rows)
             check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: sum(w.count for w in writers))
             _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
@@ -594,47 +593,30 @@ class JetStreamToStagingOperator(BaseOperator):
         return [_batch_summary(m) for m in manifests], dict(sorted(router.skipped.items()))
 
     async def _durable_batch(self, hook, stream, root, owner, event_type, filters, bounds, head):
-        """Durable-consumer mode: fetch up to max_messages, commit, then ack (ack policy ``all``)."""
+        """Durable-consumer mode: fetch up to max_messages, commit, then acknowledge each staged
+        message (ack policy ``explicit``; see the class docstring)."""
         from nats.errors import TimeoutError as NatsTimeoutError
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-        from nats.js.errors import NotFoundError
 
         name, max_messages = bounds["consumer"], bounds["max_messages"]
         progress = _Progress(self.log, f"{owner}/{event_type} (durable {name})", head,
                              self.progress_interval_seconds, self.progress_every_messages)
+        spool_dir = str(self.spool_dir) if self.spool_dir not in (None, "") else default_spool_dir(root, stream)
+        remove_stale_spools(spool_dir, self.log)
         async with hook.aconnect() as nc:
             js = nc.jetstream()
-            try:
-                info = await js.consumer_info(stream, name)
-                existing = list(info.config.filter_subjects or ([info.config.filter_subject]
-                                                                if info.config.filter_subject else []))
-                if existing != list(filters):
-                    raise ValueError(
-                        f"durable consumer {name!r} on stream {stream!r} already exists with filters {existing}, "
-                        f"not {filters}; use another name for another selection"
-                    )
-            except NotFoundError:
-                config = ConsumerConfig(
-                    durable_name=name,
-                    deliver_policy=DeliverPolicy.ALL,
-                    ack_policy=AckPolicy.ALL,
-                    ack_wait=float(self.ack_wait_seconds),
-                    max_ack_pending=-1,
-                    filter_subject=filters[0] if len(filters) == 1 else None,
-                    filter_subjects=list(filters) if len(filters) > 1 else None,
-                )
-                info = await js.add_consumer(stream, config)
-            todo = min(max_messages, int(info.num_pending or 0) + int(info.num_ack_pending or 0))
+            info = await self._durable_consumer(js, stream, name, filters)
+            outstanding = int(info.num_ack_pending or 0)
+            todo = min(max_messages, int(info.num_pending or 0) + outstanding)
             psub = await js.pull_subscribe_bind(durable=name, stream=stream)
-            last_msg = None
-            last_seq = 0
-            count = 0
+            #: stream sequence -> reply subject of its latest delivery (to acknowledge after the commit)
+            replies: dict[int, str] = {}
             # The folder ID needs the first and last sequence, known only at the end: spool the rows
             # to local Arrow IPC files (one per filter, so each filter gets its own part files).
-            spools = [_Spool() for _ in filters]
+            spools: list[_Spool] = []
             try:
-                while count < todo:
-                    want = min(self.batch_size, todo - count)
+                spools.extend(_Spool(spool_dir, name, i) for i in range(len(filters)))
+                while len(replies) < todo:
+                    want = min(self.batch_size, todo - len(replies))
                     try:
                         msgs = await psub.fetch(want, timeout=5.0)
                     except NatsTimeoutError:
@@ -642,36 +624,87 @@ class JetStreamToStagingOperator(BaseOperator):
                     rows: list[list[tuple]] = [[] for _ in filters]
                     for msg in msgs:
                         seq, time_ns = _ack_seq_time(msg.reply)
-                        if seq <= last_seq:  # a redelivery of a message already in this batch
-                            continue
-                        index = _filter_index(filters, msg.subject)
-                        rows[index].append((seq, msg.subject, time_ns, msg.headers or None, msg.data))
-                        last_seq, last_msg = seq, msg
-                        count += 1
+                        fresh = seq not in replies  # else delivered again in this run (ack_wait passed)
+                        replies[seq] = msg.reply
+                        if fresh:
+                            index = _filter_index(filters, msg.subject)
+                            rows[index].append((seq, msg.subject, time_ns, msg.headers or None, msg.data))
                     for spool, part in zip(spools, rows):
                         if part:
                             spool.write(part)
                             progress.update(part)
-                if count == 0:
-                    self.log.info("Durable consumer %s has no pending messages; nothing to commit", name)
+                if not replies:
+                    self.log.info("Durable consumer %s delivered no message%s; nothing to commit", name,
+                                  f" ({outstanding} delivered to an earlier attempt are not acknowledged; they are "
+                                  "redelivered once its ack_wait has passed)" if outstanding else "")
                     return {"owner_id": owner, "event_type": event_type, "interval_id": None,
                             "subject_filters": list(filters), "count": 0, "bytes": 0, "first_seq": None,
                             "last_seq": None, "files": 0, "path": None}
-                first_seq = min(s.first_seq for s in spools if s.count)
-                interval = staging.durable_interval_id(first_seq, last_seq)
+                interval = staging.durable_interval_id(min(replies), max(replies))
                 with self._writer(root, stream, owner, event_type, interval, filters, bounds) as writer:
                     for subject_filter, spool in zip(filters, spools):
                         writer.start_filter(subject_filter)
-                        for chunk in spool.read():
+                        for chunk in spool.read(self.batch_size):
                             writer.write(chunk)
                     manifest = writer.commit()
             finally:
                 for spool in spools:
                     spool.close()
-            await last_msg.ack_sync(timeout=10.0)  # ack policy "all": acknowledges every message up to it
+            await _ack_each(nc, replies)
             progress.done()
-            self.log.info("Acknowledged durable consumer %s up to stream seq %s", name, last_seq)
+            self.log.info("Acknowledged %s message(s) of durable consumer %s (stream seq %s..%s)", len(replies),
+                          name, min(replies), max(replies))
             return _batch_summary(manifest)
+
+    async def _durable_consumer(self, js, stream: str, name: str, filters: list[str]):
+        """Info of durable consumer ``name``, created (ack policy explicit) when missing.
+
+        :raises ValueError: it exists with other filters, with another ack policy (a consumer of
+            earlier versions, ack policy ``all``: the message says how to switch safely), or
+            with ``max_deliver`` (the server would drop messages after that many deliveries).
+        """
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+        from nats.js.errors import NotFoundError
+
+        try:
+            info = await js.consumer_info(stream, name)
+        except NotFoundError:
+            return await js.add_consumer(stream, ConsumerConfig(
+                durable_name=name,
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=float(self.ack_wait_seconds),
+                max_ack_pending=-1,
+                max_deliver=-1,
+                filter_subject=filters[0] if len(filters) == 1 else None,
+                filter_subjects=list(filters) if len(filters) > 1 else None,
+            ))
+        config = info.config
+        existing = list(config.filter_subjects or ([config.filter_subject] if config.filter_subject else []))
+        if existing != list(filters):
+            raise ValueError(
+                f"durable consumer {name!r} on stream {stream!r} already exists with filters {existing}, "
+                f"not {filters}; use another name for another selection"
+            )
+        policy = getattr(config.ack_policy, "value", config.ack_policy)
+        if policy != AckPolicy.EXPLICIT.value:
+            floor = int(getattr(info.ack_floor, "stream_seq", 0) or 0)
+            raise ValueError(
+                f"durable consumer {name!r} on stream {stream!r} has ack policy {policy!r}; the fetch needs "
+                "'explicit' (with 'all', a retry within ack_wait acknowledged the messages of the failed attempt "
+                f"without staging them). Every message up to its ack floor, stream sequence {floor}, was "
+                "committed. To switch without a gap or a re-read, delete it and create it with ack policy "
+                f"explicit, starting after the ack floor: nats consumer rm {stream} {name} -f; nats consumer add "
+                f"{stream} {name} --pull --ack explicit --deliver {floor + 1} --max-pending -1 --max-deliver -1 "
+                f"--wait {int(self.ack_wait_seconds)}s --replay instant "
+                + " ".join(f"--filter {f}" for f in filters) + " --defaults"
+            )
+        if config.max_deliver not in (None, -1, 0):
+            raise ValueError(
+                f"durable consumer {name!r} on stream {stream!r} has max_deliver {config.max_deliver}: the server "
+                "would drop a message after that many failed attempts; recreate it with max_deliver -1"
+            )
+        return info
 
 
 # ----------------------------------------------------------------------------------------------
@@ -891,6 +924,19 @@ def _filter_index(filters: Sequence[str], subject: str) -> int:
     raise ValueError(f"subject {subject!r} matches none of the consumer's filters {list(filters)}")
 
 
+async def _ack_each(nc: Any, replies: dict[int, str]) -> None:
+    """Acknowledge each delivered message (ack policy explicit): the first with a confirmed ack
+    (``+ACK`` request, nats-py ``Msg.ack_sync``), the others with plain ``+ACK`` publishes, then
+    a flush (the server has received them all when it returns)."""
+    from nats.aio.msg import Msg
+
+    seqs = sorted(replies)
+    await Msg(_client=nc, reply=replies[seqs[0]]).ack_sync(timeout=10.0)
+    for seq in seqs[1:]:
+        await Msg(_client=nc, reply=replies[seq]).ack()
+    await nc.flush(timeout=10)
+
+
 def _ack_seq_time(reply: str) -> tuple[int, int]:
     """Stream sequence and server timestamp (unix ns) from a JetStream ack reply subject.
 
@@ -1045,57 +1091,117 @@ def _owner_token_ok(subject: str) -> bool:
     return True
 
 
-class _Spool:
-    """Durable mode: rows spooled to a local Arrow IPC file until the folder name (seq range) is known.
+#: File name prefix of durable-mode spool files (``plgd-durable-spool-{consumer}-f{filter}-{pid}-{random}.arrow``).
+SPOOL_PREFIX = "plgd-durable-spool-"
+#: Spool files older than this (seconds) are leftovers of killed runs: each durable run deletes
+#: the ``plgd-durable-*.arrow`` files in its spool folder not modified for this long (a younger
+#: one may belong to a live run of another consumer). Also removes the ``plgd-durable-*.arrow``
+#: leftovers that earlier versions wrote to the system temp folder, when that is the spool folder.
+STALE_SPOOL_S = 3600
+#: Name of the default spool folder under ``{destination}/staging/{stream}/`` (local destinations).
+SPOOL_DIR_NAME = "_spool"
 
-    Memory stays flat: rows go to disk in chunks and are read back chunk by chunk.
+
+def default_spool_dir(root: Any, stream: str) -> str:
+    """The spool folder of durable mode when the operator's ``spool_dir`` is not set:
+    ``{destination}/staging/{stream}/_spool`` for a local destination (the disk that receives the
+    batch), else the system temp folder (``tempfile.gettempdir()``, i.e. ``$TMPDIR`` or ``/tmp``)."""
+    import tempfile
+
+    fs, path = staging.to_fs(root)
+    if staging._is_local(fs):  # noqa: SLF001 - the staging module's own notion of "local"
+        return os.path.join(staging.stream_path(path, stream), SPOOL_DIR_NAME)
+    return tempfile.gettempdir()
+
+
+def remove_stale_spools(spool_dir: str, log: Any, max_age_s: float = STALE_SPOOL_S) -> list[str]:
+    """Delete ``plgd-durable-*.arrow`` files in ``spool_dir`` not modified for ``max_age_s`` seconds
+    (leftovers of killed runs). :return: the deleted paths.
+    :raises OSError: naming the path, when one cannot be deleted."""
+    import glob
+
+    removed = []
+    now = time.time()
+    for path in glob.glob(os.path.join(glob.escape(spool_dir), "plgd-durable-*.arrow")):
+        try:
+            if now - os.lstat(path).st_mtime < max_age_s:
+                continue
+            os.unlink(path)
+        except FileNotFoundError:  # removed by another run meanwhile
+            continue
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot delete the stale spool file {path}: {exc.strerror}") from exc
+        removed.append(path)
+    if removed:
+        log.info("Removed %s spool file(s) of killed runs from %s: %s", len(removed), spool_dir, removed)
+    return removed
+
+
+class _Spool:
+    """Durable mode: rows of one filter spooled to a local Arrow IPC file until the folder name
+    (the batch's sequence range) is known; read back sorted by stream sequence.
+
+    Memory stays flat: rows go to disk as they come, and are read back through a memory map, a
+    chunk at a time (the sort keeps only the row order in memory: 8 bytes per row). Redelivered
+    messages may come out of stream order, hence the sort. Every I/O error names the file.
     """
 
-    def __init__(self) -> None:
-        import tempfile
+    def __init__(self, spool_dir: str, consumer: str, filter_index: int) -> None:
+        import uuid
 
         import pyarrow as pa
 
         self._pa = pa
-        self._file = tempfile.NamedTemporaryFile(prefix="plgd-durable-", suffix=".arrow", delete=False)
+        self.path = os.path.join(
+            spool_dir, f"{SPOOL_PREFIX}{consumer}-f{filter_index}-{os.getpid()}-{uuid.uuid4().hex[:8]}.arrow")
         self._schema = pa.schema([("stream_seq", pa.int64()), ("subject", pa.string()), ("time_ns", pa.int64()),
                                   ("headers", pa.map_(pa.string(), pa.string())), ("data", pa.binary())])
-        self._writer = pa.ipc.new_file(self._file, self._schema)
+        self._sink = self._writer = None
+        with staging.io_error_with_path(None, self.path, "create the durable-mode spool file"):
+            os.makedirs(spool_dir, exist_ok=True)
+            self._sink = pa.OSFile(self.path, "wb")
+            self._writer = pa.ipc.new_file(self._sink, self._schema)
         self.count = 0
-        self.first_seq: int | None = None
-        self.last_seq: int | None = None
 
     def write(self, rows: list[tuple]) -> None:
         pa = self._pa
         seqs, subjects, times, headers, datas = zip(*rows)
-        self._writer.write_batch(pa.record_batch(
+        batch = pa.record_batch(
             [pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()), pa.array(times, pa.int64()),
              pa.array([list(h.items()) if h else None for h in headers], self._schema.field("headers").type),
-             pa.array(datas, pa.binary())], schema=self._schema))
+             pa.array(datas, pa.binary())], schema=self._schema)
+        with staging.io_error_with_path(None, self.path, "write the durable-mode spool file"):
+            self._writer.write_batch(batch)
         self.count += len(rows)
-        self.first_seq = seqs[0] if self.first_seq is None else self.first_seq
-        self.last_seq = seqs[-1]
 
-    def read(self):
-        self._writer.close()
-        self._writer = None
-        self._file.flush()
-        with self._pa.memory_map(self._file.name) as source:
-            reader = self._pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                cols = [batch.column(0).to_pylist(), batch.column(1).to_pylist(), batch.column(2).to_pylist(),
-                        [dict(h) if h is not None else None for h in batch.column(3).to_pylist()],
-                        batch.column(4).to_pylist()]
-                yield list(zip(*cols))
+    def read(self, chunk_rows: int):
+        """Yield the rows (5-tuples) in stream-sequence order, ``chunk_rows`` at a time."""
+        import pyarrow.compute as pc
+
+        with staging.io_error_with_path(None, self.path, "read back the durable-mode spool file"):
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+            with self._pa.memory_map(self.path) as source:
+                table = self._pa.ipc.open_file(source).read_all()
+                order = pc.sort_indices(table.column("stream_seq"))
+                for start in range(0, len(order), chunk_rows):
+                    chunk = table.take(order[start:start + chunk_rows])
+                    cols = [chunk.column(0).to_pylist(), chunk.column(1).to_pylist(), chunk.column(2).to_pylist(),
+                            [dict(h) if h is not None else None for h in chunk.column(3).to_pylist()],
+                            chunk.column(4).to_pylist()]
+                    yield list(zip(*cols))
 
     def close(self) -> None:
-        try:
-            if self._writer is not None:
-                self._writer.close()
-            self._file.close()
-        finally:
-            os.unlink(self._file.name)
+        """Close and delete the file (closing is best effort: this runs on error paths)."""
+        for handle in (self._writer, self._sink):
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    handle.close()
+        self._writer = self._sink = None
+        with contextlib.suppress(FileNotFoundError), \
+                staging.io_error_with_path(None, self.path, "delete the durable-mode spool file"):
+            os.unlink(self.path)
 
 
 class _Progress:

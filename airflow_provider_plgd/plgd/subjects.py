@@ -312,6 +312,8 @@ def _parse(subject: str, check_event_type: bool) -> Subject:
         raise _bad(subject, f"expected it to start with {_PREFIX!r}")
     if _WILDCARD in subject or _FULL_WILDCARD in subject:
         raise _bad(subject, "wildcards '*'/'>' cannot appear in a message subject")
+    if "\ufffd" in subject:  # how the fetch (and the server's JSON API) shows bytes that are not UTF-8
+        raise _bad(subject, "U+FFFD in place of bytes that are not valid UTF-8")
     tokens = subject.split(".")
     n = len(tokens)
     if "" in tokens:

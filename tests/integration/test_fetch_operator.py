@@ -455,3 +455,52 @@ def test_progress_is_logged_during_long_fetches(jetstream, storage_root, caplog,
     lines = [x for x in text.splitlines() if "behind the stream head" in x]
     assert len(lines) >= 3, text[-3000:]
     assert "msgs/s" in lines[0] and "MB/s" in lines[0] and "at seq" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# spooling: none for bounded fetches, a documented folder for durable mode
+# ---------------------------------------------------------------------------------------------
+def test_nothing_spools_to_tmpdir_and_durable_spools_where_configured(jetstream, tmp_path, monkeypatch):
+    """Before: the owner-wide fetch spooled every second filter to $TMPDIR, and durable mode too
+    (``plgd-durable-*.arrow``, left behind by a kill; a bare ENOSPC). Now the owner-wide fetch
+    spools nothing; durable mode spools under the destination (or ``spool_dir``), removes the
+    leftovers of killed runs, and a full disk names the spool file."""
+    import tempfile
+    import uuid
+
+    publish_messages(jetstream.url, make_messages("spool", 12))
+    truth = read_stream(jetstream.url)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmpdir"))  # any use of $TMPDIR fails
+    root = str(tmp_path / "root")
+    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=root, batch_size=7,
+                     start_time="2020-01-01T00:00:00Z", end_time="2100-01-01T00:00:00Z")
+    for batch in grouped["batches"]:
+        assert committed_seqs(staging.read_manifest(batch["path"])) == \
+            expected_seqs(truth, batch["owner_id"], batch["event_type"], 0, 2**63)
+    assert any(f.endswith("-f1.parquet") for b in grouped["batches"] for f in os.listdir(b["path"]))
+
+    spool = Path(root, "staging", "EVENTS", "_spool")  # the default spool folder of a local destination
+    spool.mkdir(parents=True)
+    stale = [spool / "plgd-durable-spool-c-f1-99-deadbeef.arrow", spool / "plgd-durable-k2j3x9.arrow"]
+    young = spool / "plgd-durable-spool-c-f0-98-feedf00d.arrow"  # may belong to a live run: kept
+    for path in stale + [young]:
+        path.write_bytes(b"x" * 1000)
+    old = time.time() - 2 * 3600
+    for path in stale:
+        os.utime(path, (old, old))
+    out = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool", destination=root)
+    assert committed_seqs(staging.read_manifest(out["path"])) == expected_seqs(truth, O1, "resourcechanged", 0, 2**63)
+    assert os.listdir(spool) == [young.name]
+
+    # spool_dir: where the user says; a full disk (the spool file is a link to /dev/full) names the file
+    full = tmp_path / "spool-on-a-full-disk"
+    full.mkdir()
+    fixed = uuid.UUID("12345678123456781234567812345678")
+    monkeypatch.setattr(uuid, "uuid4", lambda: fixed)
+    spool_file = full / f"plgd-durable-spool-plgd_spool2-f0-{os.getpid()}-{fixed.hex[:8]}.arrow"
+    os.symlink("/dev/full", spool_file)
+    with pytest.raises(OSError, match=rf"cannot \w+ the durable-mode spool file {spool_file}: .*No space left") as info:
+        run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool2", destination=root,
+               spool_dir=str(full))
+    assert info.value.errno == 28
+    assert os.listdir(full) == []  # the run removed its spool files

@@ -145,8 +145,8 @@ def test_row_groups_files_and_filters(tmp_path):
     m = write_batch(str(tmp_path), msgs, chunks=(7, 300, 1), filters=("f1", "f2"),
                     row_group_size=300, max_rows_per_file=1000, row_group_bytes=20_000)
     assert [(f["path"], f["rows"], f["subject_filter"]) for f in m["files"]] == [
-        ("part-00000.parquet", 1000, "f1"), ("part-00001.parquet", 250, "f1"), ("part-00002.parquet", 1000, "f2"),
-        ("part-00003.parquet", 250, "f2")]
+        ("part-00000.parquet", 1000, "f1"), ("part-00001.parquet", 250, "f1"), ("part-00000-f1.parquet", 1000, "f2"),
+        ("part-00001-f1.parquet", 250, "f2")]
     assert [f["count"] for f in m["filters"]] == [1250, 1250]
     assert m["filters"][1]["first_seq"] == 1251
     for f in m["files"]:
@@ -171,6 +171,57 @@ def test_output_independent_of_fetch_batching(tmp_path):
     assert folder_digest(a["folder"]) == folder_digest(b["folder"])
 
 
+def test_interleaved_filters_give_the_files_of_filter_after_filter(tmp_path):
+    """Rows of several filters written as they come (``write(rows, filter_index=i)``, what the
+    owner-wide fetch does instead of spooling) give byte-identical files and manifest."""
+    msgs = make_messages(2400)
+    kw = dict(row_group_size=128, max_rows_per_file=500, row_group_bytes=30_000)
+    sequential = write_batch(str(tmp_path / "a"), msgs, chunks=(50, 7), filters=("f1", "f2", "f3"), **kw)
+    thirds = [msgs[0:800], msgs[800:1600], msgs[1600:2400]]
+    with staging.StagingWriter(str(tmp_path / "b"), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
+                               interval_id="seq-000000000001-000000001000", subject_filters=["f1", "f2", "f3"],
+                               bounds={"kind": "seq"}, **kw) as w:
+        # the second filter gets nothing for a while, then all filters interleave in odd chunk sizes
+        offsets = [0, 0, 0]
+        for step in range(10_000):
+            index = [0, 2, 0, 1, 2][step % 5] if step > 20 else 0
+            size = (step % 37) + 1
+            chunk = thirds[index][offsets[index]:offsets[index] + size]
+            if chunk:
+                w.write(chunk, filter_index=index)
+                offsets[index] += len(chunk)
+            if offsets == [800, 800, 800]:
+                break
+        interleaved = w.commit()
+    assert folder_digest(interleaved["folder"]) == folder_digest(sequential["folder"])
+    assert [f["path"] for f in interleaved["files"]][:3] == ["part-00000.parquet", "part-00001.parquet",
+                                                             "part-00000-f1.parquet"]
+    assert staging.read_batch(interleaved).column("stream_seq").to_pylist() == list(range(1, 2401))
+    with pytest.raises(ValueError, match="filter_index 3"):
+        staging.StagingWriter(str(tmp_path / "c"), stream="EVENTS", owner_id=OWNER, event_type="x",
+                              interval_id="seq-000000000001-000000000001", subject_filters=["f1"],
+                              bounds={}).__enter__().write(msgs[:1], filter_index=3)
+
+
+def test_io_errors_name_the_path(tmp_path):
+    """An I/O error of the writer names the file or folder (a bare ENOSPC names none)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "staging").write_text("a file where the staging folder should be")
+    with pytest.raises(OSError, match=f"cannot create the staging folder {root}/staging/EVENTS/owner_id="):
+        write_batch(str(root), make_messages(10))
+    # a full disk: the part file in progress is a link to /dev/full (every write fails with ENOSPC)
+    with staging.StagingWriter(str(tmp_path / "root2"), stream="EVENTS", owner_id=OWNER,
+                               event_type="devicesregistered", interval_id="seq-000000000001-000000001000",
+                               subject_filters=["f1"], bounds={}, row_group_size=5) as w:
+        tmp = os.path.join(w.folder, f".part-00000.parquet.{w._writer_id}.inprogress")
+        os.symlink("/dev/full", tmp)
+        with pytest.raises(OSError, match=f"cannot .* the part file {tmp}: .*No space left on device") as info:
+            w.write(make_messages(400))
+            w.commit()
+        assert info.value.errno == 28
+
+
 def test_rerun_is_byte_identical_and_removes_strays(tmp_path):
     msgs = make_messages(1500)
     first = write_batch(str(tmp_path), msgs, max_rows_per_file=400)
@@ -185,7 +236,7 @@ def test_rerun_is_byte_identical_and_removes_strays(tmp_path):
     again = write_batch(str(tmp_path), msgs, chunks=(13,), max_rows_per_file=400)
     assert folder_digest(again["folder"]) == before
     assert sorted(before) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
-                              "part-00003.parquet"]
+                              "part-00003.parquet"]  # one filter: the names of earlier versions
 
 
 def test_interrupted_rerun_leaves_folder_uncommitted(tmp_path):
