@@ -152,16 +152,7 @@ def build_py_files_zip(target: str | os.PathLike[str]) -> str:
     data = build_py_files_bytes()
     if path.is_file() and path.read_bytes() == data:
         return str(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    _write_atomic(path, data, mode=0o644)
     return str(path)
 
 
@@ -218,12 +209,13 @@ def private_py_files_dir() -> Path:
     return path
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+    """Write ``data`` to a temp file beside ``path`` with ``mode`` and rename it over ``path``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, 0o600)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

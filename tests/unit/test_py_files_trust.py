@@ -61,8 +61,9 @@ def tampered_zip(original: bytes) -> bytes:
 
 
 @pytest.fixture()
-def setup(tmp_path, monkeypatch):
-    """A worker: its own AIRFLOW_HOME, a local storage root, the fake spark-submit, connections."""
+def setup(tmp_path, monkeypatch, jetstream):
+    """A worker: its own AIRFLOW_HOME, a local storage root, the fake spark-submit, connections
+    (``plan`` records the interval ledger, so it talks to a real nats-server)."""
     from airflow_provider_plgd.etl import DEFAULT_PARAMS, build_etl_dag
 
     home = tmp_path / "airflow_home"
@@ -81,7 +82,8 @@ def setup(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "")  # the fake driver imports spark_apps from the zip only
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
-        {"conn_type": "plgd_jetstream", "password": "nats-secret-Zq81", "host": "127.0.0.1", "port": 9}))
+        {"conn_type": "plgd_jetstream", "password": "nats-secret-Zq81", "host": jetstream.host,
+         "port": jetstream.port}))
     dag = build_etl_dag(dag_id="trust_test", start_date=datetime(2026, 1, 1, tzinfo=UTC))
     context = {
         "params": {**DEFAULT_PARAMS, "storage_root": str(root), "owners": ["o1"],
