@@ -321,6 +321,7 @@ def build_etl_dag(
             jetstream_conn_id=jetstream_conn_id,
             stream="{{ params.stream }}",
             destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
+            settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
             outlets=[assets["staging"]],
         ).expand_kwargs(fetch_groups(planned))
 
