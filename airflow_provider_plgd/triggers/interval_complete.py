@@ -136,7 +136,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
             except Exception as exc:  # noqa: BLE001 - see below
                 if is_missing_stream_error(exc):
                     yield TriggerEvent({"status": "error", "reason": "missing_stream",
-                                        "message": f"stream {self.stream or 'of the connection'!r} not found: {exc}"})
+                                        "message": f"stream not found: {exc}"})
                     return
                 self.log.warning("Checking interval completeness failed, not complete; retrying in %.1f s: %s: %s",
                                  self.poll_interval, type(exc).__name__, exc)
