@@ -324,6 +324,7 @@ def build_etl_dag(
             destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
             ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
+            settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
             outlets=[assets["staging"]],
         ).expand_kwargs(fetch_groups(planned))
 

@@ -84,7 +84,34 @@ class MessagesExpiredError(JetStreamError):
         self.missing_end_ns = missing_end_ns
 
 
+class IntervalNotCompleteError(JetStreamError):
+    """A time-bounded fetch was asked for an interval that is not complete yet on the NATS
+    server's clock: the stream holds no message with a server timestamp at or after the
+    interval's end, and the server's time is before ``end + settle_seconds``. Messages of the
+    interval may still arrive, so the fetch commits nothing. Retryable: a retry after the end
+    (plus ``settle_seconds``) on the server's clock succeeds. Raised by the fetch operator.
+
+    :ivar stream: the stream name.
+    :ivar start_ns: interval start, unix ns (inclusive).
+    :ivar end_ns: interval end, unix ns (exclusive).
+    :ivar server_time_ns: the server's time when checked (``ts`` of ``$JS.API.STREAM.INFO``), unix ns.
+    :ivar last_ts_ns: server timestamp of the stream's last message (unix ns), or None.
+    :ivar settle_seconds: the settle time used, in seconds.
+    """
+
+    def __init__(self, message: str, *, stream: str, start_ns: int | None, end_ns: int, server_time_ns: int,
+                 last_ts_ns: int | None, settle_seconds: float) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.server_time_ns = server_time_ns
+        self.last_ts_ns = last_ts_ns
+        self.settle_seconds = settle_seconds
+
+
 __all__ = [
+    "IntervalNotCompleteError",
     "JetStreamAPIError",
     "JetStreamAuthError",
     "JetStreamConnectionError",

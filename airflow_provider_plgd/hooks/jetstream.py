@@ -583,12 +583,38 @@ class JetStreamHook(BaseHook):
         """Async :meth:`get_settings` (uses ``aget_connection`` and ``amask_secret`` on Airflow 3,
         which must not be replaced by the sync forms inside an event loop)."""
         if self._settings is None:
-            aget = getattr(self, "aget_connection", None)
-            conn = await aget(self.jetstream_conn_id) if aget else self.get_connection(self.jetstream_conn_id)
+            conn = await self._aget_connection()
             settings = settings_from_connection(conn, self._stream_override)
             await _amask_settings_secrets(settings)
             self._settings = settings
         return self._settings
+
+    async def _aget_connection(self) -> Any:
+        """The Airflow connection, looked up without blocking the event loop.
+
+        Airflow 3: ``aget_connection`` first. When it says the connection "isn't defined", the sync
+        lookup runs in a worker thread and its answer is used: under ``dag.test()`` /
+        ``airflow dags test`` the task's in-process supervisor link has no async ``asend``
+        (Task SDK 1.x ``InProcessSupervisorComms``), so the async lookup of a connection stored in
+        the metadata DB fails, silently, while the sync lookup in the same task finds it
+        (issue #13, case 10). When both fail, the async lookup's error is raised.
+        Airflow 2: the sync lookup.
+        """
+        aget = getattr(self, "aget_connection", None)
+        if aget is None:
+            return self.get_connection(self.jetstream_conn_id)
+        try:
+            return await aget(self.jetstream_conn_id)
+        except Exception as exc:
+            if type(exc).__name__ != "AirflowNotFoundException":
+                raise
+            try:
+                conn = await asyncio.to_thread(self.get_connection, self.jetstream_conn_id)
+            except Exception:  # noqa: BLE001 - the async lookup's error is the one to report
+                raise exc from None
+            self.log.debug("Connection %s found by the sync lookup after the async one did not find it",
+                           self.jetstream_conn_id)
+            return conn
 
     @property
     def stream(self) -> str:
@@ -762,6 +788,46 @@ class JetStreamHook(BaseHook):
         name = check_stream_name(stream) if stream is not None else s.stream
         async with self.aconnect() as nc:
             return await self._api(nc, f"$JS.API.STREAM.INFO.{name}")
+
+    async def ainterval_status(
+        self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None
+    ) -> dict[str, Any]:
+        """Is the interval ending at ``end_time`` complete, judged on the NATS server's clock?
+
+        Complete when the stream holds a message (any subject) with a server timestamp at or after
+        ``end_time``, or when the server's time (``ts`` of ``$JS.API.STREAM.INFO``, nats-server
+        2.10+) is at or after ``end_time + settle_seconds``; the local clock is never used. Rule
+        and sources: :mod:`airflow_provider_plgd.completeness`.
+
+        :param end_time: exclusive interval end: timezone-aware ``datetime`` or int unix ns.
+        :param settle_seconds: seconds (>= 0) after the end, on the server's clock.
+        :param subject_filter: when given and the interval is complete by a newer message, also
+            count that filter's messages at or after the end (``newer_messages``).
+        :return: ``{"complete": bool, "reason": "newer_message" | "settled" | None, "end_ns",
+            "server_time_ns", "last_ts_ns" | None, "settle_seconds", "newer_messages": int}``.
+        :raises StreamNotFoundError: missing stream. :raises JetStreamAPIError: no server time
+            in the answer (nats-server older than 2.10). :raises ValueError: bad arguments.
+        """
+        from airflow_provider_plgd.completeness import interval_status
+
+        end_ns = to_unix_ns(end_time, "end_time")
+        if subject_filter is not None:
+            _check_filter(subject_filter)
+        s = await self.aget_settings()
+        async with self.aconnect() as nc:
+            info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
+            status = interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds)
+            status["newer_messages"] = 0
+            if status["reason"] == "newer_message" and subject_filter is not None:
+                consumer = await self._acreate_consumer(
+                    nc, s.stream, subject_filter, start_ns=end_ns,
+                    inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count",
+                )
+                try:
+                    status["newer_messages"] = int(consumer.get("num_pending") or 0)
+                finally:
+                    await self._adelete_consumer(nc, s.stream, consumer["name"])
+        return status
 
     async def alist_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
         """``{subject: number of messages}`` for the stream's subjects matching ``filter``.
@@ -1156,6 +1222,13 @@ class JetStreamHook(BaseHook):
     def stream_info(self, stream: str | None = None) -> dict:
         """Sync :meth:`astream_info`."""
         return _run(self.astream_info(stream), "stream_info")
+
+    def interval_status(
+        self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None
+    ) -> dict[str, Any]:
+        """Sync :meth:`ainterval_status`."""
+        return _run(self.ainterval_status(end_time, settle_seconds=settle_seconds, subject_filter=subject_filter),
+                    "interval_status")
 
     def list_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
         """Sync :meth:`alist_subjects`."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_plgd import ledger, staging
 from airflow_provider_plgd.compat import BaseOperator
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
+from airflow_provider_plgd.completeness import require_interval_complete
 from airflow_provider_plgd.plgd.subjects import parse_subject, subject_filters, subject_matches
 
 if TYPE_CHECKING:
@@ -84,6 +85,14 @@ class JetStreamToStagingOperator(BaseOperator):
     A retry fails the same way; the data is gone from the stream. Durable mode is not checked
     (a durable consumer reads what is retained; see ``docs/reliability.md``).
 
+    **Incomplete intervals** (time bounds): before reading, the interval must be complete on the
+    NATS server's clock (:func:`airflow_provider_plgd.completeness.require_interval_complete`):
+    the stream holds a message with a server timestamp at or after the end, or the server's time
+    is at or after ``end + settle_seconds``. Otherwise the task fails with the retryable
+    :class:`~airflow_provider_plgd.exceptions.IntervalNotCompleteError` (naming the interval and
+    the server's time) and commits nothing, instead of committing a batch that misses messages
+    still to come, e.g. after a sensor judged the interval on a clock ahead of the server's.
+
     **Where**: ``destination`` (a path, an fsspec URL or an ``ObjectStoragePath``); default the
     DAG param ``storage_root``, else the connection's ``storage_root`` extra, else
     ``$AIRFLOW_HOME/plgd``. Staging lives under ``{destination}/staging/{stream}/``.
@@ -122,6 +131,10 @@ class JetStreamToStagingOperator(BaseOperator):
         for a local destination, else the system temp folder. Needs room for one batch
         (``max_messages`` payloads). Other modes spool nothing.
     :param destination: storage root (templated); see above.
+    :param settle_seconds: time bounds only: seconds after the end, on the NATS server's clock,
+        after which an interval without a newer message counts as complete (templated; default 0:
+        the server's clock has passed the end, enough on a single server; the ETL DAG passes its
+        ``settle_seconds`` param, the sensor's value).
     :param batch_size: messages per JetStream pull request (default 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
@@ -159,6 +172,8 @@ class JetStreamToStagingOperator(BaseOperator):
         path is built), conflicting or missing target/bounds, no data interval.
     :raises MessagesExpiredError: the stream no longer holds all messages of the bounds (see
         "Expired messages"); nothing is committed for the batch.
+    :raises IntervalNotCompleteError: time bounds not complete on the server's clock (see
+        "Incomplete intervals"); nothing is committed. :raises ValueError: bad ``settle_seconds``.
     :raises JetStreamConnectionError: the NATS connection was lost; nothing is committed for the
         batch in progress.
     :raises LedgerError: staged + skipped differs from what the stream holds (see "Accounting").
@@ -183,6 +198,7 @@ class JetStreamToStagingOperator(BaseOperator):
         "ledger",
         "ledger_group",
         "accept_fewer_messages",
+        "settle_seconds",
     )
     ui_color = "#c7e9f7"
 
@@ -205,6 +221,7 @@ class JetStreamToStagingOperator(BaseOperator):
         ack_wait_seconds: float = 300.0,
         spool_dir: str | None = None,
         destination: Any = None,
+        settle_seconds: float | str = 0,
         batch_size: int = DEFAULT_BATCH_SIZE,
         row_group_size: int = 50_000,
         row_group_bytes: int = 32 * 1024 * 1024,
@@ -235,6 +252,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.ack_wait_seconds = ack_wait_seconds
         self.spool_dir = spool_dir
         self.destination = destination
+        self.settle_seconds = settle_seconds
         self.batch_size = batch_size
         self.row_group_size = row_group_size
         self.row_group_bytes = row_group_bytes
@@ -386,6 +404,8 @@ class JetStreamToStagingOperator(BaseOperator):
     # -- fetch -----------------------------------------------------------------------------------
     async def _run(self, hook, stream, root, targets, mode, bounds) -> dict[str, Any]:
         info = await hook.astream_info(stream)
+        if mode == "time":  # complete on the server's clock, or IntervalNotCompleteError (issue #13, case 6)
+            require_interval_complete(info, stream, bounds, self.settle_seconds)
         head = int(_state(info).get("last_seq", 0))
         fs, root_path = staging.to_fs(root)
         root_url = staging.location_url(fs, root_path)

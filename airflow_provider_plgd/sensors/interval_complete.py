@@ -1,15 +1,16 @@
 """Sensor: wait until a data interval is complete in the JetStream stream.
 
-Complete means: the stream holds a message of the filter whose server timestamp is at or after
-the interval's end, or ``settle_seconds`` have passed since the end (wall clock). Works in poke
-mode and in deferrable mode (:class:`~airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger`).
-Source: ``docs/architecture.md`` ("Bounded batches").
+Complete means: the stream holds a message whose server timestamp is at or after the interval's
+end, or the NATS server's clock is at ``end + settle_seconds`` or later. Both are judged on the
+server's values, never on the worker's or triggerer's clock
+(:mod:`airflow_provider_plgd.completeness`). Works in poke mode and in deferrable mode
+(:class:`~airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger`).
+Source: ``docs/architecture.md`` ("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -39,20 +40,26 @@ def _default_deferrable() -> bool:
 class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     """Wait until the interval ending at ``end_time`` (default: the run's ``data_interval_end``) is complete.
 
-    Succeeds when the stream holds a message of ``subject_filter`` with a JetStream server
-    timestamp at or after the end, or when ``settle_seconds`` have passed since the end. Returns
-    (XCom) ``{"status": "success", "reason": "newer_message" | "settled", "end_ns", "newer_messages"}``.
+    Succeeds when the stream holds a message (any subject) with a JetStream server timestamp at
+    or after the end, or when the NATS server's time is at or after the end plus
+    ``settle_seconds``. Returns (XCom) ``{"status": "success", "reason": "newer_message" |
+    "settled", "end_ns", "newer_messages", "server_time_ns"}`` (``newer_messages``: messages of
+    ``subject_filter`` at or after the end; ``server_time_ns``: the server's time of the deciding
+    check, unix ns).
 
     Errors: a missing stream raises ``ValueError`` (poke mode) or
-    :class:`JetStreamIntervalNotCompleteError` (deferrable mode); connection errors are logged
-    and retried at the next poke (and the interval still completes by ``settle_seconds``).
-    Without a data interval and without ``end_time``, ``execute`` raises ``ValueError``.
+    :class:`JetStreamIntervalNotCompleteError` (deferrable mode). Any other failed check
+    (connection undefined, server unreachable, ...) is logged with its cause and counts as "not
+    complete": the sensor pokes again, and fails when ``timeout`` is reached. It never succeeds
+    without an answer of the server. Without a data interval and without ``end_time``,
+    ``execute`` raises ``ValueError``.
 
     :param jetstream_conn_id: Airflow connection of type ``plgd_jetstream``.
-    :param subject_filter: JetStream filter subject (templated; default ``plgd.>``).
+    :param subject_filter: JetStream filter subject whose newer messages are counted in the
+        result (templated; default ``plgd.>``).
     :param stream: stream name (templated; default the connection's ``stream`` extra, else ``EVENTS``).
-    :param settle_seconds: seconds after the end after which the interval counts as complete
-        anyway (templated; default 60).
+    :param settle_seconds: seconds after the end, on the NATS server's clock, after which the
+        interval counts as complete without a newer message (templated; default 60).
     :param end_time: explicit interval end: aware datetime, ISO string or unix ns (templated).
     :param deferrable: defer to the triggerer instead of poking (default: the
         ``[operators] default_deferrable`` config option). Poll period: ``poke_interval``.
@@ -92,13 +99,9 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         return staging.to_ns(end, "end_time")
 
     def _settle(self) -> float:
-        try:
-            value = float(self.settle_seconds)
-        except (TypeError, ValueError):
-            raise ValueError(f"settle_seconds must be a number of seconds, got {self.settle_seconds!r}") from None
-        if value < 0:
-            raise ValueError(f"settle_seconds must not be negative, got {value}")
-        return value
+        from airflow_provider_plgd.completeness import check_settle_seconds
+
+        return check_settle_seconds(self.settle_seconds)
 
     def _hook(self):
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
@@ -119,16 +122,16 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
             if is_missing_stream_error(exc):
                 raise ValueError(f"JetStream stream {self.stream or '(connection default)'!r} does not exist: {exc}") \
                     from exc
-            self.log.warning("Checking interval completeness failed, will retry: %s", exc)
-            if time.time_ns() >= end_ns + int(settle * 1e9):
-                result = {"status": "success", "reason": "settled", "end_ns": end_ns, "newer_messages": 0}
-            else:
-                return False
+            # never "complete" without an answer of the server (issue #13, case 7)
+            self.log.warning("Checking interval completeness failed, not complete; will retry at the next poke: "
+                             "%s: %s", type(exc).__name__, exc)
+            return False
         if result is None:
             self.log.info("Interval ending %s not complete yet (filter %s)", staging.ns_to_iso(end_ns),
                           self.subject_filter)
             return False
-        self.log.info("Interval ending %s is complete: %s", staging.ns_to_iso(end_ns), result["reason"])
+        self.log.info("Interval ending %s is complete: %s (NATS server time %s)", staging.ns_to_iso(end_ns),
+                      result["reason"], staging.ns_to_iso(result["server_time_ns"]))
         self._result = result
         return True
 

@@ -1,15 +1,17 @@
 """Async trigger behind the deferrable :class:`JetStreamIntervalCompleteSensor`.
 
-An interval ``[start, end)`` is complete when the stream holds a message of the filter whose
-JetStream server timestamp is at or after ``end`` (server timestamps grow with the stream
-sequence, so nothing older can still arrive), or when ``settle_seconds`` have passed since
-``end`` by the wall clock. Source: ``docs/architecture.md`` ("Bounded batches").
+An interval ``[start, end)`` is complete when the stream holds a message whose JetStream server
+timestamp is at or after ``end`` (server timestamps grow with the stream sequence, so nothing
+older can still arrive), or when the NATS server's clock is at ``end + settle_seconds`` or
+later. Both are judged on values the server sends, never on the triggerer's clock
+(:mod:`airflow_provider_plgd.completeness`). A check that fails (connection undefined, server
+down) is never taken for "complete": it is logged and retried. Source: ``docs/architecture.md``
+("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,27 +21,27 @@ CLASSPATH = "airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalC
 
 
 async def check_interval_complete(
-    hook: Any, *, subject_filter: str, end_ns: int, settle_seconds: float, now_ns: int | None = None
+    hook: Any, *, subject_filter: str, end_ns: int, settle_seconds: float
 ) -> dict[str, Any] | None:
-    """Check once whether the interval ending at ``end_ns`` is complete.
+    """Check once whether the interval ending at ``end_ns`` is complete, on the server's clock.
 
-    :param hook: a ``JetStreamHook`` (its ``acount_messages`` is used).
-    :param subject_filter: JetStream filter subject (``plgd.>`` for the whole stream).
+    :param hook: a ``JetStreamHook`` (its ``ainterval_status`` is used).
+    :param subject_filter: JetStream filter subject whose messages at or after the end are counted
+        (``newer_messages``); completeness itself is a property of the whole stream.
     :param end_ns: exclusive end of the interval, unix ns (JetStream server time).
-    :param settle_seconds: wall-clock seconds after ``end_ns`` after which the interval counts as
-        complete even without a newer message.
-    :param now_ns: the current time (unix ns; default ``time.time_ns()``).
-    :return: ``{"status": "success", "reason": "newer_message" | "settled", "end_ns", "newer_messages"}``
-        when complete, else None.
-    :raises Exception: errors of the hook (connection, missing stream) propagate.
+    :param settle_seconds: seconds after ``end_ns`` on the NATS server's clock after which the
+        interval counts as complete even without a newer message.
+    :return: ``{"status": "success", "reason": "newer_message" | "settled", "end_ns",
+        "newer_messages", "server_time_ns"}`` when complete, else None.
+    :raises Exception: errors of the hook (connection, missing stream) propagate; they never
+        mean "complete".
     """
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    newer = await hook.acount_messages(subject_filter, start_time=int(end_ns))
-    if newer > 0:
-        return {"status": "success", "reason": "newer_message", "end_ns": int(end_ns), "newer_messages": int(newer)}
-    if now_ns >= int(end_ns) + int(float(settle_seconds) * 1e9):
-        return {"status": "success", "reason": "settled", "end_ns": int(end_ns), "newer_messages": 0}
-    return None
+    status = await hook.ainterval_status(int(end_ns), settle_seconds=float(settle_seconds),
+                                         subject_filter=subject_filter)
+    if not status["complete"]:
+        return None
+    return {"status": "success", "reason": status["reason"], "end_ns": int(end_ns),
+            "newer_messages": int(status.get("newer_messages") or 0), "server_time_ns": status["server_time_ns"]}
 
 
 def is_missing_stream_error(exc: BaseException) -> bool:
@@ -71,10 +73,12 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
 
     Events (payload, JSON):
 
-    * ``{"status": "success", "reason": "newer_message" | "settled", "end_ns", "newer_messages"}``
+    * ``{"status": "success", "reason": "newer_message" | "settled", "end_ns", "newer_messages",
+      "server_time_ns"}`` (``server_time_ns``: the NATS server's time of the deciding check, unix ns)
     * ``{"status": "error", "reason": "missing_stream", "message": ...}`` when the stream does not
-      exist. Other errors (connection lost, server restarting) are logged and retried at the
-      next poll.
+      exist. Other errors (connection undefined or lost, server down or restarting) are logged
+      with their cause and retried at the next poll; they never produce a success event (the
+      deferral's timeout, the sensor's ``timeout``, fails the task if they persist).
 
     :param end_ns: exclusive end of the interval, unix ns.
     :param subject_filter: JetStream filter subject (default ``plgd.>``).
@@ -114,29 +118,36 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """Poll every ``poll_interval`` seconds; yield one event, then stop."""
+        """Poll every ``poll_interval`` seconds; yield one event, then stop.
+
+        Errors other than a missing stream are logged (WARNING, with the cause) and retried at the
+        next poll; they never complete the interval. When they persist, the sensor's ``timeout``
+        ends the wait and fails the task.
+        """
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         hook = JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream)
-        settle_at_ns = self.end_ns + int(self.settle_seconds * 1e9)
+        settle_ns = int(self.settle_seconds * 1e9)
         while True:
+            wait = self.poll_interval
             try:
-                result = await check_interval_complete(
-                    hook, subject_filter=self.subject_filter, end_ns=self.end_ns, settle_seconds=self.settle_seconds
-                )
+                status = await hook.ainterval_status(self.end_ns, settle_seconds=self.settle_seconds,
+                                                     subject_filter=self.subject_filter)
             except Exception as exc:  # noqa: BLE001 - see below
                 if is_missing_stream_error(exc):
                     yield TriggerEvent({"status": "error", "reason": "missing_stream",
-                                        "message": f"stream {self.stream or hook.stream!r} not found: {exc}"})
+                                        "message": f"stream not found: {exc}"})
                     return
-                self.log.warning("Checking interval completeness failed (retrying in %.1f s): %s",
-                                 self.poll_interval, exc)
-                result = None
-                if time.time_ns() >= settle_at_ns:
-                    result = {"status": "success", "reason": "settled", "end_ns": self.end_ns, "newer_messages": 0}
-            if result is not None:
-                self.log.info("Interval ending at %s ns is complete (%s)", self.end_ns, result["reason"])
-                yield TriggerEvent(result)
-                return
-            wait = min(self.poll_interval, max((settle_at_ns - time.time_ns()) / 1e9, 0.0) + 0.01)
+                self.log.warning("Checking interval completeness failed, not complete; retrying in %.1f s: %s: %s",
+                                 self.poll_interval, type(exc).__name__, exc)
+            else:
+                if status["complete"]:
+                    self.log.info("Interval ending at %s ns is complete (%s; server time %s ns)", self.end_ns,
+                                  status["reason"], status["server_time_ns"])
+                    yield TriggerEvent({"status": "success", "reason": status["reason"], "end_ns": self.end_ns,
+                                        "newer_messages": int(status.get("newer_messages") or 0),
+                                        "server_time_ns": status["server_time_ns"]})
+                    return
+                # wake up when the settle time is over on the server's clock, if that is sooner
+                wait = min(wait, max((self.end_ns + settle_ns - status["server_time_ns"]) / 1e9, 0.0) + 0.01)
             await asyncio.sleep(wait)

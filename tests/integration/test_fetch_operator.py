@@ -18,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_plgd import staging
-from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamError, StreamNotFoundError
+from airflow_provider_plgd.exceptions import (
+    IntervalNotCompleteError,
+    JetStreamAuthError,
+    JetStreamError,
+    StreamNotFoundError,
+)
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import (
     subject_matches,
@@ -202,7 +207,7 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
 def test_rerun_gives_byte_identical_parquet(jetstream, storage_root):
     publish_messages(jetstream.url, make_messages("rerun", 40))
     kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root,
-              start_time="2020-01-01T00:00:00Z", end_time="2100-01-01T00:00:00Z", row_group_size=10,
+              start_time="2020-01-01T00:00:00Z", end_time=time.time_ns(), row_group_size=10,
               max_rows_per_file=25)
     first = run_op(batch_size=1000, **kw)
     before = digest(first["path"])
@@ -224,7 +229,7 @@ def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstrea
         (f"plgd.owners.{O2}.registrations.devicesregistered.extra", b"matches no filter", None),
     ]
     publish_messages(jetstream.url, make_messages("wide", 12)[:40] + extra + make_messages("wide2", 6))
-    kw = dict(start_time="2020-01-01T00:00:00Z", end_time="2100-01-01T00:00:00Z", row_group_size=5,
+    kw = dict(start_time="2020-01-01T00:00:00Z", end_time=time.time_ns(), row_group_size=5,
               max_rows_per_file=11)
     grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=str(tmp_path / "grouped"),
                      batch_size=7, **kw)
@@ -504,3 +509,49 @@ def test_nothing_spools_to_tmpdir_and_durable_spools_where_configured(jetstream,
                spool_dir=str(full))
     assert info.value.errno == 28
     assert os.listdir(full) == []  # the run removed its spool files
+
+
+# ---------------------------------------------------------------------------------------------
+# issue #13, case 6: a time-bounded fetch commits only intervals complete on the server's clock
+# ---------------------------------------------------------------------------------------------
+def test_fetch_of_an_interval_not_complete_on_the_server_clock_fails_and_commits_nothing(jetstream, storage_root):
+    """The fetch checks completeness itself (not only the sensor): while the NATS server's clock is
+    before the end (+ settle_seconds) and the stream holds no message at or after the end, it fails
+    with the retryable IntervalNotCompleteError naming the interval and the server's time, and
+    commits nothing; the retry after the end commits every message of the interval."""
+    subj = registrations_subject(O1, "devicesregistered")
+    end_ns = time.time_ns() + 3_000_000_000
+    start_ns = end_ns - 60_000_000_000
+    publish_messages(jetstream.url, [(subj, f"early-{i}".encode(), None) for i in range(10)])
+    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_time=start_ns,
+              end_time=end_ns)
+    with pytest.raises(IntervalNotCompleteError) as info:
+        run_op(**kw)
+    err = info.value
+    assert isinstance(err, JetStreamError)
+    assert (err.stream, err.start_ns, err.end_ns, err.settle_seconds) == ("EVENTS", start_ns, end_ns, 0.0)
+    assert start_ns < err.last_ts_ns < err.server_time_ns < end_ns
+    text = str(err)
+    assert f"[{staging.ns_to_iso(start_ns)}, {staging.ns_to_iso(end_ns)})" in text
+    assert f"the server's time is {staging.ns_to_iso(err.server_time_ns)}" in text
+    assert "nothing was committed" in text and "Retry after the interval's end" in text
+    assert os.listdir(storage_root) == []
+
+    publish_messages(jetstream.url, [(subj, f"late-{i}".encode(), None) for i in range(5)])
+    assert time.time_ns() < end_ns, "the test machine was too slow"
+    while time.time_ns() < end_ns + 50_000_000:
+        time.sleep(0.02)
+    # the server's clock passed the end, but not end + settle_seconds, and no newer message: still refused
+    with pytest.raises(IntervalNotCompleteError, match="settle_seconds=30"):
+        run_op(settle_seconds="30", **kw)  # templated fields arrive as strings
+    assert os.listdir(storage_root) == []
+    # settle_seconds 0 (default): the server's clock passed the end, nothing older can be stored any more
+    out = run_op(**kw)
+    data = staging.read_batch(staging.read_manifest(out["path"])).column("data").to_pylist()
+    assert data == [f"early-{i}".encode() for i in range(10)] + [f"late-{i}".encode() for i in range(5)]
+    # a stored message at or after the end completes it under any settle time
+    publish_messages(jetstream.url, [(subj, b"next interval", None)])
+    again = run_op(settle_seconds=3600, **kw)
+    assert again["stream_last_seq"] == 16 and {**again, "stream_last_seq": 15} == out
+    with pytest.raises(ValueError, match="settle_seconds must be a number of seconds >= 0, got '-1'"):
+        run_op(settle_seconds="-1", **kw)

@@ -531,3 +531,83 @@ def test_ui_metadata_and_time_conversion():
     assert to_unix_ns(when, "t") == 1714564800_123456000
     assert to_unix_ns(5, "t") == 5
     assert js_module._rfc3339_ns(1714564800_123456789) == "2024-05-01T12:00:00.123456789Z"
+
+
+# ---------------------------------------------------------------------------------------------
+# issue #13: interval completeness on the server's clock (case 6); connections of the metadata DB
+# in `dag.test()` / `airflow dags test` (case 10)
+# ---------------------------------------------------------------------------------------------
+def test_interval_status_is_judged_on_the_server_clock(jetstream, monkeypatch):
+    subject = metadata_subject(OWNER_A, DEV_1)
+    hook = JetStreamHook()
+    before = time.time_ns()
+    empty = hook.interval_status(before - 10**9, settle_seconds=0, subject_filter="plgd.>")
+    assert empty["complete"] and empty["reason"] == "settled" and empty["last_ts_ns"] is None
+    assert before <= empty["server_time_ns"] <= time.time_ns()  # the server's ts (same machine clock)
+    hook.publish(subject, b"x")
+    end_ns = time.time_ns() + 10**9
+    # the local clock an hour ahead changes nothing: only the server's values count
+    real_time_ns = time.time_ns
+    with monkeypatch.context() as patch:
+        patch.setattr(time, "time_ns", lambda: real_time_ns() + 3600 * 10**9)
+        status = JetStreamHook().interval_status(end_ns, settle_seconds=5, subject_filter=subject)
+    assert status["complete"] is False and status["reason"] is None and status["newer_messages"] == 0
+    assert status["last_ts_ns"] < status["server_time_ns"] < end_ns
+    while time.time_ns() < end_ns:
+        time.sleep(0.02)
+    assert JetStreamHook().interval_status(end_ns, settle_seconds=5)["complete"] is False
+    # a message stored after the end completes it (any subject); newer_messages counts the filter's
+    hook.publish(metadata_subject(OWNER_B, DEV_2), b"y")
+    hook.publish(subject, b"z")
+    status = JetStreamHook().interval_status(end_ns, settle_seconds=5, subject_filter=subject)
+    assert (status["complete"], status["reason"], status["newer_messages"]) == (True, "newer_message", 1)
+    assert status["last_ts_ns"] >= end_ns
+    with pytest.raises(ValueError, match="settle_seconds"):
+        JetStreamHook().interval_status(end_ns, settle_seconds=-1)
+    with pytest.raises(StreamNotFoundError):
+        JetStreamHook(stream="NOSUCH").interval_status(end_ns, settle_seconds=5)
+
+
+SETTINGS_DAG = """
+import asyncio
+from datetime import datetime, timezone
+from airflow.sdk import DAG, task
+from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
+with DAG("DAG_ID", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
+    @task
+    def settings_and_owners():
+        settings = asyncio.run(JetStreamHook().aget_settings())  # the async lookup the ETL's plan uses
+        owners = JetStreamHook().list_owners()  # what plan calls: aget_settings under asyncio.run
+        return {"servers": list(settings.servers), "stream": settings.stream, "owners": sorted(owners)}
+    settings_and_owners()
+"""
+
+
+@pytest.mark.parametrize("source", ["metadata_db", "env_var"])
+def test_connection_from_the_metadata_db_or_env_in_dag_test(jetstream, dags_folder, monkeypatch, source):
+    """Case 10: a real ``dag.test()`` run whose task awaits ``JetStreamHook.aget_settings()``, with
+    ``plgd_jetstream_default`` stored in the metadata DB (as ``airflow connections add`` or the UI
+    store it) or given as ``AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT``."""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+
+    from tests.integration.conftest import load_dag, publish_messages, xcom_value
+
+    publish_messages(jetstream.url, [(metadata_subject(OWNER_A, DEV_1), b"x", None)])
+    dag_id = f"plgd_test_conn_{source}"
+    path = dags_folder / f"{dag_id}.py"
+    path.write_text(SETTINGS_DAG.replace("DAG_ID", dag_id))
+    if source == "metadata_db":
+        monkeypatch.delenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT")
+        with create_session() as session:
+            session.add(Connection(conn_id="plgd_jetstream_default", conn_type="plgd_jetstream",
+                                   host=jetstream.host, port=jetstream.port, extra=json.dumps({"stream": "EVENTS"})))
+    try:
+        dr = load_dag(path, dag_id).test()
+    finally:
+        with create_session() as session:
+            session.query(Connection).filter(Connection.conn_id == "plgd_jetstream_default").delete()
+    assert "success" in str(dr.state).lower(), dr.state
+    assert xcom_value(dr, "settings_and_owners") == {
+        "servers": [f"nats://{jetstream.host}:{jetstream.port}"], "stream": "EVENTS", "owners": [OWNER_A]}
