@@ -209,13 +209,15 @@ def test_connection_secrets_never_shown_in_ui_or_rest_api(api_server):
                 edit = page.get_by_role("dialog")
                 edit.locator("input[name=connection_id]").wait_for()
                 edit.get_by_role("button", name="Extra Fields", exact=True).click()
+                edit.locator(f"#element_{NKEY_SEED_EXTRA}").wait_for(state="visible")
+                shot(page, "reopened-extra-fields")
                 edit.get_by_role("button", name="Extra Fields JSON").click()
                 edit.locator(".view-lines").wait_for()
                 edit.get_by_text('"servers"').wait_for()
                 return edit
 
             edit = reopen()
-            shot(page, "reopened")
+            shot(page, "reopened-extra-fields-json")
             assert edit.locator("input[name=connection_id]").input_value() == CONN_ID
             values = {name: edit.locator(f"[name={name}]").input_value()
                       for name in ("login", "password", "element_servers", "element_token",
