@@ -3,7 +3,10 @@
 Registered through the ``apache_airflow_provider`` entry point in ``setup.cfg``. Airflow checks
 that ``package-name`` equals the installed distribution name. The connection fields are declared
 the Airflow 3.2+ way (``conn-fields``, secrets with ``format: password``); the hook keeps
-``get_connection_form_widgets``/``get_ui_field_behaviour`` for older Airflow.
+``get_connection_form_widgets``/``get_ui_field_behaviour`` for older Airflow. ``format: password``
+only masks the input box: the UI and the REST API redact an extra's value only when its name
+contains a word of Airflow's ``DEFAULT_SENSITIVE_FIELDS`` (``token``, ``secret``, ...), so every
+secret extra here has such a name (``token``, ``nkey_seed_secret``).
 Source: Airflow docs, "Community Providers > How to create your own provider" and
 ``provider_info.schema.json``.
 """
@@ -16,6 +19,9 @@ from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
 
 HOOK_CLASS = "airflow_provider_plgd.hooks.jetstream.JetStreamHook"
 CONN_TYPE = "plgd_jetstream"
+#: Extra that holds the NKEY user seed. Airflow redacts extras whose name contains a sensitive word
+#: (``secret``, ``token``, ``password``, ...); the former name ``nkey_seed`` matches none of them.
+NKEY_SEED_EXTRA = "nkey_seed_secret"
 
 
 def _string_field(label: str, description: str, *, secret: bool = False, default: Any = None) -> dict:
@@ -31,11 +37,14 @@ def _string_field(label: str, description: str, *, secret: bool = False, default
 CONN_FIELDS: dict[str, dict] = {
     "servers": _string_field(
         "Servers",
-        "Comma-separated nats:// or tls:// URLs. Overrides Host/Port when set.",
+        "Comma-separated nats://, tls://, ws:// or wss:// URLs without credentials (use Login/Password "
+        "and Token). Overrides Host/Port when set.",
     ),
     "stream": _string_field("Stream", "JetStream stream that holds plgd events.", default="EVENTS"),
     "token": _string_field("Token", "NATS authentication token.", secret=True),
-    "nkey_seed": _string_field("NKEY seed", "NKEY seed (starts with SU).", secret=True),
+    # The extra's name must contain a word Airflow treats as sensitive ("secret"): the UI and the
+    # REST API redact extras by key name only (``should_hide_value_for_key``), not by ``format``.
+    NKEY_SEED_EXTRA: _string_field("NKEY seed", "NKEY user seed (starts with SU).", secret=True),
     "creds_file": _string_field("Credentials file", "Path to a NATS .creds file (JWT + NKEY seed)."),
     "tls_ca": _string_field("TLS CA file", "Path to the CA certificate (PEM) that signed the server's cert."),
     "tls_cert": _string_field("TLS client certificate", "Path to the client certificate (PEM)."),

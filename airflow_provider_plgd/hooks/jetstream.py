@@ -48,7 +48,7 @@ from airflow_provider_plgd.exceptions import (
     JetStreamTimeoutError,
     StreamNotFoundError,
 )
-from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, NKEY_SEED_EXTRA, UI_FIELD_BEHAVIOUR
 
 __all__ = [
     "JetStreamAPIError",
@@ -88,6 +88,9 @@ _ERR_STREAM_NOT_FOUND = 10059
 _ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
 _EXTRA_PREFIX = f"extra__{CONN_TYPE}__"
 _SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
+#: Former name of the ``nkey_seed_secret`` extra: still read, but Airflow's UI and REST API show it
+#: in clear text (its name contains no word Airflow treats as sensitive).
+_LEGACY_NKEY_SEED_EXTRA = "nkey_seed"
 
 
 class StreamMessage(NamedTuple):
@@ -111,9 +114,10 @@ class StreamMessage(NamedTuple):
 class JetStreamSettings:
     """What the hook needs from an Airflow connection of type ``plgd_jetstream``.
 
-    Secrets (password, token, nkey_seed, and any ``user:password@`` in ``servers``) are not in
-    ``repr``; use :meth:`safe_servers` for messages and logs and :meth:`secret_values` to register
-    the secrets with Airflow's log masker.
+    Secrets (password, token, nkey_seed) are not in ``repr``; use :meth:`safe_servers` for
+    messages and logs and :meth:`secret_values` to register the secrets with Airflow's log masker.
+    :func:`settings_from_connection` refuses credentials inside server URLs; settings built by hand
+    may still carry them, so both methods handle them.
     """
 
     servers: tuple[str, ...]
@@ -167,8 +171,9 @@ def _strip_userinfo(url: str) -> str:
 def _mask_settings_secrets(s: JetStreamSettings) -> None:
     """Register the connection's secrets with Airflow's secrets masker (task logs show ``***``).
 
-    Airflow masks the password and extras named like a secret (``token``) itself, but not
-    ``nkey_seed`` nor passwords inside server URLs. Airflow does not mask values shorter than
+    Airflow masks the password and extras named like a secret (``token``, ``nkey_seed_secret``)
+    itself when it reads a connection, but not the former ``nkey_seed`` extra; the hook registers
+    every secret it uses, whatever the extra's name. Airflow does not mask values shorter than
     ``[logging] min_length_masked_secret`` (default 5 characters). On Airflow 3 the Task SDK's
     ``mask_secret`` also tells the supervisor process.
     """
@@ -218,8 +223,10 @@ def _tls_guarded_client(require_tls: bool) -> Any:
     nats-py upgrades to TLS only when the server's INFO says ``tls_required`` (nats-py 2.x
     ``Client._process_connect_init``), even for a ``tls://`` URL with a TLS context: a server
     without TLS, or anyone in between who rewrites the clear-text INFO line, would get the
-    CONNECT command with user/password/token in clear text. ``_connect_command`` runs after the
-    upgrade step and just before CONNECT is written, so the check there sends nothing.
+    CONNECT command with user/password/token in clear text. A ``ws://`` connection is never
+    upgraded (nats-py 2.x skips the upgrade for the ``ws`` scheme; TLS on websockets is ``wss://``
+    from the first byte), so with ``require_tls`` it is always refused. ``_connect_command`` runs
+    after the upgrade step and just before CONNECT is written, so the check there sends nothing.
 
     The client also decodes a message subject that is not valid UTF-8 with U+FFFD in place of
     each invalid byte (:data:`NON_UTF8_REPLACEMENT`; what the server's own JSON API shows for
@@ -238,6 +245,11 @@ def _tls_guarded_client(require_tls: bool) -> Any:
 
             def _connect_command(self) -> bytes:
                 scheme = self._current_server.uri.scheme if self._current_server is not None else ""
+                if self.plgd_require_tls and scheme == "ws":
+                    raise TlsDowngradeError(
+                        "TLS is configured but this server is a plain websocket (ws://), which nats-py never "
+                        "switches to TLS: refusing to send credentials in clear text; use wss://"
+                    )
                 if self.plgd_require_tls and scheme in ("nats", "tls") and not (
                     self._server_info.get("tls_required") or self.options.get("tls_handshake_first")
                 ):
@@ -275,7 +287,7 @@ def _check_user_seed(seed: str, conn_id: str) -> None:
             ok = False
     if not ok:
         raise JetStreamAuthError(
-            f"connection {conn_id!r}: 'nkey_seed' is not a valid NKEY user seed (expected the 58-character "
+            f"connection {conn_id!r}: {NKEY_SEED_EXTRA!r} is not a valid NKEY user seed (expected the 58-character "
             "seed starting with 'SU' that nsc or 'nk -gen user' prints); the value is not shown"
         )
 
@@ -321,25 +333,35 @@ def _extra(extras: dict[str, Any], name: str) -> Any:
     return None
 
 
-def _normalize_server(value: str, *, tls: bool) -> str:
+def _normalize_server(value: str, *, tls: bool, conn_id: str | None = None) -> str:
+    """One server URL with its scheme (``tls://`` when ``tls``, else ``nats://``, for a bare
+    ``host:port``) and, for ``nats``/``tls``, the default port 4222.
+
+    :raises ValueError: credentials in the URL (``user:password@`` or ``token@``: Airflow shows the
+        Host field and the ``servers`` extra in clear text in its UI and REST API), an unknown
+        scheme, no host or a non-numeric port. The message never shows the part before ``@``.
+    """
     value = value.strip()
     if "://" not in value:
         value = f"{'tls' if tls else 'nats'}://{value}"
     parts = urlsplit(value)
     after_scheme = value.split("://", 1)[1]
+    where = f"connection {conn_id!r}: " if conn_id else ""
+    if "@" in after_scheme:
+        raise ValueError(
+            f"{where}server URL {_strip_userinfo(value)!r} carries credentials before '@' (not shown); "
+            "Airflow shows the Host field and the 'servers' extra in clear text in its UI and REST API, so "
+            "put the user and password in the connection's Login/Password fields (a token in the 'token' "
+            "extra) and list the server without them"
+        )
     try:
         port = parts.port  # ValueError for a non-numeric port
     except ValueError:
         port = -1
-    if "@" in after_scheme and "@" not in parts.netloc:
-        # '/', '?' or '#' inside user:password cut the URL early: the "host" is part of a secret
-        raise ValueError(
-            f"invalid NATS server URL {_strip_userinfo(value)!r} (credentials not shown): a user or password in a "
-            "server URL cannot contain '/', '?', '#' or '@'; use the connection's Login/Password fields instead"
-        )
     if parts.scheme not in _SERVER_SCHEMES or not parts.hostname or port == -1:
         raise ValueError(
-            f"invalid NATS server URL {_strip_userinfo(value)!r}: expected nats://host:port or tls://host:port"
+            f"{where}invalid NATS server URL {value!r}: expected nats://host:port, tls://host:port, "
+            "ws://host:port or wss://host:port"
         )
     if port is None and parts.scheme in ("nats", "tls"):
         value = urlunsplit(parts._replace(netloc=f"{parts.netloc}:{DEFAULT_PORT}"))
@@ -351,34 +373,61 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
 
     Servers: extra ``servers`` (comma-separated URLs) else ``host``/``port`` (default 4222; scheme
     ``tls://`` when a TLS extra is set). Credentials: login/password, extras ``token``,
-    ``nkey_seed``, ``creds_file``; TLS extras ``tls_ca``, ``tls_cert``, ``tls_key``; ``stream``
+    ``nkey_seed_secret`` (former name ``nkey_seed``, still read, with a warning: Airflow shows it in
+    clear text), ``creds_file``; TLS extras ``tls_ca``, ``tls_cert``, ``tls_key``; ``stream``
     (default ``EVENTS``, overridden by the ``stream`` argument); ``storage_root``.
 
-    :raises ValueError: no servers, a malformed URL (the message never shows its user/password),
-        ``tls_key`` without ``tls_cert``, both ``nkey_seed`` and ``creds_file``, or an invalid
-        stream name (:func:`check_stream_name`).
+    :raises ValueError: no servers; a malformed URL or one with credentials (``user:password@``,
+        ``token@``: Airflow would show them; the message never does); a plain ``ws://`` server while
+        TLS is configured (``tls_ca``/``tls_cert`` or a ``tls://``/``wss://`` server); ``tls_key``
+        without ``tls_cert``; two NKEY seeds or a seed and ``creds_file``; an invalid stream name
+        (:func:`check_stream_name`).
     """
+    conn_id = conn.conn_id
     extras = dict(getattr(conn, "extra_dejson", None) or {})
     tls_ca, tls_cert, tls_key = (_extra(extras, k) for k in ("tls_ca", "tls_cert", "tls_key"))
     use_tls = bool(tls_ca or tls_cert)
     raw_servers = _extra(extras, "servers")
     if raw_servers:
         items = raw_servers if isinstance(raw_servers, (list, tuple)) else str(raw_servers).split(",")
-        servers = tuple(_normalize_server(s, tls=use_tls) for s in items if str(s).strip())
+        servers = tuple(_normalize_server(s, tls=use_tls, conn_id=conn_id) for s in items if str(s).strip())
     elif conn.host:
         host = conn.host if "://" in conn.host else f"{conn.host}:{conn.port or DEFAULT_PORT}"
-        servers = (_normalize_server(host, tls=use_tls),)
+        servers = (_normalize_server(host, tls=use_tls, conn_id=conn_id),)
     else:
         servers = ()
     if not servers:
         raise ValueError(
-            f"connection {conn.conn_id!r} has neither a host nor a 'servers' extra; expected e.g. host 127.0.0.1"
+            f"connection {conn_id!r} has neither a host nor a 'servers' extra; expected e.g. host 127.0.0.1"
+        )
+    schemes = [urlsplit(u).scheme for u in servers]
+    if "ws" in schemes and (use_tls or "tls" in schemes or "wss" in schemes):
+        plain = ", ".join(u for u, scheme in zip(servers, schemes) if scheme == "ws")
+        raise ValueError(
+            f"connection {conn_id!r}: server {plain} is a plain websocket (ws://) but TLS is configured "
+            "(tls_ca/tls_cert or a tls:// / wss:// server); nats-py never switches a ws:// connection to TLS, "
+            "so the credentials would travel in clear text: use wss:// (or remove the TLS settings)"
         )
     if tls_key and not tls_cert:
-        raise ValueError(f"connection {conn.conn_id!r}: 'tls_key' is set but 'tls_cert' is not; set both or neither")
-    nkey_seed, creds_file = _extra(extras, "nkey_seed"), _extra(extras, "creds_file")
+        raise ValueError(f"connection {conn_id!r}: 'tls_key' is set but 'tls_cert' is not; set both or neither")
+    nkey_seed, legacy_seed = _extra(extras, NKEY_SEED_EXTRA), _extra(extras, _LEGACY_NKEY_SEED_EXTRA)
+    if nkey_seed and legacy_seed:
+        raise ValueError(
+            f"connection {conn_id!r}: set the NKEY seed once, in {NKEY_SEED_EXTRA!r}, and remove "
+            f"{_LEGACY_NKEY_SEED_EXTRA!r} (Airflow shows that one in clear text)"
+        )
+    if legacy_seed:
+        _log.warning(
+            "Connection %r holds the NKEY seed in the extra %r, which the Airflow UI and REST API show in "
+            "clear text (its name contains no word Airflow treats as sensitive); rename the extra to %r",
+            conn_id,
+            _LEGACY_NKEY_SEED_EXTRA,
+            NKEY_SEED_EXTRA,
+        )
+        nkey_seed = legacy_seed
+    creds_file = _extra(extras, "creds_file")
     if nkey_seed and creds_file:
-        raise ValueError(f"connection {conn.conn_id!r}: set either 'nkey_seed' or 'creds_file', not both")
+        raise ValueError(f"connection {conn_id!r}: set either {NKEY_SEED_EXTRA!r} or 'creds_file', not both")
     return JetStreamSettings(
         servers=servers,
         stream=check_stream_name(stream or _extra(extras, "stream") or DEFAULT_STREAM),
@@ -634,7 +683,8 @@ class JetStreamHook(BaseHook):
                 import nkeys  # noqa: F401  (nats-py needs it for NKEY/JWT auth)
             except ImportError:
                 raise JetStreamAuthError(
-                    "'nkey_seed'/'creds_file' authentication needs the 'nkeys' package: pip install 'nats-py[nkeys]'"
+                    f"{NKEY_SEED_EXTRA!r}/'creds_file' authentication needs the 'nkeys' package: "
+                    "pip install 'nats-py[nkeys]'"
                 ) from None
             if s.creds_file:
                 _check_creds_file(s.creds_file, self.jetstream_conn_id)
@@ -666,8 +716,10 @@ class JetStreamHook(BaseHook):
 
         :raises JetStreamConnectionError: no server reachable (names the servers), TLS failure
             (certificate not trusted: check ``tls_ca``; server requires a client certificate:
-            set ``tls_cert``/``tls_key``; TLS required but not configured).
-        :raises JetStreamAuthError: credentials rejected or unusable (malformed ``nkey_seed``,
+            set ``tls_cert``/``tls_key``; TLS required but not configured; TLS configured but the
+            server does not switch to TLS, or is a plain ``ws://`` websocket: refused before
+            CONNECT is sent).
+        :raises JetStreamAuthError: credentials rejected or unusable (malformed ``nkey_seed_secret``,
             unreadable or malformed ``creds_file``); the message never contains a secret.
         """
         import nats.errors
@@ -684,7 +736,8 @@ class JetStreamHook(BaseHook):
                 seen.append(exc)
                 _log.debug("nats client error: %s", exc)
 
-            require_tls = "tls" in opts and urlsplit(url).scheme in ("nats", "tls")
+            # wss:// is TLS from the first byte; nats://, tls:// and ws:// need the guard
+            require_tls = "tls" in opts and urlsplit(url).scheme in ("nats", "tls", "ws")
             client = _tls_guarded_client(require_tls)
             try:
                 # nats-py keeps retrying a refused server unless max_reconnect_attempts > 0:
@@ -717,7 +770,7 @@ class JetStreamHook(BaseHook):
                 if "authorization" in text.lower() or "authentication" in text.lower():
                     raise JetStreamAuthError(
                         f"authentication to NATS {_strip_userinfo(url)} failed (server said {text!r}); "
-                        "check login/password, token, nkey_seed or creds_file"
+                        f"check login/password, token, {NKEY_SEED_EXTRA} or creds_file"
                     ) from None
                 errors.append(f"{_strip_userinfo(url)}: {text or type(exc).__name__}")
             except TlsDowngradeError as exc:

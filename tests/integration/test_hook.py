@@ -511,10 +511,10 @@ def test_settings_from_connection():
     s = settings_from_connection(conn)
     assert s.servers == ("tls://nats.example:4222",) and s.stream == "EVENTS"
     assert s.safe_servers() == "tls://nats.example:4222"
-    assert settings_from_connection(
-        SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
-                        extra_dejson={"servers": "nats://u:secret@h:1"})
-    ).safe_servers() == "nats://h:1"
+    with pytest.raises(ValueError, match="server URL 'nats://h:1' carries credentials") as err:
+        settings_from_connection(SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
+                                                 extra_dejson={"servers": "nats://u:secret@h:1"}))
+    assert "secret" not in str(err.value)
     with pytest.raises(ValueError, match="neither a host nor a 'servers' extra"):
         settings_from_connection(SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
                                                  extra_dejson={}))

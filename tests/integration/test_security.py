@@ -152,7 +152,7 @@ def test_mtls_with_user_password_and_nkey_works(tls_server, pki, nkey_user, monk
     assert ok and message.startswith(f"Connected to tls://127.0.0.1:{tls_server.port}; stream EVENTS")
     # extra servers + NKEY seed (prefixed extra names as the Airflow < 3.2 form stores them)
     set_conn(monkeypatch, extra={"extra__plgd_jetstream__servers": tls_server.url,
-                                 "extra__plgd_jetstream__nkey_seed": nkey_user["seed"],
+                                 "extra__plgd_jetstream__nkey_seed_secret": nkey_user["seed"],
                                  **{f"extra__plgd_jetstream__{k}": v for k, v in tls.items()}})
     round_trip(JetStreamHook())
     no_leak(PASSWORD, nkey_user["seed"])
@@ -167,32 +167,29 @@ def test_wrong_password_fails_with_auth_error_without_secret(tls_server, pki, mo
     no_leak("wrong-Zx81Qp", PASSWORD)
 
 
-def test_password_in_server_url_is_never_shown(tls_server, pki, monkeypatch, no_leak):
+def test_password_in_server_url_is_refused_and_never_shown(tls_server, pki, monkeypatch, no_leak):
+    """Airflow shows the Host field and the ``servers`` extra in clear text in its UI and REST API,
+    so credentials inside a server URL are refused (before any connection), the message pointing
+    to Login/Password; the same user and password in those fields work."""
     files = pki["good"]
     tls = {"tls_ca": files.ca, "tls_cert": files.client_cert, "tls_key": files.client_key}
-    # user:password inside the servers URL works, and is shown nowhere
-    set_conn(monkeypatch, extra={"servers": f"tls://etl:{PASSWORD}@127.0.0.1:{tls_server.port}", **tls})
-    hook = JetStreamHook()
-    assert hook.get_settings().safe_servers() == f"tls://127.0.0.1:{tls_server.port}"
-    assert PASSWORD not in repr(hook.get_settings())
-    round_trip(hook)
-    set_conn(monkeypatch, extra={"servers": f"tls://etl:wrong-Zx81Qp@127.0.0.1:{tls_server.port}", **tls})
-    err = expect_error(JetStreamAuthError, "wrong-Zx81Qp", match=f"tls://127.0.0.1:{tls_server.port}")
-    # a password with URL delimiters: only the part after the last '@' may ever be shown
-    for url in (f"tls://etl:Xq7v/Lm#9w@127.0.0.1:{tls_server.port}", "tls://etl:Rt5k?Kp2j@127.0.0.1:x"):
+    for url in (f"tls://etl:{PASSWORD}@127.0.0.1:{tls_server.port}", f"tls://etl:Xq7v/Lm#9w@127.0.0.1:{tls_server.port}",
+                "tls://etl:Rt5k?Kp2j@127.0.0.1:x", f"tls://{TOKEN}@127.0.0.1:{tls_server.port}"):
         set_conn(monkeypatch, extra={"servers": url, **tls})
         with pytest.raises(ValueError) as info:
             JetStreamHook().get_settings()
-        for part in ("Xq7v", "Lm#9w", "Rt5k", "Kp2j"):
+        for part in (PASSWORD, TOKEN, "etl", "Xq7v", "Lm#9w", "Rt5k", "Kp2j"):
             assert part not in str(info.value)
-        assert "invalid NATS server URL 'tls://127.0.0.1:" in str(info.value)
-    no_leak(PASSWORD, "wrong-Zx81Qp", "Xq7v", "Lm#9w", "Rt5k", "Kp2j")
+        assert "server URL 'tls://127.0.0.1:" in str(info.value) and "Login/Password" in str(info.value)
+    set_conn(monkeypatch, login="etl", password=PASSWORD, extra={"servers": tls_server.url, **tls})
+    round_trip(JetStreamHook())
+    no_leak(PASSWORD, TOKEN, "Xq7v", "Lm#9w", "Rt5k", "Kp2j")
 
 
 def test_unknown_nkey_fails_with_auth_error_without_seed(tls_server, pki, monkeypatch, no_leak):
     files = pki["good"]
     stranger, _public = new_nkey("user")
-    set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed": stranger, "tls_ca": files.ca,
+    set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed_secret": stranger, "tls_ca": files.ca,
                                  "tls_cert": files.client_cert, "tls_key": files.client_key})
     expect_error(JetStreamAuthError, stranger, match="authentication to NATS")
     no_leak(stranger)
@@ -205,8 +202,8 @@ def test_unknown_nkey_fails_with_auth_error_without_seed(tls_server, pki, monkey
 ])
 def test_malformed_nkey_seed_fails_before_connecting_without_seed(tls_server, pki, monkeypatch, seed, no_leak):
     files = pki["good"]
-    set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed": seed, "tls_ca": files.ca})
-    expect_error(JetStreamAuthError, seed, match="'nkey_seed' is not a valid NKEY user seed")
+    set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed_secret": seed, "tls_ca": files.ca})
+    expect_error(JetStreamAuthError, seed, match="'nkey_seed_secret' is not a valid NKEY user seed")
     no_leak(seed)
 
 
@@ -289,9 +286,14 @@ def test_missing_or_malformed_creds_file_fails_fast_naming_the_path(operator_ser
 def test_settings_repr_and_errors_hold_no_secret():
     from types import SimpleNamespace
 
-    conn = SimpleNamespace(conn_id="c", host="nats://u:url-pw-123@h", port=None, login="u", password="pw-123456",
-                           extra_dejson={"token": "tok-123456", "nkey_seed": "SUseed123456"})
-    settings = settings_from_connection(conn)
+    from airflow_provider_plgd.hooks.jetstream import JetStreamSettings
+
+    conn = SimpleNamespace(conn_id="c", host="nats://h", port=None, login="u", password="pw-123456",
+                           extra_dejson={"token": "tok-123456", "nkey_seed_secret": "SUseed123456"})
+    base = settings_from_connection(conn)
+    # settings built by hand may still carry a URL password: repr and secret_values handle it
+    settings = JetStreamSettings(**{**{k: getattr(base, k) for k in base.__dataclass_fields__},
+                                    "servers": ("nats://u:url-pw-123@h:4222",)})
     text = repr(settings)
     for secret in ("url-pw-123", "pw-123456", "tok-123456", "SUseed123456"):
         assert secret not in text
@@ -301,6 +303,9 @@ def test_settings_repr_and_errors_hold_no_secret():
         settings_from_connection(SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
                                                  extra_dejson={"servers": "nats://u:p/w-secret@h:x"}))
     assert "w-secret" not in str(info.value)
+    with pytest.raises(ValueError) as info:
+        settings_from_connection(SimpleNamespace(**{**vars(conn), "host": "nats://u:url-pw-123@h"}))
+    assert "url-pw-123" not in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,6 +383,104 @@ def test_tls_client_refuses_a_server_that_does_not_switch_to_tls(pki, monkeypatc
 
 
 # ---------------------------------------------------------------------------------------------
+# websocket servers (ws://, wss://): nats-py's aiohttp transport, and no credentials over plain ws
+# when TLS is configured
+
+
+def websocket_server(listen_port: int, pki_files=None) -> NatsServer:
+    """A nats-server with user/password auth, its client port plain, and a websocket listener on
+    ``listen_port``: plain (``no_tls``) without ``pki_files``, TLS with them. ``-DV`` logs every
+    websocket client and every protocol line (``CONNECT``) into its log."""
+    if pki_files is None:
+        ws_tls = "  no_tls: true\n"
+    else:
+        ws_tls = (f"  tls {{\n    cert_file: {json.dumps(pki_files.server_cert)}\n"
+                  f"    key_file: {json.dumps(pki_files.server_key)}\n  }}\n")
+    config = (f'websocket {{\n  listen: "127.0.0.1:{listen_port}"\n{ws_tls}}}\n'
+              f'authorization {{ users = [ {{user: "etl", password: "{PASSWORD}"}} ] }}\n')
+    return NatsServer(config=config, extra_args=("-DV",))
+
+
+def ws_connects(server: NatsServer) -> list[str]:
+    """The ``CONNECT`` protocol lines the server traced from websocket clients (``wid:``)."""
+    return [line for line in server.log_path.read_text(errors="replace").splitlines()
+            if "wid:" in line and "<<- [CONNECT" in line]
+
+
+def test_ws_and_wss_servers_work_with_the_providers_dependencies(pki, monkeypatch, no_leak):
+    """``ws://`` and ``wss://`` need nats-py's aiohttp transport ("Could not import aiohttp
+    transport" without it): publish and read back over a plain and a TLS websocket listener."""
+    from airflow_provider_plgd.testing.nats_server import free_port
+
+    files = pki["good"]
+    for scheme, tls_files in (("ws", None), ("wss", files)):
+        port = free_port()
+        with websocket_server(port, tls_files) as server:
+            recreate_stream(server.url, SMALL_STREAM, user="etl", password=PASSWORD)
+            extra = {"servers": f"{scheme}://127.0.0.1:{port}"}
+            if tls_files:
+                extra["tls_ca"] = files.ca
+            set_conn(monkeypatch, login="etl", password=PASSWORD, extra=extra)
+            hook = JetStreamHook()
+            round_trip(hook)
+            ok, message = hook.test_connection()
+            assert ok and message.startswith(f"Connected to {scheme}://127.0.0.1:{port}; stream EVENTS"), message
+            assert len(ws_connects(server)) >= 2  # the traffic did go through the websocket listener
+    no_leak(PASSWORD)
+
+
+def test_ws_server_with_tls_settings_is_refused_before_connect(pki, monkeypatch, no_leak):
+    """With ``tls_*`` extras (or a ``tls://``/``wss://`` server) a ``ws://`` server would get
+    CONNECT with the user and password in clear text (nats-py never upgrades ``ws://``): the
+    connection is refused when it is read, and the guard inside the handshake refuses too."""
+    import nats.errors
+
+    from airflow_provider_plgd.hooks.jetstream import _tls_guarded_client
+    from airflow_provider_plgd.testing.nats_server import free_port
+
+    files = pki["good"]
+    port = free_port()
+    with websocket_server(port) as server:
+        url = f"ws://127.0.0.1:{port}"
+        for extra in ({"tls_ca": files.ca, "tls_cert": files.client_cert, "tls_key": files.client_key},
+                      {"tls_ca": files.ca}):
+            set_conn(monkeypatch, login="etl", password=PASSWORD, extra={"servers": url, **extra})
+            with pytest.raises(ValueError) as info:
+                JetStreamHook().stream_info()
+            assert f"server {url} is a plain websocket (ws://) but TLS is configured" in str(info.value)
+            assert "use wss://" in str(info.value) and PASSWORD not in str(info.value)
+        assert ws_connects(server) == []
+
+        # the guard in the handshake (defense in depth, for settings built any other way)
+        async def connect(require_tls: bool) -> list[BaseException]:
+            seen: list[BaseException] = []
+
+            async def error_cb(exc: BaseException) -> None:
+                seen.append(exc)
+
+            client = _tls_guarded_client(require_tls)
+            try:
+                await client.connect(servers=[url], user="etl", password=PASSWORD, allow_reconnect=False,
+                                     max_reconnect_attempts=1, reconnect_time_wait=0.05, connect_timeout=5,
+                                     error_cb=error_cb, tls=client_tls(files) if require_tls else None)
+            except (nats.errors.NoServersError, ConnectionError) as exc:
+                seen.append(exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.close(), 2.0)
+            return seen
+
+        seen = asyncio.run(connect(require_tls=True))
+        assert any("refusing to send credentials in clear text; use wss://" in str(e) for e in seen), seen
+        assert ws_connects(server) == []
+        assert "wid:" in server.log_path.read_text(errors="replace")  # the websocket client did reach it
+        # control: the same client without the TLS requirement sends CONNECT (so the checks above mean something)
+        assert asyncio.run(connect(require_tls=False)) == []
+        assert len(ws_connects(server)) == 1
+    no_leak(PASSWORD)
+
+
+# ---------------------------------------------------------------------------------------------
 # Airflow: secrets masked in task logs (a real DAG run with dag.test())
 
 MASK_DAG = """
@@ -395,7 +498,6 @@ with DAG("plgd_test_secrets_masked", schedule=None, catchup=False) as dag:
         hook.log.info("LOGGED password=%s", conn.password)
         hook.log.info("LOGGED token=%s", settings.token)
         hook.log.info("LOGGED nkey_seed=%s", settings.nkey_seed)
-        hook.log.info("LOGGED url=%s", settings.servers[0])
         hook.log.info("LOGGED extras=%s", conn.extra_dejson)
         return hook.stream_info()["state"]["messages"]
 
@@ -426,15 +528,14 @@ def test_connection_secrets_are_masked_in_airflow_task_logs(nkey_user, dags_fold
 
     from airflow_provider_plgd import staging
 
-    url_password = "urlpw-Vn38Ke"
     seed = nkey_user["seed"]
-    # An NKEY server: it authenticates by the seed and ignores the password, URL password and
-    # token the client also sends -- so one connection carries every kind of secret.
+    # An NKEY server: it authenticates by the seed and ignores the password and token the client
+    # also sends -- so one connection carries every kind of secret.
     with NatsServer(config=f'authorization {{ users = [ {{nkey: "{nkey_user["public"]}"}} ] }}\n') as server:
         recreate_stream(server.url, SMALL_STREAM, nkeys_seed_str=seed)
         set_conn(monkeypatch, login="etl", password=PASSWORD, extra={
-            "servers": f"nats://etl:{url_password}@127.0.0.1:{server.port}",
-            "token": TOKEN, "nkey_seed": seed, "stream": "EVENTS"})
+            "servers": f"nats://127.0.0.1:{server.port}",
+            "token": TOKEN, "nkey_seed_secret": seed, "stream": "EVENTS"})
         JetStreamHook().publish(SUBJECT, b"x")
         root = tmp_path / "root"
         path = dags_folder / "plgd_test_secrets_masked.py"
@@ -449,31 +550,36 @@ def test_connection_secrets_are_masked_in_airflow_task_logs(nkey_user, dags_fold
     # the careless lines ran and were masked, and the fetch task (which logs too) committed the batch
     for label in ("password", "token", "nkey_seed"):
         assert f"LOGGED {label}=***" in text
-    assert "LOGGED url=nats://etl:***@127.0.0.1" in text
     assert "Reading plgd.owners." in text  # the hook's own log lines are in the output as well
-    for secret in (PASSWORD, TOKEN, seed, url_password):
+    for secret in (PASSWORD, TOKEN, seed):
         assert secret not in text
     manifests = staging.list_committed(str(root), "EVENTS")
     assert [m["count"] for m in manifests] == [1] and manifests[0]["owner_id"] == OWNER
 
 
 def test_hook_masks_the_secrets_airflow_alone_does_not(monkeypatch):
-    """Airflow masks the password and the ``token`` extra when a connection is read, not
-    ``nkey_seed`` nor a password inside the ``servers`` URL; the hook registers those too."""
+    """Airflow masks the password and extras with a sensitive name (``token``,
+    ``nkey_seed_secret``) when a connection is read, not the former ``nkey_seed`` extra; the hook
+    registers that one too."""
     from airflow.sdk import BaseHook
     from airflow.sdk.log import redact
 
     tag = os.urandom(4).hex()  # fresh values: the masker is process-global
-    password, token, url_password = f"pw-{tag}-a", f"tok-{tag}-b", f"urlpw-{tag}-c"
+    password, token = f"pw-{tag}-a", f"tok-{tag}-b"
     seed, _public = new_nkey("user")
     set_conn(monkeypatch, login="etl", password=password, extra={
-        "servers": f"nats://etl:{url_password}@127.0.0.1:4222", "token": token, "nkey_seed": seed})
-    line = f"{password} {token} {seed} {url_password}"
+        "servers": "nats://127.0.0.1:4222", "token": token, "nkey_seed_secret": seed})
     conn = BaseHook.get_connection("plgd_jetstream_default")
-    assert conn.extra_dejson["nkey_seed"] == seed
-    assert redact(line) == f"*** *** {seed} {url_password}"  # Airflow alone
+    assert conn.extra_dejson["nkey_seed_secret"] == seed
+    assert redact(f"{password} {token} {seed}") == "*** *** ***"  # Airflow alone, with the current names
+    old_seed, _public = new_nkey("user")
+    set_conn(monkeypatch, login="etl", password=password, extra={"servers": "nats://127.0.0.1:4222",
+                                                                "nkey_seed": old_seed})
+    conn = BaseHook.get_connection("plgd_jetstream_default")
+    assert conn.extra_dejson["nkey_seed"] == old_seed
+    assert redact(old_seed) == old_seed  # Airflow alone: the former name is not sensitive
     JetStreamHook().get_settings()
-    assert redact(line) == "*** *** *** ***"  # after the hook read the connection
+    assert redact(old_seed) == "***"  # after the hook read the connection
 
 
 # ---------------------------------------------------------------------------------------------

@@ -244,3 +244,122 @@ def test_valid_values_still_build_the_documented_layout(tmp_path):
     assert folder == f"{root}/staging/EVENTS/owner_id={OWNER}/event_type=devicesregistered/" \
                      "interval=seq-000000000001-000000000002"
     assert os.path.commonpath([folder, str(root)]) == str(root)
+
+
+# ---------------------------------------------------------------------------------------------
+# connection secrets: names Airflow redacts, no credentials in server URLs, no ws:// under TLS
+# (security issue #14; the browser test tests/integration/test_connection_ui.py shows the UI side)
+
+URL_SECRET = "urlpw-Qm7Tz41"
+
+
+def conn_of(**fields):
+    base = {"conn_id": "c", "host": None, "port": None, "login": None, "password": None, "extra_dejson": {}}
+    return SimpleNamespace(**{**base, **fields})
+
+
+def _should_hide():
+    try:  # Airflow 3
+        from airflow._shared.secrets_masker import should_hide_value_for_key
+    except ImportError:  # Airflow 2.11
+        from airflow.utils.log.secrets_masker import should_hide_value_for_key
+    return should_hide_value_for_key
+
+
+def test_every_secret_extra_has_a_name_airflow_redacts():
+    """Airflow's UI and REST API redact an extra only by its name (``should_hide_value_for_key``:
+    a word of ``DEFAULT_SENSITIVE_FIELDS`` inside the name), never by the field's
+    ``format: password``. Every secret field of ``conn-fields`` -- plain, and with the
+    ``extra__plgd_jetstream__`` prefix of the Airflow < 3.2 form -- must be such a name."""
+    from airflow_provider_plgd.get_provider_info import CONN_FIELDS, NKEY_SEED_EXTRA
+
+    should_hide = _should_hide()
+    secret = sorted(n for n, spec in CONN_FIELDS.items() if spec["schema"].get("format") == "password")
+    assert secret == sorted(["token", NKEY_SEED_EXTRA])
+    for name in secret:
+        assert should_hide(name) and should_hide(f"extra__plgd_jetstream__{name}"), name
+    # the paths and the server list stay readable in the UI
+    for name in ("servers", "stream", "creds_file", "tls_ca", "tls_cert", "tls_key", "storage_root"):
+        assert not should_hide(name), name
+
+
+def test_rest_api_response_model_redacts_every_secret_of_the_connection():
+    """The REST API's own serializer (``ConnectionResponse``, what ``GET /api/v2/connections/{id}``
+    and the UI's edit dialog get) applied to a connection filled the documented way."""
+    pytest.importorskip("airflow.api_fastapi.core_api.datamodels.connections")
+    from airflow.api_fastapi.core_api.datamodels.connections import ConnectionResponse
+    from airflow.models import Connection
+
+    from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
+
+    secrets = {"password": "pw-Lk29sQx", "token": "tok-Pq83vNm", "seed": "SUAGJ3XQ" + "A" * 50}
+    conn = Connection(conn_id="plgd_ui", conn_type="plgd_jetstream", login="etl", password=secrets["password"],
+                      extra=json.dumps({"servers": "nats://nats-1:4222", "token": secrets["token"],
+                                        NKEY_SEED_EXTRA: secrets["seed"], "tls_ca": "/etc/plgd/ca.pem"}))
+    body = ConnectionResponse.model_validate(conn).model_dump_json()
+    for value in secrets.values():
+        assert value not in body
+    extra = json.loads(json.loads(body)["extra"])
+    assert extra == {"servers": "nats://nats-1:4222", "token": "***", NKEY_SEED_EXTRA: "***",
+                     "tls_ca": "/etc/plgd/ca.pem"}
+
+
+@pytest.mark.parametrize("url", [
+    f"nats://etl:{URL_SECRET}@127.0.0.1:4222",
+    f"tls://etl:{URL_SECRET}@nats-1",
+    f"ws://etl:{URL_SECRET}@127.0.0.1:8080",
+    f"nats://{URL_SECRET}@127.0.0.1:4222",  # token@host
+    f"nats://etl:{URL_SECRET}/x#y@127.0.0.1:4222",  # URL delimiters inside the password
+    f"etl:{URL_SECRET}@127.0.0.1:4222",  # no scheme
+])
+def test_credentials_inside_a_server_url_are_refused_without_showing_them(url):
+    """Airflow shows the Host field and the ``servers`` extra in clear text (UI, REST API), so a
+    password or token inside a URL would be shown to every UI user: refused, pointing to
+    Login/Password and ``token``; only the part after the last ``@`` is quoted."""
+    from airflow_provider_plgd.hooks.jetstream import settings_from_connection
+
+    for conn in (conn_of(extra_dejson={"servers": f"nats://ok:4222,{url}"}), conn_of(host=url)):
+        with pytest.raises(ValueError) as err:
+            settings_from_connection(conn)
+        text = str(err.value)
+        assert URL_SECRET not in text and "etl" not in text
+        assert "connection 'c': server URL '" in text and "Login/Password" in text and "'token'" in text
+
+
+def test_ws_servers_under_tls_settings_are_refused_and_wss_is_accepted():
+    """nats-py never switches a ``ws://`` connection to TLS: with TLS configured it would send
+    CONNECT (user, password, token) in clear text."""
+    from airflow_provider_plgd.hooks.jetstream import settings_from_connection
+
+    for extra in ({"servers": "ws://127.0.0.1:8080", "tls_ca": "/ca.pem"},
+                  {"servers": "ws://127.0.0.1:8080", "tls_cert": "/c.pem", "tls_key": "/k.pem"},
+                  {"servers": "tls://nats-1:4222,ws://127.0.0.1:8080"},
+                  {"servers": "wss://nats-1:443,ws://127.0.0.1:8080"}):
+        with pytest.raises(ValueError) as err:
+            settings_from_connection(conn_of(extra_dejson=extra))
+        assert "server ws://127.0.0.1:8080 is a plain websocket (ws://) but TLS is configured" in str(err.value)
+        assert "use wss://" in str(err.value)
+    plain = settings_from_connection(conn_of(extra_dejson={"servers": "ws://127.0.0.1:8080"}))
+    assert plain.servers == ("ws://127.0.0.1:8080",)
+    tls = settings_from_connection(conn_of(extra_dejson={"servers": "wss://nats-1:443, wss://nats-2",
+                                                         "tls_ca": "/ca.pem"}))
+    assert tls.servers == ("wss://nats-1:443", "wss://nats-2")
+
+
+def test_former_nkey_seed_extra_is_still_read_with_a_warning(caplog):
+    import logging
+
+    from airflow_provider_plgd.hooks.jetstream import settings_from_connection
+
+    seed = "SUAGJ3XQ" + "B" * 50
+    caplog.set_level(logging.WARNING)
+    for key in ("nkey_seed", "extra__plgd_jetstream__nkey_seed"):
+        settings = settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={key: seed}))
+        assert settings.nkey_seed == seed and seed in settings.secret_values()
+    assert "rename the extra to 'nkey_seed_secret'" in caplog.text and seed not in caplog.text
+    new = settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed_secret": seed}))
+    assert new.nkey_seed == seed
+    with pytest.raises(ValueError, match="set the NKEY seed once, in 'nkey_seed_secret'"):
+        settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed_secret": seed, "nkey_seed": seed}))
+    with pytest.raises(ValueError, match="set either 'nkey_seed_secret' or 'creds_file', not both"):
+        settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed": seed, "creds_file": "/x"}))
