@@ -66,8 +66,8 @@ def postgres_server():
     data directory (session scope, started by the first test that asks for it). Stopped by PID
     and its data directory removed at teardown."""
     server = PostgresServer()
-    server.start()
     try:
+        server.start()
         yield server
     finally:
         server.cleanup()

