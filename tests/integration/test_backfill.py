@@ -1,12 +1,15 @@
 """Scheduled runs, then a backfill of the same intervals, through the real Airflow 3 components.
 
 Simulated plgd hub traffic (three short data intervals) is published into a real nats-server.
-A temporary ``AIRFLOW_HOME`` with a SQLite metadata DB runs the real components as subprocesses
-(``api-server`` for the task Execution API, ``scheduler`` with the ``LocalExecutor``,
-``dag-processor``, ``triggerer``); the scheduler itself creates the three catchup runs of
-``plgd_events_etl`` (``PLGD_ETL_START_DATE`` / ``PLGD_ETL_END_DATE`` bound them to exactly three
-intervals), each with real ``spark-submit`` (``local[2]``). Then every output is read into a
-canonical form, the storage root is wiped, and the same intervals are reprocessed with
+A temporary ``AIRFLOW_HOME`` runs the real components as subprocesses (``api-server`` for the
+task Execution API, ``scheduler`` with the ``LocalExecutor``, ``dag-processor``, ``triggerer``) on
+a fresh PostgreSQL metadata database (a real server that the harness starts: fixture
+``airflow_postgres_db``), as in production: the components and the CLI write concurrently, which
+SQLite (one writer at a time) does not bear on a loaded machine. The scheduler itself creates the
+three catchup runs of ``plgd_events_etl`` (``PLGD_ETL_START_DATE`` / ``PLGD_ETL_END_DATE`` bound
+them to exactly three intervals), each with real ``spark-submit`` (``local[2]``). Then every output
+is read into a canonical form, the storage root is wiped, and the same intervals are reprocessed,
+with the scheduler and the other components running, by
 
     airflow backfill create --dag-id plgd_events_etl --from-date <first interval start>
         --to-date <last interval start> --reprocess-behavior completed --max-active-runs 1
@@ -25,7 +28,6 @@ import os
 import secrets
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -58,16 +60,17 @@ def _free_port() -> int:
 class AirflowStack:
     """The Airflow 3 components of one temporary ``AIRFLOW_HOME``, each in its own process group.
 
-    ``env`` is the environment of every component and CLI call; ``db`` the SQLite file.
+    ``env`` is the environment of every component and CLI call; ``db_url`` the libpq URL of the
+    PostgreSQL metadata database (read by :meth:`query`).
     :meth:`stop` terminates every process group (SIGTERM, then SIGKILL after 20 s).
     """
 
     COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
-    def __init__(self, *, home: Path, env: dict[str, str]) -> None:
+    def __init__(self, *, home: Path, env: dict[str, str], db_url: str) -> None:
         self.home = home
         self.env = env
-        self.db = home / "airflow.db"
+        self.db_url = db_url
         self.procs: dict[str, subprocess.Popen] = {}
 
     def cli(self, *args: str, timeout: float = 180) -> str:
@@ -98,18 +101,6 @@ class AirflowStack:
         path = self.home / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
-    def stop_component(self, name: str, timeout: float = 60) -> None:
-        """SIGTERM one component's process group and wait for it (SIGKILL after ``timeout`` s)."""
-        proc = self.procs.pop(name)
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -129,28 +120,21 @@ class AirflowStack:
                 pass
             proc.wait(timeout=10)
 
-    # -- metadata DB (read-only SQLite queries) ----------------------------------------------------
+    # -- metadata DB (SELECT queries on PostgreSQL, ``%s`` parameters) -----------------------------
     def query(self, sql: str, *params: Any) -> list[tuple]:
-        if not self.db.exists():
-            return []
-        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
-        try:
+        import psycopg
+
+        with psycopg.connect(self.db_url, autocommit=True, connect_timeout=30) as con:
             return con.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:  # tables not created yet, or locked for too long
-            if "no such table" in str(exc) or "locked" in str(exc):
-                return []
-            raise
-        finally:
-            con.close()
 
     def runs(self) -> list[tuple]:
         """``(run_id, state, run_type, logical_date, end_date, backfill_id)`` of the DAG's runs, oldest first."""
         return self.query("SELECT run_id, state, run_type, logical_date, end_date, backfill_id FROM dag_run "
-                          "WHERE dag_id = ? ORDER BY logical_date", DAG_ID)
+                          "WHERE dag_id = %s ORDER BY logical_date", DAG_ID)
 
     def failed_tasks(self) -> list[tuple]:
         return self.query("SELECT run_id, task_id, map_index, state, try_number FROM task_instance "
-                          "WHERE dag_id = ? AND state IN ('failed', 'up_for_retry', 'upstream_failed')", DAG_ID)
+                          "WHERE dag_id = %s AND state IN ('failed', 'up_for_retry', 'upstream_failed')", DAG_ID)
 
     def task_log(self, run_id: str, task_id: str) -> str:
         logs = sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/**/*.log"))
@@ -177,7 +161,8 @@ class AirflowStack:
                     f"{self.log_tail('scheduler')}\ndag-processor:\n{self.log_tail('dag-processor', 30)}")
 
 
-def _airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datetime) -> dict[str, str]:
+def _airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datetime,
+                 database: dict[str, str]) -> dict[str, str]:
     from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -194,9 +179,7 @@ def _airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: date
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        # SQLite has one writer at a time: wait up to 60 s for the lock instead of the default 5 s
-        # (the backfill CLI clears runs while the scheduler, triggerer and dag-processor write too)
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}?timeout=60",
+        **database,  # AIRFLOW__DATABASE__SQL_ALCHEMY_CONN(_ASYNC): the PostgreSQL database
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
@@ -289,7 +272,8 @@ def read_counts(root: Path, interval_ids: list[str]) -> dict[str, dict[str, Any]
 
 # -- the test ----------------------------------------------------------------------------------------
 
-def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, tmp_path: Path) -> None:
+def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflow_postgres_db,
+                                                               tmp_path: Path) -> None:
     from airflow_provider_plgd import staging
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot
@@ -309,8 +293,9 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, tmp_pa
         steps_per_interval=30, interval_seconds=step, start_time_ns=int(start_s * 1e9),
         duplicates=0.05, corrupt=2, unregister=True,
     ))
-    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=start)
-    stack = AirflowStack(home=home, env=env)
+    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=start,
+                       database=airflow_postgres_db.airflow_env())
+    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
 
     published: dict[str, Any] = {}
 
@@ -368,18 +353,17 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, tmp_pa
         first, last = start, start + timedelta(seconds=step * (INTERVALS - 1))
         t0 = time.monotonic()
         created = datetime.now(timezone.utc)
-        # The scheduler is stopped while the CLI clears and creates the runs: on a loaded machine
-        # both writing to the one SQLite file made the CLI fail with "database is locked".
-        stack.stop_component("scheduler")
+        # The CLI clears and creates the runs while the scheduler, triggerer and dag-processor run
+        # and write to the same metadata database (PostgreSQL: concurrent writers).
         stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", first.isoformat(),
                   "--to-date", last.isoformat(), "--reprocess-behavior", "completed", "--max-active-runs", "1")
-        stack.start(("scheduler",))
-        backfills = stack.query("SELECT id, completed_at FROM backfill WHERE dag_id = ?", DAG_ID)
+        backfills = stack.query("SELECT id, completed_at FROM backfill WHERE dag_id = %s", DAG_ID)
         assert len(backfills) == 1, backfills
 
         def rerun(rs: list[tuple]) -> bool:
-            return all(r[1] == "success" and r[5] == backfills[0][0] and r[4] is not None
-                       and datetime.fromisoformat(str(r[4])).replace(tzinfo=timezone.utc) > created for r in rs)
+            # end_date: timestamptz, read as an aware datetime
+            return all(r[1] == "success" and r[5] == backfills[0][0] and r[4] is not None and r[4] > created
+                       for r in rs)
 
         runs = stack.wait_for_runs(count=INTERVALS, what="backfill runs", done=rerun)
         timings["backfill_runs"] = time.monotonic() - t0
@@ -398,18 +382,19 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, tmp_pa
         t0 = time.monotonic()
         manual_run_id = "manual__plgd_without_logical_date"
         stack.cli("dags", "trigger", DAG_ID, "--run-id", manual_run_id)
-        assert stack.query("SELECT logical_date FROM dag_run WHERE run_id = ?", manual_run_id) == [(None,)]
+        assert stack.query("SELECT logical_date FROM dag_run WHERE run_id = %s", manual_run_id) == [(None,)]
         deadline = time.monotonic() + 120
         state: list[tuple] = []
         while time.monotonic() < deadline:
-            state = stack.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, manual_run_id)
+            state = stack.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", DAG_ID,
+                                manual_run_id)
             if state and state[0][0] in ("failed", "success"):
                 break
             time.sleep(1)
         timings["manual_run"] = time.monotonic() - t0
         assert state == [("failed",)], state
         tis = dict((t, (st, n)) for t, st, n in stack.query(
-            "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ? AND map_index = -1",
+            "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s AND map_index = -1",
             DAG_ID, manual_run_id))
         assert tis["wait_for_interval"] == ("failed", 1), tis
         assert tis["plan"][0] == "upstream_failed", tis

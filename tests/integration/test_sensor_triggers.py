@@ -261,8 +261,9 @@ print("E2E_RESULT " + json.dumps(out))
 '''
 
 
-def test_asset_watcher_fires_in_the_triggerer_and_schedules_a_dag_run(jetstream, tmp_path):
-    """Real ``airflow triggerer`` and ``airflow scheduler`` processes on their own AIRFLOW_HOME."""
+def test_asset_watcher_fires_in_the_triggerer_and_schedules_a_dag_run(jetstream, airflow_postgres_db, tmp_path):
+    """Real ``airflow triggerer`` and ``airflow scheduler`` processes on their own AIRFLOW_HOME and a
+    fresh PostgreSQL metadata database (the triggerer writes while the script reads)."""
     import os
     import subprocess
     import sys
@@ -274,7 +275,7 @@ def test_asset_watcher_fires_in_the_triggerer_and_schedules_a_dag_run(jetstream,
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **airflow_postgres_db.airflow_env()}
     env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
     script = tmp_path / "e2e.py"
     script.write_text(E2E_SCRIPT)
