@@ -160,8 +160,7 @@ def run(tmp_path_factory):
     with staging.StagingWriter(root, stream=STREAM, owner_id=cases.OWNER, event_type="uncommitted", interval_id=IID,
                                subject_filters=["x"], bounds={}) as w:
         w.write([(seq + 1, rc[1], START_NS + 7, None, rc[2])])
-        w._flush_row_group()
-        w._close_file()  # a finished part file, but no manifest: the folder is not committed
+        w._finish_part(w._part(0))  # a finished part file, but no manifest: the folder is not committed
     assert list(folder.glob("part-*.parquet")) and not (folder / staging.MANIFEST_NAME).exists()
     committed = Path(staging.batch_path(str(root), STREAM, sim_owner := published[0][3], published[0][4], IID))
     stray = pa.table({n: pa.array([v], staging.SCHEMA.field(n).type) for n, v in zip(
