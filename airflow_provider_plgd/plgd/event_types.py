@@ -1,4 +1,4 @@
-"""The one table of plgd event types (WIRE_FORMAT.md §3.1, plgd hub v2.25.0).
+"""The one table of plgd event types (docs/wire-format.md §3.1, plgd hub v2.25.0).
 
 Each event type string (exactly as in the envelope's ``event_type`` and in the subject) maps to
 its protobuf message, its subject family and its aggregate kind.
@@ -11,7 +11,7 @@ its protobuf message, its subject family and its aggregate kind.
   here only so their message classes have a home. They are not in ``EVENT_TYPES``, not in
   ``LIVE_EVENT_TYPES``, and ``event_type_info``/``message_class`` reject them.
 
-The family is the subject token that selects the subject template (WIRE_FORMAT.md §1.1):
+The family is the subject token that selects the subject template (docs/wire-format.md §1.1):
 ``registrations`` (S1), ``resource-links`` (S2), ``metadata`` (S3), ``resources`` (S4-S6).
 """
 
@@ -47,7 +47,7 @@ __all__ = [
     "message_class",
 ]
 
-# Subject families. Each value is also the literal subject token (WIRE_FORMAT.md §1.1); this is
+# Subject families. Each value is also the literal subject token (docs/wire-format.md §1.1); this is
 # the one home of these four literals, ``subjects.py`` imports them.
 FAMILY_REGISTRATIONS = "registrations"
 FAMILY_RESOURCE_LINKS = "resource-links"
@@ -55,7 +55,7 @@ FAMILY_METADATA = "metadata"
 FAMILY_RESOURCES = "resources"
 FAMILIES = (FAMILY_REGISTRATIONS, FAMILY_RESOURCE_LINKS, FAMILY_METADATA, FAMILY_RESOURCES)
 
-# Aggregate kinds (WIRE_FORMAT.md §4.1); identity-store events have none (None).
+# Aggregate kinds (docs/wire-format.md §4.1); identity-store events have none (None).
 AGGREGATE_RESOURCE = "resource"
 AGGREGATE_LINKS = "links"
 AGGREGATE_METADATA = "metadata"
@@ -63,7 +63,7 @@ AGGREGATE_METADATA = "metadata"
 
 @dataclass(frozen=True, slots=True)
 class EventTypeInfo:
-    """One row of WIRE_FORMAT.md §3.1.
+    """One row of docs/wire-format.md §3.1.
 
     :ivar name: event type string, e.g. ``"resourcechanged"``.
     :ivar message_name: protobuf message name, e.g. ``"ResourceChanged"`` (package
@@ -174,7 +174,7 @@ SERVICE_METADATA_EVENT_TYPES: Mapping[str, EventTypeInfo] = MappingProxyType(
     {row.name: row for row in _SERVICE_ROWS}
 )
 
-#: ``identitystore.pb.Event`` oneof ``type`` member name -> event type (WIRE_FORMAT.md §3.4).
+#: ``identitystore.pb.Event`` oneof ``type`` member name -> event type (docs/wire-format.md §3.4).
 IDENTITY_STORE_ONEOF_TO_EVENT_TYPE: Mapping[str, str] = MappingProxyType(
     {"devices_registered": "devicesregistered", "devices_unregistered": "devicesunregistered"}
 )
@@ -208,7 +208,7 @@ def event_type_info(name: str) -> EventTypeInfo:
         pass
     if isinstance(name, str) and name in SERVICE_METADATA_EVENT_TYPES:
         raise ValueError(
-            f"event type {name!r} is never published on NATS (no subject; WIRE_FORMAT.md §3.1)"
+            f"event type {name!r} is never published on NATS (no subject; docs/wire-format.md §3.1)"
         )
     raise ValueError(
         f"unknown plgd event type {name!r}; expected one of: {', '.join(EVENT_TYPES)}"
