@@ -41,7 +41,7 @@ from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 LEDGER_DIR = "_ledger"
 #: Version of the ledger files (bump on an incompatible change).
 LEDGER_VERSION = 1
-#: The subject filter whose messages the ETL accounts for (plgd publishes only under it; WIRE_FORMAT.md §1).
+#: The subject filter whose messages the ETL accounts for (plgd publishes only under it; docs/wire-format.md §1).
 SCOPE_FILTER = "plgd.>"
 #: Owner partition of the messages whose subject is not under ``plgd.owners.<valid owner ID>.``.
 UNROUTED_OWNER = "_unrouted"
@@ -54,7 +54,7 @@ SKIP_OWNED = "staged_by_owner_fetch"
 
 
 def owner_filter(owner_id: str) -> str:
-    """The subject filter of every event of one owner: ``plgd.owners.{owner_id}.>`` (WIRE_FORMAT.md §1)."""
+    """The subject filter of every event of one owner: ``plgd.owners.{owner_id}.>`` (docs/wire-format.md §1)."""
     from airflow_provider_plgd.plgd.subjects import subject_filters
 
     (f,) = subject_filters(owner_id)

@@ -35,11 +35,11 @@ column         Arrow type                   meaning
 =============  ===========================  =====================================================
 stream         string, not null             JetStream stream name
 stream_seq     int64, not null              stream sequence
-subject        string, not null             NATS subject (WIRE_FORMAT.md §1)
+subject        string, not null             NATS subject (docs/wire-format.md §1)
 published_at   timestamp[us, tz=UTC]        JetStream server timestamp, truncated to microseconds
 msg_id         string, nullable             the ``Nats-Msg-Id`` header (plgd sets none)
 headers        map<string, string>, null    all NATS headers, null when the message has none
-data           binary, not null             the payload exactly as stored (WIRE_FORMAT.md §2)
+data           binary, not null             the payload exactly as stored (docs/wire-format.md §2)
 =============  ===========================  =====================================================
 
 Commit protocol (:class:`StagingWriter`): (1) a rerun first deletes the folder's old

@@ -33,7 +33,7 @@ Rows are grouped by event type inside a batch (output order differs from input o
 How: decode every payload once (``codec.decode_payload``), group the decoded messages by
 message class, then build each output column as a Python list with a list comprehension over
 the group and convert it with ``pa.array(values, type)`` -- no per-row dicts, no pandas.
-Columns an event type does not have are ``pa.nulls``. Source of the fields: WIRE_FORMAT.md §2, §3.
+Columns an event type does not have are ``pa.nulls``. Source of the fields: docs/wire-format.md §2, §3.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ No Spark here: plain Python over ``events`` rows (dicts with the column names of
 :data:`spark_apps.schemas.EVENTS_SCHEMA`, as ``pyarrow.Table.to_pylist()`` gives them). The rebuild
 app calls :func:`fold_bucket_arrow` (Arrow in, Arrow out) once per touched bucket inside its
 ``mapInArrow``, which calls :func:`fold_device` per device; the unit tests call both directly.
-Semantics: ``../shared/plgd/WIRE_FORMAT.md`` §4 (state of each aggregate kind) and §4.9 (the
+Semantics: ``docs/wire-format.md`` §4 (state of each aggregate kind) and §4.9 (the
 consumer rules); the model followed is the resource-aggregate (RA) write side.
 
 Unit of work: one **device**

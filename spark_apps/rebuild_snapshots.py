@@ -7,7 +7,7 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         --snapshot-time 2026-01-01T01:00:00Z [--buckets 32] [--keep-versions 5] \\
         [--snapshots-root /data/other] [--summary-path ...]
 
-Semantics: WIRE_FORMAT.md §4 and §4.9, implemented in :mod:`spark_apps.fold` (pure Python, one
+Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`spark_apps.fold` (pure Python, one
 device at a time); layout, manifests and the pointer: :mod:`spark_apps.snapshot_store`; the
 columns of the four tables: ``docs/data-contracts.md`` "Snapshot tables". ``docs/snapshots.md``
 explains the design.

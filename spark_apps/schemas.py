@@ -2,7 +2,7 @@
 
 Written by ``spark_apps/decode_events.py``; read by ``dedupe_events`` and ``rebuild_snapshots``.
 Column meanings, units and the on-disk layout are documented in ``docs/events.md``; the fields
-come from ``../shared/plgd/WIRE_FORMAT.md`` §2 (envelope), §3 (inner messages) and §5 (content).
+come from ``docs/wire-format.md`` §2 (envelope), §3 (inner messages) and §5 (content).
 
 Conventions
 -----------

@@ -42,7 +42,7 @@ def nats_server():
 
 @pytest.fixture
 def jetstream(nats_server, monkeypatch):
-    """Fresh stream ``EVENTS`` on ``plgd.>`` with the plgd bundle settings (WIRE_FORMAT.md §1.5),
+    """Fresh stream ``EVENTS`` on ``plgd.>`` with the plgd bundle settings (docs/wire-format.md §1.5),
     and ``AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT`` pointing at the server. Yields the server."""
     nats_server.start()  # no-op when running; a test may have stopped it
     recreate_stream(nats_server.url)

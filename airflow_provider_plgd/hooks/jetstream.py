@@ -1,6 +1,6 @@
 """Airflow hook for the plgd hub's NATS JetStream stream (connection type ``plgd_jetstream``).
 
-Reads plgd events from a JetStream stream (default ``EVENTS`` on ``plgd.>``, WIRE_FORMAT.md §1.5)
+Reads plgd events from a JetStream stream (default ``EVENTS`` on ``plgd.>``, docs/wire-format.md §1.5)
 in bounded, server-side-filtered batches, counts and lists them cheaply, and publishes.
 
 Everything talks to the JetStream JSON API over NATS request/reply with nats-py (the
@@ -897,7 +897,7 @@ class JetStreamHook(BaseHook):
 
     async def alist_owners(self) -> dict[str, dict[str, int]]:
         """``{owner_id: {subject: message count}}`` from the subjects ``plgd.owners.<owner_id>.>``
-        (owner id = subject token 2, WIRE_FORMAT.md §1).
+        (owner id = subject token 2, docs/wire-format.md §1).
 
         Only owner tokens that pass :func:`~airflow_provider_plgd.plgd.subjects.validate_token`
         are returned: JetStream stores messages published on subjects such as
@@ -1224,7 +1224,7 @@ class JetStreamHook(BaseHook):
         With ``msg_id`` the header ``Nats-Msg-Id`` is set: the server drops a second message with
         the same id within the stream's duplicate_window (10 min in the plgd bundle) and acks it
         with the first one's sequence. No other header is added, so a message without ``msg_id``
-        and ``headers`` is stored exactly like plgd's own (WIRE_FORMAT.md §2.4).
+        and ``headers`` is stored exactly like plgd's own (docs/wire-format.md §2.4).
 
         :return: the stream sequence of the stored (or deduplicated original) message.
         :raises TypeError: data is not bytes. :raises ValueError: subject not a literal subject.

@@ -4,7 +4,7 @@ The operator reads the messages of one owner and one event type (or of any subje
 within bounds and writes them, unchanged, as one committed staging folder
 (:mod:`airflow_provider_plgd.staging`: layout, schema, manifest and commit protocol).
 Source of the design: ``docs/architecture.md`` ("Bounded batches", "Staging contract");
-subjects: ``WIRE_FORMAT.md`` §1.
+subjects: ``docs/wire-format.md`` §1.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Encode and decode plgd NATS payloads (WIRE_FORMAT.md §2, plgd hub v2.25.0).
+"""Encode and decode plgd NATS payloads (docs/wire-format.md §2, plgd hub v2.25.0).
 
 Two body formats, chosen by the subject family (§2.1):
 
@@ -234,7 +234,7 @@ def _decompress(data: Any, what: str, max_decoded_bytes: int | None) -> bytes:
 
 
 def encode_resource_aggregate_event(event_type: str, message: Message) -> bytes:
-    """NATS payload of a resource-aggregate event, as the hub publishes it (WIRE_FORMAT.md §2.2).
+    """NATS payload of a resource-aggregate event, as the hub publishes it (docs/wire-format.md §2.2).
 
     Returns the serialized ``ocf.cloud.cqrs.eventbus.v2.Event`` envelope with ``version`` =
     ``message.event_metadata.version``, ``event_type``, ``group_id`` = device ID of the message,
@@ -283,7 +283,7 @@ def encode_identity_store_event(
     """NATS payload of an identity-store event: ``snappy.compress(identitystore.pb.Event)``.
 
     The message is put into the ``type`` oneof member (``devices_registered`` or
-    ``devices_unregistered``); WIRE_FORMAT.md §2.1, §3.4. Deterministic serialization.
+    ``devices_unregistered``); docs/wire-format.md §2.1, §3.4. Deterministic serialization.
     :raises TypeError: ``message`` is neither ``DevicesRegistered`` nor ``DevicesUnregistered``.
     """
     if isinstance(message, identitystore_pb2.DevicesRegistered):
@@ -316,7 +316,7 @@ def encode_event(message: Message) -> bytes:
 def decode_resource_aggregate_payload(
     data: bytes, *, max_decoded_bytes: int | None = DEFAULT_MAX_DECODED_BYTES
 ) -> Decoded:
-    """Decode a resource-aggregate payload (WIRE_FORMAT.md §2.5 step 2).
+    """Decode a resource-aggregate payload (docs/wire-format.md §2.5 step 2).
 
     Parses the envelope, picks the inner class by ``event_type``, snappy-decompresses ``data``
     and parses it. No subject checks (see ``decode_payload``). Accepts bytes, bytearray or
@@ -367,7 +367,7 @@ def decode_identity_store_payload(
     data: bytes, event_type: str | None = None, *,
     max_decoded_bytes: int | None = DEFAULT_MAX_DECODED_BYTES,
 ) -> Decoded:
-    """Decode an identity-store payload (WIRE_FORMAT.md §2.5 step 1, §3.4).
+    """Decode an identity-store payload (docs/wire-format.md §2.5 step 1, §3.4).
 
     Snappy-decompresses, parses ``identitystore.pb.Event``, and maps the set oneof member
     (``devices_registered``/``devices_unregistered``) to the event type.
@@ -415,7 +415,7 @@ def decode_payload(
 ) -> Decoded:
     """Decode a NATS message of plgd: parse the subject, pick the format, decode, cross-check.
 
-    Checks (WIRE_FORMAT.md §1, §2): the body's event type equals the subject's; for device
+    Checks (docs/wire-format.md §1, §2): the body's event type equals the subject's; for device
     families the inner device ID and the envelope ``group_id`` equal the subject's ``deviceId``;
     for resources ``ids.href_id(resource_id.href)`` equals the subject's ``hrefId``. The owner
     token and the lead resource type are not checked (the body does not carry the hashed owner,

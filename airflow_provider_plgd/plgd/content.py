@@ -1,11 +1,11 @@
-"""Resource content (``resourceaggregate.pb.Content``) to JSON text (WIRE_FORMAT.md §5).
+"""Resource content (``resourceaggregate.pb.Content``) to JSON text (docs/wire-format.md §5).
 
 ``Content`` has ``data`` (bytes), ``content_type`` (media-type string or ``""``) and
 ``coap_content_format`` (CoAP number, ``-1`` = not provided). Decision order (§5): use
 ``content_type`` if non-empty; else ``coap_content_format`` if >= 0; else the data is treated
 as binary (base64).
 
-Encodings (§5 table; the suggested decodings there are marked [inferred] in WIRE_FORMAT.md):
+Encodings (§5 table; the suggested decodings there are marked (inferred) in docs/wire-format.md):
 
 * ``cbor`` - ``application/cbor`` (60), ``application/vnd.ocf+cbor`` (10000, what OCF devices
   send), senml/senml-etch/lwm2m ``+cbor`` (112, 322, 11544): decoded with ``cbor2`` and
@@ -71,7 +71,7 @@ ENCODING_BASE64 = "base64"
 
 _C, _J, _T, _B = ENCODING_CBOR, ENCODING_JSON, ENCODING_TEXT, ENCODING_BASE64
 
-# WIRE_FORMAT.md §5: CoAP content-format number -> (exact content_type string, encoding).
+# docs/wire-format.md §5: CoAP content-format number -> (exact content_type string, encoding).
 _FORMATS: dict[int, tuple[str, str]] = {
     0: ("text/plain; charset=utf-8", _T),
     16: ('application/cose; cose-type="cose-encrypt0"', _B),
@@ -140,7 +140,7 @@ def _kind_of_type_string(content_type: str) -> str:
 
 def content_encoding(content_type: str | None, coap_content_format: int | None) -> str:
     """How content with these attributes is decoded: ``"cbor"``, ``"json"``, ``"text"`` or
-    ``"base64"`` (WIRE_FORMAT.md §5; decision order: ``content_type`` if non-empty, else
+    ``"base64"`` (docs/wire-format.md §5; decision order: ``content_type`` if non-empty, else
     ``coap_content_format`` if >= 0, else ``"base64"``). ``None`` counts as ``""`` / ``-1``.
     Never raises for str/int/None input.
     """
@@ -280,7 +280,7 @@ def content_to_json(
     content_type: str | None,
     coap_content_format: int | None,
 ) -> str | None:
-    """JSON text of a resource content (WIRE_FORMAT.md §5; rules in the module docstring).
+    """JSON text of a resource content (docs/wire-format.md §5; rules in the module docstring).
 
     :param data: ``Content.data`` (bytes).
     :param content_type: ``Content.content_type``, e.g. ``"application/vnd.ocf+cbor"`` or ``""``.

@@ -4,7 +4,7 @@ Every value here is a name-based UUID v5 in the URL namespace (Go ``uuid.NewSHA1
 []byte(s))``, identical to Python :func:`uuid.uuid5` with :data:`uuid.NAMESPACE_URL`), rendered as
 lower-case canonical text (``xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``).
 
-Source: ``plgd/WIRE_FORMAT.md`` §1.2 (subject tokens), §2.2 (envelope ``aggregate_id``), §4.1
+Source: ``docs/wire-format.md`` §1.2 (subject tokens), §2.2 (envelope ``aggregate_id``), §4.1
 (aggregates) and §6 (computed reference values), plgd hub v2.25.0.
 
 The functions are cached (``functools.lru_cache``): in a batch the same owners, hrefs and devices
@@ -29,9 +29,9 @@ __all__ = [
     "uuid5_url",
 ]
 
-#: Pseudo-href of the per-device resource-links aggregate (WIRE_FORMAT.md §4.1).
+#: Pseudo-href of the per-device resource-links aggregate (docs/wire-format.md §4.1).
 LINKS_HREF = "/plgd/res"
-#: Pseudo-href of the per-device device-metadata aggregate (WIRE_FORMAT.md §4.1).
+#: Pseudo-href of the per-device device-metadata aggregate (docs/wire-format.md §4.1).
 METADATA_HREF = "/plgd/s"
 #: Go ``uuid.Nil`` rendered as text.
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -52,7 +52,7 @@ def _require_str(value: object, what: str) -> str:
 def uuid5_url(name: str) -> str:
     """Return ``str(uuid.uuid5(uuid.NAMESPACE_URL, name))``: lower-case canonical UUID text.
 
-    ``name`` is hashed as its UTF-8 bytes, like Go's ``[]byte(name)`` (WIRE_FORMAT.md §1.2).
+    ``name`` is hashed as its UTF-8 bytes, like Go's ``[]byte(name)`` (docs/wire-format.md §1.2).
     Raises TypeError if ``name`` is not a str.
     """
     return str(uuid.uuid5(_NAMESPACE_URL, _require_str(name, "name")))
@@ -62,7 +62,7 @@ def uuid5_url(name: str) -> str:
 def href_id(href: str) -> str:
     """Subject token ``hrefId`` of a resource: ``uuid5(NAMESPACE_URL, href)``.
 
-    Only the href is hashed, not device ID + href (hub >= v2.8.0; WIRE_FORMAT.md §1.2).
+    Only the href is hashed, not device ID + href (hub >= v2.8.0; docs/wire-format.md §1.2).
     Example: ``href_id("/light/1") == "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"``.
     Raises TypeError if ``href`` is not a str.
     """
@@ -122,7 +122,7 @@ def is_go_uuid(value: str) -> bool:
 def owner_id(owner: str) -> str:
     """Subject token ``ownerId`` for a raw owner claim value (``identity-store/events.OwnerToUUID``).
 
-    Rule (WIRE_FORMAT.md §1.2): if ``owner`` parses as a UUID with Go ``uuid.Parse`` and is not the
+    Rule (docs/wire-format.md §1.2): if ``owner`` parses as a UUID with Go ``uuid.Parse`` and is not the
     nil UUID, the **original string is returned unchanged** (so an upper-case, ``urn:uuid:``,
     ``{braced}`` or 32-hex spelling stays as written); otherwise ``uuid5(NAMESPACE_URL, owner)``.
     Go ``uuid.Parse`` accepts: canonical 36 characters in either case, ``urn:uuid:`` + canonical
@@ -143,7 +143,7 @@ def owner_id(owner: str) -> str:
 def resource_aggregate_id(device_id: str, href: str) -> str:
     """``aggregate_id`` of a resource-state aggregate: ``uuid5(NAMESPACE_URL, device_id + href)``.
 
-    An empty href gives the nil UUID, as plgd's ``ResourceId.ToUUID`` does (WIRE_FORMAT.md §4.1).
+    An empty href gives the nil UUID, as plgd's ``ResourceId.ToUUID`` does (docs/wire-format.md §4.1).
     Example: device ``00000000-0000-0000-0000-000000000001`` + ``/light/1`` ->
     ``7d1aabc8-742c-5bd7-8d42-2fbf77af9440``.
     Raises TypeError if an argument is not a str.
@@ -157,7 +157,7 @@ def resource_aggregate_id(device_id: str, href: str) -> str:
 def links_aggregate_id(device_id: str) -> str:
     """``aggregate_id`` of a device's resource-links aggregate: ``uuid5(URL, device_id + "/plgd/res")``.
 
-    WIRE_FORMAT.md §2.2/§4.1. Example: device ``00000000-0000-0000-0000-000000000001`` ->
+    docs/wire-format.md §2.2/§4.1. Example: device ``00000000-0000-0000-0000-000000000001`` ->
     ``7bfecfc4-cbbb-59c2-8d8e-b004c12c30d6``. Raises TypeError if ``device_id`` is not a str.
     """
     return resource_aggregate_id(device_id, LINKS_HREF)
@@ -166,7 +166,7 @@ def links_aggregate_id(device_id: str) -> str:
 def metadata_aggregate_id(device_id: str) -> str:
     """``aggregate_id`` of a device's metadata aggregate: ``uuid5(URL, device_id + "/plgd/s")``.
 
-    WIRE_FORMAT.md §2.2/§4.1. Example: device ``00000000-0000-0000-0000-000000000001`` ->
+    docs/wire-format.md §2.2/§4.1. Example: device ``00000000-0000-0000-0000-000000000001`` ->
     ``2c4c4360-71fc-5b9a-a544-4dbcf3bb8d45``. Raises TypeError if ``device_id`` is not a str.
     """
     return resource_aggregate_id(device_id, METADATA_HREF)

@@ -1,9 +1,9 @@
 """The message-ID rule used for deduplication (the one home of this rule).
 
 Source: ``ARCHITECTURE.md``, section "Message ID (for dedupe)": plgd sets no ``Nats-Msg-Id``
-header (WIRE_FORMAT.md §2.4), so the ID is the header when present, otherwise derived
+header (docs/wire-format.md §2.4), so the ID is the header when present, otherwise derived
 deterministically: for resource-aggregate events from ``aggregate_id``, ``version``,
-``event_type`` and ``event_metadata.timestamp`` (WIRE_FORMAT.md §4.9 rule 2); for
+``event_type`` and ``event_metadata.timestamp`` (docs/wire-format.md §4.9 rule 2); for
 identity-store events from a hash of the subject and payload.
 """
 

@@ -1,6 +1,6 @@
 """NATS subjects of plgd hub events: build, parse, and JetStream filter subjects.
 
-Templates (WIRE_FORMAT.md §1.1, plgd hub v2.25.0):
+Templates (docs/wire-format.md §1.1, plgd hub v2.25.0):
 
 * S1 ``plgd.owners.{ownerId}.registrations.{eventType}``
 * S2 ``plgd.owners.{ownerId}.devices.{deviceId}.resource-links.{eventType}``
@@ -93,7 +93,7 @@ def validate_token(value: str, what: str) -> str:
     empty string, and any value containing ``.`` (so also ``..``), ``*``, ``>``, ``/``, ``\\``,
     ``=``, ``?``, ``[``, ``]``, whitespace (including Unicode spaces), or control/format
     characters (Unicode category C, e.g. NUL, DEL, U+202E). plgd's own tokens are UUIDs and event
-    type names (WIRE_FORMAT.md §1), which never contain these. The error message names ``what``
+    type names (docs/wire-format.md §1), which never contain these. The error message names ``what``
     (e.g. ``"device_id"``) and the value.
     """
     if not isinstance(value, str):
@@ -127,7 +127,7 @@ def _validate_lead_resource_type(value: str) -> str:
 
 
 def lead_resource_type_token(resource_type: str, *, use_uuid: bool = False) -> str:
-    """Subject form of a chosen lead resource type (WIRE_FORMAT.md §1.3 step 4).
+    """Subject form of a chosen lead resource type (docs/wire-format.md §1.3 step 4).
 
     Each ``*``, ``>`` and ``$`` becomes ``_`` (nothing else is escaped, so ``.`` stays and the
     value may span several subject tokens). With ``use_uuid`` and a non-empty result, returns
@@ -152,7 +152,7 @@ def select_lead_resource_type(
     filter: str = "",  # noqa: A002 - plgd's config key name
     use_uuid: bool = False,
 ) -> str | None:
-    """Lead resource type token the resource-aggregate puts after ``.leadrt.`` (WIRE_FORMAT.md §1.3).
+    """Lead resource type token the resource-aggregate puts after ``.leadrt.`` (docs/wire-format.md §1.3).
 
     :param resource_types: the event's ``resource_types`` in order.
     :param regex_filter: plgd ``regexFilter``; the first type (in event order) that matches any
@@ -186,7 +186,7 @@ def select_lead_resource_type(
 
 @dataclass(frozen=True, slots=True)
 class Subject:
-    """A parsed plgd subject (WIRE_FORMAT.md §1.1). ``str(subject)`` renders it back.
+    """A parsed plgd subject (docs/wire-format.md §1.1). ``str(subject)`` renders it back.
 
     :ivar family: ``"registrations"`` (S1), ``"resource-links"`` (S2), ``"metadata"`` (S3) or
         ``"resources"`` (S4-S6).
@@ -370,7 +370,7 @@ def _parse(subject: str, check_event_type: bool) -> Subject:
 
 
 def parse_subject(subject: str, *, check_event_type: bool = True) -> Subject:
-    """Parse a plgd subject (S1-S6, WIRE_FORMAT.md §1.1 and the parsing tip in §1.4).
+    """Parse a plgd subject (S1-S6, docs/wire-format.md §1.1 and the parsing tip in §1.4).
 
     Tokens are split on ``.``; for resources everything after the ``leadrt`` token, joined by
     ``.``, is the lead resource type (``...resourcechanged.leadrt.core.light`` ->

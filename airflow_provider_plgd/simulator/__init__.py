@@ -1,8 +1,8 @@
 """Deterministic plgd hub traffic simulator with ground truth (console script ``plgd-simulate``).
 
 * :func:`generate` (``SimulationConfig`` -> ``Simulation``): messages in the exact wire format
-  (WIRE_FORMAT.md §1-§3) with the configured faults.
-* :func:`expected_state`: the snapshot tables after an interval (WIRE_FORMAT.md §4, §4.9;
+  (docs/wire-format.md §1-§3) with the configured faults.
+* :func:`expected_state`: the snapshot tables after an interval (docs/wire-format.md §4, §4.9;
   columns in ``docs/data-contracts.md`` "Snapshot tables").
 * :func:`publish`: publish to a JetStream stream, optionally inside the intervals' wall-clock
   windows; returns the :class:`GroundTruth` (``.write(dir)``: messages.parquet, state_<k>.json,

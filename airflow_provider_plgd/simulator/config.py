@@ -16,7 +16,7 @@ DEFAULT_START_TIME_NS = 1_767_225_600_000_000_000
 
 #: ``leadrt`` values: ``off`` = lead-resource-type feature disabled (subjects S4);
 #: ``first`` = enabled with ``filter: first`` (S5 with the first resource type, S6 when the event
-#: has no types); ``uuid`` = ``filter: first`` + ``useUUID: true`` (WIRE_FORMAT.md §1.3).
+#: has no types); ``uuid`` = ``filter: first`` + ``useUUID: true`` (docs/wire-format.md §1.3).
 LEADRT_MODES = ("off", "first", "uuid")
 
 
@@ -26,7 +26,7 @@ class SimulationConfig:
 
     :param seed: seed of the one ``random.Random`` used for everything (no global random state).
     :param owners: number of owners. Owners are raw owner strings ``"owner-1"``, ``"owner-2"``, ...
-        (hashed to ``uuid5(URL, owner)`` in subjects, WIRE_FORMAT.md §1.2), except that with 2 or
+        (hashed to ``uuid5(URL, owner)`` in subjects, docs/wire-format.md §1.2), except that with 2 or
         more owners the last one is a UUID string, which plgd keeps unchanged as the owner ID.
     :param devices_per_owner: devices per owner (device IDs are UUIDs drawn from the seed).
     :param resources_per_device: resources per device, in this order: ``/light/1`` (core.light),
@@ -48,14 +48,14 @@ class SimulationConfig:
         published on valid subjects.
     :param old_hub_snapshots: devices 1, 5, 9, ... (device 0 when there is only one) behave
         like a hub older than v2.16.0: after every ``snapshot_threshold`` events of an aggregate
-        they publish a ``*snapshottaken`` event with its own version (WIRE_FORMAT.md §4.2).
+        they publish a ``*snapshottaken`` event with its own version (docs/wire-format.md §4.2).
     :param snapshot_threshold: events between two old-hub snapshots (the hub's default was 16; the
         default 3 makes short simulations contain snapshots of every aggregate kind).
     :param version_gaps: publish version gaps: a forced update on an unpublished resource whose
-        pending event consumes a version but is not published (WIRE_FORMAT.md §3.1*), and one
+        pending event consumes a version but is not published (docs/wire-format.md §3.1*), and one
         lost publish of a version-0 ``resourcechanged`` (first known version 1, §4.8).
     :param unregister: unregister devices (``devicesunregistered``) and re-create them later
-        (registered again; all their aggregates restart at version 0; WIRE_FORMAT.md §4.7).
+        (registered again; all their aggregates restart at version 0; docs/wire-format.md §4.7).
     :param target_messages: if set, ``steps_per_interval`` is replaced by a value calibrated to
         produce about this many messages in total (for benchmarks).
     """

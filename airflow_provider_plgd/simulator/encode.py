@@ -1,7 +1,7 @@
 """Logical records (``records.py``) -> protobuf messages -> NATS payload bytes.
 
 The bytes come from the plgd codec (``codec.encode_resource_aggregate_event`` /
-``codec.encode_identity_store_event``), the one home of the wire format (WIRE_FORMAT.md §2).
+``codec.encode_identity_store_event``), the one home of the wire format (docs/wire-format.md §2).
 This module only fills the protobuf messages of §3.2-§3.4 from the records.
 """
 
@@ -368,7 +368,7 @@ _ENCODE_BUILDERS = {**_BUILDERS, **_FAST}
 
 
 def encode_record(record: RaEvent | IsEvent) -> bytes:
-    """The NATS payload of a record, exactly as plgd publishes it (WIRE_FORMAT.md §2)."""
+    """The NATS payload of a record, exactly as plgd publishes it (docs/wire-format.md §2)."""
     if isinstance(record, IsEvent):
         return codec.encode_identity_store_event(to_message(record))
     return codec.encode_resource_aggregate_event(record.event_type, _ENCODE_BUILDERS[record.event_type](record))

@@ -24,7 +24,7 @@ FAULT_CODE = {name: i for i, name in enumerate(FAULTS)}
 class SimMessage:
     """One message to publish.
 
-    :ivar subject: NATS subject (WIRE_FORMAT.md §1.1).
+    :ivar subject: NATS subject (docs/wire-format.md §1.1).
     :ivar data: payload bytes exactly as plgd publishes them (§2).
     :ivar interval: index of the interval it is published in.
     :ivar event_type: §3.1 event type (for corrupt payloads: the subject's event type).

@@ -3,7 +3,7 @@ identity-store) does, emitting logical records (``records.py``).
 
 :class:`Hub` keeps the resource-aggregate's write-side state per aggregate (versions, latest
 content, pendings, links, device metadata) and only emits events plgd would emit
-(WIRE_FORMAT.md §4): every ``resourcechanged`` differs from the latest one and comes from the
+(docs/wire-format.md §4): every ``resourcechanged`` differs from the latest one and comes from the
 device's connection with a strictly increasing sequence (§4.4 stale-skip); confirmations match
 an open pending's correlation ID; a forced command on an unpublished resource consumes a version
 without being published (§3.1*); devices re-created after ``devicesunregistered`` restart every

@@ -1,6 +1,6 @@
 """Publish a simulation to JetStream the way plgd does, and verify the stream got every message.
 
-plgd publishes with core NATS by default (``jetstream: false``, WIRE_FORMAT.md §1.5): plain
+plgd publishes with core NATS by default (``jetstream: false``, docs/wire-format.md §1.5): plain
 ``PUB`` with no headers, which a stream bound to ``plgd.>`` stores. We do the same in bulk
 (``nc.publish`` with periodic ``flush``), then check with stream info that the stream holds
 exactly our messages, so message i has stream sequence ``first_seq + i``.
@@ -54,7 +54,7 @@ async def _connect(servers: Sequence[str], connect_options: dict[str, Any] | Non
 
 async def acreate_stream(*, servers: Sequence[str], stream: str = "EVENTS",
                          connect_options: dict[str, Any] | None = None) -> bool:
-    """Create ``stream`` with the plgd bundle settings unless it exists (WIRE_FORMAT.md §1.5;
+    """Create ``stream`` with the plgd bundle settings unless it exists (docs/wire-format.md §1.5;
     ``testing.nats_server.BUNDLE_STREAM_CONFIG``: subjects ``plgd.>``, limits retention, file
     storage, discard old, duplicate window 10 min), through the JetStream API
     ``$JS.API.STREAM.CREATE.<stream>``. Returns True if created, False if it already existed.

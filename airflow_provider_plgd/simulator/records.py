@@ -5,7 +5,7 @@ wire bytes (through the plgd codec), and ``state.py`` folds the published ones i
 snapshot tables. Neither side looks at the other's output, so the expected state never comes
 from decoding bytes.
 
-Field names follow the protobuf messages of WIRE_FORMAT.md §3.2-§3.4. Times are unix ns.
+Field names follow the protobuf messages of docs/wire-format.md §3.2-§3.4. Times are unix ns.
 Records are treated as immutable once emitted (snapshot records share them).
 """
 

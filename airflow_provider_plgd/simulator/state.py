@@ -1,4 +1,4 @@
-"""Expected state: the published events folded per WIRE_FORMAT.md §4 and §4.9.
+"""Expected state: the published events folded per docs/wire-format.md §4 and §4.9.
 
 :class:`StateFold` applies the simulator's own logical records (``records.py``) of every
 *published* event, in publish order (which is version order per aggregate), exactly as plgd's

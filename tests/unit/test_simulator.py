@@ -428,7 +428,7 @@ def test_pendings_expire_at_snapshot_time(faulty):
     assert dropped_later  # "expiring" pendings: open at snapshot k, expired by k+1
 
 
-# ---- the fold on hand-made events (RA semantics, WIRE_FORMAT.md §4) -------------------------
+# ---- the fold on hand-made events (RA semantics, docs/wire-format.md §4) -------------------------
 
 O, D, H = "owner-token", "dev-1", "/light/1"
 

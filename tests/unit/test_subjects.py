@@ -1,4 +1,4 @@
-"""Subjects S1-S6 (WIRE_FORMAT.md §1.1-§1.4), filters and token rules."""
+"""Subjects S1-S6 (docs/wire-format.md §1.1-§1.4), filters and token rules."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ DEVICE = "00000000-0000-0000-0000-000000000001"
 LIGHT = "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"  # href_id("/light/1")
 RES = f"plgd.owners.{OWNER}.devices.{DEVICE}.resources.{LIGHT}"
 
-# WIRE_FORMAT.md §1.4 examples, verbatim (the "…" abbreviations expanded).
+# docs/wire-format.md §1.4 examples, verbatim (the O, D and H placeholders expanded).
 GOLDEN = {
     "off": f"plgd.owners.{OWNER}.devices.{DEVICE}.resources.{LIGHT}.resourcechanged",
     "first": f"{RES}.resourcechanged.leadrt.core.light",
