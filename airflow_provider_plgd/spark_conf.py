@@ -20,14 +20,16 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
 #: the benchmarks), where the provider is installed in the Python that runs the Spark apps:
 #:
 #: * the driver JVM (which also runs the executors in local mode) only JIT-compiles with C1 and
-#:   uses the serial GC, which halves the CPU time of a short ``spark-submit`` (measured: 33 s →
-#:   15 s of CPU for a trivial job);
-#: * no whole-stage code generation and no adaptive re-planning (another ~10 % of a tiny decode
-#:   or dedupe run);
+#:   uses the serial GC: a short ``spark-submit`` spends most of its CPU time compiling and
+#:   collecting, not running the job (M1);
+#: * no whole-stage code generation and no adaptive re-planning: on tiny decode or dedupe runs
+#:   they cost more than they save (M2);
 #: * PySpark's Python daemon imports PySpark from the installed package instead of compiling
-#:   ``$SPARK_HOME/python/lib/pyspark.zip`` again (``spark_apps.pyspark_daemon``; measured: the
-#:   first Python task's ``boot`` 1.1-1.7 s → 0.5 s). It needs ``spark_apps`` importable by the
+#:   ``$SPARK_HOME/python/lib/pyspark.zip`` again (``spark_apps.pyspark_daemon``), which shortens
+#:   the first Python task's ``boot`` (M3). It needs ``spark_apps`` importable by the
 #:   executors' Python, so it is not for clusters whose nodes lack the provider.
+#:
+#: M1-M3: the figures are in docs/performance.md, "Measurements behind design choices".
 #:
 #: Not a default: C1-only, non-generated code is slower on long jobs over large data, and
 #: ``--conf spark.driver.extraJavaOptions`` replaces the value from ``spark-defaults.conf``.

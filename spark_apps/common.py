@@ -308,9 +308,9 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
 class LazySparkSession:
     """The application's ``SparkSession``, built at the first use of Spark SQL.
 
-    Building Spark SQL's session state (SQL configuration, catalog, shared state) costs ~3 s of
-    JVM work at every ``spark-submit`` (measured on the 2-core VM: SparkSession creation 2.7-4.2 s
-    after the SparkContext). The apps' pyarrow paths (decode's ``--reader arrow``, dedupe's driver
+    Building Spark SQL's session state (SQL configuration, catalog, shared state) costs seconds of
+    JVM work at every ``spark-submit`` (figures: docs/performance.md, "Measurements behind design
+    choices", M7). The apps' pyarrow paths (decode's ``--reader arrow``, dedupe's driver
     decision with file copies, rebuild's ``--reader arrow``) need only the SparkContext (RDD
     jobs) and the JVM (Hadoop file system calls), so they never pay it.
 
@@ -387,7 +387,7 @@ def plan_tasks(units: list[tuple[str, int, int]], slots: int, *, min_rows: int =
     Guided self-scheduling: Spark starts the tasks in list order on ``slots`` task slots, so
     task ``k`` gets about ``share * remaining_rows / slots`` rows (first-fit over the units,
     largest first; a unit is never split; the target is at least ``min_rows``). Early
-    tasks are big (few task overheads: ~30-50 ms each for a Python task), the last ones small,
+    tasks are big (each task has a fixed overhead; docs/performance.md, M8), the last ones small,
     so both slots run out of work at about the same time. 974,286 rows in 75 row groups on
     2 slots -> 28 tasks instead of 75.
 

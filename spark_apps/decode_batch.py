@@ -9,8 +9,9 @@ Input columns (the staging contract, ``airflow_provider_plgd.staging``; extra co
 ``msg_id`` string (the ``Nats-Msg-Id`` header) or null, ``headers`` map<string,string> or null
 (optional column), ``data`` binary (the NATS payload). Instead of ``headers`` the batch may carry
 ``headers_json`` (string: the map as a JSON object, e.g. Spark's ``to_json(headers)``): converting a
-map column from the JVM to Arrow costs ~20 us/row, a mostly-null string almost nothing, and
-the headers are only needed for quarantined rows.
+map column from the JVM to Arrow is costly per row, a mostly-null string almost free
+(docs/performance.md, "Measurements behind design choices", M12), and the headers are only
+needed for quarantined rows.
 
 Output: ``spark_apps.schemas.UNION_SCHEMA`` -- every ``events`` column plus the quarantine-only
 columns. Exactly one output row per input row:

@@ -27,9 +27,9 @@ Steps:
    rows itself with pyarrow (``common.ArrowPartitionedWriter``) into two hidden temp folders; it
    returns one small record per written file. Bad payloads never fail the job and are never
    dropped. (Why not
-   ``persist`` + two Spark writes: measured at 1M messages, caching the wide union cost ~60 us/row
-   of JVM CPU and Spark's Parquet writer ~25 us/row for the ~180 leaf columns, vs ~4 us/row for
-   pyarrow -- more than the decode itself.)
+   ``persist`` + two Spark writes: caching the wide union and Spark's Parquet writer for the ~180
+   leaf columns together cost more JVM CPU per row than the decode itself, each several times
+   pyarrow's write; figures: docs/performance.md, "Measurements behind design choices", M9.)
 3. The driver checks ``fetched`` (sum of manifest counts) ``== decoded + quarantined`` (sums of
    the written files) and fails before committing if not; deletes files no successful task
    reported (leftovers of failed attempts); writes ``_manifest.json`` and ``_SUCCESS`` into each
@@ -131,7 +131,7 @@ def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
     """``[(url, row_group, rows)]`` of the staging files (footers read with pyarrow + fsspec).
 
     Ordered by rows (largest first), then url and row group, so the order is deterministic.
-    Cost: one footer read per file (~0.3 ms each for local files).
+    Cost: one footer read per file (docs/performance.md, M10).
     """
     import fsspec
     import pyarrow.parquet as pq
@@ -229,8 +229,8 @@ def make_rdd_task(interval_id: str, events_tmp: str, quarantine_tmp: str, *,
     those row groups with pyarrow (``batch_rows`` rows per batch), runs :func:`_decode_task`
     and yields its records (tuples, :data:`WRITTEN_FILES_SCHEMA_DDL` order). A plain Python RDD
     task needs no SQL planning, no Arrow stream between JVM and worker and no second Python
-    worker, which is cheaper than ``spark.range(...).mapInArrow`` (measured on 2 cores:
-    first job with 75 trivial tasks 5.9 s vs 10.5 s, ~33 ms vs ~43 ms per warm task).
+    worker, which is cheaper than ``spark.range(...).mapInArrow``, both for the first job and per
+    warm task (figures: docs/performance.md, "Measurements behind design choices", M11).
     """
 
     def task(unit_lists):
@@ -337,7 +337,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             raw = spark.read.schema(staging_schema).parquet(*files)
         else:
             raw = spark.createDataFrame([], staging_schema)
-        # headers go to Python as JSON text: a map column costs ~20 us/row to convert, a null string ~0
+        # headers go to Python as JSON text: a map column is costly to convert, a null string is not (M12,
+        # docs/performance.md)
         raw = raw.select(
             "stream", "stream_seq", "subject", "published_at", "msg_id",
             F.to_json("headers").alias("headers_json"), "data",

@@ -1,8 +1,9 @@
 """The keep/drop decision of ``dedupe_events`` on the key columns, with pyarrow (no Spark).
 
-``dedupe_events`` uses it for intervals up to ``--driver-decide-rows`` rows (the key columns of
-1M rows take ~250 MB and ~2 s here, against ~30 s for the same decision as Spark windows in a
-fresh JVM); larger intervals are decided by Spark with the same rules. The unit tests compare both.
+``dedupe_events`` uses it for intervals up to ``--driver-decide-rows`` rows: the key columns fit
+in the driver's memory, and the decision is much faster than Spark windows in a fresh JVM
+(figures: docs/performance.md, "Measurements behind design choices", M15); larger intervals are
+decided by Spark with the same rules. The unit tests compare both.
 
 Rules (the module docstring of ``spark_apps.dedupe_events``):
 

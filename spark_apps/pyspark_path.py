@@ -4,11 +4,11 @@
 driver and of the Python daemon that forks the workers. Python compiles every module it imports
 from a zip file again in each process (``zipimport`` reads ``.pyc`` files only from the zip
 itself, and that zip ships none). With a pip-installed PySpark, ``SPARK_HOME`` is the installed
-package, and its ``.py`` files next to their cached ``.pyc`` are the same sources. Measured on the
-2-core development VM (Python 3.11, PySpark 4.2.0): ``import pyspark.daemon, pyspark.worker``
-takes 1.8 s from the zip and 0.35 s from the installed package; ``import pyspark.sql`` 0.9-1.3 s
-and 0.2 s. The daemon's share shows up as ``boot`` (~2 s) in PySpark's task timing log of every
-application's first Python task.
+package, and its ``.py`` files next to their cached ``.pyc`` are the same sources, so importing
+``pyspark.daemon``, ``pyspark.worker`` and ``pyspark.sql`` from it is several times faster than
+from the zip. The daemon's share shows up as ``boot`` in PySpark's task timing log of every
+application's first Python task (figures: docs/performance.md, "Measurements behind design
+choices", M4).
 
 :func:`prefer_installed_pyspark` moves the zip to the end of ``sys.path`` when the installed
 package has the zip's exact version (``pyspark/version.py``); the zip stays as a fallback for

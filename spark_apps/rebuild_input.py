@@ -18,8 +18,9 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
    ``snapshot_store.BUCKET_RESULT_SCHEMA`` rows as dicts.
 
 Compared with ``--reader spark`` (Spark's Parquet scan, ``to_json`` of the nested columns, a
-``repartition`` and ``mapInArrow``), the wide rows never become JVM rows: measured on 2 cores with
-300k events, the Spark side of that path took ~30 s before the first fold started. Both readers
+``repartition`` and ``mapInArrow``), the wide rows never become JVM rows, so no Spark work comes
+before the first fold (figures: docs/performance.md, "Measurements behind design choices", M13).
+Both readers
 give the same tables (``tests/integration/test_dedupe_rebuild.py``).
 """
 

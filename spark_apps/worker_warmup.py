@@ -1,17 +1,17 @@
 """Start the Python workers of a Spark application early, while the driver plans its work.
 
 PySpark starts its Python daemon at the first Python task and forks one worker per task slot;
-each worker then imports what its task needs (pyarrow, protobuf, the plgd codec). Measured on
-the 2-core development VM (Spark 4.2, ``local[2]``): 0.6-0.9 s of imports per worker before the
-first row, plus the daemon's boot (~0.5 s with ``spark_apps.pyspark_daemon``, 1.1-2 s without).
+each worker then imports what its task needs (pyarrow, protobuf, the plgd codec). Those imports,
+plus the daemon's boot, come before the first row of every application (figures:
+docs/performance.md, "Measurements behind design choices", M5).
 
 :func:`start_python_workers` submits a small job from a background thread right after the
 SparkContext exists: ``defaultParallelism`` tasks that only import the application's modules.
 It runs while the driver plans (lists manifests, reads Parquet footers; dedupe decides on the
 driver for seconds), so the first real tasks find warm workers; ``spark.python.worker.reuse``
 (on by default) keeps them between jobs. Nothing waits for it: Spark's FIFO scheduler runs the
-jobs in the order they were submitted, so when the driver plans for only a moment (decode:
-~0.06 s) its job may come first and the warm-up tasks run after it; either way, whatever of the
+jobs in the order they were submitted, so when the driver plans for only a moment (decode,
+M6) its job may come first and the warm-up tasks run after it; either way, whatever of the
 warm-up is not yet done counts in the application's own time.
 
 Sources: PySpark's ``daemon.py`` and ``PythonWorkerFactory``; ``spark.python.worker.reuse`` in

@@ -578,8 +578,9 @@ class JetStreamToStagingOperator(BaseOperator):
         """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
 
         The server walks the stream once per consumer to find the messages of its filter, so one
-        consumer per (owner, event type, filter) made it walk the stream ~20 times per owner
-        (measured: 1M messages, 8 owners x 14 event types, 9.5k msg/s vs 40k for one consumer).
+        consumer per (owner, event type, filter) made it walk the stream once per event type and
+        filter of the owner, which cut the read rate several times (figures: docs/performance.md,
+        "Measurements behind design choices", M17).
         Here each message is routed to its batch and filter on the client (:class:`_Router`:
         unknown types to the ``_unknown`` batch, types not requested skipped and counted). Before
         any commit, staged + skipped must equal ``expected``. Each filter's rows are written as

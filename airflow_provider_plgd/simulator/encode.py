@@ -284,9 +284,10 @@ def to_message(record: RaEvent | IsEvent):
 
 
 # ---- fast path: the two most frequent types reuse one message per aggregate -------------------
-# Building a nested protobuf message from scratch costs ~7 us; overwriting every field of a cached
-# one ~2 us. Every field is assigned on each use, and sub-messages are always present, so the bytes
-# are identical to ``to_message`` (checked in tests/unit/test_simulator.py).
+# Overwriting every field of a cached nested protobuf message is cheaper than building one from
+# scratch (figures: docs/performance.md, "Measurements behind design choices", M16). Every field is
+# assigned on each use, and sub-messages are always present, so the bytes are identical to
+# ``to_message`` (checked in tests/unit/test_simulator.py).
 
 _TEMPLATE_LIMIT = 100_000
 _templates: dict[tuple[str, str, str | None], Any] = {}
