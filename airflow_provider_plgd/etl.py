@@ -150,12 +150,14 @@ ASSET_NAMES = ("staging", "events", "quarantine", "events_deduped", "snapshots")
 def etl_assets(dag_id: str = "plgd_events_etl") -> dict[str, Any]:
     """The Assets (Airflow 2.11: Datasets) that the ETL DAG ``dag_id`` updates, by dataset name.
 
-    ``{name: Asset(name=f"plgd_{name}", uri=f"plgd://{dag_id}/{name}")}`` for each name in
+    ``{name: Asset(name=f"{dag_id}.{name}", uri=f"plgd://{dag_id}/{name}")}`` for each name in
     :data:`ASSET_NAMES`: ``staging`` (outlet of ``fetch``), ``events`` and ``quarantine``
     (``decode``), ``events_deduped`` (``dedupe``), ``snapshots`` (``rebuild``). Schedule a consumer
     DAG on ``etl_assets(dag_id)["snapshots"]`` to run after each new snapshot.
     """
-    return {name: Asset(name=f"plgd_{name}", uri=f"plgd://{dag_id}/{name}") for name in ASSET_NAMES}
+    # The name carries the DAG ID like the URI: Airflow keys assets by name too, so two ETL DAGs
+    # (build_etl_dag(dag_id=...)) would otherwise claim the same assets and one set stays inactive.
+    return {name: Asset(name=f"{dag_id}.{name}", uri=f"plgd://{dag_id}/{name}") for name in ASSET_NAMES}
 
 
 def _token_list(value: Any, what: str) -> list[str]:

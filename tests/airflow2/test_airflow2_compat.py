@@ -38,7 +38,7 @@ def test_asset_shim_returns_datasets():
 
     from airflow_provider_plgd.compat import Asset
 
-    assert Asset(name="plgd_snapshots", uri="plgd://plgd_events_etl/snapshots") == Dataset(
+    assert Asset(name="plgd_events_etl.snapshots", uri="plgd://plgd_events_etl/snapshots") == Dataset(
         "plgd://plgd_events_etl/snapshots")
     assert Asset("plgd_registrations").uri == "plgd_registrations"
     assert Asset(name="n", uri="plgd://d/x", extra={"k": 1}).extra == {"k": 1}
