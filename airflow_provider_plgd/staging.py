@@ -397,9 +397,9 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
     temporary name in the same folder and a rename where renames are atomic (local and POSIX-like
     file systems), one PUT on object stores (where a PUT is atomic and a rename is a copy).
 
-    :raises OSError: the write failed; the message names ``path``.
+    :raises OSError: the write failed; the message names ``path`` (:func:`io_error_with_path`).
     """
-    try:
+    with io_error_with_path(fs, path, "write"):
         parent = posixpath.dirname(path)
         if parent:
             fs.makedirs(parent, exist_ok=True)
@@ -409,8 +409,6 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
             fs.mv(tmp, path)
         else:
             fs.pipe_file(path, data)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot write {location_url(fs, path)}: {exc.strerror or exc}") from exc
 
 
 # --------------------------------------------------------------------------------------------------
@@ -683,12 +681,7 @@ class StagingWriter:
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         target = _join(self.folder, MANIFEST_NAME)
         with io_error_with_path(self.fs, target, "write the manifest"):
-            if self._rename:
-                tmp = _join(self.folder, f".{MANIFEST_NAME}.{uuid.uuid4().hex}.inprogress")
-                self.fs.pipe_file(tmp, text.encode())
-                self.fs.mv(tmp, target)
-            else:
-                self.fs.pipe_file(target, text.encode())
+            write_bytes_atomic(self.fs, target, text.encode())
         self._committed = True
         keep = {MANIFEST_NAME} | {f["path"] for f in files}
         with io_error_with_path(self.fs, self.folder, "remove stray files from"):

@@ -35,6 +35,7 @@ import os
 from datetime import datetime, timedelta, timezone
 
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
 
 
 def _env_datetime(name: str, default: str | None) -> datetime | None:
@@ -51,14 +52,8 @@ def _env_datetime(name: str, default: str | None) -> datetime | None:
 
 
 def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    if not value:
-        return default
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name}={value!r} must be true or false")
+    value = os.environ.get(name, "").strip()
+    return parse_bool(value, name) if value else default
 
 
 def _env_json_object(name: str) -> dict | None:
