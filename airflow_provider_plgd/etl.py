@@ -420,8 +420,7 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
     record = ledger.plan_record(
         counted, interval_id=interval, owners=owners, owners_discovered=discovered, event_types=event_types,
         fetch_groups=fetch_groups,
-        bounds={"kind": "time", "start_ns": staging.to_ns(start), "end_ns": staging.to_ns(end),
-                "start": staging.ns_to_iso(staging.to_ns(start)), "end": staging.ns_to_iso(staging.to_ns(end))},
+        bounds=staging.time_bounds(start, end),
     )
     base = ledger.interval_dir(root, counted["stream"], interval)
     lost = ledger.check_not_fewer(ledger.read_json(f"{base}/stream.json"), record, accept_fewer=accept_fewer)

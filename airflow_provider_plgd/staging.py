@@ -189,6 +189,19 @@ def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
     return f"{compact_time(start_ns)}_{compact_time(end_ns)}"
 
 
+def time_bounds(start: datetime | int | str, end: datetime | int | str) -> dict[str, Any]:
+    """The bounds of a time interval ``[start, end)`` as the manifests and the ledger store them:
+    ``{"kind": "time", "start_ns", "end_ns" (unix ns), "start", "end" (ISO-8601 UTC)}``.
+
+    :raises ValueError: naive datetimes, unparseable strings, or ``end <= start``.
+    """
+    start_ns, end_ns = to_ns(start, "start_time"), to_ns(end, "end_time")
+    if end_ns <= start_ns:
+        raise ValueError(f"end {ns_to_iso(end_ns)} must be after start {ns_to_iso(start_ns)}")
+    return {"kind": "time", "start_ns": start_ns, "end_ns": end_ns, "start": ns_to_iso(start_ns),
+            "end": ns_to_iso(end_ns)}
+
+
 def seq_interval_id(first_seq: int, last_seq: int) -> str:
     """Return the folder ID of a stream-sequence range ``[first_seq, last_seq]``: ``seq-{first:012d}-{last:012d}``.
 

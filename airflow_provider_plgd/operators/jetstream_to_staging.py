@@ -296,7 +296,7 @@ class JetStreamToStagingOperator(BaseOperator):
         group = self.owner_ids is not None or self.event_types is not None
         arbitrary = self.subject_filter not in (None, "", [])
         unrouted = bool(self.unrouted)
-        from_ledger = self.ledger_group not in (None, "")
+        from_ledger = self._from_ledger()
         if single + group + arbitrary + unrouted + from_ledger != 1:
             raise ValueError(
                 "JetStreamToStagingOperator needs exactly one target: owner_id + event_type, "
@@ -376,16 +376,7 @@ class JetStreamToStagingOperator(BaseOperator):
                     "Airflow 3) and no explicit bounds: trigger the DAG with a logical date / backfill it, or set "
                     "start_time/end_time, start_seq/end_seq, or durable"
                 )
-        start_ns, end_ns = staging.to_ns(start, "start_time"), staging.to_ns(end, "end_time")
-        if end_ns <= start_ns:
-            raise ValueError(f"end {staging.ns_to_iso(end_ns)} must be after start {staging.ns_to_iso(start_ns)}")
-        return "time", {
-            "kind": "time",
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "start": staging.ns_to_iso(start_ns),
-            "end": staging.ns_to_iso(end_ns),
-        }
+        return "time", staging.time_bounds(start, end)
 
     def _hook(self) -> JetStreamHook:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
@@ -415,14 +406,14 @@ class JetStreamToStagingOperator(BaseOperator):
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
             check_retained(_state(info), stream, bounds, when="before the fetch")
-        owner_wide = self.owner_ids is not None or bool(self.unrouted) or self.ledger_group not in (None, "")
+        owner_wide = self.owner_ids is not None or bool(self.unrouted) or self._from_ledger()
         groups = _owner_groups(targets) if mode != "durable" else [[t] for t in targets]
         expected = await self._expected_counts(hook, stream, groups, mode, bounds, owner_wide)
         accept_fewer = parse_bool(self.accept_fewer_messages, "accept_fewer_messages")
         results = []
         accounts: dict[str, dict[str, Any]] = {}
         for group in groups:
-            key = group[0][0] if owner_wide else group[0][1]
+            key = _group_key(group, owner_wide)
             if mode != "durable":
                 self._refuse_fewer(root, stream, group, bounds, mode, expected[key], accept_fewer)
             try:
@@ -482,7 +473,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
     async def _expected_counts(self, hook, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
         """What the stream holds for each owner (``owner_wide``) or batch, from the ledger or the server."""
-        keys = {(g[0][0] if owner_wide else g[0][1]): g for g in groups}
+        keys = {_group_key(g, owner_wide): g for g in groups}
         if mode == "durable":
             return dict.fromkeys(keys)
         if self.ledger and owner_wide:
@@ -494,7 +485,7 @@ class JetStreamToStagingOperator(BaseOperator):
             missing = [k for k in keys if k not in counts]
             if missing:
                 raise LedgerError(f"the ledger {self.ledger} has no count for owner(s) {missing[:10]}",
-                                         interval_id=plan["interval_id"])
+                                  interval_id=plan["interval_id"])
             return {k: int(counts[k]) for k in keys}
         filters = {k: ([ledger.SCOPE_FILTER] if k == ledger.UNROUTED_OWNER else [ledger.owner_filter(k)])
                    if owner_wide else g[0][2] for k, g in keys.items()}
@@ -503,16 +494,25 @@ class JetStreamToStagingOperator(BaseOperator):
         counted = await hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
 
+    def _from_ledger(self) -> bool:
+        """True when the owners come from the ledger's plan (``ledger_group``)."""
+        return self.ledger_group not in (None, "")
+
     def _plan_record(self) -> dict[str, Any]:
-        """The plan record (``stream.json``) of ``self.ledger``.
+        """The plan record (``stream.json``) of ``self.ledger``, read once per task (``_targets``
+        and ``_expected_counts`` both need it).
 
         :raises ValueError: no ``ledger`` argument. :raises LedgerError: no record there.
         """
+        plan = getattr(self, "_plan_cache", None)
+        if plan is not None:
+            return plan
         if self.ledger in (None, ""):
             raise ValueError("ledger_group needs the ledger argument (the interval's ledger folder)")
         plan = ledger.read_json(f"{str(self.ledger).rstrip('/')}/stream.json")
         if plan is None:
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
+        self._plan_cache = plan
         return plan
 
     def _refuse_fewer(self, root, stream, group, bounds, mode, expected, accept_fewer: bool) -> None:
@@ -731,6 +731,11 @@ class JetStreamToStagingOperator(BaseOperator):
 # ----------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------
+def _group_key(group: list[tuple[str, str, list[str]]], owner_wide: bool) -> str:
+    """What a group of targets is accounted as: its owner (owner-wide reads) or its batch's event type."""
+    return group[0][0] if owner_wide else group[0][1]
+
+
 def _check_accounted(interval: str, what: str, expected: int | None, staged: int, skipped: dict[str, int]) -> None:
     """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
     if expected is None:
