@@ -97,9 +97,9 @@ def read_json(path: str) -> dict[str, Any] | None:
         value = json.loads(raw)
     except ValueError as exc:
         raise ValueError(f"ledger file {path} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict) or value.get("version") != LEDGER_VERSION:
-        raise ValueError(f"ledger file {path} has version {getattr(value, 'get', lambda _: None)('version')!r}, "
-                         f"expected {LEDGER_VERSION}")
+    version = value.get("version") if isinstance(value, dict) else None
+    if version != LEDGER_VERSION:
+        raise ValueError(f"ledger file {path} has version {version!r}, expected {LEDGER_VERSION}")
     return value
 
 
