@@ -44,7 +44,7 @@ test-airflow2: venv-airflow2
 
 ## make demo: simulate plgd traffic into a local nats-server and run the ETL DAG through Airflow
 demo: venv
-	$(RUN) $(BIN)/python -m airflow_provider_plgd.demo
+	$(RUN) $(BIN)/python -m plgd_devtools.demo
 
 ## make proto: regenerate airflow_provider_plgd/plgd/pb from our .proto files
 proto: venv

@@ -34,7 +34,6 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "max_content_bytes": 4 * 1024 * 1024,  # decode: larger decoded events -> quarantine content_too_large
 }
 
-_SPARK_APPS = Path(__file__).resolve().parent.parent / "spark_apps"
 _log = logging.getLogger(__name__)
 
 try:  # Airflow 3.x
@@ -126,18 +125,14 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
 
 
 def spark_app_path(name: str) -> str:
-    """Return the path of a Spark application file (``spark_apps/<name>.py``) as a string.
+    """Return the path of a Spark application file (``airflow_provider_plgd/spark_apps/<name>.py``).
 
     :param name: ``decode_events``, ``dedupe_events`` or ``rebuild_snapshots``.
     :raises FileNotFoundError: if the application is not installed next to the provider.
     """
-    try:
-        import spark_apps
+    from airflow_provider_plgd.spark_deps import spark_apps_dir
 
-        base = Path(spark_apps.__file__).resolve().parent
-    except ImportError:  # pragma: no cover - source checkout without install
-        base = _SPARK_APPS
-    path = base / f"{name}.py"
+    path = spark_apps_dir() / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"Spark application {name!r} not found at {path}")
     return str(path)

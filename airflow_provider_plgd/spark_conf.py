@@ -8,7 +8,7 @@ from __future__ import annotations
 
 #: Spark settings passed with ``--conf`` to the three Spark tasks; ``build_etl_dag(spark_conf=…)``
 #: adds to or overrides them (a value of ``None`` removes a key). The SQL settings match
-#: ``spark_apps.common.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
+#: ``airflow_provider_plgd.spark.common.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
 #: ``spark-defaults.conf`` or ``spark_conf``.
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
@@ -25,7 +25,7 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
 #: * no whole-stage code generation and no adaptive re-planning: on tiny decode or dedupe runs
 #:   they cost more than they save (M2);
 #: * PySpark's Python daemon imports PySpark from the installed package instead of compiling
-#:   ``$SPARK_HOME/python/lib/pyspark.zip`` again (``spark_apps.pyspark_daemon``), which shortens
+#:   ``$SPARK_HOME/python/lib/pyspark.zip`` again (``airflow_provider_plgd.spark.pyspark_daemon``), which shortens
 #:   the first Python task's ``boot`` (M3). It needs ``spark_apps`` importable by the
 #:   executors' Python, so it is not for clusters whose nodes lack the provider.
 #:
@@ -39,7 +39,7 @@ FAST_LOCAL_SPARK_CONF: dict[str, str] = {
     # tiny inputs: compiling whole-stage code and re-planning stages cost more than they save
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.adaptive.enabled": "false",
-    "spark.python.daemon.module": "spark_apps.pyspark_daemon",
+    "spark.python.daemon.module": "airflow_provider_plgd.spark.pyspark_daemon",
 }
 
 

@@ -1,19 +1,16 @@
 """Build the ``--py-files`` zip that lets the Spark applications run where the provider is not installed.
 
-The Spark apps (``spark_apps/*.py``) import the pure-Python parts of the provider on the driver and
-on every executor. On a cluster (``spark://``, YARN, Kubernetes) those machines usually do not have
-``airflow-provider-plgd`` installed, so spark-submit ships them in one zip with ``--py-files``;
-Spark puts the zip on ``sys.path`` of the driver and of each Python worker.
+The Spark applications (``airflow_provider_plgd/spark_apps/*.py``, thin scripts over the
+:mod:`airflow_provider_plgd.spark` package) import the pure-Python parts of the provider on the
+driver and on every executor. On a cluster (``spark://``, YARN, Kubernetes) those machines usually
+do not have ``airflow-provider-plgd`` installed, so spark-submit ships them in one zip with
+``--py-files``; Spark puts the zip on ``sys.path`` of the driver and of each Python worker.
 
-Zip content (paths inside the zip are package paths, so ``import airflow_provider_plgd.plgd`` works):
-
-* ``airflow_provider_plgd/__init__.py`` (version only, no Airflow import)
-* ``airflow_provider_plgd/plgd/**`` (subjects, IDs, event types, codec, content, msgid, generated
-  ``pb/*_pb2.py`` and the ``.proto`` files)
-* ``airflow_provider_plgd/staging.py`` (the staging contract, read by the decode app)
-* ``airflow_provider_plgd/run_summary.py`` (the one home of the run-summary path rule)
-* ``airflow_provider_plgd/ledger.py`` and ``exceptions.py`` (the interval ledger, read by the decode app)
-* ``spark_apps/*.py``
+Zip content: the ``airflow_provider_plgd`` package, whole (every file but ``__pycache__`` and
+compiled files), under its package path. The executors import only the modules that need no
+Airflow (``plgd/``, ``spark/``, ``spark_apps/``, ``staging``, ``ledger``, ``run_summary``,
+``exceptions``); the Airflow-side modules travel along unused. A package boundary instead of a
+file list: a new module needs no entry here.
 
 Not included: third-party libraries. The Python environment of the Spark nodes needs
 ``pyarrow``, ``fsspec``, ``protobuf``, ``python-snappy`` and ``cbor2`` (the ``[spark]`` extra's
@@ -52,8 +49,6 @@ from pathlib import Path
 
 #: Name of the zip when :func:`build_py_files_zip` is given a directory.
 ZIP_NAME = "plgd_py_files.zip"
-#: Provider files shipped besides ``plgd/**`` (relative to the package folder).
-PROVIDER_FILES = ("__init__.py", "exceptions.py", "ledger.py", "staging.py", "run_summary.py")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -79,44 +74,21 @@ def provider_dir() -> Path:
 
 
 def spark_apps_dir() -> Path:
-    """The ``spark_apps`` folder: the installed package if importable, else the source checkout's.
-
-    :raises FileNotFoundError: neither exists.
-    """
-    try:
-        import spark_apps  # installed with the provider (setup.cfg packages include spark_apps)
-
-        path = Path(spark_apps.__file__).resolve().parent
-        if path.is_dir():
-            return path
-    except ImportError:
-        pass
-    path = provider_dir().parent / "spark_apps"
-    if not path.is_dir():
-        raise FileNotFoundError(f"spark_apps not found (not importable and not at {path})")
-    return path
+    """The folder of the Spark application scripts (``airflow_provider_plgd/spark_apps``)."""
+    return provider_dir() / "spark_apps"
 
 
 def py_files_entries() -> list[tuple[str, Path]]:
-    """List ``(name in zip, source file)`` for everything the zip holds, sorted by name.
-
-    :raises FileNotFoundError: a required file is missing.
+    """List ``(name in zip, source file)`` for everything the zip holds, sorted by name: the
+    ``airflow_provider_plgd`` package, whole.
     """
     pkg = provider_dir()
     entries: dict[str, Path] = {}
-    for name in PROVIDER_FILES:
-        source = pkg / name
-        if not source.is_file():
-            raise FileNotFoundError(f"required provider file {source} is missing")
-        entries[f"airflow_provider_plgd/{name}"] = source
-    plgd = pkg / "plgd"
-    for source in plgd.rglob("*"):
+    for source in pkg.rglob("*"):
         rel = source.relative_to(pkg)
         if not source.is_file() or _SKIP_DIRS.intersection(rel.parts) or source.suffix in _SKIP_SUFFIXES:
             continue
         entries["airflow_provider_plgd/" + rel.as_posix()] = source
-    for source in spark_apps_dir().glob("*.py"):
-        entries[f"spark_apps/{source.name}"] = source
     return sorted(entries.items())
 
 

@@ -165,7 +165,7 @@ def compact_time(ns: int) -> str:
     """Render unix nanoseconds (int) as the compact UTC time of folder names: ``YYYYMMDDTHHMMSSZ``,
     with ``.ffffff`` for whole microseconds or ``.fffffffff`` for nanoseconds
     (e.g. ``20260101T000000.500000Z``). The one home of this format: interval IDs (:func:`interval_id`) and
-    snapshot versions (``spark_apps.snapshot_store.version_id``) use it; :func:`_parse_compact`
+    snapshot versions (``airflow_provider_plgd.spark.snapshot_store.version_id``) use it; :func:`_parse_compact`
     reads it back.
     """
     return _format_ns(ns, "%Y%m%dT%H%M%S")

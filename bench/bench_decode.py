@@ -11,7 +11,7 @@ Steps:
 2. Write them to staging (one interval) with ``airflow_provider_plgd.staging.StagingWriter``,
    one batch folder per (owner, event type).
 3. Single-core pure Python: read the staging files into Arrow batches of 10,000 rows (not timed),
-   then time ``spark_apps.decode_batch.decode_batch`` over all of them in this process.
+   then time ``airflow_provider_plgd.spark.decode_batch.decode_batch`` over all of them in this process.
 4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging,
    with the DAG's settings for local runs (``--spark-conf fast-local``,
    ``airflow_provider_plgd.spark_conf.FAST_LOCAL_SPARK_CONF``: C1-only JIT and the serial GC for
@@ -182,7 +182,7 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd import staging
-    from spark_apps.decode_batch import decode_batch
+    from airflow_provider_plgd.spark.decode_batch import decode_batch
 
     batches = []
     for manifest in staging.list_committed(root, stream, interval_id=INTERVAL_ID):
@@ -240,7 +240,7 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
         "spark-submit", "--master", master, "--py-files", zip_path,
         "--conf", "spark.ui.enabled=false", "--driver-memory", "2g",
         *conf_args(spark_conf or {}),
-        str(REPO / "spark_apps" / "decode_events.py"),
+        str(REPO / "airflow_provider_plgd" / "spark_apps" / "decode_events.py"),
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
         "--output-root", out_root, "--summary-path", summary_path, "--reader", reader,
         "--warm-up-workers", warm_up_workers,

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(args, work: Path, env: dict, results: list) -> None:
-    from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
+    from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     with NatsServer(store_dir=work / "nats") as server:
         for size in args.sizes:

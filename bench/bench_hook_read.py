@@ -1,6 +1,6 @@
 """Benchmark: read speed of ``JetStreamHook.iter_batches`` vs a naive nats-py pull loop.
 
-Starts its own nats-server (``airflow_provider_plgd.testing.nats_server``), creates the plgd
+Starts its own nats-server (``plgd_devtools.nats_server``), creates the plgd
 bundle stream, publishes ``--messages`` (default 200 000) messages of ``--size`` (default 300)
 bytes on realistic plgd subjects, then reads them all back:
 
@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
+from plgd_devtools.nats_server import NatsServer, recreate_stream
 
 
 def _subject(i: int) -> str:

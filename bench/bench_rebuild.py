@@ -6,7 +6,7 @@ Usage::
         [--events 1000000] [--devices 10000] [--batch-devices 1000] [--buckets 32] [--json out.json]
         [--skip-throughput | --skip-history]
 
-Input is synthetic decoded ``events`` rows (the ``spark_apps.schemas.EVENTS_SCHEMA`` columns,
+Input is synthetic decoded ``events`` rows (the ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA`` columns,
 realistic sizes: CBOR resource content with its JSON, links, connection and twin state, pendings
 with confirmations), written with pyarrow in the layout of ``decode_events``. Generating them is
 not timed. Figures (processing time as measured inside one Spark driver, JVM start excluded):
@@ -174,7 +174,7 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from spark_apps import schemas
+    from airflow_provider_plgd.spark import schemas
 
     day = date(2026, 1, 1)
     names = schemas.EVENTS_SCHEMA.names
@@ -209,7 +209,8 @@ def interval(k: int) -> tuple[str, str]:
 
 DRIVER = r'''
 import json, sys, time
-from spark_apps import common, dedupe_events, rebuild_snapshots
+from airflow_provider_plgd.spark import common
+from airflow_provider_plgd.spark_apps import dedupe_events, rebuild_snapshots
 cfg = json.load(open(sys.argv[1]))
 spark = common.build_spark_session("plgd-bench-rebuild")
 results = {}

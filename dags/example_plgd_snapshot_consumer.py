@@ -55,7 +55,7 @@ with DAG(
 
         from airflow_provider_plgd.staging import ns_to_iso
         from airflow_provider_plgd.storage_root import resolve_storage_root
-        from spark_apps import snapshot_store
+        from airflow_provider_plgd.spark import snapshot_store
 
         log = logging.getLogger("airflow.task")
         root = resolve_storage_root((params or {}).get("storage_root"), JETSTREAM_CONN_ID)

@@ -21,8 +21,8 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "True"
 
 import pytest  # noqa: E402
 
-from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream  # noqa: E402
-from airflow_provider_plgd.testing.postgres_server import PostgresServer  # noqa: E402
+from plgd_devtools.nats_server import NatsServer, recreate_stream  # noqa: E402
+from plgd_devtools.postgres_server import PostgresServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +77,6 @@ def postgres_server():
 def airflow_postgres_db(postgres_server):
     """A new empty database on :func:`postgres_server` for one test's Airflow metadata
     (``airflow db migrate`` is the test's own step). A
-    :class:`~airflow_provider_plgd.testing.postgres_server.Database`: ``url`` for psycopg,
+    :class:`~plgd_devtools.postgres_server.Database`: ``url`` for psycopg,
     ``airflow_env()`` for the environment of every Airflow process."""
     return postgres_server.create_database()

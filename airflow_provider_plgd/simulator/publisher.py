@@ -23,7 +23,6 @@ import nats
 from nats.js.errors import NotFoundError
 
 from ..plgd.subjects import subject_matches
-from ..testing.nats_server import BUNDLE_STREAM_CONFIG
 from .generator import Simulation
 from .ground_truth import GroundTruth
 
@@ -33,6 +32,24 @@ _FLUSH_EVERY = 10_000  # messages between flushes (PING/PONG round trips)
 _MAX_LAG = 200_000  # messages sent but not yet stored by the stream before we wait
 _POLL_SECONDS = 0.005
 _STALL_SECONDS = 10
+
+
+#: The plgd all-in-one bundle's stream (``bundle/jetstream.json``, docs/wire-format.md §1.5), in the
+#: JSON form of the JetStream API. Durations are ns; -1 / 0 mean unlimited.
+BUNDLE_STREAM_CONFIG: dict[str, Any] = {
+    "name": "EVENTS",
+    "subjects": ["plgd.>"],
+    "retention": "limits",
+    "storage": "file",
+    "discard": "old",
+    "max_age": 0,
+    "max_msgs": -1,
+    "max_bytes": -1,
+    "max_msg_size": -1,
+    "max_msgs_per_subject": 0,
+    "num_replicas": 1,
+    "duplicate_window": 600_000_000_000,
+}
 
 
 class PublishError(RuntimeError):
@@ -55,7 +72,7 @@ async def _connect(servers: Sequence[str], connect_options: dict[str, Any] | Non
 async def acreate_stream(*, servers: Sequence[str], stream: str = "EVENTS",
                          connect_options: dict[str, Any] | None = None) -> bool:
     """Create ``stream`` with the plgd bundle settings unless it exists (docs/wire-format.md §1.5;
-    ``testing.nats_server.BUNDLE_STREAM_CONFIG``: subjects ``plgd.>``, limits retention, file
+    :data:`BUNDLE_STREAM_CONFIG`: subjects ``plgd.>``, limits retention, file
     storage, discard old, duplicate window 10 min), through the JetStream API
     ``$JS.API.STREAM.CREATE.<stream>``. Returns True if created, False if it already existed.
 

@@ -11,9 +11,9 @@ For each size (smallest first):
    a few corrupt payloads (realistic sizes: CBOR contents, links, metadata; ~350 B per message).
    Generating is slow pure Python (~40 s per 100k), so the messages are cached as Parquet under
    ``--cache-dir`` (keyed by the config; deterministic, so a cache hit is the same bytes).
-2. **Publish** to a fresh local ``nats-server`` (``airflow_provider_plgd.testing.nats_server``,
+2. **Publish** to a fresh local ``nats-server`` (``plgd_devtools.nats_server``,
    stream ``EVENTS`` with the plgd bundle settings), core NATS like plgd; not timed as a stage.
-3. **The DAG, through Airflow itself**, like ``make demo`` (``airflow_provider_plgd.demo``:
+3. **The DAG, through Airflow itself**, like ``make demo`` (``plgd_devtools.demo``:
    temp ``AIRFLOW_HOME``, SQLite, Spark ``local[*]``): one data interval that covers the publish
    window, run by ``airflow dags test plgd_events_etl <interval end>`` with ``settle_seconds=1``.
    A sampler thread reads the RSS of the process tree (``airflow dags test`` + spark-submit JVM
@@ -261,9 +261,9 @@ def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any
         sum_s}, "ratio_to_ceilings", "load_before", "load_after"}``. Times in seconds, RSS in bytes.
     """
     from airflow_provider_plgd import staging
-    from airflow_provider_plgd.demo import _airflow_env, _run
+    from plgd_devtools.demo import _airflow_env, _run
     from airflow_provider_plgd.run_summary import read_app_summary
-    from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
+    from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     result: dict[str, Any] = {"target_events": events, "load_before": uptime()}
     config = sim_config(args, events)

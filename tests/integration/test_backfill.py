@@ -52,7 +52,7 @@ airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create ne
 
 
 def _free_port() -> int:
-    from airflow_provider_plgd.testing.nats_server import free_port
+    from plgd_devtools.nats_server import free_port
 
     return free_port()
 
@@ -231,7 +231,7 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd.snapshot_compare import TABLES
-    from spark_apps import snapshot_store
+    from airflow_provider_plgd.spark import snapshot_store
 
     out: dict[str, list[str]] = {}
     for table in TABLE_DIRS:

@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
-from airflow_provider_plgd.testing.nats_server import free_port, new_nkey
-from airflow_provider_plgd.testing.spark import spark_lock
+from plgd_devtools.nats_server import free_port, new_nkey
+from plgd_devtools.spark import spark_lock
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -33,19 +33,19 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd.testing.spark import spark_submit_env
+from plgd_devtools.spark import spark_submit_env
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-from spark_apps import schemas
-from spark_apps.decode_batch import decode_batch
+from airflow_provider_plgd.spark import schemas
+from airflow_provider_plgd.spark.decode_batch import decode_batch
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
-from airflow_provider_plgd.testing.spark import SPARK_LOCK as LOCK  # noqa: E402
+from plgd_devtools.spark import SPARK_LOCK as LOCK  # noqa: E402
 STREAM = "EVENTS"
 START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 END_NS = START_NS + 3600 * 1_000_000_000
@@ -90,7 +90,8 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
 DRIVER = r'''
 import json, sys
 import pyarrow.parquet as pq
-from spark_apps import common, decode_events, schemas
+from airflow_provider_plgd.spark import common, schemas
+from airflow_provider_plgd.spark_apps import decode_events
 
 cfg = json.load(open(sys.argv[1]))
 spark = common.build_spark_session("test-decode-rerun")
@@ -170,7 +171,7 @@ def run(tmp_path_factory):
     # ---- run 1: the command line, default reader
     py_files = build_py_files_zip(base / "py")
     assert py_files.endswith(".zip")
-    spark_submit(py_files, str(REPO / "spark_apps" / "decode_events.py"),
+    spark_submit(py_files, str(REPO / "airflow_provider_plgd" / "spark_apps" / "decode_events.py"),
                  "--staging-root", str(root), "--stream", STREAM, "--interval-id", IID, "--output-root", str(out),
                  log=base / "run1.log")
     events1 = read_table(out / "events" / f"interval={IID}", True)

@@ -26,12 +26,12 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from airflow_provider_plgd.testing.spark import spark_lock, spark_submit_env
+from plgd_devtools.spark import spark_lock, spark_submit_env
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from spark_apps import snapshot_store
+from airflow_provider_plgd.spark import snapshot_store
 
 pytestmark = pytest.mark.spark
 
@@ -56,7 +56,8 @@ BUCKETS = 32
 DRIVER = textwrap.dedent('''
     """Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py."""
     import json, sys
-    from spark_apps import common, decode_events, dedupe_events, rebuild_snapshots, snapshot_store
+    from airflow_provider_plgd.spark import common, snapshot_store
+    from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
     root, root_all = cfg["root"], cfg["root_all"]
@@ -90,7 +91,7 @@ DRIVER = textwrap.dedent('''
     # the pure-Python bucket function (rebuild --reader arrow) against Spark SQL's BUCKET_EXPR
     import random, string
     from pyspark.sql import functions as F
-    from spark_apps import xxhash64
+    from airflow_provider_plgd.spark import xxhash64
     rng = random.Random(5)
     values = cfg["device_ids"] + ["".join(rng.choice(string.ascii_letters + "-é€😀") for _ in range(rng.randint(0, 90)))
                                   for _ in range(2000)]
@@ -265,7 +266,7 @@ def test_rebuild_readers_give_identical_tables(pipeline):
 
 
 def test_python_bucket_function_equals_spark_sql(pipeline):
-    """``spark_apps.xxhash64`` (used by ``--reader arrow``) gives Spark's ``xxhash64`` and
+    """``airflow_provider_plgd.spark.xxhash64`` (used by ``--reader arrow``) gives Spark's ``xxhash64`` and
     ``pmod(xxhash64(device_id), 32)`` for every simulated device and 2,000 random strings."""
     assert pipeline.out["xxhash_checked"] > 2000
     assert pipeline.out["xxhash_mismatches"] == []
@@ -406,7 +407,7 @@ def test_cli_rerun_gives_identical_output(pipeline):
     three apps): rerunning the last interval gives the same snapshot tables."""
     iid, end_iso, end_ns = pipeline.intervals[-1]
     before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}
-    spark_submit(pipeline.py_files, str(REPO / "spark_apps" / "rebuild_snapshots.py"),
+    spark_submit(pipeline.py_files, str(REPO / "airflow_provider_plgd" / "spark_apps" / "rebuild_snapshots.py"),
                  "--root", str(pipeline.root), "--interval-id", iid, "--snapshot-time", str(end_ns),
                  log=pipeline.log)
     rebuild = json.loads((pipeline.root / "_runs" / "rebuild" / f"interval={iid}.json").read_text())

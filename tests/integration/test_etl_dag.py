@@ -1,6 +1,6 @@
 """Smoke test of ``make demo``: simulator → nats-server → plgd_events_etl via ``airflow dags test`` → snapshot.
 
-Runs the demo driver (``python -m airflow_provider_plgd.demo``) in a subprocess with a small
+Runs the demo driver (``python -m plgd_devtools.demo``) in a subprocess with a small
 configuration: a real nats-server, ``airflow db migrate`` on SQLite, one ``airflow dags test``
 for one data interval (real ``spark-submit`` in ``local[*]``). Then checks the committed outputs:
 the snapshot equals the simulator's ground truth, the fetched count equals decoded +
@@ -29,7 +29,7 @@ def test_demo_one_interval_through_airflow_dags_test(tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     proc = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_plgd.demo", "--owners", "2", "--devices", "2",
+        [sys.executable, "-m", "plgd_devtools.demo", "--owners", "2", "--devices", "2",
          "--resources", "2", "--intervals", "1", "--interval-seconds", "6", "--steps", "40",
          "--workdir", str(work)],
         env=env, capture_output=True, text=True, timeout=1200,

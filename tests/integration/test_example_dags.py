@@ -50,8 +50,8 @@ def _simulation(seed: int, owners: int = 2, devices: int = 3, intervals: int = 1
 
 def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: int, interval_id: str) -> str:
     """Commit ``tables`` as one snapshot version (one bucket per table) in the layout of
-    ``spark_apps.snapshot_store``: data files, then ``v=<version>/_manifest.json``, then ``_latest.json``."""
-    from spark_apps import snapshot_store as ss
+    ``airflow_provider_plgd.spark.snapshot_store``: data files, then ``v=<version>/_manifest.json``, then ``_latest.json``."""
+    from airflow_provider_plgd.spark import snapshot_store as ss
 
     version = ss.version_id(snapshot_time_ns)
     run_rel = ss.run_dir(version, ss.new_run_id())

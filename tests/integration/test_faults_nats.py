@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_provider_plgd.testing.spark import spark_lock
+from plgd_devtools.spark import spark_lock
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.exceptions import MessagesExpiredError
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator, check_retained
 from airflow_provider_plgd.plgd.subjects import registrations_subject, subject_filters, subject_matches
-from airflow_provider_plgd.testing.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
+from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream
 
 pytestmark = pytest.mark.airflow

@@ -47,14 +47,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from airflow_provider_plgd.testing.spark import spark_lock, spark_submit_env
+from plgd_devtools.spark import spark_lock, spark_submit_env
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from spark_apps import schemas, snapshot_store
-from spark_apps.decode_batch import decode_batch
+from airflow_provider_plgd.spark import schemas, snapshot_store
+from airflow_provider_plgd.spark.decode_batch import decode_batch
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +69,8 @@ DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the re
 DRIVER = textwrap.dedent('''
     """Runs plgd Spark applications in one JVM with an optional hang point (test_faults_spark.py)."""
     import json, os, sys, time, traceback
-    from spark_apps import common, decode_events, dedupe_events, rebuild_snapshots, snapshot_store
+    from airflow_provider_plgd.spark import common, snapshot_store
+    from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
     hang = {"point": None}

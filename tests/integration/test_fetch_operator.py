@@ -32,7 +32,7 @@ from airflow_provider_plgd.plgd.subjects import (
     resource_subject,
     subject_filters,
 )
-from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
+from plgd_devtools.nats_server import NatsServer, recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
 
 pytestmark = pytest.mark.airflow

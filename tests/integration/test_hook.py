@@ -25,7 +25,7 @@ from airflow_provider_plgd.hooks.jetstream import (
     settings_from_connection,
     to_unix_ns,
 )
-from airflow_provider_plgd.testing.nats_server import NatsServer, free_port
+from plgd_devtools.nats_server import NatsServer, free_port
 
 OWNER_A = "e1407479-3136-56c0-9908-bb02fb0339e2"
 OWNER_B = "7c2b8a6e-4f0e-4b69-9a59-0c8a3f1d2e11"

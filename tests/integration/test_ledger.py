@@ -18,7 +18,7 @@ import pytest
 from airflow_provider_plgd import ledger, staging
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
-from airflow_provider_plgd.testing.nats_server import recreate_stream
+from plgd_devtools.nats_server import recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream
 
 UTC = timezone.utc
@@ -87,7 +87,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
         jetstream, dags_folder, storage_root, monkeypatch):
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot
-    from airflow_provider_plgd.testing.spark import spark_lock, spark_submit_env
+    from plgd_devtools.spark import spark_lock, spark_submit_env
 
     for key, value in spark_submit_env().items():
         monkeypatch.setenv(key, value)
@@ -187,7 +187,7 @@ def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream,
 # Case 4: decode reads the batches the ledger names, not whatever manifests exist
 # ---------------------------------------------------------------------------------------------
 def test_decode_refuses_an_interval_whose_named_batch_is_missing(jetstream, storage_root):
-    from spark_apps.decode_events import ledger_manifests
+    from airflow_provider_plgd.spark_apps.decode_events import ledger_manifests
 
     publish_messages(jetstream.url, traffic(10))
     start_ns, end_ns = bounds_around(jetstream.url)
@@ -281,7 +281,7 @@ def test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small(jetst
     """The ETL maps its fetch tasks over ``{"ledger_group": i}``: the owners live in the ledger, not in XCom."""
     from airflow_provider_plgd.etl import write_interval_ledger
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-    from spark_apps.decode_events import ledger_manifests
+    from airflow_provider_plgd.spark_apps.decode_events import ledger_manifests
 
     publish_messages(jetstream.url, traffic(3))
     start_ns, end_ns = bounds_around(jetstream.url)

@@ -1,4 +1,4 @@
-"""The PostgreSQL test harness (``airflow_provider_plgd.testing.postgres_server``) on a real server.
+"""The PostgreSQL test harness (``plgd_devtools.postgres_server``) on a real server.
 
 It backs the Airflow metadata database of the tests that run the scheduler, triggerer and
 api-server (``test_backfill.py``, ``test_sensor_triggers.py``). Checked here: loopback TCP only,
@@ -19,7 +19,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
-from airflow_provider_plgd.testing.postgres_server import (  # noqa: E402
+from plgd_devtools.postgres_server import (  # noqa: E402
     PostgresServer,
     _shared_copy,
     default_bin_dir,

@@ -29,7 +29,7 @@ import pytest
 from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, JetStreamError
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook, settings_from_connection
 from airflow_provider_plgd.plgd.subjects import registrations_subject
-from airflow_provider_plgd.testing.nats_server import (
+from plgd_devtools.nats_server import (
     NatsServer,
     OperatorMode,
     new_nkey,
@@ -410,7 +410,7 @@ def ws_connects(server: NatsServer) -> list[str]:
 def test_ws_and_wss_servers_work_with_the_providers_dependencies(pki, monkeypatch, no_leak):
     """``ws://`` and ``wss://`` need nats-py's aiohttp transport ("Could not import aiohttp
     transport" without it): publish and read back over a plain and a TLS websocket listener."""
-    from airflow_provider_plgd.testing.nats_server import free_port
+    from plgd_devtools.nats_server import free_port
 
     files = pki["good"]
     for scheme, tls_files in (("ws", None), ("wss", files)):
@@ -436,7 +436,7 @@ def test_ws_server_with_tls_settings_is_refused_before_connect(pki, monkeypatch,
     import nats.errors
 
     from airflow_provider_plgd.hooks.jetstream import _tls_guarded_client
-    from airflow_provider_plgd.testing.nats_server import free_port
+    from plgd_devtools.nats_server import free_port
 
     files = pki["good"]
     port = free_port()

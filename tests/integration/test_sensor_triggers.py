@@ -269,7 +269,7 @@ def test_asset_watcher_fires_in_the_triggerer_and_schedules_a_dag_run(jetstream,
     import sys
     from pathlib import Path
 
-    from airflow_provider_plgd.testing.nats_server import free_port
+    from plgd_devtools.nats_server import free_port
 
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "NATS_URL": jetstream.url,
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",

@@ -1,4 +1,4 @@
-"""Unit tests of spark_apps.decode_batch: staging RecordBatch -> union RecordBatch (no Spark).
+"""Unit tests of airflow_provider_plgd.spark.decode_batch: staging RecordBatch -> union RecordBatch (no Spark).
 
 Messages are built with the codec (``airflow_provider_plgd.plgd.codec``) with every field set to a
 non-default value, so each output column is checked against what was published. Corrupt rows
@@ -23,8 +23,8 @@ from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.plgd.pb import eventbus_pb2
 from airflow_provider_plgd.plgd.pb import identitystore_pb2 as isp
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as ra
-from spark_apps import schemas
-from spark_apps.decode_batch import decode_batch, decode_batch_parts, decode_batches
+from airflow_provider_plgd.spark import schemas
+from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts, decode_batches
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 OWNER_RAW = "alice"
@@ -483,7 +483,7 @@ def test_spark_schemas_convert():
 # ---- helpers of the Spark app that run without Spark -------------------------------------------
 
 def test_hive_escape_matches_spark():
-    from spark_apps.common import HIVE_DEFAULT_PARTITION, hive_escape, partition_dir
+    from airflow_provider_plgd.spark.common import HIVE_DEFAULT_PARTITION, hive_escape, partition_dir
 
     assert hive_escape("e1407479-3136-56c0-9908-bb02fb0339e2") == "e1407479-3136-56c0-9908-bb02fb0339e2"
     assert hive_escape("urn:uuid:{A}") == "urn%3Auuid%3A%7BA}"
@@ -495,7 +495,7 @@ def test_hive_escape_matches_spark():
 def test_partitioned_writer_deterministic_files(tmp_path):
     import pyarrow.dataset as ds
 
-    from spark_apps.common import ArrowPartitionedWriter
+    from airflow_provider_plgd.spark.common import ArrowPartitionedWriter
 
     cases = all_cases()
     batch = staging_batch([(s, d) for _, s, d, _ in cases])
@@ -545,17 +545,18 @@ def test_py_files_zip(tmp_path):
     names = zipfile.ZipFile(path).namelist()
     for needed in ("airflow_provider_plgd/__init__.py", "airflow_provider_plgd/staging.py",
                    "airflow_provider_plgd/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
-                   "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "spark_apps/decode_events.py",
-                   "spark_apps/decode_batch.py", "spark_apps/schemas.py", "spark_apps/common.py"):
+                   "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "airflow_provider_plgd/spark_apps/decode_events.py",
+                   "airflow_provider_plgd/spark/decode_batch.py", "airflow_provider_plgd/spark/schemas.py",
+                   "airflow_provider_plgd/spark/common.py"):
         assert needed in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
-    assert not any(n.startswith("airflow_provider_plgd/hooks") for n in names)
+    assert "airflow_provider_plgd/hooks/jetstream.py" in names  # the package, whole
     assert build_py_files_zip(tmp_path / "x.zip").endswith("x.zip")
 
 
 def test_plan_tasks_packs_row_groups_into_few_decreasing_tasks():
     """``decode_events.plan_tasks``: every row group once, few tasks, big first, even tail."""
-    from spark_apps.decode_events import plan_tasks
+    from airflow_provider_plgd.spark_apps.decode_events import plan_tasks
 
     # the bench's shape: 10 x 50k, 5 x 28k, ..., 5 x 20 rows (75 row groups, 974k rows)
     sizes = [50_000] * 10 + [28_000] * 5 + [12_700] * 5 + [9_200] * 5 + [8_000] * 5 + [7_200] * 5 \
@@ -584,7 +585,7 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     file are read once each, decoded rows land in ``events``, bad ones in ``quarantine``."""
     import pyarrow.dataset as ds
 
-    from spark_apps.decode_events import make_rdd_task, plan_tasks, staging_units
+    from airflow_provider_plgd.spark_apps.decode_events import make_rdd_task, plan_tasks, staging_units
 
     cases = all_cases()
     rows = [(s, d) for _, s, d, _ in cases] * 3 + [(cases[0][1], b"\x00bad")]

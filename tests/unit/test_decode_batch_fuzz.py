@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of ``spark_apps.decode_batch`` (the decode application's pure-Python core).
+"""Hypothesis fuzzing of ``airflow_provider_plgd.spark.decode_batch`` (the decode application's pure-Python core).
 
 A staging batch (``airflow_provider_plgd.staging.SCHEMA``) is built from simulator messages,
 each either kept valid or mutated: truncated, bit-flipped, replaced by random bytes, emptied,
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-from spark_apps.decode_batch import decode_batch, decode_batch_parts
+from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 PUBLISHED = datetime(2026, 1, 1, 0, 10, tzinfo=timezone.utc)

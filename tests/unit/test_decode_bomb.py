@@ -132,7 +132,7 @@ def test_cap_is_a_setting_and_contents_under_it_decode(bombs):
 
 
 def test_decode_batch_quarantines_bombs_keeping_the_raw_payload(bombs):
-    from spark_apps.decode_batch import decode_batch
+    from airflow_provider_plgd.spark.decode_batch import decode_batch
 
     rows = [bombs[0]] * 3 + [small_row(), bombs[1]]
     out = decode_batch(staging_batch(rows), INTERVAL).to_pylist()
@@ -152,7 +152,7 @@ _CHILD = r"""
 import json, resource, sys, tracemalloc
 sys.path[:0] = [{repo!r}, {tests!r}]
 from test_decode_bomb import bomb_rows, staging_batch, INTERVAL
-from spark_apps.decode_batch import decode_batch
+from airflow_provider_plgd.spark.decode_batch import decode_batch
 batch = staging_batch(bomb_rows()[:1] * 8)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 tracemalloc.start()
@@ -178,7 +178,7 @@ def test_decode_batch_memory_stays_bounded_in_a_fresh_process():
 
 
 def test_decode_app_cli_setting():
-    from spark_apps.decode_events import parse_args
+    from airflow_provider_plgd.spark_apps.decode_events import parse_args
 
     base = ["--staging-root", "/r", "--output-root", "/r", "--interval-id", INTERVAL]
     assert parse_args(base).max_content_bytes == codec.DEFAULT_MAX_DECODED_BYTES == 4 * MiB

@@ -1,4 +1,4 @@
-"""spark_apps.dedupe_decision (the pyarrow keep/drop decision) and spark_apps.xxhash64, without Spark.
+"""airflow_provider_plgd.spark.dedupe_decision (the pyarrow keep/drop decision) and airflow_provider_plgd.spark.xxhash64, without Spark.
 
 The Spark side of both (the window decision, Spark SQL ``xxhash64``) is compared with these in
 tests/integration/test_dedupe_rebuild.py.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_apps import dedupe_decision, xxhash64
+from airflow_provider_plgd.spark import dedupe_decision, xxhash64
 
 
 def keys(rows):

@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 
 from airflow_provider_plgd.plgd import ids
-from spark_apps import fold
-from spark_apps.fold import FoldStats, dumps_state, fold_device, loads_state
+from airflow_provider_plgd.spark import fold
+from airflow_provider_plgd.spark.fold import FoldStats, dumps_state, fold_device, loads_state
 
 DEV = "00000000-0000-0000-0000-000000000001"
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
@@ -596,7 +596,7 @@ def _sim_fold(config, batches=None):
     from airflow_provider_plgd import staging
     from airflow_provider_plgd.plgd.tables import SNAPSHOT_SORT_KEYS
     from airflow_provider_plgd.simulator import expected_state, generate
-    from spark_apps import decode_batch
+    from airflow_provider_plgd.spark import decode_batch
 
     sim = generate(config)
     bounds = config.interval_bounds()
@@ -671,7 +671,7 @@ def test_incremental_fold_equals_one_fold_of_everything():
 def test_fold_bucket_arrow_matches_device_rows():
     import pyarrow as pa
 
-    from spark_apps import schemas, snapshot_store
+    from airflow_provider_plgd.spark import schemas, snapshot_store
 
     table_schemas = {t: snapshot_store.table_schema(t) for t in snapshot_store.ALL_TABLES}
     first = [reg("devicesregistered", T0), changed(0), md(0, conn("ONLINE", "c1")),
@@ -708,7 +708,7 @@ def test_fold_bucket_arrow_matches_device_rows():
 
 
 def test_snapshot_store_names_and_empty_reads(tmp_path):
-    from spark_apps import snapshot_store
+    from airflow_provider_plgd.spark import snapshot_store
 
     assert snapshot_store.version_id(T0 + 3600 * SEC) == "20260101T010000Z"
     assert snapshot_store.version_id(T0 + 1500) == "20260101T000000.000001500Z"
@@ -743,7 +743,7 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
     """snapshot_store.rebuild_bucket (the executor task of rebuild_snapshots) on a local folder."""
     import pyarrow as pa
 
-    from spark_apps import schemas, snapshot_store
+    from airflow_provider_plgd.spark import schemas, snapshot_store
 
     table_schemas = {t: snapshot_store.table_schema(t) for t in snapshot_store.ALL_TABLES}
     dev_b = "00000000-0000-0000-0000-00000000000b"
@@ -806,7 +806,8 @@ def test_spark_apps_run_from_the_py_files_zip_alone(tmp_path):
 
     zip_path = build_py_files_zip(tmp_path)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from spark_apps import fold, snapshot_store, dedupe_events, rebuild_snapshots; "
+            "from airflow_provider_plgd.spark import fold, snapshot_store; "
+            "from airflow_provider_plgd.spark_apps import dedupe_events, rebuild_snapshots; "
             "assert snapshot_store.__file__.startswith(sys.argv[1]), snapshot_store.__file__; "
             "assert snapshot_store.table_schema('resources').names[0] == 'owner_id'; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('nats', 'airflow', 'pyspark') "

@@ -1,4 +1,4 @@
-"""spark_apps.common.LazySparkSession with a fake SparkContext and a fake session builder.
+"""airflow_provider_plgd.spark.common.LazySparkSession with a fake SparkContext and a fake session builder.
 
 The real one runs in every spark-submit of the integration tests: decode ``--reader arrow`` never
 builds the SQL session there, ``--reader spark`` and dedupe's Spark decision do.
@@ -6,7 +6,7 @@ builds the SQL session there, ``--reader spark`` and dedupe's Spark decision do.
 
 from __future__ import annotations
 
-from spark_apps.common import LazySparkSession
+from airflow_provider_plgd.spark.common import LazySparkSession
 
 
 class FakeContext:
@@ -56,4 +56,4 @@ def test_sql_attributes_build_the_session_once_and_stop_stops_it():
 def test_dunder_lookups_do_not_build_the_session():
     spark = LazySparkSession(FakeContext(), lambda: (_ for _ in ()).throw(AssertionError("built")))
     assert not hasattr(spark, "__wrapped__")
-    assert repr(spark).startswith("<spark_apps.common.LazySparkSession")
+    assert repr(spark).startswith("<airflow_provider_plgd.spark.common.LazySparkSession")

@@ -3,12 +3,12 @@ never taken from the shared storage root, and a zip changed after ``plan`` is ne
 
 Security issue #14, hole 2: the zip used to live at ``{root}/_deps/plgd_py_files.zip``; anyone who
 could write the storage root (in the compose stack the Spark workers mount it) replaced it with
-one whose ``spark_apps/common.py`` dumped ``AIRFLOW_CONN_*``, and the decode task ran it.
+one whose ``airflow_provider_plgd/spark/common.py`` dumped ``AIRFLOW_CONN_*``, and the decode task ran it.
 
 The tests build the real ETL DAG, run the real ``plan`` callable and the real Spark task's
 ``execute`` (``PlgdSparkSubmitOperator`` -> ``SparkSubmitHook``). The one fake is ``spark-submit``:
 a script first on ``PATH`` that does what a client-mode driver does with ``--py-files`` -- puts the
-zip on ``sys.path`` and imports ``spark_apps.common`` from it -- and records that it was called.
+zip on ``sys.path`` and imports ``airflow_provider_plgd.spark.common`` from it -- and records that it was called.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from airflow_provider_plgd.spark_deps import PyFilesIntegrityError
 
 UTC = timezone.utc
 
-#: What the attacker's ``spark_apps/common.py`` does: write the worker's connection variables.
+#: What the attacker's ``airflow_provider_plgd/spark/common.py`` does: write the worker's connection variables.
 PAYLOAD = """
 import json, os
 with open(os.environ["PLGD_TEST_PAYLOAD_OUT"], "w") as fh:
     json.dump({k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_CONN_")}, fh)
 """
 
-#: A client-mode driver in miniature: the zip goes on sys.path, the app imports spark_apps.common.
+#: A client-mode driver in miniature: the zip goes on sys.path, the app imports airflow_provider_plgd.spark.common.
 FAKE_SPARK_SUBMIT = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
@@ -44,18 +44,18 @@ py_files = args[args.index("--py-files") + 1]
 with open(os.environ["PLGD_TEST_SUBMITTED"], "w") as fh:
     json.dump({{"py_files": py_files, "argv": args}}, fh)
 sys.path.insert(0, py_files)
-for name in [m for m in sys.modules if m == "spark_apps" or m.startswith("spark_apps.")]:
+for name in [m for m in sys.modules if m == "airflow_provider_plgd" or m.startswith("airflow_provider_plgd.")]:
     del sys.modules[name]
-import spark_apps.common
+import airflow_provider_plgd.spark.common
 """
 
 
 def tampered_zip(original: bytes) -> bytes:
-    """The original zip with ``spark_apps/common.py`` replaced by :data:`PAYLOAD`."""
+    """The original zip with ``airflow_provider_plgd/spark/common.py`` replaced by :data:`PAYLOAD`."""
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(original)) as src, zipfile.ZipFile(out, "w") as dst:
         for info in src.infolist():
-            data = PAYLOAD.encode() if info.filename == "spark_apps/common.py" else src.read(info)
+            data = PAYLOAD.encode() if info.filename == "airflow_provider_plgd/spark/common.py" else src.read(info)
             dst.writestr(info, data)
     return out.getvalue()
 
@@ -79,7 +79,7 @@ def setup(tmp_path, monkeypatch, jetstream):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PLGD_TEST_PAYLOAD_OUT", str(tmp_path / "stolen.json"))
     monkeypatch.setenv("PLGD_TEST_SUBMITTED", str(tmp_path / "submitted.json"))
-    monkeypatch.setenv("PYTHONPATH", "")  # the fake driver imports spark_apps from the zip only
+    monkeypatch.setenv("PYTHONPATH", "")  # the fake driver imports airflow_provider_plgd from the zip only
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
         {"conn_type": "plgd_jetstream", "password": "nats-secret-Zq81", "host": jetstream.host,
@@ -138,7 +138,7 @@ def test_zip_swapped_after_plan_is_never_executed(setup):
 
 def test_untampered_zip_runs_and_payload_demo_is_real(setup):
     """Control: the verified zip is what spark-submit gets, and the fake driver really imports
-    spark_apps.common from it (so the test above would have caught the payload)."""
+    airflow_provider_plgd.spark.common from it (so the test above would have caught the payload)."""
     planned = setup.plan()
     setup.run_spark_task("decode", planned)
     submitted = json.loads(setup.submitted.read_text())
@@ -164,7 +164,7 @@ def test_zip_lives_in_a_private_folder_not_on_the_storage_root(setup):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert spark_deps.CONTENT_ADDRESSED_NAME.match(path.name)
     with zipfile.ZipFile(path) as zf:
-        assert "spark_apps/decode_events.py" in zf.namelist()
+        assert "airflow_provider_plgd/spark_apps/decode_events.py" in zf.namelist()
     assert setup.plan()["py_files"] == str(path)  # deterministic: same name, same bytes
 
 

@@ -1,15 +1,15 @@
-"""spark_apps.pyspark_path: when the installed PySpark replaces ``$SPARK_HOME/python/lib/pyspark.zip``.
+"""airflow_provider_plgd.spark.pyspark_path: when the installed PySpark replaces ``$SPARK_HOME/python/lib/pyspark.zip``.
 
 Fabricated zip and package folders stand in for a Spark installation (one fake at a time). The
 real switch runs in every spark-submit of the integration tests (driver) and, with
-``spark.python.daemon.module=spark_apps.pyspark_daemon``, in the DAG tests' Python daemon.
+``spark.python.daemon.module=airflow_provider_plgd.spark.pyspark_daemon``, in the DAG tests' Python daemon.
 """
 
 from __future__ import annotations
 
 import zipfile
 
-from spark_apps.pyspark_path import prefer_installed_pyspark
+from airflow_provider_plgd.spark.pyspark_path import prefer_installed_pyspark
 
 
 def make_zip(folder, version):

@@ -1,4 +1,4 @@
-"""spark_apps.worker_warmup and the apps' ``WORKER_MODULES``, with a fake SparkContext.
+"""airflow_provider_plgd.spark.worker_warmup and the apps' ``WORKER_MODULES``, with a fake SparkContext.
 
 The real warm-up runs in every spark-submit of the integration tests (``--warm-up-workers`` is
 on by default); its effect is measured in bench/bench_decode.py.
@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from spark_apps import decode_events, dedupe_events, rebuild_snapshots, worker_warmup
+from airflow_provider_plgd.spark import worker_warmup
+from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
 
 class FakeRDD:

@@ -8,7 +8,7 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
    (``common.plan_tasks``).
 2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
    ``event_type`` from the Hive folder names), gives each row its device (identity-store rows: one
-   row per entry of ``device_ids``) and bucket (:mod:`spark_apps.xxhash64`: Spark's
+   row per entry of ``device_ids``) and bucket (:mod:`airflow_provider_plgd.spark.xxhash64`: Spark's
    ``pmod(xxhash64(device_id), buckets)`` in pure Python, so the buckets are the ones of every
    earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
    partition (``bucket % partitions``).
@@ -29,13 +29,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 try:
-    from spark_apps import common, fold, snapshot_store
+    from airflow_provider_plgd.spark import common, fold, snapshot_store
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_apps import common, fold, snapshot_store
+    from airflow_provider_plgd.spark import common, fold, snapshot_store
 
 BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
@@ -85,7 +85,7 @@ def make_map_task(buckets: int, partitions: int):
 
     Each row of the files (``fold.FOLD_INPUT_COLUMNS``), once per device it applies to, with two
     more columns: ``_device`` (string) and ``_bucket`` (int32, ``pmod(xxhash64(_device),
-    buckets)``: :func:`spark_apps.xxhash64.bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
+    buckets)``: :func:`airflow_provider_plgd.spark.xxhash64.bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
     snapshot); rows go to partition ``_bucket % partitions``.
     """
 
@@ -93,7 +93,7 @@ def make_map_task(buckets: int, partitions: int):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from spark_apps.xxhash64 import bucket as bucket_of_device
+        from airflow_provider_plgd.spark.xxhash64 import bucket as bucket_of_device
 
         memo: dict[str, int] = {}
 

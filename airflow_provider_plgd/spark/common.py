@@ -274,7 +274,7 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
 
     ``worker_modules``: what the application's Python tasks import; unless ``--warm-up-workers
     off``, the workers start and import them while the run plans its work
-    (:func:`spark_apps.worker_warmup.start_python_workers`).
+    (:func:`airflow_provider_plgd.spark.worker_warmup.start_python_workers`).
 
     An exception from ``run`` stops Spark and propagates, so ``spark-submit`` exits non-zero
     (Airflow's ``SparkSubmitOperator`` then fails the task); bad arguments exit with argparse's
@@ -285,7 +285,7 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
     """
     args = parse_args(argv)
     setup_logging(args.log_level)
-    from spark_apps.pyspark_path import prefer_installed_pyspark
+    from airflow_provider_plgd.spark.pyspark_path import prefer_installed_pyspark
 
     if prefer_installed_pyspark():  # before the first pyspark import of the driver
         log.debug("importing pyspark from the installed package, not from pyspark.zip")
@@ -295,7 +295,7 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
     # session only when the run first needs it (LazySparkSession)
     sc = SparkContext.getOrCreate(SparkConf().setAppName(session_name))
     if worker_modules and getattr(args, "warm_up_workers", "on") == "on":
-        from spark_apps.worker_warmup import start_python_workers
+        from airflow_provider_plgd.spark.worker_warmup import start_python_workers
 
         start_python_workers(sc, worker_modules)
     spark = LazySparkSession(sc, lambda: build_spark_session(session_name))
@@ -621,7 +621,7 @@ def read_events_files(urls: Iterable[str], columns: Sequence[str]):
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    from spark_apps.schemas import EVENTS_PARTITION_COLUMNS
+    from airflow_provider_plgd.spark.schemas import EVENTS_PARTITION_COLUMNS
 
     partitioning = ds.partitioning(pa.schema([(c, pa.string()) for c in EVENTS_PARTITION_COLUMNS]),
                                    flavor="hive")

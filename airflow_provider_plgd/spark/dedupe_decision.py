@@ -5,7 +5,7 @@ in the driver's memory, and the decision is much faster than Spark windows in a 
 (figures: docs/performance.md, "Measurements behind design choices", M15); larger intervals are
 decided by Spark with the same rules. The unit tests compare both.
 
-Rules (the module docstring of ``spark_apps.dedupe_events``):
+Rules (the module docstring of ``airflow_provider_plgd.spark_apps.dedupe_events``):
 
 * rows sharing a non-null ``msg_id``: the one with the lowest ``stream_seq`` is kept (ties:
   ``stream``, then ``subject``; nulls last), the others are ``within_batch`` duplicates;

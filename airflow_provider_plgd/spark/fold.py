@@ -1,7 +1,7 @@
 """Pure fold logic of the snapshot rebuild: previous state of a device + its new events -> new state.
 
 No Spark here: plain Python over ``events`` rows (dicts with the column names of
-:data:`spark_apps.schemas.EVENTS_SCHEMA`, as ``pyarrow.Table.to_pylist()`` gives them). The rebuild
+:data:`airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA`, as ``pyarrow.Table.to_pylist()`` gives them). The rebuild
 app calls :func:`fold_bucket_arrow` (Arrow in, Arrow out) once per touched bucket inside its
 ``mapInArrow``, which calls :func:`fold_device` per device; the unit tests call both directly.
 Semantics: ``docs/wire-format.md`` §4 (state of each aggregate kind) and §4.9 (the
@@ -884,7 +884,7 @@ def fold_bucket_arrow(
 ):
     """Fold one bucket: new events + previous states of the touched devices -> output rows.
 
-    Called once per touched bucket by :func:`spark_apps.snapshot_store.rebuild_bucket` (inside the
+    Called once per touched bucket by :func:`airflow_provider_plgd.spark.snapshot_store.rebuild_bucket` (inside the
     rebuild's ``mapInArrow``); the unit tests call it directly.
 
     :param events: ``pyarrow.Table`` of ``events`` rows of this bucket, plus ``bucket_column``

@@ -41,7 +41,7 @@ Manifest (JSON object; format :data:`MANIFEST_FORMAT`)::
 
 Tables: the four public tables of ``docs/data-contracts.md`` (columns from
 ``airflow_provider_plgd.plgd.tables``) and the internal :data:`STATE_TABLE` (one row per
-device: the serialised fold state of :mod:`spark_apps.fold`, see :data:`STATE_SCHEMA`).
+device: the serialised fold state of :mod:`airflow_provider_plgd.spark.fold`, see :data:`STATE_SCHEMA`).
 
 Readers: :func:`read_table` (pyarrow + fsspec, no Spark) and :func:`spark_read_table`.
 """
@@ -296,7 +296,7 @@ def atomic_write_text(spark, path: str, text: str) -> None:
 
     :raises OSError: the rename failed.
     """
-    from spark_apps import common
+    from airflow_provider_plgd.spark import common
 
     jvm = spark._jvm
     fs, dst = common.hadoop_path(spark, path)
@@ -330,7 +330,7 @@ def spark_read_json(spark, path: str) -> Any | None:
 
     :raises ValueError: the file is not JSON.
     """
-    from spark_apps import common
+    from airflow_provider_plgd.spark import common
 
     text = common.read_text(spark, path)
     if text is None:
@@ -367,7 +367,7 @@ def spark_manifest(spark, root: str, version: str) -> dict[str, Any] | None:
 
 def spark_schema(table: str):
     """Spark ``StructType`` of ``table``."""
-    from spark_apps.schemas import to_spark_schema
+    from airflow_provider_plgd.spark.schemas import to_spark_schema
 
     return to_spark_schema(table_schema(table))
 
@@ -394,7 +394,7 @@ def list_committed_intervals(spark, table_root: str) -> list[str]:
     Used for ``events_deduped``/``msgid_index`` (written with ``common.commit_dir``, so a folder
     with ``_SUCCESS`` is complete). Hidden folders (``_tmp-...``) are skipped.
     """
-    from spark_apps import common
+    from airflow_provider_plgd.spark import common
 
     fs, jroot = common.hadoop_path(spark, table_root)
     if not fs.exists(jroot):
@@ -431,7 +431,7 @@ def collect_garbage(spark, root: str, keep_versions: int) -> dict[str, int]:
 
     :return: ``{"versions_removed": n, "files_removed": n}``.
     """
-    from spark_apps import common
+    from airflow_provider_plgd.spark import common
 
     result = {"versions_removed": 0, "files_removed": 0}
     if keep_versions <= 0:
@@ -545,7 +545,7 @@ def rebuild_bucket(
     """
     import pyarrow.compute as pc
 
-    from spark_apps import common, fold
+    from airflow_provider_plgd.spark import common, fold
 
     bucket = int(events.column(bucket_column)[0].as_py()) if bucket is None else int(bucket)
     events = events.filter(pc.is_valid(events.column(device_column)))

@@ -12,7 +12,7 @@ choices", M4).
 
 :func:`prefer_installed_pyspark` moves the zip to the end of ``sys.path`` when the installed
 package has the zip's exact version (``pyspark/version.py``); the zip stays as a fallback for
-modules that only it has. ``python -m spark_apps.pyspark_daemon`` is PySpark's daemon after that
+modules that only it has. ``python -m airflow_provider_plgd.spark.pyspark_daemon`` is PySpark's daemon after that
 switch (Spark setting ``spark.python.daemon.module``); use it only where ``spark_apps`` is
 installed next to PySpark (local mode, or executors with the provider installed).
 

@@ -23,7 +23,7 @@ Steps:
    ``--reader spark``: Spark's Parquet scan, a few partitions per core (``headers`` as JSON text).
 2. One pass (``RDD.mapPartitions`` with :func:`make_rdd_task` for ``--reader arrow``,
    ``mapInArrow`` with :func:`make_task` for ``--reader spark``): each task decodes its staging
-   batches once (``spark_apps.decode_batch``) and writes the decoded rows and the quarantined
+   batches once (``airflow_provider_plgd.spark.decode_batch``) and writes the decoded rows and the quarantined
    rows itself with pyarrow (``common.ArrowPartitionedWriter``) into two hidden temp folders; it
    returns one small record per written file. Bad payloads never fail the job and are never
    dropped. (Why not
@@ -52,21 +52,21 @@ import time
 from typing import Any, Sequence
 
 try:  # a plain ``spark-submit spark_apps/decode_events.py`` puts only spark_apps/ on sys.path
-    from spark_apps import common, schemas
-    from spark_apps.common import plan_tasks
-    from spark_apps.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
+    from airflow_provider_plgd.spark import common, schemas
+    from airflow_provider_plgd.spark.common import plan_tasks
+    from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_apps import common, schemas
-    from spark_apps.common import plan_tasks
-    from spark_apps.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
+    from airflow_provider_plgd.spark import common, schemas
+    from airflow_provider_plgd.spark.common import plan_tasks
+    from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
 
 APP = "decode"
 #: What the decode tasks import; the workers import it while the driver plans (``--warm-up-workers``).
 WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.staging",
-                  "spark_apps.decode_batch")
+                  "airflow_provider_plgd.spark.decode_batch")
 log = logging.getLogger("plgd.spark.decode")
 
 
@@ -158,7 +158,7 @@ def _decode_task(batches, task_id: int, interval_id: str, events_tmp: str, quara
     """
     import pyarrow.compute as pc
 
-    from spark_apps.decode_batch import decode_batch_parts
+    from airflow_provider_plgd.spark.decode_batch import decode_batch_parts
 
     events_cols = list(schemas.EVENTS_COLUMNS)
     quarantine_cols = list(schemas.QUARANTINE_COLUMNS)

@@ -13,14 +13,14 @@ Output, each written to a hidden temp folder and swapped in (``common.commit_dir
   message ID of the interval (kept or dropped), sorted. The compact index that later intervals
   look back at. Committed first.
 * ``{root}/events_deduped/interval={id}/owner_id=../event_type=../date=../part-*.parquet``: the
-  ``events`` rows (same columns, ``spark_apps.schemas.EVENTS_SCHEMA``) with exactly one row per
+  ``events`` rows (same columns, ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA``) with exactly one row per
   ``msg_id``, plus ``_manifest.json`` (files and rows; not on the Spark fallback path).
   Committed second; a folder with ``_SUCCESS`` is complete.
 * the run summary ``{root}/_runs/dedupe/interval={id}.json``.
 
 How: the keep/drop decision is made on the key columns (``msg_id``, ``stream``,
 ``stream_seq``, ``subject``, ``event_type``): on the driver with pyarrow
-(:mod:`spark_apps.dedupe_decision`) for intervals of up to ``--driver-decide-rows`` rows (the
+(:mod:`airflow_provider_plgd.spark.dedupe_decision`) for intervals of up to ``--driver-decide-rows`` rows (the
 ``events`` folder's ``_manifest.json`` gives the count), else with Spark windows (shuffle
 partitions: one per 64 MiB of input, 2..200). The index and the counts come from the decision;
 the rows are written by Python tasks that copy each decoded file, minus its dropped rows
@@ -70,16 +70,16 @@ import time
 from typing import Any, Sequence
 
 try:  # a plain ``spark-submit spark_apps/dedupe_events.py`` puts only spark_apps/ on sys.path
-    from spark_apps import common, schemas, snapshot_store
+    from airflow_provider_plgd.spark import common, schemas, snapshot_store
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_apps import common, schemas, snapshot_store
+    from airflow_provider_plgd.spark import common, schemas, snapshot_store
 
 APP = "dedupe"
 #: What the filter tasks import; the workers import it while the driver plans (``--warm-up-workers``).
-WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "spark_apps.common")
+WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.spark.common")
 #: Columns that identify one staged message row: its ID and where the stream stored it.
 ROW_KEY = ("msg_id", "stream", "stream_seq")
 #: Up to this many dropped rows, their keys (~100 bytes each) are broadcast to the anti-join.
@@ -237,7 +237,7 @@ def _read_key_columns(source: str, files: list[tuple[str, int, int]]):
     (``event_type`` from the Hive folder names)."""
     import pyarrow as pa
 
-    from spark_apps.dedupe_decision import KEY_COLUMNS
+    from airflow_provider_plgd.spark.dedupe_decision import KEY_COLUMNS
 
     keys = common.read_events_files([common.join(source, rel) for rel, _, _ in files], KEY_COLUMNS)
     schema = pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
@@ -264,13 +264,13 @@ def _previous_id_arrays(spark, root: str, intervals: list[str]):
 
 
 def decide_on_driver(spark, root: str, source: str, files, previous: list[str], index_tmp: str):
-    """Decide with :func:`spark_apps.dedupe_decision.decide` in this (driver) process and write the
+    """Decide with :func:`airflow_provider_plgd.spark.dedupe_decision.decide` in this (driver) process and write the
     ``msgid_index`` temp folder (one sorted file, ``_SUCCESS``). Returns the ``Decision``."""
     import fsspec
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_apps import dedupe_decision
+    from airflow_provider_plgd.spark import dedupe_decision
 
     keys = _read_key_columns(source, files)
     current = pc.unique(keys.column("msg_id").drop_null())  # an Array
@@ -285,7 +285,7 @@ def decide_on_driver(spark, root: str, source: str, files, previous: list[str], 
 
 def _keep_order():
     """The Spark window of the keep rule: per ``msg_id``, lowest ``stream_seq`` first (ties:
-    ``stream``, then ``subject``; nulls last), as in :func:`spark_apps.dedupe_decision.decide`."""
+    ``stream``, then ``subject``; nulls last), as in :func:`airflow_provider_plgd.spark.dedupe_decision.decide`."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -302,7 +302,7 @@ def decide_with_spark(spark, root: str, events, previous: list[str], index_tmp: 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from spark_apps import dedupe_decision
+    from airflow_provider_plgd.spark import dedupe_decision
 
     narrow = events.select(*ROW_KEY, "subject", "event_type")
     order = _keep_order()

@@ -13,7 +13,7 @@ map column from the JVM to Arrow is costly per row, a mostly-null string almost 
 (docs/performance.md, "Measurements behind design choices", M12), and the headers are only
 needed for quarantined rows.
 
-Output: ``spark_apps.schemas.UNION_SCHEMA`` -- every ``events`` column plus the quarantine-only
+Output: ``airflow_provider_plgd.spark.schemas.UNION_SCHEMA`` -- every ``events`` column plus the quarantine-only
 columns. Exactly one output row per input row:
 
 * decoded rows: ``reason`` is null; the typed columns are filled per event type (see
@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from airflow_provider_plgd.plgd import codec, content, msgid, subjects
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as _ra
 
-from spark_apps import schemas as S
+from airflow_provider_plgd.spark import schemas as S
 
 STAGE = "decode"
 #: Default cap on one event's decoded size (bytes): ``codec.DEFAULT_MAX_DECODED_BYTES``, 4 MiB.

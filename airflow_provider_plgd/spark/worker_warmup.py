@@ -31,7 +31,7 @@ def start_python_workers(sc, modules: Sequence[str]) -> threading.Thread:
     """Run a job of ``sc.defaultParallelism`` tasks that import ``modules``, from a background thread.
 
     :param sc: the application's ``pyspark.SparkContext``.
-    :param modules: importable module names (strings), e.g. ``("pyarrow.parquet", "spark_apps.decode_batch")``.
+    :param modules: importable module names (strings), e.g. ``("pyarrow.parquet", "airflow_provider_plgd.spark.decode_batch")``.
     :return: the started daemon thread (``join()`` it to wait for the warm-up; nothing needs to).
         A failure of the warm-up job (e.g. Spark stopped meanwhile) is logged as a warning and
         otherwise ignored: a real problem, such as a missing module, fails the real job with

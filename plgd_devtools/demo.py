@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo; return the process exit status (0 = snapshot equals ground truth)."""
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot, print_snapshot_summary
-    from airflow_provider_plgd.testing.nats_server import NatsServer, recreate_stream
+    from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--owners", type=int, default=3)

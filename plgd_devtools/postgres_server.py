@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from airflow_provider_plgd.testing.nats_server import free_port
+from plgd_devtools.nats_server import free_port
 
 #: Server settings of a throw-away test server: no crash safety (PostgreSQL docs, "Non-Durable
 #: Settings"), loopback TCP only, no Unix socket.

@@ -7,8 +7,8 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         --snapshot-time 2026-01-01T01:00:00Z [--buckets 32] [--keep-versions 5] \\
         [--snapshots-root /data/other] [--summary-path ...]
 
-Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`spark_apps.fold` (pure Python, one
-device at a time); layout, manifests and the pointer: :mod:`spark_apps.snapshot_store`; the
+Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`airflow_provider_plgd.spark.fold` (pure Python, one
+device at a time); layout, manifests and the pointer: :mod:`airflow_provider_plgd.spark.snapshot_store`; the
 columns of the four tables: ``docs/data-contracts.md`` "Snapshot tables". ``docs/snapshots.md``
 explains the design.
 
@@ -27,9 +27,9 @@ Steps
    pendings that expire by now leave the tables even without new events.
 4. **Per touched bucket** (``repartition(n, bucket).mapInArrow``, n = min(buckets, 200,
    4 x ``defaultParallelism``), each task taking whole buckets one after the other ->
-   :func:`spark_apps.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
+   :func:`airflow_provider_plgd.spark.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
    base's files of that bucket, parse and fold only the states of the devices with new events or
-   expiring pendings (:func:`spark_apps.fold.fold_bucket_arrow`), copy every other row with Arrow,
+   expiring pendings (:func:`airflow_provider_plgd.spark.fold.fold_bucket_arrow`), copy every other row with Arrow,
    and write one new file per table to ``v={version}/r-{run}/{table}/bucket={b}/``. Untouched
    buckets are not read or written: the new manifest names the base's files for them
    (copy-on-write by bucket). Nothing refers to the run folder until the manifest does.
@@ -52,17 +52,17 @@ import time
 from typing import Any, Sequence
 
 try:  # a plain ``spark-submit spark_apps/rebuild_snapshots.py`` puts only spark_apps/ on sys.path
-    from spark_apps import common, fold, rebuild_input, schemas, snapshot_store
+    from airflow_provider_plgd.spark import common, fold, rebuild_input, schemas, snapshot_store
 except ImportError:  # pragma: no cover - running from the folder without --py-files
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_apps import common, fold, rebuild_input, schemas, snapshot_store
+    from airflow_provider_plgd.spark import common, fold, rebuild_input, schemas, snapshot_store
 
 APP = "rebuild"
 #: What the map and fold tasks import; the workers import it while the driver plans (``--warm-up-workers``).
-WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "spark_apps.rebuild_input",
-                  "spark_apps.snapshot_store", "spark_apps.fold", "spark_apps.xxhash64")
+WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.spark.rebuild_input",
+                  "airflow_provider_plgd.spark.snapshot_store", "airflow_provider_plgd.spark.fold", "airflow_provider_plgd.spark.xxhash64")
 DEDUPED_DIR = "events_deduped"
 DEFAULT_KEEP_VERSIONS = 5
 log = logging.getLogger("plgd.spark.rebuild")

@@ -38,22 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The plgd all-in-one bundle's stream (``bundle/jetstream.json``, docs/wire-format.md §1.5), in the
-#: JSON form of the JetStream API. Durations are ns; -1 / 0 mean unlimited.
-BUNDLE_STREAM_CONFIG: dict[str, Any] = {
-    "name": "EVENTS",
-    "subjects": ["plgd.>"],
-    "retention": "limits",
-    "storage": "file",
-    "discard": "old",
-    "max_age": 0,
-    "max_msgs": -1,
-    "max_bytes": -1,
-    "max_msg_size": -1,
-    "max_msgs_per_subject": 0,
-    "num_replicas": 1,
-    "duplicate_window": 600_000_000_000,
-}
+from airflow_provider_plgd.simulator.publisher import BUNDLE_STREAM_CONFIG
+
 
 
 def default_binary() -> Path:

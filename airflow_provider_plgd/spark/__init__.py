@@ -1,0 +1,6 @@
+"""The library of the three Spark applications (decode, dedupe, snapshot rebuild).
+
+The application scripts (``airflow_provider_plgd/spark_apps/*.py``) parse their arguments and call
+into this package; ``--py-files`` ships the whole ``airflow_provider_plgd`` package
+(:mod:`airflow_provider_plgd.spark_deps`). Nothing here imports Airflow.
+"""
