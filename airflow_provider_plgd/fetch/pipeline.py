@@ -355,6 +355,8 @@ def _check_accounted(interval: str, what: str, expected: int | None, staged: int
 def _counts_text(manifests: list[dict[str, Any]]) -> str:
     """``event_type: count, ...`` of the non-empty committed batches."""
     return ", ".join(f"{m['event_type']}: {m['count']}" for m in manifests if m["count"]) or "none"
+
+
 def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
     return {
         "owner_id": manifest["owner_id"],
@@ -368,6 +370,8 @@ def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
         "files": len(manifest["files"]),
         "path": manifest["folder"],
     }
+
+
 def _state(info: dict[str, Any]) -> dict[str, Any]:
     """The ``state`` part of a stream info answer (``JetStreamHook.astream_info``)."""
     return info.get("state") or {}
@@ -381,6 +385,8 @@ def _filter_index(filters: Sequence[str], subject: str) -> int:
         if subject_matches(subject_filter, subject):
             return i
     raise ValueError(f"subject {subject!r} matches none of the consumer's filters {list(filters)}")
+
+
 def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, dict[str, int]]:
     """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
     ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
@@ -389,6 +395,8 @@ def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, d
                 {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]})
     return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
             {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+
+
 #: Batches handed to the writer thread and not yet written, at most.
 WRITE_AHEAD = 2
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_plgd import ledger
-from airflow_provider_plgd.plgd.subjects import parse_subject, subject_matches
+from airflow_provider_plgd.plgd.subjects import parse_subject, subject_matches, subject_owner
 
 
 class Router:
@@ -48,7 +48,7 @@ class Router:
 
     def _place(self, subject: str) -> tuple[int, int] | None:
         if self.unrouted:
-            return None if _owner_token_ok(subject) else (0, 0)
+            return None if subject_owner(subject) is not None else (0, 0)
         try:
             event_type = parse_subject(subject, check_event_type=False).event_type
         except ValueError:
@@ -85,17 +85,3 @@ class Router:
             elif self.unrouted:
                 self.skipped[ledger.SKIP_OWNED] = self.skipped.get(ledger.SKIP_OWNED, 0) + 1
         return out
-
-
-def _owner_token_ok(subject: str) -> bool:
-    """True if ``subject`` is under ``plgd.owners.<valid owner ID>.`` (its owner's fetch reads it)."""
-    from airflow_provider_plgd.plgd.subjects import validate_token
-
-    tokens = subject.split(".", 3)
-    if len(tokens) < 4 or tokens[0] != "plgd" or tokens[1] != "owners":
-        return False
-    try:
-        validate_token(tokens[2], "owner_id")
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -56,7 +56,7 @@ from airflow_provider_plgd.hooks.connection import (
 from airflow_provider_plgd.hooks.durable import DurableConsumer
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import ITER_INACTIVE_THRESHOLD_S, PullReader
-from airflow_provider_plgd.plgd.subjects import check_filter_subject
+from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
 from airflow_provider_plgd.times import NS_PER_S, ns_to_rfc3339, to_ns
 
 __all__ = [
@@ -373,25 +373,20 @@ class JetStreamHook(BaseHook):
         """``{owner_id: {subject: message count}}`` from the subjects ``plgd.owners.<owner_id>.>``
         (owner id = subject token 2, docs/wire-format.md §1).
 
-        Only owner tokens that pass :func:`~airflow_provider_plgd.plgd.subjects.validate_token`
+        Only owner tokens that pass :func:`~airflow_provider_plgd.plgd.subjects.subject_owner`
         are returned: JetStream stores messages published on subjects such as
         ``plgd.owners.*.registrations.x`` literally, and such a token must never become a
         subscription wildcard or a staging folder. Skipped subjects are logged (WARNING) with
         their message counts.
         """
-        from airflow_provider_plgd.plgd.subjects import validate_token
-
         owners: dict[str, dict[str, int]] = {}
         skipped: dict[str, int] = {}
         for subject, count in (await self.alist_subjects("plgd.owners.>")).items():
-            tokens = subject.split(".")
-            if len(tokens) > 3:
-                try:
-                    validate_token(tokens[2], "owner_id")
-                except (TypeError, ValueError):
-                    skipped[subject] = count
-                    continue
-                owners.setdefault(tokens[2], {})[subject] = count
+            owner = subject_owner(subject)
+            if owner is not None:
+                owners.setdefault(owner, {})[subject] = count
+            elif subject.count(".") >= 3:
+                skipped[subject] = count
         if skipped:
             self.log.warning(
                 "Ignoring %s subject(s) whose owner token is not a valid owner ID (%s messages), e.g. %s",

@@ -47,6 +47,7 @@ __all__ = [
     "resource_subject",
     "select_lead_resource_type",
     "subject_filters",
+    "subject_owner",
     "check_filter_subject",
     "validate_token",
 ]
@@ -104,6 +105,22 @@ def check_filter_subject(value: str, what: str = "filter") -> str:
             "without whitespace, '*' and '>' only as whole tokens and '>' last, e.g. 'plgd.owners.*.>')"
         )
     return value
+
+
+def subject_owner(subject: str) -> str | None:
+    """The owner ID of a subject under ``plgd.owners.<owner_id>.`` (at least one token after it),
+    or None when the subject is elsewhere or its owner token is not valid (:func:`validate_token`).
+
+    JetStream stores messages published on subjects such as ``plgd.owners.*.registrations.x``
+    literally; such a token must never become a subscription wildcard or a staging folder.
+    """
+    tokens = subject.split(".", 3)
+    if len(tokens) < 4 or tokens[0] != TOKEN_PLGD or tokens[1] != TOKEN_OWNERS:
+        return None
+    try:
+        return validate_token(tokens[2], "owner_id")
+    except (TypeError, ValueError):
+        return None
 
 
 def validate_token(value: str, what: str) -> str:
