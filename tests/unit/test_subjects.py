@@ -143,7 +143,7 @@ def test_build_parse_round_trip_every_event_type(event_type):
         f"{RES}.resourcechanged.notleadrt.core",
         f"{RES}.resourcechanged.leadrt.",
         f"{RES}..resourcechanged",
-        f"plgd.owners.*.registrations.devicesregistered",
+        "plgd.owners.*.registrations.devicesregistered",
         f"plgd.owners.{OWNER}.>",
         f"plgd.owners.{OWNER}.other.devicesregistered",
         # bytes that were not UTF-8, as the fetch stages them (U+FFFD each): decode's bad_subject
