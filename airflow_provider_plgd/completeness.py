@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_plgd.times import parse_rfc3339_ns
+
 __all__ = ["check_settle_seconds", "interval_status", "require_interval_complete", "server_time_ns"]
 
 
@@ -42,12 +44,6 @@ def check_settle_seconds(value: Any) -> float:
     return seconds
 
 
-def _rfc3339_ns(value: Any) -> int | None:
-    from airflow_provider_plgd.operators.jetstream_to_staging import parse_rfc3339_ns
-
-    return parse_rfc3339_ns(value)
-
-
 def server_time_ns(info: dict[str, Any]) -> int:
     """The server's time (unix ns) from a ``$JS.API.STREAM.INFO`` answer (its ``ts`` field).
 
@@ -55,7 +51,7 @@ def server_time_ns(info: dict[str, Any]) -> int:
     """
     from airflow_provider_plgd.exceptions import JetStreamAPIError
 
-    ts = _rfc3339_ns(info.get("ts"))
+    ts = parse_rfc3339_ns(info.get("ts"))
     if ts is None:
         raise JetStreamAPIError(
             "the JetStream stream info answer carries no server time ('ts'); nats-server 2.10 or newer is "
@@ -80,7 +76,7 @@ def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float)
     settle = check_settle_seconds(settle_seconds)
     now = server_time_ns(info)
     state = info.get("state") or {}
-    last_ts = _rfc3339_ns(state.get("last_ts")) if int(state.get("last_seq") or 0) > 0 else None
+    last_ts = parse_rfc3339_ns(state.get("last_ts")) if int(state.get("last_seq") or 0) > 0 else None
     if last_ts is not None and last_ts >= end_ns:
         reason = "newer_message"
     elif now >= end_ns + int(settle * 1e9):
@@ -104,7 +100,7 @@ def require_interval_complete(info: dict[str, Any], stream: str, bounds: dict[st
         the server's time, the stream's last message time and the fix.
     :raises ValueError: bad ``settle_seconds``.
     """
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import times
     from airflow_provider_plgd.exceptions import IntervalNotCompleteError
 
     status = interval_status(info, end_ns=int(bounds["end_ns"]), settle_seconds=settle_seconds)
@@ -112,11 +108,11 @@ def require_interval_complete(info: dict[str, Any], stream: str, bounds: dict[st
         return status
     start_ns, end_ns, now = bounds.get("start_ns"), status["end_ns"], status["server_time_ns"]
     settle, last_ts = status["settle_seconds"], status["last_ts_ns"]
-    last = f"its last message is from {staging.ns_to_iso(last_ts)}" if last_ts is not None else "it is empty"
-    start = staging.ns_to_iso(start_ns) if start_ns is not None else "?"
+    last = f"its last message is from {times.ns_to_rfc3339(last_ts)}" if last_ts is not None else "it is empty"
+    start = times.ns_to_rfc3339(start_ns) if start_ns is not None else "?"
     raise IntervalNotCompleteError(
-        f"interval [{start}, {staging.ns_to_iso(end_ns)}) of stream {stream!r} is not complete on the NATS "
-        f"server's clock: the server's time is {staging.ns_to_iso(now)} "
+        f"interval [{start}, {times.ns_to_rfc3339(end_ns)}) of stream {stream!r} is not complete on the NATS "
+        f"server's clock: the server's time is {times.ns_to_rfc3339(now)} "
         f"({(end_ns + int(settle * 1e9) - now) / 1e9:.3f} s before end + settle_seconds={settle:g}), and "
         f"{last}, before the end; messages of the interval may still arrive, so nothing was committed. "
         "Retry after the interval's end on the server's clock (the task's retries do), wait with "

@@ -156,22 +156,17 @@ def etl_assets(dag_id: str = "plgd_events_etl") -> dict[str, Any]:
 
 
 def _token_list(value: Any, what: str) -> list[str]:
-    """A DAG param of owner IDs or event types as a list of valid subject tokens.
+    """A DAG param of owner IDs or event types as a list (checked by ``fetch.selection.Selection.of``).
 
     A single string is one value (not a list of characters); ``""``/``None``/``[]`` give ``[]``.
 
-    :raises ValueError: a value that is not a valid token (``plgd.subjects.validate_token``:
-        names ``what`` and the value), or a param that is neither a string nor a list.
+    :raises ValueError: a param that is neither a string nor a list (names ``what`` and the value).
     """
-    from airflow_provider_plgd.plgd.subjects import validate_token
-
     if isinstance(value, str):
-        values = [value] if value else []
-    elif value is None or isinstance(value, (list, tuple)):
-        values = list(value or [])
-    else:
-        raise ValueError(f"{what} param must be a list of strings, got {value!r}")
-    return [validate_token(v, what) for v in values]
+        return [value] if value else []
+    if value is None or isinstance(value, (list, tuple)):
+        return list(value or [])
+    raise ValueError(f"{what} param must be a list of strings, got {value!r}")
 
 
 def build_etl_dag(
@@ -266,24 +261,25 @@ def build_etl_dag(
         def plan(**context) -> dict[str, Any]:
             """Resolve the storage root, discover owners, record the interval ledger, group fetches and
             build the --py-files zip."""
-            from airflow_provider_plgd import ledger, staging
+            from airflow_provider_plgd import ledger, times
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
             from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
-            from airflow_provider_plgd.plgd.event_types import EVENT_TYPES, event_type_info
+            from airflow_provider_plgd.fetch.selection import Selection
+            from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
             from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
             p = context["params"]
             start, end = require_data_interval(context)
             root = resolve_storage_root(p["storage_root"], jetstream_conn_id)
-            # validate both params before anything is discovered, built or written
-            owners = _token_list(p["owners"], "owner_id")
-            event_types = [
-                event_type_info(e).name for e in _token_list(p["event_types"], "event_type")
-            ] or list(EVENT_TYPES)
+            # check the owners and event types once, before anything is discovered, built or written
+            selection = Selection.of(_token_list(p["owners"], "owner_id"),
+                                     _token_list(p["event_types"], "event_type") or EVENT_TYPES)
             hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"])
-            discovered = not owners
-            owners = owners or sorted(hook.list_owners())
-            interval = staging.interval_id(start, end)
+            discovered = not selection.owners
+            if discovered:
+                selection = selection.with_owners(sorted(hook.list_owners()))
+            owners, event_types = list(selection.owners), list(selection.event_types)
+            interval = times.interval_id(start, end)
             record = write_interval_ledger(
                 hook, root, interval, start, end, owners, discovered, event_types,
                 accept_fewer=parse_bool(p.get("accept_fewer_messages", False), "accept_fewer_messages"),
@@ -408,14 +404,14 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
 
     :return: the record (``ledger.plan_record``).
     """
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd import ledger, times
 
     counted = hook.count_interval([ledger.SCOPE_FILTER, *(ledger.owner_filter(o) for o in owners)],
                                   start_time=start, end_time=end)
     record = ledger.plan_record(
         counted, interval_id=interval, owners=owners, owners_discovered=discovered, event_types=event_types,
         fetch_groups=fetch_groups,
-        bounds=staging.time_bounds(start, end),
+        bounds=times.time_bounds(start, end),
     )
     base = ledger.interval_dir(root, counted["stream"], interval)
     lost = ledger.check_not_fewer(ledger.read_json(f"{base}/stream.json"), record, accept_fewer=accept_fewer)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -66,7 +65,7 @@ def interval_dir(root: str, stream: str, interval_id: str) -> str:
 
     :raises ValueError: a stream or interval ID that is not safe in a path.
     """
-    return staging._join(  # noqa: SLF001 - the one path join of the storage layout
+    return staging.join_path(
         str(root), LEDGER_DIR, staging.validate_partition_value(stream, "stream"),
         f"interval={staging.validate_partition_value(interval_id, 'interval_id')}",
     )
@@ -89,18 +88,7 @@ def read_json(path: str) -> dict[str, Any] | None:
     :raises ValueError: not a JSON object, or a ledger version this code does not know (names the path).
     """
     fs, p = staging.to_fs(path)
-    try:
-        raw = fs.cat_file(p)
-    except FileNotFoundError:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"ledger file {path} is not valid JSON: {exc}") from None
-    version = value.get("version") if isinstance(value, dict) else None
-    if version != LEDGER_VERSION:
-        raise ValueError(f"ledger file {path} has version {version!r}, expected {LEDGER_VERSION}")
-    return value
+    return staging.read_json_document(fs, p, "ledger file", LEDGER_VERSION)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -234,8 +222,8 @@ def owner_problems(owner: str, expected: int, staged: int, skipped: Mapping[str,
 def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The interval's plan record (or None) and its fetch records (sorted by file name)."""
     base = interval_dir(root, stream, interval_id)
-    plan = read_json(staging._join(base, "stream.json"))  # noqa: SLF001
-    fs, p = staging.to_fs(staging._join(base, "fetch"))  # noqa: SLF001
+    plan = read_json(staging.join_path(base, "stream.json"))
+    fs, p = staging.to_fs(staging.join_path(base, "fetch"))
     try:
         names = sorted(str(x) for x in fs.ls(p, detail=False) if str(x).endswith(".json"))
     except FileNotFoundError:
@@ -246,7 +234,7 @@ def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, An
 
 def clear_fetch_records(root: str, stream: str, interval_id: str) -> None:
     """Delete the interval's fetch records (plan does, so a rerun's records are its own)."""
-    fs, p = staging.to_fs(staging._join(interval_dir(root, stream, interval_id), "fetch"))  # noqa: SLF001
+    fs, p = staging.to_fs(staging.join_path(interval_dir(root, stream, interval_id), "fetch"))
     if fs.exists(p):
         fs.rm(p, recursive=True)
 
@@ -350,5 +338,5 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}
-    write_json(posixpath.join(interval_dir(root, stream, interval_id), "summary.json"), result)
+    write_json(staging.join_path(interval_dir(root, stream, interval_id), "summary.json"), result)
     return {**result, "per_owner": per_owner}

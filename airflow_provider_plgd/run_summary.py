@@ -13,12 +13,16 @@ from typing import Any
 
 import fsspec
 
+from airflow_provider_plgd.times import interval_end_epoch
+
 APPS = ("decode", "dedupe", "rebuild")
 
 
 def run_summary_path(root: str, app: str, interval_id: str) -> str:
     """Return where application ``app`` writes its summary for ``interval_id`` (a path or URL string)."""
-    return f"{str(root).rstrip('/')}/_runs/{app}/interval={interval_id}.json"
+    from airflow_provider_plgd.staging import join_path
+
+    return join_path(root, "_runs", app, f"interval={interval_id}.json")
 
 
 def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:
@@ -46,7 +50,7 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, A
 
     apps = {app: read_app_summary(root, app, interval_id) for app in APPS}
     checked = ledger.reconcile(root, stream, interval_id, apps)
-    interval_end = _interval_end_epoch(interval_id)
+    interval_end = interval_end_epoch(interval_id)
     return {
         "interval_id": interval_id,
         "fetched": checked["per_owner"],
@@ -57,15 +61,3 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, A
         **apps,
         "lag_seconds": None if interval_end is None else round(time.time() - interval_end, 3),
     }
-
-
-def _interval_end_epoch(interval_id: str) -> float | None:
-    """The end of a time-bounded interval ID (``<start>_<end>``, each ``%Y%m%dT%H%M%S[.%f]Z``) in epoch seconds."""
-    from datetime import datetime, timezone
-
-    try:
-        end = interval_id.split("_", 1)[1].rstrip("Z")
-        fmt = "%Y%m%dT%H%M%S.%f" if "." in end else "%Y%m%dT%H%M%S"
-        return datetime.strptime(end, fmt).replace(tzinfo=timezone.utc).timestamp()
-    except (IndexError, ValueError):
-        return None

@@ -20,7 +20,7 @@ filters never share a folder::
 
     {root}/staging/{stream}/owner_id=_filter/event_type=f0123456789abcdef/interval={interval_id}/
 
-Interval IDs (:func:`interval_id`, :func:`seq_interval_id`, :func:`durable_interval_id`):
+Interval IDs (:mod:`airflow_provider_plgd.times`: ``interval_id``, ``seq_interval_id``, ``durable_interval_id``):
 
 * time bounds ``[start, end)``: ``20260101T000000Z_20260101T010000Z``; a fraction is added only
   when needed: ``.ffffff`` (microseconds) or ``.fffffffff`` (nanoseconds, int bounds only).
@@ -74,6 +74,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+# Read by the Spark library until branch r-spark calls airflow_provider_plgd.times itself; the
+# definitions live in times (one home). Remove this line once nothing uses staging.<name> for them.
+from airflow_provider_plgd import times as _times
+
+compact_time, to_ns, ns_to_iso = _times.compact_time, _times.to_ns, _times.ns_to_rfc3339
 
 #: Folder under the storage root that holds all staging datasets.
 STAGING_DIR = "staging"
@@ -114,152 +119,6 @@ _FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..", "*", "?", "[", "]")
 # --------------------------------------------------------------------------------------------------
 # Interval IDs and paths
 # --------------------------------------------------------------------------------------------------
-def to_ns(value: datetime | int | str, what: str = "time") -> int:
-    """Convert a time to integer unix nanoseconds.
-
-    :param value: a timezone-aware ``datetime``, an ISO-8601 string with a timezone (``Z`` allowed),
-        an ``int`` of unix nanoseconds, or a string of digits (unix ns, e.g. a rendered template).
-    :param what: what the value is, for the error message.
-    :return: unix time in ns.
-    :raises ValueError: naive datetimes, unparseable strings.
-    :raises TypeError: other types.
-    """
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be a datetime, ISO string or int ns, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"{what} {value!r} is not an ISO-8601 date-time") from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{what} {value!r} must be timezone-aware (UTC expected)")
-        delta = value.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
-    # pendulum DateTime is a datetime subclass; anything else is a type error.
-    raise TypeError(f"{what} must be a datetime, ISO string or int ns, got {type(value).__name__}")
-
-
-def _format_ns(ns: int, pattern: str) -> str:
-    """``strftime(pattern)`` of unix ns in UTC + ``.ffffff`` (whole microseconds) or
-    ``.fffffffff`` (nanoseconds) when there is a fraction + ``Z``."""
-    seconds, frac = divmod(int(ns), 1_000_000_000)
-    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(pattern)
-    if frac == 0:
-        return base + "Z"
-    if frac % 1000 == 0:
-        return f"{base}.{frac // 1000:06d}Z"
-    return f"{base}.{frac:09d}Z"
-
-
-def ns_to_iso(ns: int) -> str:
-    """Render unix nanoseconds as ISO-8601 UTC (``2026-01-01T00:00:00.123456789Z``; no fraction if 0)."""
-    return _format_ns(ns, "%Y-%m-%dT%H:%M:%S")
-
-
-def compact_time(ns: int) -> str:
-    """Render unix nanoseconds (int) as the compact UTC time of folder names: ``YYYYMMDDTHHMMSSZ``,
-    with ``.ffffff`` for whole microseconds or ``.fffffffff`` for nanoseconds
-    (e.g. ``20260101T000000.500000Z``). The one home of this format: interval IDs (:func:`interval_id`) and
-    snapshot versions (``airflow_provider_plgd.spark.snapshot_store.version_id``) use it; :func:`_parse_compact`
-    reads it back.
-    """
-    return _format_ns(ns, "%Y%m%dT%H%M%S")
-
-
-def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
-    """Return the folder ID of a time interval ``[start, end)``: ``{start}_{end}``.
-
-    Each side is ``%Y%m%dT%H%M%SZ`` in UTC, with ``.ffffff`` when it has microseconds and
-    ``.fffffffff`` when it has nanoseconds (int bounds only). Example:
-    ``interval_id(datetime(2026,1,1,tzinfo=UTC), datetime(2026,1,1,1,tzinfo=UTC))`` ==
-    ``"20260101T000000Z_20260101T010000Z"``.
-
-    :param start: inclusive start (aware datetime, ISO string or unix ns).
-    :param end: exclusive end.
-    :raises ValueError: naive datetimes, or ``end <= start``.
-    """
-    start_ns, end_ns = to_ns(start, "start"), to_ns(end, "end")
-    if end_ns <= start_ns:
-        raise ValueError(f"interval end {ns_to_iso(end_ns)} must be after its start {ns_to_iso(start_ns)}")
-    return f"{compact_time(start_ns)}_{compact_time(end_ns)}"
-
-
-def time_bounds(start: datetime | int | str, end: datetime | int | str) -> dict[str, Any]:
-    """The bounds of a time interval ``[start, end)`` as the manifests and the ledger store them:
-    ``{"kind": "time", "start_ns", "end_ns" (unix ns), "start", "end" (ISO-8601 UTC)}``.
-
-    :raises ValueError: naive datetimes, unparseable strings, or ``end <= start``.
-    """
-    start_ns, end_ns = to_ns(start, "start_time"), to_ns(end, "end_time")
-    if end_ns <= start_ns:
-        raise ValueError(f"end {ns_to_iso(end_ns)} must be after start {ns_to_iso(start_ns)}")
-    return {"kind": "time", "start_ns": start_ns, "end_ns": end_ns, "start": ns_to_iso(start_ns),
-            "end": ns_to_iso(end_ns)}
-
-
-def seq_interval_id(first_seq: int, last_seq: int) -> str:
-    """Return the folder ID of a stream-sequence range ``[first_seq, last_seq]``: ``seq-{first:012d}-{last:012d}``.
-
-    :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
-    """
-    _check_seq_range(first_seq, last_seq)
-    return f"seq-{int(first_seq):012d}-{int(last_seq):012d}"
-
-
-def durable_interval_id(first_seq: int, last_seq: int) -> str:
-    """Return the folder ID of a durable-consumer batch that read ``[first_seq, last_seq]``: ``durable-…``.
-
-    :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
-    """
-    _check_seq_range(first_seq, last_seq)
-    return f"durable-{int(first_seq):012d}-{int(last_seq):012d}"
-
-
-def _check_seq_range(first_seq: int, last_seq: int) -> None:
-    if isinstance(first_seq, bool) or isinstance(last_seq, bool):
-        raise TypeError("stream sequences must be integers")
-    if int(first_seq) < 1 or int(last_seq) < int(first_seq):
-        raise ValueError(f"invalid stream sequence range [{first_seq}, {last_seq}]: expected 1 <= first <= last")
-
-
-def parse_interval_id(value: str) -> dict[str, Any]:
-    """Parse an interval ID back into its bounds.
-
-    :return: ``{"kind": "time", "start_ns", "end_ns"}``, ``{"kind": "seq", "first_seq", "last_seq"}`` or
-        ``{"kind": "durable", "first_seq", "last_seq"}``.
-    :raises ValueError: the value is not an interval ID of this module.
-    """
-    try:
-        if value.startswith(("seq-", "durable-")):
-            kind, first, last = value.split("-")
-            return {"kind": kind, "first_seq": int(first), "last_seq": int(last)}
-        start, end = value.split("_")
-        return {"kind": "time", "start_ns": _parse_compact(start), "end_ns": _parse_compact(end)}
-    except (ValueError, AttributeError):
-        raise ValueError(
-            f"not a staging interval ID: {value!r} (expected <start>_<end>, seq-<first>-<last> or durable-<first>-<last>)"
-        ) from None
-
-
-def _parse_compact(text: str) -> int:
-    if not text.endswith("Z"):
-        raise ValueError(text)
-    body = text[:-1]
-    main, _, frac = body.partition(".")
-    base = datetime.strptime(main, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc)
-    ns = to_ns(base)
-    if frac:
-        if len(frac) not in (6, 9) or not frac.isdigit():
-            raise ValueError(text)
-        ns += int(frac) * (1000 if len(frac) == 6 else 1)
-    return ns
-
-
 def filter_key(subject_filters: Sequence[str]) -> str:
     """Return the ``event_type`` partition value of a batch with arbitrary subject filters.
 
@@ -267,11 +126,12 @@ def filter_key(subject_filters: Sequence[str]) -> str:
 
     :raises ValueError: no filters.
     """
-    filters = _as_filter_list(subject_filters)
+    filters = as_filter_list(subject_filters)
     return "f" + hashlib.sha256("\n".join(filters).encode()).hexdigest()[:16]
 
 
-def _as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
+def as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
+    """``subject_filters`` (one string or a sequence) as a list. :raises ValueError: empty, or a non-str/blank item."""
     filters = [subject_filters] if isinstance(subject_filters, str) else list(subject_filters)
     if not filters or not all(isinstance(f, str) and f.strip() for f in filters):
         raise ValueError(f"subject filters must be a non-empty list of subjects, got {subject_filters!r}")
@@ -302,13 +162,16 @@ def validate_partition_value(value: str, what: str) -> str:
     return value
 
 
-def _join(base: str, *parts: str) -> str:
+def join_path(base: Any, *parts: str) -> str:
+    """``base/part/...`` with one ``/`` between (string join: works for local paths and fsspec URLs
+    alike). The one path join of the storage layout (staging, ledger, run summaries)."""
+    base = str(base)
     return posixpath.join(base.rstrip("/") if base not in ("/", "") else base, *parts)
 
 
 def stream_path(root: str, stream: str) -> str:
     """Return ``{root}/staging/{stream}`` (string join; works for paths and URLs)."""
-    return _join(str(root), STAGING_DIR, validate_partition_value(stream, "stream"))
+    return join_path(str(root), STAGING_DIR, validate_partition_value(stream, "stream"))
 
 
 def batch_path(root: str, stream: str, owner_id: str, event_type: str, interval: str) -> str:
@@ -316,7 +179,7 @@ def batch_path(root: str, stream: str, owner_id: str, event_type: str, interval:
 
     :raises ValueError: a value that is not safe in a path (:func:`validate_partition_value`).
     """
-    return _join(
+    return join_path(
         stream_path(root, stream),
         f"owner_id={validate_partition_value(owner_id, 'owner_id')}",
         f"event_type={validate_partition_value(event_type, 'event_type')}",
@@ -417,7 +280,7 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
         if parent:
             fs.makedirs(parent, exist_ok=True)
         if _atomic_rename_ok(fs):
-            tmp = _join(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.inprogress")
+            tmp = join_path(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.inprogress")
             fs.pipe_file(tmp, data)
             fs.mv(tmp, path)
         else:
@@ -528,7 +391,7 @@ class StagingWriter:
         self.owner_id = owner_id
         self.event_type = event_type
         self.interval_id = interval_id
-        self.subject_filters = _as_filter_list(subject_filters)
+        self.subject_filters = as_filter_list(subject_filters)
         self.bounds = dict(bounds)
         self.folder = batch_path(self.root_path, stream, owner_id, event_type, interval_id)
         self.row_group_size = row_group_size
@@ -573,7 +436,7 @@ class StagingWriter:
         """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now uncommitted)."""
         if self._opened:
             return
-        manifest = _join(self.folder, MANIFEST_NAME)
+        manifest = join_path(self.folder, MANIFEST_NAME)
         with io_error_with_path(self.fs, self.folder, "create the staging folder"):
             self.fs.makedirs(self.folder, exist_ok=True)
             if self.fs.exists(manifest):
@@ -692,7 +555,7 @@ class StagingWriter:
             "created_by": CREATED_BY,
         }
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-        target = _join(self.folder, MANIFEST_NAME)
+        target = join_path(self.folder, MANIFEST_NAME)
         with io_error_with_path(self.fs, target, "write the manifest"):
             write_bytes_atomic(self.fs, target, text.encode())
         self._committed = True
@@ -744,7 +607,7 @@ class StagingWriter:
 
     def _open_file(self, part: _FilterPart) -> None:
         name = part_name(len(part.files), part.index)
-        tmp = _join(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else _join(self.folder, name)
+        tmp = join_path(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else join_path(self.folder, name)
         with io_error_with_path(self.fs, tmp, "open the part file"):
             if self._local:
                 part.sink = None
@@ -774,7 +637,7 @@ class StagingWriter:
         if part.writer is None:
             return
         info, tmp = part.file_info, part.tmp_path
-        final = _join(self.folder, info["path"])
+        final = join_path(self.folder, info["path"])
         with io_error_with_path(self.fs, tmp, "close the part file"):
             part.writer.close()
             if part.sink is not None:
@@ -845,23 +708,36 @@ def read_manifest(path: Any) -> dict[str, Any]:
     """
     fs, p = to_fs(path)
     if posixpath.basename(p) != MANIFEST_NAME:
-        p = _join(p, MANIFEST_NAME)
+        p = join_path(p, MANIFEST_NAME)
     return _read_manifest(fs, p)
+
+
+def read_json_document(fs: fsspec.AbstractFileSystem, path: str, what: str, version: int) -> dict[str, Any] | None:
+    """Read a JSON object that carries a ``version`` field (a manifest, a ledger record); None when
+    ``path`` does not exist.
+
+    :raises ValueError: not valid JSON, or another version than ``version`` (names ``what`` and the path).
+    """
+    where = location_url(fs, path)
+    try:
+        raw = fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"{what} {where} is not valid JSON: {exc}") from None
+    found = value.get("version") if isinstance(value, dict) else None
+    if found != version:
+        raise ValueError(f"{what} {where} has version {found!r}, expected {version}")
+    return value
 
 
 def _read_manifest(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, Any]:
     where = location_url(fs, p)
-    try:
-        raw = fs.cat_file(p)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no committed manifest at {where}") from None
-    try:
-        manifest = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"manifest {where} is not valid JSON: {exc}") from None
-    version = manifest.get("version") if isinstance(manifest, dict) else None
-    if version != MANIFEST_VERSION:
-        raise ValueError(f"manifest {where} has version {version!r}, expected {MANIFEST_VERSION}")
+    manifest = read_json_document(fs, p, "manifest", MANIFEST_VERSION)
+    if manifest is None:
+        raise FileNotFoundError(f"no committed manifest at {where}")
     for entry in manifest.get("files") or []:  # a tampered manifest must not point outside its folder
         path = entry.get("path") if isinstance(entry, dict) else None
         try:
@@ -874,7 +750,7 @@ def _read_manifest(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, Any]:
 
 def manifest_file_urls(manifest: Mapping[str, Any]) -> list[str]:
     """Return the data files of a manifest from :func:`read_manifest` as full paths/URLs, in order."""
-    return [_join(manifest["folder"], f["path"]) for f in manifest["files"]]
+    return [join_path(manifest["folder"], f["path"]) for f in manifest["files"]]
 
 
 def list_committed(
@@ -905,7 +781,7 @@ def list_committed(
     interval = "*" if interval_id is None else validate_partition_value(interval_id, "interval_id")
     owner_glob = next(iter(owners)) if owners is not None and len(owners) == 1 else "*"
     type_glob = next(iter(types)) if types is not None and len(types) == 1 else "*"
-    pattern = _join(base, f"owner_id={owner_glob}", f"event_type={type_glob}", f"interval={interval}", MANIFEST_NAME)
+    pattern = join_path(base, f"owner_id={owner_glob}", f"event_type={type_glob}", f"interval={interval}", MANIFEST_NAME)
     results = []
     for path in sorted(fs.glob(pattern)):
         parts = str(path).rstrip("/").split("/")
@@ -929,6 +805,6 @@ def read_batch(manifest: Mapping[str, Any], fs: fsspec.AbstractFileSystem | None
     fs = fs or folder_fs
     tables = []
     for entry in manifest["files"]:
-        with fs.open(_join(folder, entry["path"]), "rb") as fh:
+        with fs.open(join_path(folder, entry["path"]), "rb") as fh:
             tables.append(pq.read_table(fh, schema=SCHEMA))
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()

@@ -198,9 +198,9 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
 
 
 def interval(k: int) -> tuple[str, str]:
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import times
 
-    return staging.interval_id(START_NS + k * HOUR, START_NS + (k + 1) * HOUR), str(START_NS + (k + 1) * HOUR)
+    return times.interval_id(START_NS + k * HOUR, START_NS + (k + 1) * HOUR), str(START_NS + (k + 1) * HOUR)
 
 
 # ------------------------------------------------------------------------------------------------

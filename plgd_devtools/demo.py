@@ -69,9 +69,9 @@ def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
 
 def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> None:
     """Print the interval ledger's chain of one interval (``_ledger/.../summary.json``)."""
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd import ledger, times
 
-    path = Path(ledger.interval_dir(str(root), stream, staging.interval_id(start, end))) / "summary.json"
+    path = Path(ledger.interval_dir(str(root), stream, times.interval_id(start, end))) / "summary.json"
     chain = json.loads(path.read_text())["chain"] if path.exists() else {}
     print(f"[demo]   ledger: stream holds {chain.get('stream_total')} = staged {chain.get('staged')} "
           f"(+ skipped {chain.get('skipped') or 0}); decoded {chain.get('decoded')} + quarantined "

@@ -1,42 +1,37 @@
-"""Airflow hook for the plgd hub's NATS JetStream stream (connection type ``plgd_jetstream``).
+"""Airflow hook for the plgd hub's NATS JetStream stream (connection type ``plgd_jetstream``): the
+JetStream API client and its sync adapters.
 
 Reads plgd events from a JetStream stream (default ``EVENTS`` on ``plgd.>``, docs/wire-format.md §1.5)
-in bounded, server-side-filtered batches, counts and lists them cheaply, and publishes.
+in bounded, server-side-filtered batches, counts and lists them cheaply, publishes, and opens the
+durable consumer of the fetch operator's durable mode. All NATS access of the provider goes
+through this hook. Its parts, one concept per module:
 
-Everything talks to the JetStream JSON API over NATS request/reply with nats-py (the
+- :mod:`~airflow_provider_plgd.hooks.connection`: connection settings, their checks, opening a client;
+- :mod:`~airflow_provider_plgd.hooks.messages`: :class:`StreamMessage` and the ack reply subject parser;
+- :mod:`~airflow_provider_plgd.hooks.pull`: the pull engine behind :meth:`JetStreamHook.aiter_batches`;
+- :mod:`~airflow_provider_plgd.hooks.durable`: the durable consumer (:meth:`JetStreamHook.adurable_consumer`).
+
+The API client talks to the JetStream JSON API over NATS request/reply with nats-py (the
 connection, subscriptions and requests are nats-py's; only the small JSON bodies are ours):
+``$JS.API.STREAM.INFO.<stream>`` with ``{"subjects_filter", "offset"}`` (subject counts, paged by
+the server at 100 000 subjects per answer: ``total``, ``offset``, ``limit``);
+``$JS.API.CONSUMER.CREATE.<stream>.<name>`` (ephemeral consumer: ``inactive_threshold``,
+``ack_policy`` none, ``deliver_policy`` ``all`` / ``by_start_time`` / ``by_start_sequence``,
+``filter_subject``), ``$JS.API.CONSUMER.INFO`` (``num_pending``), ``$JS.API.CONSUMER.DELETE``.
 
-- ``$JS.API.STREAM.INFO.<stream>`` with ``{"subjects_filter", "offset"}`` (subject counts, paged by
-  the server at 100 000 subjects per answer: ``total``, ``offset``, ``limit``);
-- ``$JS.API.CONSUMER.CREATE.<stream>.<name>`` (ephemeral consumer: ``inactive_threshold``,
-  ``ack_policy`` none, ``deliver_policy`` ``all`` / ``by_start_time`` / ``by_start_sequence``,
-  ``filter_subject``), ``$JS.API.CONSUMER.INFO`` (``num_pending``), ``$JS.API.CONSUMER.DELETE``;
-- ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`` pull requests (``batch``, ``max_bytes``,
-  ``expires`` ns) answered on our inbox; each message's reply subject
-  ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp ns>.<pending>``
-  (or the 12-token form with domain and account hash after ``ACK``) carries its metadata;
-  status messages ``100`` (heartbeat), ``404``/``408`` (no messages / request expired),
-  ``409`` (max bytes reached, consumer deleted, ...), ``503`` (no responders).
-
-Source: NATS docs, "JetStream wire API reference" (stream info paging, consumer create, pull
-``MSG.NEXT`` requests and their status codes) and ADR-13/ADR-15 (pull requests, ack reply
-subject); nats-py 2.x ``nats.connect`` options.
+Source: NATS docs, "JetStream wire API reference" (stream info paging, consumer create);
+nats-py 2.x ``nats.connect`` options.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import datetime as dt
 import json
-import logging
 import secrets
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 from airflow_provider_plgd.compat import BaseHook
 from airflow_provider_plgd.exceptions import (
@@ -48,7 +43,21 @@ from airflow_provider_plgd.exceptions import (
     JetStreamTimeoutError,
     StreamNotFoundError,
 )
-from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, NKEY_SEED_EXTRA, UI_FIELD_BEHAVIOUR
+from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from airflow_provider_plgd.hooks.connection import (
+    DEFAULT_STREAM,
+    JetStreamSettings,
+    amask_settings_secrets,
+    check_stream_name,
+    connect,
+    mask_settings_secrets,
+    settings_from_connection,
+)
+from airflow_provider_plgd.hooks.durable import DurableConsumer
+from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.hooks.pull import ITER_INACTIVE_THRESHOLD_S, PullReader
+from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
+from airflow_provider_plgd.times import NS_PER_S, ns_to_rfc3339, to_ns
 
 __all__ = [
     "JetStreamAPIError",
@@ -62,455 +71,15 @@ __all__ = [
     "StreamNotFoundError",
 ]
 
-_log = logging.getLogger(__name__)
-
-DEFAULT_STREAM = "EVENTS"
-DEFAULT_PORT = 4222
-#: Seconds allowed to open a TCP/TLS connection and complete the NATS handshake, per server.
-CONNECT_TIMEOUT_S = 5
 #: Seconds to wait for a JetStream API answer.
 API_TIMEOUT_S = 10.0
 #: Default messages per pull request (= per yielded batch) of :meth:`JetStreamHook.aiter_batches`.
 DEFAULT_BATCH_SIZE = 2000
-#: Pull requests kept in flight (or answered and not yet taken by the caller) while iterating.
-PREFETCH_PULLS = 3
-#: Bytes cap per pull request (raised to 2x the server's max_payload if that is larger).
-PULL_MAX_BYTES = 8 * 1024 * 1024
-#: Seconds a pull request waits on the server for messages before it expires (status 408).
-PULL_EXPIRES_S = 30.0
-#: Seconds after which the server deletes our ephemeral consumers if we vanish.
-ITER_INACTIVE_THRESHOLD_S = 120.0
+#: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
 COUNT_INACTIVE_THRESHOLD_S = 10.0
 
-_NS = 1_000_000_000
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _ERR_STREAM_NOT_FOUND = 10059
 _ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
-_EXTRA_PREFIX = f"extra__{CONN_TYPE}__"
-_SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
-#: Former name of the ``nkey_seed_secret`` extra: still read, but Airflow's UI and REST API show it
-#: in clear text (its name contains no word Airflow treats as sensitive).
-_LEGACY_NKEY_SEED_EXTRA = "nkey_seed"
-
-
-class StreamMessage(NamedTuple):
-    """One stored JetStream message.
-
-    :ivar stream_seq: stream sequence number (int, >= 1).
-    :ivar subject: the subject it was published on.
-    :ivar time_ns: JetStream server timestamp when stored, unix ns.
-    :ivar headers: NATS headers (name -> value) or None when the message has none.
-    :ivar data: the payload bytes.
-    """
-
-    stream_seq: int
-    subject: str
-    time_ns: int
-    headers: dict[str, str] | None
-    data: bytes
-
-
-@dataclass(frozen=True, repr=False)
-class JetStreamSettings:
-    """What the hook needs from an Airflow connection of type ``plgd_jetstream``.
-
-    Secrets (password, token, nkey_seed) are not in ``repr``; use :meth:`safe_servers` for
-    messages and logs and :meth:`secret_values` to register the secrets with Airflow's log masker.
-    :func:`settings_from_connection` refuses credentials inside server URLs; settings built by hand
-    may still carry them, so both methods handle them.
-    """
-
-    servers: tuple[str, ...]
-    stream: str
-    user: str | None = None
-    password: str | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
-    nkey_seed: str | None = field(default=None, repr=False)
-    creds_file: str | None = None
-    tls_ca: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    storage_root: str | None = None
-
-    def safe_servers(self) -> str:
-        """The server URLs, comma-separated, without any ``user:password@`` part."""
-        return ", ".join(_strip_userinfo(s) for s in self.servers)
-
-    def secret_values(self) -> list[str]:
-        """Every secret of the connection: password, token, nkey_seed, and the password (or the
-        token, when there is no password) of ``user:password@`` / ``token@`` in server URLs."""
-        values = [v for v in (self.password, self.token, self.nkey_seed) if v]
-        for url in self.servers:
-            parts = urlsplit(url)
-            if parts.password:
-                values.append(parts.password)
-            elif parts.username:  # nats://<token>@host
-                values.append(parts.username)
-        return values
-
-    def __repr__(self) -> str:
-        shown = ("stream", "user", "creds_file", "tls_ca", "tls_cert", "tls_key", "storage_root")
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in shown)
-        hidden = len(self.secret_values())
-        return f"JetStreamSettings(servers={self.safe_servers()!r}, {fields}, hidden_secrets={hidden})"
-
-
-# --------------------------------------------------------------------------------------------
-# small pure helpers
-
-
-def _strip_userinfo(url: str) -> str:
-    """``url`` without a ``user:password@`` / ``token@`` part: everything between ``://`` and the
-    last ``@`` is dropped, so a password that contains ``/``, ``#``, ``?`` or ``@`` is removed too."""
-    scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
-    if "@" not in rest:
-        return url
-    return f"{scheme}{sep}{rest.rsplit('@', 1)[1]}"
-
-
-def _mask_settings_secrets(s: JetStreamSettings) -> None:
-    """Register the connection's secrets with Airflow's secrets masker (task logs show ``***``).
-
-    Airflow masks the password and extras named like a secret (``token``, ``nkey_seed_secret``)
-    itself when it reads a connection, but not the former ``nkey_seed`` extra; the hook registers
-    every secret it uses, whatever the extra's name. Airflow does not mask values shorter than
-    ``[logging] min_length_masked_secret`` (default 5 characters). On Airflow 3 the Task SDK's
-    ``mask_secret`` also tells the supervisor process.
-    """
-    values = s.secret_values()
-    if not values:
-        return
-    try:
-        from airflow.sdk.log import mask_secret
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        try:
-            from airflow.utils.log.secrets_masker import mask_secret
-        except ImportError:
-            return
-    for value in values:
-        mask_secret(value)
-
-
-async def _amask_settings_secrets(s: JetStreamSettings) -> None:
-    """Async :func:`_mask_settings_secrets` (``amask_secret`` on Airflow 3: the sync form must not
-    talk to the supervisor from inside an event loop)."""
-    values = s.secret_values()
-    if not values:
-        return
-    try:
-        from airflow.sdk.log import amask_secret
-    except ImportError:  # pragma: no cover - Airflow 2.11 / older 3.x
-        _mask_settings_secrets(s)
-        return
-    for value in values:
-        await amask_secret(value)
-
-
-class TlsDowngradeError(ConnectionError):
-    """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
-    require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
-
-
-_CLIENT_CLASS: Any = None
-#: How the client decodes a subject that is not valid UTF-8 (Python's codec error handler:
-#: U+FFFD per invalid byte, like Go's ``encoding/json`` in the server's API answers).
-NON_UTF8_REPLACEMENT = "replace"
-
-
-def _tls_guarded_client(require_tls: bool) -> Any:
-    """A nats-py client that refuses to send CONNECT in clear text when ``require_tls``.
-
-    nats-py upgrades to TLS only when the server's INFO says ``tls_required`` (nats-py 2.x
-    ``Client._process_connect_init``), even for a ``tls://`` URL with a TLS context: a server
-    without TLS, or anyone in between who rewrites the clear-text INFO line, would get the
-    CONNECT command with user/password/token in clear text. A ``ws://`` connection is never
-    upgraded (nats-py 2.x skips the upgrade for the ``ws`` scheme; TLS on websockets is ``wss://``
-    from the first byte), so with ``require_tls`` it is always refused. ``_connect_command`` runs
-    after the upgrade step and just before CONNECT is written, so the check there sends nothing.
-
-    The client also decodes a message subject that is not valid UTF-8 with U+FFFD in place of
-    each invalid byte (:data:`NON_UTF8_REPLACEMENT`; what the server's own JSON API shows for
-    it) instead of failing: nats-py 2.x ``Client._build_message`` calls ``subject.decode()``,
-    and the ``UnicodeDecodeError`` ends its read loop while the connection stays open, so every
-    later pull waited for answers that were never read. Any client allowed to publish on
-    ``plgd.>`` can store such a subject with a raw ``PUB``; the message is now delivered (and
-    staged; decode quarantines its subject as ``bad_subject``).
-    """
-    global _CLIENT_CLASS
-    if _CLIENT_CLASS is None:
-        from nats.aio.client import Client
-
-        class _GuardedClient(Client):
-            plgd_require_tls = False
-
-            def _connect_command(self) -> bytes:
-                scheme = self._current_server.uri.scheme if self._current_server is not None else ""
-                if self.plgd_require_tls and scheme == "ws":
-                    raise TlsDowngradeError(
-                        "TLS is configured but this server is a plain websocket (ws://), which nats-py never "
-                        "switches to TLS: refusing to send credentials in clear text; use wss://"
-                    )
-                if self.plgd_require_tls and scheme in ("nats", "tls") and not (
-                    self._server_info.get("tls_required") or self.options.get("tls_handshake_first")
-                ):
-                    raise TlsDowngradeError(
-                        "TLS is configured but the server did not switch to TLS (its INFO has no tls_required): "
-                        "refusing to send credentials in clear text; check that the server has a 'tls' block "
-                        "(and no 'allow_non_tls'), or that nothing between strips TLS"
-                    )
-                return super()._connect_command()
-
-            def _build_message(self, sid, subject, reply, data, headers):  # noqa: ANN001
-                try:
-                    return super()._build_message(sid, subject, reply, data, headers)
-                except UnicodeDecodeError:
-                    subject = bytes(subject).decode("utf-8", NON_UTF8_REPLACEMENT).encode()
-                    reply = bytes(reply).decode("utf-8", NON_UTF8_REPLACEMENT).encode()
-                    _log.warning("message on a subject that is not valid UTF-8, delivered as %r", subject.decode())
-                    return super()._build_message(sid, subject, reply, data, headers)
-
-        _CLIENT_CLASS = _GuardedClient
-    client = _CLIENT_CLASS()
-    client.plgd_require_tls = require_tls
-    return client
-
-
-def _check_user_seed(seed: str, conn_id: str) -> None:
-    """Fail early, with a message that does not quote the seed, if it is not an NKEY user seed."""
-    import nkeys
-
-    ok = isinstance(seed, str) and seed.strip().startswith("SU")
-    if ok:
-        try:
-            nkeys.from_seed(bytearray(seed.strip().encode())).wipe()
-        except Exception:  # noqa: BLE001 - nkeys raises several error types (and binascii/nacl ones)
-            ok = False
-    if not ok:
-        raise JetStreamAuthError(
-            f"connection {conn_id!r}: {NKEY_SEED_EXTRA!r} is not a valid NKEY user seed (expected the 58-character "
-            "seed starting with 'SU' that nsc or 'nk -gen user' prints); the value is not shown"
-        )
-
-
-def _check_creds_file(path: str, conn_id: str) -> None:
-    """Fail early if ``path`` is not a readable ``.creds`` file with a user JWT and a user seed.
-
-    nats-py reads the file during the handshake; a file without the JWT markers would make it loop
-    forever. The message names the path, never the content.
-    """
-    try:
-        with open(path, "rb") as f:
-            text = f.read(1 << 20).decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise JetStreamAuthError(
-            f"connection {conn_id!r}: cannot read 'creds_file' {path!r}: {exc.strerror or type(exc).__name__}"
-        ) from None
-    lines = text.splitlines()
-    try:
-        jwt_line = lines[next(i for i, x in enumerate(lines) if "BEGIN NATS USER JWT" in x) + 1].strip()
-        seed_line = lines[next(i for i, x in enumerate(lines) if "BEGIN USER NKEY SEED" in x) + 1].strip()
-    except (StopIteration, IndexError):
-        jwt_line = seed_line = ""
-    if jwt_line.count(".") != 2 or not seed_line:
-        raise JetStreamAuthError(
-            f"connection {conn_id!r}: 'creds_file' {path!r} is not a NATS .creds file (expected the "
-            "'BEGIN NATS USER JWT' and 'BEGIN USER NKEY SEED' sections that nsc writes)"
-        )
-    try:
-        _check_user_seed(seed_line, conn_id)
-    except JetStreamAuthError:
-        raise JetStreamAuthError(
-            f"connection {conn_id!r}: 'creds_file' {path!r} holds no valid NKEY user seed"
-        ) from None
-
-
-def _extra(extras: dict[str, Any], name: str) -> Any:
-    """Read an extra both plain (``token``) and prefixed (``extra__plgd_jetstream__token``)."""
-    for key in (name, _EXTRA_PREFIX + name):
-        value = extras.get(key)
-        if value not in (None, ""):
-            return value
-    return None
-
-
-def _normalize_server(value: str, *, tls: bool, conn_id: str | None = None) -> str:
-    """One server URL with its scheme (``tls://`` when ``tls``, else ``nats://``, for a bare
-    ``host:port``) and, for ``nats``/``tls``, the default port 4222.
-
-    :raises ValueError: credentials in the URL (``user:password@`` or ``token@``: Airflow shows the
-        Host field and the ``servers`` extra in clear text in its UI and REST API), an unknown
-        scheme, no host or a non-numeric port. The message never shows the part before ``@``.
-    """
-    value = value.strip()
-    if "://" not in value:
-        value = f"{'tls' if tls else 'nats'}://{value}"
-    parts = urlsplit(value)
-    after_scheme = value.split("://", 1)[1]
-    where = f"connection {conn_id!r}: " if conn_id else ""
-    if "@" in after_scheme:
-        raise ValueError(
-            f"{where}server URL {_strip_userinfo(value)!r} carries credentials before '@' (not shown); "
-            "Airflow shows the Host field and the 'servers' extra in clear text in its UI and REST API, so "
-            "put the user and password in the connection's Login/Password fields (a token in the 'token' "
-            "extra) and list the server without them"
-        )
-    try:
-        port = parts.port  # ValueError for a non-numeric port
-    except ValueError:
-        port = -1
-    if parts.scheme not in _SERVER_SCHEMES or not parts.hostname or port == -1:
-        raise ValueError(
-            f"{where}invalid NATS server URL {value!r}: expected nats://host:port, tls://host:port, "
-            "ws://host:port or wss://host:port"
-        )
-    if port is None and parts.scheme in ("nats", "tls"):
-        value = urlunsplit(parts._replace(netloc=f"{parts.netloc}:{DEFAULT_PORT}"))
-    return value
-
-
-def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamSettings:
-    """Build :class:`JetStreamSettings` from an Airflow ``Connection``.
-
-    Servers: extra ``servers`` (comma-separated URLs) else ``host``/``port`` (default 4222; scheme
-    ``tls://`` when a TLS extra is set). Credentials: login/password, extras ``token``,
-    ``nkey_seed_secret`` (former name ``nkey_seed``, still read, with a warning: Airflow shows it in
-    clear text), ``creds_file``; TLS extras ``tls_ca``, ``tls_cert``, ``tls_key``; ``stream``
-    (default ``EVENTS``, overridden by the ``stream`` argument); ``storage_root``.
-
-    :raises ValueError: no servers; a malformed URL or one with credentials (``user:password@``,
-        ``token@``: Airflow would show them; the message never does); a plain ``ws://`` server while
-        TLS is configured (``tls_ca``/``tls_cert`` or a ``tls://``/``wss://`` server); ``tls_key``
-        without ``tls_cert``; two NKEY seeds or a seed and ``creds_file``; an invalid stream name
-        (:func:`check_stream_name`).
-    """
-    conn_id = conn.conn_id
-    extras = dict(getattr(conn, "extra_dejson", None) or {})
-    tls_ca, tls_cert, tls_key = (_extra(extras, k) for k in ("tls_ca", "tls_cert", "tls_key"))
-    use_tls = bool(tls_ca or tls_cert)
-    raw_servers = _extra(extras, "servers")
-    if raw_servers:
-        items = raw_servers if isinstance(raw_servers, (list, tuple)) else str(raw_servers).split(",")
-        servers = tuple(_normalize_server(s, tls=use_tls, conn_id=conn_id) for s in items if str(s).strip())
-    elif conn.host:
-        host = conn.host if "://" in conn.host else f"{conn.host}:{conn.port or DEFAULT_PORT}"
-        servers = (_normalize_server(host, tls=use_tls, conn_id=conn_id),)
-    else:
-        servers = ()
-    if not servers:
-        raise ValueError(
-            f"connection {conn_id!r} has neither a host nor a 'servers' extra; expected e.g. host 127.0.0.1"
-        )
-    schemes = [urlsplit(u).scheme for u in servers]
-    if "ws" in schemes and (use_tls or "tls" in schemes or "wss" in schemes):
-        plain = ", ".join(u for u, scheme in zip(servers, schemes) if scheme == "ws")
-        raise ValueError(
-            f"connection {conn_id!r}: server {plain} is a plain websocket (ws://) but TLS is configured "
-            "(tls_ca/tls_cert or a tls:// / wss:// server); nats-py never switches a ws:// connection to TLS, "
-            "so the credentials would travel in clear text: use wss:// (or remove the TLS settings)"
-        )
-    if tls_key and not tls_cert:
-        raise ValueError(f"connection {conn_id!r}: 'tls_key' is set but 'tls_cert' is not; set both or neither")
-    nkey_seed, legacy_seed = _extra(extras, NKEY_SEED_EXTRA), _extra(extras, _LEGACY_NKEY_SEED_EXTRA)
-    if nkey_seed and legacy_seed:
-        raise ValueError(
-            f"connection {conn_id!r}: set the NKEY seed once, in {NKEY_SEED_EXTRA!r}, and remove "
-            f"{_LEGACY_NKEY_SEED_EXTRA!r} (Airflow shows that one in clear text)"
-        )
-    if legacy_seed:
-        _log.warning(
-            "Connection %r holds the NKEY seed in the extra %r, which the Airflow UI and REST API show in "
-            "clear text (its name contains no word Airflow treats as sensitive); rename the extra to %r",
-            conn_id,
-            _LEGACY_NKEY_SEED_EXTRA,
-            NKEY_SEED_EXTRA,
-        )
-        nkey_seed = legacy_seed
-    creds_file = _extra(extras, "creds_file")
-    if nkey_seed and creds_file:
-        raise ValueError(f"connection {conn_id!r}: set either {NKEY_SEED_EXTRA!r} or 'creds_file', not both")
-    return JetStreamSettings(
-        servers=servers,
-        stream=check_stream_name(stream or _extra(extras, "stream") or DEFAULT_STREAM),
-        user=conn.login or None,
-        password=conn.password or None,
-        token=_extra(extras, "token"),
-        nkey_seed=nkey_seed,
-        creds_file=creds_file,
-        tls_ca=tls_ca,
-        tls_cert=tls_cert,
-        tls_key=tls_key,
-        storage_root=_extra(extras, "storage_root"),
-    )
-
-
-_BAD_STREAM_CHARS = frozenset(".*>/\\")
-
-
-def check_stream_name(name: Any, what: str = "stream") -> str:
-    """Return ``name`` if it is a valid JetStream stream name, else raise ValueError naming it.
-
-    A stream name becomes a token of ``$JS.API.*`` subjects and the ``{stream}`` staging folder, so
-    it must not contain whitespace, ``.``, ``*``, ``>``, ``/``, ``\\`` or non-printable characters
-    (NATS docs, "JetStream > Naming streams, consumers and accounts").
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{what} must be a non-empty stream name, got {name!r}")
-    if any(c in _BAD_STREAM_CHARS or c.isspace() or not c.isprintable() for c in name):
-        raise ValueError(
-            f"{what} {name!r} is not a valid JetStream stream name "
-            "(no whitespace, '.', '*', '>', '/', '\\' or non-printable characters)"
-        )
-    return name
-
-
-def to_unix_ns(value: dt.datetime | int, what: str) -> int:
-    """Convert a timezone-aware ``datetime`` or an int of unix ns to unix ns.
-
-    :raises ValueError: naive datetime or negative int. :raises TypeError: any other type.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, dt.datetime)):
-        raise TypeError(
-            f"{what} must be a timezone-aware datetime or int unix ns, got {type(value).__name__}: {value!r}"
-        )
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{what} must be >= 0 unix ns, got {value}")
-        return value
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, got naive datetime {value.isoformat()}")
-    # days/seconds/microseconds: also right for pendulum DateTimes (Airflow's data intervals), whose
-    # difference is a pendulum Interval that does not support // timedelta
-    delta = value.astimezone(dt.timezone.utc) - _EPOCH
-    return ((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000
-
-
-def _rfc3339_ns(ns: int) -> str:
-    """Unix ns -> RFC 3339 UTC with 9 fraction digits (Go ``time.RFC3339Nano`` accepts it)."""
-    secs, frac = divmod(ns, _NS)
-    return dt.datetime.fromtimestamp(secs, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
-
-
-def parse_ack_reply(reply: str) -> tuple[int, int, int, int]:
-    """Parse a JetStream message reply subject into ``(stream_seq, consumer_seq, time_ns, pending)``.
-
-    Forms: ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts_ns>.<pending>`` (9 tokens)
-    and ``$JS.ACK.<domain>.<acc hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts_ns>.<pending>[.<token>]``
-    (11 or 12 tokens). Source: NATS ADR-15 (JetStream subject naming).
-
-    :raises ValueError: not a JetStream ack subject (message names it).
-    """
-    t = reply.split(".")
-    n = len(t)
-    if n == 9:
-        o = 5
-    elif n >= 11:
-        o = 7
-    else:
-        raise ValueError(f"not a JetStream ack reply subject: {reply!r}")
-    if t[0] != "$JS" or t[1] != "ACK":
-        raise ValueError(f"not a JetStream ack reply subject: {reply!r}")
-    return int(t[o]), int(t[o + 1]), int(t[o + 2]), int(t[o + 3])
-
 
 RequestFn = Callable[[str, "dict | None"], Awaitable[dict]]
 
@@ -624,7 +193,7 @@ class JetStreamHook(BaseHook):
         if self._settings is None:
             conn = self.get_connection(self.jetstream_conn_id)
             settings = settings_from_connection(conn, self._stream_override)
-            _mask_settings_secrets(settings)
+            mask_settings_secrets(settings)
             self._settings = settings
         return self._settings
 
@@ -634,7 +203,7 @@ class JetStreamHook(BaseHook):
         if self._settings is None:
             conn = await self._aget_connection()
             settings = settings_from_connection(conn, self._stream_override)
-            await _amask_settings_secrets(settings)
+            await amask_settings_secrets(settings)
             self._settings = settings
         return self._settings
 
@@ -667,126 +236,31 @@ class JetStreamHook(BaseHook):
 
     @property
     def stream(self) -> str:
-        """The stream name in use (argument, else connection extra ``stream``, else ``EVENTS``)."""
-        return self._stream_override or self.get_settings().stream
+        """The stream name in use (argument, else connection extra ``stream``, else ``EVENTS``).
 
-    def _connect_options(self, s: JetStreamSettings) -> dict[str, Any]:
-        opts: dict[str, Any] = {}
-        if s.user:
-            opts["user"] = s.user
-        if s.password:
-            opts["password"] = s.password
-        if s.token:
-            opts["token"] = s.token
-        if s.nkey_seed or s.creds_file:
-            try:
-                import nkeys  # noqa: F401  (nats-py needs it for NKEY/JWT auth)
-            except ImportError:
-                raise JetStreamAuthError(
-                    f"{NKEY_SEED_EXTRA!r}/'creds_file' authentication needs the 'nkeys' package: "
-                    "pip install 'nats-py[nkeys]'"
-                ) from None
-            if s.creds_file:
-                _check_creds_file(s.creds_file, self.jetstream_conn_id)
-                opts["user_credentials"] = s.creds_file
-            else:
-                _check_user_seed(s.nkey_seed, self.jetstream_conn_id)
-                opts["nkeys_seed_str"] = s.nkey_seed.strip()
-        if s.tls_ca or s.tls_cert or any(u.startswith(("tls://", "wss://")) for u in s.servers):
-            try:
-                ctx = ssl.create_default_context(cafile=s.tls_ca) if s.tls_ca else ssl.create_default_context()
-                if s.tls_cert:
-                    ctx.load_cert_chain(s.tls_cert, s.tls_key)
-            except (OSError, ssl.SSLError) as exc:
-                # paths only: ssl errors name the failing step (e.g. "[SSL] PEM lib"), never key bytes
-                raise JetStreamConnectionError(
-                    f"cannot load the TLS files of connection {self.jetstream_conn_id!r} "
-                    f"(tls_ca={s.tls_ca!r}, tls_cert={s.tls_cert!r}, tls_key={s.tls_key!r}): "
-                    f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
-                ) from None
-            opts["tls"] = ctx
-        return opts
+        :raises ValueError: the argument is not a valid stream name (``hooks.connection.check_stream_name``).
+        """
+        return check_stream_name(self._stream_override) if self._stream_override else self.get_settings().stream
 
     @contextlib.asynccontextmanager
     async def aconnect(self) -> AsyncIterator[Any]:
-        """Connect to the first reachable server and yield the nats-py client; close it on exit.
+        """Connect to the first reachable server and yield the nats-py client; close it on exit
+        (:func:`~airflow_provider_plgd.hooks.connection.connect`: errors, TLS guard).
 
-        One-shot connection: ``allow_reconnect=False``, connect timeout ``CONNECT_TIMEOUT_S``
-        seconds per server, servers tried in order.
-
-        :raises JetStreamConnectionError: no server reachable (names the servers), TLS failure
-            (certificate not trusted: check ``tls_ca``; server requires a client certificate:
-            set ``tls_cert``/``tls_key``; TLS required but not configured; TLS configured but the
-            server does not switch to TLS, or is a plain ``ws://`` websocket: refused before
-            CONNECT is sent).
-        :raises JetStreamAuthError: credentials rejected or unusable (malformed ``nkey_seed_secret``,
-            unreadable or malformed ``creds_file``); the message never contains a secret.
+        A bare nats-py error raised while the client is in use (e.g. ``ConnectionClosedError``
+        when the server goes away) becomes :class:`JetStreamConnectionError` naming the stream.
         """
         import nats.errors
 
         s = await self.aget_settings()
-        opts = self._connect_options(s)
-        self.log.debug("Connecting to NATS %s", s.safe_servers())
-        errors: list[str] = []
-        nc = None
-        for url in s.servers:
-            seen: list[BaseException] = []
-
-            async def error_cb(exc: BaseException, seen: list = seen) -> None:
-                seen.append(exc)
-                _log.debug("nats client error: %s", exc)
-
-            # wss:// is TLS from the first byte; nats://, tls:// and ws:// need the guard
-            require_tls = "tls" in opts and urlsplit(url).scheme in ("nats", "tls", "ws")
-            client = _tls_guarded_client(require_tls)
+        async with connect(s, self.jetstream_conn_id) as nc:
             try:
-                # nats-py keeps retrying a refused server unless max_reconnect_attempts > 0:
-                # 1 means at most two attempts, 50 ms apart, then NoServersError.
-                try:
-                    await client.connect(
-                        servers=[url],
-                        allow_reconnect=False,
-                        max_reconnect_attempts=1,
-                        reconnect_time_wait=0.05,
-                        connect_timeout=CONNECT_TIMEOUT_S,
-                        error_cb=error_cb,
-                        name="airflow-provider-plgd",
-                        **opts,
-                    )
-                except BaseException:
-                    # nats-py leaves the socket open when the handshake fails without reconnects
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(client.close(), 2.0)
-                    raise
-                nc = client
-                break
-            except (nats.errors.AuthorizationError, nats.errors.InvalidUserCredentialsError) as exc:
-                raise JetStreamAuthError(f"authentication to NATS {_strip_userinfo(url)} failed: {exc}") from None
-            except nats.errors.NoServersError:
-                last = seen[-1] if seen else None
-                errors.append(f"{_strip_userinfo(url)}: {_describe_connect_error(last, s) if last else 'no server'}")
+                yield nc
             except nats.errors.Error as exc:
-                text = str(exc)
-                if "authorization" in text.lower() or "authentication" in text.lower():
-                    raise JetStreamAuthError(
-                        f"authentication to NATS {_strip_userinfo(url)} failed (server said {text!r}); "
-                        f"check login/password, token, {NKEY_SEED_EXTRA} or creds_file"
-                    ) from None
-                errors.append(f"{_strip_userinfo(url)}: {text or type(exc).__name__}")
-            except TlsDowngradeError as exc:
-                errors.append(f"{_strip_userinfo(url)}: {exc}")
-            except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-                errors.append(f"{_strip_userinfo(url)}: {_describe_connect_error(exc, s)}")
-        if nc is None:
-            raise JetStreamConnectionError(
-                f"cannot connect to NATS server(s) {s.safe_servers()} (timeout {CONNECT_TIMEOUT_S}s each): "
-                + "; ".join(errors)
-            )
-        try:
-            yield nc
-        finally:
-            with contextlib.suppress(Exception):
-                await nc.close()
+                raise JetStreamConnectionError(
+                    f"connection to NATS lost while reading stream {s.stream!r} ({type(exc).__name__}: {exc}); "
+                    "nothing was committed for the batch in progress, retry the task"
+                ) from exc
 
     # ---- JetStream API ------------------------------------------------------------------
 
@@ -863,9 +337,9 @@ class JetStreamHook(BaseHook):
         """
         from airflow_provider_plgd.completeness import interval_status
 
-        end_ns = to_unix_ns(end_time, "end_time")
+        end_ns = to_ns(end_time, "end_time", text=False)
         if subject_filter is not None:
-            _check_filter(subject_filter)
+            check_filter_subject(subject_filter)
         s = await self.aget_settings()
         async with self.aconnect() as nc:
             info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
@@ -890,7 +364,7 @@ class JetStreamHook(BaseHook):
 
         :raises ValueError: empty filter. :raises StreamNotFoundError: missing stream.
         """
-        _check_filter(filter)
+        check_filter_subject(filter)
         s = await self.aget_settings()
         async with self.aconnect() as nc:
             return await page_subjects(lambda subj, body: self._api(nc, subj, body), s.stream, filter)
@@ -899,25 +373,20 @@ class JetStreamHook(BaseHook):
         """``{owner_id: {subject: message count}}`` from the subjects ``plgd.owners.<owner_id>.>``
         (owner id = subject token 2, docs/wire-format.md §1).
 
-        Only owner tokens that pass :func:`~airflow_provider_plgd.plgd.subjects.validate_token`
+        Only owner tokens that pass :func:`~airflow_provider_plgd.plgd.subjects.subject_owner`
         are returned: JetStream stores messages published on subjects such as
         ``plgd.owners.*.registrations.x`` literally, and such a token must never become a
         subscription wildcard or a staging folder. Skipped subjects are logged (WARNING) with
         their message counts.
         """
-        from airflow_provider_plgd.plgd.subjects import validate_token
-
         owners: dict[str, dict[str, int]] = {}
         skipped: dict[str, int] = {}
         for subject, count in (await self.alist_subjects("plgd.owners.>")).items():
-            tokens = subject.split(".")
-            if len(tokens) > 3:
-                try:
-                    validate_token(tokens[2], "owner_id")
-                except (TypeError, ValueError):
-                    skipped[subject] = count
-                    continue
-                owners.setdefault(tokens[2], {})[subject] = count
+            owner = subject_owner(subject)
+            if owner is not None:
+                owners.setdefault(owner, {})[subject] = count
+            elif subject.count(".") >= 3:
+                skipped[subject] = count
         if skipped:
             self.log.warning(
                 "Ignoring %s subject(s) whose owner token is not a valid owner ID (%s messages), e.g. %s",
@@ -942,7 +411,7 @@ class JetStreamHook(BaseHook):
         config: dict[str, Any] = {
             "name": name,
             "ack_policy": "none",
-            "inactive_threshold": int(inactive_threshold_s * _NS),
+            "inactive_threshold": int(inactive_threshold_s * NS_PER_S),
             "mem_storage": True,
             "num_replicas": 1,
         }
@@ -951,7 +420,7 @@ class JetStreamHook(BaseHook):
         if start_seq is not None:
             config.update(deliver_policy="by_start_sequence", opt_start_seq=max(1, start_seq))
         elif start_ns is not None:
-            config.update(deliver_policy="by_start_time", opt_start_time=_rfc3339_ns(start_ns))
+            config.update(deliver_policy="by_start_time", opt_start_time=ns_to_rfc3339(start_ns))
         else:
             config["deliver_policy"] = "all"
         return await self._api(
@@ -988,7 +457,7 @@ class JetStreamHook(BaseHook):
         :return: number of messages (>= 0).
         :raises ValueError/TypeError: bad filter or bounds. :raises StreamNotFoundError: missing stream.
         """
-        _check_filter(filter)
+        check_filter_subject(filter)
         start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
         s = await self.aget_settings()
         stream = s.stream
@@ -1062,7 +531,7 @@ class JetStreamHook(BaseHook):
             keep changing (more than 20 readings).
         """
         for f in filters:
-            _check_filter(f)
+            check_filter_subject(f)
         start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
         if (start_ns is not None or end_ns is not None) and (start_seq is not None or end_seq is not None):
             raise ValueError("acount_interval takes time bounds or sequence bounds, not both")
@@ -1173,7 +642,7 @@ class JetStreamHook(BaseHook):
             server stopped answering pulls. :raises JetStreamAPIError: consumer deleted or other
             409/503 status, or a message larger than the pull byte cap.
         """
-        _check_filter(filter)
+        check_filter_subject(filter)
         start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -1189,14 +658,13 @@ class JetStreamHook(BaseHook):
                 inactive_threshold_s=ITER_INACTIVE_THRESHOLD_S, kind="iter",
             )
             consumer = info["name"]
-            reader = _PullReader(
+            reader = PullReader(
                 nc, stream, consumer,
                 last_seq=last,
                 start_seq=start_seq or 0,
                 start_ns=start_ns or 0,
                 end_ns=end_ns if end_ns is not None else float("inf"),
                 batch_size=batch_size,
-                max_bytes=max(PULL_MAX_BYTES, 2 * int(getattr(nc, "max_payload", 0) or 0)),
                 where=s.safe_servers(),
             )
             self.log.info(
@@ -1215,6 +683,24 @@ class JetStreamHook(BaseHook):
             finally:
                 await reader.stop()
                 await self._adelete_consumer(nc, stream, consumer)
+
+    @contextlib.asynccontextmanager
+    async def adurable_consumer(self, name: str, filters: Sequence[str], *,
+                                ack_wait_seconds: float) -> AsyncIterator[DurableConsumer]:
+        """Open durable pull consumer ``name`` of the stream (created on first use, ack policy
+        explicit; see :class:`~airflow_provider_plgd.hooks.durable.DurableConsumer`) on a new
+        connection, and yield it; the connection closes on exit.
+
+        :param filters: its subject filters (one or more).
+        :param ack_wait_seconds: how long a delivered, unacknowledged message stays invisible (s).
+        :raises ValueError: bad filters, or an existing consumer that does not fit (other filters,
+            ack policy, ``max_deliver``). :raises JetStreamError: server-side problems.
+        """
+        for f in filters:
+            check_filter_subject(f)
+        s = await self.aget_settings()
+        async with self.aconnect() as nc:
+            yield await DurableConsumer.open(nc, s.stream, name, filters, ack_wait_seconds=ack_wait_seconds)
 
     async def apublish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None
@@ -1373,261 +859,12 @@ class JetStreamHook(BaseHook):
 
 
 # --------------------------------------------------------------------------------------------
-# pull reader
-
-
-_DONE = object()
-_new_tuple = tuple.__new__  # builds a StreamMessage without the NamedTuple __new__ frame
-
-
-class _PullReader:
-    """Pull-request pipeline of one consumer into one inbox subscription (see ``aiter_batches``).
-
-    Pull requests are served by the server in order; ``self._pulls`` holds ``[id, remaining]``
-    of the pulls in flight, the head receives the messages. A full pull, or a pull ended by a
-    status, becomes one batch in ``self._queue``. New pulls are sent only by :meth:`next_batch`
-    so that pulls in flight + batches waiting <= ``PREFETCH_PULLS``.
-    """
-
-    def __init__(self, nc: Any, stream: str, consumer: str, *, last_seq: int, start_seq: int, start_ns: int,
-                 end_ns: float, batch_size: int, max_bytes: int, where: str) -> None:
-        self.nc = nc
-        self.stream = stream
-        self.consumer = consumer
-        self.last_seq = last_seq
-        self.start_seq = start_seq
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.batch_size = batch_size
-        self.max_bytes = max_bytes
-        self.where = where
-        self.inbox = nc.new_inbox()
-        self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-        self.pull_body = json.dumps(
-            {"batch": batch_size, "max_bytes": max_bytes, "expires": int(PULL_EXPIRES_S * _NS)}
-        ).encode()
-        self.sub = None
-        self._pulls: collections.deque[list] = collections.deque()
-        self._queue: asyncio.Queue = asyncio.Queue()
-        self._batch: list[StreamMessage] = []
-        self._batch_bytes = 0
-        self._done = False
-        self._next_cseq = 1
-        self._pull_id = 0
-        self._owed = 0  # messages still due to pulls already ended by a status
-
-    async def start(self) -> None:
-        # Slack for pulls in flight: the byte cap bounds memory, these limits only must not drop.
-        limit = (PREFETCH_PULLS + 1) * self.batch_size + 100
-        self.sub = await self.nc.subscribe(
-            self.inbox + ".*", cb=self._on_msg, pending_msgs_limit=limit, pending_bytes_limit=0
-        )
-        await self._refill()
-
-    async def stop(self) -> None:
-        self._done = True
-        if self.sub is not None:
-            with contextlib.suppress(Exception):
-                await self.sub.unsubscribe()
-            self.sub = None
-
-    async def _refill(self) -> None:
-        import nats.errors
-
-        while not self._done and len(self._pulls) + self._queue.qsize() < PREFETCH_PULLS:
-            self._pull_id += 1
-            self._pulls.append([str(self._pull_id), self.batch_size])
-            try:
-                await self.nc.publish(self.next_subject, self.pull_body, reply=f"{self.inbox}.{self._pull_id}")
-            except nats.errors.Error as exc:  # e.g. ConnectionClosedError when the server goes away
-                raise JetStreamConnectionError(
-                    f"connection to {self.where} lost while reading stream {self.stream} "
-                    f"({type(exc).__name__})"
-                ) from exc
-
-    async def next_batch(self) -> list[StreamMessage] | None:
-        """The next batch, or None when the iteration is complete."""
-        waited = 0.0
-        while True:
-            try:
-                item = await asyncio.wait_for(self._queue.get(), 1.0)
-                break
-            except asyncio.TimeoutError:
-                waited += 1.0
-                if self.nc.is_closed or not self.nc.is_connected:
-                    raise JetStreamConnectionError(
-                        f"connection to {self.where} lost while reading stream {self.stream}"
-                    ) from None
-                reading = getattr(self.nc, "_reading_task", None)  # nats-py 2.x: its read loop
-                if reading is not None and reading.done():
-                    # nats-py ends its read loop on an unexpected parser error and only logs it
-                    # ("nats: encountered error"); the connection looks open but nothing is read.
-                    raise JetStreamConnectionError(
-                        f"the NATS client stopped reading from {self.where} while reading stream {self.stream} "
-                        f"(consumer {self.consumer}, last delivered consumer sequence {self._next_cseq - 1}): "
-                        "its read loop ended on an error logged as 'nats: encountered error'"
-                    ) from None
-                if waited > PULL_EXPIRES_S + 10:
-                    raise JetStreamTimeoutError(
-                        f"no message or status from {self.where} for consumer {self.consumer} of stream "
-                        f"{self.stream} within {waited:.0f}s"
-                    ) from None
-        if item is _DONE:
-            return None
-        if isinstance(item, BaseException):
-            raise item
-        await self._refill()
-        return item
-
-    def _flush(self) -> None:
-        if self._batch:
-            self._queue.put_nowait(self._batch)
-            self._batch = []
-            self._batch_bytes = 0
-
-    def _finish(self, error: BaseException | None = None) -> None:
-        if self._done:
-            return
-        self._done = True
-        if error is None:
-            self._flush()
-            self._queue.put_nowait(_DONE)
-        else:
-            self._queue.put_nowait(error)
-
-    async def _on_msg(self, msg: Any) -> None:
-        # Hot path (once per message): keep it flat.
-        if self._done:
-            return
-        try:
-            reply = msg.reply
-            if not reply:
-                self._on_status(msg)
-                return
-            t = reply.split(".")
-            if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
-                sseq, cseq, ts, pending = int(t[5]), int(t[6]), int(t[7]), int(t[8])
-            else:
-                sseq, cseq, ts, pending = parse_ack_reply(reply)
-            if cseq != self._next_cseq:
-                raise JetStreamError(
-                    f"consumer {self.consumer}: expected delivery {self._next_cseq}, got {cseq}; "
-                    "messages were lost (slow consumer?)"
-                )
-            self._next_cseq = cseq + 1
-            last = self.last_seq
-            if ts >= self.end_ns or sseq > last:
-                self._finish()
-                return
-            if sseq >= self.start_seq and ts >= self.start_ns:
-                data = msg.data
-                size = self._batch_bytes + len(data)
-                if size > self.max_bytes and self._batch:  # keep each batch within the pull byte cap
-                    self._flush()
-                    size = len(data)
-                self._batch_bytes = size
-                self._batch.append(_new_tuple(StreamMessage, (sseq, msg.subject, ts, msg.headers, data)))
-            if sseq >= last or pending == 0:
-                self._finish()
-                return
-            if self._owed:
-                self._owed -= 1
-                return
-            pulls = self._pulls
-            if pulls:
-                head = pulls[0]
-                head[1] -= 1
-                if head[1] <= 0:
-                    pulls.popleft()
-                    self._flush()
-        except BaseException as exc:  # surfaces in next_batch()
-            self._finish(exc)
-
-    def _on_status(self, msg: Any) -> None:
-        hdr = msg.headers or {}
-        status = hdr.get("Status", "")
-        desc = next((v for k, v in hdr.items() if k == "Description"), "")
-        if status == "100":  # idle heartbeat / flow control: nothing to do
-            return
-        if status in ("404", "408"):
-            # No message available now (404) or the pull expired without enough (408): every
-            # message up to our last sequence was stored before the consumer existed, so none is left.
-            self._finish()
-        elif status == "409" and ("Batch Completed" in desc or "MaxBytes" in desc):
-            # The pull ended: complete by count (sent when max_bytes is set), or the next message
-            # would exceed max_bytes. Nats-Pending-Messages = how many of its batch it did not get.
-            undelivered = hdr.get("Nats-Pending-Messages")
-            entry = self._end_pull(msg.subject.rsplit(".", 1)[-1], int(undelivered) if undelivered else None)
-            if entry is not None and "MaxBytes" in desc and undelivered and int(undelivered) == self.batch_size:
-                raise JetStreamAPIError(
-                    f"a message of stream {self.stream} is larger than the pull byte cap: {desc}",
-                    code=409, description=desc,
-                )
-        elif status == "503":
-            raise JetStreamAPIError(
-                f"consumer {self.consumer} of stream {self.stream} is gone (deleted, or inactive for more "
-                f"than {ITER_INACTIVE_THRESHOLD_S:.0f}s)",
-                code=503, description=desc,
-            )
-        else:
-            raise JetStreamAPIError(
-                f"pull from consumer {self.consumer} of stream {self.stream} failed: {status} {desc}",
-                code=int(status) if status.isdigit() else None, description=desc,
-            )
-
-    def _end_pull(self, pull_id: str, undelivered: int | None) -> list | None:
-        """A status ended pull ``pull_id`` early. Fix the message attribution (the status may
-        arrive after messages of the next pull, or before the last of its own) and flush."""
-        entry = next((p for p in self._pulls if p[0] == pull_id), None)
-        if entry is None:  # already complete by count
-            return None
-        self._pulls.remove(entry)
-        counted = self.batch_size - entry[1]
-        actual = counted if undelivered is None else self.batch_size - undelivered
-        if actual > counted:  # some of its messages are still on the way
-            self._owed += actual - counted
-        else:  # messages of later pulls were counted against this one
-            excess = counted - actual
-            for nxt in self._pulls:
-                if not excess:
-                    break
-                take = min(excess, nxt[1])
-                nxt[1] -= take
-                excess -= take
-        self._flush()
-        while self._pulls and self._pulls[0][1] <= 0:
-            self._pulls.popleft()
-        return entry
-
-
-# --------------------------------------------------------------------------------------------
 # argument checks and sync helpers
 
 
-def _describe_connect_error(exc: BaseException, s: JetStreamSettings) -> str:
-    """A one-line reason for a failed connect, with a hint for TLS problems (no secrets)."""
-    text = f"{type(exc).__name__}: {exc or 'timed out'}"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        hint = ("the server's certificate is not trusted: set 'tls_ca' to the CA that signed it"
-                if not s.tls_ca else f"the server's certificate is not signed by tls_ca {s.tls_ca!r} "
-                "or does not name this host")
-        return f"TLS verification failed ({hint}): {text}"
-    lowered = str(exc).lower()
-    if isinstance(exc, ssl.SSLError) and "certificate required" in lowered:
-        return f"the server requires a client certificate: set 'tls_cert' and 'tls_key': {text}"
-    if isinstance(exc, ssl.SSLError) or "tls" in lowered or "ssl" in lowered:
-        return f"TLS handshake failed: {text}"
-    return text
-
-
-def _check_filter(value: Any) -> None:
-    if not isinstance(value, str) or not value.strip() or any(c in value for c in " \t\r\n"):
-        raise ValueError(f"filter must be a NATS subject filter such as 'plgd.owners.*.>', got {value!r}")
-
-
 def _check_bounds(start_time: Any, end_time: Any, start_seq: Any, end_seq: Any) -> tuple:
-    start_ns = to_unix_ns(start_time, "start_time") if start_time is not None else None
-    end_ns = to_unix_ns(end_time, "end_time") if end_time is not None else None
+    start_ns = to_ns(start_time, "start_time", text=False) if start_time is not None else None
+    end_ns = to_ns(end_time, "end_time", text=False) if end_time is not None else None
     for name, v in (("start_seq", start_seq), ("end_seq", end_seq)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")

@@ -47,6 +47,8 @@ __all__ = [
     "resource_subject",
     "select_lead_resource_type",
     "subject_filters",
+    "subject_owner",
+    "check_filter_subject",
     "validate_token",
 ]
 
@@ -81,6 +83,44 @@ def subject_matches(subject_filter: str, subject: str) -> bool:
         if i >= len(tokens) or (p != "*" and p != tokens[i]):
             return False
     return len(tokens) == len(pattern)
+
+
+def check_filter_subject(value: str, what: str = "filter") -> str:
+    """Return ``value`` if it is a NATS filter subject, else raise ValueError naming ``what`` and it.
+
+    A filter subject is dot-separated non-empty tokens without whitespace or control characters;
+    ``*`` and ``>`` are wildcards only as whole tokens, and ``>`` only as the last one. Source: NATS
+    docs, "Subject-Based Messaging > Wildcards" (the server refuses other filters).
+    """
+    tokens = value.split(".") if isinstance(value, str) else []
+    if (
+        not tokens
+        or any(c.isspace() or ord(c) < 32 for c in value)
+        or any(not t for t in tokens)
+        or any(t == ">" for t in tokens[:-1])
+        or any(len(t) > 1 and ("*" in t or ">" in t) for t in tokens)
+    ):
+        raise ValueError(
+            f"{what} {value!r} is not a valid NATS filter subject (expected non-empty dot-separated tokens "
+            "without whitespace, '*' and '>' only as whole tokens and '>' last, e.g. 'plgd.owners.*.>')"
+        )
+    return value
+
+
+def subject_owner(subject: str) -> str | None:
+    """The owner ID of a subject under ``plgd.owners.<owner_id>.`` (at least one token after it),
+    or None when the subject is elsewhere or its owner token is not valid (:func:`validate_token`).
+
+    JetStream stores messages published on subjects such as ``plgd.owners.*.registrations.x``
+    literally; such a token must never become a subscription wildcard or a staging folder.
+    """
+    tokens = subject.split(".", 3)
+    if len(tokens) < 4 or tokens[0] != TOKEN_PLGD or tokens[1] != TOKEN_OWNERS:
+        return None
+    try:
+        return validate_token(tokens[2], "owner_id")
+    except (TypeError, ValueError):
+        return None
 
 
 def validate_token(value: str, what: str) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import times
 from airflow_provider_plgd.compat import BaseSensorOperator
 from airflow_provider_plgd.triggers.interval_complete import (
     JetStreamIntervalCompleteTrigger,
@@ -96,7 +96,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
                 f"sensor {self.task_id!r} has no data interval (a manually triggered or asset-driven run on "
                 "Airflow 3) and no end_time: trigger the DAG with a logical date, or set end_time"
             )
-        return staging.to_ns(end, "end_time")
+        return times.to_ns(end, "end_time")
 
     def _settle(self) -> float:
         from airflow_provider_plgd.completeness import check_settle_seconds
@@ -127,11 +127,11 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
                              "%s: %s", type(exc).__name__, exc)
             return False
         if result is None:
-            self.log.info("Interval ending %s not complete yet (filter %s)", staging.ns_to_iso(end_ns),
+            self.log.info("Interval ending %s not complete yet (filter %s)", times.ns_to_rfc3339(end_ns),
                           self.subject_filter)
             return False
-        self.log.info("Interval ending %s is complete: %s (NATS server time %s)", staging.ns_to_iso(end_ns),
-                      result["reason"], staging.ns_to_iso(result["server_time_ns"]))
+        self.log.info("Interval ending %s is complete: %s (NATS server time %s)", times.ns_to_rfc3339(end_ns),
+                      result["reason"], times.ns_to_rfc3339(result["server_time_ns"]))
         self._result = result
         return True
 
@@ -163,5 +163,5 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
             raise JetStreamIntervalNotCompleteError(
                 f"waiting for the interval failed: {(event or {}).get('message', event)!r}"
             )
-        self.log.info("Interval ending %s is complete: %s", staging.ns_to_iso(event["end_ns"]), event["reason"])
+        self.log.info("Interval ending %s is complete: %s", times.ns_to_rfc3339(event["end_ns"]), event["reason"])
         return event

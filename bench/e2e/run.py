@@ -260,7 +260,7 @@ def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any
         (:func:`bench.e2e.stages.stage_figures`), "nats_peak_rss", "ceilings" {read, decode,
         sum_s}, "ratio_to_ceilings", "load_before", "load_after"}``. Times in seconds, RSS in bytes.
     """
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import staging, times
     from plgd_devtools.demo import _airflow_env, _run
     from airflow_provider_plgd.run_summary import read_app_summary
     from plgd_devtools.nats_server import NatsServer, recreate_stream
@@ -292,7 +292,7 @@ def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any
         start_s, end_s = math.floor(pub_start) - 1, math.ceil(pub_end) + 1
         start = datetime.fromtimestamp(start_s, tz=timezone.utc)
         end = datetime.fromtimestamp(end_s, tz=timezone.utc)
-        interval_id = staging.interval_id(start, end)
+        interval_id = times.interval_id(start, end)
         result["interval"] = {"start": start.isoformat(), "end": end.isoformat(), "seconds": end_s - start_s,
                               "id": interval_id}
         env = _airflow_env(work, server.url, start, float(end_s - start_s))

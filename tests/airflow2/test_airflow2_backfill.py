@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.compat import AIRFLOW_V_3
 
 pytestmark = [pytest.mark.airflow2, pytest.mark.skipif(AIRFLOW_V_3, reason="Airflow 2.x only (make test-airflow2)")]
@@ -107,7 +107,7 @@ def test_cli_backfill_stages_exact_batches_per_owner_event_type_and_interval(jet
     assert sorted(tis) == [("fetch", "success", 2), ("wait_for_interval", "success", 2)]
 
     for k in (0, 1):
-        interval_id = staging.interval_id((start + k * interval) * 10**9, (start + (k + 1) * interval) * 10**9)
+        interval_id = times.interval_id((start + k * interval) * 10**9, (start + (k + 1) * interval) * 10**9)
         manifests = staging.list_committed(str(root), "EVENTS", interval_id=interval_id)
         # each owner also has its `_unknown` batch (event types we do not know; empty here)
         assert [(m["owner_id"], m["event_type"]) for m in manifests] == \

@@ -274,7 +274,7 @@ def read_counts(root: Path, interval_ids: list[str]) -> dict[str, dict[str, Any]
 
 def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflow_postgres_db,
                                                                tmp_path: Path) -> None:
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import times
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot
 
@@ -327,7 +327,7 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
         timings["scheduled_runs"] = time.monotonic() - t0
         assert [r[2] for r in runs] == ["scheduled"] * INTERVALS, runs
         interval_ids = [
-            staging.interval_id(start + timedelta(seconds=step * k), start + timedelta(seconds=step * (k + 1)))
+            times.interval_id(start + timedelta(seconds=step * k), start + timedelta(seconds=step * (k + 1)))
             for k in range(INTERVALS)
         ]
         scheduled = read_outputs(root)

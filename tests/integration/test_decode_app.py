@@ -35,7 +35,7 @@ import pytest
 
 from plgd_devtools.spark import spark_submit_env
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark import schemas
@@ -49,8 +49,8 @@ from plgd_devtools.spark import SPARK_LOCK as LOCK  # noqa: E402
 STREAM = "EVENTS"
 START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 END_NS = START_NS + 3600 * 1_000_000_000
-IID = staging.interval_id(START_NS, END_NS)
-OTHER_IID = staging.interval_id(END_NS, END_NS + 3600 * 1_000_000_000)
+IID = times.interval_id(START_NS, END_NS)
+OTHER_IID = times.interval_id(END_NS, END_NS + 3600 * 1_000_000_000)
 HEADER_ID = "hdr-msg-1"
 
 

@@ -28,7 +28,7 @@ import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from airflow_provider_plgd.spark import snapshot_store
@@ -160,7 +160,7 @@ def stage(root: Path, sim) -> list[tuple[str, str, int]]:
     bounds = sim.config.interval_bounds()
     out = []
     for k, (start, end) in enumerate(bounds):
-        iid = staging.interval_id(start, end)
+        iid = times.interval_id(start, end)
         groups: dict[tuple[str, str], list] = {}
         for seq, m in enumerate(sim.messages, start=1):
             if m.interval != k:
@@ -174,7 +174,7 @@ def stage(root: Path, sim) -> list[tuple[str, str, int]]:
                                        bounds={"kind": "time", "start_ns": start, "end_ns": end}) as w:
                 w.write(msgs)
                 w.commit()
-        out.append((iid, staging.ns_to_iso(end), end))
+        out.append((iid, times.ns_to_rfc3339(end), end))
     return out
 
 

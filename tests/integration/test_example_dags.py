@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from tests.integration.conftest import load_dag, publish_messages, xcom_value
 
@@ -63,7 +63,7 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
         pq.write_table(pa.Table.from_pylist(rows, schema=ss.table_schema(table)), path)
         entries[table] = {"0": {"files": [rel], "rows": len(rows)}}
     manifest = {"format": ss.MANIFEST_FORMAT, "version": version, "snapshot_time_ns": snapshot_time_ns,
-                "snapshot_time": staging.ns_to_iso(snapshot_time_ns), "parent": None, "run_id": run_rel,
+                "snapshot_time": times.ns_to_rfc3339(snapshot_time_ns), "parent": None, "run_id": run_rel,
                 "interval_id": interval_id, "intervals": [interval_id], "buckets": 1,
                 "bucket_expr": ss.BUCKET_EXPR.format(buckets=1), "tables": entries,
                 "rows": {t: len(r) for t, r in tables.items()}}
@@ -153,7 +153,7 @@ def test_fetch_by_sequence_stages_exactly_the_range(jetstream, dags_folder, tmp_
     summary = xcom_value(dr, "staging_summary")
     assert summary == {
         "mode": "seq",
-        "interval_ids": [staging.seq_interval_id(first, last)],
+        "interval_ids": [times.seq_interval_id(first, last)],
         "count": last - first + 1,
         "bytes": xcom_value(dr, "fetch")["bytes"],
         "first_seq": first,
@@ -182,7 +182,7 @@ def test_fetch_durable_stages_each_message_once_across_runs(jetstream, dags_fold
     summary = xcom_value(dr, "staging_summary")
     n1 = len(first)
     assert (summary["mode"], summary["count"], summary["first_seq"], summary["last_seq"]) == ("durable", n1, 1, n1)
-    assert summary["interval_ids"] == [staging.durable_interval_id(1, n1)]
+    assert summary["interval_ids"] == [times.durable_interval_id(1, n1)]
     assert summary["per_owner"] == _per_owner(first, 1, n1)
 
     second = _publish_sim(jetstream, _simulation(seed=7, owners=1))

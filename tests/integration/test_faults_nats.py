@@ -20,9 +20,10 @@ import pytest
 
 from plgd_devtools.spark import spark_lock
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.exceptions import MessagesExpiredError
-from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator, check_retained
+from airflow_provider_plgd.fetch.retention import check_retained
+from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import registrations_subject, subject_filters, subject_matches
 from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream
@@ -104,17 +105,17 @@ def test_nats_killed_mid_fetch_airflow_retries_commit_exactly_the_published_mess
     # (each owner's messages come through one consumer and are routed to their batches on the
     # client); the killer thread SIGKILLs nats-server after 200 routed messages and restarts it
     # (same port and store) 0.5 s later.
-    from airflow_provider_plgd.operators import jetstream_to_staging as fetch_module
+    from airflow_provider_plgd.fetch import router as fetch_module
 
     rows = {"n": 0}
-    real_route = fetch_module._Router.route
+    real_route = fetch_module.Router.route
 
     def slow_route(self, batch):
         rows["n"] += len(batch)
         time.sleep(0.02)
         return real_route(self, batch)
 
-    monkeypatch.setattr(fetch_module._Router, "route", slow_route)
+    monkeypatch.setattr(fetch_module.Router, "route", slow_route)
     killed = threading.Event()
 
     def killer():
@@ -142,7 +143,7 @@ def test_nats_killed_mid_fetch_airflow_retries_commit_exactly_the_published_mess
     assert tries["fetch_a"] >= 2, tries  # it failed once (the kill) and was retried by Airflow
 
     s_ns, e_ns = int(start * 1e9), int((start + interval) * 1e9)
-    got = committed(storage_root, staging.interval_id(s_ns, e_ns))
+    got = committed(storage_root, times.interval_id(s_ns, e_ns))
     assert set(got) == {(o, e) for o in owners for e in [*event_types, "_unknown"]}
     for (owner, event_type), seqs in got.items():
         assert seqs == expected(truth, owner, event_type, s_ns, e_ns), (owner, event_type)
@@ -183,7 +184,7 @@ def test_backfill_of_expired_messages_reports_the_missing_range(jetstream, stora
 
     # the stream is empty now: a rerun of the old interval fails clearly, and withdraws nothing
     # silently: the earlier committed batch stays as it was (the check runs before the writer opens)
-    iid = staging.interval_id(old_start, old_end)
+    iid = times.interval_id(old_start, old_end)
     with pytest.raises(MessagesExpiredError) as info:
         run_op(start_time=old_start, end_time=old_end, **kw)
     err = info.value
@@ -191,7 +192,7 @@ def test_backfill_of_expired_messages_reports_the_missing_range(jetstream, stora
     assert err.missing_start_ns == old_start and old_start < err.missing_end_ns <= old_end
     text = str(err)
     assert "no longer holds every message of the interval" in text and "1..20" in text and "it is empty" in text
-    assert staging.ns_to_iso(old_start) in text and "nothing was committed" in text
+    assert times.ns_to_rfc3339(old_start) in text and "nothing was committed" in text
     assert committed(storage_root, iid)[(O1, "devicesregistered")] == list(range(1, 21))
 
     publish_messages(jetstream.url, [(subj, f"new-{i}".encode(), None) for i in range(10)])
@@ -203,7 +204,7 @@ def test_backfill_of_expired_messages_reports_the_missing_range(jetstream, stora
     assert info.value.first_seq == 21 == state["first_seq"]
     assert "its oldest retained message (seq 21) is from" in str(info.value)
     assert staging.list_committed(storage_root, "EVENTS",
-                                  interval_id=staging.interval_id(old_start, new_end)) == []
+                                  interval_id=times.interval_id(old_start, new_end)) == []
     # sequence bounds: exactly the missing sequences
     with pytest.raises(MessagesExpiredError, match=r"no longer holds stream sequences 5\.\.20 of the requested "
                                                    r"range \[5, 30\]") as info:
@@ -265,8 +266,8 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
         run_op(**kw)  # batch 11..20 is committed, but not acknowledged
     monkeypatch.setattr(Msg, "ack_sync", real_ack)
     lost_ack = staging.list_committed(storage_root, "EVENTS")
-    assert [m["interval_id"] for m in lost_ack] == [staging.durable_interval_id(1, 10),
-                                                    staging.durable_interval_id(11, 20)]
+    assert [m["interval_id"] for m in lost_ack] == [times.durable_interval_id(1, 10),
+                                                    times.durable_interval_id(11, 20)]
     publish_messages(jetstream.url, [(subj, f"d-{i}".encode(), None) for i in range(25, 30)])
     time.sleep(1.5)  # ack_wait: the unacknowledged messages are redelivered
     kw["max_messages"] = 15  # the retry's batch has other boundaries than the crashed one
@@ -365,7 +366,7 @@ def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, 
         assert table.column("headers").to_pylist()[1] == [("X-Bad", "\ufffd\ufffd")]
     registered = next(b for b in grouped["batches"] if b["event_type"] == "devicesregistered")
     assert staging.read_batch(staging.read_manifest(registered["path"])).column("stream_seq").to_pylist() == [1, 5]
-    assert durable["interval_id"] == staging.durable_interval_id(2, 6)
+    assert durable["interval_id"] == times.durable_interval_id(2, 6)
 
 
 def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstream, storage_root, monkeypatch):
@@ -373,9 +374,10 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
     the replacement switched off), the pull reader notices within a second and fails with
     JetStreamConnectionError instead of waiting ~43 s for answers nobody reads."""
     from airflow_provider_plgd.exceptions import JetStreamConnectionError
+    from airflow_provider_plgd.hooks import connection as connection_module
     from airflow_provider_plgd.hooks import jetstream as hook_module
 
-    monkeypatch.setattr(hook_module, "NON_UTF8_REPLACEMENT", "strict")
+    monkeypatch.setattr(connection_module, "NON_UTF8_REPLACEMENT", "strict")
     publish_messages(jetstream.url, [(registrations_subject(O1, "devicesregistered"), b"reg", None)])
     raw_publish(jetstream, f"plgd.owners.{O1}.registrations.".encode() + b"\xff", b"junk")
     _wait(lambda: hook_module.JetStreamHook().stream_info()["state"]["messages"] == 2, what="the raw PUB stored")
@@ -429,7 +431,7 @@ def test_durable_retry_within_ack_wait_loses_no_message(jetstream, storage_root,
         for f in m["files"]:
             seqs = staging.read_batch({**m, "files": [f]}).column("stream_seq").to_pylist()
             assert seqs == sorted(seqs) and all(subject_matches(f["subject_filter"], truth[s][0]) for s in seqs)
-        assert m["interval_id"] == staging.durable_interval_id(m["first_seq"], m["last_seq"])
+        assert m["interval_id"] == times.durable_interval_id(m["first_seq"], m["last_seq"])
 
 
 def test_durable_consumer_of_earlier_versions_is_refused_with_the_way_to_switch(jetstream, storage_root):

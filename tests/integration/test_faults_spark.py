@@ -49,7 +49,7 @@ import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
@@ -193,7 +193,7 @@ def stage(root: Path, sim) -> list[tuple[str, str, int]]:
     the publish order (1-based); server times inside the interval. Returns ``[(iid, end ISO, end ns)]``."""
     out = []
     for k, (start, end) in enumerate(sim.config.interval_bounds()):
-        iid = staging.interval_id(start, end)
+        iid = times.interval_id(start, end)
         groups: dict[tuple[str, str], list] = {}
         for seq, m in enumerate(sim.messages, start=1):
             if m.interval == k:
@@ -202,7 +202,7 @@ def stage(root: Path, sim) -> list[tuple[str, str, int]]:
                     (seq, m.subject, start + seq, None, m.data))
         for (owner, event_type), msgs in sorted(groups.items()):
             write_batch(root, owner, event_type, iid, msgs, {"kind": "time", "start_ns": start, "end_ns": end})
-        out.append((iid, staging.ns_to_iso(end), end))
+        out.append((iid, times.ns_to_rfc3339(end), end))
     return out
 
 
@@ -295,7 +295,7 @@ def faults(tmp_path_factory):
     for first, last in DURABLE_BATCHES:  # the first 30 published messages, as durable batches
         rows = [(seq, sim.messages[seq - 1].subject, 1_767_225_600_000_000_000 + seq, None, sim.messages[seq - 1].data)
                 for seq in range(first, last + 1)]
-        write_batch(durable_root, "_filter", "fdurable", staging.durable_interval_id(first, last), rows,
+        write_batch(durable_root, "_filter", "fdurable", times.durable_interval_id(first, last), rows,
                     {"kind": "durable"})
     py_files = build_py_files_zip(base / "py")
 
@@ -320,7 +320,7 @@ def faults(tmp_path_factory):
     f = F()
     f.base, f.root, f.fuzz_root, f.durable_root, f.conc_root = base, root, fuzz_root, durable_root, base / "conc"
     f.sim, f.intervals, f.state = sim, intervals, state
-    f.durable_ids = sorted(staging.durable_interval_id(a, b) for a, b in DURABLE_BATCHES)
+    f.durable_ids = sorted(times.durable_interval_id(a, b) for a, b in DURABLE_BATCHES)
     return f
 
 
@@ -359,7 +359,7 @@ def _runs(base, py_files, root, fuzz_root, durable_root, intervals, decode, dedu
     conc_root = base / "conc"
     shutil.copytree(root / "staging", conc_root / "staging")
     steps = [rebuild(i1, e1), decode(FUZZ_IID, fuzz_root)]
-    for iid in sorted(staging.durable_interval_id(a, b) for a, b in DURABLE_BATCHES):
+    for iid in sorted(times.durable_interval_id(a, b) for a, b in DURABLE_BATCHES):
         steps += [decode(iid, durable_root), dedupe(iid, durable_root)]
     steps.append(decode(i0, conc_root, hang=f"events/interval={i0}", may_fail=True))
     run_a = Run(base, "p4", py_files, steps, wait_for=base / "conc_b" / "out.json").start()
@@ -474,8 +474,8 @@ def test_overlapping_durable_batches_are_deduplicated(faults):
     want = {m.msg_id for m in faults.sim.messages[:30] if m.msg_id}
     assert sorted(ids) == sorted(want)  # each once
     last = dedupes[-1]
-    assert last["interval_id"] == staging.durable_interval_id(1, 30)
-    assert last["previous_intervals"] == [staging.durable_interval_id(1, 20)]
+    assert last["interval_id"] == times.durable_interval_id(1, 30)
+    assert last["previous_intervals"] == [times.durable_interval_id(1, 20)]
     redelivered = {m.msg_id for m in faults.sim.messages[:20] if m.msg_id}
     assert last["cross_batch_duplicates"] == sum(1 for m in faults.sim.messages[:30] if m.msg_id in redelivered)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.exceptions import (
     IntervalNotCompleteError,
     JetStreamAuthError,
@@ -123,7 +123,7 @@ def test_dag_runs_write_exact_rows_per_owner_event_type_and_interval(jetstream, 
         assert str(dr.state) in ("success", "DagRunState.SUCCESS"), dr.state
         assert dr.data_interval_end == end and dr.data_interval_start == end - timedelta(seconds=interval)
         summary = xcom_value(dr, "fetch_group")
-        assert summary["interval_id"] == staging.interval_id(end - timedelta(seconds=interval), end)
+        assert summary["interval_id"] == times.interval_id(end - timedelta(seconds=interval), end)
         assert [(b["owner_id"], b["event_type"]) for b in summary["batches"]] == \
             [(o, e) for o in (O1, O2) for e in [*EVENT_TYPES, "_unknown"]]
         assert summary["count"] == sum(b["count"] for b in summary["batches"]) > 0
@@ -132,7 +132,7 @@ def test_dag_runs_write_exact_rows_per_owner_event_type_and_interval(jetstream, 
     total = 0
     for k in range(3):
         s_ns, e_ns = int((start + k * interval) * 1e9), int((start + (k + 1) * interval) * 1e9)
-        iid = staging.interval_id(s_ns, e_ns)
+        iid = times.interval_id(s_ns, e_ns)
         manifests = staging.list_committed(storage_root, "EVENTS", interval_id=iid)
         assert len(manifests) == 8, [m["folder"] for m in manifests]
         assert [m["count"] for m in manifests if m["event_type"] == "_unknown"] == [0, 0]
@@ -143,7 +143,7 @@ def test_dag_runs_write_exact_rows_per_owner_event_type_and_interval(jetstream, 
             assert m["count"] == len(want) and (m["first_seq"], m["last_seq"]) == (min(want), max(want))
             assert m["bytes"] == sum(len(truth[s][3]) for s in want)
             assert m["bounds"] == {"kind": "time", "start_ns": s_ns, "end_ns": e_ns,
-                                   "start": staging.ns_to_iso(s_ns), "end": staging.ns_to_iso(e_ns)}
+                                   "start": times.ns_to_rfc3339(s_ns), "end": times.ns_to_rfc3339(e_ns)}
             total += m["count"]
         # resource event types: one part file per filter (S4, then the .leadrt forms)
         rc = next(m for m in manifests if m["owner_id"] == O1 and m["event_type"] == "resourcechanged")
@@ -189,7 +189,7 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
     for s_ns, e_ns in zip(cuts, cuts[1:]):
         out = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=storage_root,
                      start_time=s_ns, end_time=e_ns, batch_size=17)
-        assert out["interval_id"] == staging.interval_id(s_ns, e_ns)
+        assert out["interval_id"] == times.interval_id(s_ns, e_ns)
         for batch in out["batches"]:
             m = staging.read_manifest(batch["path"])
             got = committed_seqs(m)
@@ -199,9 +199,9 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
                 seen[seq] = out["interval_id"]
     assert sorted(seen) == ordered
     # the message exactly at a boundary belongs to the interval that starts there
-    assert seen[ordered[37]] == staging.interval_id(cuts[1], cuts[2])
-    assert seen[ordered[38]] == staging.interval_id(cuts[2], cuts[3])
-    assert seen[ordered[36]] == staging.interval_id(cuts[0], cuts[1])
+    assert seen[ordered[37]] == times.interval_id(cuts[1], cuts[2])
+    assert seen[ordered[38]] == times.interval_id(cuts[2], cuts[3])
+    assert seen[ordered[36]] == times.interval_id(cuts[0], cuts[1])
 
 
 def test_rerun_gives_byte_identical_parquet(jetstream, storage_root):
@@ -532,8 +532,8 @@ def test_fetch_of_an_interval_not_complete_on_the_server_clock_fails_and_commits
     assert (err.stream, err.start_ns, err.end_ns, err.settle_seconds) == ("EVENTS", start_ns, end_ns, 0.0)
     assert start_ns < err.last_ts_ns < err.server_time_ns < end_ns
     text = str(err)
-    assert f"[{staging.ns_to_iso(start_ns)}, {staging.ns_to_iso(end_ns)})" in text
-    assert f"the server's time is {staging.ns_to_iso(err.server_time_ns)}" in text
+    assert f"[{times.ns_to_rfc3339(start_ns)}, {times.ns_to_rfc3339(end_ns)})" in text
+    assert f"the server's time is {times.ns_to_rfc3339(err.server_time_ns)}" in text
     assert "nothing was committed" in text and "Retry after the interval's end" in text
     assert os.listdir(storage_root) == []
 

@@ -13,6 +13,8 @@ import nats
 import pytest
 
 from airflow_provider_plgd.hooks import jetstream as js_module
+from airflow_provider_plgd.hooks import pull as pull_module
+from airflow_provider_plgd.hooks.connection import settings_from_connection
 from airflow_provider_plgd.hooks.jetstream import (
     JetStreamAuthError,
     JetStreamConnectionError,
@@ -21,10 +23,9 @@ from airflow_provider_plgd.hooks.jetstream import (
     StreamMessage,
     StreamNotFoundError,
     page_subjects,
-    parse_ack_reply,
-    settings_from_connection,
-    to_unix_ns,
 )
+from airflow_provider_plgd.hooks.messages import parse_ack_reply
+from airflow_provider_plgd.times import ns_to_rfc3339, to_ns
 from plgd_devtools.nats_server import NatsServer, free_port
 
 OWNER_A = "e1407479-3136-56c0-9908-bb02fb0339e2"
@@ -304,7 +305,7 @@ def test_100k_messages_round_trip(jetstream):
 
 def test_pulls_capped_by_bytes(jetstream, monkeypatch):
     """Large messages: each pull ends at the byte cap (409 status); nothing is lost or reordered."""
-    monkeypatch.setattr(js_module, "PULL_MAX_BYTES", 0)  # cap = 2 x max_payload = 2 MiB
+    monkeypatch.setattr(pull_module, "PULL_MAX_BYTES", 0)  # cap = 2 x max_payload = 2 MiB
     subject = metadata_subject(OWNER_A, DEV_1)
     asyncio.run(bulk_publish(jetstream.url, ((subject, bytes([i]) * 200_000) for i in range(40)), expect_total=40))
     batches = list(JetStreamHook().iter_batches("plgd.>", batch_size=1000))
@@ -528,9 +529,9 @@ def test_ui_metadata_and_time_conversion():
     assert isinstance(JetStreamHook.get_connection_form_widgets(), dict)
     assert JetStreamHook.conn_type == "plgd_jetstream" and JetStreamHook.default_conn_name == "plgd_jetstream_default"
     when = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
-    assert to_unix_ns(when, "t") == 1714564800_123456000
-    assert to_unix_ns(5, "t") == 5
-    assert js_module._rfc3339_ns(1714564800_123456789) == "2024-05-01T12:00:00.123456789Z"
+    assert to_ns(when, "t", text=False) == 1714564800_123456000
+    assert to_ns(5, "t", text=False) == 5
+    assert ns_to_rfc3339(1714564800_123456789) == "2024-05-01T12:00:00.123456789Z"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd import ledger, staging, times
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from plgd_devtools.nats_server import recreate_stream
@@ -52,7 +52,7 @@ def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str], discov
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
     start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    interval = staging.interval_id(start, end)
+    interval = times.interval_id(start, end)
     return write_interval_ledger(JetStreamHook(), root, interval, start, end, owners, discovered,
                                  ["devicesregistered", "resourcechanged"], accept_fewer=accept_fewer)
 
@@ -125,7 +125,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     with spark_lock():
         dr = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
     assert "success" in str(dr.state).lower(), dr.state
-    interval_id = staging.interval_id(end - timedelta(seconds=interval), end)
+    interval_id = times.interval_id(end - timedelta(seconds=interval), end)
 
     ledger_dir = ledger.interval_dir(storage_root, "EVENTS", interval_id)
     record = json.loads(open(f"{ledger_dir}/stream.json").read())
@@ -255,7 +255,7 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
 # fetch = staged + skipped, per owner, against the server's count
 # ---------------------------------------------------------------------------------------------
 def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream, storage_root, monkeypatch):
-    from airflow_provider_plgd.operators import jetstream_to_staging as fetch_module
+    from airflow_provider_plgd.fetch import router as fetch_module
 
     publish_messages(jetstream.url, traffic(5))
     start_ns, end_ns = bounds_around(jetstream.url)
@@ -264,12 +264,12 @@ def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream
     assert out["count"] == 5 and out["skipped"] == {"event_type_not_requested": 5}
 
     # a message that the read does not see (here: the router loses one) fails the owner before any commit
-    real_route = fetch_module._Router.route
+    real_route = fetch_module.Router.route
 
     def lossy(self, batch):
         return real_route(self, batch[1:] if batch else batch)
 
-    monkeypatch.setattr(fetch_module._Router, "route", lossy)
+    monkeypatch.setattr(fetch_module.Router, "route", lossy)
     other = storage_root + "/other"
     with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 10 messages, fetched 9"):
         run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=other,
@@ -286,7 +286,7 @@ def test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small(jetst
     publish_messages(jetstream.url, traffic(3))
     start_ns, end_ns = bounds_around(jetstream.url)
     start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    interval = staging.interval_id(start, end)
+    interval = times.interval_id(start, end)
     record = write_interval_ledger(JetStreamHook(), storage_root, interval, start, end, sorted([O1, O2]), True,
                                    ["devicesregistered"], accept_fewer=False, fetch_groups=5)
     assert record["fetch_groups"] == 2 and ledger.owner_group(record, 1) == [max(O1, O2)]

@@ -593,7 +593,7 @@ def _sim_fold(config, batches=None):
 
     import pyarrow as pa
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import times
     from airflow_provider_plgd.plgd.tables import SNAPSHOT_SORT_KEYS
     from airflow_provider_plgd.simulator import expected_state, generate
     from airflow_provider_plgd.spark import decode_batch
@@ -615,7 +615,7 @@ def _sim_fold(config, batches=None):
                 "msg_id": pa.nulls(len(msgs), pa.string()),
                 "data": [m.data for _, m in msgs],
             })
-            decoded = decode_batch.decode_batch(batch, staging.interval_id(start, end)).to_pylist()
+            decoded = decode_batch.decode_batch(batch, times.interval_id(start, end)).to_pylist()
             for row in sorted((r for r in decoded if r["reason"] is None), key=lambda r: r["stream_seq"]):
                 if row["msg_id"] in seen:
                     continue
@@ -714,8 +714,8 @@ def test_snapshot_store_names_and_empty_reads(tmp_path):
     assert snapshot_store.version_id(T0 + 1500) == "20260101T000000.000001500Z"
     assert snapshot_store.version_id(T0 + 1000) == "20260101T000000.000001Z"
     # one format for snapshot versions and interval IDs: version of the interval end == its ID's end
-    from airflow_provider_plgd import staging
-    assert staging.interval_id(T0 + 1000, END).split("_") == [
+    from airflow_provider_plgd import times
+    assert times.interval_id(T0 + 1000, END).split("_") == [
         snapshot_store.version_id(T0 + 1000), snapshot_store.version_id(END)]
     with pytest.raises(ValueError, match="snapshot time"):
         snapshot_store.version_id(-1)

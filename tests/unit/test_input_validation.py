@@ -130,7 +130,7 @@ def test_operator_rejects_hostile_stream_names(value, tmp_path, unreachable_conn
 
 @pytest.mark.parametrize("value", ["EV.X", "*", ">", "a b", "../x", "a/b", "a\\b", "a\x00b", "a\u202eb"])
 def test_hook_rejects_hostile_stream_names_from_the_connection_or_argument(value):
-    from airflow_provider_plgd.hooks.jetstream import check_stream_name, settings_from_connection
+    from airflow_provider_plgd.hooks.connection import check_stream_name, settings_from_connection
 
     conn = SimpleNamespace(conn_id="c", host="127.0.0.1", port=4222, login=None, password=None, extra_dejson={})
     for call in (lambda: settings_from_connection(SimpleNamespace(**{**vars(conn), "extra_dejson": {"stream": value}})),
@@ -316,7 +316,7 @@ def test_credentials_inside_a_server_url_are_refused_without_showing_them(url):
     """Airflow shows the Host field and the ``servers`` extra in clear text (UI, REST API), so a
     password or token inside a URL would be shown to every UI user: refused, pointing to
     Login/Password and ``token``; only the part after the last ``@`` is quoted."""
-    from airflow_provider_plgd.hooks.jetstream import settings_from_connection
+    from airflow_provider_plgd.hooks.connection import settings_from_connection
 
     for conn in (conn_of(extra_dejson={"servers": f"nats://ok:4222,{url}"}), conn_of(host=url)):
         with pytest.raises(ValueError) as err:
@@ -329,7 +329,7 @@ def test_credentials_inside_a_server_url_are_refused_without_showing_them(url):
 def test_ws_servers_under_tls_settings_are_refused_and_wss_is_accepted():
     """nats-py never switches a ``ws://`` connection to TLS: with TLS configured it would send
     CONNECT (user, password, token) in clear text."""
-    from airflow_provider_plgd.hooks.jetstream import settings_from_connection
+    from airflow_provider_plgd.hooks.connection import settings_from_connection
 
     for extra in ({"servers": "ws://127.0.0.1:8080", "tls_ca": "/ca.pem"},
                   {"servers": "ws://127.0.0.1:8080", "tls_cert": "/c.pem", "tls_key": "/k.pem"},
@@ -349,7 +349,7 @@ def test_ws_servers_under_tls_settings_are_refused_and_wss_is_accepted():
 def test_former_nkey_seed_extra_is_still_read_with_a_warning(caplog):
     import logging
 
-    from airflow_provider_plgd.hooks.jetstream import settings_from_connection
+    from airflow_provider_plgd.hooks.connection import settings_from_connection
 
     seed = "SUAGJ3XQ" + "B" * 50
     caplog.set_level(logging.WARNING)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
 
 UTC = timezone.utc
 T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in ns
@@ -60,41 +60,41 @@ def folder_digest(folder: str) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------
 def test_interval_id_formats():
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    assert staging.interval_id(start, start + timedelta(hours=1)) == "20260101T000000Z_20260101T010000Z"
-    assert staging.interval_id(start, start + timedelta(seconds=20, microseconds=5)) == \
+    assert times.interval_id(start, start + timedelta(hours=1)) == "20260101T000000Z_20260101T010000Z"
+    assert times.interval_id(start, start + timedelta(seconds=20, microseconds=5)) == \
         "20260101T000000Z_20260101T000020.000005Z"
-    assert staging.interval_id(T0, T0 + 1) == "20260101T000000Z_20260101T000000.000000001Z"
-    assert staging.interval_id("2026-01-01T01:00:00+01:00", "2026-01-01T00:00:01Z") == \
+    assert times.interval_id(T0, T0 + 1) == "20260101T000000Z_20260101T000000.000000001Z"
+    assert times.interval_id("2026-01-01T01:00:00+01:00", "2026-01-01T00:00:01Z") == \
         "20260101T000000Z_20260101T000001Z"
-    assert staging.seq_interval_id(1, 1000) == "seq-000000000001-000000001000"
-    assert staging.durable_interval_id(5, 7) == "durable-000000000005-000000000007"
+    assert times.seq_interval_id(1, 1000) == "seq-000000000001-000000001000"
+    assert times.durable_interval_id(5, 7) == "durable-000000000005-000000000007"
 
 
 @pytest.mark.parametrize("iid", ["20260101T000000Z_20260101T000020.000005Z", "20260101T000000Z_20260101T000000.000000001Z",
                                  "seq-000000000001-000000001000", "durable-000000000005-000000000007"])
 def test_parse_interval_id_round_trip(iid):
-    parsed = staging.parse_interval_id(iid)
+    parsed = times.parse_interval_id(iid)
     if parsed["kind"] == "time":
-        assert staging.interval_id(parsed["start_ns"], parsed["end_ns"]) == iid
+        assert times.interval_id(parsed["start_ns"], parsed["end_ns"]) == iid
     else:
-        fn = staging.seq_interval_id if parsed["kind"] == "seq" else staging.durable_interval_id
+        fn = times.seq_interval_id if parsed["kind"] == "seq" else times.durable_interval_id
         assert fn(parsed["first_seq"], parsed["last_seq"]) == iid
 
 
 def test_interval_errors():
     start = datetime(2026, 1, 1, tzinfo=UTC)
     with pytest.raises(ValueError, match="must be after"):
-        staging.interval_id(start, start)
+        times.interval_id(start, start)
     with pytest.raises(ValueError, match="timezone-aware"):
-        staging.interval_id(datetime(2026, 1, 1), start)
+        times.interval_id(datetime(2026, 1, 1), start)
     with pytest.raises(ValueError, match="not an ISO-8601"):
-        staging.to_ns("yesterday")
+        times.to_ns("yesterday")
     with pytest.raises(TypeError):
-        staging.to_ns(1.5)
+        times.to_ns(1.5)
     with pytest.raises(ValueError, match="invalid stream sequence range"):
-        staging.seq_interval_id(10, 9)
+        times.seq_interval_id(10, 9)
     with pytest.raises(ValueError, match="not a staging interval ID"):
-        staging.parse_interval_id("last-week")
+        times.parse_interval_id("last-week")
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "..", "a b", "x=y", "a\\b", "tab\t"])

@@ -143,7 +143,7 @@ def test_build_parse_round_trip_every_event_type(event_type):
         f"{RES}.resourcechanged.notleadrt.core",
         f"{RES}.resourcechanged.leadrt.",
         f"{RES}..resourcechanged",
-        f"plgd.owners.*.registrations.devicesregistered",
+        "plgd.owners.*.registrations.devicesregistered",
         f"plgd.owners.{OWNER}.>",
         f"plgd.owners.{OWNER}.other.devicesregistered",
         # bytes that were not UTF-8, as the fetch stages them (U+FFFD each): decode's bad_subject
@@ -378,3 +378,34 @@ def test_event_type_table():
         et.event_type_info("ResourceChanged")
     with pytest.raises(TypeError):
         et.event_type_for_message(object())
+
+
+# ---------------------------------------------------------------------------------------------
+# one home each: the filter-subject check (hook and operator) and the owner of a subject (hook's
+# owner listing and the unrouted fetch's router)
+
+
+@pytest.mark.parametrize("value", ["plgd.>", "plgd.owners.*.>", "a", "a.*.b", ">"])
+def test_check_filter_subject_accepts_filters(value):
+    from airflow_provider_plgd.plgd.subjects import check_filter_subject
+
+    assert check_filter_subject(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "plgd. >", "a..b", "a.>.b", "a*.b", "a.b>", ".a", "a.", "a\tb", None, 5])
+def test_check_filter_subject_rejects_and_names_the_value(value):
+    from airflow_provider_plgd.plgd.subjects import check_filter_subject
+
+    with pytest.raises(ValueError, match="subject_filter") as err:
+        check_filter_subject(value, "subject_filter")
+    assert repr(value) in str(err.value) and "is not a valid NATS filter subject" in str(err.value)
+
+
+def test_subject_owner():
+    from airflow_provider_plgd.plgd.subjects import subject_owner
+
+    owner = "e1407479-3136-56c0-9908-bb02fb0339e2"
+    assert subject_owner(f"plgd.owners.{owner}.registrations.devicesregistered") == owner
+    for subject in (f"plgd.owners.{owner}", "plgd.owners.*.registrations.x", "plgd.owners.a=b.x",
+                    "other.owners.o.x", "plgd.devices.o.x"):
+        assert subject_owner(subject) is None

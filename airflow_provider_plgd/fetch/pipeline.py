@@ -1,0 +1,468 @@
+"""The fetch pipeline: bounded, owner-wide and durable reads into committed staging batches.
+
+:class:`FetchPipeline` runs one fetch task's work: it checks the interval is complete (time
+bounds, :mod:`airflow_provider_plgd.completeness`) and retained (:mod:`.retention`), learns what the
+stream holds for each owner or batch (the ledger's plan or a server count), refuses a rerun that
+would commit fewer messages, reads through the hook (``JetStreamHook.aiter_batches`` or the durable
+consumer), writes each batch on one writer thread (:class:`WriterThread`) while the next is read,
+and commits a batch only when staged + skipped == expected (else ``LedgerError``, nothing
+committed). Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval
+ledger"); the operator's docstring gives the user-facing rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_plgd import ledger, staging, times
+from airflow_provider_plgd.completeness import require_interval_complete
+from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
+from airflow_provider_plgd.fetch.retention import check_retained
+from airflow_provider_plgd.fetch.router import Router
+from airflow_provider_plgd.fetch.selection import Target, owner_groups
+from airflow_provider_plgd.fetch.spool import Spool, default_spool_dir, remove_stale_spools
+from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.plgd.subjects import subject_matches
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    """How a fetch reads and writes (the operator's tuning arguments; units as named).
+
+    :ivar batch_size: messages per JetStream pull request.
+    :ivar row_group_size: rows per Parquet row group. :ivar row_group_bytes: payload bytes per row
+        group before it is cut early. :ivar max_rows_per_file: rows per part file.
+    :ivar compression: Parquet codec.
+    :ivar progress_interval_seconds: log progress at most this often (s) ...
+    :ivar progress_every_messages: ... or after this many messages.
+    :ivar settle_seconds: time bounds: seconds after the end, on the server's clock, after which an
+        interval without a newer message is complete (``completeness``).
+    :ivar accept_fewer: let a rerun replace committed batches with fewer messages.
+    :ivar ack_wait_seconds: durable mode: the consumer's ack wait (s).
+    :ivar spool_dir: durable mode: the spool folder (None: :func:`~.spool.default_spool_dir`).
+    """
+
+    batch_size: int = 1000
+    row_group_size: int = 50_000
+    row_group_bytes: int = 32 * 1024 * 1024
+    max_rows_per_file: int = 1_000_000
+    compression: str = "snappy"
+    progress_interval_seconds: float = 5.0
+    progress_every_messages: int = 100_000
+    settle_seconds: Any = 0
+    accept_fewer: bool = False
+    ack_wait_seconds: float = 300.0
+    spool_dir: str | None = None
+
+
+class FetchPipeline:
+    """One fetch task's reads and commits.
+
+    :param hook: the ``JetStreamHook`` (all NATS access goes through it).
+    :param log: a logger (the operator's ``self.log``).
+    :param settings: :class:`FetchSettings`.
+    :param plan: the interval ledger's plan record (``ledger.plan_record``) when the expected counts
+        come from it, else None (the server counts them).
+    :param ledger_dir: the interval's ledger folder: owner-wide fetches write their record to
+        ``{ledger_dir}/fetch/`` and return a small XCom.
+    """
+
+    def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: dict[str, Any] | None = None,
+                 ledger_dir: str | None = None) -> None:
+        self.hook = hook
+        self.log = log
+        self.settings = settings
+        self.plan = plan
+        self.ledger_dir = ledger_dir
+
+    async def run(self, stream: str, root: Any, targets: list[Target], mode: str, bounds: dict[str, Any], *,
+                  owner_wide: bool) -> dict[str, Any]:
+        """Fetch every target and commit its batches; return the XCom summary (see the operator).
+
+        :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
+        :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
+        :param bounds: the bounds of that mode (JSON; they go into the manifests).
+        :param owner_wide: read each owner through one consumer (``owner_ids`` / ``ledger_group`` /
+            ``unrouted``) and account per owner.
+        """
+        hook = self.hook
+        info = await hook.astream_info(stream)
+        if mode == "time":  # complete on the server's clock, or IntervalNotCompleteError (issue #13, case 6)
+            require_interval_complete(info, stream, bounds, self.settings.settle_seconds)
+        head = int(_state(info).get("last_seq", 0))
+        fs, root_path = staging.to_fs(root)
+        root_url = staging.location_url(fs, root_path)
+        self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
+                      len(targets), stream, head, bounds, root_url)
+        if mode == "seq" and bounds["end_seq"] is None:
+            bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
+        if mode != "durable":
+            check_retained(_state(info), stream, bounds, when="before the fetch")
+        groups = owner_groups(targets) if mode != "durable" else [[t] for t in targets]
+        expected = await self._expected_counts(stream, groups, mode, bounds, owner_wide)
+        results = []
+        accounts: dict[str, dict[str, Any]] = {}
+        for group in groups:
+            key = _group_key(group, owner_wide)
+            if mode != "durable":
+                self._refuse_fewer(root, stream, group, bounds, mode, expected[key])
+            skipped: dict[str, int] = {}
+            if mode == "durable":
+                batches = [await self._durable_batch(stream, root, group[0], bounds, head)]
+            elif owner_wide:
+                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, expected[key])
+            else:
+                batches = [await self._bounded_batch(stream, root, group[0], mode, bounds, head, expected[key])]
+            results.extend(batches)
+            if owner_wide:
+                accounts[key] = {"expected": expected[key], "staged": sum(b["count"] for b in batches),
+                                 "skipped": skipped,
+                                 "batches": [{k: b[k] for k in ("event_type", "count", "bytes", "first_seq",
+                                                                "last_seq", "files", "path")} for b in batches]}
+        seqs = [r for r in results if r["count"]]
+        interval_ids = {r["interval_id"] for r in results}
+        summary = {
+            "stream": stream,
+            "mode": mode,
+            "root": root_url,
+            "interval_id": interval_ids.pop() if len(interval_ids) == 1 else None,
+            "bounds": bounds,
+            "stream_last_seq": head,
+            "count": sum(r["count"] for r in results),
+            "bytes": sum(r["bytes"] for r in results),
+            "first_seq": min((r["first_seq"] for r in seqs), default=None),
+            "last_seq": max((r["last_seq"] for r in seqs), default=None),
+            "path": results[0]["path"] if len(results) == 1 else None,
+            "batches": results,
+        }
+        self.log.info("Committed %s batch(es): %s messages, %s bytes, seq %s..%s", len(results), summary["count"],
+                      summary["bytes"], summary["first_seq"], summary["last_seq"])
+        if owner_wide:
+            summary["skipped"] = {r: sum(a["skipped"].get(r, 0) for a in accounts.values())
+                                  for r in sorted({r for a in accounts.values() for r in a["skipped"]})}
+        if self.ledger_dir and owner_wide:
+            record_path = staging.join_path(self.ledger_dir, "fetch", f"{ledger.group_key(accounts)}.json")
+            ledger.write_json(record_path, ledger.fetch_record(interval_id=summary["interval_id"], stream=stream,
+                                                               owners=accounts))
+            summary["owners"] = len(accounts)
+            summary["batches"] = len(results)
+            summary["record"] = record_path
+        return summary
+
+    async def _expected_counts(self, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
+        """What the stream holds for each owner (``owner_wide``) or batch, from the ledger or the server."""
+        keys = {_group_key(g, owner_wide): g for g in groups}
+        if mode == "durable":
+            return dict.fromkeys(keys)
+        if self.plan is not None and owner_wide:
+            plan = self.plan
+            if mode != "time" or (plan["bounds"].get("start_ns"), plan["bounds"].get("end_ns")) != (
+                    bounds["start_ns"], bounds["end_ns"]):
+                raise ValueError(f"ledger {self.ledger_dir} is for the interval {plan['bounds']}, not {bounds}")
+            counts = {**plan["owners"], ledger.UNROUTED_OWNER: plan["total"]}
+            missing = [k for k in keys if k not in counts]
+            if missing:
+                raise LedgerError(f"the ledger {self.ledger_dir} has no count for owner(s) {missing[:10]}",
+                                  interval_id=plan["interval_id"])
+            return {k: int(counts[k]) for k in keys}
+        filters = {k: ([ledger.SCOPE_FILTER] if k == ledger.UNROUTED_OWNER else [ledger.owner_filter(k)])
+                   if owner_wide else g[0][2] for k, g in keys.items()}
+        read = ({"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]} if mode == "time"
+                else {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+        counted = await self.hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
+        return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
+
+    def _refuse_fewer(self, root, stream, group, bounds, mode, expected) -> None:
+        """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
+        interval, _ = _interval_and_read_kwargs(mode, bounds)
+        owner = group[0][0]
+        committed = staging.list_committed(root, stream, interval_id=interval, owner_ids=[owner],
+                                           event_types=[t[1] for t in group])
+        before = sum(int(m["count"]) for m in committed)
+        if expected is None or expected >= before or self.settings.accept_fewer:
+            return
+        raise FewerMessagesError(
+            f"interval {interval}: the stream {stream!r} now holds {expected} messages for "
+            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0][2]}, but {before} are committed in "
+            f"staging ({_counts_text(committed)}); a rerun "
+            "would replace them with fewer (the stream was re-created, purged, or messages were deleted). Nothing "
+            "was changed. Set accept_fewer_messages=True to replace them anyway.",
+            interval_id=interval, problems=[f"owner {owner}: stream {expected}, committed {before}"],
+        )
+
+    def _writer(self, root, stream, owner, event_type, interval, filters, bounds) -> staging.StagingWriter:
+        return staging.StagingWriter(
+            root,
+            stream=stream,
+            owner_id=owner,
+            event_type=event_type,
+            interval_id=interval,
+            subject_filters=filters,
+            bounds=bounds,
+            row_group_size=self.settings.row_group_size,
+            row_group_bytes=self.settings.row_group_bytes,
+            max_rows_per_file=self.settings.max_rows_per_file,
+            compression=self.settings.compression,
+        )
+
+    async def _bounded_batch(self, stream, root, target: Target, mode, bounds, head, expected):
+        owner, event_type, filters = target
+        interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
+        progress = Progress(self.log, f"{owner}/{event_type}", head, self.settings.progress_interval_seconds,
+                            self.settings.progress_every_messages)
+        # The writer runs on one worker thread, fed in order, while the event loop keeps reading:
+        # Parquet encoding overlaps the network. At most WRITE_AHEAD batches wait (flat memory).
+        with self._writer(root, stream, owner, event_type, interval, filters, bounds) as writer, \
+                WriterThread() as worker:
+            for subject_filter in filters:
+                await worker.submit(writer.start_filter, subject_filter)
+                batches = self.hook.aiter_batches(subject_filter, batch_size=self.settings.batch_size, **read_kwargs)
+                async with contextlib.aclosing(batches):  # deletes the consumer on errors too
+                    async for batch in batches:
+                        if batch:
+                            await worker.submit(writer.write, batch)
+                            progress.update(batch)
+            # Messages of the bounds may have aged out while this batch was read: check again
+            # before the commit (a short batch is never committed silently).
+            check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            staged = await worker.call(lambda: writer.count)
+            _check_accounted(writer.interval_id, f"{owner}/{event_type}", expected, staged, {})
+            manifest = await worker.call(writer.commit)
+        progress.done()
+        return _batch_summary(manifest)
+
+    async def _owner_batches(self, stream, root, group, mode, bounds, head,
+                             expected: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
+
+        The server walks the stream once per consumer to find the messages of its filter, so one
+        consumer per (owner, event type, filter) made it walk the stream once per event type and
+        filter of the owner, which cut the read rate several times (figures: docs/performance.md,
+        "Measurements behind design choices", M17).
+        Here each message is routed to its batch and filter on the client (:class:`~.router.Router`:
+        unknown types to the ``_unknown`` batch, types not requested skipped and counted). Before
+        any commit, staged + skipped must equal ``expected``. Each filter's rows are written as
+        they come, into that filter's own part files (``StagingWriter.write(rows, filter_index)``),
+        so each batch gets the same files as with its own consumers, and nothing is spooled.
+        Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
+        """
+        interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
+        owner = group[0][0]
+        unrouted = owner == ledger.UNROUTED_OWNER
+        owner_filter = ledger.SCOPE_FILTER if unrouted else ledger.owner_filter(owner)
+        progress = Progress(self.log, f"{owner}/{len(group)} event types", head,
+                            self.settings.progress_interval_seconds, self.settings.progress_every_messages)
+        with contextlib.ExitStack() as stack, WriterThread() as worker:
+            writers = [stack.enter_context(self._writer(root, stream, o, et, interval, filters, bounds))
+                       for o, et, filters in group]
+            router = Router(group, unrouted=unrouted)
+            batches = self.hook.aiter_batches(owner_filter, batch_size=self.settings.batch_size, **read_kwargs)
+            async with contextlib.aclosing(batches):  # deletes the consumer on errors too
+                async for batch in batches:
+                    if not batch:
+                        continue
+                    for (target, index), rows in router.route(batch).items():
+                        await worker.submit(writers[target].write, rows, index)
+                    progress.update(batch)
+            check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            staged = await worker.call(lambda: sum(w.count for w in writers))
+            _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
+            manifests = [await worker.call(writer.commit) for writer in writers]
+        progress.done()
+        return [_batch_summary(m) for m in manifests], dict(sorted(router.skipped.items()))
+
+    async def _durable_batch(self, stream, root, target: Target, bounds, head):
+        """Durable-consumer mode: fetch up to max_messages, commit, then acknowledge each staged
+        message (ack policy ``explicit``; see the operator's docstring)."""
+        owner, event_type, filters = target
+        name, max_messages = bounds["consumer"], bounds["max_messages"]
+        progress = Progress(self.log, f"{owner}/{event_type} (durable {name})", head,
+                            self.settings.progress_interval_seconds, self.settings.progress_every_messages)
+        spool_dir = self.settings.spool_dir or default_spool_dir(root, stream)
+        remove_stale_spools(spool_dir, self.log)
+        async with self.hook.adurable_consumer(name, filters,
+                                               ack_wait_seconds=self.settings.ack_wait_seconds) as consumer:
+            outstanding = consumer.num_ack_pending
+            todo = min(max_messages, consumer.num_pending + outstanding)
+            #: stream sequence -> reply subject of its latest delivery (to acknowledge after the commit)
+            replies: dict[int, str] = {}
+            # The folder ID needs the first and last sequence, known only at the end: spool the rows
+            # to local Arrow IPC files (one per filter, so each filter gets its own part files).
+            spools: list[Spool] = []
+            try:
+                spools.extend(Spool(spool_dir, name, i) for i in range(len(filters)))
+                while len(replies) < todo:
+                    delivered = await consumer.fetch(min(self.settings.batch_size, todo - len(replies)), timeout=5.0)
+                    if not delivered:
+                        break
+                    rows: list[list[StreamMessage]] = [[] for _ in filters]
+                    for msg, reply in delivered:
+                        fresh = msg.stream_seq not in replies  # else delivered again in this run (ack_wait passed)
+                        replies[msg.stream_seq] = reply
+                        if fresh:
+                            rows[_filter_index(filters, msg.subject)].append(msg)
+                    for spool, part in zip(spools, rows):
+                        if part:
+                            spool.write(part)
+                            progress.update(part)
+                if not replies:
+                    self.log.info("Durable consumer %s delivered no message%s; nothing to commit", name,
+                                  f" ({outstanding} delivered to an earlier attempt are not acknowledged; they are "
+                                  "redelivered once its ack_wait has passed)" if outstanding else "")
+                    return {"owner_id": owner, "event_type": event_type, "interval_id": None,
+                            "subject_filters": list(filters), "count": 0, "bytes": 0, "first_seq": None,
+                            "last_seq": None, "files": 0, "path": None}
+                interval = times.durable_interval_id(min(replies), max(replies))
+                with self._writer(root, stream, owner, event_type, interval, filters, bounds) as writer:
+                    for subject_filter, spool in zip(filters, spools):
+                        writer.start_filter(subject_filter)
+                        for chunk in spool.read(self.settings.batch_size):
+                            writer.write(chunk)
+                    manifest = writer.commit()
+            finally:
+                for spool in spools:
+                    spool.close()
+            await consumer.ack(replies)
+            progress.done()
+            self.log.info("Acknowledged %s message(s) of durable consumer %s (stream seq %s..%s)", len(replies),
+                          name, min(replies), max(replies))
+            return _batch_summary(manifest)
+
+
+def _group_key(group: list[tuple[str, str, list[str]]], owner_wide: bool) -> str:
+    """What a group of targets is accounted as: its owner (owner-wide reads) or its batch's event type."""
+    return group[0][0] if owner_wide else group[0][1]
+
+
+def _check_accounted(interval: str, what: str, expected: int | None, staged: int, skipped: dict[str, int]) -> None:
+    """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
+    if expected is None:
+        return
+    problems = ledger.owner_problems(what, expected, staged, skipped)
+    if problems:
+        raise LedgerError(
+            f"interval {interval}: {problems[0]}; nothing was committed for it. Messages arrived or were removed "
+            "while the interval was read (is the interval complete? was the stream changed?); retry the task",
+            interval_id=interval, problems=problems,
+        )
+
+
+def _counts_text(manifests: list[dict[str, Any]]) -> str:
+    """``event_type: count, ...`` of the non-empty committed batches."""
+    return ", ".join(f"{m['event_type']}: {m['count']}" for m in manifests if m["count"]) or "none"
+
+
+def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "owner_id": manifest["owner_id"],
+        "event_type": manifest["event_type"],
+        "interval_id": manifest["interval_id"],
+        "subject_filters": manifest["subject_filters"],
+        "count": manifest["count"],
+        "bytes": manifest["bytes"],
+        "first_seq": manifest["first_seq"],
+        "last_seq": manifest["last_seq"],
+        "files": len(manifest["files"]),
+        "path": manifest["folder"],
+    }
+
+
+def _state(info: dict[str, Any]) -> dict[str, Any]:
+    """The ``state`` part of a stream info answer (``JetStreamHook.astream_info``)."""
+    return info.get("state") or {}
+
+
+def _filter_index(filters: Sequence[str], subject: str) -> int:
+    """Index of the first filter that matches ``subject`` (0 when only one filter)."""
+    if len(filters) == 1:
+        return 0
+    for i, subject_filter in enumerate(filters):
+        if subject_matches(subject_filter, subject):
+            return i
+    raise ValueError(f"subject {subject!r} matches none of the consumer's filters {list(filters)}")
+
+
+def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
+    ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
+    if mode == "time":
+        return (times.interval_id(bounds["start_ns"], bounds["end_ns"]),
+                {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]})
+    return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
+            {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+
+
+#: Batches handed to the writer thread and not yet written, at most.
+WRITE_AHEAD = 2
+
+
+class WriterThread:
+    """One worker thread that runs writer calls in submission order (``with`` block: the thread
+    is drained and stopped on exit, also on errors, before the writer itself is aborted)."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plgd-staging-writer")
+        self._pending: list[asyncio.Future] = []
+
+    def __enter__(self) -> WriterThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def submit(self, fn, *args) -> None:
+        """Queue ``fn(*args)``; wait while more than ``WRITE_AHEAD`` calls are queued; raise their errors."""
+        self._pending.append(asyncio.get_running_loop().run_in_executor(self._executor, fn, *args))
+        while len(self._pending) > WRITE_AHEAD or (self._pending and self._pending[0].done()):
+            await self._pending.pop(0)
+
+    async def call(self, fn, *args):
+        """Wait for every queued call, then run ``fn(*args)`` on the thread and return its result."""
+        while self._pending:
+            await self._pending.pop(0)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+class Progress:
+    """Progress log lines during long fetches: messages, bytes, rate and lag behind the stream head.
+
+    Logs at most every ``interval`` seconds or every ``every`` messages, whichever comes first.
+    """
+
+    def __init__(self, log, label: str, head_seq: int, interval: float, every: int) -> None:
+        self.log, self.label, self.head = log, label, head_seq
+        self.interval, self.every = float(interval), int(every)
+        self.count = self.bytes = 0
+        self.started = self.last_time = time.monotonic()
+        self.last_count = 0
+        self.seq = 0
+        self.time_ns = 0
+
+    def update(self, batch: Sequence[Sequence[Any]]) -> None:
+        self.count += len(batch)
+        self.bytes += sum(len(m[4]) for m in batch)
+        self.seq, self.time_ns = batch[-1][0], batch[-1][2]
+        now = time.monotonic()
+        if now - self.last_time >= self.interval or self.count - self.last_count >= self.every:
+            self._log(now)
+
+    def _log(self, now: float) -> None:
+        elapsed = max(now - self.started, 1e-9)
+        self.log.info(
+            "%s: %s msgs, %.1f MB, %.0f msgs/s, %.1f MB/s; at seq %s, %s behind the stream head, %.1f s behind now",
+            self.label, self.count, self.bytes / 1e6, self.count / elapsed, self.bytes / 1e6 / elapsed,
+            self.seq, max(self.head - self.seq, 0), max(time.time() - self.time_ns / 1e9, 0.0),
+        )
+        self.last_time, self.last_count = now, self.count
+
+    def done(self) -> None:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        self.log.info("%s: done, %s msgs, %.1f MB in %.1f s (%.0f msgs/s)", self.label, self.count,
+                      self.bytes / 1e6, elapsed, self.count / elapsed)

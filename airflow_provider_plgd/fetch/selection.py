@@ -1,0 +1,91 @@
+"""What one fetch reads: owners and event types, validated once where they enter.
+
+The fetch operator builds a :class:`Selection` in ``execute`` from its arguments (or the ledger's
+plan), the ETL DAG's ``plan`` from its params; everything downstream takes it as given. Two checks
+stay elsewhere: staging's path-safety check (``staging.validate_partition_value``), which guards
+every path it builds whoever calls it, and the stream name (``hooks.connection.check_stream_name``),
+checked by the hook where the stream is resolved: without a ``stream`` argument it comes from the
+Airflow connection, which is read only after the arguments passed their checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd.plgd.event_types import event_type_info
+from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_filters, validate_token
+
+
+class Target(NamedTuple):
+    """One batch to fetch: its ``owner_id`` and ``event_type`` partition values and its subject filters."""
+
+    owner: str
+    event_type: str
+    filters: list[str]
+
+
+def _event_type(value: object) -> str:
+    validate_token(value, "event_type")
+    return event_type_info(value).name  # ValueError naming the value when unknown
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Owner IDs and event types, each checked once (:meth:`of`).
+
+    :ivar owners: owner ID tokens (``plgd.subjects.validate_token``); empty: not chosen yet.
+    :ivar event_types: known plgd event types (``plgd.event_types.EVENT_TYPES``).
+    """
+
+    owners: tuple[str, ...]
+    event_types: tuple[str, ...]
+
+    @classmethod
+    def of(cls, owners: Iterable[str], event_types: Iterable[str]) -> Selection:
+        """Check and build.
+
+        :raises ValueError: (naming the field and the value) an invalid owner ID token or event type
+            token, or an unknown event type. :raises TypeError: a non-str owner ID.
+        """
+        return cls(tuple(validate_token(o, "owner_id") for o in owners), tuple(_event_type(e) for e in event_types))
+
+    def with_owners(self, owners: Iterable[str]) -> Selection:
+        """The same selection for ``owners`` (e.g. those the stream holds), checked like in :meth:`of`."""
+        return Selection(tuple(validate_token(o, "owner_id") for o in owners), self.event_types)
+
+    def targets(self, *, owner_wide: bool) -> list[Target]:
+        """One target per (owner, event type), owners first; ``owner_wide`` adds each owner's
+        ``ledger.UNKNOWN_EVENT_TYPE`` batch (messages of event types we do not know)."""
+        unknown = (lambda o: [Target(o, ledger.UNKNOWN_EVENT_TYPE, [ledger.owner_filter(o)])]) if owner_wide \
+            else (lambda o: [])
+        return [t for o in self.owners
+                for t in [Target(o, e, subject_filters(o, e)) for e in self.event_types] + unknown(o)]
+
+
+def filter_targets(filters: list[str]) -> list[Target]:
+    """The one target of arbitrary subject filters: owner ``staging.FILTER_OWNER``, event type
+    ``staging.filter_key(filters)``. :raises ValueError: an invalid filter subject (names it)."""
+    for f in filters:
+        check_filter_subject(f, "subject_filter")
+    return [Target(staging.FILTER_OWNER, staging.filter_key(filters), list(filters))]
+
+
+def unrouted_targets() -> list[Target]:
+    """The one target of the messages no owner's fetch reads (see ``fetch.router.Router``)."""
+    return [Target(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE, [ledger.SCOPE_FILTER])]
+
+
+def owner_groups(targets: list[Target]) -> list[list[Target]]:
+    """Group targets by owner (fetch order kept; owners in first-seen order). Targets of arbitrary
+    subject filters (owner ``staging.FILTER_OWNER``) stay alone."""
+    groups: dict[str, list[Target]] = {}
+    alone = []
+    for target in targets:
+        if target.owner == staging.FILTER_OWNER:
+            alone.append([target])
+        else:
+            groups.setdefault(target.owner, []).append(target)
+    return list(groups.values()) + alone

@@ -1,0 +1,224 @@
+"""Times and interval IDs: unix ns ⇄ ``datetime`` ⇄ RFC 3339, and the folder IDs of intervals.
+
+Pure Python (no Airflow, no pyarrow): the Spark library imports it on executors.
+
+* Unix ns (int) is the one internal time unit: JetStream stamps each message with a server time in
+  ns (the ack reply subject carries it, NATS ADR-15), and the stream info answer gives RFC 3339
+  times with 9 fraction digits (Go ``time.RFC3339Nano``).
+* Interval IDs name the staging, ledger and output folders of one interval:
+  ``{start}_{end}`` (compact UTC times, see :func:`compact_time`), ``seq-{first}-{last}`` and
+  ``durable-{first}-{last}`` (12-digit stream sequences).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "compact_time",
+    "durable_interval_id",
+    "interval_end_epoch",
+    "interval_id",
+    "ns_to_rfc3339",
+    "parse_interval_id",
+    "parse_rfc3339_ns",
+    "seq_interval_id",
+    "time_bounds",
+    "to_ns",
+]
+
+NS_PER_S = 1_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_ns(value: datetime | int | str, what: str = "time", *, text: bool = True) -> int:
+    """Convert a time to integer unix nanoseconds.
+
+    :param value: a timezone-aware ``datetime`` (pendulum's too), an ``int`` of unix ns (>= 0), and
+        with ``text`` also an ISO-8601 string with a timezone (``Z`` allowed) or a string of digits
+        (unix ns, e.g. a rendered template).
+    :param what: what the value is, for the error message.
+    :param text: accept strings (the hook's API takes typed values only: ``text=False``).
+    :return: unix time in ns.
+    :raises ValueError: a naive datetime, a negative int, an unparseable string (names the value).
+    :raises TypeError: another type (names the type and the value).
+    """
+    if text and isinstance(value, str):
+        stripped = value.strip()
+        if stripped.isdigit():
+            return int(stripped)
+        try:
+            value = datetime.fromisoformat(stripped.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not an ISO-8601 date-time") from None
+    if isinstance(value, bool) or not isinstance(value, (int, datetime)):
+        expected = "a timezone-aware datetime, ISO string or int unix ns" if text else \
+            "a timezone-aware datetime or int unix ns"
+        raise TypeError(f"{what} must be {expected}, got {type(value).__name__}: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{what} must be >= 0 unix ns, got {value}")
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be timezone-aware (UTC expected), got naive datetime {value.isoformat()}")
+    # days/seconds/microseconds: also right for pendulum DateTimes (Airflow's data intervals), whose
+    # difference is a pendulum Interval that does not support // timedelta
+    delta = value.astimezone(timezone.utc) - _EPOCH
+    return ((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) * 1000
+
+
+def _format_ns(ns: int, pattern: str) -> str:
+    """``strftime(pattern)`` of unix ns in UTC + ``.ffffff`` (whole microseconds) or
+    ``.fffffffff`` (nanoseconds) when there is a fraction + ``Z``."""
+    seconds, frac = divmod(int(ns), NS_PER_S)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime(pattern)
+    if frac == 0:
+        return base + "Z"
+    if frac % 1000 == 0:
+        return f"{base}.{frac // 1000:06d}Z"
+    return f"{base}.{frac:09d}Z"
+
+
+def ns_to_rfc3339(ns: int) -> str:
+    """Unix ns -> RFC 3339 UTC: ``2026-01-01T00:00:00.123456789Z`` (6 fraction digits for whole
+    microseconds, none for whole seconds). Go's ``time.RFC3339Nano`` parses every form, so the
+    JetStream API takes it (e.g. a consumer's ``opt_start_time``)."""
+    return _format_ns(ns, "%Y-%m-%dT%H:%M:%S")
+
+
+def parse_rfc3339_ns(value: Any) -> int | None:
+    """Unix ns of a JetStream RFC 3339 timestamp (``2026-01-01T00:00:00.123456789Z``, any
+    fraction length, ``Z`` or ``±hh:mm``); None for missing/empty values and Go's zero time
+    (``0001-01-01T00:00:00Z``, what an empty stream reports).
+
+    :raises ValueError: a non-empty value that is not RFC 3339 (names the value).
+    """
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if text.startswith("0001-01-01T00:00:00"):
+        return None
+    main, frac, zone = text, "", ""
+    for i, c in enumerate(text[19:], start=19):
+        if c in "Zz+-":
+            main, zone = text[:i], text[i:]
+            break
+    if "." in main:
+        main, frac = main.split(".", 1)
+    try:
+        if not frac.isdigit() and frac != "":
+            raise ValueError
+        base = datetime.fromisoformat(main + (("+00:00" if zone in ("Z", "z") else zone) or "+00:00"))
+    except ValueError:
+        raise ValueError(f"stream timestamp {value!r} is not RFC 3339 (expected e.g. 2026-01-01T00:00:00.5Z)") from None
+    return to_ns(base) + int((frac + "000000000")[:9] or 0)
+
+
+def compact_time(ns: int) -> str:
+    """Render unix nanoseconds (int) as the compact UTC time of folder names: ``YYYYMMDDTHHMMSSZ``,
+    with ``.ffffff`` for whole microseconds or ``.fffffffff`` for nanoseconds
+    (e.g. ``20260101T000000.500000Z``). The one home of this format: interval IDs (:func:`interval_id`) and
+    snapshot versions (``airflow_provider_plgd.spark.snapshot_store.version_id``) use it;
+    :func:`parse_interval_id` reads it back.
+    """
+    return _format_ns(ns, "%Y%m%dT%H%M%S")
+
+
+def _parse_compact(text: str) -> int:
+    if not text.endswith("Z"):
+        raise ValueError(text)
+    main, _, frac = text[:-1].partition(".")
+    ns = to_ns(datetime.strptime(main, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc))
+    if frac:
+        if len(frac) not in (6, 9) or not frac.isdigit():
+            raise ValueError(text)
+        ns += int(frac) * (1000 if len(frac) == 6 else 1)
+    return ns
+
+
+def _ordered_ns(start: datetime | int | str, end: datetime | int | str, names: tuple[str, str]) -> tuple[int, int]:
+    start_ns, end_ns = to_ns(start, names[0]), to_ns(end, names[1])
+    if end_ns <= start_ns:
+        raise ValueError(f"interval end {ns_to_rfc3339(end_ns)} must be after its start {ns_to_rfc3339(start_ns)}")
+    return start_ns, end_ns
+
+
+def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
+    """Return the folder ID of a time interval ``[start, end)``: ``{start}_{end}``.
+
+    Each side is :func:`compact_time`. Example:
+    ``interval_id(datetime(2026,1,1,tzinfo=UTC), datetime(2026,1,1,1,tzinfo=UTC))`` ==
+    ``"20260101T000000Z_20260101T010000Z"``.
+
+    :param start: inclusive start (aware datetime, ISO string or unix ns).
+    :param end: exclusive end.
+    :raises ValueError: naive datetimes, or ``end <= start``.
+    """
+    start_ns, end_ns = _ordered_ns(start, end, ("start", "end"))
+    return f"{compact_time(start_ns)}_{compact_time(end_ns)}"
+
+
+def time_bounds(start: datetime | int | str, end: datetime | int | str) -> dict[str, Any]:
+    """The bounds of a time interval ``[start, end)`` as the manifests and the ledger store them:
+    ``{"kind": "time", "start_ns", "end_ns" (unix ns), "start", "end" (RFC 3339 UTC)}``.
+
+    :raises ValueError: naive datetimes, unparseable strings, or ``end <= start``.
+    """
+    start_ns, end_ns = _ordered_ns(start, end, ("start_time", "end_time"))
+    return {"kind": "time", "start_ns": start_ns, "end_ns": end_ns, "start": ns_to_rfc3339(start_ns),
+            "end": ns_to_rfc3339(end_ns)}
+
+
+def _check_seq_range(first_seq: int, last_seq: int) -> None:
+    if isinstance(first_seq, bool) or isinstance(last_seq, bool):
+        raise TypeError("stream sequences must be integers")
+    if int(first_seq) < 1 or int(last_seq) < int(first_seq):
+        raise ValueError(f"invalid stream sequence range [{first_seq}, {last_seq}]: expected 1 <= first <= last")
+
+
+def seq_interval_id(first_seq: int, last_seq: int) -> str:
+    """Return the folder ID of a stream-sequence range ``[first_seq, last_seq]``: ``seq-{first:012d}-{last:012d}``.
+
+    :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
+    """
+    _check_seq_range(first_seq, last_seq)
+    return f"seq-{int(first_seq):012d}-{int(last_seq):012d}"
+
+
+def durable_interval_id(first_seq: int, last_seq: int) -> str:
+    """Return the folder ID of a durable-consumer batch that read ``[first_seq, last_seq]``: ``durable-…``.
+
+    :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
+    """
+    _check_seq_range(first_seq, last_seq)
+    return f"durable-{int(first_seq):012d}-{int(last_seq):012d}"
+
+
+def parse_interval_id(value: str) -> dict[str, Any]:
+    """Parse an interval ID back into its bounds.
+
+    :return: ``{"kind": "time", "start_ns", "end_ns"}``, ``{"kind": "seq", "first_seq", "last_seq"}`` or
+        ``{"kind": "durable", "first_seq", "last_seq"}``.
+    :raises ValueError: the value is not an interval ID of this module.
+    """
+    try:
+        if value.startswith(("seq-", "durable-")):
+            kind, first, last = value.split("-")
+            return {"kind": kind, "first_seq": int(first), "last_seq": int(last)}
+        start, end = value.split("_")
+        return {"kind": "time", "start_ns": _parse_compact(start), "end_ns": _parse_compact(end)}
+    except (ValueError, AttributeError):
+        raise ValueError(
+            f"not a staging interval ID: {value!r} "
+            "(expected <start>_<end>, seq-<first>-<last> or durable-<first>-<last>)"
+        ) from None
+
+
+def interval_end_epoch(value: str) -> float | None:
+    """The end of a time interval ID in epoch seconds; None for sequence/durable IDs and other text."""
+    try:
+        parsed = parse_interval_id(value)
+    except ValueError:
+        return None
+    return parsed["end_ns"] / NS_PER_S if parsed["kind"] == "time" else None
