@@ -133,7 +133,7 @@ class OffScheduleIntervalError(_FailWithoutRetry, ValueError):
     (``DeltaDataIntervalTimetable.infer_manual_data_interval``), e.g. 16:14-17:14, which overlaps
     two intervals of the schedule. Such a run is refused in its first task (``wait_for_interval``),
     before anything is read or written; the message names the last interval of the schedule that
-    ends by the logical date and the logical date that runs it (that interval's end). An ``AirflowFailException`` (no retries) and a
+    ends by the logical date and the backfill that runs it. An ``AirflowFailException`` (no retries) and a
     ``ValueError``.
     """
 
@@ -199,10 +199,10 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
                 f"{end.isoformat()}), which is not an interval of the schedule ({schedule} from "
                 f"{start_date.isoformat()}); it would overlap processed intervals, so nothing was read or written. "
                 f"The last interval of the schedule that ends by the logical date is [{grid_start.isoformat()}, "
-                f"{grid_end.isoformat()}). To (re)process it, trigger with the logical date {grid_end.isoformat()} "
-                f"(its end: Airflow gives a manual run the interval that ends at its logical date), or run "
-                f"`airflow backfill create --dag-id {dag_id} --from-date {grid_start.isoformat()} --to-date "
-                f"{grid_start.isoformat()} --reprocess-behavior completed`; see docs/operations.md, \"Manual runs\"."
+                f"{grid_end.isoformat()}). To (re)process it, use a backfill (the Trigger dialog's Backfill "
+                f"option, or `airflow backfill create --dag-id {dag_id} --from-date {grid_start.isoformat()} "
+                f"--to-date {grid_start.isoformat()} --reprocess-behavior completed`), or clear that interval's "
+                f"run; see docs/operations.md, \"Manual runs\"."
             )
     return start, end
 

@@ -18,10 +18,11 @@ snapshot builds on the one before, and backfills run oldest first. Outputs are a
 `plgd_events_etl.{staging, events, quarantine, events_deduped, snapshots}`; their events carry the
 interval ID and the counts.
 
-**Manual runs.** A manual run processes the interval that *ends* at its logical date, and only an
-interval of the schedule: to rerun 16:00–17:00 of an hourly schedule, trigger with logical date
-17:00 (or `airflow backfill create … --reprocess-behavior completed`). The Trigger dialog's default
-(now) is refused at once with that advice; a run without a logical date fails at once too.
+**Manual runs.** A manual run must cover exactly one interval of the schedule. The Trigger
+dialog's default logical date (now) gives an interval off the schedule, which is refused at once,
+before anything is read or written. To (re)process an interval use the dialog's **Backfill**
+option (or `airflow backfill create … --reprocess-behavior completed`), or clear that interval's
+run. A run without a logical date fails at once too.
 
 **Params** (Trigger form): each one has its description there. `owners` and `event_types` empty
 mean "all".

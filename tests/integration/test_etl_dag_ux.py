@@ -105,8 +105,9 @@ def test_manual_trigger_with_the_dialogs_default_logical_date_is_refused(dags_fo
         hook(context)
     text = str(info.value)
     assert "[2026-11-23T16:00:00+00:00, 2026-11-23T17:00:00+00:00)" in text
-    assert "logical date 2026-11-23T17:00:00+00:00" in text and "airflow backfill create" in text
-    # the logical date the message names gives the schedule's interval, and it is accepted
+    assert ("airflow backfill create --dag-id plgd_ux_manual --from-date 2026-11-23T16:00:00+00:00 --to-date "
+            "2026-11-23T16:00:00+00:00 --reprocess-behavior completed") in text
+    # a manual run of exactly one interval of the schedule (`airflow dags test <interval end>`) is accepted
     api = TriggerDAGRunPostBody(logical_date=datetime(2026, 11, 23, 17, tzinfo=UTC)).validate_context(serialized)
     grid = (datetime(2026, 11, 23, 16, tzinfo=UTC), datetime(2026, 11, 23, 17, tzinfo=UTC))
     assert (api["data_interval"].start, api["data_interval"].end) == grid
