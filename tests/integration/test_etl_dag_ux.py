@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tests.integration.conftest import load_dag, publish_messages, xcom_value
+from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
 
 pytestmark = pytest.mark.airflow
 
@@ -209,3 +210,84 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
     summary.write_text("{}")
     assert spark_skip_reason(str(root), record, end) is None
     shutil.rmtree(root)
+
+
+CHAIN_DAG_FILE = """
+from datetime import datetime, timedelta, timezone
+from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+
+dag = build_etl_dag(dag_id="plgd_ux_chain", schedule=timedelta(seconds=STEP),
+                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
+"""
+
+
+@pytest.mark.spark
+def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_chain(
+        jetstream, dags_folder, storage_root, monkeypatch):
+    """Interval 0 with messages, interval 1 empty (skipped), interval 2 with messages that repeat
+    some of interval 0's: dedupe of 2 still drops them (its lookback reaches across the skipped
+    interval), and rebuild of 2 builds on the snapshot of 0: the final snapshot is the simulator's truth."""
+    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from airflow_provider_plgd.spark import snapshot_store
+    from plgd_devtools.spark import spark_lock, spark_submit_env
+
+    from airflow_provider_plgd import staging
+
+    for key, value in spark_submit_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    step = 8
+    path = dags_folder / "plgd_ux_chain.py"
+    path.write_text(CHAIN_DAG_FILE.replace("STEP", str(step)))
+    dag = load_dag(path, "plgd_ux_chain")
+    # The simulator's intervals are two ETL intervals long and each is published at its start, so
+    # ETL intervals 0 and 2 hold its messages and interval 1 (and 3) none.
+    start_s = (int(time.time() // (2 * step)) + 1) * 2 * step
+    sim = generate(SimulationConfig(seed=21, owners=2, devices_per_owner=2, resources_per_device=2, intervals=2,
+                                    steps_per_interval=20, interval_seconds=2 * step,
+                                    start_time_ns=int(start_s * 1e9), duplicates=0.1))
+    truth = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True).summary()
+    stored = read_stream(jetstream.url)
+    in_interval = Counter(int((t / 1e9 - start_s) // step) for _s, t, _h, _d in stored.values())
+    assert set(in_interval) == {0, 2}, in_interval  # publishing took less than one ETL interval
+    assert truth["duplicates"]["total"] > 0
+
+    ends = [datetime.fromtimestamp(start_s + step * (k + 1), tz=UTC) for k in range(3)]
+    time.sleep(max(0.0, ends[-1].timestamp() + 0.5 - time.time()))
+    runs = []
+    with spark_lock():
+        for end in ends:
+            dr = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
+            assert "success" in str(dr.state).lower(), (end, dr.state, _states(dr))
+            runs.append(dr)
+    ids = [staging.interval_id(e - timedelta(seconds=step), e) for e in ends]
+    # interval 1: skipped unless a pending of interval 0's snapshot expires in it (then Spark must run)
+    skipped = _states(runs[1])["decode"] == "skipped"
+    v0 = snapshot_store.read_manifest(storage_root, snapshot_store.version_id(int(ends[0].timestamp()) * 10**9))
+    due = any(ns is not None and int(ns) < int(ends[1].timestamp()) * 10**9
+              for ns in (v0.get("next_expiry_ns") or {}).values())
+    assert skipped == (not due), (skipped, v0.get("next_expiry_ns"))
+    print(f"[chain] interval 1 skipped: {skipped} (pending expiring in it: {due})")
+    if skipped:
+        assert {t: s for t, s in _states(runs[1]).items() if t in ("decode", "dedupe", "rebuild")} == \
+            {"decode": "skipped", "dedupe": "skipped", "rebuild": "skipped"}
+        assert read_app_summary(storage_root, "dedupe", ids[1]) is None
+        assert "no pending of snapshot" in xcom_value(runs[1], "plan")["spark_skip"]
+    assert xcom_value(runs[1], "summary")["reconciled"] is True
+    assert xcom_value(runs[1], "summary")["chain"]["stream_total"] == 0
+    # interval 2: dedupe looked back at interval 0 and dropped the repeats of its messages
+    dedupe = [read_app_summary(storage_root, "dedupe", i) for i in (ids[0], ids[2])]
+    assert sum(d["duplicates"] for d in dedupe) == truth["duplicates"]["total"]
+    assert dedupe[1]["cross_batch_duplicates"] > 0
+    assert ids[0] in dedupe[1]["previous_intervals"]
+    # rebuild of interval 2 built on interval 0's snapshot (or 1's, when 1 ran), and equals the truth
+    latest = snapshot_store.read_latest(storage_root)
+    assert latest["interval_id"] == ids[2]
+    parent = snapshot_store.read_manifest(storage_root, latest["parent"])
+    assert parent["interval_id"] == (ids[0] if skipped else ids[1])
+    assert compare_snapshot(storage_root, expected_state(sim, through_interval=1)) == []
+    for dr in runs:
+        assert xcom_value(dr, "summary")["reconciled"] is True
