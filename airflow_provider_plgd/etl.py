@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
