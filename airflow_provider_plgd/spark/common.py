@@ -87,16 +87,13 @@ def flatten_lists(values: Iterable[Iterable[str]] | None) -> list[str] | None:
 
 
 def add_interval_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--interval-id`` (required), ``--summary-path``, ``--log-level`` and ``--warm-up-workers``."""
+    """Add ``--interval-id`` (required), ``--summary-path`` and ``--log-level``."""
     parser.add_argument("--interval-id", required=True,
                         help="staging interval ID (airflow_provider_plgd.staging.interval_id)")
     parser.add_argument("--summary-path", default=None,
                         help="where to write the run summary JSON "
                              "(default {output_root}/_runs/{app}/interval={interval_id}.json)")
     parser.add_argument("--log-level", default="INFO", help="Python log level (default INFO)")
-    parser.add_argument("--warm-up-workers", choices=("on", "off"), default="on",
-                        help="start the Python workers (and their imports) while the driver plans "
-                             "(default on; spark_apps/worker_warmup.py)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -265,16 +262,10 @@ def finish_run(spark, summary: dict[str, Any], *, output_root: str, app: str, in
 
 def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
             run: Callable[[Any, argparse.Namespace], dict[str, Any]],
-            argv: Sequence[str] | None = None, *,
-            worker_modules: Sequence[str] = ()) -> dict[str, Any]:
+            argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command-line entry of every app (its ``main``): parse ``argv`` (default
-    ``sys.argv[1:]``), set up logging (``--log-level``), get the SparkContext, ``run(spark,
-    args)`` with a :class:`LazySparkSession` (:func:`build_spark_session` at the first SQL use),
-    stop Spark, return the summary.
-
-    ``worker_modules``: what the application's Python tasks import; unless ``--warm-up-workers
-    off``, the workers start and import them while the run plans its work
-    (:func:`airflow_provider_plgd.spark.worker_warmup.start_python_workers`).
+    ``sys.argv[1:]``), set up logging (``--log-level``), build the SparkSession
+    (:func:`build_spark_session`), ``run(spark, args)``, stop Spark, return the summary.
 
     An exception from ``run`` stops Spark and propagates, so ``spark-submit`` exits non-zero
     (Airflow's ``SparkSubmitOperator`` then fails the task); bad arguments exit with argparse's
@@ -285,66 +276,11 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
     """
     args = parse_args(argv)
     setup_logging(args.log_level)
-    from airflow_provider_plgd.spark.pyspark_path import prefer_installed_pyspark
-
-    if prefer_installed_pyspark():  # before the first pyspark import of the driver
-        log.debug("importing pyspark from the installed package, not from pyspark.zip")
-    from pyspark import SparkConf, SparkContext
-
-    # the context as SparkSession.builder.appName(...).getOrCreate() would make it; the SQL
-    # session only when the run first needs it (LazySparkSession)
-    sc = SparkContext.getOrCreate(SparkConf().setAppName(session_name))
-    if worker_modules and getattr(args, "warm_up_workers", "on") == "on":
-        from airflow_provider_plgd.spark.worker_warmup import start_python_workers
-
-        start_python_workers(sc, worker_modules)
-    spark = LazySparkSession(sc, lambda: build_spark_session(session_name))
+    spark = build_spark_session(session_name)
     try:
         return run(spark, args)
     finally:
         spark.stop()
-
-
-class LazySparkSession:
-    """The application's ``SparkSession``, built at the first use of Spark SQL.
-
-    Building Spark SQL's session state (SQL configuration, catalog, shared state) costs seconds of
-    JVM work at every ``spark-submit`` (figures: docs/performance.md, "Measurements behind design
-    choices", M7). The apps' pyarrow paths (decode's ``--reader arrow``, dedupe's driver
-    decision with file copies, rebuild's ``--reader arrow``) need only the SparkContext (RDD
-    jobs) and the JVM (Hadoop file system calls), so they never pay it.
-
-    ``sparkContext``, ``_sc``, ``_jsc``, ``_jvm`` and :meth:`stop` work without the session; any
-    other attribute (``read``, ``conf``, ``createDataFrame``, ...) builds it once with ``build``
-    and is then looked up on it.
-
-    :param sc: the application's ``pyspark.SparkContext``.
-    :param build: function that returns the ``pyspark.sql.SparkSession``
-        (:func:`build_spark_session`).
-    """
-
-    def __init__(self, sc, build: Callable[[], Any]):
-        self.sparkContext = self._sc = sc
-        self._jsc = sc._jsc
-        self._jvm = sc._jvm
-        self._build = build
-        self._session = None
-
-    @property
-    def session(self):
-        """The real ``SparkSession`` (built on first access)."""
-        if self._session is None:
-            self._session = self._build()
-        return self._session
-
-    def __getattr__(self, name: str):  # only for attributes not set in __init__
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.session, name)
-
-    def stop(self) -> None:
-        """Stop the session if it was built, else the SparkContext."""
-        (self._session if self._session is not None else self.sparkContext).stop()
 
 
 def join(root: str, *parts: str) -> str:

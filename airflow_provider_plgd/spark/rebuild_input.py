@@ -8,9 +8,9 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
    (``common.plan_tasks``).
 2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
    ``event_type`` from the Hive folder names), gives each row its device (identity-store rows: one
-   row per entry of ``device_ids``) and bucket (:mod:`airflow_provider_plgd.spark.xxhash64`: Spark's
-   ``pmod(xxhash64(device_id), buckets)`` in pure Python, so the buckets are the ones of every
-   earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
+   row per entry of ``device_ids``) and bucket (``snapshot_store.device_bucket``: Spark's
+   ``pmod(xxhash64(device_id), buckets)`` with the ``xxhash`` wheel, so the buckets are the ones of
+   every earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
    partition (``bucket % partitions``).
 3. **Reduce** (``RDD.partitionBy``): each partition gathers its buckets' events and runs
    ``snapshot_store.rebuild_partition`` (fold, carry over, write), also for the buckets of the
@@ -85,7 +85,7 @@ def make_map_task(buckets: int, partitions: int):
 
     Each row of the files (``fold.FOLD_INPUT_COLUMNS``), once per device it applies to, with two
     more columns: ``_device`` (string) and ``_bucket`` (int32, ``pmod(xxhash64(_device),
-    buckets)``: :func:`airflow_provider_plgd.spark.xxhash64.bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
+    buckets)``: :func:`snapshot_store.device_bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
     snapshot); rows go to partition ``_bucket % partitions``.
     """
 
@@ -93,14 +93,12 @@ def make_map_task(buckets: int, partitions: int):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from airflow_provider_plgd.spark.xxhash64 import bucket as bucket_of_device
-
         memo: dict[str, int] = {}
 
         def bucket_of(device: str) -> int:
             b = memo.get(device)
             if b is None:
-                b = memo[device] = bucket_of_device(device, buckets)
+                b = memo[device] = snapshot_store.device_bucket(device, buckets)
             return b
 
         for files in file_lists:

@@ -70,6 +70,7 @@ __all__ = [
     "STATE_SCHEMA",
     "STATE_TABLE",
     "collect_garbage",
+    "device_bucket",
     "list_committed_intervals",
     "manifest_path",
     "read_latest",
@@ -88,6 +89,32 @@ MANIFEST_FORMAT = 1
 DEFAULT_BUCKETS = 32
 #: Spark SQL expression of the bucket of a row, given the bucket count.
 BUCKET_EXPR = "pmod(xxhash64(device_id), {buckets})"
+#: The seed of Spark SQL's ``xxhash64`` function.
+SPARK_XXHASH64_SEED = 42
+
+
+def spark_xxhash64(value: str) -> int:
+    """Spark SQL ``xxhash64(value)`` of a string: a signed 64-bit int.
+
+    Spark hashes a string as the XXH64 of its UTF-8 bytes with seed 42
+    (``org.apache.spark.sql.catalyst.expressions.XxHash64``) and returns a Java ``long``; the
+    ``xxhash`` wheel computes the same XXH64 (unsigned), so only the sign is converted here.
+    """
+    import xxhash
+
+    h = xxhash.xxh64_intdigest(value.encode("utf-8"), SPARK_XXHASH64_SEED)
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def device_bucket(device_id: str, buckets: int) -> int:
+    """The bucket of a device: ``pmod(xxhash64(device_id), buckets)`` (:data:`BUCKET_EXPR`), in
+    ``[0, buckets)``, computed in Python (no Spark SQL job).
+
+    :raises ValueError: ``buckets`` < 1.
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    return spark_xxhash64(device_id) % buckets
 
 #: The four public tables of ``docs/data-contracts.md``: resources, device_metadata, device_links,
 #: owner_devices (order and columns from ``airflow_provider_plgd.plgd.tables``).

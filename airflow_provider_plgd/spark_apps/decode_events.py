@@ -64,9 +64,6 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batches
 
 APP = "decode"
-#: What the decode tasks import; the workers import it while the driver plans (``--warm-up-workers``).
-WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.staging",
-                  "airflow_provider_plgd.spark.decode_batch")
 log = logging.getLogger("plgd.spark.decode")
 
 
@@ -436,7 +433,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
     Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
-    return common.run_app("plgd-decode-events", parse_args, run, argv, worker_modules=WORKER_MODULES)
+    return common.run_app("plgd-decode-events", parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -78,8 +78,6 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from airflow_provider_plgd.spark import common, schemas, snapshot_store
 
 APP = "dedupe"
-#: What the filter tasks import; the workers import it while the driver plans (``--warm-up-workers``).
-WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.spark.common")
 #: Columns that identify one staged message row: its ID and where the stream stored it.
 ROW_KEY = ("msg_id", "stream", "stream_seq")
 #: Up to this many dropped rows, their keys (~100 bytes each) are broadcast to the anti-join.
@@ -479,7 +477,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
     Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
-    return common.run_app("plgd-dedupe-events", parse_args, run, argv, worker_modules=WORKER_MODULES)
+    return common.run_app("plgd-dedupe-events", parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -60,9 +60,6 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
     from airflow_provider_plgd.spark import common, fold, rebuild_input, schemas, snapshot_store
 
 APP = "rebuild"
-#: What the map and fold tasks import; the workers import it while the driver plans (``--warm-up-workers``).
-WORKER_MODULES = ("pyarrow.parquet", "pyarrow.compute", "fsspec", "airflow_provider_plgd.spark.rebuild_input",
-                  "airflow_provider_plgd.spark.snapshot_store", "airflow_provider_plgd.spark.fold", "airflow_provider_plgd.spark.xxhash64")
 DEDUPED_DIR = "events_deduped"
 DEFAULT_KEEP_VERSIONS = 5
 log = logging.getLogger("plgd.spark.rebuild")
@@ -323,7 +320,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Entry point (``common.run_app``): parse ``argv`` (default ``sys.argv[1:]``), run, stop
     Spark; return the summary. Exceptions propagate (spark-submit exits non-zero)."""
-    return common.run_app("plgd-rebuild-snapshots", parse_args, run, argv, worker_modules=WORKER_MODULES)
+    return common.run_app("plgd-rebuild-snapshots", parse_args, run, argv)
 
 
 if __name__ == "__main__":

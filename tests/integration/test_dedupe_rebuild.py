@@ -88,10 +88,9 @@ DRIVER = textwrap.dedent('''
     out["all_at_once_spark_reader"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
         ["--root", root, "--snapshots-root", cfg["root_spark"], "--interval-id", last_iid,
          "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5", "--reader", "spark"]))
-    # the pure-Python bucket function (rebuild --reader arrow) against Spark SQL's BUCKET_EXPR
+    # the Python bucket function (xxhash wheel) against Spark SQL's BUCKET_EXPR
     import random, string
     from pyspark.sql import functions as F
-    from airflow_provider_plgd.spark import xxhash64
     rng = random.Random(5)
     values = cfg["device_ids"] + ["".join(rng.choice(string.ascii_letters + "-é€😀") for _ in range(rng.randint(0, 90)))
                                   for _ in range(2000)]
@@ -99,8 +98,8 @@ DRIVER = textwrap.dedent('''
         "device_id", F.xxhash64("device_id").alias("h"),
         F.expr(snapshot_store.BUCKET_EXPR.format(buckets=32)).alias("b"))
     out["xxhash_mismatches"] = [r["device_id"] for r in frame.collect()
-                                if r["h"] != xxhash64.spark_xxhash64(r["device_id"])
-                                or r["b"] != xxhash64.bucket(r["device_id"], 32)]
+                                if r["h"] != snapshot_store.spark_xxhash64(r["device_id"])
+                                or r["b"] != snapshot_store.device_bucket(r["device_id"], 32)]
     out["xxhash_checked"] = len(values)
     # a rerun of the last rebuild whose manifest commit fails: the previous snapshot stays current
     real = snapshot_store.atomic_write_text
@@ -266,7 +265,7 @@ def test_rebuild_readers_give_identical_tables(pipeline):
 
 
 def test_python_bucket_function_equals_spark_sql(pipeline):
-    """``airflow_provider_plgd.spark.xxhash64`` (used by ``--reader arrow``) gives Spark's ``xxhash64`` and
+    """``snapshot_store.device_bucket`` (the ``xxhash`` wheel, used by the rebuild) gives Spark's ``xxhash64`` and
     ``pmod(xxhash64(device_id), 32)`` for every simulated device and 2,000 random strings."""
     assert pipeline.out["xxhash_checked"] > 2000
     assert pipeline.out["xxhash_mismatches"] == []
