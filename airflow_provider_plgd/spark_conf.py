@@ -8,7 +8,7 @@ from __future__ import annotations
 
 #: Spark settings passed with ``--conf`` to the three Spark tasks; ``build_etl_dag(spark_conf=…)``
 #: adds to or overrides them (a value of ``None`` removes a key). The SQL settings match
-#: ``airflow_provider_plgd.spark.common.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
+#: ``airflow_provider_plgd.spark.session.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
 #: ``spark-defaults.conf`` or ``spark_conf``.
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",

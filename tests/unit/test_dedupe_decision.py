@@ -98,3 +98,13 @@ def test_xxh64_reference_vectors_and_spark_sign():
         assert snapshot_store.device_bucket(value, 32) == b32 and snapshot_store.device_bucket(value, 5) == b5
     with pytest.raises(ValueError, match="buckets must be >= 1, got 0"):
         snapshot_store.device_bucket("a", 0)
+
+
+def test_dropped_rows_name_exact_copies_by_position():
+    # rows 0 and 2 are the same stored message staged twice (equal msg_id, stream, stream_seq):
+    # the key cannot tell them apart, the positions can
+    d = dedupe_decision.decide(keys([("m1", "S", 3, "s", "e"), ("m2", "S", 4, "s", "e"),
+                                     ("m1", "S", 3, "s", "e"), ("m1", "S", 9, "s", "e")]))
+    assert d.exact_copies is True
+    assert d.dropped_rows.to_pylist() == [2, 3]
+    assert d.totals() == {"input": 4, "output": 2, "within_batch": 2, "cross_batch": 0}
