@@ -76,9 +76,7 @@ import pyarrow.parquet as pq
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
 # Read by the Spark library until branch r-spark calls airflow_provider_plgd.times itself; the
 # definitions live in times (one home). Remove this line once nothing uses staging.<name> for them.
-from airflow_provider_plgd import times as _times
 
-compact_time, to_ns, ns_to_iso = _times.compact_time, _times.to_ns, _times.ns_to_rfc3339
 
 #: Folder under the storage root that holds all staging datasets.
 STAGING_DIR = "staging"

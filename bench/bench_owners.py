@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = json.dumps(
             {"conn_type": "plgd_jetstream", "host": host, "port": int(port), "extra": {"stream": "EVENTS"}})
 
-        from airflow_provider_plgd import ledger, staging
+        from airflow_provider_plgd import ledger, times
         from airflow_provider_plgd.etl import write_interval_ledger
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
         from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         t_list = time.perf_counter() - t0
         if len(found) != len(owners):
             raise SystemExit(f"discovered {len(found)} owners, published {len(owners)}")
-        interval = staging.interval_id(start, end)
+        interval = times.interval_id(start, end)
         t0 = time.perf_counter()
         record = write_interval_ledger(hook, root, interval, start, end, found, True, list(EVENT_TYPES),
                                        accept_fewer=False, fetch_groups=args.max_fetch_tasks)

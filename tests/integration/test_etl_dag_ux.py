@@ -138,7 +138,7 @@ def test_manual_trigger_with_the_dialogs_default_logical_date_is_refused(dags_fo
 
 def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, tmp_path):
     """An hour before the stream's first message: no Spark task runs, the ledger reconciles 0 = 0."""
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd import ledger, times
 
     root = tmp_path / "root"
     # one message now, so the owner is discovered from the stream's subjects; the run's interval is
@@ -160,7 +160,7 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
                       "fetch": "success", "spark_needed": "success", "decode": "skipped", "dedupe": "skipped",
                       "rebuild": "skipped", "summary": "success"}, states
     assert seconds < 120, seconds
-    interval = staging.interval_id(start, end)
+    interval = times.interval_id(start, end)
     planned = xcom_value(dr, "plan")
     assert planned["messages"] == 0 and planned["owners"] == 1 and len(planned["fetch_groups"]) == 1
     assert "no snapshot yet" in planned["spark_skip"]
@@ -234,7 +234,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     from airflow_provider_plgd.spark import snapshot_store
     from plgd_devtools.spark import spark_lock, spark_submit_env
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import times
 
     for key, value in spark_submit_env().items():
         monkeypatch.setenv(key, value)
@@ -263,7 +263,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
             dr = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
             assert "success" in str(dr.state).lower(), (end, dr.state, _states(dr))
             runs.append(dr)
-    ids = [staging.interval_id(e - timedelta(seconds=step), e) for e in ends]
+    ids = [times.interval_id(e - timedelta(seconds=step), e) for e in ends]
     # interval 1: skipped unless a pending of interval 0's snapshot expires in it (then Spark must run)
     skipped = _states(runs[1])["decode"] == "skipped"
     v0 = snapshot_store.read_manifest(storage_root, snapshot_store.version_id(int(ends[0].timestamp()) * 10**9))

@@ -72,9 +72,9 @@ def test_trigger_dialog_default_logical_date_is_refused_through_the_rest_api(jet
         assert {t: tis[t] for t in ("fetch", "spark_needed", "decode", "dedupe", "rebuild", "summary")} == {
             "fetch": "skipped", "spark_needed": "skipped", "decode": "skipped", "dedupe": "skipped",
             "rebuild": "skipped", "summary": "success"}, tis
-        from airflow_provider_plgd import ledger, staging
+        from airflow_provider_plgd import ledger, times
 
-        interval = staging.interval_id(hour - timedelta(hours=1), hour)
+        interval = times.interval_id(hour - timedelta(hours=1), hour)
         summary = ledger.read_json(f"{ledger.interval_dir(str(root), 'EVENTS', interval)}/summary.json")
         assert summary["reconciled"] is True and summary["chain"]["stream_total"] == 0, summary
         assert summary["chain"]["spark_skipped"], summary
