@@ -74,9 +74,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
-# Read by the Spark library until branch r-spark calls airflow_provider_plgd.times itself; the
-# definitions live in times (one home). Remove this line once nothing uses staging.<name> for them.
-
 
 #: Folder under the storage root that holds all staging datasets.
 STAGING_DIR = "staging"
