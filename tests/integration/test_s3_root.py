@@ -1,0 +1,151 @@
+"""An S3 API as the storage root (issue #17), through real parts: moto's standalone S3 server
+(``s3`` fixture, :mod:`plgd_devtools.s3_server`) over HTTP, real nats-server, real Airflow.
+
+* the harness itself and the root's one spelling (``s3a://`` is an alias of ``s3://``);
+* the provider side on ``s3://<bucket>/plgd``: the fetch's staging, the interval ledger and the
+  run summary, by running the ledger and fetch tests of ``test_ledger.py`` and
+  ``test_fetch_operator.py`` again with the root on the bucket (same assertions);
+* the whole ETL DAG through ``dag.test()`` with the root on the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+import pytest
+
+from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
+from tests.integration.conftest import publish_messages
+
+# The same tests, with the storage root on the bucket (the ``storage_root`` fixture below).
+from tests.integration.test_fetch_operator import (  # noqa: F401 - collected here again
+    test_messages_on_interval_edges_go_to_exactly_one_interval,
+)
+from tests.integration.test_ledger import (  # noqa: F401 - collected here again
+    test_decode_refuses_an_interval_whose_named_batch_is_missing,
+    test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused,
+    test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
+    test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small,
+    test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer,
+)
+
+
+@pytest.fixture
+def storage_root(s3) -> str:
+    """The storage root of this module: ``s3://<bucket>/plgd`` on a fresh moto bucket."""
+    return s3.root_url("plgd")
+
+
+# ---------------------------------------------------------------------------------------------
+# the harness and the root's spelling
+# ---------------------------------------------------------------------------------------------
+def test_the_harness_serves_s3_over_http_with_the_standard_environment(s3):
+    import os
+
+    import fsspec
+
+    assert s3.endpoint_url.startswith("http://127.0.0.1:")
+    assert {k: os.environ[k] for k in s3.env()} == s3.env()
+    fs, path = fsspec.core.url_to_fs(s3.root_url("x") + "/a.json")
+    fs.pipe_file(path, b"{}")
+    assert fs.cat_file(path) == b"{}"
+    s3.reset()
+    fs.invalidate_cache()
+    assert fs.ls(s3.bucket, detail=False) == []
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("s3://bucket/plgd/", "s3://bucket/plgd"),
+    ("s3a://bucket/plgd", "s3://bucket/plgd"),
+    ("S3A://bucket/plgd/", "s3://bucket/plgd"),
+    ("/data/plgd/", "/data/plgd"),
+    ("gs://bucket/plgd", "gs://bucket/plgd"),
+])
+def test_one_spelling_for_s3_roots(value, expected, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.storage_root"):
+        assert normalize_storage_root(value) == expected
+        assert resolve_storage_root(value, "unused") == expected
+    assert ("s3a:// is Hadoop's spelling" in caplog.text) == value.lower().startswith("s3a://")
+
+
+@pytest.mark.parametrize("value", ["s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/plgd", "s3a://token@bucket/x"])
+def test_credentials_in_the_root_are_refused_without_repeating_them(value):
+    with pytest.raises(ValueError, match="credentials in the URL") as info:
+        normalize_storage_root(value)
+    assert "AKIA" not in str(info.value) and "token" not in str(info.value) and "wJal" not in str(info.value)
+
+
+def test_the_connection_extra_gives_an_s3_root(s3, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
+        {"conn_type": "plgd_jetstream", "host": "127.0.0.1", "port": 4222,
+         "extra": {"stream": "EVENTS", "storage_root": "s3a://plgd-test/from-conn/"}}))
+    assert resolve_storage_root("", "plgd_jetstream_default") == "s3://plgd-test/from-conn"
+
+
+# ---------------------------------------------------------------------------------------------
+# the provider side on the bucket: staging, ledger, run summary
+# ---------------------------------------------------------------------------------------------
+def _digest(folder: str) -> dict[str, str]:
+    """``{name: sha256}`` of every object under a staging folder (hidden ones included)."""
+    import hashlib
+
+    fs, path = staging.to_fs(folder)
+    fs.invalidate_cache()
+    return {posixpath.basename(p): hashlib.sha256(fs.cat_file(p)).hexdigest()
+            for p in sorted(fs.find(path))}
+
+
+def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credential_in_logs(
+        jetstream, storage_root, s3, capfd, caplog):
+    """The fetch stages to ``s3://…`` through the ledger; a rerun (other fetch batching) gives the
+    same objects byte for byte, with no temporary objects left; the run summary reads the apps'
+    summaries from the bucket and writes ``summary.json`` there; the logs name the root, never
+    the credentials."""
+    from tests.integration.test_ledger import O1, O2, bounds_around, plan_ledger, run_op, traffic
+
+    from airflow_provider_plgd.run_summary import collect_run_summary, run_summary_path
+
+    publish_messages(jetstream.url, traffic(30))  # 60 per owner
+    start_ns, end_ns = bounds_around(jetstream.url)
+    record = plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    interval = record["interval_id"]
+    base = ledger.interval_dir(storage_root, "EVENTS", interval)
+    assert base.startswith("s3://plgd-test/plgd/_ledger/EVENTS/interval=")
+    kw = dict(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"], destination=storage_root,
+              start_time=start_ns, end_time=end_ns, ledger=base, row_group_size=10, max_rows_per_file=25)
+    first = run_op(batch_size=1000, **kw)
+    assert first["count"] == 120 and first["root"] == storage_root
+    manifests = staging.list_committed(storage_root, "EVENTS", interval_id=interval)
+    assert sorted((m["owner_id"], m["event_type"], m["count"]) for m in manifests) == sorted(
+        [(o, "devicesregistered", 30) for o in (O1, O2)] + [(o, "resourcechanged", 30) for o in (O1, O2)]
+        + [(o, "_unknown", 0) for o in (O1, O2)])
+    rows = [r for m in manifests for r in staging.read_batch(m).to_pylist()]
+    assert sorted(r["stream_seq"] for r in rows) == list(range(1, 121))
+    before = {m["folder"]: _digest(m["folder"]) for m in manifests}
+    assert all(not n.endswith(".inprogress") for d in before.values() for n in d)
+    assert sum(len([n for n in d if n.endswith(".parquet")]) for d in before.values()) == 4 * 2  # 30 rows, 25/file
+
+    second = run_op(batch_size=7, **kw)  # a rerun with other fetch batching
+    assert second == first
+    assert {m["folder"]: _digest(m["folder"]) for m in
+            staging.list_committed(storage_root, "EVENTS", interval_id=interval)} == before
+
+    # the summary task: the apps' summaries from the bucket, summary.json written there
+    fs, _ = staging.to_fs(storage_root)
+    for app, value in {"decode": {"fetched": 120, "decoded": 118, "quarantined": 2, "per_reason": {"x": 2}},
+                       "dedupe": {"input": 118, "output": 118, "duplicates": 0}, "rebuild": {"version": 1}}.items():
+        fs.pipe_file(staging.to_fs(run_summary_path(storage_root, app, interval))[1], json.dumps(value).encode())
+    summary = collect_run_summary(storage_root, "EVENTS", interval)
+    assert summary["problems"] == [] and summary["reconciled"] is True
+    assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
+    assert summary["chain"]["kept"] == 118 and summary["chain"]["snapshot_version"] == 1
+    assert ledger.read_json(f"{base}/summary.json")["chain"] == summary["chain"]
+
+    out = capfd.readouterr()
+    text = out.out + out.err + caplog.text
+    assert storage_root in text
+    assert s3.secret_access_key not in text and s3.access_key_id not in text
