@@ -8,7 +8,7 @@ from __future__ import annotations
 
 #: Spark settings passed with ``--conf`` to the three Spark tasks; ``build_etl_dag(spark_conf=…)``
 #: adds to or overrides them (a value of ``None`` removes a key). The SQL settings match
-#: ``airflow_provider_plgd.spark.common.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
+#: ``airflow_provider_plgd.spark.session.BASE_CONF``. Everything else (memory, cores, jars, credentials) belongs in
 #: ``spark-defaults.conf`` or ``spark_conf``.
 DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
@@ -23,13 +23,9 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
 #:   uses the serial GC: a short ``spark-submit`` spends most of its CPU time compiling and
 #:   collecting, not running the job (M1);
 #: * no whole-stage code generation and no adaptive re-planning: on tiny decode or dedupe runs
-#:   they cost more than they save (M2);
-#: * PySpark's Python daemon imports PySpark from the installed package instead of compiling
-#:   ``$SPARK_HOME/python/lib/pyspark.zip`` again (``airflow_provider_plgd.spark.pyspark_daemon``), which shortens
-#:   the first Python task's ``boot`` (M3). It needs ``spark_apps`` importable by the
-#:   executors' Python, so it is not for clusters whose nodes lack the provider.
+#:   they cost more than they save (M2).
 #:
-#: M1-M3: the figures are in docs/performance.md, "Measurements behind design choices".
+#: M1-M2: the figures are in docs/performance.md, "Measurements behind design choices".
 #:
 #: Not a default: C1-only, non-generated code is slower on long jobs over large data, and
 #: ``--conf spark.driver.extraJavaOptions`` replaces the value from ``spark-defaults.conf``.
@@ -39,7 +35,6 @@ FAST_LOCAL_SPARK_CONF: dict[str, str] = {
     # tiny inputs: compiling whole-stage code and re-planning stages cost more than they save
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.adaptive.enabled": "false",
-    "spark.python.daemon.module": "airflow_provider_plgd.spark.pyspark_daemon",
 }
 
 

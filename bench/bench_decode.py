@@ -15,12 +15,9 @@ Steps:
 4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging,
    with the DAG's settings for local runs (``--spark-conf fast-local``,
    ``airflow_provider_plgd.spark_conf.FAST_LOCAL_SPARK_CONF``: C1-only JIT and the serial GC for
-   the JVM, which only schedules tasks with ``--reader arrow``, and the PySpark daemon that
-   imports the installed PySpark). Rate = decoded events / the app's own processing time
+   the JVM, which only schedules tasks). Rate = decoded events / the app's own processing time
    (``seconds`` in its run summary: from listing the manifests to the committed output, so JVM
-   start-up is excluded; the end-to-end wall time including JVM start is printed too). The app
-   starts its Python workers while its driver plans (``--warm-up-workers on``, the default;
-   ``--warm-up-workers off`` measures without).
+   start-up is excluded; the end-to-end wall time including JVM start is printed too).
 5. ``--marginal``: the app again on 2/5 of the owners; (rows difference) / (time difference) is
    the steady-state rate without the fixed costs (first PySpark job: Python daemon and workers
    importing pyarrow/protobuf/the codec, scheduling; planning ~0.1 s; commit ~0.2 s).
@@ -218,15 +215,13 @@ def wait_until_quiet(max_busy: float, timeout: float) -> float:
 
 
 #: ``--spark-conf`` choices: the DAG's settings for local runs (``spark_conf.FAST_LOCAL_SPARK_CONF``:
-#: C1-only JIT and the serial GC -- with ``--reader arrow`` the JVM only schedules tasks, so this
-#: saves CPU for the two Python workers, measured JVM CPU 24.9 s -> 12.6 s per run -- and the
-#: PySpark daemon that imports the installed PySpark), or Spark's defaults.
+#: C1-only JIT and the serial GC -- the JVM only schedules tasks, so this saves CPU for the two
+#: Python workers), or Spark's defaults.
 SPARK_CONFS = {"fast-local": FAST_LOCAL_SPARK_CONF, "defaults": {}}
 
 
 def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
-               owners: list[str] | None = None, spark_conf: dict[str, str] | None = None,
-               warm_up_workers: str = "on") -> dict:
+               owners: list[str] | None = None, spark_conf: dict[str, str] | None = None) -> dict:
     """Run the decode app with spark-submit and return its summary plus the wall time."""
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
@@ -242,8 +237,7 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
         *conf_args(spark_conf or {}),
         str(REPO / "airflow_provider_plgd" / "spark_apps" / "decode_events.py"),
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
-        "--output-root", out_root, "--summary-path", summary_path, "--reader", reader,
-        "--warm-up-workers", warm_up_workers,
+        "--output-root", out_root, "--summary-path", summary_path,
     ] + (["--owners", ",".join(owners)] if owners else [])
     stat0 = proc_stat()
     start = time.perf_counter()
@@ -291,10 +285,6 @@ def main(argv=None) -> dict:
                         help="also run the app on 2/5 of the owners and print the marginal (steady-state) rate")
     parser.add_argument("--reuse", action="store_true",
                         help="reuse the staging data already in --workdir (same interval) instead of regenerating")
-    parser.add_argument("--warm-up-workers", choices=("on", "off"), default="on",
-                        help="the app's --warm-up-workers (default on)")
-    parser.add_argument("--readers", default="arrow",
-                        help="comma-separated --reader values of the app to measure (arrow, spark)")
     parser.add_argument("--quiet-wait", type=float, default=300.0,
                         help="wait up to this many seconds for the machine to be < 25%% busy first")
     args = parser.parse_args(argv)
@@ -317,7 +307,7 @@ def main(argv=None) -> dict:
         print(f"staging: {written:,} messages written in {time.perf_counter() - t0:.1f} s ({work})")
 
     result: dict = {"messages": written}
-    readers = [] if args.skip_spark else [r for r in args.readers.split(",") if r]
+    readers = [] if args.skip_spark else ["arrow"]  # the app's one read path (pyarrow in the tasks)
     subset = None
     if args.marginal:
         owners = sorted({m["owner_id"] for m in staging.list_committed(root, "EVENTS", interval_id=INTERVAL_ID)})
@@ -346,8 +336,7 @@ def main(argv=None) -> dict:
                     for key, owners in runs:
                         shutil.rmtree(out_root, ignore_errors=True)
                         attempt = spark_rate(root, out_root, args.master, reader=reader, owners=owners,
-                                             spark_conf=SPARK_CONFS[args.spark_conf],
-                                             warm_up_workers=args.warm_up_workers)
+                                             spark_conf=SPARK_CONFS[args.spark_conf])
                         if key not in best or attempt["summary"]["seconds"] < best[key]["summary"]["seconds"]:
                             best[key] = attempt
             result["python"] = py
@@ -360,7 +349,7 @@ def main(argv=None) -> dict:
                 s = sp["summary"]
                 ratio = sp["rate"] / py["rate"]
                 result[f"ratio_{reader}"] = ratio
-                print(f"Spark app, {args.master}, --reader {reader}, --warm-up-workers {args.warm_up_workers}, "
+                print(f"Spark app, {args.master}, "
                       f"--spark-conf {args.spark_conf}: {sp['rate']:>10,.0f} decoded events/s "
                       f"({s['decoded']:,} decoded + {s['quarantined']:,} quarantined in {s['seconds']:.1f} s app time, "
                       f"{s.get('input_partitions')} tasks; phases {s.get('phase_seconds')}; "

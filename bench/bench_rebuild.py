@@ -209,10 +209,10 @@ def interval(k: int) -> tuple[str, str]:
 
 DRIVER = r'''
 import json, sys, time
-from airflow_provider_plgd.spark import common
+from airflow_provider_plgd.spark import session
 from airflow_provider_plgd.spark_apps import dedupe_events, rebuild_snapshots
 cfg = json.load(open(sys.argv[1]))
-spark = common.build_spark_session("plgd-bench-rebuild")
+spark = session.build_spark_session("plgd-bench-rebuild")
 results = {}
 def timed(name, fn):
     t = time.perf_counter(); summary = fn(); results[name] = {"seconds": time.perf_counter() - t, "summary": summary}

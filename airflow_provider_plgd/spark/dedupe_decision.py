@@ -1,9 +1,9 @@
 """The keep/drop decision of ``dedupe_events`` on the key columns, with pyarrow (no Spark).
 
-``dedupe_events`` uses it for intervals up to ``--driver-decide-rows`` rows: the key columns fit
-in the driver's memory, and the decision is much faster than Spark windows in a fresh JVM
-(figures: docs/performance.md, "Measurements behind design choices", M15); larger intervals are
-decided by Spark with the same rules. The unit tests compare both.
+``dedupe_events`` decides on the driver with it: only the key columns of the interval are held
+in memory (about 250 bytes per row), and the decision is much faster than Spark windows in a
+fresh JVM (figures: docs/performance.md, "Measurements behind design choices", M15).
+tests/integration/test_dedupe_rebuild.py compares it with Spark windows over the same rows.
 
 Rules (the module docstring of ``airflow_provider_plgd.spark_apps.dedupe_events``):
 
@@ -36,6 +36,8 @@ class Decision:
         with a ``msg_id`` (a repeated key, or a null ``stream``/``stream_seq``): the rows to drop
         cannot be named by ``(stream, stream_seq)`` then.
     :ivar drops: ``{stream: [stream_seq, ...]}`` of the dropped rows (ascending).
+    :ivar dropped_rows: ``pyarrow.Array`` (int64) of the positions in ``keys`` of the dropped rows
+        (ascending): names every dropped row, exact copies too.
     :ivar index: ``pyarrow.Array`` (string) of the distinct non-null message IDs, sorted.
     """
 
@@ -43,6 +45,7 @@ class Decision:
     null_ids: int = 0
     exact_copies: bool = False
     drops: dict[str, list[int]] = field(default_factory=dict)
+    dropped_rows: Any = None
     index: Any = None
 
     def totals(self) -> dict[str, int]:
@@ -96,6 +99,7 @@ def decide(keys, seen=None) -> Decision:
     decision = Decision()
     if n == 0:
         decision.index = pa.array([], pa.string())
+        decision.dropped_rows = pa.array([], pa.int64())
         return decision
     order = pc.sort_indices(keys, sort_keys=[("msg_id", "ascending"), ("stream_seq", "ascending"),
                                              ("stream", "ascending"), ("subject", "ascending")])
@@ -129,6 +133,8 @@ def decide(keys, seen=None) -> Decision:
     decision.per_type = dict(sorted(decision.per_type.items()))
 
     dropped = pc.or_(cross, within)
+    positions = pc.filter(order, dropped).cast(pa.int64())  # ``order`` maps sorted rows to ``keys`` rows
+    decision.dropped_rows = pc.take(positions, pc.array_sort_indices(positions))
     gone = pa.table({"stream": stream, "stream_seq": seq}).filter(dropped)
     for s, q in zip(gone.column("stream").to_pylist(), gone.column("stream_seq").to_pylist()):
         decision.drops.setdefault(s, []).append(q)

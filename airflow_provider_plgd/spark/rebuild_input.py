@@ -1,53 +1,49 @@
 """The rebuild's input without the JVM: ``events_deduped`` files -> events keyed by device and
 bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store``.
 
-``rebuild_snapshots --reader arrow`` (the default) runs :func:`fold_touched_buckets`:
+``rebuild_snapshots`` runs :func:`fold_touched_buckets`:
 
-1. **Files**: the Parquet files of the intervals to fold (``common.folder_files``: the
-   ``_manifest.json`` that ``dedupe_events`` writes, or a listing), packed into a few tasks
-   (``common.plan_tasks``).
+1. **Files**: the Parquet files of the intervals to fold (``storage.folder_files``: the
+   ``_manifest.json`` that ``dedupe_events`` writes), packed into a few tasks
+   (``task_plan.plan_tasks``).
 2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
    ``event_type`` from the Hive folder names), gives each row its device (identity-store rows: one
-   row per entry of ``device_ids``) and bucket (:mod:`airflow_provider_plgd.spark.xxhash64`: Spark's
-   ``pmod(xxhash64(device_id), buckets)`` in pure Python, so the buckets are the ones of every
-   earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
+   row per entry of ``device_ids``) and bucket (``snapshot_store.device_bucket``: Spark's
+   ``pmod(xxhash64(device_id), buckets)`` with the ``xxhash`` wheel, so the buckets are the ones of
+   every earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
    partition (``bucket % partitions``).
 3. **Reduce** (``RDD.partitionBy``): each partition gathers its buckets' events and runs
    ``snapshot_store.rebuild_partition`` (fold, carry over, write), also for the buckets of the
    partition whose pendings expire without new events. Returns the
    ``snapshot_store.BUCKET_RESULT_SCHEMA`` rows as dicts.
 
-Compared with ``--reader spark`` (Spark's Parquet scan, ``to_json`` of the nested columns, a
-``repartition`` and ``mapInArrow``), the wide rows never become JVM rows, so no Spark work comes
-before the first fold (figures: docs/performance.md, "Measurements behind design choices", M13).
-Both readers
-give the same tables (``tests/integration/test_dedupe_rebuild.py``).
+The wide rows never become JVM rows, so no Spark work comes before the first fold (figures:
+docs/performance.md, "Measurements behind design choices", M13). tests/integration/
+test_dedupe_rebuild.py compares the tables with a Spark oracle (Spark's Parquet scan, a
+``repartition`` by bucket and ``mapInArrow``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-try:
-    from airflow_provider_plgd.spark import common, fold, snapshot_store
-except ImportError:  # pragma: no cover - running from the folder without --py-files
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from airflow_provider_plgd.spark import common, fold, snapshot_store
+from airflow_provider_plgd.spark import fold, snapshot_store, storage
+from airflow_provider_plgd.spark.parquet_io import read_events_files
+from airflow_provider_plgd.spark.task_plan import plan_tasks
 
 BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
 
 
-def interval_files(spark, folders: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(absolute file URL, -1, rows)`` of the Parquet files of the given table folders
-    (:func:`common.folder_files`), in folder order; :func:`common.plan_tasks` units."""
+def interval_files(folders: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(absolute file URL, -1, rows)`` of the Parquet files of the given committed table folders
+    (``storage.folder_files``: their manifests), in folder order; ``task_plan.plan_tasks`` units.
+
+    :raises FileNotFoundError: a folder is not committed.
+    """
     units = []
     for folder in folders:
-        files, _ = common.folder_files(spark, folder)
-        units += [(f"{folder.rstrip('/')}/{rel}", -1, rows) for rel, _, rows in files]
+        units += [(storage.join(folder, rel), -1, rows) for rel, _, rows in storage.folder_files(folder)]
     return units
 
 
@@ -85,7 +81,7 @@ def make_map_task(buckets: int, partitions: int):
 
     Each row of the files (``fold.FOLD_INPUT_COLUMNS``), once per device it applies to, with two
     more columns: ``_device`` (string) and ``_bucket`` (int32, ``pmod(xxhash64(_device),
-    buckets)``: :func:`airflow_provider_plgd.spark.xxhash64.bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
+    buckets)``: :func:`snapshot_store.device_bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
     snapshot); rows go to partition ``_bucket % partitions``.
     """
 
@@ -93,18 +89,16 @@ def make_map_task(buckets: int, partitions: int):
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from airflow_provider_plgd.spark.xxhash64 import bucket as bucket_of_device
-
         memo: dict[str, int] = {}
 
         def bucket_of(device: str) -> int:
             b = memo.get(device)
             if b is None:
-                b = memo[device] = bucket_of_device(device, buckets)
+                b = memo[device] = snapshot_store.device_bucket(device, buckets)
             return b
 
         for files in file_lists:
-            table = common.read_events_files([url for url, _, _ in files], fold.FOLD_INPUT_COLUMNS)
+            table = read_events_files([url for url, _, _ in files], fold.FOLD_INPUT_COLUMNS)
             if table is None or not table.num_rows:
                 continue
             indices, devices = _devices_of(table)
@@ -164,7 +158,7 @@ def fold_touched_buckets(spark, folders: Sequence[str], *, buckets: int, partiti
 
     started = time.time()
     sc = spark.sparkContext
-    tasks = common.plan_tasks(interval_files(spark, folders), sc.defaultParallelism)
+    tasks = plan_tasks(interval_files(folders), sc.defaultParallelism)
     if timings is not None:
         timings["list"] = round(time.time() - started, 3)
     if not tasks and not expiring:

@@ -1,6 +1,6 @@
 """Versioned snapshot layout, manifests and the ``_latest.json`` pointer (copy-on-write by bucket).
 
-Layout below the storage root (a local path or any Hadoop/fsspec URL)::
+Layout below the storage root (a local path or any fsspec URL)::
 
     {root}/snapshots/_latest.json                      pointer, written last (atomic replace)
     {root}/snapshots/v={version}/_manifest.json        one manifest per snapshot version
@@ -16,13 +16,14 @@ Layout below the storage root (a local path or any Hadoop/fsspec URL)::
   (plus buckets with pendings that expire by the new snapshot time); every other bucket's entry
   is copied from the parent manifest, i.e. its files are carried over by reference. So a
   manifest may name files under older ``v=`` folders.
-* The files of one run live in their own ``r-{run_id}`` folder (each file written under a
-  hidden temp name and moved into place, so a retried task never leaves a partial file);
-  nothing refers to them until the manifest is written, so the manifest is the commit. A rerun
+* The files of one run live in their own ``r-{run_id}`` folder; nothing refers to them until the
+  manifest is written (one PUT), so the manifest is the commit and a half-written file is never
+  read. A rerun
   for the same version writes a new run folder and replaces the manifest;
   readers that still hold the previous manifest keep reading the files it names (deleted only by
   :func:`collect_garbage`, and never while a retained manifest names them).
-* Commit order: data files -> ``v={version}/_manifest.json`` -> ``_latest.json``. A run that dies
+* Commit order: data files -> ``v={version}/_manifest.json`` -> ``_latest.json`` (each one atomic
+  write, ``storage.write_text``). A run that dies
   before the last step leaves ``_latest.json`` naming the previous snapshot, whose files are
   untouched.
 
@@ -43,7 +44,8 @@ Tables: the four public tables of ``docs/data-contracts.md`` (columns from
 ``airflow_provider_plgd.plgd.tables``) and the internal :data:`STATE_TABLE` (one row per
 device: the serialised fold state of :mod:`airflow_provider_plgd.spark.fold`, see :data:`STATE_SCHEMA`).
 
-Readers: :func:`read_table` (pyarrow + fsspec, no Spark) and :func:`spark_read_table`.
+Readers: :func:`read_snapshot` / :func:`read_table` (pyarrow + fsspec through the manifest, no
+Spark); every read and write goes through :mod:`airflow_provider_plgd.spark.storage`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import pyarrow as pa
 
 from airflow_provider_plgd import staging
 from airflow_provider_plgd.plgd import tables as snapshot_tables
+from airflow_provider_plgd.spark import storage
 
 __all__ = [
     "ALL_TABLES",
@@ -70,12 +73,12 @@ __all__ = [
     "STATE_SCHEMA",
     "STATE_TABLE",
     "collect_garbage",
-    "list_committed_intervals",
+    "device_bucket",
     "manifest_path",
     "read_latest",
     "read_manifest",
+    "read_snapshot",
     "read_table",
-    "spark_read_table",
     "table_files",
     "table_schema",
     "version_id",
@@ -88,6 +91,32 @@ MANIFEST_FORMAT = 1
 DEFAULT_BUCKETS = 32
 #: Spark SQL expression of the bucket of a row, given the bucket count.
 BUCKET_EXPR = "pmod(xxhash64(device_id), {buckets})"
+#: The seed of Spark SQL's ``xxhash64`` function.
+SPARK_XXHASH64_SEED = 42
+
+
+def spark_xxhash64(value: str) -> int:
+    """Spark SQL ``xxhash64(value)`` of a string: a signed 64-bit int.
+
+    Spark hashes a string as the XXH64 of its UTF-8 bytes with seed 42
+    (``org.apache.spark.sql.catalyst.expressions.XxHash64``) and returns a Java ``long``; the
+    ``xxhash`` wheel computes the same XXH64 (unsigned), so only the sign is converted here.
+    """
+    import xxhash
+
+    h = xxhash.xxh64_intdigest(value.encode("utf-8"), SPARK_XXHASH64_SEED)
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def device_bucket(device_id: str, buckets: int) -> int:
+    """The bucket of a device: ``pmod(xxhash64(device_id), buckets)`` (:data:`BUCKET_EXPR`), in
+    ``[0, buckets)``, computed in Python (no Spark SQL job).
+
+    :raises ValueError: ``buckets`` < 1.
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1, got {buckets}")
+    return spark_xxhash64(device_id) % buckets
 
 #: The four public tables of ``docs/data-contracts.md``: resources, device_metadata, device_links,
 #: owner_devices (order and columns from ``airflow_provider_plgd.plgd.tables``).
@@ -144,8 +173,7 @@ def version_id(snapshot_time_ns: int) -> str:
     return staging.compact_time(snapshot_time_ns)
 
 
-def _join(root: str, *parts: str) -> str:
-    return posixpath.join(str(root).rstrip("/"), *parts)
+_join = storage.join
 
 
 def snapshots_root(root: str) -> str:
@@ -213,21 +241,22 @@ def validate_manifest(manifest: Any, where: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pure-Python readers (fsspec + pyarrow; no Spark)
+# Readers (fsspec + pyarrow; no Spark)
 # ---------------------------------------------------------------------------------------------
 
 def _fs(root: str):
-    import fsspec
-
-    return fsspec.core.url_to_fs(str(root))
+    return storage.to_fs(root)
 
 
-def _read_json_fsspec(path: str) -> Any | None:
-    fs, p = _fs(path)
-    if not fs.exists(p):
-        return None
-    with fs.open(p, "r") as fh:
-        return json.load(fh)
+def read_pointer(root: str) -> dict[str, Any] | None:
+    """``{root}/snapshots/_latest.json``, or None when there is no snapshot.
+
+    :raises ValueError: the pointer is not JSON or names no manifest.
+    """
+    pointer = storage.read_json(latest_path(root))
+    if pointer is not None and (not isinstance(pointer, dict) or "manifest" not in pointer):
+        raise ValueError(f"{latest_path(root)} is not a snapshot pointer: {pointer!r}")
+    return pointer
 
 
 def read_latest(root: str) -> dict[str, Any] | None:
@@ -235,13 +264,11 @@ def read_latest(root: str) -> dict[str, Any] | None:
 
     :raises ValueError: the pointer or the manifest is malformed, or the manifest is missing.
     """
-    pointer = _read_json_fsspec(latest_path(root))
+    pointer = read_pointer(root)
     if pointer is None:
         return None
-    if not isinstance(pointer, dict) or "manifest" not in pointer:
-        raise ValueError(f"{latest_path(root)} is not a snapshot pointer: {pointer!r}")
     path = _join(snapshots_root(root), pointer["manifest"])
-    manifest = _read_json_fsspec(path)
+    manifest = storage.read_json(path)
     if manifest is None:
         raise ValueError(f"{latest_path(root)} names {path}, which does not exist")
     return validate_manifest(manifest, path)
@@ -250,7 +277,7 @@ def read_latest(root: str) -> dict[str, Any] | None:
 def read_manifest(root: str, version: str) -> dict[str, Any] | None:
     """The manifest of snapshot ``version`` (None if it does not exist)."""
     path = manifest_path(root, version)
-    manifest = _read_json_fsspec(path)
+    manifest = storage.read_json(path)
     return None if manifest is None else validate_manifest(manifest, path)
 
 
@@ -263,8 +290,6 @@ def read_table(root: str, table: str, manifest: Mapping[str, Any] | None = None)
     :return: the rows, with :func:`table_schema` ``(table)``, sorted by :func:`sort_keys`; an empty
         table when there is no snapshot yet.
     """
-    import pyarrow.parquet as pq
-
     schema = table_schema(table)
     if manifest is None:
         manifest = read_latest(root)
@@ -274,139 +299,37 @@ def read_table(root: str, table: str, manifest: Mapping[str, Any] | None = None)
     if not files:
         return schema.empty_table()
     fs, _ = _fs(root)
-    parts = []
-    for url in files:
-        _, p = _fs(url)
-        parts.append(pq.read_table(p, filesystem=fs, schema=schema))
-    result = pa.concat_tables(parts)
+    result = _read_parquet_files(fs, files, schema)
     return result.sort_by([(k, "ascending") for k in sort_keys(table)])
 
 
-# ---------------------------------------------------------------------------------------------
-# Spark-side helpers (Hadoop file systems through the JVM)
-# ---------------------------------------------------------------------------------------------
+def read_snapshot(root: str, table: str, version: str | None = None) -> pa.Table:
+    """The public reader of the snapshot tables: ``table`` of snapshot ``version`` (default: the
+    latest) as a ``pyarrow.Table`` (columns: ``docs/data-contracts.md``), read through the
+    manifest with pyarrow + fsspec.
 
-def atomic_write_text(spark, path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new content, never nothing.
-
-    Writes a hidden temp file next to it, then renames it over ``path`` with Hadoop's
-    ``FileContext.rename(..., Options.Rename.OVERWRITE)`` (atomic on HDFS and local file
-    systems). Where the file system has no ``FileContext`` binding (some object stores, where a
-    PUT is atomic anyway) it falls back to ``common.write_text``.
-
-    :raises OSError: the rename failed.
+    :param root: storage root (path or fsspec URL, e.g. ``s3://bucket/plgd``).
+    :param table: one of :data:`PUBLIC_TABLES`.
+    :param version: a snapshot version (``YYYYMMDDTHHMMSSZ``); None = the latest.
+    :return: the rows sorted by :func:`sort_keys`; empty when there is no snapshot yet.
+    :raises ValueError: unknown table, or no snapshot ``version``.
     """
-    from airflow_provider_plgd.spark import common
-
-    jvm = spark._jvm
-    fs, dst = common.hadoop_path(spark, path)
-    parent = dst.getParent()
-    if parent is not None and not fs.exists(parent):
-        fs.mkdirs(parent)
-    tmp = jvm.org.apache.hadoop.fs.Path(parent, f"_tmp-{dst.getName()}-{uuid.uuid4().hex}")
-    out = fs.create(tmp, True)
-    try:
-        out.write(bytearray(text.encode("utf-8")))
-    finally:
-        out.close()
-    try:
-        fc = jvm.org.apache.hadoop.fs.FileContext.getFileContext(dst.toUri(), spark._jsc.hadoopConfiguration())
-        rename_cls = jvm.org.apache.hadoop.fs.Options.Rename
-        options = spark._sc._gateway.new_array(rename_cls, 1)
-        options[0] = rename_cls.OVERWRITE
-        fc.rename(fs.makeQualified(tmp), fs.makeQualified(dst), options)
-    except Exception as exc:  # noqa: BLE001 - no FileContext for this scheme: delete + rename
-        if fs.exists(dst) and fs.exists(tmp):
-            common.log.warning("atomic rename unsupported for %s (%s); falling back to delete+rename", path, exc)
-        if fs.exists(tmp):
-            if fs.exists(dst):
-                fs.delete(dst, False)
-            if not fs.rename(tmp, dst):
-                raise OSError(f"could not rename {tmp.toString()} to {path}") from None
+    if table not in PUBLIC_TABLES:
+        raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(PUBLIC_TABLES)}")
+    manifest = None
+    if version is not None:
+        manifest = read_manifest(root, version)
+        if manifest is None:
+            raise ValueError(f"no snapshot version {version!r} under {snapshots_root(root)}")
+    return read_table(root, table, manifest)
 
 
-def spark_read_json(spark, path: str) -> Any | None:
-    """Parse the JSON file ``path`` (Hadoop); None if it does not exist.
+def write_json(path: str, value: Mapping[str, Any]) -> None:
+    """Write a manifest or the pointer (one atomic write, ``storage.write_text``).
 
-    :raises ValueError: the file is not JSON.
+    :raises OSError: the write failed.
     """
-    from airflow_provider_plgd.spark import common
-
-    text = common.read_text(spark, path)
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-
-
-def spark_latest(spark, root: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """``(pointer, manifest)`` of the latest snapshot, or ``(None, None)`` when there is none.
-
-    :raises ValueError: malformed pointer, or a pointer naming a missing/malformed manifest.
-    """
-    pointer = spark_read_json(spark, latest_path(root))
-    if pointer is None:
-        return None, None
-    if not isinstance(pointer, dict) or "manifest" not in pointer:
-        raise ValueError(f"{latest_path(root)} is not a snapshot pointer: {pointer!r}")
-    path = _join(snapshots_root(root), pointer["manifest"])
-    manifest = spark_read_json(spark, path)
-    if manifest is None:
-        raise ValueError(f"{latest_path(root)} names {path}, which does not exist")
-    return pointer, validate_manifest(manifest, path)
-
-
-def spark_manifest(spark, root: str, version: str) -> dict[str, Any] | None:
-    """The manifest of ``version`` read through Hadoop (None if absent)."""
-    path = manifest_path(root, version)
-    manifest = spark_read_json(spark, path)
-    return None if manifest is None else validate_manifest(manifest, path)
-
-
-def spark_schema(table: str):
-    """Spark ``StructType`` of ``table``."""
-    from airflow_provider_plgd.spark.schemas import to_spark_schema
-
-    return to_spark_schema(table_schema(table))
-
-
-def spark_read_files(spark, table: str, files: list[str]):
-    """DataFrame of ``table`` over ``files`` (an empty DataFrame of the schema when there are none)."""
-    schema = spark_schema(table)
-    if not files:
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
-
-
-def spark_read_table(spark, root: str, table: str, manifest: Mapping[str, Any] | None = None):
-    """DataFrame of snapshot table ``table`` (default: latest snapshot; empty if none)."""
-    if manifest is None:
-        _, manifest = spark_latest(spark, root)
-    files = table_files(root, manifest, table) if manifest else []
-    return spark_read_files(spark, table, files)
-
-
-def list_committed_intervals(spark, table_root: str) -> list[str]:
-    """Interval IDs of ``{table_root}/interval=<id>/`` folders that hold ``_SUCCESS``, sorted.
-
-    Used for ``events_deduped``/``msgid_index`` (written with ``common.commit_dir``, so a folder
-    with ``_SUCCESS`` is complete). Hidden folders (``_tmp-...``) are skipped.
-    """
-    from airflow_provider_plgd.spark import common
-
-    fs, jroot = common.hadoop_path(spark, table_root)
-    if not fs.exists(jroot):
-        return []
-    found = []
-    for status in fs.listStatus(jroot):
-        name = status.getPath().getName()
-        if status.isDirectory() and name.startswith("interval="):
-            success = spark._jvm.org.apache.hadoop.fs.Path(status.getPath(), "_SUCCESS")
-            if fs.exists(success):
-                found.append(name[len("interval="):])
-    return sorted(found)
+    storage.write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
 
 
 def interval_kind(interval_id: str) -> str:
@@ -422,7 +345,7 @@ def interval_kind(interval_id: str) -> str:
 # Garbage collection
 # ---------------------------------------------------------------------------------------------
 
-def collect_garbage(spark, root: str, keep_versions: int) -> dict[str, int]:
+def collect_garbage(root: str, keep_versions: int) -> dict[str, int]:
     """Delete snapshot versions older than the newest ``keep_versions`` committed ones.
 
     A data file is deleted only when no retained manifest names it (files carried over by
@@ -431,27 +354,26 @@ def collect_garbage(spark, root: str, keep_versions: int) -> dict[str, int]:
 
     :return: ``{"versions_removed": n, "files_removed": n}``.
     """
-    from airflow_provider_plgd.spark import common
-
     result = {"versions_removed": 0, "files_removed": 0}
     if keep_versions <= 0:
         return result
     base = snapshots_root(root)
-    fs, jbase = common.hadoop_path(spark, base)
+    fs, jbase = _fs(base)
+    jbase = jbase.rstrip("/")
     if not fs.exists(jbase):
         return result
     versions = sorted(
-        s.getPath().getName()[2:] for s in fs.listStatus(jbase)
-        if s.isDirectory() and s.getPath().getName().startswith("v=")
+        posixpath.basename(e["name"].rstrip("/"))[2:] for e in fs.ls(jbase, detail=True)
+        if e.get("type") == "directory" and posixpath.basename(e["name"].rstrip("/")).startswith("v=")
     )
-    committed = [v for v in versions if fs.exists(common.hadoop_path(spark, manifest_path(root, v))[1])]
-    pointer = spark_read_json(spark, latest_path(root)) or {}
+    committed = [v for v in versions if storage.exists(manifest_path(root, v))]
+    pointer = read_pointer(root) or {}
     kept = set(committed[-keep_versions:])
     if pointer.get("version"):
         kept.add(pointer["version"])
     referenced: set[str] = set()
     for v in kept:
-        manifest = spark_manifest(spark, root, v)
+        manifest = read_manifest(root, v)
         for entries in (manifest or {}).get("tables", {}).values():
             for entry in entries.values():
                 referenced.update(entry["files"])
@@ -459,24 +381,18 @@ def collect_garbage(spark, root: str, keep_versions: int) -> dict[str, int]:
     for v in versions:
         if v in kept or (oldest_kept is not None and v > oldest_kept):
             continue
-        vdir = _join(base, f"v={v}")
-        _, jv = common.hadoop_path(spark, vdir)
+        vdir = f"{jbase}/v={v}"
         removed_all = True
-        files = fs.listFiles(jv, True)
-        doomed = []
-        while files.hasNext():
-            status = files.next()
-            full = status.getPath().toUri().getPath()
-            rel = f"v={v}/" + full.split(f"/v={v}/", 1)[1]
+        for path in fs.find(vdir):
+            rel = path[len(jbase) + 1:]
             if rel in referenced:
                 removed_all = False
             else:
-                doomed.append(status.getPath())
-        for p in doomed:
-            fs.delete(p, False)
-            result["files_removed"] += 1
+                fs.rm(path)
+                result["files_removed"] += 1
         if removed_all:
-            fs.delete(jv, True)
+            if fs.exists(vdir):
+                fs.rm(vdir, recursive=True)
             result["versions_removed"] += 1
     return result
 
@@ -498,6 +414,7 @@ BUCKET_RESULT_SCHEMA = pa.schema([
 
 
 def _read_parquet_files(fs, paths: list[str], schema: pa.Schema) -> pa.Table:
+    """The files ``paths`` (URLs or paths on ``fs``) read with ``schema`` and concatenated."""
     import pyarrow.parquet as pq
 
     if not paths:
@@ -545,7 +462,7 @@ def rebuild_bucket(
     """
     import pyarrow.compute as pc
 
-    from airflow_provider_plgd.spark import common, fold
+    from airflow_provider_plgd.spark import fold
 
     bucket = int(events.column(bucket_column)[0].as_py()) if bucket is None else int(bucket)
     events = events.filter(pc.is_valid(events.column(device_column)))
@@ -574,7 +491,7 @@ def rebuild_bucket(
         rel = None
         if merged.num_rows:
             rel = f"{run_rel}/{table}/bucket={bucket}/part-00000.parquet"
-            common.write_parquet_file(fs, _join(base, rel), merged)
+            storage.write_parquet_file(fs, _fs(_join(base, rel))[1], merged)
         expiry = None
         if table == STATE_TABLE and merged.num_rows:
             expiry = pc.min(merged.column("next_expiry_ns")).as_py()
@@ -595,7 +512,7 @@ def rebuild_partition(batches, *, bucket_column: str = "_bucket", extra_buckets:
     bucket to its ``old_files``). Grouping here instead of ``groupBy().applyInArrow`` saves
     Spark's sort of every event row. ``extra_buckets`` are rebuilt too when no event of the
     partition names them (buckets whose pendings expire; ``rebuild_input`` passes them, the
-    ``--reader spark`` path adds a marker row instead).
+    Spark oracle of tests/integration/test_dedupe_rebuild.py adds a marker row instead).
     """
     import pyarrow.compute as pc
 

@@ -10,9 +10,9 @@ format) holds one interval with:
 * things that must NOT be read: an uncommitted batch folder, a stray file in a committed folder,
   and another interval.
 
-Run 1: the app's command line (``spark_apps/decode_events.py``, default ``--reader arrow``) with
-the ``--py-files`` zip of ``spark_deps``. Run 2 (one more spark-submit): a small driver that reruns
-the app for the same interval with ``--reader spark`` and then reads both tables back with Spark
+Run 1: the app's command line (``spark_apps/decode_events.py``) with the ``--py-files`` zip of
+``spark_deps``. Run 2 (one more spark-submit): a small driver that reruns the app for the same
+interval and then reads both tables back with Spark (as users read them)
 using ``schemas.events_read_schema()`` / ``quarantine_read_schema()``. Spark jobs run under
 ``flock /tmp/spark.lock`` (shared 2-core machine).
 """
@@ -90,11 +90,11 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
 DRIVER = r'''
 import json, sys
 import pyarrow.parquet as pq
-from airflow_provider_plgd.spark import common, schemas
+from airflow_provider_plgd.spark import schemas, session
 from airflow_provider_plgd.spark_apps import decode_events
 
 cfg = json.load(open(sys.argv[1]))
-spark = common.build_spark_session("test-decode-rerun")
+spark = session.build_spark_session("test-decode-rerun")
 summary = decode_events.run(spark, decode_events.parse_args(cfg["argv"]))
 events = spark.read.schema(schemas.events_read_schema()).parquet(cfg["events_root"])
 quarantine = spark.read.schema(schemas.quarantine_read_schema()).parquet(cfg["quarantine_root"])
@@ -179,10 +179,10 @@ def run(tmp_path_factory):
     summary1 = json.loads((out / "_runs" / "decode" / f"interval={IID}.json").read_text())
     files1 = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
-    # ---- run 2: rerun (Spark reader) + read back with Spark
+    # ---- run 2: rerun + read back with Spark
     cfg = {
         "argv": ["--staging-root", str(root), "--interval-id", IID, "--output-root", str(out),
-                 "--reader", "spark", "--summary-path", str(base / "summary2.json")],
+                 "--summary-path", str(base / "summary2.json")],
         "events_root": str(out / "events"), "quarantine_root": str(out / "quarantine"),
         "events_out": str(base / "spark_events.parquet"), "quarantine_out": str(base / "spark_quarantine.parquet"),
         "out": str(base / "driver_out.json"),
@@ -376,7 +376,10 @@ def test_rerun_gives_identical_output(run):
     assert run.quarantine2 == run.quarantine1
     for key in ("fetched", "decoded", "quarantined", "per_event_type", "per_reason"):
         assert run.summary2[key] == run.summary1[key]
-    assert run.summary2["reader"] == "spark" and run.summary1["reader"] == "arrow"
+    # the rerun wrote new files, committed them with a new manifest and removed run 1's files
+    files2 = sorted(str(p.relative_to(run.out)) for p in run.out.rglob("*.parquet"))
+    files1 = [f for f in run.files1 if f.endswith(".parquet")]
+    assert len(files2) == len(files1) and not set(files2) & set(files1)
 
 
 def test_spark_reads_tables_with_read_schemas(run):

@@ -27,9 +27,8 @@ import pyarrow.dataset as ds
 import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
+from tests.integration.staging_data import stage_simulation
 
-from airflow_provider_plgd import staging
-from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from airflow_provider_plgd.spark import snapshot_store
 
@@ -54,14 +53,14 @@ CONFIG = SimulationConfig(
 BUCKETS = 32
 
 DRIVER = textwrap.dedent('''
-    """Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py."""
+    \"\"\"Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py.\"\"\"
     import json, sys
-    from airflow_provider_plgd.spark import common, snapshot_store
+    from airflow_provider_plgd.spark import session, snapshot_store, storage
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
     root, root_all = cfg["root"], cfg["root_all"]
-    spark = common.build_spark_session("plgd-test-dedupe-rebuild")
+    spark = session.build_spark_session("plgd-test-dedupe-rebuild")
     out = {"decode": [], "dedupe": [], "rebuild": []}
     for iid, end in cfg["intervals"]:
         out["decode"].append(decode_events.run(spark, decode_events.parse_args(
@@ -78,20 +77,80 @@ DRIVER = textwrap.dedent('''
     out["all_at_once"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
         ["--root", root, "--snapshots-root", root_all, "--interval-id", last_iid,
          "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5"]))
-    # the other code paths on the same data: the dedupe decision made by Spark (as for intervals
-    # above --driver-decide-rows), and the rebuild reading with Spark's Parquet scan
-    import shutil
-    for table in ("events", "events_deduped", "msgid_index"):
-        shutil.copytree(root + "/" + table, cfg["root_spark"] + "/" + table)
-    out["dedupe_spark_decision"] = dedupe_events.run(spark, dedupe_events.parse_args(
-        ["--root", cfg["root_spark"], "--interval-id", last_iid, "--driver-decide-rows", "0"]))
-    out["all_at_once_spark_reader"] = rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
-        ["--root", root, "--snapshots-root", cfg["root_spark"], "--interval-id", last_iid,
-         "--snapshot-time", str(cfg["last_end_ns"]), "--buckets", "5", "--reader", "spark"]))
-    # the pure-Python bucket function (rebuild --reader arrow) against Spark SQL's BUCKET_EXPR
-    import random, string
+
+    # ---- Spark oracles (test only): the same decisions with Spark's Parquet scan and windows
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from airflow_provider_plgd.spark import xxhash64
+    from airflow_provider_plgd.spark import fold, schemas
+
+    def spark_frame(table, folder):  # the committed files of a folder (its manifest), read by Spark
+        files = [storage.join(folder, rel) for rel, _, _ in storage.folder_files(folder)]
+        return (spark.read.schema(schemas.events_read_schema()).option("basePath", root + "/" + table)
+                .parquet(*files))
+
+    # dedupe: lowest stream_seq per msg_id (ties: stream, subject), minus the previous intervals' IDs
+    events = spark_frame("events", root + "/events/interval=" + last_iid)
+    previous = out["dedupe"][-1]["previous_intervals"]
+    seen_files = [storage.join(root + "/msgid_index/interval=" + i, rel) for i in previous
+                  for rel, _, _ in storage.folder_files(root + "/msgid_index/interval=" + i)]
+    seen = spark.read.schema("msg_id string").parquet(*seen_files).distinct().withColumn("_seen", F.lit(True))
+    order = Window.partitionBy("msg_id").orderBy(F.col("stream_seq").asc_nulls_last(),
+                                                 F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last())
+    marked = (events.withColumn("_rank", F.when(F.col("msg_id").isNull(), F.lit(1)).otherwise(F.row_number().over(order)))
+              .join(seen, "msg_id", "left")
+              .withColumn("_class", F.when(F.col("_seen"), F.lit("cross_batch"))
+                          .when(F.col("_rank") > 1, F.lit("within_batch")).otherwise(F.lit("kept"))))
+    per_type = {}
+    for row in marked.groupBy("event_type", "_class").count().collect():
+        entry = per_type.setdefault(row["event_type"], {"input": 0, "output": 0, "within_batch": 0, "cross_batch": 0})
+        entry["input"] += row["count"]
+        entry["output" if row["_class"] == "kept" else row["_class"]] += row["count"]
+    out["dedupe_oracle"] = {
+        "per_event_type": dict(sorted(per_type.items())),
+        "null_msg_id": events.where(F.col("msg_id").isNull()).count(),
+        "kept": sorted([r["msg_id"], r["stream_seq"], r["event_type"]] for r in
+                       marked.where(F.col("_class") == "kept").select("msg_id", "stream_seq", "event_type").collect()),
+        "index": sorted(r["msg_id"] for r in events.where(F.col("msg_id").isNotNull()).select("msg_id").distinct().collect()),
+    }
+
+    # rebuild: every interval at once as a first snapshot (5 buckets), keyed by Spark SQL's
+    # BUCKET_EXPR, repartitioned by bucket, folded by the same executor code (mapInArrow)
+    frames = [spark_frame("events_deduped", root + "/events_deduped/interval=" + iid) for iid, _ in cfg["intervals"]]
+    events = frames[0]
+    for frame in frames[1:]:
+        events = events.unionByName(frame)
+    events = events.select(*fold.FOLD_INPUT_COLUMNS)
+    is_registration = F.col("event_type").isin(fold.DEVICES_REGISTERED, fold.DEVICES_UNREGISTERED)
+    events = (events
+              .withColumn("_device", F.explode(F.when(is_registration, F.col("device_ids"))
+                                               .otherwise(F.array(F.coalesce("device_id", "group_id")))))
+              .where(F.col("_device").isNotNull())
+              .withColumn("_bucket", F.expr(snapshot_store.BUCKET_EXPR.format(buckets=5)
+                                            .replace("device_id", "_device")).cast("int")))
+    events = events.withColumn("content_md5", F.md5("content_data")).drop("content_data")
+    for column in fold.JSON_COLUMNS:
+        events = events.withColumn(column, F.to_json(column))
+    table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
+    oracle_kwargs = dict(root=cfg["root_spark"], run_rel="v=oracle/r-oracle", old_files_by_bucket={},
+                         table_schemas=table_schemas, snapshot_time_ns=cfg["last_end_ns"])
+    results = (events.repartition(5, "_bucket")
+               .mapInArrow(lambda batches: snapshot_store.rebuild_partition(batches, **oracle_kwargs),
+                           schemas.to_spark_schema(snapshot_store.BUCKET_RESULT_SCHEMA))
+               .collect())
+    stats = {}
+    for r in results:
+        if r["table"] == "_stats":
+            for key, value in json.loads(r["stats_json"] or "{}").items():
+                stats[key] = stats.get(key, 0) + value
+    out["rebuild_oracle"] = {
+        "events": sum(r["events"] or 0 for r in results if r["table"] == "_stats"),
+        "fold": {k: v for k, v in sorted(stats.items()) if v},
+        "tables": {t: {str(r["bucket"]): {"files": [r["file"]], "rows": r["rows"]} for r in results
+                       if r["table"] == t and r["file"] is not None} for t in snapshot_store.ALL_TABLES},
+    }
+
+    # the Python bucket function (xxhash wheel) against Spark SQL's BUCKET_EXPR
+    import random, string
     rng = random.Random(5)
     values = cfg["device_ids"] + ["".join(rng.choice(string.ascii_letters + "-é€😀") for _ in range(rng.randint(0, 90)))
                                   for _ in range(2000)]
@@ -99,16 +158,16 @@ DRIVER = textwrap.dedent('''
         "device_id", F.xxhash64("device_id").alias("h"),
         F.expr(snapshot_store.BUCKET_EXPR.format(buckets=32)).alias("b"))
     out["xxhash_mismatches"] = [r["device_id"] for r in frame.collect()
-                                if r["h"] != xxhash64.spark_xxhash64(r["device_id"])
-                                or r["b"] != xxhash64.bucket(r["device_id"], 32)]
+                                if r["h"] != snapshot_store.spark_xxhash64(r["device_id"])
+                                or r["b"] != snapshot_store.device_bucket(r["device_id"], 32)]
     out["xxhash_checked"] = len(values)
     # a rerun of the last rebuild whose manifest commit fails: the previous snapshot stays current
-    real = snapshot_store.atomic_write_text
-    def failing(spark_, path, text):
-        if path.endswith("_manifest.json"):
+    real = storage.write_text
+    def failing(path, text):
+        if "/snapshots/v=" in path and path.endswith("_manifest.json"):
             raise OSError("injected failure before the manifest commit")
-        return real(spark_, path, text)
-    snapshot_store.atomic_write_text = failing
+        return real(path, text)
+    storage.write_text = failing
     try:
         rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
             ["--root", root, "--interval-id", last_iid, "--snapshot-time", last_end]))
@@ -116,20 +175,28 @@ DRIVER = textwrap.dedent('''
     except OSError as exc:
         out["failure"] = str(exc)
     finally:
-        snapshot_store.atomic_write_text = real
+        storage.write_text = real
     # every events file of the first interval staged twice (rows identical in msg_id, stream and
-    # stream_seq): dedupe must still keep exactly one row per message ID
-    import glob
+    # stream_seq; the copies named in the folder's manifest): dedupe must still keep exactly one
+    # row per message ID
+    import shutil
     first_iid = cfg["intervals"][0][0]
     dup_dir = cfg["root_dup"] + "/events/interval=" + first_iid
     shutil.copytree(root + "/events/interval=" + first_iid, dup_dir)
-    for path in glob.glob(dup_dir + "/**/*.parquet", recursive=True):
-        shutil.copy(path, path[:-len(".parquet")] + "-again.parquet")
+    manifest = json.load(open(dup_dir + "/_manifest.json"))
+    copies = []
+    for entry in manifest["files"]:
+        again = entry["path"][:-len(".parquet")] + "-again.parquet"
+        shutil.copy(dup_dir + "/" + entry["path"], dup_dir + "/" + again)
+        copies.append({**entry, "path": again})
+    manifest["files"] += copies
+    manifest["rows"] *= 2
+    json.dump(manifest, open(dup_dir + "/_manifest.json", "w"))
     out["dedupe_dup"] = dedupe_events.run(spark, dedupe_events.parse_args(
         ["--root", cfg["root_dup"], "--interval-id", first_iid]))
     # garbage collection on a copy: keep the newest 2 versions
     shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
-    out["gc"] = snapshot_store.collect_garbage(spark, cfg["root_gc"], 2)
+    out["gc"] = snapshot_store.collect_garbage(cfg["root_gc"], 2)
     spark.stop()
     json.dump(out, open(cfg["out"], "w"), default=str)
 ''')
@@ -149,33 +216,6 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
         pytest.fail(f"spark-submit {app} failed ({proc.returncode}):\n{tail}")
-
-
-def stage(root: Path, sim) -> list[tuple[str, str, int]]:
-    """Write every interval's messages as committed staging batches (one per owner x event type).
-
-    Stream sequences are the publish order (1-based); server times lie inside the interval.
-    :return: ``[(interval_id, end ISO, end ns)]``.
-    """
-    bounds = sim.config.interval_bounds()
-    out = []
-    for k, (start, end) in enumerate(bounds):
-        iid = staging.interval_id(start, end)
-        groups: dict[tuple[str, str], list] = {}
-        for seq, m in enumerate(sim.messages, start=1):
-            if m.interval != k:
-                continue
-            subject = subjects.parse_subject(m.subject)
-            groups.setdefault((subject.owner_id, subject.event_type), []).append(
-                (seq, m.subject, start + seq, None, m.data))
-        for (owner, event_type), msgs in sorted(groups.items()):
-            with staging.StagingWriter(root, stream="EVENTS", owner_id=owner, event_type=event_type,
-                                       interval_id=iid, subject_filters=[f"plgd.owners.{owner}.>"],
-                                       bounds={"kind": "time", "start_ns": start, "end_ns": end}) as w:
-                w.write(msgs)
-                w.commit()
-        out.append((iid, staging.ns_to_iso(end), end))
-    return out
 
 
 def table_rows(root: Path, table: str, manifest=None) -> list[dict]:
@@ -198,7 +238,7 @@ def pipeline(tmp_path_factory):
     root, root_all = base / "data", base / "data_all"
     root.mkdir()
     sim = generate(CONFIG)
-    intervals = stage(root, sim)
+    intervals = stage_simulation(root, sim)
     py_files = build_py_files_zip(base / "py")
     driver = base / "driver.py"
     driver.write_text(DRIVER)
@@ -255,38 +295,37 @@ def test_incremental_equals_all_at_once(pipeline):
         assert table_rows(pipeline.root_all, table) == table_rows(pipeline.root, table), table
 
 
-def test_rebuild_readers_give_identical_tables(pipeline):
-    """``--reader spark`` (Spark's Parquet scan) and the default ``--reader arrow`` (pyarrow in
-    Python tasks + a Python shuffle): the same rows in every table, the internal state too."""
-    arrow, spark = pipeline.out["all_at_once"], pipeline.out["all_at_once_spark_reader"]
-    assert (arrow["reader"], spark["reader"]) == ("arrow", "spark")
-    assert spark["events"] == arrow["events"] > 0 and spark["fold"] == arrow["fold"]
+def test_rebuild_equals_the_spark_oracle(pipeline):
+    """The rebuild (pyarrow in Python tasks + a Python shuffle by bucket, buckets from the
+    ``xxhash`` wheel) and a Spark oracle (Spark's Parquet scan, Spark SQL's bucket expression, a
+    ``repartition`` and ``mapInArrow``): the same rows in every table, the internal state too."""
+    arrow, oracle = pipeline.out["all_at_once"], pipeline.out["rebuild_oracle"]
+    assert oracle["events"] == arrow["events"] > 0 and oracle["fold"] == arrow["fold"]
+    manifest = {"tables": oracle["tables"]}
     for table in snapshot_store.ALL_TABLES:
-        assert table_rows(pipeline.root_spark, table) == table_rows(pipeline.root_all, table), table
+        got = snapshot_store.read_table(str(pipeline.root_spark), table, manifest).to_pylist()
+        assert got == table_rows(pipeline.root_all, table), table
 
 
 def test_python_bucket_function_equals_spark_sql(pipeline):
-    """``airflow_provider_plgd.spark.xxhash64`` (used by ``--reader arrow``) gives Spark's ``xxhash64`` and
+    """``snapshot_store.device_bucket`` (the ``xxhash`` wheel, used by the rebuild) gives Spark's ``xxhash64`` and
     ``pmod(xxhash64(device_id), 32)`` for every simulated device and 2,000 random strings."""
     assert pipeline.out["xxhash_checked"] > 2000
     assert pipeline.out["xxhash_mismatches"] == []
 
 
-def test_dedupe_decisions_on_driver_and_in_spark_agree(pipeline):
-    """The last interval decided by Spark windows (``--driver-decide-rows 0``) equals the pyarrow
-    decision on the driver (the default for this size): same counts, rows and index."""
+def test_dedupe_decision_equals_the_spark_oracle(pipeline):
+    """The last interval decided by Spark windows (the oracle in the driver) equals the pyarrow
+    decision on the driver: same counts, rows and index."""
     iid = pipeline.intervals[-1][0]
-    driver, spark = pipeline.out["dedupe"][-1], pipeline.out["dedupe_spark_decision"]
-    assert (driver["decided_on"], spark["decided_on"]) == ("driver", "spark")
-    assert driver["method"] == spark["method"] == "files"
-    for key in ("input", "output", "within_batch_duplicates", "cross_batch_duplicates", "null_msg_id",
-                "per_event_type", "previous_intervals"):
-        assert spark[key] == driver[key], key
+    driver, oracle = pipeline.out["dedupe"][-1], pipeline.out["dedupe_oracle"]
+    for key in ("per_event_type", "null_msg_id"):
+        assert oracle[key] == driver[key], key
     assert driver["cross_batch_duplicates"] > 0 and driver["within_batch_duplicates"] > 0
-    assert deduped_rows(pipeline.root_spark, iid) == deduped_rows(pipeline.root, iid)
-    index = [ds.dataset(str(r / "msgid_index" / f"interval={iid}"), format="parquet").to_table()
-             .column("msg_id").to_pylist() for r in (pipeline.root, pipeline.root_spark)]
-    assert index[0] == index[1] == sorted(set(index[0]))
+    assert [[r["msg_id"], r["stream_seq"], r["event_type"]] for r in deduped_rows(pipeline.root, iid)] == \
+        sorted(oracle["kept"])
+    index = ds.dataset(str(pipeline.root / "msgid_index" / f"interval={iid}"), format="parquet").to_table()
+    assert index.column("msg_id").to_pylist() == oracle["index"] == sorted(set(oracle["index"]))
 
 
 def test_dedupe_one_row_per_message_id_and_counts(pipeline):
@@ -335,7 +374,7 @@ def test_dedupe_of_exact_copies_falls_back_to_full_rows(pipeline):
     assert deduped_rows(pipeline.root_dup, iid) == deduped_rows(pipeline.root, iid)
     dup, main = pipeline.out["dedupe_dup"], pipeline.out["dedupe"][0]
     assert dup["input"] == 2 * main["input"] and dup["output"] == main["output"]
-    assert (dup["decided_on"], dup["method"]) == ("spark", "spark")  # the listing differs from the manifest
+    assert dup["exact_copies"] is True and main["exact_copies"] is False
     assert dup["within_batch_duplicates"] == main["input"] + main["within_batch_duplicates"]
 
 
@@ -403,7 +442,7 @@ def test_dedupe_rerun_gives_identical_output(pipeline):
 
 
 def test_cli_rerun_gives_identical_output(pipeline):
-    """spark-submit of the rebuild application itself (``main`` = ``common.run_app``, shared by the
+    """spark-submit of the rebuild application itself (``main`` = ``session.run_app``, shared by the
     three apps): rerunning the last interval gives the same snapshot tables."""
     iid, end_iso, end_ns = pipeline.intervals[-1]
     before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}

@@ -20,7 +20,7 @@ The kill points are made deterministic by a hook in the driver: at the chosen po
 marker file and sleeps; the test SIGKILLs the process group when the marker appears.
 **Concurrency**: process 4 ends with a decode of interval 0 into a second root (run A) that
 stops at its commit until a fifth ``spark-submit`` (run B, the same interval) has finished or
-has removed A's temp folder, then commits: two runs of one interval, deterministically
+has removed one of A's files, then commits: two runs of one interval, deterministically
 overlapping.
 
 Every final table is compared with the ground truth: events + quarantine with the staged rows
@@ -48,9 +48,9 @@ import pyarrow.dataset as ds
 import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
+from tests.integration.staging_data import stage_simulation
 
 from airflow_provider_plgd import staging
-from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from airflow_provider_plgd.spark import schemas, snapshot_store
@@ -69,16 +69,16 @@ DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the re
 DRIVER = textwrap.dedent('''
     """Runs plgd Spark applications in one JVM with an optional hang point (test_faults_spark.py)."""
     import json, os, sys, time, traceback
-    from airflow_provider_plgd.spark import common, snapshot_store
+    from airflow_provider_plgd.spark import session, storage
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
     hang = {"point": None}
-    real_commit, real_atomic = common.commit_dir, snapshot_store.atomic_write_text
+    real_commit, real_write = storage.commit_folder, storage.write_text
 
-    def reached(point, temp_path=None):
+    def reached(point, probe=None):
         """At the armed point: write the marker, then sleep until killed, or (``wait_for``) until
-        another run has finished or has removed this run's temp folder, and continue."""
+        another run has finished or has removed ``probe`` (a file of this run), and continue."""
         open(cfg["marker"] + ".tmp", "w").write(point)
         os.rename(cfg["marker"] + ".tmp", cfg["marker"])
         if not cfg.get("wait_for"):
@@ -86,24 +86,24 @@ DRIVER = textwrap.dedent('''
             return
         deadline = time.time() + 90
         while time.time() < deadline and not os.path.exists(cfg["wait_for"]) and (
-                temp_path is None or os.path.exists(temp_path)):
+                probe is None or os.path.exists(probe)):
             time.sleep(0.1)
         time.sleep(1.0)
 
-    def commit_dir(spark, temp_path, final_path):
-        if hang["point"] and final_path.rstrip("/").endswith(hang["point"]):
-            reached(hang["point"], temp_path)
-        return real_commit(spark, temp_path, final_path)
+    def commit_folder(folder, files, **kwargs):
+        if hang["point"] and folder.rstrip("/").endswith(hang["point"]):
+            reached(hang["point"], os.path.join(folder, files[0]["path"]) if files else None)
+        return real_commit(folder, files, **kwargs)
 
-    def atomic_write_text(spark, path, text):
-        if hang["point"] == "snapshot_manifest" and path.endswith("/_manifest.json"):
+    def write_text(path, text):
+        if hang["point"] == "snapshot_manifest" and "/snapshots/v=" in path and path.endswith("/_manifest.json"):
             reached(hang["point"])
-        return real_atomic(spark, path, text)
+        return real_write(path, text)
 
-    common.commit_dir = commit_dir
-    snapshot_store.atomic_write_text = atomic_write_text
+    storage.commit_folder = commit_folder
+    storage.write_text = write_text
     apps = {"decode": decode_events, "dedupe": dedupe_events, "rebuild": rebuild_snapshots}
-    spark = common.build_spark_session("plgd-test-faults")
+    spark = session.build_spark_session("plgd-test-faults")
     out = []
     for step in cfg["steps"]:
         hang["point"] = step.get("hang")
@@ -188,24 +188,6 @@ class Run:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
 
-def stage(root: Path, sim) -> list[tuple[str, str, int]]:
-    """Stage every interval's messages (one committed batch per owner x event type); sequences are
-    the publish order (1-based); server times inside the interval. Returns ``[(iid, end ISO, end ns)]``."""
-    out = []
-    for k, (start, end) in enumerate(sim.config.interval_bounds()):
-        iid = staging.interval_id(start, end)
-        groups: dict[tuple[str, str], list] = {}
-        for seq, m in enumerate(sim.messages, start=1):
-            if m.interval == k:
-                subject = subjects.parse_subject(m.subject)
-                groups.setdefault((subject.owner_id, subject.event_type), []).append(
-                    (seq, m.subject, start + seq, None, m.data))
-        for (owner, event_type), msgs in sorted(groups.items()):
-            write_batch(root, owner, event_type, iid, msgs, {"kind": "time", "start_ns": start, "end_ns": end})
-        out.append((iid, staging.ns_to_iso(end), end))
-    return out
-
-
 def write_batch(root, owner, event_type, iid, rows, bounds):
     with staging.StagingWriter(root, stream="EVENTS", owner_id=owner, event_type=event_type, interval_id=iid,
                                subject_filters=[f"plgd.owners.{owner}.>"], bounds=bounds) as w:
@@ -273,11 +255,21 @@ def decoded_keys(root: Path, iid: str) -> tuple[list, list]:
 
 
 def committed(path: Path) -> bool:
-    return (path / "_SUCCESS").exists()
+    """A folder is committed when it holds its manifest (``storage.commit_folder``)."""
+    return (path / "_manifest.json").exists()
 
 
-def temp_dirs(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.glob("*/_tmp-*"))
+def unnamed_files(folder: Path) -> list[str]:
+    """Data files below ``folder`` that its manifest (if any) does not name: invisible to readers."""
+    named = set()
+    if (folder / "_manifest.json").exists():
+        named = {f["path"] for f in json.loads((folder / "_manifest.json").read_text())["files"]}
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet") if str(p.relative_to(folder)) not in named)
+
+
+def table_folders(root: Path) -> list[Path]:
+    return sorted(p for table in ("events", "quarantine", "events_deduped", "msgid_index")
+                  for p in (root / table).glob("interval=*"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +282,7 @@ def faults(tmp_path_factory):
     base = tmp_path_factory.mktemp("faults_spark")
     root, fuzz_root, durable_root = base / "data", base / "fuzz", base / "durable"
     sim = generate(CONFIG)
-    intervals = stage(root, sim)
+    intervals = stage_simulation(root, sim)
     write_batch(fuzz_root, "fuzz", "mixed", FUZZ_IID, fuzz_rows(sim), {"kind": "seq"})
     for first, last in DURABLE_BATCHES:  # the first 30 published messages, as durable batches
         rows = [(seq, sim.messages[seq - 1].subject, 1_767_225_600_000_000_000 + seq, None, sim.messages[seq - 1].data)
@@ -337,7 +329,8 @@ def _runs(base, py_files, root, fuzz_root, durable_root, intervals, decode, dedu
     state["after_decode_kill"] = {
         "events": committed(root / "events" / f"interval={i1}"),
         "quarantine": committed(root / "quarantine" / f"interval={i1}"),
-        "temp": temp_dirs(root), "summary": (root / "_runs" / "decode" / f"interval={i1}.json").exists()}
+        "unnamed": len(unnamed_files(root / "events" / f"interval={i1}")),
+        "summary": (root / "_runs" / "decode" / f"interval={i1}.json").exists()}
     # 2: decode 1 rerun; dedupe 1 killed at the events_deduped commit (msgid_index already committed)
     run = Run(base, "p2", py_files, [decode(i1), dedupe(i1, hang=f"events_deduped/interval={i1}")]).start()
     state["p2_marker"] = run.wait_marker()
@@ -380,17 +373,23 @@ def test_kills_landed_where_intended_and_left_nothing_half_visible(faults):
     s = faults.state
     assert s["p1_marker"] == f"events/interval={i1}"
     assert (s["p2_marker"], s["p3_marker"]) == (f"events_deduped/interval={i1}", "snapshot_manifest")
-    # decode killed: neither table of the interval committed, no summary; the temp folders stay hidden
+    # decode killed mid-write (its data files written, no manifest): neither table of the interval
+    # committed, no summary; the files it wrote are there but no manifest names them, so no reader
+    # of ours sees them (docs/reliability.md, "The commit rule")
     assert s["after_decode_kill"]["events"] is False and s["after_decode_kill"]["quarantine"] is False
     assert s["after_decode_kill"]["summary"] is False
-    assert any(t.startswith("events/_tmp-interval=") for t in s["after_decode_kill"]["temp"])
+    assert s["after_decode_kill"]["unnamed"] > 0
     # dedupe killed between its two commits: the index is there, the deduplicated events are not
     assert s["after_dedupe_kill"] == {"deduped": False, "index": True}
     # rebuild killed before its manifest: the previous snapshot stays current; its files are unreferenced
     assert s["after_rebuild_kill"]["latest"] == snapshot_store.version_id(faults.intervals[0][2])
     assert s["after_rebuild_kill"]["v1_manifest"] is False and s["after_rebuild_kill"]["v1_files"] > 0
-    # leftovers of killed runs are only ever hidden temp folders (readers skip ``_`` names)
-    assert all(t.split("/")[-1].startswith("_tmp-") for t in temp_dirs(faults.root))
+    # the reruns removed what the killed runs left: every committed folder holds exactly the files
+    # its manifest names
+    folders = table_folders(faults.root)
+    assert len(folders) == 8 and all(committed(f) for f in folders)
+    assert {str(f.relative_to(faults.root)): unnamed_files(f) for f in folders} == \
+        {str(f.relative_to(faults.root)): [] for f in folders}
 
 
 def test_decode_after_kill_and_rerun_equals_the_staged_rows(faults):

@@ -187,7 +187,7 @@ def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream,
 # Case 4: decode reads the batches the ledger names, not whatever manifests exist
 # ---------------------------------------------------------------------------------------------
 def test_decode_refuses_an_interval_whose_named_batch_is_missing(jetstream, storage_root):
-    from airflow_provider_plgd.spark_apps.decode_events import ledger_manifests
+    from airflow_provider_plgd.spark.decode_job import ledger_manifests
 
     publish_messages(jetstream.url, traffic(10))
     start_ns, end_ns = bounds_around(jetstream.url)
@@ -281,7 +281,7 @@ def test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small(jetst
     """The ETL maps its fetch tasks over ``{"ledger_group": i}``: the owners live in the ledger, not in XCom."""
     from airflow_provider_plgd.etl import write_interval_ledger
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-    from airflow_provider_plgd.spark_apps.decode_events import ledger_manifests
+    from airflow_provider_plgd.spark.decode_job import ledger_manifests
 
     publish_messages(jetstream.url, traffic(3))
     start_ns, end_ns = bounds_around(jetstream.url)

@@ -483,7 +483,7 @@ def test_spark_schemas_convert():
 # ---- helpers of the Spark app that run without Spark -------------------------------------------
 
 def test_hive_escape_matches_spark():
-    from airflow_provider_plgd.spark.common import HIVE_DEFAULT_PARTITION, hive_escape, partition_dir
+    from airflow_provider_plgd.spark.parquet_io import HIVE_DEFAULT_PARTITION, hive_escape, partition_dir
 
     assert hive_escape("e1407479-3136-56c0-9908-bb02fb0339e2") == "e1407479-3136-56c0-9908-bb02fb0339e2"
     assert hive_escape("urn:uuid:{A}") == "urn%3Auuid%3A%7BA}"
@@ -495,7 +495,7 @@ def test_hive_escape_matches_spark():
 def test_partitioned_writer_deterministic_files(tmp_path):
     import pyarrow.dataset as ds
 
-    from airflow_provider_plgd.spark.common import ArrowPartitionedWriter
+    from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
 
     cases = all_cases()
     batch = staging_batch([(s, d) for _, s, d, _ in cases])
@@ -503,14 +503,14 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     files = []
     for attempt in range(2):  # a retried task attempt rewrites the same names with the same content
         w = ArrowPartitionedWriter(str(tmp_path / "ev"), 7, schemas.EVENTS_SCHEMA, schemas.EVENTS_PARTITION_COLUMNS,
-                                   row_group_rows=4)
+                                   write_id="w1", row_group_rows=4)
         w.write(out.slice(0, 10))
         w.write(out.slice(10))
         files.append(w.close())
     assert files[0] == files[1]
     assert sum(f["rows"] for f in files[0]) == out.num_rows
     assert {f["partition"]["event_type"] for f in files[0]} == set(EVENT_TYPES)
-    assert all(f["path"].endswith("/part-00007.parquet") and f["path"].startswith(f"owner_id={OWNER}/")
+    assert all(f["path"].endswith("/part-00007-w1.parquet") and f["path"].startswith(f"owner_id={OWNER}/")
                for f in files[0])
     on_disk = sorted(str(p.relative_to(tmp_path / "ev")) for p in (tmp_path / "ev").rglob("*.parquet"))
     assert on_disk == sorted(f["path"] for f in files[0])
@@ -518,9 +518,10 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     back = ds.dataset(str(tmp_path / "ev"), format="parquet", partitioning=part).to_table()
     assert back.num_rows == out.num_rows
     assert sorted(back.column("msg_id").to_pylist()) == sorted(out.column("msg_id").to_pylist())
-    empty = ArrowPartitionedWriter(str(tmp_path / "q"), 0, schemas.QUARANTINE_SCHEMA, (), always_write=True).close()
-    assert empty == [{"path": "part-00000.parquet", "rows": 0, "partition": {}}]
-    assert pa.parquet.read_table(tmp_path / "q" / "part-00000.parquet").num_rows == 0
+    empty = ArrowPartitionedWriter(str(tmp_path / "q"), 0, schemas.QUARANTINE_SCHEMA, (), write_id="w1",
+                                   always_write=True).close()
+    assert empty == [{"path": "part-00000-w1.parquet", "rows": 0, "partition": {}}]
+    assert pa.parquet.read_table(tmp_path / "q" / "part-00000-w1.parquet").num_rows == 0
 
 
 def test_headers_json_input_column():
@@ -547,7 +548,7 @@ def test_py_files_zip(tmp_path):
                    "airflow_provider_plgd/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
                    "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "airflow_provider_plgd/spark_apps/decode_events.py",
                    "airflow_provider_plgd/spark/decode_batch.py", "airflow_provider_plgd/spark/schemas.py",
-                   "airflow_provider_plgd/spark/common.py"):
+                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/spark/storage.py"):
         assert needed in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert "airflow_provider_plgd/hooks/jetstream.py" in names  # the package, whole
@@ -555,8 +556,8 @@ def test_py_files_zip(tmp_path):
 
 
 def test_plan_tasks_packs_row_groups_into_few_decreasing_tasks():
-    """``decode_events.plan_tasks``: every row group once, few tasks, big first, even tail."""
-    from airflow_provider_plgd.spark_apps.decode_events import plan_tasks
+    """``task_plan.plan_tasks``: every row group once, few tasks, big first, even tail."""
+    from airflow_provider_plgd.spark.task_plan import plan_tasks
 
     # the bench's shape: 10 x 50k, 5 x 28k, ..., 5 x 20 rows (75 row groups, 974k rows)
     sizes = [50_000] * 10 + [28_000] * 5 + [12_700] * 5 + [9_200] * 5 + [8_000] * 5 + [7_200] * 5 \
@@ -581,11 +582,12 @@ def test_plan_tasks_packs_row_groups_into_few_decreasing_tasks():
 
 
 def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypatch):
-    """``decode_events.make_rdd_task`` run in-process (no Spark): the packed row groups of a staging
+    """``decode_job.make_rdd_task`` run in-process (no Spark): the packed row groups of a staging
     file are read once each, decoded rows land in ``events``, bad ones in ``quarantine``."""
     import pyarrow.dataset as ds
 
-    from airflow_provider_plgd.spark_apps.decode_events import make_rdd_task, plan_tasks, staging_units
+    from airflow_provider_plgd.spark.decode_job import make_rdd_task, staging_units
+    from airflow_provider_plgd.spark.task_plan import plan_tasks
 
     cases = all_cases()
     rows = [(s, d) for _, s, d, _ in cases] * 3 + [(cases[0][1], b"\x00bad")]
@@ -603,7 +605,7 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     for task_id, task_units in enumerate(tasks):  # one Spark task (partition) per element
         ctx = type("Ctx", (), {"partitionId": lambda self, i=task_id: i})()
         monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls, c=ctx: c))
-        records += list(make_rdd_task(INTERVAL, ev, q, batch_rows=5)(iter([task_units])))
+        records += list(make_rdd_task(INTERVAL, ev, q, "w1", batch_rows=5)(iter([task_units])))
     by_table = collections.Counter()
     for table, _path, _o, _e, _d, _reason, n in records:
         by_table[table] += n

@@ -1,4 +1,4 @@
-"""airflow_provider_plgd.spark.dedupe_decision (the pyarrow keep/drop decision) and airflow_provider_plgd.spark.xxhash64, without Spark.
+"""airflow_provider_plgd.spark.dedupe_decision (the pyarrow keep/drop decision) and the snapshot bucket of a device, without Spark.
 
 The Spark side of both (the window decision, Spark SQL ``xxhash64``) is compared with these in
 tests/integration/test_dedupe_rebuild.py.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd.spark import dedupe_decision, xxhash64
+from airflow_provider_plgd.spark import dedupe_decision, snapshot_store
 
 
 def keys(rows):
@@ -68,15 +68,43 @@ def test_empty_input_and_seen_ids():
     assert dedupe_decision.seen_ids(pa.array(["a"]), []).to_pylist() == []
 
 
+#: Spark ``xxhash64`` values and buckets pinned from the pure-Python XXH64 this project used before
+#: the ``xxhash`` wheel (and checked against Spark SQL by tests/integration/test_dedupe_rebuild.py):
+#: (value, xxhash64, bucket of 32, bucket of 5). Snapshots written before keep their buckets.
+KNOWN_BUCKETS = [
+    ("", -7444071767201028348, 4, 2),
+    ("a", -8582455328737087284, 12, 1),
+    ("abcde", -990457398947679591, 25, 4),
+    ("0123456789", -4230122786429606431, 1, 4),
+    ("x" * 31, -1716462135722163746, 30, 4),
+    ("y" * 32, 5202031258905353636, 4, 1),
+    ("00000000-0000-4000-8000-000000001234", -6166844354232818858, 22, 2),
+    ("é€😀-device", -2135587613609331485, 3, 0),
+    ("00000000-0000-4000-8000-000000001234" * 3, 1915621983201245221, 5, 1),
+]
+
+
 def test_xxh64_reference_vectors_and_spark_sign():
+    import xxhash
+
     # xxHash reference values (seed 0)
-    assert xxhash64.xxh64(b"") == 0xEF46DB3751D8E999
-    assert xxhash64.xxh64(b"a") == 0xD24EC4F1A98C6E5B
-    assert xxhash64.xxh64(b"abc") == 0x44BC2CF5AD770999
+    assert xxhash.xxh64_intdigest(b"", 0) == 0xEF46DB3751D8E999
+    assert xxhash.xxh64_intdigest(b"a", 0) == 0xD24EC4F1A98C6E5B
+    assert xxhash.xxh64_intdigest(b"abc", 0) == 0x44BC2CF5AD770999
     # signed like a Java long; buckets in range for every length branch (<4, <8, <32, >=32 bytes)
-    for value in ["", "a", "abcde", "0123456789", "x" * 31, "y" * 32, "00000000-0000-4000-8000-000000001234" * 3]:
-        h = xxhash64.spark_xxhash64(value)
+    for value, h, b32, b5 in KNOWN_BUCKETS:
+        assert snapshot_store.spark_xxhash64(value) == h
         assert -(1 << 63) <= h < (1 << 63)
-        assert 0 <= xxhash64.bucket(value, 32) < 32
+        assert snapshot_store.device_bucket(value, 32) == b32 and snapshot_store.device_bucket(value, 5) == b5
     with pytest.raises(ValueError, match="buckets must be >= 1, got 0"):
-        xxhash64.bucket("a", 0)
+        snapshot_store.device_bucket("a", 0)
+
+
+def test_dropped_rows_name_exact_copies_by_position():
+    # rows 0 and 2 are the same stored message staged twice (equal msg_id, stream, stream_seq):
+    # the key cannot tell them apart, the positions can
+    d = dedupe_decision.decide(keys([("m1", "S", 3, "s", "e"), ("m2", "S", 4, "s", "e"),
+                                     ("m1", "S", 3, "s", "e"), ("m1", "S", 9, "s", "e")]))
+    assert d.exact_copies is True
+    assert d.dropped_rows.to_pylist() == [2, 3]
+    assert d.totals() == {"input": 4, "output": 2, "within_batch": 2, "cross_batch": 0}

@@ -3,12 +3,12 @@ never taken from the shared storage root, and a zip changed after ``plan`` is ne
 
 Security issue #14, hole 2: the zip used to live at ``{root}/_deps/plgd_py_files.zip``; anyone who
 could write the storage root (in the compose stack the Spark workers mount it) replaced it with
-one whose ``airflow_provider_plgd/spark/common.py`` dumped ``AIRFLOW_CONN_*``, and the decode task ran it.
+one whose ``airflow_provider_plgd/spark/session.py`` dumped ``AIRFLOW_CONN_*``, and the decode task ran it.
 
 The tests build the real ETL DAG, run the real ``plan`` callable and the real Spark task's
 ``execute`` (``PlgdSparkSubmitOperator`` -> ``SparkSubmitHook``). The one fake is ``spark-submit``:
 a script first on ``PATH`` that does what a client-mode driver does with ``--py-files`` -- puts the
-zip on ``sys.path`` and imports ``airflow_provider_plgd.spark.common`` from it -- and records that it was called.
+zip on ``sys.path`` and imports ``airflow_provider_plgd.spark.session`` from it -- and records that it was called.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from airflow_provider_plgd.spark_deps import PyFilesIntegrityError
 
 UTC = timezone.utc
 
-#: What the attacker's ``airflow_provider_plgd/spark/common.py`` does: write the worker's connection variables.
+#: What the attacker's ``airflow_provider_plgd/spark/session.py`` does: write the worker's connection variables.
 PAYLOAD = """
 import json, os
 with open(os.environ["PLGD_TEST_PAYLOAD_OUT"], "w") as fh:
     json.dump({k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_CONN_")}, fh)
 """
 
-#: A client-mode driver in miniature: the zip goes on sys.path, the app imports airflow_provider_plgd.spark.common.
+#: A client-mode driver in miniature: the zip goes on sys.path, the app imports airflow_provider_plgd.spark.session.
 FAKE_SPARK_SUBMIT = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
@@ -46,16 +46,16 @@ with open(os.environ["PLGD_TEST_SUBMITTED"], "w") as fh:
 sys.path.insert(0, py_files)
 for name in [m for m in sys.modules if m == "airflow_provider_plgd" or m.startswith("airflow_provider_plgd.")]:
     del sys.modules[name]
-import airflow_provider_plgd.spark.common
+import airflow_provider_plgd.spark.session
 """
 
 
 def tampered_zip(original: bytes) -> bytes:
-    """The original zip with ``airflow_provider_plgd/spark/common.py`` replaced by :data:`PAYLOAD`."""
+    """The original zip with ``airflow_provider_plgd/spark/session.py`` replaced by :data:`PAYLOAD`."""
     out = io.BytesIO()
     with zipfile.ZipFile(io.BytesIO(original)) as src, zipfile.ZipFile(out, "w") as dst:
         for info in src.infolist():
-            data = PAYLOAD.encode() if info.filename == "airflow_provider_plgd/spark/common.py" else src.read(info)
+            data = PAYLOAD.encode() if info.filename == "airflow_provider_plgd/spark/session.py" else src.read(info)
             dst.writestr(info, data)
     return out.getvalue()
 
@@ -138,7 +138,7 @@ def test_zip_swapped_after_plan_is_never_executed(setup):
 
 def test_untampered_zip_runs_and_payload_demo_is_real(setup):
     """Control: the verified zip is what spark-submit gets, and the fake driver really imports
-    airflow_provider_plgd.spark.common from it (so the test above would have caught the payload)."""
+    airflow_provider_plgd.spark.session from it (so the test above would have caught the payload)."""
     planned = setup.plan()
     setup.run_spark_task("decode", planned)
     submitted = json.loads(setup.submitted.read_text())

@@ -1,0 +1,29 @@
+"""argparse pieces shared by the three applications' command lines."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Iterable
+
+
+def name_list(value: str) -> list[str]:
+    """argparse ``type`` for a comma-separated list: ``"a,b, c"`` -> ``["a", "b", "c"]`` (empties dropped)."""
+    return [item.strip() for item in str(value).split(",") if item.strip()]
+
+
+def flatten_lists(values: Iterable[Iterable[str]] | None) -> list[str] | None:
+    """Flatten an ``action="append"``/``nargs`` list of :func:`name_list` results; None or [] -> None."""
+    if not values:
+        return None
+    flat = [v for group in values for v in (group if isinstance(group, list) else [group])]
+    return flat or None
+
+
+def add_interval_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--interval-id`` (required), ``--summary-path`` and ``--log-level``."""
+    parser.add_argument("--interval-id", required=True,
+                        help="staging interval ID (airflow_provider_plgd.staging.interval_id)")
+    parser.add_argument("--summary-path", default=None,
+                        help="where to write the run summary JSON "
+                             "(default {output_root}/_runs/{app}/interval={interval_id}.json)")
+    parser.add_argument("--log-level", default="INFO", help="Python log level (default INFO)")

@@ -1,0 +1,49 @@
+"""The run summary each application writes last: ``{root}/_runs/{app}/interval={interval_id}.json``.
+
+The path rule and the readers live in ``airflow_provider_plgd.run_summary``; this module writes
+(one atomic write through ``storage.write_text``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Mapping
+
+from airflow_provider_plgd.run_summary import run_summary_path
+from airflow_provider_plgd.spark import storage
+
+log = logging.getLogger("plgd.spark")
+
+
+def summary_path(output_root: str, app: str, interval_id: str, explicit: str | None = None) -> str:
+    """``explicit`` if given, else ``{output_root}/_runs/{app}/interval={interval_id}.json``."""
+    return explicit or run_summary_path(output_root, app, interval_id)
+
+
+def write_summary(path: str, summary: Mapping[str, Any]) -> str:
+    """Write a run summary as indented, key-sorted JSON (see :func:`summary_path`); return the path.
+
+    :raises OSError: the summary cannot be written.
+    """
+    storage.write_text(path, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    log.info("run summary written to %s", path)
+    return path
+
+
+def finish_run(summary: dict[str, Any], *, output_root: str, app: str, interval_id: str,
+               explicit_path: str | None = None) -> dict[str, Any]:
+    """The common end of every app's ``run``: write ``summary`` (:func:`write_summary` at
+    :func:`summary_path`), add its location as ``summary["summary_path"]`` and return it.
+
+    :param summary: JSON-serialisable dict (the app's documented summary keys).
+    :param output_root: storage root of the app's outputs (path or fsspec URL).
+    :param app: ``decode`` / ``dedupe`` / ``rebuild`` (the ``_runs/{app}`` folder).
+    :param interval_id: the interval the run processed.
+    :param explicit_path: the app's ``--summary-path`` (wins when given).
+    :raises OSError: the summary cannot be written.
+    """
+    path = summary_path(output_root, app, interval_id, explicit_path)
+    write_summary(path, summary)
+    summary["summary_path"] = path
+    return summary
