@@ -163,22 +163,18 @@ dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERV
                     spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
 """
 
-#: What the Spark applications need before this test can pass (issue #17, branch r-spark).
-SPARK_ON_S3_MISSING = (
-    "the Spark applications still use Hadoop file calls (common.cleanup_temp_dirs -> hadoop_path: "
-    "No FileSystem for scheme \"s3\"); waiting for the fsspec storage layer with manifest commits (r-spark)"
-)
-
-
 def _table_rows(root: str, folder: str) -> list[dict]:
-    """Every row of the Parquet files under ``{root}/{folder}`` (hidden names skipped), sorted."""
+    """The rows of the committed folder ``{root}/{folder}``: the files its manifest names
+    (``spark.storage.folder_files``; readers trust only manifests), sorted."""
     import pyarrow.parquet as pq
 
-    fs, base = staging.to_fs(f"{root}/{folder}")
+    from airflow_provider_plgd.spark import storage
+
+    url = f"{root}/{folder}"
+    fs, base = staging.to_fs(url)
     fs.invalidate_cache()
-    files = sorted(p for p in fs.find(base) if p.endswith(".parquet")
-                   and not any(part.startswith((".", "_")) for part in p[len(base):].split("/")))
-    rows = [r for p in files for r in pq.read_table(p, filesystem=fs).to_pylist()]
+    rows = [r for rel, _size, _n in storage.folder_files(url)
+            for r in pq.read_table(f"{base}/{rel}", filesystem=fs).to_pylist()]
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
@@ -195,7 +191,6 @@ def _run_xcoms(dag_run) -> list:
 
 @pytest.mark.spark
 @pytest.mark.airflow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=SPARK_ON_S3_MISSING)
 def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_output(
         jetstream, dags_folder, storage_root, s3, monkeypatch, capfd, caplog):
     import time
