@@ -11,8 +11,6 @@ import json
 import time
 from typing import Any
 
-import fsspec
-
 APPS = ("decode", "dedupe", "rebuild")
 
 
@@ -24,7 +22,9 @@ def run_summary_path(root: str, app: str, interval_id: str) -> str:
 def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = run_summary_path(root, app, interval_id)
-    fs, fs_path = fsspec.core.url_to_fs(path)
+    from airflow_provider_plgd.staging import to_fs
+
+    fs, fs_path = to_fs(path)
     if not fs.exists(fs_path):
         return None
     with fs.open(fs_path, "r") as fh:

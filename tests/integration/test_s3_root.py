@@ -260,3 +260,39 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
     for secret in (s3.secret_access_key, s3.access_key_id):
         assert secret not in xcom_text
         assert secret not in logs
+
+
+def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
+    """s3fs caches every listing per file-system instance; the provider's listings and existence
+    checks on an object store must still see what another process (a fetch task, a Spark app)
+    wrote after this process listed the folder. Another process is another ``S3FileSystem``
+    instance here (``skip_instance_cache``)."""
+    import s3fs
+
+    from airflow_provider_plgd.run_summary import read_app_summary, run_summary_path
+
+    other = s3fs.S3FileSystem(skip_instance_cache=True)
+    interval = "20260101T000000Z_20260101T010000Z"
+    base = ledger.interval_dir(storage_root, "EVENTS", interval)
+    ledger.write_json(f"{base}/fetch/g1.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
+    assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 1
+    assert read_app_summary(storage_root, "decode", interval) is None
+    assert staging.list_committed(storage_root, "EVENTS") == []
+
+    other.pipe_file(staging.to_fs(f"{base}/fetch/g2.json")[1],
+                    json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
+    other.pipe_file(staging.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
+    with staging.StagingWriter(storage_root, stream="EVENTS", owner_id="6ba7b811-9dad-11d1-80b4-00c04fd430c8", event_type="resourcechanged",
+                               interval_id=interval, subject_filters=["plgd.owners.6ba7b811-9dad-11d1-80b4-00c04fd430c8.>"],
+                               bounds=staging.time_bounds(0, 1)) as writer:
+        writer.start_filter("plgd.owners.6ba7b811-9dad-11d1-80b4-00c04fd430c8.>")
+        committed = writer.commit()
+    folder = staging.to_fs(committed["folder"])[1]
+    manifest = other.cat_file(f"{folder}/_manifest.json")
+    other.rm(f"{folder}/_manifest.json")
+
+    assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 2
+    assert read_app_summary(storage_root, "decode", interval) == {"fetched": 3}
+    assert staging.list_committed(storage_root, "EVENTS") == []  # the manifest another process withdrew
+    other.pipe_file(f"{folder}/_manifest.json", manifest)
+    assert [m["folder"] for m in staging.list_committed(storage_root, "EVENTS")] == [committed["folder"]]
