@@ -4,8 +4,11 @@
 * the harness itself and the root's one spelling (``s3a://`` is an alias of ``s3://``);
 * the provider side on ``s3://<bucket>/plgd``: the fetch's staging, the interval ledger and the
   run summary, by running the ledger and fetch tests of ``test_ledger.py`` and
-  ``test_fetch_operator.py`` again with the root on the bucket (same assertions);
-* the whole ETL DAG through ``dag.test()`` with the root on the bucket.
+  ``test_fetch_operator.py`` again with the root on the bucket (same assertions), a byte-identical
+  staging rerun, and listings that see what other processes wrote (no s3fs listings cache);
+* the whole ETL DAG through ``dag.test()`` with the root on the bucket (real ``spark-submit``,
+  under ``/tmp/spark.lock``): snapshot = simulator, a rerun gives the same output, no credential
+  in task logs or XCom.
 """
 
 from __future__ import annotations
