@@ -299,3 +299,48 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     assert staging.list_committed(storage_root, "EVENTS") == []  # the manifest another process withdrew
     other.pipe_file(f"{folder}/_manifest.json", manifest)
     assert [m["folder"] for m in staging.list_committed(storage_root, "EVENTS")] == [committed["folder"]]
+
+
+KILLED_WRITER = """
+import os, signal, sys
+sys.path[:0] = [{repo!r}]
+from tests.unit.test_staging import OWNER, make_messages
+from airflow_provider_plgd import staging
+
+w = staging.StagingWriter({root!r}, stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
+                          interval_id="seq-000000000001-000000001000", subject_filters=["f1"],
+                          bounds={{"kind": "seq"}}, row_group_size=10, max_rows_per_file=25)
+w.open()
+w.start_filter("f1")
+w.write(make_messages(60))  # two part files closed (uploaded), the third open (not uploaded)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_staging_writer_killed_mid_rerun_leaves_nothing_visible_on_the_bucket(s3, storage_root):
+    """A real SIGKILL of a staging rerun between its part files and its manifest, on S3: the
+    folder is not committed (the old manifest was withdrawn first, no new one), readers see
+    nothing, and the next rerun commits the same bytes as the first run with no leftovers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.unit.test_staging import make_messages, write_batch
+
+    first = write_batch(storage_root, make_messages(60), row_group_size=10, max_rows_per_file=25)
+    before = _digest(first["folder"])
+    assert sorted(before) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+
+    repo = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(repo=repo, root=storage_root)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert staging.list_committed(storage_root, "EVENTS") == []
+    with pytest.raises(FileNotFoundError, match="no committed manifest"):
+        staging.read_manifest(first["folder"])
+    left = _digest(first["folder"])
+    # parts 0-1 rewritten (same bytes: deterministic), part 2 still the first run's; no manifest
+    assert left == {n: d for n, d in before.items() if n != "_manifest.json"}
+
+    again = write_batch(storage_root, make_messages(60), row_group_size=10, max_rows_per_file=25)
+    assert again == first and _digest(again["folder"]) == before
