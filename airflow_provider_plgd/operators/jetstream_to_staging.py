@@ -388,7 +388,9 @@ class JetStreamToStagingOperator(BaseOperator):
         from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
 
         if self.destination not in (None, ""):
-            return self.destination if not isinstance(self.destination, str) else normalize_storage_root(self.destination)
+            if isinstance(self.destination, str):
+                return normalize_storage_root(self.destination)
+            return self.destination
 
         params = context.get("params") or {}
         return resolve_storage_root(params.get("storage_root"), self.jetstream_conn_id)

@@ -23,10 +23,20 @@ from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_s
 from tests.integration.conftest import publish_messages
 
 # The same tests, with the storage root on the bucket (the ``storage_root`` fixture below).
-from tests.integration.test_fetch_operator import (  # noqa: F401 - collected here again
+from tests.integration.test_fetch_operator import (
     test_messages_on_interval_edges_go_to_exactly_one_interval,
 )
-from tests.integration.test_ledger import (  # noqa: F401 - collected here again
+from tests.integration.test_ledger import (
+    test_decode_refuses_an_interval_whose_named_batch_is_missing,
+    test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused,
+    test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
+    test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small,
+    test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer,
+)
+
+#: The tests collected here again (pytest collects imported test functions; this names them for linters).
+AGAIN_ON_S3 = (
+    test_messages_on_interval_edges_go_to_exactly_one_interval,
     test_decode_refuses_an_interval_whose_named_batch_is_missing,
     test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused,
     test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
@@ -285,10 +295,11 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     other.pipe_file(staging.to_fs(f"{base}/fetch/g2.json")[1],
                     json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
     other.pipe_file(staging.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
-    with staging.StagingWriter(storage_root, stream="EVENTS", owner_id="6ba7b811-9dad-11d1-80b4-00c04fd430c8", event_type="resourcechanged",
-                               interval_id=interval, subject_filters=["plgd.owners.6ba7b811-9dad-11d1-80b4-00c04fd430c8.>"],
+    owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
+    with staging.StagingWriter(storage_root, stream="EVENTS", owner_id=owner, event_type="resourcechanged",
+                               interval_id=interval, subject_filters=[f"plgd.owners.{owner}.>"],
                                bounds=staging.time_bounds(0, 1)) as writer:
-        writer.start_filter("plgd.owners.6ba7b811-9dad-11d1-80b4-00c04fd430c8.>")
+        writer.start_filter(f"plgd.owners.{owner}.>")
         committed = writer.commit()
     folder = staging.to_fs(committed["folder"])[1]
     manifest = other.cat_file(f"{folder}/_manifest.json")
