@@ -55,7 +55,9 @@ CONN_FIELDS: dict[str, dict] = {
     "tls_key": _string_field("TLS client key", "Path to the client private key (PEM)."),
     "storage_root": _string_field(
         "Storage root",
-        "Default root (local path or fsspec URL such as s3://bucket/plgd) for staging and tables.",
+        "Default root for staging and tables: a local path or an fsspec URL such as s3://bucket/plgd "
+        "(s3a:// is read as s3://). S3 endpoint and credentials come from the AWS_* environment "
+        "of the workers, never from this field.",
     ),
 }
 

@@ -1,7 +1,7 @@
 """The ETL run summary: fetch XComs plus the JSON summaries that the Spark applications write.
 
 Each Spark application writes ``{root}/_runs/{app}/interval={interval_id}.json`` (``app`` is
-``decode``, ``dedupe`` or ``rebuild``; see ``spark_apps/common.py``). This module reads them with
+``decode``, ``dedupe`` or ``rebuild``; see ``airflow_provider_plgd.spark.summary``). This module reads them with
 fsspec, so the root may be a local path or any fsspec URL.
 """
 
@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
-
-import fsspec
 
 from airflow_provider_plgd.times import interval_end_epoch
 
@@ -28,7 +26,9 @@ def run_summary_path(root: str, app: str, interval_id: str) -> str:
 def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = run_summary_path(root, app, interval_id)
-    fs, fs_path = fsspec.core.url_to_fs(path)
+    from airflow_provider_plgd.staging import to_fs
+
+    fs, fs_path = to_fs(path)
     if not fs.exists(fs_path):
         return None
     with fs.open(fs_path, "r") as fh:

@@ -218,7 +218,9 @@ def to_fs(root: Any) -> tuple[fsspec.AbstractFileSystem, str]:
     :param root: a local path (``str`` or ``os.PathLike``), an fsspec URL (``file://``, ``memory://``,
         ``s3://…``), or a path object with ``.fs`` and ``.path`` (Airflow ``ObjectStoragePath``,
         ``upath.UPath``).
-    :return: ``(fs, path)`` where ``path`` has no protocol and no trailing slash.
+    :return: ``(fs, path)`` where ``path`` has no protocol and no trailing slash; on object stores
+        (``s3://``, ``gs://``, …) a file system without a listings cache (``use_listings_cache=False``),
+        so that every listing and existence check sees what other processes wrote.
     :raises TypeError: another type.
     """
     fs = getattr(root, "fs", None)
@@ -229,7 +231,11 @@ def to_fs(root: Any) -> tuple[fsspec.AbstractFileSystem, str]:
         root = os.fspath(root)
     if not isinstance(root, str) or not root:
         raise TypeError(f"storage location must be a path, an fsspec URL or an ObjectStoragePath, got {root!r}")
-    fs, path = fsspec.core.url_to_fs(root)
+    protocol = fsspec.core.split_protocol(root)[0]
+    # Object stores: no listings cache. Other processes (fetch tasks, Spark) write the same folders,
+    # and a cached listing would hide their objects (s3fs caches every listing per instance).
+    options = {"use_listings_cache": False} if protocol in _OBJECT_STORE_PROTOCOLS else {}
+    fs, path = fsspec.core.url_to_fs(root, **options)
     return fs, path.rstrip("/") or "/"
 
 

@@ -1,5 +1,6 @@
-"""Shared test fixtures: a real nats-server with JetStream, the plgd stream on it, and a real
-PostgreSQL server for the tests that run Airflow's scheduler, triggerer or api-server.
+"""Shared test fixtures: a real nats-server with JetStream, the plgd stream on it, a real
+PostgreSQL server for the tests that run Airflow's scheduler, triggerer or api-server, and a real
+S3-compatible server (moto) for the object-storage tests.
 
 Airflow settings are fixed here, before anything imports airflow: AIRFLOW_HOME is a temp dir of
 this test session (never the user's), examples off, unit-test mode on.
@@ -23,6 +24,7 @@ import pytest  # noqa: E402
 
 from plgd_devtools.nats_server import NatsServer, recreate_stream  # noqa: E402
 from plgd_devtools.postgres_server import PostgresServer  # noqa: E402
+from plgd_devtools.s3_server import S3Server  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -80,3 +82,36 @@ def airflow_postgres_db(postgres_server):
     :class:`~plgd_devtools.postgres_server.Database`: ``url`` for psycopg,
     ``airflow_env()`` for the environment of every Airflow process."""
     return postgres_server.create_database()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A moto S3 server (:class:`~plgd_devtools.s3_server.S3Server`) on a free loopback port with
+    one bucket (session scope, started by the first test that asks for it). Stopped at teardown."""
+    server = S3Server(bucket="plgd-test")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The S3 server emptied (bucket recreated), its ``AWS_*`` environment set for this test (read
+    by botocore/s3fs in this process and in child processes such as spark-submit), and fsspec's
+    cached S3 file systems dropped so that they pick the environment up. Yields the server."""
+    s3_server.reset()
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    _clear_s3fs_cache()
+    yield s3_server
+    _clear_s3fs_cache()
+
+
+def _clear_s3fs_cache() -> None:
+    try:
+        import s3fs
+    except ImportError:  # the s3 extra is not installed: nothing cached
+        return
+    s3fs.S3FileSystem.clear_instance_cache()

@@ -400,9 +400,12 @@ class JetStreamToStagingOperator(BaseOperator):
 
     def _destination(self, context: Context) -> Any:
         """Resolve the storage root: ``destination``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
+        from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
+
         if self.destination not in (None, ""):
-            return self.destination if not isinstance(self.destination, str) else self.destination.rstrip("/")
-        from airflow_provider_plgd.storage_root import resolve_storage_root
+            if isinstance(self.destination, str):
+                return normalize_storage_root(self.destination)
+            return self.destination
 
         params = context.get("params") or {}
         return resolve_storage_root(params.get("storage_root"), self.jetstream_conn_id)
