@@ -55,16 +55,13 @@ files and manifest, so a rerun replaces the folder with identical content.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import posixpath
 import unicodedata
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -74,6 +71,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+from airflow_provider_plgd.storage import (  # the storage layer, one home
+    STALE_INPROGRESS_S,
+    atomic_rename_ok,
+    io_error_with_path,
+    is_local,
+    join_path,
+    location_url,
+    read_json_document,
+    to_fs,
+    write_bytes_atomic,
+    younger_than,
+)
 
 #: Folder under the storage root that holds all staging datasets.
 STAGING_DIR = "staging"
@@ -102,10 +111,6 @@ SCHEMA = pa.schema(
 #: NATS header that carries the message ID (JetStream de-duplication).
 MSG_ID_HEADER = "Nats-Msg-Id"
 
-# Object stores: one PUT is atomic and a rename is a server-side copy, so write final names directly.
-_OBJECT_STORE_PROTOCOLS = frozenset(
-    {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss", "r2", "wasb", "wasbs", "oci", "cos"}
-)
 # Path separators, the partition key/value separator, parent references, and glob characters
 # (list_committed globs with these values).
 _FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..", "*", "?", "[", "]")
@@ -157,13 +162,6 @@ def validate_partition_value(value: str, what: str) -> str:
     return value
 
 
-def join_path(base: Any, *parts: str) -> str:
-    """``base/part/...`` with one ``/`` between (string join: works for local paths and fsspec URLs
-    alike). The one path join of the storage layout (staging, ledger, run summaries)."""
-    base = str(base)
-    return posixpath.join(base.rstrip("/") if base not in ("/", "") else base, *parts)
-
-
 def stream_path(root: str, stream: str) -> str:
     """Return ``{root}/staging/{stream}`` (string join; works for paths and URLs)."""
     return join_path(str(root), STAGING_DIR, validate_partition_value(stream, "stream"))
@@ -188,104 +186,6 @@ def part_name(index: int, filter_index: int = 0) -> str:
     ``part-00000-f1.parquet`` for the second, and so on."""
     suffix = f"-f{int(filter_index)}" if filter_index else ""
     return f"part-{int(index):05d}{suffix}.parquet"
-
-
-@contextlib.contextmanager
-def io_error_with_path(fs: fsspec.AbstractFileSystem | None, path: str | None, action: str) -> Iterator[None]:
-    """Re-raise an ``OSError`` (pyarrow's ``ArrowIOError`` is one) of the block as an ``OSError``
-    that names the path, e.g. ``[Errno 28] cannot write the part file
-    /root/…/.part-00000.parquet.….inprogress: No space left on device``. The errno (and so the
-    subclass: ``FileNotFoundError``, ``PermissionError``, …) is kept; the original is chained.
-    """
-    try:
-        yield
-    except OSError as exc:
-        where = path if fs is None or path is None else location_url(fs, path)
-        if where and str(where) in str(exc):
-            raise
-        if exc.errno is None:
-            raise OSError(f"cannot {action} {where}: {exc}") from exc
-        # OSError(errno, text) becomes the matching subclass (FileNotFoundError, PermissionError, ...)
-        raise OSError(exc.errno, f"cannot {action} {where}: {exc.strerror or exc}") from exc
-
-
-# --------------------------------------------------------------------------------------------------
-# Storage
-# --------------------------------------------------------------------------------------------------
-def to_fs(root: Any) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Resolve a storage location to an fsspec file system and a path on it.
-
-    :param root: a local path (``str`` or ``os.PathLike``), an fsspec URL (``file://``, ``memory://``,
-        ``s3://…``), or a path object with ``.fs`` and ``.path`` (Airflow ``ObjectStoragePath``,
-        ``upath.UPath``).
-    :return: ``(fs, path)`` where ``path`` has no protocol and no trailing slash; on object stores
-        (``s3://``, ``gs://``, …) a file system without a listings cache (``use_listings_cache=False``),
-        so that every listing and existence check sees what other processes wrote.
-    :raises TypeError: another type.
-    """
-    fs = getattr(root, "fs", None)
-    path = getattr(root, "path", None)
-    if isinstance(fs, fsspec.AbstractFileSystem) and isinstance(path, str):
-        return fs, path.rstrip("/") or "/"
-    if isinstance(root, os.PathLike):
-        root = os.fspath(root)
-    if not isinstance(root, str) or not root:
-        raise TypeError(f"storage location must be a path, an fsspec URL or an ObjectStoragePath, got {root!r}")
-    protocol = fsspec.core.split_protocol(root)[0]
-    # Object stores: no listings cache. Other processes (fetch tasks, Spark) write the same folders,
-    # and a cached listing would hide their objects (s3fs caches every listing per instance).
-    options = {"use_listings_cache": False} if protocol in _OBJECT_STORE_PROTOCOLS else {}
-    fs, path = fsspec.core.url_to_fs(root, **options)
-    return fs, path.rstrip("/") or "/"
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    return "file" in protocols or "local" in protocols
-
-
-def _atomic_rename_ok(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    return not any(p in _OBJECT_STORE_PROTOCOLS for p in protocols)
-
-
-def location_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    """Render ``path`` on ``fs`` for humans and for :func:`to_fs`: a plain path locally, else a URL."""
-    return path if _is_local(fs) else fs.unstrip_protocol(path)
-
-
-#: A temporary part file of another writer younger than this (seconds) may still be written.
-STALE_INPROGRESS_S = 3600
-
-
-def _younger_than(fs: fsspec.AbstractFileSystem, path: str, seconds: float) -> bool:
-    """True if ``path`` was modified less than ``seconds`` ago (False when unknown)."""
-    try:
-        modified = fs.modified(path)
-    except (NotImplementedError, FileNotFoundError, OSError):
-        return False
-    if modified.tzinfo is None:
-        modified = modified.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - modified).total_seconds() < seconds
-
-
-def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one: a
-    temporary name in the same folder and a rename where renames are atomic (local and POSIX-like
-    file systems), one PUT on object stores (where a PUT is atomic and a rename is a copy).
-
-    :raises OSError: the write failed; the message names ``path`` (:func:`io_error_with_path`).
-    """
-    with io_error_with_path(fs, path, "write"):
-        parent = posixpath.dirname(path)
-        if parent:
-            fs.makedirs(parent, exist_ok=True)
-        if _atomic_rename_ok(fs):
-            tmp = join_path(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.inprogress")
-            fs.pipe_file(tmp, data)
-            fs.mv(tmp, path)
-        else:
-            fs.pipe_file(path, data)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -399,8 +299,8 @@ class StagingWriter:
         self.row_group_bytes = row_group_bytes
         self.max_rows_per_file = max_rows_per_file
         self.compression = compression
-        self._local = _is_local(self.fs)
-        self._rename = _atomic_rename_ok(self.fs)
+        self._local = is_local(self.fs)
+        self._rename = atomic_rename_ok(self.fs)
         self._stream_scalar = pa.scalar(stream, pa.string())
         #: names this writer's temporary files, so two writers of one folder never share one
         self._writer_id = uuid.uuid4().hex[:12]
@@ -565,7 +465,7 @@ class StagingWriter:
             for entry in self.fs.ls(self.folder, detail=False):
                 name = posixpath.basename(str(entry).rstrip("/"))
                 if name in keep or (name.endswith(".inprogress") and self._writer_id not in name
-                                    and _younger_than(self.fs, entry, STALE_INPROGRESS_S)):
+                                    and younger_than(self.fs, entry, STALE_INPROGRESS_S)):
                     continue  # another writer's file in progress (a concurrent run of this batch)
                 self.fs.rm(entry, recursive=True)
         return {**manifest, "folder": self.url}
@@ -711,27 +611,6 @@ def read_manifest(path: Any) -> dict[str, Any]:
     if posixpath.basename(p) != MANIFEST_NAME:
         p = join_path(p, MANIFEST_NAME)
     return _read_manifest(fs, p)
-
-
-def read_json_document(fs: fsspec.AbstractFileSystem, path: str, what: str, version: int) -> dict[str, Any] | None:
-    """Read a JSON object that carries a ``version`` field (a manifest, a ledger record); None when
-    ``path`` does not exist.
-
-    :raises ValueError: not valid JSON, or another version than ``version`` (names ``what`` and the path).
-    """
-    where = location_url(fs, path)
-    try:
-        raw = fs.cat_file(path)
-    except FileNotFoundError:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"{what} {where} is not valid JSON: {exc}") from None
-    found = value.get("version") if isinstance(value, dict) else None
-    if found != version:
-        raise ValueError(f"{what} {where} has version {found!r}, expected {version}")
-    return value
 
 
 def _read_manifest(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import logging
 import time
 from typing import Any
 
-from airflow_provider_plgd.spark import schemas, storage
+from airflow_provider_plgd import storage
+from airflow_provider_plgd.spark import folders, schemas
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
 from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
 from airflow_provider_plgd.spark.summary import finish_run
@@ -172,7 +173,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     :return: the run summary dict (also written as JSON).
     :raises RuntimeError: the counts do not reconcile (nothing is committed then).
-    :raises OSError: another run of the interval committed meanwhile (``storage.commit_folder``).
+    :raises OSError: another run of the interval committed meanwhile (``folders.commit_folder``).
     """
     from airflow_provider_plgd import staging
 
@@ -193,9 +194,9 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     # staging row groups (<= 50,000 rows) packed into a few tasks of decreasing size
     tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
-    events_dir = storage.join(args.output_root, "events", f"interval={interval_id}")
-    quarantine_dir = storage.join(args.output_root, "quarantine", f"interval={interval_id}")
-    write_id = storage.new_write_id()
+    events_dir = storage.join_path(args.output_root, "events", f"interval={interval_id}")
+    quarantine_dir = storage.join_path(args.output_root, "quarantine", f"interval={interval_id}")
+    write_id = folders.new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
     phase = time.time()
@@ -232,9 +233,9 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         empty = ArrowPartitionedWriter(quarantine_dir, 0, schemas.QUARANTINE_SCHEMA, (), write_id=write_id,
                                        always_write=True).close()
         quarantine_files[empty[0]["path"]] = 0
-    storage.commit_folder(events_dir, event_files, table="events", interval_id=interval_id,
+    folders.commit_folder(events_dir, event_files, table="events", interval_id=interval_id,
                           write_id=write_id, started=started)
-    storage.commit_folder(quarantine_dir, [{"path": p, "rows": n} for p, n in sorted(quarantine_files.items())],
+    folders.commit_folder(quarantine_dir, [{"path": p, "rows": n} for p, n in sorted(quarantine_files.items())],
                           table="quarantine", interval_id=interval_id, write_id=write_id, started=started)
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed %s and %s (phase seconds: %s)", events_dir, quarantine_dir, timings)

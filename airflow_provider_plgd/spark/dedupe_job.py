@@ -16,7 +16,8 @@ import time
 from typing import Any, Iterable
 from urllib.parse import unquote
 
-from airflow_provider_plgd.spark import snapshot_store, storage
+from airflow_provider_plgd import storage
+from airflow_provider_plgd.spark import folders, snapshot_store
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
@@ -32,7 +33,7 @@ def previous_intervals(root: str, interval_id: str, lookback: int) -> list[str]:
     """The last ``lookback`` committed ``events_deduped`` intervals of the same kind as
     ``interval_id`` that sort before it (oldest first)."""
     kind = snapshot_store.interval_kind(interval_id)
-    done = storage.committed_intervals(storage.join(root, DEDUPED_DIR))
+    done = folders.committed_intervals(storage.join_path(root, DEDUPED_DIR))
     before = [i for i in done if i < interval_id and snapshot_store.interval_kind(i) == kind]
     return before[-lookback:] if lookback else []
 
@@ -77,13 +78,13 @@ def _previous_id_arrays(root: str, intervals: Iterable[str]):
     the folder's manifest), with pyarrow."""
     import pyarrow.parquet as pq
 
-    indexed = set(storage.committed_intervals(storage.join(root, INDEX_DIR)))
+    indexed = set(folders.committed_intervals(storage.join_path(root, INDEX_DIR)))
     for interval in intervals:
-        folder = storage.join(root, INDEX_DIR if interval in indexed else DEDUPED_DIR, f"interval={interval}")
-        if storage.read_manifest(folder) is None:
+        folder = storage.join_path(root, INDEX_DIR if interval in indexed else DEDUPED_DIR, f"interval={interval}")
+        if folders.read_manifest(folder) is None:
             continue
         fs, base = storage.to_fs(folder)
-        for rel, _, _ in storage.folder_files(folder):
+        for rel, _, _ in folders.folder_files(folder):
             with fs.open(f"{base.rstrip('/')}/{rel}", "rb") as fh:
                 yield pq.read_table(fh, columns=["msg_id"]).column("msg_id")
 
@@ -116,12 +117,12 @@ def make_filter_task(source: str, target: str, names: dict[str, str], drops: dic
     :param source: the committed ``events/interval=..`` folder (fsspec URL or path).
     :param target: the ``events_deduped/interval=..`` folder.
     :param names: ``{source relative path: target relative path}`` (same partition folders, file
-        names of this run: ``storage.data_file_name``).
+        names of this run: ``folders.data_file_name``).
     :param drops: ``{source relative path: [row positions]}``: the rows to leave out.
     :return: a function of an iterator of file lists (:func:`task_plan.plan_tasks` tasks of
-        ``storage.folder_files`` units) that yields ``{"path", "rows"}`` per written file. A file
+        ``folders.folder_files`` units) that yields ``{"path", "rows"}`` per written file. A file
         without dropped rows is copied byte for byte; any other is read and rewritten with
-        pyarrow (``storage.write_parquet_file``: snappy, ``TIMESTAMP_MICROS``), in row order.
+        pyarrow (``folders.write_parquet_file``: snappy, ``TIMESTAMP_MICROS``), in row order.
     """
 
     def task(file_lists):
@@ -145,7 +146,7 @@ def make_filter_task(source: str, target: str, names: dict[str, str], drops: dic
                     keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
                                               value_set=pa.array(gone, pa.int64())))
                     table = table.filter(keep)
-                    storage.write_parquet_file(fs, out, table, row_group_size=row_group)
+                    folders.write_parquet_file(fs, out, table, row_group_size=row_group)
                     yield {"path": names[rel], "rows": table.num_rows}
                     continue
                 with fs.open(f"{src}/{rel}", "rb") as fh:
@@ -165,7 +166,7 @@ def filter_files(spark, source: str, target: str, files: list[tuple[str, int, in
     :return: ``[{"path" (relative), "rows"}]``, one per written file (files left empty are
         written too, so the folder keeps every partition's schema).
     """
-    names = {rel: posixpath.join(posixpath.dirname(rel), storage.data_file_name(i, write_id))
+    names = {rel: posixpath.join(posixpath.dirname(rel), folders.data_file_name(i, write_id))
              for i, (rel, _, _) in enumerate(files)}
     tasks = plan_tasks(files, spark.sparkContext.defaultParallelism)
     if not tasks:
@@ -180,7 +181,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :return: the run summary dict (also written as JSON).
     :raises FileNotFoundError: the interval's ``events`` folder is not committed.
     :raises RuntimeError: the written rows do not match the decision (nothing is committed then).
-    :raises OSError: another run of the interval committed meanwhile (``storage.commit_folder``).
+    :raises OSError: another run of the interval committed meanwhile (``folders.commit_folder``).
     """
     import pyarrow as pa
 
@@ -189,10 +190,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     interval_id = staging.validate_partition_value(args.interval_id, "interval_id")
     root = str(args.root).rstrip("/")
-    source = storage.join(root, EVENTS_DIR, f"interval={interval_id}")
-    if storage.read_manifest(source) is None:
+    source = storage.join_path(root, EVENTS_DIR, f"interval={interval_id}")
+    if folders.read_manifest(source) is None:
         raise FileNotFoundError(
-            f"events of interval {interval_id} are not committed ({source}/{storage.MANIFEST_NAME} missing); "
+            f"events of interval {interval_id} are not committed ({source}/{folders.MANIFEST_NAME} missing); "
             "run decode_events first"
         )
     if args.previous_intervals is not None:
@@ -200,22 +201,22 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
                     if i != interval_id]
     else:
         previous = previous_intervals(root, interval_id, args.lookback_intervals)
-    files = storage.folder_files(source)
+    files = folders.folder_files(source)
     log.info("interval %s: %d rows in %d files; looking back at %d previous intervals%s",
              interval_id, sum(f[2] for f in files), len(files), len(previous),
              f" ({previous[0]} .. {previous[-1]})" if previous else "")
 
-    index_dir = storage.join(root, INDEX_DIR, f"interval={interval_id}")
-    deduped_dir = storage.join(root, DEDUPED_DIR, f"interval={interval_id}")
-    write_id = storage.new_write_id()
+    index_dir = storage.join_path(root, INDEX_DIR, f"interval={interval_id}")
+    deduped_dir = storage.join_path(root, DEDUPED_DIR, f"interval={interval_id}")
+    write_id = folders.new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
     phase = time.time()
     decision, drops = decide_on_driver(root, source, files, previous)
     totals = decision.totals()
-    index_name = storage.data_file_name(0, write_id)
+    index_name = folders.data_file_name(0, write_id)
     fs, index_path = storage.to_fs(index_dir)
-    storage.write_parquet_file(fs, f"{index_path.rstrip('/')}/{index_name}", pa.table({"msg_id": decision.index}),
+    folders.write_parquet_file(fs, f"{index_path.rstrip('/')}/{index_name}", pa.table({"msg_id": decision.index}),
                                row_group_size=1 << 20)
     timings["decide"] = round(time.time() - phase, 3)
 
@@ -230,9 +231,9 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             f"{totals['output']}; nothing committed"
         )
     timings["write"] = round(time.time() - phase, 3)
-    storage.commit_folder(index_dir, [{"path": index_name, "rows": len(decision.index)}], table=INDEX_DIR,
+    folders.commit_folder(index_dir, [{"path": index_name, "rows": len(decision.index)}], table=INDEX_DIR,
                           interval_id=interval_id, write_id=write_id, started=started)
-    storage.commit_folder(deduped_dir, written, table=DEDUPED_DIR, interval_id=interval_id,
+    folders.commit_folder(deduped_dir, written, table=DEDUPED_DIR, interval_id=interval_id,
                           write_id=write_id, started=started)
     log.info("committed %s (%d rows; %d within-batch and %d cross-batch duplicates dropped; phase seconds %s)",
              deduped_dir, totals["output"], totals["within_batch"], totals["cross_batch"], timings)

@@ -4,8 +4,8 @@
 * :class:`ArrowPartitionedWriter`: one Spark task's Hive-partitioned output files.
 * :func:`read_events_files`: ``events``-layout files (partition columns from the folder names).
 
-One-file writes: ``storage.write_parquet_file``. Which files make a table: the folder's manifest
-(``storage.folder_files``), never a listing.
+One-file writes: ``folders.write_parquet_file``. Which files make a table: the folder's manifest
+(``folders.folder_files``), never a listing.
 """
 
 from __future__ import annotations
@@ -41,18 +41,18 @@ class ArrowPartitionedWriter:
     """Write Arrow batches as Hive-partitioned Parquet files with pyarrow, from one Spark task.
 
     Files: ``{base}/{col1=v1/col2=v2/...}/part-{task_id:05d}-{write_id}.parquet``
-    (``storage.data_file_name``) -- one file per partition value combination per task; the
+    (``folders.data_file_name``) -- one file per partition value combination per task; the
     partition columns are not stored in the files (Hive layout). Names depend only on the run
     (``write_id``), the task's partition index and the data, so a retried task attempt overwrites
     the same files with the same content; the driver names the files of the successful tasks in
-    the folder's manifest (``storage.commit_folder``), and only those are part of the table.
+    the folder's manifest (``folders.commit_folder``), and only those are part of the table.
 
     Rows are buffered per partition and written in row groups of ``row_group_rows``. Timestamps
     are written as ``TIMESTAMP_MICROS`` (never INT96), compression ``snappy``.
 
     :param base: the table folder, URL or path (fsspec).
     :param task_id: the Spark partition index (``TaskContext.get().partitionId()``).
-    :param write_id: the run's ``storage.new_write_id()``.
+    :param write_id: the run's ``folders.new_write_id()``.
     :param schema: Arrow schema of the incoming batches (must contain ``partition_cols``).
     :param partition_cols: partition columns, outermost first (may be empty: one file).
     :param always_write: write an (empty) file even if no rows came, when there are no
@@ -109,7 +109,7 @@ class ArrowPartitionedWriter:
             self._flush(key, group)
 
     def _relpath(self, key: tuple) -> str:
-        from airflow_provider_plgd.spark.storage import data_file_name
+        from airflow_provider_plgd.spark.folders import data_file_name
 
         name = data_file_name(self.task_id, self.write_id)
         return f"{partition_dir(self.partition_cols, key)}/{name}" if self.partition_cols else name

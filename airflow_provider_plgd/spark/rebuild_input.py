@@ -3,7 +3,7 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
 
 ``rebuild_snapshots`` runs :func:`fold_touched_buckets`:
 
-1. **Files**: the Parquet files of the intervals to fold (``storage.folder_files``: the
+1. **Files**: the Parquet files of the intervals to fold (``folders.folder_files``: the
    ``_manifest.json`` that ``dedupe_events`` writes), packed into a few tasks
    (``task_plan.plan_tasks``).
 2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from airflow_provider_plgd.spark import fold, snapshot_store, storage
+from airflow_provider_plgd import storage
+from airflow_provider_plgd.spark import fold, snapshot_store
 from airflow_provider_plgd.spark.parquet_io import read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
@@ -37,13 +38,13 @@ DEVICE_COLUMN = "_device"
 
 def interval_files(folders: Sequence[str]) -> list[tuple[str, int, int]]:
     """``(absolute file URL, -1, rows)`` of the Parquet files of the given committed table folders
-    (``storage.folder_files``: their manifests), in folder order; ``task_plan.plan_tasks`` units.
+    (``folders.folder_files``: their manifests), in folder order; ``task_plan.plan_tasks`` units.
 
     :raises FileNotFoundError: a folder is not committed.
     """
     units = []
     for folder in folders:
-        units += [(storage.join(folder, rel), -1, rows) for rel, _, rows in storage.folder_files(folder)]
+        units += [(storage.join_path(folder, rel), -1, rows) for rel, _, rows in folders.folder_files(folder)]
     return units
 
 

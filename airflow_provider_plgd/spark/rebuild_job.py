@@ -15,7 +15,8 @@ import logging
 import time
 from typing import Any
 
-from airflow_provider_plgd.spark import rebuild_input, snapshot_store, storage
+from airflow_provider_plgd import storage
+from airflow_provider_plgd.spark import folders, rebuild_input, snapshot_store
 from airflow_provider_plgd.spark.summary import finish_run
 
 APP = "rebuild"
@@ -58,11 +59,11 @@ def intervals_to_fold(root: str, interval_id: str, base: dict[str, Any] | None) 
 
     :raises FileNotFoundError: ``interval_id`` itself is not committed.
     """
-    done = storage.committed_intervals(storage.join(root, DEDUPED_DIR))
+    done = folders.committed_intervals(storage.join_path(root, DEDUPED_DIR))
     if interval_id not in done:
         raise FileNotFoundError(
             f"deduplicated events of interval {interval_id} are not committed "
-            f"({storage.join(root, DEDUPED_DIR, f'interval={interval_id}')}/{storage.MANIFEST_NAME} missing); "
+            f"({storage.join_path(root, DEDUPED_DIR, f'interval={interval_id}')}/{folders.MANIFEST_NAME} missing); "
             "run dedupe_events first"
         )
     kind = snapshot_store.interval_kind(interval_id)
@@ -108,7 +109,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
     partitions = max(1, min(buckets, 200, 4 * spark.sparkContext.defaultParallelism))
-    folders = [storage.join(root, DEDUPED_DIR, f"interval={i}") for i in intervals]
+    folders = [storage.join_path(root, DEDUPED_DIR, f"interval={i}") for i in intervals]
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
     phase = time.time()
     results = rebuild_input.fold_touched_buckets(spark, folders, buckets=buckets, partitions=partitions,

@@ -45,7 +45,7 @@ Tables: the four public tables of ``docs/data-contracts.md`` (columns from
 device: the serialised fold state of :mod:`airflow_provider_plgd.spark.fold`, see :data:`STATE_SCHEMA`).
 
 Readers: :func:`read_snapshot` / :func:`read_table` (pyarrow + fsspec through the manifest, no
-Spark); every read and write goes through :mod:`airflow_provider_plgd.spark.storage`.
+Spark); every read and write goes through :mod:`airflow_provider_plgd.spark.folders`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ import pyarrow as pa
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.plgd import tables as snapshot_tables
-from airflow_provider_plgd.spark import storage
+from airflow_provider_plgd import storage
+from airflow_provider_plgd.spark import folders
 
 __all__ = [
     "ALL_TABLES",
@@ -173,22 +174,21 @@ def version_id(snapshot_time_ns: int) -> str:
     return times.compact_time(snapshot_time_ns)
 
 
-_join = storage.join
 
 
 def snapshots_root(root: str) -> str:
     """``{root}/snapshots``."""
-    return _join(root, SNAPSHOTS_DIR)
+    return storage.join_path(root, SNAPSHOTS_DIR)
 
 
 def manifest_path(root: str, version: str) -> str:
     """``{root}/snapshots/v={version}/_manifest.json``."""
-    return _join(snapshots_root(root), f"v={version}", MANIFEST_NAME)
+    return storage.join_path(snapshots_root(root), f"v={version}", MANIFEST_NAME)
 
 
 def latest_path(root: str) -> str:
     """``{root}/snapshots/_latest.json``."""
-    return _join(snapshots_root(root), LATEST_NAME)
+    return storage.join_path(snapshots_root(root), LATEST_NAME)
 
 
 def run_dir(version: str, run_id: str) -> str:
@@ -214,14 +214,14 @@ def table_files(root: str, manifest: Mapping[str, Any], table: str) -> list[str]
         raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
     base = snapshots_root(root)
     entries = manifest.get("tables", {}).get(table, {})
-    return [_join(base, rel) for b in sorted(entries, key=int) for rel in entries[b]["files"]]
+    return [storage.join_path(base, rel) for b in sorted(entries, key=int) for rel in entries[b]["files"]]
 
 
 def bucket_files(root: str, manifest: Mapping[str, Any], table: str, buckets: Iterable[int]) -> list[str]:
     """Absolute paths of the files of ``table`` in the given buckets of ``manifest``."""
     base = snapshots_root(root)
     entries = manifest.get("tables", {}).get(table, {})
-    return [_join(base, rel) for b in sorted(set(buckets)) for rel in entries.get(str(b), {}).get("files", [])]
+    return [storage.join_path(base, rel) for b in sorted(set(buckets)) for rel in entries.get(str(b), {}).get("files", [])]
 
 
 def validate_manifest(manifest: Any, where: str) -> dict[str, Any]:
@@ -267,7 +267,7 @@ def read_latest(root: str) -> dict[str, Any] | None:
     pointer = read_pointer(root)
     if pointer is None:
         return None
-    path = _join(snapshots_root(root), pointer["manifest"])
+    path = storage.join_path(snapshots_root(root), pointer["manifest"])
     manifest = storage.read_json(path)
     if manifest is None:
         raise ValueError(f"{latest_path(root)} names {path}, which does not exist")
@@ -491,7 +491,7 @@ def rebuild_bucket(
         rel = None
         if merged.num_rows:
             rel = f"{run_rel}/{table}/bucket={bucket}/part-00000.parquet"
-            storage.write_parquet_file(fs, _fs(_join(base, rel))[1], merged)
+            folders.write_parquet_file(fs, _fs(storage.join_path(base, rel))[1], merged)
         expiry = None
         if table == STATE_TABLE and merged.num_rows:
             expiry = pc.min(merged.column("next_expiry_ns")).as_py()

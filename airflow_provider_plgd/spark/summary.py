@@ -11,7 +11,7 @@ import logging
 from typing import Any, Mapping
 
 from airflow_provider_plgd.run_summary import run_summary_path
-from airflow_provider_plgd.spark import storage
+from airflow_provider_plgd import storage
 
 log = logging.getLogger("plgd.spark")
 

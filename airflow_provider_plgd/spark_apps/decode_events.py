@@ -31,7 +31,7 @@ Steps:
    pyarrow's write; figures: docs/performance.md, "Measurements behind design choices", M9.)
 3. The driver checks ``fetched`` (sum of manifest counts) ``== decoded + quarantined`` (sums of
    the written files) and fails before committing if not; then commits each folder
-   (``storage.commit_folder``: the ``_manifest.json`` naming the files of the successful tasks is
+   (``folders.commit_folder``: the ``_manifest.json`` naming the files of the successful tasks is
    written last, then the files no manifest names are removed):
    ``{output_root}/events/interval={interval_id}/owner_id=../event_type=../date=../part-*.parquet``
    and ``{output_root}/quarantine/interval={interval_id}/part-*.parquet``. A rerun replaces both

@@ -8,7 +8,7 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
 
 Input: ``{root}/events/interval={id}/`` (committed by ``decode_events``: the files its
 ``_manifest.json`` names). Output, each committed with a manifest written last
-(``storage.commit_folder``):
+(``folders.commit_folder``):
 
 * ``{root}/msgid_index/interval={id}/part-*.parquet``: one column ``msg_id``, every distinct
   message ID of the interval (kept or dropped), sorted. The compact index that later intervals

@@ -55,7 +55,8 @@ BUCKETS = 32
 DRIVER = textwrap.dedent('''
     \"\"\"Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py.\"\"\"
     import json, sys
-    from airflow_provider_plgd.spark import session, snapshot_store, storage
+    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.spark import folders, session, snapshot_store
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
@@ -84,15 +85,15 @@ DRIVER = textwrap.dedent('''
     from airflow_provider_plgd.spark import fold, schemas
 
     def spark_frame(table, folder):  # the committed files of a folder (its manifest), read by Spark
-        files = [storage.join(folder, rel) for rel, _, _ in storage.folder_files(folder)]
+        files = [storage.join_path(folder, rel) for rel, _, _ in folders.folder_files(folder)]
         return (spark.read.schema(schemas.events_read_schema()).option("basePath", root + "/" + table)
                 .parquet(*files))
 
     # dedupe: lowest stream_seq per msg_id (ties: stream, subject), minus the previous intervals' IDs
     events = spark_frame("events", root + "/events/interval=" + last_iid)
     previous = out["dedupe"][-1]["previous_intervals"]
-    seen_files = [storage.join(root + "/msgid_index/interval=" + i, rel) for i in previous
-                  for rel, _, _ in storage.folder_files(root + "/msgid_index/interval=" + i)]
+    seen_files = [storage.join_path(root + "/msgid_index/interval=" + i, rel) for i in previous
+                  for rel, _, _ in folders.folder_files(root + "/msgid_index/interval=" + i)]
     seen = spark.read.schema("msg_id string").parquet(*seen_files).distinct().withColumn("_seen", F.lit(True))
     order = Window.partitionBy("msg_id").orderBy(F.col("stream_seq").asc_nulls_last(),
                                                  F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last())

@@ -69,12 +69,13 @@ DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the re
 DRIVER = textwrap.dedent('''
     """Runs plgd Spark applications in one JVM with an optional hang point (test_faults_spark.py)."""
     import json, os, sys, time, traceback
-    from airflow_provider_plgd.spark import session, storage
+    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.spark import folders, session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
     hang = {"point": None}
-    real_commit, real_write = storage.commit_folder, storage.write_text
+    real_commit, real_write = folders.commit_folder, storage.write_text
 
     def reached(point, probe=None):
         """At the armed point: write the marker, then sleep until killed, or (``wait_for``) until
@@ -100,7 +101,7 @@ DRIVER = textwrap.dedent('''
             reached(hang["point"])
         return real_write(path, text)
 
-    storage.commit_folder = commit_folder
+    folders.commit_folder = commit_folder
     storage.write_text = write_text
     apps = {"decode": decode_events, "dedupe": dedupe_events, "rebuild": rebuild_snapshots}
     spark = session.build_spark_session("plgd-test-faults")
@@ -255,7 +256,7 @@ def decoded_keys(root: Path, iid: str) -> tuple[list, list]:
 
 
 def committed(path: Path) -> bool:
-    """A folder is committed when it holds its manifest (``storage.commit_folder``)."""
+    """A folder is committed when it holds its manifest (``folders.commit_folder``)."""
     return (path / "_manifest.json").exists()
 
 

@@ -178,15 +178,15 @@ dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERV
 
 def _table_rows(root: str, folder: str) -> list[dict]:
     """The rows of the committed folder ``{root}/{folder}``: the files its manifest names
-    (``spark.storage.folder_files``; readers trust only manifests), sorted."""
+    (``spark.folders.folder_files``; readers trust only manifests), sorted."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.spark import storage
+    from airflow_provider_plgd.spark import folders
 
     url = f"{root}/{folder}"
     fs, base = staging.to_fs(url)
     fs.invalidate_cache()
-    rows = [r for rel, _size, _n in storage.folder_files(url)
+    rows = [r for rel, _size, _n in folders.folder_files(url)
             for r in pq.read_table(f"{base}/{rel}", filesystem=fs).to_pylist()]
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 

@@ -48,7 +48,8 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "
 DRIVER = textwrap.dedent('''
     """decode -> dedupe -> rebuild on an s3:// root in one JVM (test_spark_apps_s3.py)."""
     import json, sys
-    from airflow_provider_plgd.spark import session, storage
+    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.spark import folders, session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
@@ -58,20 +59,20 @@ DRIVER = textwrap.dedent('''
     for k, (iid, end) in enumerate(cfg["intervals"]):
         decode_args = decode_events.parse_args(["--staging-root", root, "--interval-id", iid, "--output-root", root])
         if k == 1:  # killed between its data files and its manifest (a failure at the commit)
-            real = storage.commit_folder
+            real = folders.commit_folder
             def failing(folder, files, **kwargs):
                 raise OSError("injected failure before the commit of " + folder)
-            storage.commit_folder = failing
+            folders.commit_folder = failing
             try:
                 decode_events.run(spark, decode_args)
             except OSError as exc:
                 out["failed_decode"] = str(exc)
             finally:
-                storage.commit_folder = real
+                folders.commit_folder = real
             folder = root + "/events/interval=" + iid
             fs, path = storage.to_fs(folder)
             fs.invalidate_cache()
-            out["after_failure"] = {"manifest": storage.read_manifest(folder),
+            out["after_failure"] = {"manifest": folders.read_manifest(folder),
                                     "files": len([p for p in fs.find(path) if p.endswith(".parquet")])}
         out["decode"].append(decode_events.run(spark, decode_args))
         out["dedupe"].append(dedupe_events.run(spark, dedupe_events.parse_args(
@@ -165,12 +166,13 @@ def test_a_failed_commit_leaves_nothing_visible_on_s3(pipeline):
 
 
 def test_every_committed_folder_holds_exactly_its_manifest_files(pipeline):
-    from airflow_provider_plgd.spark import storage
+    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.spark import folders
 
     for iid, _, _ in pipeline.intervals:
         for table in ("events", "quarantine", "events_deduped", "msgid_index"):
             folder = f"{ROOT}/{table}/interval={iid}"
-            manifest = storage.read_manifest(folder)
+            manifest = folders.read_manifest(folder)
             assert manifest is not None and manifest["interval_id"] == iid, folder
             fs, path = storage.to_fs(folder)
             fs.invalidate_cache()
@@ -182,7 +184,8 @@ def test_every_committed_folder_holds_exactly_its_manifest_files(pipeline):
 def test_deduplicated_events_one_row_per_message_id(pipeline):
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.spark import storage
+    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.spark import folders
 
     sim = pipeline.sim
     all_ids = []
@@ -190,7 +193,7 @@ def test_deduplicated_events_one_row_per_message_id(pipeline):
         folder = f"{ROOT}/events_deduped/interval={iid}"
         fs, path = storage.to_fs(folder)
         ids = []
-        for rel, _, _ in storage.folder_files(folder):
+        for rel, _, _ in folders.folder_files(folder):
             with fs.open(f"{path}/{rel}", "rb") as fh:
                 ids += pq.read_table(fh, columns=["msg_id"]).column("msg_id").to_pylist()
         earlier = {m.msg_id for m in sim.messages if m.interval < k and m.msg_id}

@@ -548,7 +548,7 @@ def test_py_files_zip(tmp_path):
                    "airflow_provider_plgd/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
                    "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "airflow_provider_plgd/spark_apps/decode_events.py",
                    "airflow_provider_plgd/spark/decode_batch.py", "airflow_provider_plgd/spark/schemas.py",
-                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/spark/storage.py"):
+                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/spark/folders.py", "airflow_provider_plgd/storage.py"):
         assert needed in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert "airflow_provider_plgd/hooks/jetstream.py" in names  # the package, whole

@@ -306,7 +306,9 @@ def test_memory_and_file_urls(tmp_path):
 
 def test_object_store_path_writes_final_names(tmp_path, monkeypatch):
     """On object stores (one PUT is atomic) parts and manifest are written under their final names."""
-    monkeypatch.setattr(staging, "_OBJECT_STORE_PROTOCOLS", staging._OBJECT_STORE_PROTOCOLS | {"memory"})
+    from airflow_provider_plgd import storage
+
+    monkeypatch.setattr(storage, "OBJECT_STORE_PROTOCOLS", storage.OBJECT_STORE_PROTOCOLS | {"memory"})
     fs = fsspec.filesystem("memory")
     calls = []
     monkeypatch.setattr(type(fs), "mv", lambda self, *a, **k: calls.append(a))

@@ -1,4 +1,4 @@
-"""The one storage layer of the Spark applications: fsspec, on the driver and in the tasks.
+"""The committed folders of the Spark tables, over the storage layer (:mod:`airflow_provider_plgd.storage`).
 
 Every read and write of our files (staging, ``events``, ``quarantine``, ``events_deduped``,
 ``msgid_index``, snapshots, run summaries) goes through fsspec (``fsspec.core.url_to_fs``) and
@@ -39,82 +39,14 @@ import uuid
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
-from airflow_provider_plgd.staging import write_bytes_atomic
+from airflow_provider_plgd.storage import join_path, read_json, to_fs, write_text
 
-log = logging.getLogger("plgd.spark.storage")
+log = logging.getLogger("plgd.spark.folders")
 
 #: The commit marker of a folder: the list of its data files, written last.
 MANIFEST_NAME = "_manifest.json"
 #: Written after the manifest, for Hadoop-style tools (not read by this project).
 SUCCESS_NAME = "_SUCCESS"
-
-
-def to_fs(url: str):
-    """``(fsspec file system, path)`` of a local path or fsspec URL.
-
-    The file system's listing cache is cleared first: fsspec shares one instance per URL settings,
-    and a listing cached before the tasks wrote (s3fs) would hide their files from the driver.
-    """
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(str(url))
-    fs.invalidate_cache()
-    return fs, path
-
-
-def join(root: str, *parts: str) -> str:
-    """Join a path or URL with ``/`` (``posixpath.join`` semantics, keeps ``scheme://``)."""
-    return posixpath.join(str(root).rstrip("/"), *parts)
-
-
-def exists(url: str) -> bool:
-    """True if the file or folder ``url`` exists."""
-    fs, path = to_fs(url)
-    return bool(fs.exists(path))
-
-
-def read_text(url: str) -> str | None:
-    """The UTF-8 text of the file ``url``; None if it does not exist."""
-    fs, path = to_fs(url)
-    try:
-        with fs.open(path, "rb") as fh:
-            return fh.read().decode("utf-8")
-    except FileNotFoundError:
-        return None
-
-
-def read_json(url: str) -> Any | None:
-    """The parsed JSON file ``url``; None if it does not exist.
-
-    :raises ValueError: the file is not JSON (names the path).
-    """
-    text = read_text(url)
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{url} is not valid JSON: {exc}") from None
-
-
-def write_text(url: str, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``url`` so that readers see the old or the whole new content
-    (``airflow_provider_plgd.staging.write_bytes_atomic``: temp name + rename locally, one PUT on
-    object stores).
-
-    :raises OSError: the write failed (names the path).
-    """
-    fs, path = to_fs(url)
-    write_bytes_atomic(fs, path, text.encode("utf-8"))
-
-
-def remove(url: str) -> bool:
-    """Delete the file or folder ``url`` (recursively) if it exists; return whether it did."""
-    fs, path = to_fs(url)
-    if not fs.exists(path):
-        return False
-    fs.rm(path, recursive=True)
-    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,11 +69,11 @@ def read_manifest(folder: str) -> dict[str, Any] | None:
 
     :raises ValueError: the manifest is not JSON or has no ``files`` list.
     """
-    manifest = read_json(join(folder, MANIFEST_NAME))
+    manifest = read_json(join_path(folder, MANIFEST_NAME))
     if manifest is None:
         return None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise ValueError(f"{join(folder, MANIFEST_NAME)} is not a folder manifest (no 'files' list)")
+        raise ValueError(f"{join_path(folder, MANIFEST_NAME)} is not a folder manifest (no 'files' list)")
     return manifest
 
 
@@ -241,8 +173,8 @@ def commit_folder(folder: str, files: Sequence[Mapping[str, Any]], *, table: str
         "bytes": sum(f["bytes"] for f in entries),
         "files": entries,
     }
-    write_text(join(folder, MANIFEST_NAME), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    write_text(join(folder, SUCCESS_NAME), "")
+    write_text(join_path(folder, MANIFEST_NAME), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_text(join_path(folder, SUCCESS_NAME), "")
     removed = remove_unnamed(folder, [f["path"] for f in entries], older_than=started)
     if removed:
         log.info("%s: removed %d files no manifest names (earlier or killed runs)", folder, removed)
