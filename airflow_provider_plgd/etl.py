@@ -32,7 +32,18 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lookback_intervals": 24,
     "accept_fewer_messages": False,  # True: a rerun may replace committed data with fewer messages
     "max_content_bytes": 4 * 1024 * 1024,  # decode: larger decoded events -> quarantine content_too_large
+    "spark_conf": {},  # Spark settings of this run, merged over the DAG's (SPARK_CONF_PARAM_DESCRIPTION)
 }
+
+#: The description of the ``spark_conf`` param (shown in the trigger form).
+SPARK_CONF_PARAM_DESCRIPTION = (
+    "Spark settings (--conf) of this run for decode, dedupe and rebuild, merged over the DAG's own "
+    "(build_etl_dag(spark_conf=...) / PLGD_ETL_SPARK_CONF); null removes a setting. E.g. "
+    '{"spark.executor.memory": "4g", "spark.pyspark.python": "/opt/plgd-executor/bin/python"}. '
+    "The Spark connection gives the master URL and deploy mode; see docs/operations.md, \"Run on a Spark cluster\"."
+)
+#: Default ``execution_timeout`` of the three Spark tasks (``build_etl_dag(spark_execution_timeout=...)``).
+DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
 
 _log = logging.getLogger(__name__)
 
@@ -187,6 +198,7 @@ def build_etl_dag(
     spark_conf: Mapping[str, str | None] | None = None,
     default_args: dict[str, Any] | None = None,
     tags: list[str] | None = None,
+    spark_execution_timeout: timedelta | None = DEFAULT_SPARK_EXECUTION_TIMEOUT,
 ):
     """Build the plgd ETL DAG.
 
@@ -210,8 +222,12 @@ def build_etl_dag(
     :param spark_conf: Spark settings (``--conf``) added to :data:`DEFAULT_SPARK_CONF` for the three
         Spark tasks; a ``None`` value removes a default. E.g. :data:`FAST_LOCAL_SPARK_CONF` for
         small local runs, or ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
+        The ``spark_conf`` DAG param of a run is merged over these when the task runs.
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.
+    :param spark_execution_timeout: ``execution_timeout`` of ``decode``, ``dedupe`` and ``rebuild``
+        (default :data:`DEFAULT_SPARK_EXECUTION_TIMEOUT`; ``None``: no limit). An application that
+        never gets executors then fails with ``SparkApplicationTimeoutError`` instead of waiting forever.
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
@@ -227,6 +243,7 @@ def build_etl_dag(
         from airflow.decorators import task
 
     merged_params = {**DEFAULT_PARAMS, **(params or {})}
+    merged_params["spark_conf"] = _spark_conf_param(merged_params["spark_conf"])
     conf = _merge_spark_conf(spark_conf)
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
     assets = etl_assets(dag_id)
@@ -330,6 +347,8 @@ def build_etl_dag(
             "conn_id": spark_conn_id,
             "py_files": "{{ " + x + "['py_files'] }}",
             "conf": conf,
+            "run_conf_param": "spark_conf",
+            "execution_timeout": spark_execution_timeout,
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
         interval_arg = "{{ " + x + "['interval_id'] }}"
@@ -432,6 +451,18 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
               interval, record["total"], ledger.SCOPE_FILTER, record["first_seq"], record["end_seq_exclusive"] - 1,
               len(owners), record["unrouted"])
     return record
+
+
+def _spark_conf_param(value: Any) -> Any:
+    """The ``spark_conf`` param: ``value`` as a ``Param`` of type object with its description
+    (a ``Param`` given by the caller is kept)."""
+    if AIRFLOW_V_3:
+        from airflow.sdk import Param
+    else:  # pragma: no cover
+        from airflow.models.param import Param
+    if isinstance(value, Param):
+        return value
+    return Param(dict(value or {}), type="object", description=SPARK_CONF_PARAM_DESCRIPTION)
 
 
 def _merge_spark_conf(spark_conf: Mapping[str, str | None] | None) -> dict[str, str]:
