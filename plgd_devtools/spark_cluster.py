@@ -137,6 +137,10 @@ class SparkCluster:
         conf_dir = self.base_dir / "conf"  # empty: no spark-defaults.conf or spark-env.sh of the machine
         conf_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        # executors inherit the worker's environment, and Spark adds its PYTHONPATH to the Python
+        # workers': none of the caller's Python settings may leak into the executors' Python
+        for key in ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV"):
+            env.pop(key, None)
         env.update({
             "SPARK_HOME": str(self._spark_home),
             "SPARK_CONF_DIR": str(conf_dir),
