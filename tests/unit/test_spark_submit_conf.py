@@ -109,8 +109,12 @@ def test_execution_timeout_fails_clearly_and_kills_spark_submit(spark_task, monk
     ``execution_timeout`` the way Airflow runs it: the timeout raises in ``execute``, the task
     raises ``SparkApplicationTimeoutError`` (an ``AirflowTaskTimeout``) naming the likely causes, and
     ``on_kill`` kills spark-submit."""
-    from airflow.sdk.exceptions import AirflowTaskTimeout
-    from airflow.sdk.execution_time.timeout import timeout
+    try:  # Airflow 3.x
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+        from airflow.sdk.execution_time.timeout import timeout
+    except ImportError:  # Airflow 2.11 (make test-airflow2)
+        from airflow.exceptions import AirflowTaskTimeout
+        from airflow.utils.timeout import timeout
 
     from airflow_provider_plgd.operators.spark_submit import SparkApplicationTimeoutError
 
