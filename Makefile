@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 RUN := PATH="$(BIN):$$PATH" PYSPARK_PYTHON="$(BIN)/python"
 PYTEST_ARGS ?=
 
-.PHONY: venv venv-airflow2 test test-airflow2 demo proto bench clean
+.PHONY: venv venv-airflow2 venv-executor test test-airflow2 demo proto bench clean
 
 venv: $(VENV)/.installed
 
@@ -32,9 +32,25 @@ $(VENV2)/.installed: setup.cfg pyproject.toml
 	$(BIN2)/pip install -e '.[dev]' 'apache-airflow==$(AIRFLOW2_VERSION)'
 	touch $@
 
+# The Spark executors' Python for the cluster tests (tests/integration/test_spark_cluster.py): only
+# requirements-executor.txt, never this project, so the tests prove that --py-files carries the plgd
+# code. Same interpreter (Python minor version) as $(VENV), as Spark requires.
+VENVX ?= .venv-executor
+BINX := $(abspath $(VENVX))/bin
+
+venv-executor: $(VENVX)/.installed
+
+$(VENVX)/.installed: requirements-executor.txt
+	$(PYTHON) -m venv $(VENVX)
+	$(BINX)/pip install --upgrade "pip>=24" >/dev/null
+	$(BINX)/pip install -r requirements-executor.txt
+	@if $(BINX)/python -I -c "import airflow_provider_plgd" 2>/dev/null; then \
+		echo "$(VENVX) must not hold airflow_provider_plgd (the executors get it with --py-files)"; exit 1; fi
+	touch $@
+
 ## make test: the whole suite (real nats-server, spark-submit and Airflow)
-test: venv
-	$(RUN) $(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
+test: venv venv-executor
+	$(RUN) PLGD_EXECUTOR_PYTHON="$(BINX)/python" $(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 ## make test-airflow2: the Airflow 2.11 subset: tests/airflow2 (DAG import, provider registration, a real
 ## `airflow dags backfill` against nats-server) and the unit tests.
@@ -56,4 +72,4 @@ bench: venv
 	$(RUN) $(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) $(VENV2) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV2) $(VENVX) build *.egg-info .pytest_cache

@@ -32,6 +32,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lookback_intervals": 24,
     "accept_fewer_messages": False,  # True: a rerun may replace committed data with fewer messages
     "max_content_bytes": 4 * 1024 * 1024,  # decode: larger decoded events -> quarantine content_too_large
+    "spark_conf": {},  # Spark settings of this run, merged over the DAG's (SPARK_CONF_PARAM_DESCRIPTION)
 }
 
 #: One-line DAG description (the DAG list and the DAG page header show it).
@@ -87,6 +88,7 @@ def param_schemas() -> dict[str, dict[str, Any]]:
         "max_content_bytes": {"type": "integer", "minimum": 1, "title": "Max content size (bytes)",
                               "description": "Decoded events larger than this go to quarantine "
                                              "(reason content_too_large)."},
+        "spark_conf": {"type": "object", "title": "Spark settings", "description": SPARK_CONF_PARAM_DESCRIPTION},
     }
 
 
@@ -104,6 +106,16 @@ def etl_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     merged = {**DEFAULT_PARAMS, **(overrides or {})}
     return {k: Param(v, **schemas[k]) if k in schemas and not isinstance(v, Param) else v
             for k, v in merged.items()}
+
+#: The description of the ``spark_conf`` param (shown in the trigger form).
+SPARK_CONF_PARAM_DESCRIPTION = (
+    "Spark settings (--conf) of this run for decode, dedupe and rebuild, merged over the DAG's own "
+    "(build_etl_dag(spark_conf=...) / PLGD_ETL_SPARK_CONF); null removes a setting. E.g. "
+    '{"spark.executor.memory": "4g", "spark.pyspark.python": "/opt/plgd-executor/bin/python"}. '
+    "The Spark connection gives the master URL and deploy mode; see docs/operations.md, \"Run on a Spark cluster\"."
+)
+#: Default ``execution_timeout`` of the three Spark tasks (``build_etl_dag(spark_execution_timeout=...)``).
+DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
 
 _log = logging.getLogger(__name__)
 
@@ -421,6 +433,7 @@ def build_etl_dag(
     tags: list[str] | None = None,
     description: str = DAG_DESCRIPTION,
     doc_md: str | None = None,
+    spark_execution_timeout: timedelta | None = DEFAULT_SPARK_EXECUTION_TIMEOUT,
 ):
     """Build the plgd ETL DAG.
 
@@ -446,11 +459,15 @@ def build_etl_dag(
     :param spark_conf: Spark settings (``--conf``) added to :data:`DEFAULT_SPARK_CONF` for the three
         Spark tasks; a ``None`` value removes a default. E.g. :data:`FAST_LOCAL_SPARK_CONF` for
         small local runs, or ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
+        The ``spark_conf`` DAG param of a run is merged over these when the task runs.
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.
     :param description: the DAG's one-line description.
     :param doc_md: the DAG docs (Markdown) for the UI's docs panel; default :data:`DEFAULT_DOC_MD`
         (``dags/plgd_events_etl.py`` passes its module docstring, the user docs).
+    :param spark_execution_timeout: ``execution_timeout`` of ``decode``, ``dedupe`` and ``rebuild``
+        (default :data:`DEFAULT_SPARK_EXECUTION_TIMEOUT`; ``None``: no limit). An application that
+        never gets executors then fails with ``SparkApplicationTimeoutError`` instead of waiting forever.
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
@@ -589,6 +606,8 @@ def build_etl_dag(
             "conn_id": spark_conn_id,
             "py_files": "{{ " + x + "['py_files'] }}",
             "conf": conf,
+            "run_conf_param": "spark_conf",
+            "execution_timeout": spark_execution_timeout,
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
         interval_arg = "{{ " + x + "['interval_id'] }}"

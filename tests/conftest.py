@@ -115,3 +115,35 @@ def _clear_s3fs_cache() -> None:
     except ImportError:  # the s3 extra is not installed: nothing cached
         return
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+def executor_python() -> str:
+    """The Spark executors' interpreter for the cluster tests: ``$PLGD_EXECUTOR_PYTHON`` (set by
+    ``make test``) or ``.venv-executor/bin/python`` (``make venv-executor``). Fails, never skips,
+    when it is missing or when it can import ``airflow_provider_plgd`` (the executors must get the
+    plgd code from ``--py-files`` only)."""
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    python = os.environ.get("PLGD_EXECUTOR_PYTHON") or str(repo / ".venv-executor" / "bin" / "python")
+    if not os.access(python, os.X_OK):
+        pytest.fail(f"no executor Python at {python}: run `make venv-executor` (requirements-executor.txt)")
+    probe = subprocess.run([python, "-I", "-c", "import airflow_provider_plgd"], capture_output=True, cwd="/",
+                           timeout=60)
+    if probe.returncode == 0:
+        pytest.fail(f"{python} can import airflow_provider_plgd; the executor environment must not hold it")
+    return python
+
+
+@pytest.fixture(scope="module")
+def spark_cluster():
+    """A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1
+    (:class:`plgd_devtools.spark_cluster.SparkCluster`), for one test module. The module holds the
+    Spark lock (``/tmp/spark.lock``) from start to stop: the tests in it must not take it again.
+    Stopped by PID, its temp dir removed at teardown."""
+    from plgd_devtools.spark import spark_lock
+    from plgd_devtools.spark_cluster import SparkCluster
+
+    with spark_lock(), SparkCluster(workers=2, cores=1, memory="1g") as cluster:
+        yield cluster

@@ -8,10 +8,18 @@ zip in a worker-private folder under a content-addressed name
 file against that name right before ``spark-submit``
 (:func:`airflow_provider_plgd.spark_deps.verified_py_files_zip`) and fails without retries
 otherwise. Trust boundary: ``docs/operations.md``, "Shipping the plgd code to executors".
+
+It also takes Spark settings of the DAG run from a DAG param (``run_conf_param``), gives the driver
+the Airflow worker's Python when only ``spark.pyspark.python`` is set, and turns an
+``execution_timeout`` into :class:`SparkApplicationTimeoutError` (``docs/operations.md``, "Run on a
+Spark cluster").
 """
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -22,6 +30,16 @@ try:  # Airflow 3.x
     from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
 except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+try:  # Airflow 3.x
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
+
+#: Spark's setting of the executors' Python (Spark docs, "Configuration", "Runtime Environment").
+PYSPARK_PYTHON = "spark.pyspark.python"
+#: Spark's setting of the driver's Python; it wins over ``PYSPARK_DRIVER_PYTHON``, and when it is
+#: unset ``spark.pyspark.python`` wins over the environment for the driver too.
+PYSPARK_DRIVER_PYTHON = "spark.pyspark.driver.python"
 
 
 class UntrustedPyFilesError(_FailWithoutRetry, PyFilesIntegrityError):
@@ -30,10 +48,71 @@ class UntrustedPyFilesError(_FailWithoutRetry, PyFilesIntegrityError):
     (a ``ValueError``)."""
 
 
+class SparkApplicationTimeoutError(AirflowTaskTimeout):
+    """The Spark application did not finish within the task's ``execution_timeout``.
+
+    Airflow then kills ``spark-submit`` (the operator's ``on_kill``) and handles the task like any
+    timeout (retries apply). Typical cause: the application never got an executor (the driver is
+    unreachable from the workers, or ``spark.executor.memory`` / ``spark.executor.cores`` above
+    what any worker offers).
+    """
+
+
+def merge_spark_conf(base: Mapping[str, str], overrides: Any, *, source: str) -> dict[str, str]:
+    """``base`` updated with ``overrides`` (a ``None`` value removes a key); values become strings
+    (booleans ``true``/``false``).
+
+    :param overrides: a mapping of Spark setting -> string/number/bool/None, a JSON string of
+        such an object, or ``None``/``""``/``{}`` (nothing to merge).
+    :param source: names the origin in errors (e.g. ``DAG param 'spark_conf'``).
+    :raises ValueError: ``overrides`` is not such a mapping (the message names ``source`` and the value).
+    """
+    merged = dict(base)
+    if overrides is None or overrides == "":
+        return merged
+    if isinstance(overrides, str):
+        try:
+            overrides = json.loads(overrides)
+        except ValueError:
+            raise ValueError(f"{source} must be a JSON object of Spark settings, got {overrides!r}") from None
+    if not isinstance(overrides, Mapping):
+        raise ValueError(f"{source} must be an object of Spark setting -> string, got {overrides!r}")
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key or not (value is None or isinstance(value, (str, int, float, bool))):
+            raise ValueError(f"{source} entry {key!r}: {value!r} must be a setting name and a string, number, "
+                             "boolean or null (null removes the setting)")
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return merged
+
+
+def with_driver_python(conf: Mapping[str, str], driver_python: str | None = None) -> dict[str, str]:
+    """``conf`` with ``spark.pyspark.driver.python`` set to ``driver_python`` (default: this
+    process's interpreter, the Airflow worker's) when only ``spark.pyspark.python`` is set.
+
+    In client mode the driver runs on the Airflow worker; Spark gives ``spark.pyspark.python`` to
+    the driver too when ``spark.pyspark.driver.python`` is unset, and that path (the executors'
+    interpreter) usually does not exist there (``Cannot run program .../python``).
+    """
+    out = dict(conf)
+    if out.get(PYSPARK_PYTHON) and PYSPARK_DRIVER_PYTHON not in out:
+        out[PYSPARK_DRIVER_PYTHON] = driver_python or sys.executable
+    return out
+
+
 class PlgdSparkSubmitOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` whose ``py_files`` is the plgd zip, verified before ``spark-submit``.
 
-    Takes every argument of ``SparkSubmitOperator`` (``apache-airflow-providers-apache-spark``).
+    Takes every argument of ``SparkSubmitOperator`` (``apache-airflow-providers-apache-spark``), and:
+
+    :param run_conf_param: the name of a DAG param (e.g. ``spark_conf``) whose value, an object of
+        Spark settings, is merged over ``conf`` when the task runs (:func:`merge_spark_conf`:
+        ``null`` removes a setting). ``None`` (default): no param.
+
+    Before submitting, ``spark.pyspark.driver.python`` defaults to the Airflow worker's Python when
+    only ``spark.pyspark.python`` is set (:func:`with_driver_python`).
 
     :param py_files: (templated) the path the ETL ``plan`` task returned, named
         ``plgd_py_files-<sha256>.zip``. Before submitting, ``execute`` replaces it with this
@@ -44,7 +123,14 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
         SHA-256 differs from its name, this worker builds a different zip (another provider
         version), the name is not content-addressed, or the folder is not private. The message
         names the path and both hashes.
+    :raises ValueError: (from ``execute``) the ``run_conf_param`` value is not an object of settings.
+    :raises SparkApplicationTimeoutError: the task's ``execution_timeout`` passed before
+        ``spark-submit`` ended (Airflow kills it; retries apply).
     """
+
+    def __init__(self, *, run_conf_param: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run_conf_param = run_conf_param
 
     def execute(self, context: Any) -> None:
         try:
@@ -53,5 +139,31 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
             raise UntrustedPyFilesError(str(err)) from err
         self.log.info("--py-files %s: sha256 matches its name", verified)
         self.py_files = verified
-        self._hook = None  # a hook built earlier would carry the unverified path
-        return super().execute(context)
+        dag_conf = self.conf
+        conf = dict(dag_conf or {})
+        if self.run_conf_param:
+            params = context.get("params") or {}
+            conf = merge_spark_conf(conf, params.get(self.run_conf_param),
+                                    source=f"DAG param {self.run_conf_param!r}")
+        run_conf = with_driver_python(conf)
+        if PYSPARK_DRIVER_PYTHON not in conf and PYSPARK_DRIVER_PYTHON in run_conf:
+            self.log.info("%s is set and %s is not: the driver (client mode, on this worker) uses %s",
+                          PYSPARK_PYTHON, PYSPARK_DRIVER_PYTHON, run_conf[PYSPARK_DRIVER_PYTHON])
+        self.log.info("Spark settings (--conf) of this run: %s", ", ".join(sorted(run_conf)))
+        self.conf = run_conf  # this run's settings; the DAG's are restored after spark-submit
+        self._hook = None  # a hook built earlier would carry the unverified path and other settings
+        try:
+            return super().execute(context)
+        except AirflowTaskTimeout as err:
+            if isinstance(err, SparkApplicationTimeoutError):
+                raise
+            timeout = getattr(self, "execution_timeout", None)
+            raise SparkApplicationTimeoutError(
+                f"Spark application {self.name or self.application!r} did not finish within the task's "
+                f"execution_timeout ({timeout}); spark-submit is killed. If its log shows \"Initial job has "
+                "not accepted any resources\", it never got an executor: the workers cannot reach the driver "
+                "(spark.driver.host) or no worker offers spark.executor.memory / spark.executor.cores. See "
+                "docs/operations.md, \"Run on a Spark cluster\"."
+            ) from err
+        finally:
+            self.conf = dag_conf

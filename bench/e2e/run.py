@@ -4,6 +4,19 @@ Usage::
 
     PATH=.venv/bin:$PATH .venv/bin/python -m bench.e2e.run --events 1000000 --also 100000 --json e2e.json
 
+On a local Spark standalone cluster, 1 worker and then 2 workers (1 core each), in one run::
+
+    PATH=.venv/bin:$PATH .venv/bin/python -m bench.e2e.run --events 1000000 --also --cluster-workers 1 2 \
+        --json e2e-cluster.json
+
+``--cluster-workers N [M ...]``: for each size and each worker count, a fresh cluster
+(:mod:`plgd_devtools.spark_cluster`, ``--worker-memory`` each) is the ``spark_default``
+connection, the driver stays in the Airflow task (client mode, on 127.0.0.1) and the executors
+run ``--executor-python`` (``.venv-executor`` when built) with ``--executor-memory``; then the table
+of each Spark stage's time with the first and the last count and the speed-up (first / last), for
+the task's wall time and the application's own time. The RSS columns miss the executors' JVMs
+and Python workers there (children of the cluster workers, not of ``airflow dags test``).
+
 For each size (smallest first):
 
 1. **Traffic**: ``airflow_provider_plgd.simulator.generate`` with ``target_messages`` = the size,
@@ -248,8 +261,21 @@ def decode_ceiling(root: str, interval_id: str, stream: str = "EVENTS") -> dict[
 # one size
 # ------------------------------------------------------------------------------------------------
 
-def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any]:
+def cluster_spark_conf(args: argparse.Namespace) -> dict[str, str]:
+    """The DAG's Spark settings on the local standalone cluster: the driver on 127.0.0.1, the
+    executors' memory and Python (``--executor-python``), then ``--spark-conf`` (a JSON object) over them."""
+    conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.memory": args.executor_memory, "spark.pyspark.python": args.executor_python}
+    if args.spark_conf and args.spark_conf != "fast-local":
+        conf.update(json.loads(args.spark_conf))
+    return conf
+
+
+def run_size(args: argparse.Namespace, events: int, work: Path, master: str | None = None) -> dict[str, Any]:
     """Generate, publish, run the DAG, measure; return the figures of one size.
+
+    ``master``: a ``spark://`` URL (the ``spark_default`` connection; the DAG's Spark settings are
+    :func:`cluster_spark_conf`), default ``local[*]``.
 
     :return: ``{"target_events", "events" (published), "payload_bytes", "traffic" (cache info),
         "publish_s", "interval" {start, end (ISO), seconds, id}, "counts" {fetched, decoded,
@@ -299,6 +325,13 @@ def run_size(args: argparse.Namespace, events: int, work: Path) -> dict[str, Any
         env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = args.log_level
         if args.spark_conf:  # read by dags/plgd_events_etl.py (etl.build_etl_dag(spark_conf=...))
             env["PLGD_ETL_SPARK_CONF"] = args.spark_conf
+        if master:
+            host, port = master.rsplit(":", 1)
+            env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": host, "port": int(port)})
+            env["PLGD_ETL_SPARK_CONF"] = json.dumps(cluster_spark_conf(args))
+            for key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+                env.pop(key, None)  # as on a real Airflow worker: the settings above decide
+        result["spark_master"] = master or "local[*]"
         _run([sys.executable, "-m", "airflow", "db", "migrate"], env, log)
         while time.time() < end_s + 1.5:  # the sensor's settle time (1 s) is over before the run
             time.sleep(0.1)
@@ -455,6 +488,28 @@ def fit_deadline(small: dict[str, Any], size: int, fallback: int | None, deadlin
     return None
 
 
+def print_speedup(one: dict[str, Any], two: dict[str, Any]) -> dict[str, Any]:
+    """Print and return each Spark stage's time with 1 and with 2 workers and the speed-up
+    (time with 1 / time with 2): task wall time and the application's own time (run summary
+    ``seconds``: SparkSession up to committed output, without JVM start)."""
+    out: dict[str, Any] = {}
+    print(f"\n=== {one['events']:,} events: 1 worker vs 2 workers (1 core each) ===")
+    print(f"{'stage':<9} {'1w wall s':>10} {'2w wall s':>10} {'speed-up':>9} {'1w app s':>9} {'2w app s':>9} {'speed-up':>9}")
+    for stage in SPARK_STAGES:
+        a, b = one["stages"].get(stage), two["stages"].get(stage)
+        if not a or not b:
+            continue
+        app_a, app_b = (a.get("spark") or {}).get("app_s"), (b.get("spark") or {}).get("app_s")
+        row = {"wall_1": a["wall_s"], "wall_2": b["wall_s"], "wall_speedup": round(a["wall_s"] / b["wall_s"], 2),
+               "app_1": app_a, "app_2": app_b,
+               "app_speedup": round(app_a / app_b, 2) if app_a and app_b else None}
+        out[stage] = row
+        app = (f"{app_a:>9.1f} {app_b:>9.1f} {row['app_speedup']:>8.2f}x" if row["app_speedup"] else
+               f"{'-':>9} {'-':>9} {'-':>9}")
+        print(f"{stage:<9} {a['wall_s']:>10.1f} {b['wall_s']:>10.1f} {row['wall_speedup']:>8.2f}x {app}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the tables; return (and with ``--json`` write) every figure:
     ``{"machine", "args", "lock_wait_s", "load_before", "load_after", "sizes": [run_size ...],
@@ -482,6 +537,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--spark-conf", default="",
                         help="PLGD_ETL_SPARK_CONF for the DAG: a JSON object of Spark settings or 'fast-local' "
                              "(default '': the DAG's defaults, as deployed)")
+    parser.add_argument("--cluster-workers", type=int, nargs="*", default=[],
+                        help="run each size on a local Spark standalone cluster (plgd_devtools.spark_cluster) "
+                             "with each of these worker counts, 1 core each, in this order (e.g. 1 2); "
+                             "prints the per-stage speed-up of the last count over the first. Default: local[*]")
+    parser.add_argument("--worker-memory", default="3g", help="memory of each cluster worker (default 3g)")
+    parser.add_argument("--executor-memory", default="2g", help="spark.executor.memory on the cluster (default 2g)")
+    parser.add_argument("--executor-python", default=str(REPO / ".venv-executor" / "bin" / "python")
+                        if (REPO / ".venv-executor" / "bin" / "python").exists() else sys.executable,
+                        help="spark.pyspark.python on the cluster (default .venv-executor's, else this Python)")
     args = parser.parse_args(argv)
 
     sizes = sorted({args.events, *args.also})
@@ -496,9 +560,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 size = fit_deadline(out["sizes"][0], size, args.fallback, args.deadline)
                 if size is None:
                     break
-            r = run_size(args, size, base / f"n{size}")
-            out["sizes"].append(r)
-            print_size(r)
+            if not args.cluster_workers:
+                r = run_size(args, size, base / f"n{size}")
+                out["sizes"].append(r)
+                print_size(r)
+            else:
+                from plgd_devtools.spark_cluster import SparkCluster
+
+                runs = []
+                for workers in args.cluster_workers:
+                    with SparkCluster(workers=workers, cores=1, memory=args.worker_memory,
+                                      base_dir=str(base / f"cluster-{workers}w")) as cluster:
+                        print(f"[e2e] Spark standalone {cluster.master_url}: {workers} workers x 1 core", flush=True)
+                        r = run_size(args, size, base / f"n{size}-{workers}w", master=cluster.master_url)
+                    r["cluster_workers"] = workers
+                    runs.append(r)
+                    print_size(r)
+                out["sizes"].append(runs[0])
+                out.setdefault("cluster_runs", []).append(runs)
+                if len(runs) > 1:
+                    out.setdefault("speedup", []).append(
+                        {"events": size, "workers": [runs[0]["cluster_workers"], runs[-1]["cluster_workers"]],
+                         "stages": print_speedup(runs[0], runs[-1])})
             if args.json:  # after every size, so an interrupted run keeps what it measured
                 Path(args.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
         out["load_after"] = uptime()
