@@ -215,6 +215,7 @@ def build_etl_dag(
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
+    from airflow_provider_plgd import lineage
     from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
 
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -266,7 +267,7 @@ def build_etl_dag(
         def plan(**context) -> dict[str, Any]:
             """Resolve the storage root, discover owners, record the interval ledger, group fetches and
             build the --py-files zip."""
-            from airflow_provider_plgd import ledger, staging
+            from airflow_provider_plgd import ledger, lineage, staging
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
             from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
             from airflow_provider_plgd.plgd.event_types import EVENT_TYPES, event_type_info
@@ -292,6 +293,8 @@ def build_etl_dag(
             # Never on the storage root: the Spark driver runs this code inside the worker
             # (docs/operations.md, "Shipping the plgd code to executors").
             py_files = build_private_py_files_zip(storage_root=root)
+            lineage.report_task_lineage(context, lineage.plan_lineage, hook.get_settings().servers, p["stream"], root,
+                                        ledger.SCOPE_FILTER)
             # the owners of each fetch task are in the ledger: XCom stays small at any number of owners
             groups: list[dict[str, Any]] = [{"ledger_group": i} for i in range(record["fetch_groups"])]
             if record["unrouted"]:
@@ -330,6 +333,7 @@ def build_etl_dag(
             "conn_id": spark_conn_id,
             "py_files": "{{ " + x + "['py_files'] }}",
             "conf": conf,
+            **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
         interval_arg = "{{ " + x + "['interval_id'] }}"
@@ -374,9 +378,12 @@ def build_etl_dag(
         def summary(**context) -> dict[str, Any]:
             """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
             and return its numbers (bounded XCom: no per-owner lists)."""
+            from airflow_provider_plgd import lineage
             from airflow_provider_plgd.run_summary import collect_run_summary
 
             planned_value = context["ti"].xcom_pull(task_ids="plan")
+            lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
+                                        planned_value["storage_root"])
             result = collect_run_summary(planned_value["storage_root"], context["params"]["stream"],
                                          planned_value["interval_id"])
             log_run_summary(result)

@@ -281,6 +281,16 @@ class JetStreamToStagingOperator(BaseOperator):
         root = self._destination(context)
         return asyncio.run(self._run(hook, stream, root, targets, mode, bounds))
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
+        (:func:`airflow_provider_plgd.lineage.fetch_lineage`; names in ``docs/lineage.md``)."""
+        from airflow_provider_plgd import lineage
+
+        done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
+        owner_wide = self.owner_ids is not None or bool(self.unrouted) or self._from_ledger()
+        filters = lineage.fetch_subject_filters(self._targets(), owner_wide=owner_wide)
+        return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], done["root"], filters)
+
     # -- validation ------------------------------------------------------------------------------
     def _targets(self) -> list[tuple[str, str, list[str]]]:
         """Return ``[(owner_id partition, event_type partition, subject filters)]`` in fetch order."""

@@ -55,3 +55,10 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
         self.py_files = verified
         self._hook = None  # a hook built earlier would carry the unverified path
         return super().execute(context)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (extra ``lineage``): the application's input and output tables
+        (:func:`airflow_provider_plgd.lineage.spark_app_lineage`; names in ``docs/lineage.md``)."""
+        from airflow_provider_plgd import lineage
+
+        return lineage.spark_app_lineage(self.application, self.application_args or [])
