@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
+from airflow_provider_plgd import staging
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
@@ -34,6 +35,77 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "max_content_bytes": 4 * 1024 * 1024,  # decode: larger decoded events -> quarantine content_too_large
 }
 
+#: One-line DAG description (the DAG list and the DAG page header show it).
+DAG_DESCRIPTION = ("plgd hub events from NATS JetStream, one data interval per run: staging, then Spark "
+                   "decode, dedupe and snapshot tables")
+
+#: Doc shown in the DAG's docs panel when the caller gives none (``dags/plgd_events_etl.py`` passes its own).
+DEFAULT_DOC_MD = """plgd ETL DAG (built by `airflow_provider_plgd.etl.build_etl_dag`).
+
+Each run processes its data interval: `wait_for_interval` → `plan` → `fetch_groups` → `fetch` (mapped)
+→ `spark_needed` → `decode` → `dedupe` → `rebuild` → `summary`. Parameters and operations:
+docs/operations.md of airflow-provider-plgd ("DAG parameters", "Backfill and reruns").
+"""
+
+
+def param_schemas() -> dict[str, dict[str, Any]]:
+    """JSON-schema keywords and descriptions of each param of :data:`DEFAULT_PARAMS`, for ``Param``.
+
+    The trigger form shows ``description``, validates ``type``/``minimum``, and offers the
+    ``examples`` of an array param as a multi-select (Airflow docs, "Params", "Use Params to
+    Provide a Trigger UI Form"). Event types come from :data:`plgd.event_types.EVENT_TYPES`.
+    """
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+    event_types = list(EVENT_TYPES)
+    return {
+        "stream": {"type": "string", "minLength": 1, "title": "Stream",
+                   "description": "JetStream stream that holds the plgd events (subjects plgd.>)."},
+        "owners": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "title": "Owners",
+                   "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line). "
+                                  "Empty: every owner found on the stream, and messages outside any owner are "
+                                  "staged as unrouted."},
+        "event_types": {"type": "array", "items": {"type": "string", "enum": event_types}, "uniqueItems": True,
+                        "examples": event_types, "title": "Event types",
+                        "description": "plgd event types to stage; the others are skipped and counted in the "
+                                       "ledger. Empty: every event type."},
+        "storage_root": {"type": "string", "title": "Storage root",
+                         "description": "Root of staging and tables: a local path or an fsspec URL such as "
+                                        "s3://bucket/plgd. Empty: the connection's storage_root extra, else "
+                                        "$AIRFLOW_HOME/plgd."},
+        "settle_seconds": {"type": "integer", "minimum": 0, "title": "Settle time (s)",
+                           "description": "Seconds after the interval end before it counts as complete "
+                                          "(late publishes)."},
+        "max_fetch_tasks": {"type": "integer", "minimum": 1, "title": "Max fetch tasks",
+                            "description": "At most this many mapped fetch tasks share the owners."},
+        "lookback_intervals": {"type": "integer", "minimum": 0, "title": "Dedupe lookback (intervals)",
+                               "description": "Dedupe drops message IDs seen in this many earlier processed "
+                                              "intervals (intervals without messages are not counted)."},
+        "accept_fewer_messages": {"type": "boolean", "title": "Accept fewer messages",
+                                  "description": "Let a rerun replace committed data although the stream now "
+                                                 "holds fewer messages for the interval (purged or re-created "
+                                                 "stream). Off: such a rerun fails."},
+        "max_content_bytes": {"type": "integer", "minimum": 1, "title": "Max content size (bytes)",
+                              "description": "Decoded events larger than this go to quarantine "
+                                             "(reason content_too_large)."},
+    }
+
+
+def etl_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:data:`DEFAULT_PARAMS` updated with ``overrides``, each a ``Param`` with its :func:`param_schemas`.
+
+    A key without a schema (a caller's own param) is passed through as given.
+    """
+    try:  # Airflow 3.x
+        from airflow.sdk import Param
+    except ImportError:  # pragma: no cover - Airflow 2.11
+        from airflow.models.param import Param  # type: ignore[no-redef]
+
+    schemas = param_schemas()
+    merged = {**DEFAULT_PARAMS, **(overrides or {})}
+    return {k: Param(v, **schemas[k]) if k in schemas and not isinstance(v, Param) else v
+            for k, v in merged.items()}
+
 _log = logging.getLogger(__name__)
 
 try:  # Airflow 3.x
@@ -53,14 +125,55 @@ class MissingDataIntervalError(_FailWithoutRetry, ValueError):
     """
 
 
-def require_data_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
+class OffScheduleIntervalError(_FailWithoutRetry, ValueError):
+    """A manual run's data interval is not one interval of the DAG's schedule.
+
+    Airflow 3.3's Trigger dialog fills the logical date with the current time, and Airflow infers
+    the data interval ``[logical date - interval, logical date)`` from it
+    (``DeltaDataIntervalTimetable.infer_manual_data_interval``), e.g. 16:14-17:14, which overlaps
+    two intervals of the schedule. Such a run is refused in its first task (``wait_for_interval``),
+    before anything is read or written; the message names the last interval of the schedule that
+    ends by the logical date and the backfill that runs it. An ``AirflowFailException`` (no retries) and a
+    ``ValueError``.
+    """
+
+
+def schedule_interval_ending_by(schedule: timedelta | str, start_date: datetime,
+                                moment: datetime) -> tuple[datetime, datetime]:
+    """The last interval ``[start, end)`` of the ETL DAG's schedule with ``end <= moment``.
+
+    :param schedule: the ``build_etl_dag`` schedule: a ``timedelta`` (intervals ``start_date + k *
+        schedule``, as ``DeltaDataIntervalTimetable`` schedules them) or a cron string (UTC;
+        ``CronDataIntervalTimetable``, whose ``infer_manual_data_interval`` is this rule).
+    :param start_date: the DAG's start date (aware).
+    :param moment: an aware datetime.
+    """
+    if isinstance(schedule, timedelta):
+        step_ns = schedule // timedelta(microseconds=1) * 1000  # integers: pendulum's Duration // timedelta fails
+        k = (staging.to_ns(moment, "moment") - staging.to_ns(start_date, "start_date")) // step_ns
+        end = start_date + k * schedule
+        return end - schedule, end
+    from airflow.timetables.interval import CronDataIntervalTimetable as CoreCron  # the core computes the grid
+
+    import pendulum
+
+    interval = CoreCron(schedule, timezone="UTC").infer_manual_data_interval(run_after=pendulum.instance(moment))
+    return interval.start, interval.end
+
+
+def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | str | None = None,
+                          start_date: datetime | None = None) -> tuple[datetime, datetime]:
     """Return the run's ``(data_interval_start, data_interval_end)`` (aware datetimes).
 
-    Used as the ``pre_execute`` hook of ``wait_for_interval`` and by ``plan``.
+    Used as the ``pre_execute`` hook of ``wait_for_interval`` and by ``plan`` (``build_etl_dag``
+    passes its ``schedule`` and ``start_date``).
 
     :param context: the task context (keys ``data_interval_start``, ``data_interval_end``, ``dag_run``).
+    :param schedule: with ``start_date``: refuse a manual run whose interval is not one interval
+        of this schedule (:func:`schedule_interval_ending_by`).
     :raises MissingDataIntervalError: when either is missing (a run without a logical date on
         Airflow 3), with the ways to run the DAG for an interval.
+    :raises OffScheduleIntervalError: a manual run whose data interval is not an interval of the schedule.
     """
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
     if start is None or end is None:
@@ -75,6 +188,22 @@ def require_data_interval(context: Mapping[str, Any]) -> tuple[datetime, datetim
         )
     if end <= start:
         raise MissingDataIntervalError(f"empty data interval [{start}, {end}) of DAG run {context.get('run_id')!r}")
+    dag_run = context.get("dag_run")
+    run_type = getattr(dag_run, "run_type", None)
+    if schedule is not None and start_date is not None and str(getattr(run_type, "value", run_type)) == "manual":
+        if (start, end) != schedule_interval_ending_by(schedule, start_date, end):
+            grid_start, grid_end = schedule_interval_ending_by(schedule, start_date, context.get("logical_date") or end)
+            dag_id = getattr(dag_run, "dag_id", None) or "<dag>"
+            raise OffScheduleIntervalError(
+                f"manual DAG run {getattr(dag_run, 'run_id', None)!r} has the data interval [{start.isoformat()}, "
+                f"{end.isoformat()}), which is not an interval of the schedule ({schedule} from "
+                f"{start_date.isoformat()}); it would overlap processed intervals, so nothing was read or written. "
+                f"The last interval of the schedule that ends by the logical date is [{grid_start.isoformat()}, "
+                f"{grid_end.isoformat()}). To (re)process it, use a backfill (the Trigger dialog's Backfill "
+                f"option, or `airflow backfill create --dag-id {dag_id} --from-date {grid_start.isoformat()} "
+                f"--to-date {grid_start.isoformat()} --reprocess-behavior completed`), or clear that interval's "
+                f"run; see docs/operations.md, \"Manual runs\"."
+            )
     return start, end
 
 
@@ -155,6 +284,115 @@ def etl_assets(dag_id: str = "plgd_events_etl") -> dict[str, Any]:
     return {name: Asset(name=f"{dag_id}.{name}", uri=f"plgd://{dag_id}/{name}") for name in ASSET_NAMES}
 
 
+# -- asset events ----------------------------------------------------------------------------------
+def quarantine_outlets(dag_id: str) -> list[Any]:
+    """The outlets of ``decode`` for the quarantine dataset.
+
+    Airflow 3: an ``AssetAlias`` (``<dag_id>.quarantine.nonempty``) through which
+    :func:`emit_app_asset_events` emits the quarantine asset's event only when rows were
+    quarantined (a declared asset outlet always gets an event). Airflow 2.11: the Dataset itself.
+    """
+    quarantine = etl_assets(dag_id)["quarantine"]
+    if not AIRFLOW_V_3:  # pragma: no cover
+        return [quarantine]
+    from airflow.sdk import AssetAlias
+
+    return [AssetAlias(name=f"{quarantine.name}.nonempty")]
+
+
+def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, Any]) -> None:
+    """Attach ``extra`` (JSON values) to this task's event of the outlet ``asset`` (Airflow 3;
+    a no-op on Airflow 2.11, whose dataset events are emitted without it)."""
+    events = context.get("outlet_events")
+    if events is not None and AIRFLOW_V_3:
+        events[asset].extra.update(extra)
+
+
+def staging_extra(planned: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` of the staging asset event: ``{"interval_id", "messages" (the stream holds), "owners"}``."""
+    return {"interval_id": planned["interval_id"], "messages": planned["messages"], "owners": planned["owners"]}
+
+
+def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> dict[str, dict[str, Any]]:
+    """``extra`` of the asset events of one Spark application, by dataset name (see :data:`ASSET_NAMES`).
+
+    ``decode``: ``events`` ``{interval_id, decoded}``, and ``quarantine`` ``{interval_id, quarantined,
+    per_reason}`` only when rows were quarantined; ``dedupe``: ``events_deduped`` ``{interval_id, kept,
+    duplicates}``; ``rebuild``: ``snapshots`` ``{interval_id, snapshot_version, rows}``.
+    """
+    if app == "decode":
+        out = {"events": {"interval_id": interval_id, "decoded": summary.get("decoded")}}
+        if int(summary.get("quarantined") or 0):
+            out["quarantine"] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
+                                 "per_reason": summary.get("per_reason") or {}}
+        return out
+    if app == "dedupe":
+        return {"events_deduped": {"interval_id": interval_id, "kept": summary.get("output"),
+                                   "duplicates": summary.get("duplicates")}}
+    if app == "rebuild":
+        return {"snapshots": {"interval_id": interval_id, "snapshot_version": summary.get("version"),
+                              "rows": summary.get("rows") or {}}}
+    raise ValueError(f"unknown Spark application {app!r}, expected decode, dedupe or rebuild")
+
+
+def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[str, Any]) -> None:
+    """``post_execute`` of a Spark task: put the application's run summary into its asset events.
+
+    :raises ValueError: the application wrote no run summary (``{root}/_runs/{app}/...``).
+    """
+    from airflow_provider_plgd.run_summary import read_app_summary
+
+    planned = context["ti"].xcom_pull(task_ids="plan")
+    summary = read_app_summary(planned["storage_root"], app, planned["interval_id"])
+    if summary is None:
+        raise ValueError(f"{app} wrote no run summary for interval {planned['interval_id']} under "
+                         f"{planned['storage_root']}/_runs/{app}/")
+    for name, extra in app_asset_extras(app, summary, planned["interval_id"]).items():
+        if name == "quarantine" and AIRFLOW_V_3:
+            from airflow.sdk import AssetAlias
+
+            alias = AssetAlias(name=f"{assets[name].name}.nonempty")
+            context["outlet_events"][alias].add(assets[name], extra=extra)
+        else:
+            set_asset_extra(context, assets[name], extra)
+
+
+# -- empty intervals -------------------------------------------------------------------------------
+def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime) -> str | None:
+    """Why ``decode``, ``dedupe`` and ``rebuild`` may skip the interval of a plan record, or None.
+
+    They skip only when all of these hold, so skipping changes no table:
+
+    * the stream holds no message for the interval (``record["total"] == 0``);
+    * no Spark application has a run summary of the interval (else an earlier run wrote outputs,
+      and a rerun must replace them);
+    * no pending of the latest snapshot expires before the interval end (``next_expiry_ns`` of the
+      manifest, the rule of ``rebuild_snapshots``), or there is no snapshot yet (intervals before
+      the stream's first message).
+
+    A skipped interval commits no ``events_deduped`` folder: dedupe's lookback counts committed
+    intervals, so it then reaches further back in time, never less; rebuild folds every committed
+    interval after its base snapshot, so the next non-empty interval builds on the last snapshot.
+
+    :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware).
+    """
+    from airflow_provider_plgd.run_summary import APPS, read_app_summary
+    from airflow_provider_plgd.spark import snapshot_store
+
+    if int(record["total"]):
+        return None
+    interval = record["interval_id"]
+    if any(read_app_summary(root, app, interval) is not None for app in APPS):
+        return None
+    latest = snapshot_store.read_latest(root)
+    if latest is None:
+        return "the stream holds no message for the interval and there is no snapshot yet"
+    end_ns = staging.to_ns(end, "end")
+    if any(ns is not None and int(ns) < end_ns for ns in (latest.get("next_expiry_ns") or {}).values()):
+        return None
+    return f"the stream holds no message for the interval and no pending of snapshot {latest['version']} expires in it"
+
+
 def _token_list(value: Any, what: str) -> list[str]:
     """A DAG param of owner IDs or event types as a list of valid subject tokens.
 
@@ -187,6 +425,8 @@ def build_etl_dag(
     spark_conf: Mapping[str, str | None] | None = None,
     default_args: dict[str, Any] | None = None,
     tags: list[str] | None = None,
+    description: str = DAG_DESCRIPTION,
+    doc_md: str | None = None,
 ):
     """Build the plgd ETL DAG.
 
@@ -195,7 +435,9 @@ def build_etl_dag(
     plus the new events), so scheduled runs and backfills process the intervals oldest first and a
     failed interval stops the chain until it is cleared or fixed. Runs without a data interval
     (Airflow 3 runs without a logical date) fail in ``wait_for_interval`` with
-    :class:`MissingDataIntervalError`, without retries.
+    :class:`MissingDataIntervalError`, manual runs whose interval is not one of the schedule with
+    :class:`OffScheduleIntervalError`, both without retries. An interval for which the stream holds
+    no message skips the three Spark tasks (``spark_needed``, :func:`spark_skip_reason`).
 
     :param dag_id: the DAG ID.
     :param schedule: a ``timedelta`` or cron string; each run handles its data interval.
@@ -212,6 +454,9 @@ def build_etl_dag(
         small local runs, or ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.
+    :param description: the DAG's one-line description.
+    :param doc_md: the DAG docs (Markdown) for the UI's docs panel; default :data:`DEFAULT_DOC_MD`
+        (``dags/plgd_events_etl.py`` passes its module docstring, the user docs).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
@@ -227,7 +472,7 @@ def build_etl_dag(
         from airflow import DAG
         from airflow.decorators import task
 
-    merged_params = {**DEFAULT_PARAMS, **(params or {})}
+    merged_params = etl_params(params)
     conf = _merge_spark_conf(spark_conf)
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
     assets = etl_assets(dag_id)
@@ -249,8 +494,12 @@ def build_etl_dag(
         params=merged_params,
         default_args=args,
         tags=tags or ["plgd", "jetstream", "spark"],
-        doc_md=__doc__,
+        description=description,
+        doc_md=doc_md or DEFAULT_DOC_MD,
     ) as dag:
+        def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
+            return require_data_interval(context, schedule=schedule, start_date=start_date)
+
         wait = JetStreamIntervalCompleteSensor(
             task_id="wait_for_interval",
             jetstream_conn_id=jetstream_conn_id,
@@ -260,10 +509,11 @@ def build_etl_dag(
             deferrable=True,
             poke_interval=5,
             timeout=6 * 3600,
-            pre_execute=require_data_interval,
+            pre_execute=check_interval,
+            task_display_name="Wait until the interval is complete",
         )
 
-        @task
+        @task(task_display_name="Plan: count the stream, group owners")
         def plan(**context) -> dict[str, Any]:
             """Resolve the storage root, discover owners, record the interval ledger, group fetches and
             build the --py-files zip."""
@@ -274,7 +524,7 @@ def build_etl_dag(
             from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
             p = context["params"]
-            start, end = require_data_interval(context)
+            start, end = check_interval(context)
             root = resolve_storage_root(p["storage_root"], jetstream_conn_id)
             # validate both params before anything is discovered, built or written
             owners = _token_list(p["owners"], "owner_id")
@@ -308,9 +558,10 @@ def build_etl_dag(
                 "messages": record["total"],
                 "fetch_groups": groups,
                 "py_files": str(py_files),
+                "spark_skip": record.get("spark_skip"),
             }
 
-        @task
+        @task(task_display_name="Owner groups of the fetch")
         def fetch_groups(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
             """The fetch task kwargs, one dict per owner group (Airflow maps over a plain return value)."""
             return planned_value["fetch_groups"]
@@ -325,8 +576,21 @@ def build_etl_dag(
             ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
-            outlets=[assets["staging"]],
+            task_display_name="Fetch an owner group into staging",
         ).expand_kwargs(fetch_groups(planned))
+
+        # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
+        @task.short_circuit(ignore_downstream_trigger_rules=False, outlets=[assets["staging"]],
+                            task_display_name="Spark needed? (skip empty intervals)")
+        def spark_needed(**context) -> bool:
+            """False (skip decode, dedupe, rebuild) when ``plan`` found the interval empty (``spark_skip``)."""
+            planned_value = context["ti"].xcom_pull(task_ids="plan")
+            set_asset_extra(context, assets["staging"], staging_extra(planned_value))
+            if planned_value.get("spark_skip"):
+                _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned_value["interval_id"],
+                          planned_value["spark_skip"])
+                return False
+            return True
 
         x = "ti.xcom_pull(task_ids='plan')"
         common = {
@@ -346,7 +610,9 @@ def build_etl_dag(
                 "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
                 "--max-content-bytes", "{{ params.max_content_bytes }}",
             ],
-            outlets=[assets["events"], assets["quarantine"]],
+            outlets=[assets["events"], *quarantine_outlets(dag_id)],
+            post_execute=lambda context, result=None: emit_app_asset_events(context, "decode", assets),
+            task_display_name="Decode events (Spark)",
             **common,
         )
         dedupe = SparkSubmitOperator(
@@ -359,6 +625,8 @@ def build_etl_dag(
             ],
             depends_on_past=True,
             outlets=[assets["events_deduped"]],
+            post_execute=lambda context, result=None: emit_app_asset_events(context, "dedupe", assets),
+            task_display_name="Deduplicate events (Spark)",
             **common,
         )
         rebuild = SparkSubmitOperator(
@@ -371,10 +639,13 @@ def build_etl_dag(
             ],
             depends_on_past=True,
             outlets=[assets["snapshots"]],
+            post_execute=lambda context, result=None: emit_app_asset_events(context, "rebuild", assets),
+            task_display_name="Rebuild snapshots (Spark)",
             **common,
         )
 
-        @task
+        # none_failed: runs after skipped Spark tasks (an empty interval) and reconciles 0 = 0.
+        @task(trigger_rule="none_failed", task_display_name="Summary: reconcile the interval")
         def summary(**context) -> dict[str, Any]:
             """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
             and return its numbers (bounded XCom: no per-owner lists)."""
@@ -397,7 +668,7 @@ def build_etl_dag(
             return result
 
         wait >> planned
-        fetch >> decode >> dedupe >> rebuild >> summary()
+        fetch >> spark_needed() >> decode >> dedupe >> rebuild >> summary()
 
     return dag
 
@@ -411,19 +682,22 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
     (:meth:`JetStreamHook.acount_interval`). A previous record of the interval with more messages
     (a re-created or purged stream, deletes) raises :class:`FewerMessagesError` unless
     ``accept_fewer``. The interval's old fetch records are removed, so the rerun's are its own.
-    ``fetch_groups``: at most this many fetch tasks share the owners (``ledger.owner_group``).
+    ``fetch_groups``: at most this many fetch tasks share the owners (``ledger.owner_group``); one
+    when the interval is empty. ``spark_skip`` in the record: :func:`spark_skip_reason`.
 
-    :return: the record (``ledger.plan_record``).
+    :return: the record (``ledger.plan_record`` plus ``spark_skip``).
     """
     from airflow_provider_plgd import ledger, staging
 
     counted = hook.count_interval([ledger.SCOPE_FILTER, *(ledger.owner_filter(o) for o in owners)],
                                   start_time=start, end_time=end)
+    empty = not int(counted["counts"][ledger.SCOPE_FILTER])
     record = ledger.plan_record(
         counted, interval_id=interval, owners=owners, owners_discovered=discovered, event_types=event_types,
-        fetch_groups=fetch_groups,
+        fetch_groups=1 if empty else fetch_groups,  # an empty interval: one fetch task records the zeros
         bounds=staging.time_bounds(start, end),
     )
+    record["spark_skip"] = spark_skip_reason(root, record, end)
     base = ledger.interval_dir(root, counted["stream"], interval)
     lost = ledger.check_not_fewer(ledger.read_json(f"{base}/stream.json"), record, accept_fewer=accept_fewer)
     if lost:

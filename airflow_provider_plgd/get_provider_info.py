@@ -35,12 +35,16 @@ def _string_field(label: str, description: str, *, secret: bool = False, default
 
 #: Connection extra fields of ``plgd_jetstream``; one home, also used by the hook's form widgets.
 CONN_FIELDS: dict[str, dict] = {
+    # Airflow 3 shows an extra field's description under it but not a placeholder (placeholders
+    # apply to the standard fields only), so each example is in the description.
     "servers": _string_field(
         "Servers",
-        "Comma-separated nats://, tls://, ws:// or wss:// URLs without credentials (use Login/Password "
-        "and Token). Overrides Host/Port when set.",
+        "Comma-separated nats://, tls://, ws:// or wss:// URLs, tried in order, e.g. "
+        "tls://nats-1:4222,tls://nats-2:4222. No credentials in them (use Login/Password and Token); "
+        "no ws:// with TLS (use wss://). Overrides Host/Port when set.",
     ),
-    "stream": _string_field("Stream", "JetStream stream that holds plgd events.", default="EVENTS"),
+    "stream": _string_field("Stream", "JetStream stream that holds plgd events (subjects plgd.>); default EVENTS.",
+                            default="EVENTS"),
     "token": _string_field("Token", "NATS authentication token.", secret=True),
     # The extra's name must contain a word Airflow treats as sensitive ("secret"): the UI and the
     # REST API redact extras by key name only (``should_hide_value_for_key``), not by ``format``.
@@ -55,13 +59,17 @@ CONN_FIELDS: dict[str, dict] = {
     ),
 }
 
+#: Standard fields of the form. Airflow 3 shows placeholders of the standard fields (host, port,
+#: login, password) only; the extra fields' hints are in their ``description`` (``CONN_FIELDS``).
+#: The ``servers``/``stream`` placeholders are for the Airflow 2.11 form.
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["schema", "extra"],
-    "relabeling": {"login": "User", "password": "Password", "host": "Host"},
+    "relabeling": {"login": "User", "password": "Password", "host": "Host (one NATS server)"},
     "placeholders": {
-        "host": "127.0.0.1",
+        "host": "nats.example.internal or tls://nats.example.internal",
         "port": "4222",
-        "servers": "nats://nats-1:4222,nats://nats-2:4222",
+        "login": "user of the NATS account (optional)",
+        "servers": "tls://nats-1:4222,tls://nats-2:4222",
         "stream": "EVENTS",
     },
 }

@@ -315,6 +315,12 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
             for reason, n in (got.get("skipped") or {}).items():
                 skipped[reason] = skipped.get(reason, 0) + int(n)
     decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
+    if plan.get("spark_skip") and not decode and not dedupe:
+        # an empty interval whose Spark tasks were skipped (etl.spark_skip_reason): nothing to decode
+        # or deduplicate, and the fetch must have staged nothing (checked below: 0 = 0)
+        decode = {"fetched": 0, "decoded": 0, "quarantined": 0, "per_reason": {}, "skipped": plan["spark_skip"]}
+        dedupe = {"input": 0, "output": 0, "duplicates": 0, "within_batch_duplicates": 0,
+                  "cross_batch_duplicates": 0, "skipped": plan["spark_skip"]}
     if not decode:
         problems.append("decode: no run summary")
     else:
@@ -347,6 +353,7 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         "duplicates_within_interval": dedupe.get("within_batch_duplicates"),
         "duplicates_seen_before": dedupe.get("cross_batch_duplicates"),
         "snapshot_version": (apps.get("rebuild") or {}).get("version"),
+        "spark_skipped": plan.get("spark_skip"),
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}

@@ -37,9 +37,28 @@ from typing import Any
 from airflow_provider_plgd.compat import DAG, Asset, task
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 
+try:  # Airflow 3.x
+    from airflow.sdk import Param
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.models.param import Param  # type: ignore[no-redef]
+
 JETSTREAM_CONN_ID = "plgd_jetstream_default"
 START_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
-COMMON_PARAMS: dict[str, Any] = {"stream": "EVENTS", "subject_filter": "plgd.>", "storage_root": ""}
+
+
+def common_params() -> dict[str, Any]:
+    """The params both DAGs share, with the descriptions the trigger form shows."""
+    return {
+        "stream": Param("EVENTS", type="string", minLength=1,
+                        description="JetStream stream that holds the plgd events."),
+        "subject_filter": Param("plgd.>", type="string", minLength=1,
+                                description="JetStream filter subject, e.g. plgd.> (every plgd event) or "
+                                            "plgd.owners.<owner>.> (one owner)."),
+        "storage_root": Param("", type="string",
+                              description="Root of the staging folders: a local path or an fsspec URL such as "
+                                          "s3://bucket/plgd. Empty: the connection's storage_root extra, else "
+                                          "$AIRFLOW_HOME/plgd."),
+    }
 
 
 @task
@@ -100,7 +119,14 @@ with DAG(
     schedule=None,
     start_date=START_DATE,
     catchup=False,
-    params={**COMMON_PARAMS, "start_seq": 1, "end_seq": None},
+    params={
+        **common_params(),
+        "start_seq": Param(1, type="integer", minimum=1, description="First stream sequence to fetch."),
+        "end_seq": Param(None, type=["null", "integer"], minimum=1,
+                         description="Last stream sequence to fetch (inclusive). Empty: up to the stream's "
+                                     "last sequence when the fetch starts."),
+    },
+    description="Fetch a stream-sequence range into staging and summarise it (manual runs)",
     tags=["plgd", "example"],
     doc_md=__doc__,
 ) as fetch_by_sequence:
@@ -122,7 +148,14 @@ with DAG(
     start_date=START_DATE,
     catchup=False,
     max_active_runs=1,
-    params={**COMMON_PARAMS, "durable": "plgd_example_durable", "max_messages": 100_000},
+    params={
+        **common_params(),
+        "durable": Param("plgd_example_durable", type="string", minLength=1,
+                         description="Name of the durable pull consumer (created on first use)."),
+        "max_messages": Param(100_000, type="integer", minimum=1,
+                              description="At most this many unacknowledged messages per run."),
+    },
+    description="Stage what a durable consumer has not acknowledged yet, every 15 minutes",
     tags=["plgd", "example"],
     doc_md=__doc__,
 ) as fetch_durable:

@@ -33,6 +33,11 @@ from typing import Any
 from airflow_provider_plgd.compat import DAG, task
 from airflow_provider_plgd.etl import etl_assets
 
+try:  # Airflow 3.x
+    from airflow.sdk import Param
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.models.param import Param  # type: ignore[no-redef]
+
 #: The ETL DAG whose snapshot asset schedules this DAG.
 ETL_DAG_ID = "plgd_events_etl"
 JETSTREAM_CONN_ID = "plgd_jetstream_default"
@@ -43,7 +48,11 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     max_active_runs=1,
-    params={"storage_root": ""},
+    params={"storage_root": Param("", type="string",
+                                  description="Root of the ETL's tables (as the ETL DAG's storage_root). Empty: "
+                                              "the plgd_jetstream_default connection's storage_root extra, else "
+                                              "$AIRFLOW_HOME/plgd.")},
+    description="Runs after each new plgd snapshot: devices and online devices per owner",
     tags=["plgd", "example"],
     doc_md=__doc__,
 ) as dag:

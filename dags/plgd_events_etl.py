@@ -1,31 +1,47 @@
-"""plgd_events_etl: hourly ETL of plgd hub events from NATS JetStream into snapshot tables.
+"""# plgd_events_etl
 
-Tasks per data interval ``[data_interval_start, data_interval_end)``:
+Turns the plgd hub's event stream (NATS JetStream, subjects `plgd.>`) into analytics tables, one
+**data interval** per run (default: hourly). Each run processes `[data_interval_start, data_interval_end)`:
 
-1. ``wait_for_interval`` (deferrable sensor): the interval is complete in the stream. Runs
-   without a data interval (Airflow 3 runs without a logical date) fail here at once.
-2. ``plan``: resolves the storage root, discovers owners from the stream's subjects (or the
-   ``owners`` param) and groups them into at most ``max_fetch_tasks`` fetch tasks.
-3. ``fetch`` (mapped over owner groups): owner × event type batches into Parquet staging.
-4. ``decode`` → ``dedupe`` → ``rebuild`` (``SparkSubmitOperator``): typed events, one row per
-   message ID, and the latest state per resource, device and owner.
-5. ``summary``: counts per owner and event type, duplicates, quarantined rows and lag.
+| Task | What it does |
+|---|---|
+| `wait_for_interval` | deferrable sensor: waits until the interval is complete in the stream (`settle_seconds` after its end). Refuses runs without a data interval and manual runs off the schedule (below) |
+| `plan` | resolves the storage root, counts what the stream holds for the interval (the interval ledger, `_ledger/`), finds the owners (or takes the `owners` param) |
+| `fetch_groups` | splits the owners into at most `max_fetch_tasks` groups |
+| `fetch` (mapped) | one task per owner group: owner × event type batches into Parquet staging |
+| `spark_needed` | skips the three Spark tasks when the stream holds no message for the interval (nothing changes), e.g. every interval before the stream's first message |
+| `decode` → `dedupe` → `rebuild` | Spark: typed events and quarantine, one row per message ID, the latest state per resource, device and owner (snapshot tables) |
+| `summary` | checks that every message the stream holds is in the tables or in quarantine (fails the run otherwise) and logs the counts |
 
-``catchup=True``, ``max_active_runs=1`` and ``depends_on_past=True`` on ``dedupe`` and ``rebuild`` make
-each snapshot build on the one before it; backfills run oldest first. Each output dataset is an
-Airflow Asset (outlets). See docs/operations.md ("Backfill and reruns").
+Runs are chained (`catchup`, one active run, `depends_on_past` on `dedupe` and `rebuild`): each
+snapshot builds on the one before, and backfills run oldest first. Outputs are assets
+`plgd_events_etl.{staging, events, quarantine, events_deduped, snapshots}`; their events carry the
+interval ID and the counts.
 
-Environment overrides, read when the file is parsed (for the demo and the tests; production keeps
-the defaults). Set them on every component that parses DAGs, workers included:
+**Manual runs.** A manual run must cover exactly one interval of the schedule. The Trigger
+dialog's default logical date (now) gives an interval off the schedule, which is refused at once,
+before anything is read or written. To (re)process an interval use the dialog's **Backfill**
+option (or `airflow backfill create … --reprocess-behavior completed`), or clear that interval's
+run. A run without a logical date fails at once too.
 
-* ``PLGD_ETL_SCHEDULE_SECONDS``: interval length in seconds (default 3600);
-* ``PLGD_ETL_START_DATE``: ISO date-time of the first interval (default 2026-01-01T00:00:00Z);
-* ``PLGD_ETL_END_DATE``: ISO date-time; no interval starting after it is scheduled (default none);
-* ``PLGD_ETL_CATCHUP``: ``true`` (default) or ``false``: schedule every interval since the start date
+**Params** (Trigger form): each one has its description there. `owners` and `event_types` empty
+mean "all".
+
+**Environment variables** of this DAG file, read when it is parsed (set them on every component
+that parses DAGs, workers included; production usually keeps the defaults):
+
+* `PLGD_ETL_SCHEDULE_SECONDS`: interval length in seconds (default 3600);
+* `PLGD_ETL_START_DATE`: ISO date-time of the first interval (default 2026-01-01T00:00:00Z); intervals
+  before the stream's first message cost no Spark work, but set it near the start of the stream's
+  history to avoid many idle runs;
+* `PLGD_ETL_END_DATE`: ISO date-time; no interval starting after it is scheduled (default none);
+* `PLGD_ETL_CATCHUP`: `true` (default) or `false`: schedule every interval since the start date
   (or the last run), or only the newest one;
-* ``PLGD_ETL_PARAMS``: JSON object of param defaults (``etl.DEFAULT_PARAMS`` keys);
-* ``PLGD_ETL_SPARK_CONF``: JSON object of Spark settings for the Spark tasks (``build_etl_dag(spark_conf=…)``);
-  ``"fast-local"`` means ``etl.FAST_LOCAL_SPARK_CONF``.
+* `PLGD_ETL_PARAMS`: JSON object of param defaults (`etl.DEFAULT_PARAMS` keys);
+* `PLGD_ETL_SPARK_CONF`: JSON object of Spark settings for the Spark tasks (`build_etl_dag(spark_conf=…)`);
+  `"fast-local"` means `etl.FAST_LOCAL_SPARK_CONF`.
+
+More: docs/operations.md ("DAG parameters", "Manual runs", "Backfill and reruns").
 """
 
 from __future__ import annotations
@@ -79,4 +95,5 @@ dag = build_etl_dag(
     catchup=_env_bool("PLGD_ETL_CATCHUP", True),
     params=_env_json_object("PLGD_ETL_PARAMS"),
     spark_conf=_env_json_object("PLGD_ETL_SPARK_CONF"),
+    doc_md=__doc__,  # the user docs above: the DAG's docs panel shows them
 )

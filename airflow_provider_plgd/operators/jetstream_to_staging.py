@@ -31,6 +31,25 @@ if TYPE_CHECKING:
 DEFAULT_BATCH_SIZE = 1000
 
 
+def zero_width_interval_message(task_id: str, moment: Any) -> str:
+    """The error for a run whose data interval has no width (``data_interval_start == data_interval_end``).
+
+    Airflow 3 turns ``schedule=timedelta(...)`` into ``DeltaTriggerTimetable`` and a cron string into
+    ``CronTriggerTimetable`` (unless ``[scheduler] create_delta_data_intervals`` /
+    ``create_cron_data_intervals`` are on): their runs cover one point in time, not an interval.
+    Source: Airflow 3 docs, "Timetables" and the ``[scheduler]`` configuration reference.
+    """
+    return (
+        f"task {task_id!r}: the run's data interval is empty (data_interval_start == data_interval_end == "
+        f"{moment}), so there is nothing to fetch. On Airflow 3 a DAG with schedule=timedelta(...) or a cron "
+        "string gets a trigger timetable whose runs cover one point in time. Schedule the DAG with a "
+        "data-interval timetable: schedule=DeltaDataIntervalTimetable(timedelta(hours=1)) or "
+        "schedule=CronDataIntervalTimetable(\"0 * * * *\", timezone=\"UTC\") (both from airflow.sdk), or set "
+        "[scheduler] create_delta_data_intervals / create_cron_data_intervals = True; or give the operator "
+        "start_time and end_time. See docs/operations.md, \"Using the operators in your own DAG\"."
+    )
+
+
 class JetStreamToStagingOperator(BaseOperator):
     """Write one bounded batch of JetStream messages into a committed Parquet staging folder.
 
@@ -386,6 +405,8 @@ class JetStreamToStagingOperator(BaseOperator):
                     "Airflow 3) and no explicit bounds: trigger the DAG with a logical date / backfill it, or set "
                     "start_time/end_time, start_seq/end_seq, or durable"
                 )
+            if start == end:
+                raise ValueError(zero_width_interval_message(self.task_id, start))
         return "time", staging.time_bounds(start, end)
 
     def _hook(self) -> JetStreamHook:

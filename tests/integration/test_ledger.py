@@ -155,6 +155,24 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     assert len(events) + len(quarantine) == len(truth)
     assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
 
+    # The run's asset events carry the interval and its counts: one staging event (not one per
+    # fetch task), a quarantine event because rows were quarantined, the snapshot version.
+    from tests.integration.test_etl_dag_ux import asset_events
+
+    p = "plgd_test_ledger_etl."
+    rebuild = json.loads(open(f"{storage_root}/_runs/rebuild/interval={interval_id}.json").read())
+    assert asset_events(dr) == {
+        p + "staging": [{"interval_id": interval_id, "messages": len(truth), "owners": len(record["owners"])}],
+        p + "events": [{"interval_id": interval_id, "decoded": chain["decoded"]}],
+        p + "quarantine": [{"interval_id": interval_id, "quarantined": chain["quarantined"],
+                            "per_reason": chain["quarantined_per_reason"]}],
+        p + "events_deduped": [{"interval_id": interval_id, "kept": chain["kept"],
+                                "duplicates": chain["dedupe_input"] - chain["kept"]}],
+        p + "snapshots": [{"interval_id": interval_id, "snapshot_version": chain["snapshot_version"],
+                           "rows": rebuild["rows"]}],
+    }
+    assert chain["quarantined"] > 0 and chain["snapshot_version"]
+
 
 # ---------------------------------------------------------------------------------------------
 # Case 3: a re-created stream must not blank good staging
