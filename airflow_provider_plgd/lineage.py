@@ -184,13 +184,16 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
 
     :param application: the application's path (``…/spark_apps/<name>.py``).
     :param application_args: its rendered arguments (``--flag value`` pairs; flags without a value allowed).
-    :return: the ``OperatorLineage``, or None for another application (no datasets known).
+    :return: the ``OperatorLineage``, or None for another application (no datasets known) and for
+        arguments that are still templates (a task skipped before it was rendered wrote nothing).
     :raises ValueError: a known application without an argument it needs (names the argument).
     """
     build = _SPARK_APPS.get(os.path.splitext(os.path.basename(str(application)))[0])
     if build is None:
         return None
     args = [str(a) for a in application_args]
+    if any("{{" in a for a in args):
+        return None
     values = {flag: value for flag, value in zip(args, args[1:]) if flag.startswith("--") and not value.startswith("--")}
     try:
         inputs, outputs = build(values)

@@ -58,6 +58,7 @@ def test_spark_app_lineage_from_the_applications_arguments():
     assert [d.name for d in rebuild.inputs] == ["/r/events_deduped", "/r/snapshots"]
     assert [d.name for d in rebuild.outputs] == ["/r/snapshots"]
     assert lineage.spark_app_lineage("other_app.py", []) is None
+    assert lineage.spark_app_lineage("dedupe_events.py", ["--root", "{{ ti.xcom_pull('plan') }}"]) is None
     with pytest.raises(ValueError, match="--root"):
         lineage.spark_app_lineage("dedupe_events.py", ["--interval-id", "i"])
 
