@@ -471,6 +471,7 @@ def build_etl_dag(
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
+    from airflow_provider_plgd import lineage
     from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
 
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -527,7 +528,7 @@ def build_etl_dag(
         def plan(**context) -> dict[str, Any]:
             """Resolve the storage root, discover owners, record the interval ledger, group fetches and
             build the --py-files zip."""
-            from airflow_provider_plgd import ledger, times
+            from airflow_provider_plgd import ledger, lineage, times
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
             from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
             from airflow_provider_plgd.fetch.selection import Selection
@@ -554,6 +555,8 @@ def build_etl_dag(
             # Never on the storage root: the Spark driver runs this code inside the worker
             # (docs/operations.md, "Shipping the plgd code to executors").
             py_files = build_private_py_files_zip(storage_root=root)
+            lineage.report_task_lineage(context, lineage.plan_lineage, hook.get_settings().servers, p["stream"], root,
+                                        ledger.SCOPE_FILTER)
             # the owners of each fetch task are in the ledger: XCom stays small at any number of owners
             groups: list[dict[str, Any]] = [{"ledger_group": i} for i in range(record["fetch_groups"])]
             if record["unrouted"]:
@@ -608,6 +611,7 @@ def build_etl_dag(
             "conf": conf,
             "run_conf_param": "spark_conf",
             "execution_timeout": spark_execution_timeout,
+            **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
         interval_arg = "{{ " + x + "['interval_id'] }}"
@@ -659,9 +663,12 @@ def build_etl_dag(
         def summary(**context) -> dict[str, Any]:
             """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
             and return its numbers (bounded XCom: no per-owner lists)."""
+            from airflow_provider_plgd import lineage
             from airflow_provider_plgd.run_summary import collect_run_summary
 
             planned_value = context["ti"].xcom_pull(task_ids="plan")
+            lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
+                                        planned_value["storage_root"])
             result = collect_run_summary(planned_value["storage_root"], context["params"]["stream"],
                                          planned_value["interval_id"])
             log_run_summary(result)

@@ -309,6 +309,16 @@ class JetStreamToStagingOperator(BaseOperator):
                                  ledger_dir=str(self.ledger) if has_ledger else None)
         return asyncio.run(pipeline.run(stream, root, targets, mode, bounds, owner_wide=owner_wide))
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
+        (:func:`airflow_provider_plgd.lineage.fetch_lineage`; names in ``docs/lineage.md``)."""
+        from airflow_provider_plgd import lineage
+
+        done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
+        owner_wide = self.owner_ids is not None or bool(self.unrouted) or self._from_ledger()
+        filters = lineage.fetch_subject_filters(self._targets(), owner_wide=owner_wide)
+        return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], done["root"], filters)
+
     # -- validation ------------------------------------------------------------------------------
     def _targets(self) -> tuple[list[Target], bool]:
         """Return ``(targets in fetch order, owner_wide)``; every value is checked here, once

@@ -167,3 +167,10 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
             ) from err
         finally:
             self.conf = dag_conf
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (extra ``lineage``): the application's input and output tables
+        (:func:`airflow_provider_plgd.lineage.spark_app_lineage`; names in ``docs/lineage.md``)."""
+        from airflow_provider_plgd import lineage
+
+        return lineage.spark_app_lineage(self.application, self.application_args or [])

@@ -19,6 +19,11 @@ repository on its ``PYTHONPATH``. Playwright for Python drives Debian's ``/usr/b
    text -- what the rename to ``nkey_seed_secret`` fixes.
 
 Screenshots of each step are kept in ``tests/artifacts/connection_ui/`` (ignored by git).
+
+The second test (issue #16) puts ``dags/plgd_events_etl.py`` in front of the same api-server: the
+DAG's docs panel, the Trigger form's param descriptions, and, after a real run of one interval
+(``airflow dags test`` into the api-server's metadata DB; real nats-server and spark-submit), the
+asset page with the asset event's ``extra``. Screenshots in ``tests/artifacts/etl_dag_ui/``.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -265,3 +272,158 @@ def test_connection_secrets_never_shown_in_ui_or_rest_api(api_server):
             browser.close()
     print(f"\nconnection UI test: {time.monotonic() - t0:.1f} s in the browser; screenshots:\n  "
           + "\n  ".join(steps))
+
+
+# ---------------------------------------------------------------------------------------------
+# The ETL DAG in the UI (issue #16): docs panel, trigger form, asset event metadata after a run
+# ---------------------------------------------------------------------------------------------
+ETL_DAG_ID = "plgd_events_etl"
+ETL_ARTIFACTS = REPO / "tests" / "artifacts" / "etl_dag_ui"
+#: Interval length (s) of the ETL DAG in this test (``PLGD_ETL_SCHEDULE_SECONDS``).
+ETL_INTERVAL_S = 8
+#: Seconds ``airflow dags test`` may take for one interval (three spark-submits).
+DAGS_TEST_TIMEOUT_S = 600
+
+
+def _dag_file_docs() -> str:
+    """The user docs of ``dags/plgd_events_etl.py`` (its module docstring, Markdown)."""
+    import ast
+
+    return ast.get_docstring(ast.parse((REPO / "dags" / "plgd_events_etl.py").read_text()))
+
+
+def _airflow(server: ApiServer, *args: str, timeout: float = STARTUP_TIMEOUT_S) -> str:
+    done = subprocess.run([sys.executable, "-m", "airflow", *args], env=server.env, cwd=server.home,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstream):
+    """The ETL DAG of ``dags/`` in the real UI: the docs panel renders the DAG file's user docs,
+    the Trigger form shows every param's description, and after a real run (``airflow dags test``:
+    real nats-server, real spark-submit, the api-server's metadata DB) the asset page shows the
+    asset event's ``extra`` (interval ID, counts, snapshot version). Screenshots in
+    ``tests/artifacts/etl_dag_ui/``."""
+    from playwright.sync_api import sync_playwright
+
+    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.etl import param_schemas
+    from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
+    from plgd_devtools.spark import spark_submit_env
+
+    home = tmp_path / "airflow"
+    (home / "dags").mkdir(parents=True)
+    shutil.copy(REPO / "dags" / "plgd_events_etl.py", home / "dags")
+    storage_root = tmp_path / "root"
+    storage_root.mkdir()
+    server = ApiServer(home)
+    server.env.update({
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "PLGD_ETL_SCHEDULE_SECONDS": str(ETL_INTERVAL_S),
+        "PLGD_ETL_CATCHUP": "false",
+        "PLGD_ETL_SPARK_CONF": "fast-local",
+        "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"],
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    })
+    server.env.update({k: v for k, v in spark_submit_env(server.env).items() if not k.startswith("AIRFLOW")})
+    ETL_ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    steps: list[str] = []
+
+    def shot(page, name: str) -> None:
+        path = ETL_ARTIFACTS / f"{len(steps) + 1:02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        steps.append(str(path))
+
+    t0 = time.monotonic()
+    with spark_lock():  # the api-server and spark-submit on the shared 2-core machine
+        try:
+            server.start()
+            _airflow(server, "dags", "reserialize")
+            # one interval of the schedule (start date 2026-01-01, 8 s) with a small simulation in it
+            start_s = (int(time.time() // ETL_INTERVAL_S) + 1) * ETL_INTERVAL_S
+            sim = generate(SimulationConfig(seed=11, owners=1, devices_per_owner=1, resources_per_device=1,
+                                            intervals=1, steps_per_interval=8, interval_seconds=ETL_INTERVAL_S,
+                                            start_time_ns=int(start_s * 1e9)))
+            publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+            end_s = start_s + ETL_INTERVAL_S
+            time.sleep(max(0.0, end_s + 0.5 - time.time()))
+            end = datetime.fromtimestamp(end_s, tz=timezone.utc)
+            interval_id = staging.interval_id(datetime.fromtimestamp(start_s, tz=timezone.utc), end)
+            _airflow(server, "dags", "test", ETL_DAG_ID, end.isoformat(), "-c",
+                     json.dumps({"storage_root": str(storage_root), "settle_seconds": 0}),
+                     timeout=DAGS_TEST_TIMEOUT_S)
+            run_s = time.monotonic() - t0
+
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+                    page.set_default_timeout(UI_TIMEOUT_MS)
+                    # the asset events of the run, as the REST API the UI reads holds them
+                    events = page.request.get(f"{server.url}/api/v2/assets/events",
+                                              params={"source_dag_id": ETL_DAG_ID, "limit": 100}).json()
+                    extras = {e["name"]: e["extra"] for e in events["asset_events"]}
+                    snapshot_extra = extras[f"{ETL_DAG_ID}.snapshots"]
+                    assert snapshot_extra["interval_id"] == interval_id, extras
+                    assert snapshot_extra["snapshot_version"] and sum(snapshot_extra["rows"].values()) > 0, extras
+                    assert extras[f"{ETL_DAG_ID}.staging"]["messages"] == len(sim.messages), extras
+
+                    # 1. the docs panel renders the DAG file's user docs
+                    page.goto(f"{server.url}/dags/{ETL_DAG_ID}", wait_until="networkidle")
+                    shot(page, "dag")
+                    page.get_by_test_id("markdown-button").click()
+                    docs = page.get_by_role("dialog")
+                    docs.get_by_text("Manual runs.").wait_for()
+                    page.wait_for_timeout(1000)  # the dialog fades in: screenshot it opaque
+                    shot(page, "docs-panel")
+                    text = docs.inner_text()
+                    assert ETL_DAG_ID in text and ":func:" not in text, text[:500]
+                    for line in ("waits until the interval is complete", "PLGD_ETL_SCHEDULE_SECONDS",
+                                 "Manual runs."):
+                        assert line in text, f"{line!r} not in the docs panel: {text[:1500]}"
+                    cells = [c for c in ("wait_for_interval", "plan", "fetch_groups", "spark_needed", "summary")
+                             if docs.get_by_role("cell", name=c, exact=True).count()]
+                    assert len(cells) == 5, cells  # the task table is rendered as a table
+                    page.keyboard.press("Escape")
+                    docs.wait_for(state="hidden")
+
+                    # 2. the Trigger form: every param with its title and description
+                    page.get_by_role("button", name="Trigger").first.click()
+                    form = page.get_by_role("dialog")
+                    form.get_by_text("Run Parameters").wait_for()
+                    page.wait_for_timeout(1000)
+                    shot(page, "trigger-form")
+                    text = form.inner_text()
+                    for name, schema in param_schemas().items():
+                        assert schema["title"] in text and schema["description"] in text, (name, text[:3000])
+                    page.keyboard.press("Escape")
+                    form.wait_for(state="hidden")
+
+                    # 3. the asset page: the run's event with its extra
+                    asset = page.request.get(f"{server.url}/api/v2/assets",
+                                             params={"name_pattern": f"{ETL_DAG_ID}.snapshots"}).json()["assets"]
+                    assert len(asset) == 1, asset
+                    page.goto(f"{server.url}/assets/{asset[0]['id']}", wait_until="networkidle")
+                    page.get_by_text("1 Asset Event").wait_for()
+                    folded = page.locator(".codicon-folding-collapsed, .codicon-folding-manual-collapsed")
+                    for _ in range(10):  # the extra is shown folded, and its nested objects: unfold them all
+                        if not folded.count():
+                            break
+                        folded.first.click(force=True)
+                        page.wait_for_timeout(500)  # the editor re-renders the unfolded lines
+                    assert folded.count() == 0, "the asset event's extra stays folded"
+                    page.get_by_text(interval_id).first.wait_for()
+                    shot(page, "asset-event-extra")
+                    shown = " ".join("\n".join(page.locator(".view-lines").all_inner_texts()).split())
+                    expected = [f'"interval_id": "{interval_id}"',
+                                f'"snapshot_version": {json.dumps(snapshot_extra["snapshot_version"])}',
+                                *(f'"{table}": {count}' for table, count in snapshot_extra["rows"].items())]
+                    for value in expected:
+                        assert value in shown, (value, shown)
+                finally:
+                    browser.close()
+        finally:
+            server.stop()
+    print(f"\nETL DAG UI test: {time.monotonic() - t0:.1f} s ({run_s:.1f} s until the run finished); "
+          "screenshots:\n  " + "\n  ".join(steps))
