@@ -9,4 +9,21 @@ from __future__ import annotations
 __version__ = "0.1.0"
 DISTRIBUTION_NAME = "airflow-provider-plgd"
 
-__all__ = ["__version__", "DISTRIBUTION_NAME"]
+#: The public functions for notebooks and other DAGs, imported on first use (the package itself
+#: stays light: the Spark executors import it).
+_PUBLIC = {
+    "decode_message": "airflow_provider_plgd.spark.decode_batch",
+    "read_snapshot": "airflow_provider_plgd.spark.snapshot_store",
+}
+
+__all__ = ["__version__", "DISTRIBUTION_NAME", "decode_message", "read_snapshot"]
+
+
+def __getattr__(name: str):
+    """``decode_message(subject, payload) -> dict`` (a row of the ``events`` table) and
+    ``read_snapshot(root, table, version=None) -> pyarrow.Table``, imported on first use."""
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

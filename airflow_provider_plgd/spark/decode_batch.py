@@ -508,3 +508,45 @@ def decode_batches(
     """
     for batch in batches:
         yield from decode_batch_parts(batch, interval_id, max_content_bytes=max_content_bytes)
+
+
+def decode_message(
+    subject: str, payload: bytes, *, msg_id: str | None = None, stream: str | None = None,
+    stream_seq: int | None = None, published_at: Any = None, interval_id: str | None = None,
+    max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
+) -> dict[str, Any]:
+    """Decode one plgd message (a NATS subject and its payload) into a row of the ``events`` table.
+
+    The same code path as the decode application (:func:`decode_batch` on a one-row batch), so the
+    result has exactly the ``events`` columns (``schemas.EVENTS_COLUMNS``, described in
+    ``docs/events.md``) with the same values; for a notebook, a test or another DAG.
+
+    :param subject: the NATS subject, ``plgd.owners.{owner}...`` (docs/wire-format.md §1).
+    :param payload: the NATS payload (bytes): the protobuf envelope with its snappy-compressed event.
+    :param msg_id: the ``Nats-Msg-Id`` header, if any (it wins as ``msg_id``; else the ID is derived).
+    :param stream: ``stream_seq``, ``published_at`` (aware datetime), ``interval_id``: copied into
+        the row as given (None when unknown).
+    :param max_content_bytes: cap on the decoded event's size (bytes); None = no cap.
+    :return: ``{column: value}`` for every ``events`` column; nested columns as dicts and lists.
+    :raises airflow_provider_plgd.plgd.codec.PlgdDecodeError: the message does not decode; its
+        ``reason`` is the quarantine reason the application would record (``bad_snappy``,
+        ``bad_protobuf``, ``unknown_event_type``, ``bad_subject``, ``subject_mismatch``,
+        ``content_too_large``).
+    :raises TypeError: ``subject`` is not a str or ``payload`` not bytes.
+    """
+    if not isinstance(subject, str):
+        raise TypeError(f"subject must be a str, got {type(subject).__name__}")
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+    batch = pa.RecordBatch.from_pydict(
+        {"stream": [stream], "stream_seq": [stream_seq], "subject": [subject],
+         "published_at": [published_at], "msg_id": [msg_id], "data": [bytes(payload)]},
+        schema=pa.schema([("stream", _STR), ("stream_seq", _I64), ("subject", _STR),
+                          S.UNION_SCHEMA.field("published_at"), ("msg_id", _STR), ("data", _BIN)]),
+    )
+    row = decode_batch(batch, interval_id, max_content_bytes=max_content_bytes).to_pylist()[0]
+    if row["reason"] == INTERNAL_ERROR:
+        raise RuntimeError(f"decoding {subject!r} failed unexpectedly: {row['detail']}")
+    if row["reason"] is not None:
+        raise codec.PlgdDecodeError(row["reason"], row["detail"])
+    return {name: row[name] for name in S.EVENTS_COLUMNS}
