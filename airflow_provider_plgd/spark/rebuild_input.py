@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from airflow_provider_plgd import storage
-from airflow_provider_plgd.spark import fold, snapshot_store
+from airflow_provider_plgd.spark import fold, folders, snapshot_store
 from airflow_provider_plgd.spark.parquet_io import read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
@@ -36,14 +36,14 @@ BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
 
 
-def interval_files(folders: Sequence[str]) -> list[tuple[str, int, int]]:
+def interval_files(interval_folders: Sequence[str]) -> list[tuple[str, int, int]]:
     """``(absolute file URL, -1, rows)`` of the Parquet files of the given committed table folders
     (``folders.folder_files``: their manifests), in folder order; ``task_plan.plan_tasks`` units.
 
     :raises FileNotFoundError: a folder is not committed.
     """
     units = []
-    for folder in folders:
+    for folder in interval_folders:
         units += [(storage.join_path(folder, rel), -1, rows) for rel, _, rows in folders.folder_files(folder)]
     return units
 
@@ -145,12 +145,12 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
     return task
 
 
-def fold_touched_buckets(spark, folders: Sequence[str], *, buckets: int, partitions: int,
+def fold_touched_buckets(spark, interval_folders: Sequence[str], *, buckets: int, partitions: int,
                          expiring: Sequence[int], fold_kwargs: Mapping[str, Any],
                          timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Run steps 1-3 of the module docstring; return the ``BUCKET_RESULT_SCHEMA`` rows (dicts).
 
-    :param folders: the ``events_deduped/interval=..`` folders to fold (oldest first).
+    :param interval_folders: the ``events_deduped/interval=..`` folders to fold (oldest first).
     :param buckets: the snapshot's bucket count.
     :param partitions: reduce partitions (each folds whole buckets one after the other).
     :param timings: if given, gets ``list`` (step 1) and ``fold`` (2-4) in seconds.
@@ -159,7 +159,7 @@ def fold_touched_buckets(spark, folders: Sequence[str], *, buckets: int, partiti
 
     started = time.time()
     sc = spark.sparkContext
-    tasks = plan_tasks(interval_files(folders), sc.defaultParallelism)
+    tasks = plan_tasks(interval_files(interval_folders), sc.defaultParallelism)
     if timings is not None:
         timings["list"] = round(time.time() - started, 3)
     if not tasks and not expiring:

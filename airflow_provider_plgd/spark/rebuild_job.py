@@ -109,10 +109,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
     partitions = max(1, min(buckets, 200, 4 * spark.sparkContext.defaultParallelism))
-    folders = [storage.join_path(root, DEDUPED_DIR, f"interval={i}") for i in intervals]
+    interval_folders = [storage.join_path(root, DEDUPED_DIR, f"interval={i}") for i in intervals]
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
     phase = time.time()
-    results = rebuild_input.fold_touched_buckets(spark, folders, buckets=buckets, partitions=partitions,
+    results = rebuild_input.fold_touched_buckets(spark, interval_folders, buckets=buckets, partitions=partitions,
                                                  expiring=expiring, fold_kwargs=fold_kwargs, timings=timings)
     timings["fold_and_write"] = round(time.time() - phase, 3)
 
