@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import importlib
+import json.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,23 @@ def dags_folder(airflow_db) -> Path:
     path = Path(conf.get("core", "dags_folder"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def use_local_spark(monkeypatch) -> None:
+    """Environment of a test whose DAG runs real ``spark-submit`` in local mode: the venv's
+    ``spark_submit_env`` and a ``spark_default`` connection on ``local[2]``."""
+    from plgd_devtools.spark import spark_submit_env
+
+    for key, value in spark_submit_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+
+
+def load_test_dag(dags_folder: Path, name: str, text: str, dag_id: str):
+    """Write the DAG file ``{dags_folder}/{name}.py`` with ``text`` and return its DAG ``dag_id``."""
+    path = dags_folder / f"{name}.py"
+    path.write_text(text)
+    return load_dag(path, dag_id)
 
 
 def load_dag(path: Path, dag_id: str):

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
+from tests.integration.conftest import load_dag, load_test_dag, publish_messages, read_stream, use_local_spark, xcom_value
 
 pytestmark = pytest.mark.airflow
 
@@ -232,17 +232,13 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot
     from airflow_provider_plgd.spark import snapshot_store
-    from plgd_devtools.spark import spark_lock, spark_submit_env
+    from plgd_devtools.spark import spark_lock
 
     from airflow_provider_plgd import times
 
-    for key, value in spark_submit_env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    use_local_spark(monkeypatch)
     step = 8
-    path = dags_folder / "plgd_ux_chain.py"
-    path.write_text(CHAIN_DAG_FILE.replace("STEP", str(step)))
-    dag = load_dag(path, "plgd_ux_chain")
+    dag = load_test_dag(dags_folder, "plgd_ux_chain", CHAIN_DAG_FILE.replace("STEP", str(step)), "plgd_ux_chain")
     # The simulator's intervals are two ETL intervals long and each is published at its start, so
     # ETL intervals 0 and 2 hold its messages and interval 1 (and 3) none.
     start_s = (int(time.time() // (2 * step)) + 1) * 2 * step

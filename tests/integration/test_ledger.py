@@ -19,7 +19,7 @@ from airflow_provider_plgd import ledger, staging, times
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from plgd_devtools.nats_server import recreate_stream
-from tests.integration.conftest import load_dag, publish_messages, read_stream
+from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark
 
 UTC = timezone.utc
 O1 = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
@@ -87,15 +87,12 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
         jetstream, dags_folder, storage_root, monkeypatch):
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot
-    from plgd_devtools.spark import spark_lock, spark_submit_env
+    from plgd_devtools.spark import spark_lock
 
-    for key, value in spark_submit_env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    use_local_spark(monkeypatch)
     interval = 8
-    path = dags_folder / "plgd_test_ledger_etl.py"
-    path.write_text(ETL_DAG_FILE.replace("INTERVAL", str(interval)))
-    dag = load_dag(path, "plgd_test_ledger_etl")
+    dag = load_test_dag(dags_folder, "plgd_test_ledger_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
+                        "plgd_test_ledger_etl")
 
     start_s = (int(time.time() // interval) + 1) * interval
     sim = generate(SimulationConfig(seed=3, owners=2, devices_per_owner=2, resources_per_device=2, intervals=1,

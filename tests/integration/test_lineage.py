@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("airflow.providers.openlineage")
 
 from airflow_provider_plgd import lineage, staging  # noqa: E402
-from tests.integration.conftest import load_dag, read_stream  # noqa: E402
+from tests.integration.conftest import load_dag, read_stream, use_local_spark  # noqa: E402
 
 UTC = timezone.utc
 
@@ -151,11 +151,9 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
-    from plgd_devtools.spark import spark_lock, spark_submit_env
+    from plgd_devtools.spark import spark_lock
 
-    for key, value in spark_submit_env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    use_local_spark(monkeypatch)
     commands: list[list[str]] = []  # a spy: every spark-submit command line, the real command still runs
     build = SparkSubmitHook._build_spark_submit_command
 

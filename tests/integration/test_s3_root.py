@@ -212,16 +212,13 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
 
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from airflow_provider_plgd.snapshot_compare import compare_snapshot, read_latest_tables
-    from plgd_devtools.spark import spark_lock, spark_submit_env
-    from tests.integration.conftest import load_dag, read_stream
+    from plgd_devtools.spark import spark_lock
+    from tests.integration.conftest import load_test_dag, read_stream, use_local_spark
 
-    for key, value in spark_submit_env().items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    use_local_spark(monkeypatch)
     interval = 8
-    path = dags_folder / "plgd_test_s3_etl.py"
-    path.write_text(ETL_DAG_FILE.replace("INTERVAL", str(interval)))
-    dag = load_dag(path, "plgd_test_s3_etl")
+    dag = load_test_dag(dags_folder, "plgd_test_s3_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
+                        "plgd_test_s3_etl")
 
     start_s = (int(time.time() // interval) + 1) * interval
     sim = generate(SimulationConfig(seed=17, owners=3, devices_per_owner=3, resources_per_device=2, intervals=1,
