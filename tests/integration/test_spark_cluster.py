@@ -80,7 +80,7 @@ def cluster_env(spark_cluster, executor_python, tmp_path, monkeypatch):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps(
-        {"conn_type": "spark", "host": f"spark://127.0.0.1", "port": spark_cluster.master.port}))
+        {"conn_type": "spark", "host": "spark://127.0.0.1", "port": spark_cluster.master.port}))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     log = tmp_path / "executor-python.log"
     wrapper = tmp_path / "executor-python"
