@@ -111,8 +111,8 @@ def openlineage_file_transport(tmp_path, monkeypatch):
 
     The provider registers its listener through its plugin when the plugin is loaded with a
     transport configured; the suite loads plugins without one (OpenLineage off for every other
-    test), so the listener is added here and removed afterwards. Events are emitted in a thread
-    (``execute_in_thread``), not a forked child of the pytest process.
+    test), so the listener is added here and removed afterwards. Task events are emitted in a
+    thread (``execute_in_thread``); DAG-run events in the listener's process pool, shut down here.
     """
     from airflow.listeners.listener import get_listener_manager as core_listeners
     from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
@@ -134,6 +134,11 @@ def openlineage_file_transport(tmp_path, monkeypatch):
         for manager in managers:
             manager.pm.unregister(listener)
         listener.adapter._client = None  # noqa: SLF001
+        # DAG-run events go through the listener's process pool: its forked worker inherited the
+        # open Spark lock (flock), so it must end with the test, or the next Spark test waits forever.
+        executor, listener._executor = listener._executor, None  # noqa: SLF001
+        if executor is not None:
+            executor.shutdown(wait=True)
 
 
 def _events(path) -> list[dict]:
