@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 
 #: Folder under the storage root that holds the ledgers.
@@ -65,7 +65,7 @@ def interval_dir(root: str, stream: str, interval_id: str) -> str:
 
     :raises ValueError: a stream or interval ID that is not safe in a path.
     """
-    return staging.join_path(
+    return storage.join_path(
         str(root), LEDGER_DIR, staging.validate_partition_value(stream, "stream"),
         f"interval={staging.validate_partition_value(interval_id, 'interval_id')}",
     )
@@ -78,8 +78,8 @@ def group_key(owner_ids: Iterable[str]) -> str:
 
 def write_json(path: str, value: Mapping[str, Any]) -> None:
     """Write ``value`` as JSON to ``path`` atomically (temp name + rename locally, one PUT on object stores)."""
-    fs, p = staging.to_fs(path)
-    staging.write_bytes_atomic(fs, p, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+    fs, p = storage.to_fs(path)
+    storage.write_bytes_atomic(fs, p, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_json(path: str) -> dict[str, Any] | None:
@@ -87,8 +87,8 @@ def read_json(path: str) -> dict[str, Any] | None:
 
     :raises ValueError: not a JSON object, or a ledger version this code does not know (names the path).
     """
-    fs, p = staging.to_fs(path)
-    return staging.read_json_document(fs, p, "ledger file", LEDGER_VERSION)
+    fs, p = storage.to_fs(path)
+    return storage.read_json_document(fs, p, "ledger file", LEDGER_VERSION)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -222,19 +222,19 @@ def owner_problems(owner: str, expected: int, staged: int, skipped: Mapping[str,
 def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The interval's plan record (or None) and its fetch records (sorted by file name)."""
     base = interval_dir(root, stream, interval_id)
-    plan = read_json(staging.join_path(base, "stream.json"))
-    fs, p = staging.to_fs(staging.join_path(base, "fetch"))
+    plan = read_json(storage.join_path(base, "stream.json"))
+    fs, p = storage.to_fs(storage.join_path(base, "fetch"))
     try:
         names = sorted(str(x) for x in fs.ls(p, detail=False) if str(x).endswith(".json"))
     except FileNotFoundError:
         names = []
-    records = [read_json(staging.location_url(fs, name)) for name in names]
+    records = [read_json(storage.location_url(fs, name)) for name in names]
     return plan, [r for r in records if r is not None]
 
 
 def clear_fetch_records(root: str, stream: str, interval_id: str) -> None:
     """Delete the interval's fetch records (plan does, so a rerun's records are its own)."""
-    fs, p = staging.to_fs(staging.join_path(interval_dir(root, stream, interval_id), "fetch"))
+    fs, p = storage.to_fs(storage.join_path(interval_dir(root, stream, interval_id), "fetch"))
     if fs.exists(p):
         fs.rm(p, recursive=True)
 
@@ -345,5 +345,5 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}
-    write_json(staging.join_path(interval_dir(root, stream, interval_id), "summary.json"), result)
+    write_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"), result)
     return {**result, "per_owner": per_owner}

@@ -18,7 +18,7 @@ APPS = ("decode", "dedupe", "rebuild")
 
 def run_summary_path(root: str, app: str, interval_id: str) -> str:
     """Return where application ``app`` writes its summary for ``interval_id`` (a path or URL string)."""
-    from airflow_provider_plgd.staging import join_path
+    from airflow_provider_plgd.storage import join_path
 
     return join_path(root, "_runs", app, f"interval={interval_id}.json")
 
@@ -26,7 +26,7 @@ def run_summary_path(root: str, app: str, interval_id: str) -> str:
 def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = run_summary_path(root, app, interval_id)
-    from airflow_provider_plgd.staging import to_fs
+    from airflow_provider_plgd.storage import to_fs
 
     fs, fs_path = to_fs(path)
     if not fs.exists(fs_path):

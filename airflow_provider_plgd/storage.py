@@ -186,7 +186,7 @@ def read_json(url: str) -> Any | None:
 
 def write_text(url: str, text: str) -> None:
     """Write ``text`` (UTF-8) to ``url`` so that readers see the old or the whole new content
-    (``airflow_provider_plgd.staging.write_bytes_atomic``: temp name + rename locally, one PUT on
+    (:func:`write_bytes_atomic`: temp name + rename locally, one PUT on
     object stores).
 
     :raises OSError: the write failed (names the path).

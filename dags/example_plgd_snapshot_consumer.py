@@ -62,7 +62,7 @@ with DAG(
         """Count devices and online devices per owner in the latest snapshot (see the module docstring)."""
         import logging
 
-        from airflow_provider_plgd.staging import ns_to_iso
+        from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
         from airflow_provider_plgd.storage_root import resolve_storage_root
         from airflow_provider_plgd.spark import snapshot_store
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd import ledger, staging, times
+from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.completeness import require_interval_complete
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.retention import check_retained
@@ -95,8 +95,8 @@ class FetchPipeline:
         if mode == "time":  # complete on the server's clock, or IntervalNotCompleteError (issue #13, case 6)
             require_interval_complete(info, stream, bounds, self.settings.settle_seconds)
         head = int(_state(info).get("last_seq", 0))
-        fs, root_path = staging.to_fs(root)
-        root_url = staging.location_url(fs, root_path)
+        fs, root_path = storage.to_fs(root)
+        root_url = storage.location_url(fs, root_path)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
                       len(targets), stream, head, bounds, root_url)
         if mode == "seq" and bounds["end_seq"] is None:
@@ -146,7 +146,7 @@ class FetchPipeline:
             summary["skipped"] = {r: sum(a["skipped"].get(r, 0) for a in accounts.values())
                                   for r in sorted({r for a in accounts.values() for r in a["skipped"]})}
         if self.ledger_dir and owner_wide:
-            record_path = staging.join_path(self.ledger_dir, "fetch", f"{ledger.group_key(accounts)}.json")
+            record_path = storage.join_path(self.ledger_dir, "fetch", f"{ledger.group_key(accounts)}.json")
             ledger.write_json(record_path, ledger.fetch_record(interval_id=summary["interval_id"], stream=stream,
                                                                owners=accounts))
             summary["owners"] = len(accounts)

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, storage
 
 #: File name prefix of durable-mode spool files (``plgd-durable-spool-{consumer}-f{filter}-{pid}-{random}.arrow``).
 SPOOL_PREFIX = "plgd-durable-spool-"
@@ -31,8 +31,8 @@ def default_spool_dir(root: Any, stream: str) -> str:
     batch), else the system temp folder (``tempfile.gettempdir()``, i.e. ``$TMPDIR`` or ``/tmp``)."""
     import tempfile
 
-    fs, path = staging.to_fs(root)
-    if staging._is_local(fs):  # noqa: SLF001 - the staging module's own notion of "local"
+    fs, path = storage.to_fs(root)
+    if storage.is_local(fs):
         return os.path.join(staging.stream_path(path, stream), SPOOL_DIR_NAME)
     return tempfile.gettempdir()
 
@@ -80,7 +80,7 @@ class Spool:
         self._schema = pa.schema([("stream_seq", pa.int64()), ("subject", pa.string()), ("time_ns", pa.int64()),
                                   ("headers", pa.map_(pa.string(), pa.string())), ("data", pa.binary())])
         self._sink = self._writer = None
-        with staging.io_error_with_path(None, self.path, "create the durable-mode spool file"):
+        with storage.io_error_with_path(None, self.path, "create the durable-mode spool file"):
             os.makedirs(spool_dir, exist_ok=True)
             self._sink = pa.OSFile(self.path, "wb")
             self._writer = pa.ipc.new_file(self._sink, self._schema)
@@ -93,7 +93,7 @@ class Spool:
             [pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()), pa.array(times, pa.int64()),
              pa.array([list(h.items()) if h else None for h in headers], self._schema.field("headers").type),
              pa.array(datas, pa.binary())], schema=self._schema)
-        with staging.io_error_with_path(None, self.path, "write the durable-mode spool file"):
+        with storage.io_error_with_path(None, self.path, "write the durable-mode spool file"):
             self._writer.write_batch(batch)
         self.count += len(rows)
 
@@ -101,7 +101,7 @@ class Spool:
         """Yield the rows (5-tuples) in stream-sequence order, ``chunk_rows`` at a time."""
         import pyarrow.compute as pc
 
-        with staging.io_error_with_path(None, self.path, "read back the durable-mode spool file"):
+        with storage.io_error_with_path(None, self.path, "read back the durable-mode spool file"):
             self._writer.close()
             self._sink.close()
             self._writer = self._sink = None
@@ -123,5 +123,5 @@ class Spool:
                     handle.close()
         self._writer = self._sink = None
         with contextlib.suppress(FileNotFoundError), \
-                staging.io_error_with_path(None, self.path, "delete the durable-mode spool file"):
+                storage.io_error_with_path(None, self.path, "delete the durable-mode spool file"):
             os.unlink(self.path)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_plgd import ledger, staging, times
+from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.compat import BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
@@ -435,7 +435,7 @@ class JetStreamToStagingOperator(BaseOperator):
             return plan
         if self.ledger in (None, ""):
             raise ValueError("ledger_group needs the ledger argument (the interval's ledger folder)")
-        plan = ledger.read_json(staging.join_path(self.ledger, "stream.json"))
+        plan = ledger.read_json(storage.join_path(self.ledger, "stream.json"))
         if plan is None:
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
         self._plan_cache = plan

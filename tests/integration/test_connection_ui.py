@@ -307,7 +307,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
     ``tests/artifacts/etl_dag_ui/``."""
     from playwright.sync_api import sync_playwright
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd import times
     from airflow_provider_plgd.etl import param_schemas
     from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
     from plgd_devtools.spark import spark_submit_env
@@ -349,7 +349,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
             end_s = start_s + ETL_INTERVAL_S
             time.sleep(max(0.0, end_s + 0.5 - time.time()))
             end = datetime.fromtimestamp(end_s, tz=timezone.utc)
-            interval_id = staging.interval_id(datetime.fromtimestamp(start_s, tz=timezone.utc), end)
+            interval_id = times.interval_id(datetime.fromtimestamp(start_s, tz=timezone.utc), end)
             _airflow(server, "dags", "test", ETL_DAG_ID, end.isoformat(), "-c",
                      json.dumps({"storage_root": str(storage_root), "settle_seconds": 0}),
                      timeout=DAGS_TEST_TIMEOUT_S)

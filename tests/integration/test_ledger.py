@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging, times
+from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from plgd_devtools.nats_server import recreate_stream
@@ -216,7 +216,7 @@ def test_decode_refuses_an_interval_whose_named_batch_is_missing(jetstream, stor
 
     # a second fetch of the interval withdrew a manifest and was killed (or someone deleted it)
     victim = staging.batch_path(storage_root, "EVENTS", O2, "resourcechanged", interval)
-    fs, p = staging.to_fs(victim)
+    fs, p = storage.to_fs(victim)
     fs.rm(f"{p}/_manifest.json")
     with pytest.raises(LedgerError, match=rf"owner {O2} event type resourcechanged: the fetch staged 10 messages, "
                                           "but the batch is not committed"):

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("airflow.providers.openlineage")
 
-from airflow_provider_plgd import lineage, staging  # noqa: E402
+from airflow_provider_plgd import lineage, times  # noqa: E402
 from tests.integration.conftest import load_dag, read_stream, use_local_spark  # noqa: E402
 
 UTC = timezone.utc
@@ -234,7 +234,7 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     assert _names(summary["outputs"]) == [("file", f"{root}/_ledger/EVENTS")]
 
     # the datasets exist where the names say (the names are not made up)
-    interval_id = staging.interval_id(datetime.fromtimestamp(start_s, tz=UTC), end)
+    interval_id = times.interval_id(datetime.fromtimestamp(start_s, tz=UTC), end)
     for name in ("events", "quarantine", "events_deduped"):
         assert (Path(root) / name / f"interval={interval_id}" / "_SUCCESS").is_file(), name
     assert (Path(root) / "snapshots" / "_latest.json").is_file()

@@ -18,7 +18,7 @@ import posixpath
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
 from tests.integration.conftest import publish_messages
 
@@ -106,7 +106,7 @@ def _digest(folder: str) -> dict[str, str]:
     """``{name: sha256}`` of every object under a staging folder (hidden ones included)."""
     import hashlib
 
-    fs, path = staging.to_fs(folder)
+    fs, path = storage.to_fs(folder)
     fs.invalidate_cache()
     return {posixpath.basename(p): hashlib.sha256(fs.cat_file(p)).hexdigest()
             for p in sorted(fs.find(path))}
@@ -148,10 +148,10 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
             staging.list_committed(storage_root, "EVENTS", interval_id=interval)} == before
 
     # the summary task: the apps' summaries from the bucket, summary.json written there
-    fs, _ = staging.to_fs(storage_root)
+    fs, _ = storage.to_fs(storage_root)
     for app, value in {"decode": {"fetched": 120, "decoded": 118, "quarantined": 2, "per_reason": {"x": 2}},
                        "dedupe": {"input": 118, "output": 118, "duplicates": 0}, "rebuild": {"version": 1}}.items():
-        fs.pipe_file(staging.to_fs(run_summary_path(storage_root, app, interval))[1], json.dumps(value).encode())
+        fs.pipe_file(storage.to_fs(run_summary_path(storage_root, app, interval))[1], json.dumps(value).encode())
     summary = collect_run_summary(storage_root, "EVENTS", interval)
     assert summary["problems"] == [] and summary["reconciled"] is True
     assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
@@ -184,7 +184,7 @@ def _table_rows(root: str, folder: str) -> list[dict]:
     from airflow_provider_plgd.spark import folders
 
     url = f"{root}/{folder}"
-    fs, base = staging.to_fs(url)
+    fs, base = storage.to_fs(url)
     fs.invalidate_cache()
     rows = [r for rel, _size, _n in folders.folder_files(url)
             for r in pq.read_table(f"{base}/{rel}", filesystem=fs).to_pylist()]
@@ -232,7 +232,7 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
         "publishing took longer than the interval"
     time.sleep(max(0.0, end_s + 0.5 - time.time()))
     end = datetime.fromtimestamp(end_s, tz=timezone.utc)
-    interval_id = staging.interval_id(end - timedelta(seconds=interval), end)
+    interval_id = times.interval_id(end - timedelta(seconds=interval), end)
     conf = {"storage_root": "s3a://" + storage_root.removeprefix("s3://") + "/", "settle_seconds": 0}
 
     outputs, runs = [], []
@@ -289,16 +289,16 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     assert read_app_summary(storage_root, "decode", interval) is None
     assert staging.list_committed(storage_root, "EVENTS") == []
 
-    other.pipe_file(staging.to_fs(f"{base}/fetch/g2.json")[1],
+    other.pipe_file(storage.to_fs(f"{base}/fetch/g2.json")[1],
                     json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
-    other.pipe_file(staging.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
+    other.pipe_file(storage.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
     owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
     with staging.StagingWriter(storage_root, stream="EVENTS", owner_id=owner, event_type="resourcechanged",
                                interval_id=interval, subject_filters=[f"plgd.owners.{owner}.>"],
-                               bounds=staging.time_bounds(0, 1)) as writer:
+                               bounds=times.time_bounds(0, 1)) as writer:
         writer.start_filter(f"plgd.owners.{owner}.>")
         committed = writer.commit()
-    folder = staging.to_fs(committed["folder"])[1]
+    folder = storage.to_fs(committed["folder"])[1]
     manifest = other.cat_file(f"{folder}/_manifest.json")
     other.rm(f"{folder}/_manifest.json")
 

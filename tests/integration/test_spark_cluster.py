@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd import ledger, times
 from tests.integration.conftest import load_dag, read_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
@@ -165,7 +165,7 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     wrapper, wrapper_log = cluster_env
     sim, end, total = publish_one_interval(jetstream.url, seed=11, steps=120)
     assert 200 <= total <= 800, total
-    interval_id = staging.interval_id(end - timedelta(seconds=INTERVAL), end)
+    interval_id = times.interval_id(end - timedelta(seconds=INTERVAL), end)
     roots = {"cluster": tmp_path / "cluster-root", "local": tmp_path / "local-root"}
 
     killer = DecodeKiller(spark_cluster)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import staging, storage, times
 
 UTC = timezone.utc
 T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in ns
@@ -231,7 +231,7 @@ def test_rerun_is_byte_identical_and_removes_strays(tmp_path):
         (tmp_path / first["folder"] / name).write_bytes(b"x")
     # a temp file of a killed writer is removed once it is older than STALE_INPROGRESS_S (a
     # younger one may belong to a concurrent writer of the same batch)
-    stale = time.time() - staging.STALE_INPROGRESS_S - 60
+    stale = time.time() - storage.STALE_INPROGRESS_S - 60
     os.utime(tmp_path / first["folder"] / ".part-00000.parquet.inprogress", (stale, stale))
     again = write_batch(str(tmp_path), msgs, chunks=(13,), max_rows_per_file=400)
     assert folder_digest(again["folder"]) == before
