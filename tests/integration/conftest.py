@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
-import json.util
+import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any

@@ -221,6 +221,48 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     spark_cluster.add_worker()  # back to two workers for the next test
 
 
+def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env, spark_cluster, s3, tmp_path):
+    """The shape users deploy: the ETL DAG on the cluster with the storage root in a bucket of a
+    real S3 API (moto's server). The executors read staging and write the tables through fsspec
+    (``s3fs`` from ``requirements-executor.txt``), with no Hadoop S3A jar. They get the endpoint and
+    credentials the documented way, from their worker's environment (as ``conf/spark-env.sh`` gives
+    it on a real worker machine): the workers are replaced by ones started with the ``AWS_*``
+    environment; nothing of it is in the Spark settings. The snapshot equals the simulator's ground
+    truth, the tables hold every message once or in quarantine (the ledger reconciles), and no
+    object of the run is outside a manifest."""
+    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.simulator import expected_state
+    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from airflow_provider_plgd.spark import folders
+
+    wrapper, wrapper_log = cluster_env
+    sim, end, total = publish_one_interval(jetstream.url, seed=13, steps=60)
+    interval_id = times.interval_id(end - timedelta(seconds=INTERVAL), end)
+    root = s3.root_url("cluster-on-s3")
+    # workers whose environment holds the S3 endpoint and credentials (the s3 fixture set them here)
+    old_workers = [i for i, w in enumerate(spark_cluster.workers) if w.alive()]
+    for _ in old_workers:
+        spark_cluster.add_worker()
+    for index in old_workers:
+        spark_cluster.kill_worker(index)
+    conf = {"spark.pyspark.python": str(wrapper)}
+    dr = dags[CLUSTER_DAG].test(logical_date=end, run_conf={"storage_root": root, "settle_seconds": 0,
+                                                            "spark_conf": conf})
+    assert "success" in str(dr.state).lower(), (dr.state, task_states(dr))
+    assert wrapper_log.read_text().strip(), "the executors never started the executor Python"
+    assert compare_snapshot(root, expected_state(sim, through_interval=0)) == []
+    summary = ledger.read_json(storage.join_path(ledger.interval_dir(root, "EVENTS", interval_id), "summary.json"))
+    assert summary["reconciled"] is True and summary["problems"] == []
+    assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == total
+    assert summary["chain"]["decoded"] + summary["chain"]["quarantined"] == total
+    for table in ("events", "quarantine", "events_deduped"):
+        folder = storage.join_path(root, table, f"interval={interval_id}")
+        named = {rel for rel, _, _ in folders.folder_files(folder)}
+        fs, path = storage.to_fs(folder)
+        written = {name[len(path) + 1:] for name in fs.find(path) if name.endswith(".parquet")}
+        assert written == named, table
+
+
 def test_application_without_executors_fails_at_the_execution_timeout(
         jetstream, dags, cluster_env, spark_cluster, tmp_path):
     """Executor memory above every worker's (2g > 1g): decode never gets an executor. The task
