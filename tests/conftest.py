@@ -117,6 +117,7 @@ def _clear_s3fs_cache() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
+@pytest.fixture(scope="session")
 def executor_python() -> str:
     """The Spark executors' interpreter for the cluster tests: ``$PLGD_EXECUTOR_PYTHON`` (set by
     ``make test``) or ``.venv-executor/bin/python`` (``make venv-executor``). Fails, never skips,

@@ -315,8 +315,8 @@ class JetStreamToStagingOperator(BaseOperator):
         from airflow_provider_plgd import lineage
 
         done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
-        owner_wide = self.owner_ids is not None or bool(self.unrouted) or self._from_ledger()
-        filters = lineage.fetch_subject_filters(self._targets(), owner_wide=owner_wide)
+        targets, owner_wide = self._targets()
+        filters = lineage.fetch_subject_filters(targets, owner_wide=owner_wide)
         return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], done["root"], filters)
 
     # -- validation ------------------------------------------------------------------------------
