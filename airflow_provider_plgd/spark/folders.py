@@ -1,11 +1,7 @@
 """The committed folders of the Spark tables, over the storage layer (:mod:`airflow_provider_plgd.storage`).
 
-Every read and write of our files (staging, ``events``, ``quarantine``, ``events_deduped``,
-``msgid_index``, snapshots, run summaries) goes through fsspec (``fsspec.core.url_to_fs``) and
-pyarrow, so a root may be a local path or any fsspec URL (``s3://bucket/root`` with ``s3fs``,
-which reads ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and
-``AWS_DEFAULT_REGION`` from the environment itself). Nothing here goes through the JVM, so the
-executors need no Hadoop cloud connector.
+Files are read and written through that layer and pyarrow, on the driver and in the tasks; a
+root may be a local path or any fsspec URL, and nothing here goes through the JVM.
 
 The commit rule (object stores have no atomic rename, so the same rule holds everywhere):
 
