@@ -445,57 +445,18 @@ class JetStreamHook(BaseHook):
     ) -> int:
         """Count the messages matching ``filter`` within the bounds, server-side.
 
-        Bounds: ``[start_time, end_time)`` by server timestamp, ``[start_seq, end_seq]`` by
-        sequence, and at most the stream's last sequence when called (the same set that
-        :meth:`aiter_batches` would read). Method: ephemeral consumers positioned at each start
-        and end bound (``by_start_time`` / ``by_start_sequence``, filtered, ack none); count =
-        min(``num_pending`` of starts) - max(``num_pending`` of ends). The readings are repeated
-        until no matching message arrived in between (up to 10 tries; under a constant stream of
-        new matching messages the result may be off by those stored during the last reading,
-        a few ms); consumers are deleted afterwards.
+        Bounds: ``[start_time, end_time)`` by server timestamp and ``[start_seq, end_seq]`` by
+        sequence, combined with AND, and at most the stream's last sequence when called (the same
+        set that :meth:`aiter_batches` would read). The one counting algorithm of the hook:
+        :meth:`acount_interval` with this one filter (exact, or ``JetStreamTimeoutError``).
 
         :return: number of messages (>= 0).
         :raises ValueError/TypeError: bad filter or bounds. :raises StreamNotFoundError: missing stream.
+        :raises JetStreamTimeoutError: matching messages kept arriving while counting.
         """
-        check_filter_subject(filter)
-        start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
-        s = await self.aget_settings()
-        stream = s.stream
-        async with self.aconnect() as nc:
-            state = (await self._api(nc, f"$JS.API.STREAM.INFO.{stream}"))["state"]
-            last = state["last_seq"] if end_seq is None else min(end_seq, state["last_seq"])
-            if state["messages"] == 0 or (start_seq or 1) > last:
-                return 0
-            names: list[tuple[str, str]] = []  # (role, name)
-            try:
-                starts = []
-                if start_seq is not None:
-                    starts.append(dict(start_seq=start_seq))
-                if start_ns is not None:
-                    starts.append(dict(start_ns=start_ns))
-                if not starts:
-                    starts.append({})
-                ends = [dict(start_seq=last + 1)]
-                if end_ns is not None:
-                    ends.append(dict(start_ns=end_ns))
-                for role, bounds in [("s", b) for b in starts] + [("e", b) for b in ends]:
-                    info = await self._acreate_consumer(
-                        nc, stream, filter, inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count", **bounds
-                    )
-                    names.append((role, info["name"]))
-                for _ in range(10):
-                    pend = [
-                        (role, (await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}"))["num_pending"])
-                        for role, name in names
-                    ]
-                    again = (await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{names[0][1]}"))["num_pending"]
-                    if again == pend[0][1]:
-                        break
-                count = min(p for r, p in pend if r == "s") - max(p for r, p in pend if r == "e")
-                return max(0, count)
-            finally:
-                for _, name in names:
-                    await self._adelete_consumer(nc, stream, name)
+        counted = await self.acount_interval([filter], start_time=start_time, end_time=end_time,
+                                             start_seq=start_seq, end_seq=end_seq, with_total=False)
+        return int(counted["counts"][filter])
 
     async def acount_interval(
         self,
@@ -506,11 +467,13 @@ class JetStreamHook(BaseHook):
         start_seq: int | None = None,
         end_seq: int | None = None,
         concurrency: int = 16,
+        with_total: bool = True,
     ) -> dict[str, Any]:
         """What the stream holds for one interval: its stream-sequence range, and per filter a count.
 
-        The interval is ``[start_time, end_time)`` by server timestamp, or ``[start_seq, end_seq]``
-        by stream sequence (not both). Time bounds become the sequence range ``[first_seq,
+        The interval is ``[start_time, end_time)`` by server timestamp and/or ``[start_seq, end_seq]``
+        by stream sequence (both: their intersection), never past the stream's last sequence when
+        called. Time bounds become the sequence range ``[first_seq,
         end_seq_exclusive)``: the first sequence stored at or after each bound (the starting
         sequence of an ephemeral ``by_start_time`` consumer, ``delivered.stream_seq + 1``; NATS
         "JetStream consumers": ``DeliverByStartTime``). Each count is then the number of stored
@@ -522,19 +485,18 @@ class JetStreamHook(BaseHook):
         :param filters: subject filters (e.g. ``plgd.owners.<owner>.>`` per owner); each counted
             separately. An empty string counts every subject of the stream (the ``total``).
         :param concurrency: filters counted at once over the one connection.
+        :param with_total: also count every subject (``total``; False: ``total`` is None).
         :return: ``{"stream", "created" (RFC 3339, the stream's creation time: it changes when the
             stream is deleted and re-created), "state" (stream state at the start: messages, bytes,
             first_seq, last_seq, first_ts, last_ts, num_deleted), "first_seq", "end_seq_exclusive",
             "total" (every subject), "counts": {filter: int}}``.
-        :raises ValueError/TypeError: bad filters or bounds, or both kinds of bounds.
+        :raises ValueError/TypeError: bad filters or bounds.
         :raises JetStreamError: server-side problems; ``JetStreamTimeoutError`` when the counts
             keep changing (more than 20 readings).
         """
         for f in filters:
             check_filter_subject(f)
         start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
-        if (start_ns is not None or end_ns is not None) and (start_seq is not None or end_seq is not None):
-            raise ValueError("acount_interval takes time bounds or sequence bounds, not both")
         s = await self.aget_settings()
         stream = s.stream
         async with self.aconnect() as nc:
@@ -552,12 +514,8 @@ class JetStreamHook(BaseHook):
                 finally:
                     await self._adelete_consumer(nc, stream, made["name"])
 
-            if start_seq is not None or end_seq is not None:
-                first = start_seq or 1
-                stop = (end_seq + 1) if end_seq is not None else last + 1
-            else:
-                first = await seq_at(start_ns, 1)
-                stop = await seq_at(end_ns, last + 1)
+            first = max(start_seq or 1, await seq_at(start_ns, 1))
+            stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1, await seq_at(end_ns, last + 1))
             stop = max(stop, first)
             gate = asyncio.Semaphore(max(1, int(concurrency)))
 
@@ -568,7 +526,8 @@ class JetStreamHook(BaseHook):
                     return await self._acount_range(nc, stream, subject_filter or None, first, stop)
 
             wanted = list(dict.fromkeys(filters))
-            results = await asyncio.gather(count(""), *(count(f) for f in wanted))
+            results = await asyncio.gather(count("") if with_total else asyncio.sleep(0),
+                                           *(count(f) for f in wanted))
         keep = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
         return {
             "stream": stream,
