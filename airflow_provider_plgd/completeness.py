@@ -14,9 +14,44 @@ complete when no message with a server timestamp before ``end`` can still be sto
   that to another server's clock).
 
 A publisher's clock does not matter (the server stamps messages), nor does the worker's or the
-triggerer's: both rules use only values the server sent. Used by the interval-complete sensor,
-its trigger, and the fetch operator (which refuses to commit a time-bounded batch of an
-incomplete interval). Source: ``docs/reliability.md`` ("Complete intervals").
+triggerer's: both rules use only values the server sent.
+
+**Mirrors and sourced streams** (the stream's ``config.mirror`` / ``config.sources``): the stream
+is fed by a link to other streams, often on another server across a leafnode or JetStream
+domain. A mirror keeps its origin's timestamps and sequences, so while the link is down the
+mirror's server time passes ``end + settle_seconds`` although messages of the interval still wait
+on the origin. STREAM.INFO reports each upstream as ``mirror`` / ``sources[]``
+(``StreamSourceInfo{name, external, lag, active, error}`` in nats-server ``server/stream.go``):
+``lag`` is the number of messages the upstream still held after the last one received (the
+``pending`` count of its delivery, updated only when a message arrives: while the link is cut it
+keeps its last value, usually 0), ``active`` is the time in ns since anything (message or the
+mirror consumer's 1 s idle heartbeat) last arrived from the upstream (-1: never). The ``settled``
+rule therefore also needs every upstream to be *current at the end*:
+
+* ``lag == 0``, ``active >= 0`` and the upstream's last contact ``ts - active`` at or after
+  ``end + settle_seconds``: the upstream was heard from after the end (plus the margin for clock
+  differences between the two servers) and had nothing more to send.
+
+``newer_message`` needs no upstream check: a mirror stores its origin's messages in the origin's
+sequence order, with the origin's timestamps, and a sourced stream stamps each message when it
+stores it; either way nothing older than a stored message can still arrive. Sources are held to
+the same rule as a mirror: a late sourced message would not be lost (it gets a later timestamp
+and falls into a later interval), but its interval would no longer be what the origins held.
+
+Right after a mirror consumer is re-created (after a long cut) the server sets ``active`` to 0
+before the upstream's first message arrives, while ``lag`` is still the old value; one reading
+can then look current. :meth:`JetStreamHook.ainterval_status` therefore confirms a ``settled``
+decision on a stream with upstreams with a second reading :data:`CONFIRM_SECONDS` later
+(:func:`confirm_status`: still complete, and no message arrived in between).
+
+**Limit.** When the server's time passes ``end + settle_seconds + source_wait_seconds`` and an
+upstream is still not current, the status says ``stale``: the sensor, the plan and the fetch
+fail with :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` naming each upstream,
+its lag and its last contact, instead of waiting on a link that may never come back.
+
+Used by the interval-complete sensor, its trigger, the ETL's plan and the fetch operator (which
+refuses to commit a time-bounded batch of an incomplete interval), all through
+``JetStreamHook.ainterval_status``. Source: ``docs/reliability.md`` ("Complete intervals").
 """
 
 from __future__ import annotations
@@ -25,7 +60,36 @@ from typing import Any
 
 from airflow_provider_plgd.times import parse_rfc3339_ns
 
-__all__ = ["check_settle_seconds", "interval_status", "require_interval_complete", "server_time_ns"]
+__all__ = [
+    "CONFIRM_SECONDS",
+    "DEFAULT_SOURCE_WAIT_SECONDS",
+    "check_settle_seconds",
+    "check_source_wait_seconds",
+    "confirm_status",
+    "interval_status",
+    "require_interval_complete",
+    "server_time_ns",
+    "upstreams",
+]
+
+#: Default seconds, past ``end + settle_seconds`` on the server's clock, to wait for a mirror's or
+#: source's link before the interval fails with ``StreamSourceStaleError``.
+DEFAULT_SOURCE_WAIT_SECONDS = 3600.0
+#: Seconds between the two readings that confirm a ``settled`` decision on a stream with upstreams
+#: (two of the mirror consumer's 1 s idle heartbeats, ``sourceHealthHB`` in nats-server).
+CONFIRM_SECONDS = 2.0
+
+
+def _seconds(value: Any, name: str) -> float:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}") from None
+    if not 0 <= seconds < float("inf"):  # also NaN
+        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return seconds
 
 
 def check_settle_seconds(value: Any) -> float:
@@ -33,15 +97,15 @@ def check_settle_seconds(value: Any) -> float:
 
     :raises ValueError: not a number, or negative (the message names the value).
     """
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"settle_seconds must be a number of seconds >= 0, got {value!r}") from None
-    if not seconds >= 0:  # also NaN
-        raise ValueError(f"settle_seconds must be a number of seconds >= 0, got {value!r}")
-    return seconds
+    return _seconds(value, "settle_seconds")
+
+
+def check_source_wait_seconds(value: Any) -> float:
+    """Return ``value`` as seconds (float >= 0); None gives :data:`DEFAULT_SOURCE_WAIT_SECONDS`.
+
+    :raises ValueError: not a number, or negative (the message names the value).
+    """
+    return DEFAULT_SOURCE_WAIT_SECONDS if value is None else _seconds(value, "source_wait_seconds")
 
 
 def server_time_ns(info: dict[str, Any]) -> int:
@@ -60,64 +124,159 @@ def server_time_ns(info: dict[str, Any]) -> int:
     return ts
 
 
-def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float) -> dict[str, Any]:
-    """Judge the interval ending at ``end_ns`` from one ``$JS.API.STREAM.INFO`` answer.
+def upstreams(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The streams feeding this one, from a ``$JS.API.STREAM.INFO`` answer (``mirror``, ``sources``).
 
-    :param info: the stream info dict (``ts``, ``state.last_ts``, ``state.last_seq``).
+    :return: one dict per upstream: ``{"kind": "mirror" | "source", "name", "api" (the external
+        API prefix, e.g. ``$JS.hub.API``, or None), "lag" (messages), "active_ns" (ns since the
+        last contact, None: never), "contact_ns" (server time of the last contact, unix ns, or
+        None), "error" (the server's description, or None)}``; empty for a plain stream.
+    :raises JetStreamAPIError: an upstream is reported without a server time (see :func:`server_time_ns`).
+    """
+    found = [("mirror", info["mirror"])] if info.get("mirror") else []
+    found += [("source", si) for si in info.get("sources") or [] if si]
+    if not found:
+        return []
+    now = server_time_ns(info)
+    result = []
+    for kind, si in found:
+        active = si.get("active")
+        active_ns = int(active) if isinstance(active, (int, float)) and active >= 0 else None
+        error = si.get("error")
+        result.append({
+            "kind": kind, "name": si.get("name"), "api": (si.get("external") or {}).get("api"),
+            "lag": int(si.get("lag") or 0), "active_ns": active_ns,
+            "contact_ns": now - active_ns if active_ns is not None else None,
+            "error": (error.get("description") or str(error)) if isinstance(error, dict) else error,
+        })
+    return result
+
+
+def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
+                    source_wait_seconds: float | None = None) -> dict[str, Any]:
+    """Judge the interval ending at ``end_ns`` from one ``$JS.API.STREAM.INFO`` answer (rules: the module).
+
+    :param info: the stream info dict (``ts``, ``state.last_ts``, ``state.last_seq``, and
+        ``mirror`` / ``sources`` for a stream fed by others).
     :param end_ns: exclusive interval end, unix ns (server time).
     :param settle_seconds: seconds (>= 0) after ``end_ns`` on the server's clock after which the
-        interval counts as complete without a newer message.
+        interval counts as complete without a newer message (every upstream current at the end).
+    :param source_wait_seconds: seconds (>= 0) past ``end_ns + settle_seconds`` after which an
+        upstream that is still not current makes the status ``stale`` (None: the default,
+        :data:`DEFAULT_SOURCE_WAIT_SECONDS`).
     :return: ``{"complete": bool, "reason": "newer_message" | "settled" | None, "end_ns",
-        "server_time_ns", "last_ts_ns" (None for a stream that never held a message),
-        "settle_seconds"}``.
+        "server_time_ns", "last_seq", "last_ts_ns" (None for a stream that never held a message),
+        "settle_seconds", "source_wait_seconds", "upstreams" (:func:`upstreams`, each with
+        ``"current"``: bool), "waiting_for" (names of the upstreams not current), "stale": bool}``.
     :raises JetStreamAPIError: no server time in ``info`` (see :func:`server_time_ns`).
+    :raises ValueError: bad ``settle_seconds`` or ``source_wait_seconds``.
     """
     end_ns = int(end_ns)
     settle = check_settle_seconds(settle_seconds)
+    wait = check_source_wait_seconds(source_wait_seconds)
     now = server_time_ns(info)
+    settled_at = end_ns + int(settle * 1e9)
     state = info.get("state") or {}
-    last_ts = parse_rfc3339_ns(state.get("last_ts")) if int(state.get("last_seq") or 0) > 0 else None
+    last_seq = int(state.get("last_seq") or 0)
+    last_ts = parse_rfc3339_ns(state.get("last_ts")) if last_seq > 0 else None
+    feeds = upstreams(info)
+    for up in feeds:
+        up["current"] = up["lag"] == 0 and up["contact_ns"] is not None and up["contact_ns"] >= settled_at
+    waiting = [up["name"] for up in feeds if not up["current"]]
     if last_ts is not None and last_ts >= end_ns:
         reason = "newer_message"
-    elif now >= end_ns + int(settle * 1e9):
+    elif now >= settled_at and not waiting:
         reason = "settled"
     else:
         reason = None
+    stale = reason is None and bool(waiting) and now >= settled_at + int(wait * 1e9)
     return {"complete": reason is not None, "reason": reason, "end_ns": end_ns, "server_time_ns": now,
-            "last_ts_ns": last_ts, "settle_seconds": settle}
+            "last_seq": last_seq, "last_ts_ns": last_ts, "settle_seconds": settle, "source_wait_seconds": wait,
+            "upstreams": feeds, "waiting_for": waiting, "stale": stale}
 
 
-def require_interval_complete(info: dict[str, Any], stream: str, bounds: dict[str, Any],
-                              settle_seconds: Any) -> dict[str, Any]:
-    """Fail unless the time bounds ``bounds`` (``start_ns``, ``end_ns``) are complete (see the module).
+def confirm_status(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """Combine two :func:`interval_status` readings taken :data:`CONFIRM_SECONDS` apart (see the module).
 
-    :param info: the stream info dict taken before the fetch reads.
+    A ``settled`` first reading of a stream with upstreams holds only when the second reading is
+    complete too and the stream stored no message in between (a message that arrived is a sign
+    the upstream was still catching up; a newer one completes the interval by itself).
+
+    :return: ``second``, with ``complete`` False and ``reason`` None when the first decision does
+        not hold (``stale`` is kept from ``second``).
+    """
+    if second["reason"] == "newer_message" or not first["complete"]:
+        return second
+    if second["complete"] and second["last_seq"] == first["last_seq"]:
+        return second
+    return {**second, "complete": False, "reason": None}
+
+
+def _upstreams_text(status: dict[str, Any]) -> str:
+    from airflow_provider_plgd import times
+
+    parts = []
+    for up in status["upstreams"]:
+        if up["current"]:
+            continue
+        contact = (f"last contact {times.ns_to_rfc3339(up['contact_ns'])} "
+                   f"({up['active_ns'] / 1e9:.1f} s before the server's time)" if up["contact_ns"] is not None
+                   else "never in contact")
+        error = f", error: {up['error']}" if up["error"] else ""
+        api = f" via {up['api']}" if up["api"] else ""
+        parts.append(f"{up['kind']} {up['name']!r}{api}: lag {up['lag']}, {contact}{error}")
+    return "; ".join(parts)
+
+
+def require_interval_complete(status: dict[str, Any], stream: str, start_ns: int | None = None) -> dict[str, Any]:
+    """Fail unless ``status`` (:func:`interval_status`, confirmed) says the interval is complete.
+
+    :param status: the status of the interval, from ``JetStreamHook.ainterval_status``.
     :param stream: the stream name, for the message.
-    :param bounds: the fetch operator's time bounds.
-    :param settle_seconds: seconds (>= 0), see :func:`interval_status`.
-    :return: the :func:`interval_status` dict (complete).
+    :param start_ns: the interval's start (unix ns), for the message; None: unknown.
+    :return: ``status`` (complete).
+    :raises StreamSourceStaleError: not complete, and an upstream (mirror or source) is still not
+        current past ``end + settle_seconds + source_wait_seconds``; names each upstream, its lag
+        and its last contact.
     :raises IntervalNotCompleteError: not complete on the server's clock; names the interval,
-        the server's time, the stream's last message time and the fix.
-    :raises ValueError: bad ``settle_seconds``.
+        the server's time, the stream's last message time, the upstreams not current and the fix.
     """
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.exceptions import IntervalNotCompleteError
+    from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
 
-    status = interval_status(info, end_ns=int(bounds["end_ns"]), settle_seconds=settle_seconds)
     if status["complete"]:
         return status
-    start_ns, end_ns, now = bounds.get("start_ns"), status["end_ns"], status["server_time_ns"]
+    end_ns, now = status["end_ns"], status["server_time_ns"]
     settle, last_ts = status["settle_seconds"], status["last_ts_ns"]
-    last = f"its last message is from {times.ns_to_rfc3339(last_ts)}" if last_ts is not None else "it is empty"
     start = times.ns_to_rfc3339(start_ns) if start_ns is not None else "?"
+    interval = f"interval [{start}, {times.ns_to_rfc3339(end_ns)}) of stream {stream!r}"
+    fields = {"stream": stream, "start_ns": start_ns, "end_ns": end_ns, "server_time_ns": now,
+              "last_ts_ns": last_ts, "settle_seconds": settle}
+    if status["stale"]:
+        wait = status["source_wait_seconds"]
+        raise StreamSourceStaleError(
+            f"{interval} is not complete: the stream is fed by other streams, and past end + settle_seconds="
+            f"{settle:g} + source_wait_seconds={wait:g} (the server's time is {times.ns_to_rfc3339(now)}) "
+            f"{_upstreams_text(status)}; messages of the interval may still wait on the other side of the "
+            "link, so nothing was committed. Restore the link (leafnode, domain API, permissions; the "
+            "stream's mirror/sources error above) and run the task again, or raise source_wait_seconds",
+            upstreams=[{k: up[k] for k in ("kind", "name", "api", "lag", "active_ns", "contact_ns", "error")}
+                       for up in status["upstreams"] if not up["current"]],
+            source_wait_seconds=wait, **fields,
+        )
+    last = f"its last message is from {times.ns_to_rfc3339(last_ts)}" if last_ts is not None else "it is empty"
+    before = end_ns + int(settle * 1e9) - now
+    when = (f"{before / 1e9:.3f} s before end + settle_seconds={settle:g}" if before > 0
+            else f"past end + settle_seconds={settle:g}, but not every upstream was current after it: "
+                 f"{_upstreams_text(status) or 'a message arrived while the decision was confirmed'}")
+    fix = ("Retry after the interval's end on the server's clock (the task's retries do), wait with "
+           "JetStreamIntervalCompleteSensor first, or check the worker's clock: the data interval was probably "
+           "judged complete on a clock ahead of the NATS server's" if before > 0 else
+           "Retry when the stream's upstreams are current (the task's retries do), or wait with "
+           "JetStreamIntervalCompleteSensor first")
     raise IntervalNotCompleteError(
-        f"interval [{start}, {times.ns_to_rfc3339(end_ns)}) of stream {stream!r} is not complete on the NATS "
-        f"server's clock: the server's time is {times.ns_to_rfc3339(now)} "
-        f"({(end_ns + int(settle * 1e9) - now) / 1e9:.3f} s before end + settle_seconds={settle:g}), and "
-        f"{last}, before the end; messages of the interval may still arrive, so nothing was committed. "
-        "Retry after the interval's end on the server's clock (the task's retries do), wait with "
-        "JetStreamIntervalCompleteSensor first, or check the worker's clock: the data interval was "
-        "probably judged complete on a clock ahead of the NATS server's",
-        stream=stream, start_ns=start_ns, end_ns=end_ns, server_time_ns=now, last_ts_ns=last_ts,
-        settle_seconds=settle,
+        f"{interval} is not complete on the NATS server's clock: the server's time is "
+        f"{times.ns_to_rfc3339(now)} ({when}), and {last}, before the end; messages of the interval may still "
+        f"arrive, so nothing was committed. {fix}",
+        **fields,
     )

@@ -542,6 +542,8 @@ def build_etl_dag(
             selection = Selection.of(_token_list(p["owners"], "owner_id"),
                                      _token_list(p["event_types"], "event_type") or EVENT_TYPES)
             hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"])
+            # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
+            hook.require_interval_complete(start, end, settle_seconds=p["settle_seconds"])
             discovered = not selection.owners
             if discovered:
                 selection = selection.with_owners(sorted(hook.list_owners()))

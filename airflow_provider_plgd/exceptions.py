@@ -110,6 +110,27 @@ class IntervalNotCompleteError(JetStreamError):
         self.settle_seconds = settle_seconds
 
 
+class StreamSourceStaleError(IntervalNotCompleteError):
+    """The stream is a mirror of, or sources from, other streams (often across a leafnode or
+    JetStream domain), and an upstream is still not current past ``end + settle_seconds +
+    source_wait_seconds`` on the server's clock: its link is down or stale (``active`` grows), or
+    it still lags. Messages of the interval may still wait on the other side, so the sensor, the
+    plan and the fetch fail loudly instead of calling the interval complete or waiting forever.
+    Retrying succeeds once the link is back and the upstream has caught up
+    (:mod:`airflow_provider_plgd.completeness`).
+
+    :ivar upstreams: the upstreams not current: ``[{"kind": "mirror" | "source", "name", "api",
+        "lag", "active_ns", "contact_ns", "error"}]`` (ns; ``contact_ns``: server time of the last
+        contact, or None when never in contact).
+    :ivar source_wait_seconds: the limit used, in seconds.
+    """
+
+    def __init__(self, message: str, *, upstreams: list[dict], source_wait_seconds: float, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.upstreams = upstreams
+        self.source_wait_seconds = source_wait_seconds
+
+
 __all__ = [
     "IntervalNotCompleteError",
     "JetStreamAPIError",
@@ -120,6 +141,7 @@ __all__ = [
     "JetStreamTimeoutError",
     "MessagesExpiredError",
     "StreamNotFoundError",
+    "StreamSourceStaleError",
 ]
 
 

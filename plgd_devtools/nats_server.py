@@ -197,6 +197,39 @@ class NatsServer:
             return "(no log)"
 
 
+def leafnode_config(*, server_name: str, domain: str | None = None, leafnode_port: int | None = None,
+                    remotes: tuple[str, ...] | list[str] = (), host: str = "127.0.0.1") -> str:
+    """Text of a nats-server configuration file for a leafnode pair with JetStream domains.
+
+    :param server_name: the server's unique name (``server_name``).
+    :param domain: the JetStream domain (``jetstream { domain: ... }``): the server's JetStream
+        API is then also reachable as ``$JS.<domain>.API`` across the leafnode link.
+    :param leafnode_port: accept leafnode connections on ``host:leafnode_port`` (the hub side).
+        The hub does not advertise that address to its leaves (``no_advertise``), so a leaf
+        reconnects only through its configured remote (a proxy in between stays in the path).
+    :param remotes: leafnode URLs to connect to (``nats-leaf://host:port``, the leaf side). The
+        leaf reconnects every second when the link drops (``reconnect: 1``).
+    :param host: the leafnode listen address.
+    :return: the configuration text, for :class:`NatsServer` ``config``.
+
+    Source: NATS docs, "Leaf Nodes > Configuration" (``leafnodes { listen, remotes [{url}] }``)
+    and "JetStream > Leaf Nodes and Domains" (``jetstream { domain }``).
+    """
+    lines = [f"server_name: {json.dumps(server_name)}"]
+    if domain is not None:
+        lines.append(f"jetstream {{ domain: {json.dumps(domain)} }}")
+    leaf = []
+    if leafnode_port is not None:
+        leaf.append(f"listen: {json.dumps(f'{host}:{int(leafnode_port)}')}")
+        leaf.append("no_advertise: true")  # leaves connect only to their remotes (e.g. through a proxy)
+    if remotes:
+        leaf.append("reconnect: 1")
+        leaf.append("remotes: [" + ", ".join(f"{{url: {json.dumps(u)}}}" for u in remotes) + "]")
+    if leaf:
+        lines.append("leafnodes {\n  " + "\n  ".join(leaf) + "\n}")
+    return "\n".join(lines) + "\n"
+
+
 #: Tries of STREAM.CREATE in :func:`arecreate_stream` while the deleted store is still removed.
 CREATE_ATTEMPTS = 5
 

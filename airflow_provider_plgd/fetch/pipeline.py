@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import ledger, staging, storage, times
-from airflow_provider_plgd.completeness import require_interval_complete
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.fetch.router import Router
@@ -42,6 +41,9 @@ class FetchSettings:
     :ivar progress_every_messages: ... or after this many messages.
     :ivar settle_seconds: time bounds: seconds after the end, on the server's clock, after which an
         interval without a newer message is complete (``completeness``).
+    :ivar source_wait_seconds: time bounds on a mirror or sourced stream: seconds past end + settle
+        after which an upstream that is still not current fails the fetch (``StreamSourceStaleError``;
+        None: ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``).
     :ivar accept_fewer: let a rerun replace committed batches with fewer messages.
     :ivar ack_wait_seconds: durable mode: the consumer's ack wait (s).
     :ivar spool_dir: durable mode: the spool folder (None: :func:`~.spool.default_spool_dir`).
@@ -55,6 +57,7 @@ class FetchSettings:
     progress_interval_seconds: float = 5.0
     progress_every_messages: int = 100_000
     settle_seconds: Any = 0
+    source_wait_seconds: Any = None
     accept_fewer: bool = False
     ack_wait_seconds: float = 300.0
     spool_dir: str | None = None
@@ -91,9 +94,11 @@ class FetchPipeline:
             ``unrouted``) and account per owner.
         """
         hook = self.hook
+        if mode == "time":  # complete on the server's clock (mirror/sources: upstreams current), else it raises
+            await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
+                                                  settle_seconds=self.settings.settle_seconds,
+                                                  source_wait_seconds=self.settings.source_wait_seconds)
         info = await hook.astream_info(stream)
-        if mode == "time":  # complete on the server's clock, or IntervalNotCompleteError (issue #13, case 6)
-            require_interval_complete(info, stream, bounds, self.settings.settle_seconds)
         head = int(_state(info).get("last_seq", 0))
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)

@@ -317,25 +317,30 @@ class JetStreamHook(BaseHook):
             return await self._api(nc, f"$JS.API.STREAM.INFO.{name}")
 
     async def ainterval_status(
-        self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None
+        self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None,
+        source_wait_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Is the interval ending at ``end_time`` complete, judged on the NATS server's clock?
 
         Complete when the stream holds a message (any subject) with a server timestamp at or after
         ``end_time``, or when the server's time (``ts`` of ``$JS.API.STREAM.INFO``, nats-server
-        2.10+) is at or after ``end_time + settle_seconds``; the local clock is never used. Rule
-        and sources: :mod:`airflow_provider_plgd.completeness`.
+        2.10+) is at or after ``end_time + settle_seconds`` and, for a mirror or a sourced stream,
+        every upstream was in contact after that with ``lag`` 0; the local clock is never used.
+        A ``settled`` decision on a stream with upstreams is confirmed by a second reading
+        ``completeness.CONFIRM_SECONDS`` later. Rule and sources: :mod:`airflow_provider_plgd.completeness`.
 
         :param end_time: exclusive interval end: timezone-aware ``datetime`` or int unix ns.
         :param settle_seconds: seconds (>= 0) after the end, on the server's clock.
         :param subject_filter: when given and the interval is complete by a newer message, also
             count that filter's messages at or after the end (``newer_messages``).
-        :return: ``{"complete": bool, "reason": "newer_message" | "settled" | None, "end_ns",
-            "server_time_ns", "last_ts_ns" | None, "settle_seconds", "newer_messages": int}``.
+        :param source_wait_seconds: seconds (>= 0) past end + settle after which upstreams that
+            are still not current make the status ``stale`` (None: the default of ``completeness``).
+        :return: :func:`~airflow_provider_plgd.completeness.interval_status`'s dict plus
+            ``"newer_messages": int``.
         :raises StreamNotFoundError: missing stream. :raises JetStreamAPIError: no server time
             in the answer (nats-server older than 2.10). :raises ValueError: bad arguments.
         """
-        from airflow_provider_plgd.completeness import interval_status
+        from airflow_provider_plgd.completeness import CONFIRM_SECONDS, confirm_status, interval_status
 
         end_ns = to_ns(end_time, "end_time", text=False)
         if subject_filter is not None:
@@ -343,7 +348,13 @@ class JetStreamHook(BaseHook):
         s = await self.aget_settings()
         async with self.aconnect() as nc:
             info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
-            status = interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds)
+            status = interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds,
+                                     source_wait_seconds=source_wait_seconds)
+            if status["reason"] == "settled" and status["upstreams"]:
+                await asyncio.sleep(CONFIRM_SECONDS)
+                info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
+                status = confirm_status(status, interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds,
+                                                                source_wait_seconds=source_wait_seconds))
             status["newer_messages"] = 0
             if status["reason"] == "newer_message" and subject_filter is not None:
                 consumer = await self._acreate_consumer(
@@ -355,6 +366,27 @@ class JetStreamHook(BaseHook):
                 finally:
                     await self._adelete_consumer(nc, s.stream, consumer["name"])
         return status
+
+    async def arequire_interval_complete(
+        self, start_time: dt.datetime | int | None, end_time: dt.datetime | int, *, settle_seconds: Any,
+        source_wait_seconds: Any = None,
+    ) -> dict[str, Any]:
+        """Fail unless the interval ``[start_time, end_time)`` is complete (:meth:`ainterval_status`).
+
+        The check of the ETL's plan and of the fetch (time bounds) before they count or read.
+
+        :return: the (complete) status.
+        :raises IntervalNotCompleteError: not complete yet (retryable).
+        :raises StreamSourceStaleError: a mirror's or source's link still not current past
+            ``end + settle_seconds + source_wait_seconds``.
+        :raises ValueError: bad arguments.
+        """
+        from airflow_provider_plgd.completeness import require_interval_complete
+
+        status = await self.ainterval_status(end_time, settle_seconds=settle_seconds,
+                                             source_wait_seconds=source_wait_seconds)
+        start_ns = to_ns(start_time, "start_time", text=False) if start_time is not None else None
+        return require_interval_complete(status, (await self.aget_settings()).stream, start_ns)
 
     async def alist_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
         """``{subject: number of messages}`` for the stream's subjects matching ``filter``.
@@ -722,11 +754,21 @@ class JetStreamHook(BaseHook):
         return _run(self.astream_info(stream), "stream_info")
 
     def interval_status(
-        self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None
+        self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None,
+        source_wait_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Sync :meth:`ainterval_status`."""
-        return _run(self.ainterval_status(end_time, settle_seconds=settle_seconds, subject_filter=subject_filter),
-                    "interval_status")
+        return _run(self.ainterval_status(end_time, settle_seconds=settle_seconds, subject_filter=subject_filter,
+                                          source_wait_seconds=source_wait_seconds), "interval_status")
+
+    def require_interval_complete(
+        self, start_time: dt.datetime | int | None, end_time: dt.datetime | int, *, settle_seconds: Any,
+        source_wait_seconds: Any = None,
+    ) -> dict[str, Any]:
+        """Sync :meth:`arequire_interval_complete`."""
+        return _run(self.arequire_interval_complete(start_time, end_time, settle_seconds=settle_seconds,
+                                                    source_wait_seconds=source_wait_seconds),
+                    "require_interval_complete")
 
     def list_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
         """Sync :meth:`alist_subjects`."""

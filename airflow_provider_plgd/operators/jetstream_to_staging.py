@@ -102,9 +102,11 @@ class JetStreamToStagingOperator(BaseOperator):
     (a durable consumer reads what is retained; see ``docs/reliability.md``).
 
     **Incomplete intervals** (time bounds): before reading, the interval must be complete on the
-    NATS server's clock (:func:`airflow_provider_plgd.completeness.require_interval_complete`):
-    the stream holds a message with a server timestamp at or after the end, or the server's time
-    is at or after ``end + settle_seconds``. Otherwise the task fails with the retryable
+    NATS server's clock (``JetStreamHook.arequire_interval_complete``, rule in
+    :mod:`airflow_provider_plgd.completeness`): the stream holds a message with a server timestamp
+    at or after the end, or the server's time is at or after ``end + settle_seconds`` and, for a
+    mirror or sourced stream, every upstream was in contact after that with ``lag`` 0. Otherwise
+    the task fails with the retryable
     :class:`~airflow_provider_plgd.exceptions.IntervalNotCompleteError` (naming the interval and
     the server's time) and commits nothing, instead of committing a batch that misses messages
     still to come, e.g. after a sensor judged the interval on a clock ahead of the server's.
@@ -151,6 +153,10 @@ class JetStreamToStagingOperator(BaseOperator):
         after which an interval without a newer message counts as complete (templated; default 0:
         the server's clock has passed the end, enough on a single server; the ETL DAG passes its
         ``settle_seconds`` param, the sensor's value).
+    :param source_wait_seconds: time bounds on a mirror or sourced stream: seconds past
+        ``end + settle_seconds`` (server clock) after which an upstream that is still not current
+        fails the task with ``StreamSourceStaleError`` (templated; default
+        ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
     :param batch_size: messages per JetStream pull request (default 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
@@ -190,6 +196,8 @@ class JetStreamToStagingOperator(BaseOperator):
         "Expired messages"); nothing is committed for the batch.
     :raises IntervalNotCompleteError: time bounds not complete on the server's clock (see
         "Incomplete intervals"); nothing is committed. :raises ValueError: bad ``settle_seconds``.
+    :raises StreamSourceStaleError: time bounds on a mirror or sourced stream whose upstream is
+        still not current past ``source_wait_seconds``; nothing is committed.
     :raises JetStreamConnectionError: the NATS connection was lost; nothing is committed for the
         batch in progress.
     :raises LedgerError: staged + skipped differs from what the stream holds (see "Accounting").
@@ -215,6 +223,7 @@ class JetStreamToStagingOperator(BaseOperator):
         "ledger_group",
         "accept_fewer_messages",
         "settle_seconds",
+        "source_wait_seconds",
     )
     ui_color = "#c7e9f7"
 
@@ -238,6 +247,7 @@ class JetStreamToStagingOperator(BaseOperator):
         spool_dir: str | None = None,
         destination: Any = None,
         settle_seconds: float | str = 0,
+        source_wait_seconds: float | str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         row_group_size: int = 50_000,
         row_group_bytes: int = 32 * 1024 * 1024,
@@ -269,6 +279,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.spool_dir = spool_dir
         self.destination = destination
         self.settle_seconds = settle_seconds
+        self.source_wait_seconds = source_wait_seconds
         self.batch_size = batch_size
         self.row_group_size = row_group_size
         self.row_group_bytes = row_group_bytes
@@ -299,6 +310,7 @@ class JetStreamToStagingOperator(BaseOperator):
             max_rows_per_file=self.max_rows_per_file, compression=self.compression,
             progress_interval_seconds=self.progress_interval_seconds,
             progress_every_messages=self.progress_every_messages, settle_seconds=self.settle_seconds,
+            source_wait_seconds=None if self.source_wait_seconds in (None, "") else self.source_wait_seconds,
             accept_fewer=parse_bool(self.accept_fewer_messages, "accept_fewer_messages"),
             ack_wait_seconds=self.ack_wait_seconds,
             spool_dir=str(self.spool_dir) if self.spool_dir not in (None, "") else None,

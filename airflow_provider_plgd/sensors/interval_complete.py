@@ -1,7 +1,8 @@
 """Sensor: wait until a data interval is complete in the JetStream stream.
 
 Complete means: the stream holds a message whose server timestamp is at or after the interval's
-end, or the NATS server's clock is at ``end + settle_seconds`` or later. Both are judged on the
+end, or the NATS server's clock is at ``end + settle_seconds`` or later and, for a mirror or a
+sourced stream, every upstream was in contact after that with ``lag`` 0. Both are judged on the
 server's values, never on the worker's or triggerer's clock
 (:mod:`airflow_provider_plgd.completeness`). Works in poke mode and in deferrable mode
 (:class:`~airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger`).
@@ -42,13 +43,18 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
 
     Succeeds when the stream holds a message (any subject) with a JetStream server timestamp at
     or after the end, or when the NATS server's time is at or after the end plus
-    ``settle_seconds``. Returns (XCom) ``{"status": "success", "reason": "newer_message" |
+    ``settle_seconds`` and, for a mirror or a sourced stream (e.g. a mirror of the hub's stream
+    across a leafnode), every upstream was in contact after that with ``lag`` 0
+    (:mod:`airflow_provider_plgd.completeness`). Returns (XCom) ``{"status": "success", "reason": "newer_message" |
     "settled", "end_ns", "newer_messages", "server_time_ns"}`` (``newer_messages``: messages of
     ``subject_filter`` at or after the end; ``server_time_ns``: the server's time of the deciding
     check, unix ns).
 
     Errors: a missing stream raises ``ValueError`` (poke mode) or
-    :class:`JetStreamIntervalNotCompleteError` (deferrable mode). Any other failed check
+    :class:`JetStreamIntervalNotCompleteError` (deferrable mode). A mirror's or source's link
+    still not current past ``end + settle_seconds + source_wait_seconds`` on the server's clock
+    raises :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` (both modes), naming
+    each upstream, its lag and its last contact. Any other failed check
     (connection undefined, server unreachable, ...) is logged with its cause and counts as "not
     complete": the sensor pokes again, and fails when ``timeout`` is reached. It never succeeds
     without an answer of the server. Without a data interval and without ``end_time``,
@@ -60,12 +66,15 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     :param stream: stream name (templated; default the connection's ``stream`` extra, else ``EVENTS``).
     :param settle_seconds: seconds after the end, on the NATS server's clock, after which the
         interval counts as complete without a newer message (templated; default 60).
+    :param source_wait_seconds: mirror or sourced stream: seconds past ``end + settle_seconds``
+        after which an upstream still not current fails the sensor (templated; default
+        ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
     :param end_time: explicit interval end: aware datetime, ISO string or unix ns (templated).
     :param deferrable: defer to the triggerer instead of poking (default: the
         ``[operators] default_deferrable`` config option). Poll period: ``poke_interval``.
     """
 
-    template_fields: Sequence[str] = ("subject_filter", "stream", "settle_seconds", "end_time")
+    template_fields: Sequence[str] = ("subject_filter", "stream", "settle_seconds", "source_wait_seconds", "end_time")
     ui_color = "#e6f1f2"
 
     def __init__(
@@ -75,6 +84,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         subject_filter: str = "plgd.>",
         stream: str | None = None,
         settle_seconds: float | str = 60,
+        source_wait_seconds: float | str | None = None,
         end_time: Any = None,
         deferrable: bool | None = None,
         **kwargs: Any,
@@ -84,6 +94,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         self.subject_filter = subject_filter
         self.stream = stream
         self.settle_seconds = settle_seconds
+        self.source_wait_seconds = source_wait_seconds
         self.end_time = end_time
         self.deferrable = _default_deferrable() if deferrable is None else deferrable
         self._result: dict[str, Any] | None = None
@@ -103,6 +114,12 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
 
         return check_settle_seconds(self.settle_seconds)
 
+    def _source_wait(self) -> float | None:
+        from airflow_provider_plgd.completeness import check_source_wait_seconds
+
+        value = self.source_wait_seconds
+        return None if value in (None, "", "None") else check_source_wait_seconds(value)
+
     def _hook(self):
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
@@ -111,13 +128,18 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     # -- poke mode ----------------------------------------------------------------------------
     def poke(self, context: Context) -> bool:
         """Check once; True when the interval is complete (see the class docstring)."""
-        end_ns, settle = self._end_ns(context), self._settle()
+        from airflow_provider_plgd.exceptions import StreamSourceStaleError
+
+        end_ns, settle, source_wait = self._end_ns(context), self._settle(), self._source_wait()
         try:
             result = asyncio.run(
                 check_interval_complete(
-                    self._hook(), subject_filter=self.subject_filter, end_ns=end_ns, settle_seconds=settle
+                    self._hook(), subject_filter=self.subject_filter, end_ns=end_ns, settle_seconds=settle,
+                    source_wait_seconds=source_wait,
                 )
             )
+        except StreamSourceStaleError:
+            raise  # the link of a mirror or source is down past the limit: fail loudly
         except Exception as exc:  # noqa: BLE001 - classified below
             if is_missing_stream_error(exc):
                 raise ValueError(f"JetStream stream {self.stream or '(connection default)'!r} does not exist: {exc}") \
@@ -150,6 +172,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
                 stream=self.stream or None,
                 jetstream_conn_id=self.jetstream_conn_id,
                 settle_seconds=self._settle(),
+                source_wait_seconds=self._source_wait(),
                 poll_interval=float(self.poke_interval if not isinstance(self.poke_interval, timedelta)
                                     else self.poke_interval.total_seconds()),
             ),
@@ -159,6 +182,13 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired; return its payload or raise on an error event."""
+        if event and event.get("reason") == "source_stale":
+            from airflow_provider_plgd.exceptions import StreamSourceStaleError
+
+            raise StreamSourceStaleError(
+                event["message"], start_ns=None, **{k: event[k] for k in (
+                    "stream", "end_ns", "server_time_ns", "last_ts_ns", "settle_seconds", "source_wait_seconds",
+                    "upstreams")})
         if not event or event.get("status") != "success":
             raise JetStreamIntervalNotCompleteError(
                 f"waiting for the interval failed: {(event or {}).get('message', event)!r}"

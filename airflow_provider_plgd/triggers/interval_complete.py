@@ -3,8 +3,10 @@
 An interval ``[start, end)`` is complete when the stream holds a message whose JetStream server
 timestamp is at or after ``end`` (server timestamps grow with the stream sequence, so nothing
 older can still arrive), or when the NATS server's clock is at ``end + settle_seconds`` or
-later. Both are judged on values the server sends, never on the triggerer's clock
-(:mod:`airflow_provider_plgd.completeness`). A check that fails (connection undefined, server
+later and, for a mirror or a sourced stream, every upstream was in contact after that with
+``lag`` 0. Both are judged on values the server sends, never on the triggerer's clock
+(:mod:`airflow_provider_plgd.completeness`). An upstream still not current past
+``end + settle_seconds + source_wait_seconds`` ends the wait with an error. A check that fails (connection undefined, server
 down) is never taken for "complete": it is logged and retried. Source: ``docs/architecture.md``
 ("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
 """
@@ -20,8 +22,34 @@ from airflow_provider_plgd.compat import BaseTrigger, TriggerEvent
 CLASSPATH = "airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger"
 
 
+async def interval_status(
+    hook: Any, *, subject_filter: str, end_ns: int, settle_seconds: float, source_wait_seconds: float | None = None
+) -> dict[str, Any]:
+    """One check of the interval ending at ``end_ns`` (``hook.ainterval_status``), failing when stale.
+
+    :return: the hook's status dict (``complete``, ``reason``, ``server_time_ns``, ...).
+    :raises StreamSourceStaleError: a mirror's or source's link is still not current past
+        ``end + settle_seconds + source_wait_seconds`` (``completeness.require_interval_complete``).
+    :raises Exception: errors of the hook (connection, missing stream) propagate; they never
+        mean "complete".
+    """
+    from airflow_provider_plgd.completeness import require_interval_complete
+
+    status = await hook.ainterval_status(int(end_ns), settle_seconds=float(settle_seconds),
+                                         subject_filter=subject_filter, source_wait_seconds=source_wait_seconds)
+    if status["stale"]:
+        require_interval_complete(status, (await hook.aget_settings()).stream)
+    return status
+
+
+def success_payload(status: dict[str, Any]) -> dict[str, Any]:
+    """The sensor's result / the trigger's success event of a complete ``status`` (JSON)."""
+    return {"status": "success", "reason": status["reason"], "end_ns": int(status["end_ns"]),
+            "newer_messages": int(status.get("newer_messages") or 0), "server_time_ns": status["server_time_ns"]}
+
+
 async def check_interval_complete(
-    hook: Any, *, subject_filter: str, end_ns: int, settle_seconds: float
+    hook: Any, *, subject_filter: str, end_ns: int, settle_seconds: float, source_wait_seconds: float | None = None
 ) -> dict[str, Any] | None:
     """Check once whether the interval ending at ``end_ns`` is complete, on the server's clock.
 
@@ -30,18 +58,19 @@ async def check_interval_complete(
         (``newer_messages``); completeness itself is a property of the whole stream.
     :param end_ns: exclusive end of the interval, unix ns (JetStream server time).
     :param settle_seconds: seconds after ``end_ns`` on the NATS server's clock after which the
-        interval counts as complete even without a newer message.
+        interval counts as complete even without a newer message (mirror or sourced stream:
+        every upstream current after it).
+    :param source_wait_seconds: mirror or sourced stream: seconds past end + settle after which an
+        upstream still not current raises (None: ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``).
     :return: ``{"status": "success", "reason": "newer_message" | "settled", "end_ns",
         "newer_messages", "server_time_ns"}`` when complete, else None.
+    :raises StreamSourceStaleError: an upstream is still not current past the limit.
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
         mean "complete".
     """
-    status = await hook.ainterval_status(int(end_ns), settle_seconds=float(settle_seconds),
-                                         subject_filter=subject_filter)
-    if not status["complete"]:
-        return None
-    return {"status": "success", "reason": status["reason"], "end_ns": int(end_ns),
-            "newer_messages": int(status.get("newer_messages") or 0), "server_time_ns": status["server_time_ns"]}
+    status = await interval_status(hook, subject_filter=subject_filter, end_ns=end_ns, settle_seconds=settle_seconds,
+                                   source_wait_seconds=source_wait_seconds)
+    return success_payload(status) if status["complete"] else None
 
 
 def is_missing_stream_error(exc: BaseException) -> bool:
@@ -76,7 +105,12 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
     * ``{"status": "success", "reason": "newer_message" | "settled", "end_ns", "newer_messages",
       "server_time_ns"}`` (``server_time_ns``: the NATS server's time of the deciding check, unix ns)
     * ``{"status": "error", "reason": "missing_stream", "message": ...}`` when the stream does not
-      exist. Other errors (connection undefined or lost, server down or restarting) are logged
+      exist.
+    * ``{"status": "error", "reason": "source_stale", "message", "stream", "end_ns",
+      "server_time_ns", "last_ts_ns", "settle_seconds", "source_wait_seconds", "upstreams"}`` when
+      the stream is a mirror or sources from others and an upstream is still not current past
+      ``end + settle_seconds + source_wait_seconds`` (the fields of ``StreamSourceStaleError``).
+      Other errors (connection undefined or lost, server down or restarting) are logged
       with their cause and retried at the next poll; they never produce a success event (the
       deferral's timeout, the sensor's ``timeout``, fails the task if they persist).
 
@@ -86,6 +120,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
     :param jetstream_conn_id: Airflow connection of type ``plgd_jetstream``.
     :param settle_seconds: see :func:`check_interval_complete`.
     :param poll_interval: seconds between checks.
+    :param source_wait_seconds: see :func:`check_interval_complete` (None: the default).
     """
 
     def __init__(
@@ -97,6 +132,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         jetstream_conn_id: str = "plgd_jetstream_default",
         settle_seconds: float = 60.0,
         poll_interval: float = 5.0,
+        source_wait_seconds: float | None = None,
     ) -> None:
         super().__init__()
         self.end_ns = int(end_ns)
@@ -105,6 +141,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         self.jetstream_conn_id = jetstream_conn_id
         self.settle_seconds = float(settle_seconds)
         self.poll_interval = float(poll_interval)
+        self.source_wait_seconds = None if source_wait_seconds is None else float(source_wait_seconds)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Return the classpath and JSON-only kwargs (str, int, float, None)."""
@@ -115,6 +152,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
             "jetstream_conn_id": self.jetstream_conn_id,
             "settle_seconds": self.settle_seconds,
             "poll_interval": self.poll_interval,
+            "source_wait_seconds": self.source_wait_seconds,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -124,6 +162,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         next poll; they never complete the interval. When they persist, the sensor's ``timeout``
         ends the wait and fails the task.
         """
+        from airflow_provider_plgd.exceptions import StreamSourceStaleError
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         hook = JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream)
@@ -131,8 +170,16 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         while True:
             wait = self.poll_interval
             try:
-                status = await hook.ainterval_status(self.end_ns, settle_seconds=self.settle_seconds,
-                                                     subject_filter=self.subject_filter)
+                status = await interval_status(
+                    hook, subject_filter=self.subject_filter, end_ns=self.end_ns, settle_seconds=self.settle_seconds,
+                    source_wait_seconds=self.source_wait_seconds)
+            except StreamSourceStaleError as exc:
+                self.log.error("%s", exc)
+                yield TriggerEvent({"status": "error", "reason": "source_stale", "message": str(exc),
+                                    "stream": exc.stream, "end_ns": exc.end_ns, "server_time_ns": exc.server_time_ns,
+                                    "last_ts_ns": exc.last_ts_ns, "settle_seconds": exc.settle_seconds,
+                                    "source_wait_seconds": exc.source_wait_seconds, "upstreams": exc.upstreams})
+                return
             except Exception as exc:  # noqa: BLE001 - see below
                 if is_missing_stream_error(exc):
                     yield TriggerEvent({"status": "error", "reason": "missing_stream",
@@ -144,10 +191,11 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
                 if status["complete"]:
                     self.log.info("Interval ending at %s ns is complete (%s; server time %s ns)", self.end_ns,
                                   status["reason"], status["server_time_ns"])
-                    yield TriggerEvent({"status": "success", "reason": status["reason"], "end_ns": self.end_ns,
-                                        "newer_messages": int(status.get("newer_messages") or 0),
-                                        "server_time_ns": status["server_time_ns"]})
+                    yield TriggerEvent(success_payload(status))
                     return
+                if status["waiting_for"]:
+                    self.log.info("Interval ending at %s ns: waiting for the stream's upstream(s) %s to be current",
+                                  self.end_ns, ", ".join(map(str, status["waiting_for"])))
                 # wake up when the settle time is over on the server's clock, if that is sooner
                 wait = min(wait, max((self.end_ns + settle_ns - status["server_time_ns"]) / 1e9, 0.0) + 0.01)
             await asyncio.sleep(wait)
