@@ -7,8 +7,8 @@ later and, for a mirror or a sourced stream, every upstream was in contact after
 ``lag`` 0. Both are judged on values the server sends, never on the triggerer's clock
 (:mod:`airflow_provider_plgd.completeness`). An upstream still not current past
 ``end + settle_seconds + source_wait_seconds`` ends the wait with an error. A check that fails
-(connection undefined, server down) is never taken for "complete": it is logged and retried. Source: ``docs/architecture.md``
-("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
+(connection undefined, server down) is never taken for "complete": it is logged and retried.
+Source: ``docs/architecture.md`` ("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
 """
 
 from __future__ import annotations
