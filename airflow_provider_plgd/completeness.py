@@ -16,38 +16,43 @@ complete when no message with a server timestamp before ``end`` can still be sto
 A publisher's clock does not matter (the server stamps messages), nor does the worker's or the
 triggerer's: both rules use only values the server sent.
 
-**Mirrors and sourced streams** (the stream's ``config.mirror`` / ``config.sources``): the stream
-is fed by a link to other streams, often on another server across a leafnode or JetStream
-domain. A mirror keeps its origin's timestamps and sequences, so while the link is down the
-mirror's server time passes ``end + settle_seconds`` although messages of the interval still wait
-on the origin. STREAM.INFO reports each upstream as ``mirror`` / ``sources[]``
-(``StreamSourceInfo{name, external, lag, active, error}`` in nats-server ``server/stream.go``):
-``lag`` is the number of messages the upstream still held after the last one received (the
-``pending`` count of its delivery, updated only when a message arrives: while the link is cut it
-keeps its last value, usually 0), ``active`` is the time in ns since anything (message or the
-mirror consumer's 1 s idle heartbeat) last arrived from the upstream (-1: never). The ``settled``
-rule therefore also needs every upstream to be *current at the end*:
+**Mirrors** (the stream's ``config.mirror``): the stream is a copy of another one, often on
+another server across a leafnode or JetStream domain, and keeps its origin's sequences and
+timestamps (nats-server ``processInboundMirrorMsg`` stores each message with the origin's
+timestamp). While the link is down the mirror's server time passes ``end + settle_seconds``
+although messages of the interval still wait on the origin, stamped inside the interval.
+STREAM.INFO reports the upstream as ``mirror`` (``StreamSourceInfo{name, external, lag, active,
+error}`` in nats-server ``server/stream.go``): ``lag`` is the number of messages the origin still
+held after the last one received (from that delivery's ``pending`` count, updated only when a
+message arrives: while the link is cut it keeps its last value, usually 0); ``active`` is the time
+in ns since anything (a message or the mirror consumer's 1 s idle heartbeat) last arrived from
+the origin (-1: never). The ``settled`` rule therefore also needs the mirror to be *current
+after the end*:
 
-* ``lag == 0``, ``active >= 0`` and the upstream's last contact ``ts - active`` at or after
-  ``end + settle_seconds``: the upstream was heard from after the end (plus the margin for clock
+* ``lag == 0``, ``active >= 0`` and the last contact ``ts - active`` at or after
+  ``end + settle_seconds``: the origin was heard from after the end (plus the margin for clock
   differences between the two servers) and had nothing more to send.
 
-``newer_message`` needs no upstream check: a mirror stores its origin's messages in the origin's
-sequence order, with the origin's timestamps, and a sourced stream stamps each message when it
-stores it; either way nothing older than a stored message can still arrive. Sources are held to
-the same rule as a mirror: a late sourced message would not be lost (it gets a later timestamp
-and falls into a later interval), but its interval would no longer be what the origins held.
+``newer_message`` needs no such check: a mirror stores its origin's messages in the origin's
+sequence order, so nothing older than a stored message can still arrive.
+
+**Sources** (``config.sources``, reported as ``sources[]``) are listed in the status with the
+same ``current`` flag, but the rule does not wait for them: a sourced stream stores each message
+with its own server's time when the message arrives (``processInboundSourceMsg`` stores with
+timestamp 0, i.e. "now"), so a message delayed by a cut link is stamped after the link returns
+and belongs to a later interval, never to one already complete; waiting would not change what
+an interval holds.
 
 Right after a mirror consumer is re-created (after a long cut) the server sets ``active`` to 0
-before the upstream's first message arrives, while ``lag`` is still the old value; one reading
-can then look current. :meth:`JetStreamHook.ainterval_status` therefore confirms a ``settled``
-decision on a stream with upstreams with a second reading :data:`CONFIRM_SECONDS` later
+before the origin's first message arrives, while ``lag`` is still the old value; one reading can
+then look current. :meth:`JetStreamHook.ainterval_status` therefore confirms a ``settled``
+decision on a mirror with a second reading :data:`CONFIRM_SECONDS` later
 (:func:`confirm_status`: still complete, and no message arrived in between).
 
-**Limit.** When the server's time passes ``end + settle_seconds + source_wait_seconds`` and an
-upstream is still not current, the status says ``stale``: the sensor, the plan and the fetch
-fail with :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` naming each upstream,
-its lag and its last contact, instead of waiting on a link that may never come back.
+**Limit.** When the server's time passes ``end + settle_seconds + source_wait_seconds`` and the
+mirror is still not current, the status says ``stale``: the sensor, the plan and the fetch fail
+with :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` naming the origin, its API
+prefix, its lag and last contact, instead of waiting on a link that may never come back.
 
 Used by the interval-complete sensor, its trigger, the ETL's plan and the fetch operator (which
 refuses to commit a time-bounded batch of an incomplete interval), all through
@@ -72,10 +77,10 @@ __all__ = [
     "upstreams",
 ]
 
-#: Default seconds, past ``end + settle_seconds`` on the server's clock, to wait for a mirror's or
-#: source's link before the interval fails with ``StreamSourceStaleError``.
+#: Default seconds, past ``end + settle_seconds`` on the server's clock, to wait for a mirror's
+#: link before the interval fails with ``StreamSourceStaleError``.
 DEFAULT_SOURCE_WAIT_SECONDS = 3600.0
-#: Seconds between the two readings that confirm a ``settled`` decision on a stream with upstreams
+#: Seconds between the two readings that confirm a ``settled`` decision on a mirror
 #: (two of the mirror consumer's 1 s idle heartbeats, ``sourceHealthHB`` in nats-server).
 CONFIRM_SECONDS = 2.0
 
@@ -130,7 +135,8 @@ def upstreams(info: dict[str, Any]) -> list[dict[str, Any]]:
     :return: one dict per upstream: ``{"kind": "mirror" | "source", "name", "api" (the external
         API prefix, e.g. ``$JS.hub.API``, or None), "lag" (messages), "active_ns" (ns since the
         last contact, None: never), "contact_ns" (server time of the last contact, unix ns, or
-        None), "error" (the server's description, or None)}``; empty for a plain stream.
+        None), "error" (the server's description, or None), "required" (True for a mirror: the
+        ``settled`` rule waits for it; sources: see the module)}``; empty for a plain stream.
     :raises JetStreamAPIError: an upstream is reported without a server time (see :func:`server_time_ns`).
     """
     found = [("mirror", info["mirror"])] if info.get("mirror") else []
@@ -148,6 +154,7 @@ def upstreams(info: dict[str, Any]) -> list[dict[str, Any]]:
             "lag": int(si.get("lag") or 0), "active_ns": active_ns,
             "contact_ns": now - active_ns if active_ns is not None else None,
             "error": (error.get("description") or str(error)) if isinstance(error, dict) else error,
+            "required": kind == "mirror",
         })
     return result
 
@@ -160,14 +167,15 @@ def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
         ``mirror`` / ``sources`` for a stream fed by others).
     :param end_ns: exclusive interval end, unix ns (server time).
     :param settle_seconds: seconds (>= 0) after ``end_ns`` on the server's clock after which the
-        interval counts as complete without a newer message (every upstream current at the end).
-    :param source_wait_seconds: seconds (>= 0) past ``end_ns + settle_seconds`` after which an
-        upstream that is still not current makes the status ``stale`` (None: the default,
+        interval counts as complete without a newer message (a mirror: current after it).
+    :param source_wait_seconds: seconds (>= 0) past ``end_ns + settle_seconds`` after which a
+        mirror that is still not current makes the status ``stale`` (None: the default,
         :data:`DEFAULT_SOURCE_WAIT_SECONDS`).
     :return: ``{"complete": bool, "reason": "newer_message" | "settled" | None, "end_ns",
         "server_time_ns", "last_seq", "last_ts_ns" (None for a stream that never held a message),
         "settle_seconds", "source_wait_seconds", "upstreams" (:func:`upstreams`, each with
-        ``"current"``: bool), "waiting_for" (names of the upstreams not current), "stale": bool}``.
+        ``"current"``: bool), "waiting_for" (names of the required upstreams not current: the
+        mirror's origin), "stale": bool}``.
     :raises JetStreamAPIError: no server time in ``info`` (see :func:`server_time_ns`).
     :raises ValueError: bad ``settle_seconds`` or ``source_wait_seconds``.
     """
@@ -182,7 +190,7 @@ def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
     feeds = upstreams(info)
     for up in feeds:
         up["current"] = up["lag"] == 0 and up["contact_ns"] is not None and up["contact_ns"] >= settled_at
-    waiting = [up["name"] for up in feeds if not up["current"]]
+    waiting = [up["name"] for up in feeds if up["required"] and not up["current"]]
     if last_ts is not None and last_ts >= end_ns:
         reason = "newer_message"
     elif now >= settled_at and not waiting:
@@ -198,7 +206,7 @@ def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
 def confirm_status(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Combine two :func:`interval_status` readings taken :data:`CONFIRM_SECONDS` apart (see the module).
 
-    A ``settled`` first reading of a stream with upstreams holds only when the second reading is
+    A ``settled`` first reading of a mirror holds only when the second reading is
     complete too and the stream stored no message in between (a message that arrived is a sign
     the upstream was still catching up; a newer one completes the interval by itself).
 
@@ -217,7 +225,7 @@ def _upstreams_text(status: dict[str, Any]) -> str:
 
     parts = []
     for up in status["upstreams"]:
-        if up["current"]:
+        if up["current"] or not up["required"]:
             continue
         contact = (f"last contact {times.ns_to_rfc3339(up['contact_ns'])} "
                    f"({up['active_ns'] / 1e9:.1f} s before the server's time)" if up["contact_ns"] is not None
@@ -235,11 +243,11 @@ def require_interval_complete(status: dict[str, Any], stream: str, start_ns: int
     :param stream: the stream name, for the message.
     :param start_ns: the interval's start (unix ns), for the message; None: unknown.
     :return: ``status`` (complete).
-    :raises StreamSourceStaleError: not complete, and an upstream (mirror or source) is still not
-        current past ``end + settle_seconds + source_wait_seconds``; names each upstream, its lag
-        and its last contact.
+    :raises StreamSourceStaleError: not complete, and the stream is a mirror whose origin is still
+        not current past ``end + settle_seconds + source_wait_seconds``; names the origin, its API
+        prefix, lag and last contact.
     :raises IntervalNotCompleteError: not complete on the server's clock; names the interval,
-        the server's time, the stream's last message time, the upstreams not current and the fix.
+        the server's time, the stream's last message time, a mirror not current and the fix.
     """
     from airflow_provider_plgd import times
     from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
@@ -255,24 +263,24 @@ def require_interval_complete(status: dict[str, Any], stream: str, start_ns: int
     if status["stale"]:
         wait = status["source_wait_seconds"]
         raise StreamSourceStaleError(
-            f"{interval} is not complete: the stream is fed by other streams, and past end + settle_seconds="
+            f"{interval} is not complete: the stream is a mirror, and past end + settle_seconds="
             f"{settle:g} + source_wait_seconds={wait:g} (the server's time is {times.ns_to_rfc3339(now)}) "
             f"{_upstreams_text(status)}; messages of the interval may still wait on the other side of the "
             "link, so nothing was committed. Restore the link (leafnode, domain API, permissions; the "
-            "stream's mirror/sources error above) and run the task again, or raise source_wait_seconds",
+            "mirror's error above) and run the task again, or raise source_wait_seconds",
             upstreams=[{k: up[k] for k in ("kind", "name", "api", "lag", "active_ns", "contact_ns", "error")}
-                       for up in status["upstreams"] if not up["current"]],
+                       for up in status["upstreams"] if up["required"] and not up["current"]],
             source_wait_seconds=wait, **fields,
         )
     last = f"its last message is from {times.ns_to_rfc3339(last_ts)}" if last_ts is not None else "it is empty"
     before = end_ns + int(settle * 1e9) - now
     when = (f"{before / 1e9:.3f} s before end + settle_seconds={settle:g}" if before > 0
-            else f"past end + settle_seconds={settle:g}, but not every upstream was current after it: "
+            else f"past end + settle_seconds={settle:g}, but the mirror was not current after it: "
                  f"{_upstreams_text(status) or 'a message arrived while the decision was confirmed'}")
     fix = ("Retry after the interval's end on the server's clock (the task's retries do), wait with "
            "JetStreamIntervalCompleteSensor first, or check the worker's clock: the data interval was probably "
            "judged complete on a clock ahead of the NATS server's" if before > 0 else
-           "Retry when the stream's upstreams are current (the task's retries do), or wait with "
+           "Retry when the mirror is current (the task's retries do), or wait with "
            "JetStreamIntervalCompleteSensor first")
     raise IntervalNotCompleteError(
         f"{interval} is not complete on the NATS server's clock: the server's time is "

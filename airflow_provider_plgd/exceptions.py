@@ -111,15 +111,15 @@ class IntervalNotCompleteError(JetStreamError):
 
 
 class StreamSourceStaleError(IntervalNotCompleteError):
-    """The stream is a mirror of, or sources from, other streams (often across a leafnode or
-    JetStream domain), and an upstream is still not current past ``end + settle_seconds +
-    source_wait_seconds`` on the server's clock: its link is down or stale (``active`` grows), or
-    it still lags. Messages of the interval may still wait on the other side, so the sensor, the
-    plan and the fetch fail loudly instead of calling the interval complete or waiting forever.
-    Retrying succeeds once the link is back and the upstream has caught up
+    """The stream is a mirror of another stream (often across a leafnode or JetStream domain), and
+    the mirror is still not current past ``end + settle_seconds + source_wait_seconds`` on the
+    server's clock: its link is down or stale (``active`` grows), or it still lags. Messages of
+    the interval may still wait on the other side, so the sensor, the plan and the fetch fail
+    loudly instead of calling the interval complete or waiting forever.
+    Retrying succeeds once the link is back and the mirror has caught up
     (:mod:`airflow_provider_plgd.completeness`).
 
-    :ivar upstreams: the upstreams not current: ``[{"kind": "mirror" | "source", "name", "api",
+    :ivar upstreams: the mirror's origin, not current: ``[{"kind": "mirror" | "source", "name", "api",
         "lag", "active_ns", "contact_ns", "error"}]`` (ns; ``contact_ns``: server time of the last
         contact, or None when never in contact).
     :ivar source_wait_seconds: the limit used, in seconds.

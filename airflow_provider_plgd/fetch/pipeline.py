@@ -41,8 +41,8 @@ class FetchSettings:
     :ivar progress_every_messages: ... or after this many messages.
     :ivar settle_seconds: time bounds: seconds after the end, on the server's clock, after which an
         interval without a newer message is complete (``completeness``).
-    :ivar source_wait_seconds: time bounds on a mirror or sourced stream: seconds past end + settle
-        after which an upstream that is still not current fails the fetch (``StreamSourceStaleError``;
+    :ivar source_wait_seconds: time bounds on a mirror: seconds past end + settle after which a
+        mirror that is still not current fails the fetch (``StreamSourceStaleError``;
         None: ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``).
     :ivar accept_fewer: let a rerun replace committed batches with fewer messages.
     :ivar ack_wait_seconds: durable mode: the consumer's ack wait (s).
@@ -94,7 +94,7 @@ class FetchPipeline:
             ``unrouted``) and account per owner.
         """
         hook = self.hook
-        if mode == "time":  # complete on the server's clock (mirror/sources: upstreams current), else it raises
+        if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
             await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
                                                   settle_seconds=self.settings.settle_seconds,
                                                   source_wait_seconds=self.settings.source_wait_seconds)

@@ -324,17 +324,17 @@ class JetStreamHook(BaseHook):
 
         Complete when the stream holds a message (any subject) with a server timestamp at or after
         ``end_time``, or when the server's time (``ts`` of ``$JS.API.STREAM.INFO``, nats-server
-        2.10+) is at or after ``end_time + settle_seconds`` and, for a mirror or a sourced stream,
-        every upstream was in contact after that with ``lag`` 0; the local clock is never used.
-        A ``settled`` decision on a stream with upstreams is confirmed by a second reading
+        2.10+) is at or after ``end_time + settle_seconds`` and, for a mirror, its origin was in
+        contact after that with ``lag`` 0; the local clock is never used. A ``settled`` decision
+        on a mirror is confirmed by a second reading
         ``completeness.CONFIRM_SECONDS`` later. Rule and sources: :mod:`airflow_provider_plgd.completeness`.
 
         :param end_time: exclusive interval end: timezone-aware ``datetime`` or int unix ns.
         :param settle_seconds: seconds (>= 0) after the end, on the server's clock.
         :param subject_filter: when given and the interval is complete by a newer message, also
             count that filter's messages at or after the end (``newer_messages``).
-        :param source_wait_seconds: seconds (>= 0) past end + settle after which upstreams that
-            are still not current make the status ``stale`` (None: the default of ``completeness``).
+        :param source_wait_seconds: seconds (>= 0) past end + settle after which a mirror that is
+            still not current makes the status ``stale`` (None: the default of ``completeness``).
         :return: :func:`~airflow_provider_plgd.completeness.interval_status`'s dict plus
             ``"newer_messages": int``.
         :raises StreamNotFoundError: missing stream. :raises JetStreamAPIError: no server time
@@ -350,7 +350,7 @@ class JetStreamHook(BaseHook):
             info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
             status = interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds,
                                      source_wait_seconds=source_wait_seconds)
-            if status["reason"] == "settled" and status["upstreams"]:
+            if status["reason"] == "settled" and any(up["required"] for up in status["upstreams"]):
                 await asyncio.sleep(CONFIRM_SECONDS)
                 info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
                 status = confirm_status(status, interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds,
@@ -377,7 +377,7 @@ class JetStreamHook(BaseHook):
 
         :return: the (complete) status.
         :raises IntervalNotCompleteError: not complete yet (retryable).
-        :raises StreamSourceStaleError: a mirror's or source's link still not current past
+        :raises StreamSourceStaleError: a mirror's link still not current past
             ``end + settle_seconds + source_wait_seconds``.
         :raises ValueError: bad arguments.
         """

@@ -105,7 +105,7 @@ class JetStreamToStagingOperator(BaseOperator):
     NATS server's clock (``JetStreamHook.arequire_interval_complete``, rule in
     :mod:`airflow_provider_plgd.completeness`): the stream holds a message with a server timestamp
     at or after the end, or the server's time is at or after ``end + settle_seconds`` and, for a
-    mirror or sourced stream, every upstream was in contact after that with ``lag`` 0. Otherwise
+    mirror, its origin was in contact after that with ``lag`` 0. Otherwise
     the task fails with the retryable
     :class:`~airflow_provider_plgd.exceptions.IntervalNotCompleteError` (naming the interval and
     the server's time) and commits nothing, instead of committing a batch that misses messages
@@ -153,8 +153,8 @@ class JetStreamToStagingOperator(BaseOperator):
         after which an interval without a newer message counts as complete (templated; default 0:
         the server's clock has passed the end, enough on a single server; the ETL DAG passes its
         ``settle_seconds`` param, the sensor's value).
-    :param source_wait_seconds: time bounds on a mirror or sourced stream: seconds past
-        ``end + settle_seconds`` (server clock) after which an upstream that is still not current
+    :param source_wait_seconds: time bounds on a mirror: seconds past ``end + settle_seconds``
+        (server clock) after which a mirror that is still not current
         fails the task with ``StreamSourceStaleError`` (templated; default
         ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
     :param batch_size: messages per JetStream pull request (default 1000).
@@ -196,8 +196,8 @@ class JetStreamToStagingOperator(BaseOperator):
         "Expired messages"); nothing is committed for the batch.
     :raises IntervalNotCompleteError: time bounds not complete on the server's clock (see
         "Incomplete intervals"); nothing is committed. :raises ValueError: bad ``settle_seconds``.
-    :raises StreamSourceStaleError: time bounds on a mirror or sourced stream whose upstream is
-        still not current past ``source_wait_seconds``; nothing is committed.
+    :raises StreamSourceStaleError: time bounds on a mirror whose origin is still not current
+        past ``source_wait_seconds``; nothing is committed.
     :raises JetStreamConnectionError: the NATS connection was lost; nothing is committed for the
         batch in progress.
     :raises LedgerError: staged + skipped differs from what the stream holds (see "Accounting").

@@ -1,8 +1,8 @@
 """Sensor: wait until a data interval is complete in the JetStream stream.
 
 Complete means: the stream holds a message whose server timestamp is at or after the interval's
-end, or the NATS server's clock is at ``end + settle_seconds`` or later and, for a mirror or a
-sourced stream, every upstream was in contact after that with ``lag`` 0. Both are judged on the
+end, or the NATS server's clock is at ``end + settle_seconds`` or later and, for a mirror, its
+origin was in contact after that with ``lag`` 0. Both are judged on the
 server's values, never on the worker's or triggerer's clock
 (:mod:`airflow_provider_plgd.completeness`). Works in poke mode and in deferrable mode
 (:class:`~airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger`).
@@ -43,18 +43,18 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
 
     Succeeds when the stream holds a message (any subject) with a JetStream server timestamp at
     or after the end, or when the NATS server's time is at or after the end plus
-    ``settle_seconds`` and, for a mirror or a sourced stream (e.g. a mirror of the hub's stream
-    across a leafnode), every upstream was in contact after that with ``lag`` 0
+    ``settle_seconds`` and, for a mirror (e.g. of the hub's stream across a leafnode), its origin
+    was in contact after that with ``lag`` 0
     (:mod:`airflow_provider_plgd.completeness`). Returns (XCom) ``{"status": "success", "reason": "newer_message" |
     "settled", "end_ns", "newer_messages", "server_time_ns"}`` (``newer_messages``: messages of
     ``subject_filter`` at or after the end; ``server_time_ns``: the server's time of the deciding
     check, unix ns).
 
     Errors: a missing stream raises ``ValueError`` (poke mode) or
-    :class:`JetStreamIntervalNotCompleteError` (deferrable mode). A mirror's or source's link
+    :class:`JetStreamIntervalNotCompleteError` (deferrable mode). A mirror's link
     still not current past ``end + settle_seconds + source_wait_seconds`` on the server's clock
     raises :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` (both modes), naming
-    each upstream, its lag and its last contact. Any other failed check
+    the origin, its lag and its last contact. Any other failed check
     (connection undefined, server unreachable, ...) is logged with its cause and counts as "not
     complete": the sensor pokes again, and fails when ``timeout`` is reached. It never succeeds
     without an answer of the server. Without a data interval and without ``end_time``,
@@ -66,8 +66,8 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     :param stream: stream name (templated; default the connection's ``stream`` extra, else ``EVENTS``).
     :param settle_seconds: seconds after the end, on the NATS server's clock, after which the
         interval counts as complete without a newer message (templated; default 60).
-    :param source_wait_seconds: mirror or sourced stream: seconds past ``end + settle_seconds``
-        after which an upstream still not current fails the sensor (templated; default
+    :param source_wait_seconds: a mirror: seconds past ``end + settle_seconds`` after which a
+        mirror still not current fails the sensor (templated; default
         ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
     :param end_time: explicit interval end: aware datetime, ISO string or unix ns (templated).
     :param deferrable: defer to the triggerer instead of poking (default: the
@@ -139,7 +139,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
                 )
             )
         except StreamSourceStaleError:
-            raise  # the link of a mirror or source is down past the limit: fail loudly
+            raise  # the mirror's link is down past the limit: fail loudly
         except Exception as exc:  # noqa: BLE001 - classified below
             if is_missing_stream_error(exc):
                 raise ValueError(f"JetStream stream {self.stream or '(connection default)'!r} does not exist: {exc}") \

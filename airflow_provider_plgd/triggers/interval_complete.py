@@ -3,9 +3,9 @@
 An interval ``[start, end)`` is complete when the stream holds a message whose JetStream server
 timestamp is at or after ``end`` (server timestamps grow with the stream sequence, so nothing
 older can still arrive), or when the NATS server's clock is at ``end + settle_seconds`` or
-later and, for a mirror or a sourced stream, every upstream was in contact after that with
-``lag`` 0. Both are judged on values the server sends, never on the triggerer's clock
-(:mod:`airflow_provider_plgd.completeness`). An upstream still not current past
+later and, for a mirror, its origin was in contact after that with ``lag`` 0. Both are judged
+on values the server sends, never on the triggerer's clock
+(:mod:`airflow_provider_plgd.completeness`). A mirror still not current past
 ``end + settle_seconds + source_wait_seconds`` ends the wait with an error. A check that fails
 (connection undefined, server down) is never taken for "complete": it is logged and retried.
 Source: ``docs/architecture.md`` ("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
@@ -28,7 +28,7 @@ async def interval_status(
     """One check of the interval ending at ``end_ns`` (``hook.ainterval_status``), failing when stale.
 
     :return: the hook's status dict (``complete``, ``reason``, ``server_time_ns``, ...).
-    :raises StreamSourceStaleError: a mirror's or source's link is still not current past
+    :raises StreamSourceStaleError: a mirror's link is still not current past
         ``end + settle_seconds + source_wait_seconds`` (``completeness.require_interval_complete``).
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
         mean "complete".
@@ -58,13 +58,12 @@ async def check_interval_complete(
         (``newer_messages``); completeness itself is a property of the whole stream.
     :param end_ns: exclusive end of the interval, unix ns (JetStream server time).
     :param settle_seconds: seconds after ``end_ns`` on the NATS server's clock after which the
-        interval counts as complete even without a newer message (mirror or sourced stream:
-        every upstream current after it).
-    :param source_wait_seconds: mirror or sourced stream: seconds past end + settle after which an
-        upstream still not current raises (None: ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``).
+        interval counts as complete even without a newer message (a mirror: current after it).
+    :param source_wait_seconds: a mirror: seconds past end + settle after which a mirror still not
+        current raises (None: ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``).
     :return: ``{"status": "success", "reason": "newer_message" | "settled", "end_ns",
         "newer_messages", "server_time_ns"}`` when complete, else None.
-    :raises StreamSourceStaleError: an upstream is still not current past the limit.
+    :raises StreamSourceStaleError: a mirror is still not current past the limit.
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
         mean "complete".
     """
@@ -108,7 +107,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
       exist.
     * ``{"status": "error", "reason": "source_stale", "message", "stream", "end_ns",
       "server_time_ns", "last_ts_ns", "settle_seconds", "source_wait_seconds", "upstreams"}`` when
-      the stream is a mirror or sources from others and an upstream is still not current past
+      the stream is a mirror that is still not current past
       ``end + settle_seconds + source_wait_seconds`` (the fields of ``StreamSourceStaleError``).
       Other errors (connection undefined or lost, server down or restarting) are logged
       with their cause and retried at the next poll; they never produce a success event (the
@@ -194,7 +193,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
                     yield TriggerEvent(success_payload(status))
                     return
                 if status["waiting_for"]:
-                    self.log.info("Interval ending at %s ns: waiting for the stream's upstream(s) %s to be current",
+                    self.log.info("Interval ending at %s ns: waiting for the mirror's origin %s to be current",
                                   self.end_ns, ", ".join(map(str, status["waiting_for"])))
                 # wake up when the settle time is over on the server's clock, if that is sooner
                 wait = min(wait, max((self.end_ns + settle_ns - status["server_time_ns"]) / 1e9, 0.0) + 0.01)

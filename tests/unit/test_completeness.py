@@ -43,13 +43,23 @@ def up(name: str = "EVENTS", *, lag: int = 0, active_s: float = 0.5, error: dict
     (up(active_s=-1), False),  # never in contact
     (up(lag=3, active_s=0.5), False),  # in contact, still 3 messages behind
 ])
-def test_settled_needs_every_upstream_current_after_end_plus_settle(upstream, complete):
+def test_settled_needs_the_mirror_current_after_end_plus_settle(upstream, complete):
     now = END + 20 * S  # settle 10 s: settled on this server's clock since 10 s
-    for shape in ({"mirror": upstream}, {"sources": [up("OTHER"), upstream]}):
-        status = interval_status(info(now, **shape), end_ns=END, settle_seconds=10)
-        assert (status["complete"], status["reason"]) == (complete, "settled" if complete else None)
-        assert status["waiting_for"] == ([] if complete else ["EVENTS"])
-        assert status["stale"] is False  # default limit: 1 h
+    status = interval_status(info(now, mirror=upstream), end_ns=END, settle_seconds=10)
+    assert (status["complete"], status["reason"]) == (complete, "settled" if complete else None)
+    assert status["waiting_for"] == ([] if complete else ["EVENTS"])
+    assert status["upstreams"][0]["current"] is complete and status["upstreams"][0]["required"] is True
+    assert status["stale"] is False  # default limit: 1 h
+
+
+def test_sources_are_reported_but_not_waited_for():
+    """A sourced stream stamps each message when it arrives: a late one belongs to a later interval."""
+    stream_info = info(END + 20 * S, sources=[up("A", active_s=0.5), up("B", active_s=-1), up("C", lag=7)])
+    status = interval_status(stream_info, end_ns=END, settle_seconds=10, source_wait_seconds=0)
+    assert (status["complete"], status["reason"], status["waiting_for"], status["stale"]) == \
+        (True, "settled", [], False)
+    assert [(u["kind"], u["name"], u["current"], u["required"]) for u in status["upstreams"]] == \
+        [("source", "A", True, False), ("source", "B", False, False), ("source", "C", False, False)]
 
 
 def test_a_newer_message_completes_even_with_the_link_down():
