@@ -14,10 +14,12 @@ import asyncio
 import json
 import os
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd import staging, times
+from airflow_provider_plgd.etl import write_interval_ledger
 from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -134,6 +136,11 @@ async def first_event(trigger: JetStreamIntervalCompleteTrigger, timeout: float)
         await run.aclose()
 
 
+def utc(ns: int) -> datetime:
+    """``ns`` (a whole number of microseconds) as an aware datetime."""
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=ns // 1000)
+
+
 def sleep_until(ns: int) -> None:
     while time.time_ns() < ns:
         time.sleep(0.02)
@@ -146,13 +153,13 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
     fetch from the mirror stages every message the hub holds for it, with the hub's sequences,
     subjects and timestamps. Before the fix the interval was "settled" and the fetch staged 4 of 7."""
     hub, proxy, leaf = mirror
-    start_ns = time.time_ns() - 1_000_000_000
+    start_ns = (time.time_ns() - 1_000_000_000) // 1000 * 1000  # whole microseconds: the plan takes datetimes
     publish_messages(hub.url, messages("before", 4))
     wait_mirrored(leaf, 4)
 
     proxy.cut()
     publish_messages(hub.url, messages("late", 3))  # into the interval, on the hub only
-    end_ns = time.time_ns() + 200_000_000
+    end_ns = (time.time_ns() + 200_000_000) // 1000 * 1000
     sleep_until(end_ns + int(SETTLE * 1e9) + 200_000_000)  # end + settle has passed on every clock here
 
     hook = JetStreamHook()
@@ -170,7 +177,7 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
     with pytest.raises(IntervalNotCompleteError, match=r"mirror 'EVENTS' via \$JS\.hub\.API: lag 0, last contact"):
         hook.require_interval_complete(start_ns, end_ns, settle_seconds=SETTLE)  # the ETL plan's check
     with pytest.raises(IntervalNotCompleteError, match="the mirror was not current after it") as info:
-        fetch(storage_root, start_ns, end_ns)
+        fetch(os.path.join(storage_root, "fetch"), start_ns, end_ns)
     assert not isinstance(info.value, StreamSourceStaleError)
     assert os.listdir(storage_root) == []
 
@@ -180,7 +187,13 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
     assert event is not None and (event["status"], event["reason"]) == ("success", "settled")
     assert sensor.poke({}) is True
     hook.require_interval_complete(start_ns, end_ns, settle_seconds=SETTLE)
-    out = fetch(storage_root, start_ns, end_ns)
+    # the plan's ledger counts the mirror: every message of the interval, per owner
+    start, end = utc(start_ns), utc(end_ns)
+    record = write_interval_ledger(hook, os.path.join(storage_root, "plan"), times.interval_id(start, end), start,
+                                   end, list(OWNERS), True, ["devicesregistered"], accept_fewer=False)
+    assert (record["stream"], record["total"], record["first_seq"], record["end_seq_exclusive"]) == (MIRROR, 7, 1, 8)
+    assert record["owners"] == {OWNERS[0]: 4, OWNERS[1]: 3}
+    out = fetch(os.path.join(storage_root, "fetch"), start_ns, end_ns)
 
     truth = read_stream(hub.url)  # {seq: (subject, ts_ns, headers, data)} on the hub
     assert sorted(truth) == list(range(1, 8))
