@@ -6,6 +6,10 @@ executable). Source: nats-server command line flags (``-js``, ``-a``, ``-p``, ``
 the JetStream API ``$JS.API.STREAM.CREATE.<stream>`` / ``$JS.API.STREAM.DELETE.<stream>`` (NATS
 docs, "JetStream wire API reference"); stream settings from docs/wire-format.md §1.5.
 
+:func:`leafnode_config` renders the configuration of a leafnode pair with JetStream domains (the
+hub side listens, the leaf side connects; a mirror on the leaf reads the hub's stream through
+``$JS.<domain>.API``), for :class:`NatsServer`'s ``config``.
+
 Security test material (generated at test time, never checked in):
 
 * :func:`write_tls_files` -- a self-signed CA, a server and a client certificate (PEM files, made

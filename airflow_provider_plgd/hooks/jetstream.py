@@ -326,8 +326,8 @@ class JetStreamHook(BaseHook):
         ``end_time``, or when the server's time (``ts`` of ``$JS.API.STREAM.INFO``, nats-server
         2.10+) is at or after ``end_time + settle_seconds`` and, for a mirror, its origin was in
         contact after that with ``lag`` 0; the local clock is never used. A ``settled`` decision
-        on a mirror is confirmed by a second reading
-        ``completeness.CONFIRM_SECONDS`` later. Rule and sources: :mod:`airflow_provider_plgd.completeness`.
+        on a mirror is confirmed by a second reading ``completeness.CONFIRM_SECONDS`` later.
+        Rule and sources: :mod:`airflow_provider_plgd.completeness`.
 
         :param end_time: exclusive interval end: timezone-aware ``datetime`` or int unix ns.
         :param settle_seconds: seconds (>= 0) after the end, on the server's clock.

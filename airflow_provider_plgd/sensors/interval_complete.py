@@ -44,9 +44,9 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     Succeeds when the stream holds a message (any subject) with a JetStream server timestamp at
     or after the end, or when the NATS server's time is at or after the end plus
     ``settle_seconds`` and, for a mirror (e.g. of the hub's stream across a leafnode), its origin
-    was in contact after that with ``lag`` 0
-    (:mod:`airflow_provider_plgd.completeness`). Returns (XCom) ``{"status": "success", "reason": "newer_message" |
-    "settled", "end_ns", "newer_messages", "server_time_ns"}`` (``newer_messages``: messages of
+    was in contact after that with ``lag`` 0 (:mod:`airflow_provider_plgd.completeness`).
+    Returns (XCom) ``{"status": "success", "reason": "newer_message" | "settled", "end_ns",
+    "newer_messages", "server_time_ns"}`` (``newer_messages``: messages of
     ``subject_filter`` at or after the end; ``server_time_ns``: the server's time of the deciding
     check, unix ns).
 
