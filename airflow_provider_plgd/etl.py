@@ -7,7 +7,7 @@ own ``dag_id``, schedule and defaults. Source of the task order: ``docs/architec
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -71,8 +71,9 @@ def param_schemas() -> dict[str, dict[str, Any]]:
                                        "ledger. Empty: every event type."},
         "storage_root": {"type": "string", "title": "Storage root",
                          "description": "Root of staging and tables: a local path or an fsspec URL such as "
-                                        "s3://bucket/plgd. Empty: the connection's storage_root extra, else "
-                                        "$AIRFLOW_HOME/plgd."},
+                                        "s3://bucket/plgd, one the DAG author allows (the DAG's default, "
+                                        "build_etl_dag(storage_roots=...), or the connection's). Empty: the "
+                                        "connection's storage_root extra, else $AIRFLOW_HOME/plgd."},
         "settle_seconds": {"type": "integer", "minimum": 0, "title": "Settle time (s)",
                            "description": "Seconds after the interval end before it counts as complete "
                                           "(late publishes)."},
@@ -109,10 +110,11 @@ def etl_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 #: The description of the ``spark_conf`` param (shown in the trigger form).
 SPARK_CONF_PARAM_DESCRIPTION = (
-    "Spark settings (--conf) of this run for decode, dedupe and rebuild, merged over the DAG's own "
-    "(build_etl_dag(spark_conf=...) / PLGD_ETL_SPARK_CONF); null removes a setting. E.g. "
-    '{"spark.executor.memory": "4g", "spark.pyspark.python": "/opt/plgd-executor/bin/python"}. '
-    "The Spark connection gives the master URL and deploy mode; see docs/operations.md, \"Run on a Spark cluster\"."
+    "Resource settings (--conf) of this run for decode, dedupe and rebuild, merged over the DAG's own; "
+    "null removes one. Only the settings the DAG author allows (default: spark.executor.memory, "
+    "spark.executor.cores, spark.executor.instances, spark.sql.shuffle.partitions, spark.default.parallelism, "
+    "spark.dynamicAllocation.min/initial/maxExecutors); any other fails the run before Spark starts. "
+    'E.g. {"spark.executor.memory": "4g"}. See docs/operations.md, "Who may set what".'
 )
 #: Default ``execution_timeout`` of the three Spark tasks (``build_etl_dag(spark_execution_timeout=...)``).
 DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
@@ -434,6 +436,8 @@ def build_etl_dag(
     description: str = DAG_DESCRIPTION,
     doc_md: str | None = None,
     spark_execution_timeout: timedelta | None = DEFAULT_SPARK_EXECUTION_TIMEOUT,
+    run_spark_conf_keys: Mapping[str, str | None] | Iterable[str] | None = None,
+    storage_roots: Iterable[str] = (),
 ):
     """Build the plgd ETL DAG.
 
@@ -468,6 +472,14 @@ def build_etl_dag(
     :param spark_execution_timeout: ``execution_timeout`` of ``decode``, ``dedupe`` and ``rebuild``
         (default :data:`DEFAULT_SPARK_EXECUTION_TIMEOUT`; ``None``: no limit). An application that
         never gets executors then fails with ``SparkApplicationTimeoutError`` instead of waiting forever.
+    :param run_spark_conf_keys: the Spark settings a run may set with the ``spark_conf`` param:
+        ``None`` (default) the resource settings of
+        :data:`~airflow_provider_plgd.run_params.DEFAULT_RUN_SPARK_CONF_KEYS`, or the author's own
+        names (or ``{name: value pattern}``). Every user who may trigger the DAG can then set them.
+        Others are refused before ``spark-submit`` (:class:`~airflow_provider_plgd.run_params.UntrustedRunParamError`).
+    :param storage_roots: storage roots a run may choose with the ``storage_root`` param (each
+        root and the folders below it), besides the param's default and the connection's
+        ``storage_root`` extra (default: none).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
@@ -483,8 +495,13 @@ def build_etl_dag(
         from airflow import DAG
         from airflow.decorators import task
 
+    from airflow_provider_plgd import run_params
+
     merged_params = etl_params(params)
     conf = _merge_spark_conf(spark_conf)
+    spark_conf_policy = run_params.run_spark_conf_policy(run_spark_conf_keys)
+    default_root = merged_params["storage_root"]
+    allowed_roots = [getattr(default_root, "value", default_root) or "", *storage_roots]
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
     assets = etl_assets(dag_id)
 
@@ -530,20 +547,25 @@ def build_etl_dag(
             build the --py-files zip."""
             from airflow_provider_plgd import ledger, lineage, times
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-            from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
             from airflow_provider_plgd.fetch.selection import Selection
             from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
             from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
             p = context["params"]
             start, end = check_interval(context)
-            root = resolve_storage_root(p["storage_root"], jetstream_conn_id)
+            # the trust boundary: every param a triggering user may set, checked before anything is read
+            checked = run_params.check_run_params(p, spark_conf_policy=spark_conf_policy,
+                                                  storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
+            root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
             # check the owners and event types once, before anything is discovered, built or written
-            selection = Selection.of(_token_list(p["owners"], "owner_id"),
-                                     _token_list(p["event_types"], "event_type") or EVENT_TYPES)
-            hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=p["stream"])
+            try:
+                selection = Selection.of(_token_list(p["owners"], "owner_id"),
+                                         _token_list(p["event_types"], "event_type") or EVENT_TYPES)
+            except ValueError as err:  # a triggering user's input: fails without retries
+                raise run_params.UntrustedRunParamError(str(err)) from None
+            hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
             # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
-            hook.require_interval_complete(start, end, settle_seconds=p["settle_seconds"])
+            hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
             discovered = not selection.owners
             if discovered:
                 selection = selection.with_owners(sorted(hook.list_owners()))
@@ -551,13 +573,13 @@ def build_etl_dag(
             interval = times.interval_id(start, end)
             record = write_interval_ledger(
                 hook, root, interval, start, end, owners, discovered, event_types,
-                accept_fewer=parse_bool(p.get("accept_fewer_messages", False), "accept_fewer_messages"),
-                fetch_groups=int(p["max_fetch_tasks"]),
+                accept_fewer=checked.accept_fewer_messages,
+                fetch_groups=int(checked.numbers["max_fetch_tasks"]),
             )
             # Never on the storage root: the Spark driver runs this code inside the worker
             # (docs/operations.md, "Shipping the plgd code to executors").
             py_files = build_private_py_files_zip(storage_root=root)
-            lineage.report_task_lineage(context, lineage.plan_lineage, hook.get_settings().servers, p["stream"], root,
+            lineage.report_task_lineage(context, lineage.plan_lineage, hook.get_settings().servers, checked.stream, root,
                                         ledger.SCOPE_FILTER)
             # the owners of each fetch task are in the ledger: XCom stays small at any number of owners
             groups: list[dict[str, Any]] = [{"ledger_group": i} for i in range(record["fetch_groups"])]
@@ -567,7 +589,7 @@ def build_etl_dag(
                 "storage_root": root,
                 "interval_id": interval,
                 "snapshot_time": end.isoformat(),
-                "ledger": ledger.interval_dir(root, p["stream"], interval),
+                "ledger": ledger.interval_dir(root, checked.stream, interval),
                 "owners": len(owners),
                 "messages": record["total"],
                 "fetch_groups": groups,
@@ -612,6 +634,7 @@ def build_etl_dag(
             "py_files": "{{ " + x + "['py_files'] }}",
             "conf": conf,
             "run_conf_param": "spark_conf",
+            "run_conf_keys": spark_conf_policy,
             "execution_timeout": spark_execution_timeout,
             **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
         }

@@ -69,13 +69,19 @@ def resolve_storage_root(value: str | None, jetstream_conn_id: str) -> str:
     """
     if value:
         return normalize_storage_root(value)
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-
-    try:
-        root = JetStreamHook(jetstream_conn_id=jetstream_conn_id).get_settings().storage_root
-    except Exception:  # noqa: BLE001 - connection missing or invalid: fall back to AIRFLOW_HOME
-        root = None
+    root = connection_storage_root(jetstream_conn_id)
     if root:
         return normalize_storage_root(root)
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
     return str(Path(home) / "plgd")
+
+
+def connection_storage_root(jetstream_conn_id: str) -> str | None:
+    """The ``storage_root`` extra of the connection, or None (also when the connection is missing
+    or invalid: that surfaces when the stream is read)."""
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
+    try:
+        return JetStreamHook(jetstream_conn_id=jetstream_conn_id).get_settings().storage_root or None
+    except Exception:  # noqa: BLE001 - connection missing or invalid: fall back to AIRFLOW_HOME
+        return None

@@ -39,7 +39,10 @@ that parses DAGs, workers included; production usually keeps the defaults):
   (or the last run), or only the newest one;
 * `PLGD_ETL_PARAMS`: JSON object of param defaults (`etl.DEFAULT_PARAMS` keys);
 * `PLGD_ETL_SPARK_CONF`: JSON object of Spark settings for the Spark tasks (`build_etl_dag(spark_conf=…)`);
-  `"fast-local"` means `etl.FAST_LOCAL_SPARK_CONF`.
+  `"fast-local"` means `etl.FAST_LOCAL_SPARK_CONF`;
+* `PLGD_ETL_STORAGE_ROOTS`: JSON list of storage roots a run may choose with the `storage_root`
+  param, each with the folders below it (`build_etl_dag(storage_roots=…)`; default none: a run may
+  use the default root only). Run params are untrusted: docs/operations.md, "Who may set what".
 
 More: docs/operations.md ("DAG parameters", "Manual runs", "Backfill and reruns").
 """
@@ -87,6 +90,20 @@ def _env_json_object(name: str) -> dict | None:
     return parsed
 
 
+def _env_json_list(name: str) -> list[str]:
+    """A JSON list of strings from the environment variable ``name`` ([] when unset or empty)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return []
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a JSON list of strings, got {value!r}") from None
+    if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+        raise ValueError(f"{name} must be a JSON list of strings, got {value!r}")
+    return parsed
+
+
 dag = build_etl_dag(
     dag_id="plgd_events_etl",
     schedule=timedelta(seconds=float(os.environ.get("PLGD_ETL_SCHEDULE_SECONDS", "3600"))),
@@ -95,5 +112,6 @@ dag = build_etl_dag(
     catchup=_env_bool("PLGD_ETL_CATCHUP", True),
     params=_env_json_object("PLGD_ETL_PARAMS"),
     spark_conf=_env_json_object("PLGD_ETL_SPARK_CONF"),
+    storage_roots=_env_json_list("PLGD_ETL_STORAGE_ROOTS"),
     doc_md=__doc__,  # the user docs above: the DAG's docs panel shows them
 )

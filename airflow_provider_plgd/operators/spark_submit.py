@@ -110,6 +110,9 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
     :param run_conf_param: the name of a DAG param (e.g. ``spark_conf``) whose value, an object of
         Spark settings, is merged over ``conf`` when the task runs (:func:`merge_spark_conf`:
         ``null`` removes a setting). ``None`` (default): no param.
+    :param run_conf_keys: the settings that param may hold, with the pattern of each value
+        (:func:`airflow_provider_plgd.run_params.run_spark_conf_policy`; default: the resource
+        settings of ``DEFAULT_RUN_SPARK_CONF_KEYS``). A run param is untrusted input.
 
     Before submitting, ``spark.pyspark.driver.python`` defaults to the Airflow worker's Python when
     only ``spark.pyspark.python`` is set (:func:`with_driver_python`).
@@ -123,16 +126,29 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
         SHA-256 differs from its name, this worker builds a different zip (another provider
         version), the name is not content-addressed, or the folder is not private. The message
         names the path and both hashes.
-    :raises ValueError: (from ``execute``) the ``run_conf_param`` value is not an object of settings.
+    :raises UntrustedRunParamError: (from ``execute``, before ``spark-submit`` starts) the
+        ``run_conf_param`` value is not an object of settings, holds a setting outside
+        ``run_conf_keys`` or a value that does not match its pattern; no retries.
     :raises SparkApplicationTimeoutError: the task's ``execution_timeout`` passed before
         ``spark-submit`` ended (Airflow kills it; retries apply).
     """
 
-    def __init__(self, *, run_conf_param: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, run_conf_param: str | None = None,
+                 run_conf_keys: Mapping[str, str | None] | None = None, **kwargs: Any) -> None:
+        from airflow_provider_plgd.run_params import run_spark_conf_policy
+
         super().__init__(**kwargs)
         self.run_conf_param = run_conf_param
+        self.run_conf_keys = run_spark_conf_policy(run_conf_keys)
 
     def execute(self, context: Any) -> None:
+        from airflow_provider_plgd.run_params import check_run_spark_conf
+
+        run_settings = {}
+        if self.run_conf_param:  # untrusted input: checked before anything else
+            params = context.get("params") or {}
+            run_settings = check_run_spark_conf(params.get(self.run_conf_param), self.run_conf_keys,
+                                                param=self.run_conf_param)
         try:
             verified = verified_py_files_zip(self.py_files or "")
         except PyFilesIntegrityError as err:
@@ -140,11 +156,7 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
         self.log.info("--py-files %s: sha256 matches its name", verified)
         self.py_files = verified
         dag_conf = self.conf
-        conf = dict(dag_conf or {})
-        if self.run_conf_param:
-            params = context.get("params") or {}
-            conf = merge_spark_conf(conf, params.get(self.run_conf_param),
-                                    source=f"DAG param {self.run_conf_param!r}")
+        conf = merge_spark_conf(dict(dag_conf or {}), run_settings, source=f"DAG param {self.run_conf_param!r}")
         run_conf = with_driver_python(conf)
         if PYSPARK_DRIVER_PYTHON not in conf and PYSPARK_DRIVER_PYTHON in run_conf:
             self.log.info("%s is set and %s is not: the driver (client mode, on this worker) uses %s",

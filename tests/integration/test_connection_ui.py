@@ -323,6 +323,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
         "PLGD_ETL_SCHEDULE_SECONDS": str(ETL_INTERVAL_S),
         "PLGD_ETL_CATCHUP": "false",
         "PLGD_ETL_SPARK_CONF": "fast-local",
+        "PLGD_ETL_STORAGE_ROOTS": json.dumps([str(storage_root)]),  # the root this run chooses
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"],
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
     })

@@ -213,12 +213,14 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
 
 
 CHAIN_DAG_FILE = """
+import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
 
 dag = build_etl_dag(dag_id="plgd_ux_chain", schedule=timedelta(seconds=STEP),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
 """
 
 

@@ -72,12 +72,14 @@ def bounds_around(url: str) -> tuple[int, int]:
 # through the whole ETL DAG (real Airflow, real spark-submit)
 # ---------------------------------------------------------------------------------------------
 ETL_DAG_FILE = """
+import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
 
 dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
 """
 
 

@@ -95,12 +95,14 @@ def test_disabled_openlineage_adds_nothing_to_the_spark_tasks(monkeypatch):
 # A real run of the ETL DAG with the OpenLineage listener
 # ---------------------------------------------------------------------------------------------
 ETL_DAG_FILE = """
+import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
 
 dag = build_etl_dag(dag_id="plgd_test_lineage_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
 """
 DAG_ID = "plgd_test_lineage_etl"
 

@@ -173,7 +173,8 @@ from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
 
 dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0})
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    storage_roots=["s3://plgd-test"])  # the roots a run may choose (the test bucket)
 """
 
 def _table_rows(root: str, folder: str) -> list[dict]:

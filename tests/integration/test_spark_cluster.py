@@ -36,11 +36,13 @@ CLUSTER_DAG, LOCAL_DAG, TIMEOUT_DAG = "plgd_test_cluster_etl", "plgd_test_local_
 SHORT_TIMEOUT_S = 45
 
 DAG_FILE = """
+import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
 
 common = dict(schedule=timedelta(seconds=INTERVAL), start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-              catchup=False, default_args={"retries": 0})
+              catchup=False, default_args={"retries": 0},
+              storage_roots=[tempfile.gettempdir(), "s3://plgd-test"])  # runs choose their root below these
 # The cluster DAG's own settings: where the executors reach the driver. The executors' Python comes
 # per run, through the spark_conf param.
 CLUSTER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",

@@ -152,9 +152,10 @@ def test_hook_rejects_hostile_stream_names_from_the_connection_or_argument(value
 def plan_callable():
     from airflow_provider_plgd.etl import DEFAULT_PARAMS, build_etl_dag
 
-    dag = build_etl_dag(start_date=datetime(2026, 1, 1, tzinfo=UTC))
-
     def call(tmp_path: Path, **params):
+        # the root is the DAG's default (a root its author allows, run_params.check_run_storage_root)
+        dag = build_etl_dag(start_date=datetime(2026, 1, 1, tzinfo=UTC),
+                            params={"storage_root": str(tmp_path / "root")})
         context = {
             "params": {**DEFAULT_PARAMS, "storage_root": str(tmp_path / "root"), **params},
             "data_interval_start": datetime(2026, 1, 1, tzinfo=UTC),

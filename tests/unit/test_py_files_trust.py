@@ -84,7 +84,8 @@ def setup(tmp_path, monkeypatch, jetstream):
     monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
         {"conn_type": "plgd_jetstream", "password": "nats-secret-Zq81", "host": jetstream.host,
          "port": jetstream.port}))
-    dag = build_etl_dag(dag_id="trust_test", start_date=datetime(2026, 1, 1, tzinfo=UTC))
+    dag = build_etl_dag(dag_id="trust_test", start_date=datetime(2026, 1, 1, tzinfo=UTC),
+                        storage_roots=[str(tmp_path)])  # the roots a run may choose
     context = {
         "params": {**DEFAULT_PARAMS, "storage_root": str(root), "owners": ["o1"],
                    "event_types": ["devicesregistered"]},

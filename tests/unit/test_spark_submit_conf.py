@@ -98,10 +98,75 @@ def test_dag_settings_the_runs_spark_conf_param_and_the_drivers_python(spark_tas
     got = confs(run({"spark_conf": {"spark.executor.memory": "3g", "spark.executor.cores": None}})["argv"])
     assert got == {**DEFAULT_SPARK_CONF, PYSPARK_PYTHON: "/opt/plgd-executor/bin/python",
                    PYSPARK_DRIVER_PYTHON: sys.executable, "spark.executor.memory": "3g"}
-    got = confs(run({"spark_conf": {PYSPARK_DRIVER_PYTHON: "/usr/bin/python3"}})["argv"])
-    assert got[PYSPARK_DRIVER_PYTHON] == "/usr/bin/python3" and got["spark.executor.cores"] == "1"
-    with pytest.raises(ValueError, match="DAG param 'spark_conf'.*nested"):
+    got = confs(run({"spark_conf": '{"spark.sql.shuffle.partitions": 8}'})["argv"])  # a JSON string too
+    assert got["spark.sql.shuffle.partitions"] == "8" and got["spark.executor.cores"] == "1"
+    with pytest.raises(ValueError, match="run param 'spark_conf'.*nested"):
         run({"spark_conf": {"spark.executor.memory": {"nested": 1}}})
+
+
+#: Settings a user who may only trigger the DAG must not reach: each runs code or reads files in the
+#: Airflow worker (client mode: the driver runs there, with the worker's connections) or the executors.
+DANGEROUS = [
+    ("spark.driver.extraJavaOptions", "-XX:MaxMetaspaceSize=12m -XX:OnOutOfMemoryError='env > /tmp/x'"),
+    ("spark.executor.extraJavaOptions", "-XX:OnOutOfMemoryError=sh"),
+    ("spark.driver.extraClassPath", "/tmp/evil.jar"),  # class path
+    ("spark.jars", "file:///tmp/evil.jar"),
+    (PYSPARK_PYTHON, "/tmp/evil/python"),  # Python interpreter
+    (PYSPARK_DRIVER_PYTHON, "/tmp/evil/python"),
+    ("spark.executorEnv.LD_PRELOAD", "/tmp/evil.so"),  # executor environment
+    ("spark.submit.pyFiles", "/tmp/evil.zip"),
+    ("spark.python.daemon.module", "evil"),
+]
+
+
+@pytest.mark.parametrize("key,value", DANGEROUS, ids=[k for k, _ in DANGEROUS])
+def test_a_run_cannot_set_settings_outside_the_dags_allowlist(spark_task, tmp_path, key, value):
+    """Refused in ``execute`` before spark-submit starts (the fake never ran), without retries,
+    naming the setting and how the DAG author allows it."""
+    from airflow_provider_plgd.run_params import UntrustedRunParamError
+
+    try:  # Airflow 3.x
+        from airflow.sdk.exceptions import AirflowFailException
+    except ImportError:  # Airflow 2.11
+        from airflow.exceptions import AirflowFailException
+
+    _, run = spark_task
+    with pytest.raises(UntrustedRunParamError) as err:
+        run({"spark_conf": {"spark.executor.memory": "2g", key: value}})
+    assert isinstance(err.value, AirflowFailException)
+    assert repr(key) in str(err.value) and "run_spark_conf_keys" in str(err.value)
+    assert not (tmp_path / "submitted.json").exists()
+    with pytest.raises(UntrustedRunParamError):  # removing a DAG author's setting is a change too
+        run({"spark_conf": {key: None}})
+
+
+@pytest.mark.parametrize("key,value", [("spark.executor.memory", "4g -XX:OnOutOfMemoryError=sh"),
+                                       ("spark.executor.cores", "0"), ("spark.sql.shuffle.partitions", "8;id")])
+def test_allowed_settings_need_values_of_their_form(spark_task, tmp_path, key, value):
+    from airflow_provider_plgd.run_params import UntrustedRunParamError
+
+    _, run = spark_task
+    with pytest.raises(UntrustedRunParamError, match=f"{key}={value!r} does not match"):
+        run({"spark_conf": {key: value}})
+    assert not (tmp_path / "submitted.json").exists()
+
+
+def test_the_dag_author_extends_the_allowlist(spark_task, tmp_path):
+    """``build_etl_dag(run_spark_conf_keys=...)``: the author's names (our patterns for ours)."""
+    from airflow_provider_plgd.etl import build_etl_dag
+    from airflow_provider_plgd.run_params import UntrustedRunParamError
+
+    task, _ = spark_task
+    dag = build_etl_dag(dag_id="conf_test_author", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                        run_spark_conf_keys=["spark.executor.memory", PYSPARK_DRIVER_PYTHON])
+    decode = dag.get_task("decode")
+    decode.py_files = task.py_files
+    decode.execute({"params": {"spark_conf": {PYSPARK_DRIVER_PYTHON: "/usr/bin/python3",
+                                              "spark.executor.memory": "1g"}}})
+    got = confs(json.loads((tmp_path / "submitted.json").read_text())["argv"])
+    assert got[PYSPARK_DRIVER_PYTHON] == "/usr/bin/python3" and got["spark.executor.memory"] == "1g"
+    with pytest.raises(UntrustedRunParamError, match="spark.executor.cores"):  # not in this DAG's list
+        decode.execute({"params": {"spark_conf": {"spark.executor.cores": "2"}}})
 
 
 def test_execution_timeout_fails_clearly_and_kills_spark_submit(spark_task, monkeypatch):

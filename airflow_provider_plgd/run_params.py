@@ -1,0 +1,238 @@
+"""The trust boundary of the ETL DAG's run params: what a user who may only trigger the DAG can set.
+
+Airflow's security model trusts DAG authors (who write the DAG file and call ``build_etl_dag``)
+and the deployment manager, not the UI or REST API users who may trigger a DAG (Airflow docs,
+"Security Model": "DAG authors" vs "Authenticated UI users"). A run param is such a user's input.
+Each one that reaches a command line, a Spark setting, a path, a URL or a subject passes a check
+here that the DAG author controls, in ``plan`` (before anything is read or written) and, for
+``spark_conf``, again in each Spark task before ``spark-submit`` starts:
+
+* ``spark_conf``: only the keys of the DAG's allowlist (``build_etl_dag(run_spark_conf_keys=…)``,
+  default :data:`DEFAULT_RUN_SPARK_CONF_KEYS`: executor memory, cores and instances, shuffle
+  partitions, default parallelism, dynamic-allocation bounds), each value matching its pattern.
+  Anything else (``spark.driver.extraJavaOptions``, class paths, the Python interpreters,
+  ``spark.executorEnv.*``, …) could run code in the Airflow worker or the executors.
+* ``storage_root``: ``""`` (the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), the
+  DAG's own default, the connection's root, or a root of ``build_etl_dag(storage_roots=…)`` or a
+  folder below one.
+* ``stream``: a JetStream stream name (a token of ``$JS.API`` subjects and a staging folder).
+* ``owners``, ``event_types``: ``fetch.selection.Selection.of`` (subject tokens, path-safe).
+* the numbers (``settle_seconds``, ``max_fetch_tasks``, ``lookback_intervals``,
+  ``max_content_bytes``) and ``accept_fewer_messages``: integers within bounds, a boolean.
+
+The table of who may set what: ``docs/operations.md``, "Who may set what".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+try:  # Airflow 3.x
+    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+
+__all__ = [
+    "DEFAULT_RUN_SPARK_CONF_KEYS",
+    "NUMBER_BOUNDS",
+    "RunParams",
+    "UntrustedRunParamError",
+    "check_run_params",
+    "check_run_spark_conf",
+    "check_run_storage_root",
+    "run_spark_conf_policy",
+]
+
+_MEMORY = r"[1-9][0-9]{0,6}[kmgtKMGT]?[bB]?"  # Spark's size strings: 512m, 4g, 4096M
+_COUNT = r"[1-9][0-9]{0,5}"
+_COUNT_OR_ZERO = r"0|[1-9][0-9]{0,5}"
+
+#: Spark settings a run may set with the ``spark_conf`` param unless the DAG author says otherwise
+#: (``build_etl_dag(run_spark_conf_keys=…)``): resources only, each with the pattern its value must
+#: match in full (Spark docs, "Configuration": "Application Properties", "Execution Behavior",
+#: "Dynamic Allocation").
+DEFAULT_RUN_SPARK_CONF_KEYS: dict[str, str] = {
+    "spark.executor.memory": _MEMORY,
+    "spark.executor.cores": _COUNT,
+    "spark.executor.instances": _COUNT,
+    "spark.sql.shuffle.partitions": _COUNT,
+    "spark.default.parallelism": _COUNT,
+    "spark.dynamicAllocation.minExecutors": _COUNT_OR_ZERO,
+    "spark.dynamicAllocation.initialExecutors": _COUNT_OR_ZERO,
+    "spark.dynamicAllocation.maxExecutors": _COUNT,
+}
+
+#: ``(minimum, maximum)`` of each number param: a run cannot ask for a million fetch tasks or a
+#: decode limit beyond what a worker holds.
+NUMBER_BOUNDS: dict[str, tuple[int, int]] = {
+    "settle_seconds": (0, 7 * 24 * 3600),
+    "max_fetch_tasks": (1, 1024),
+    "lookback_intervals": (0, 100_000),
+    "max_content_bytes": (1, 1 << 30),
+}
+
+
+class UntrustedRunParamError(_FailWithoutRetry, ValueError):
+    """A run param is outside what the DAG author allows (see the module). Raised in ``plan`` (and by
+    :class:`~airflow_provider_plgd.operators.spark_submit.PlgdSparkSubmitOperator` for ``spark_conf``)
+    before anything is read, written or started; the task fails at once, without retries (the same
+    param would fail again). Also a ``ValueError``. The message names the param, the value (never a
+    credential: a root with one is refused without repeating it) and how the DAG author allows it."""
+
+
+def run_spark_conf_policy(keys: Mapping[str, str | None] | Iterable[str] | None) -> dict[str, str | None]:
+    """The ``spark_conf`` allowlist of a DAG: setting -> pattern of its value (None: any scalar).
+
+    :param keys: ``None``: :data:`DEFAULT_RUN_SPARK_CONF_KEYS`; a mapping: the DAG author's own
+        patterns; an iterable of setting names: those, with our pattern for the ones in
+        :data:`DEFAULT_RUN_SPARK_CONF_KEYS` and any value for the others (the author's choice).
+    :raises TypeError: ``keys`` holds a non-string name or pattern.
+    """
+    if keys is None:
+        return dict(DEFAULT_RUN_SPARK_CONF_KEYS)
+    policy = dict(keys) if isinstance(keys, Mapping) else {k: DEFAULT_RUN_SPARK_CONF_KEYS.get(k) for k in keys}
+    for key, pattern in policy.items():
+        if not isinstance(key, str) or not key or not (pattern is None or isinstance(pattern, str)):
+            raise TypeError(f"run_spark_conf_keys entry {key!r}: {pattern!r} must be a Spark setting name and a "
+                            "regular expression (or None)")
+    return policy
+
+
+def check_run_spark_conf(value: Any, policy: Mapping[str, str | None], *,
+                         param: str = "spark_conf") -> dict[str, str | None]:
+    """The ``spark_conf`` run param as ``{setting: string value, or None to remove it}``, checked.
+
+    :param value: an object of Spark settings, a JSON string of one, or ``None``/``""``/``{}``.
+    :param policy: :func:`run_spark_conf_policy`.
+    :raises UntrustedRunParamError: not an object of scalar values; a setting outside ``policy``
+        (the message names it and ``build_etl_dag(run_spark_conf_keys=…)``); a value that does not
+        match its pattern (the message names the setting, the value and the pattern).
+    """
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise UntrustedRunParamError(f"run param {param!r} must be a JSON object of Spark settings, "
+                                         f"got {value!r}") from None
+    if not isinstance(value, Mapping):
+        raise UntrustedRunParamError(f"run param {param!r} must be an object of Spark settings, got {value!r}")
+    checked: dict[str, str | None] = {}
+    for key, raw in value.items():
+        if not isinstance(key, str) or key not in policy:
+            allowed = ", ".join(sorted(policy)) or "none"
+            raise UntrustedRunParamError(
+                f"run param {param!r}: the Spark setting {key!r} may not be set by a run (allowed: {allowed}); "
+                "nothing was started. A DAG author who trusts every user who may trigger this DAG allows it "
+                "with build_etl_dag(run_spark_conf_keys=...), or sets it for every run with "
+                "build_etl_dag(spark_conf=...) (docs/operations.md, \"Who may set what\")"
+            )
+        if raw is None:
+            checked[key] = None
+            continue
+        if not isinstance(raw, (str, int, float, bool)):
+            raise UntrustedRunParamError(f"run param {param!r}: {key} must be a string or number, got {raw!r}")
+        text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+        pattern = policy[key]
+        if pattern is not None and not re.fullmatch(pattern, text):
+            raise UntrustedRunParamError(f"run param {param!r}: {key}={text!r} does not match {pattern!r} "
+                                         "(e.g. 4g for a memory size, 8 for a count)")
+        checked[key] = text
+    return checked
+
+
+def _within(root: str, base: str) -> bool:
+    return root == base or root.startswith(base.rstrip("/") + "/")
+
+
+def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id: str) -> str:
+    """The ``storage_root`` run param, checked: ``""``, a root the DAG author or the connection
+    names, or a folder below one of ``allowed`` (compared in their one spelling,
+    ``storage_root.normalize_storage_root``; no ``..`` segment).
+
+    :param allowed: the DAG's default root and ``build_etl_dag(storage_roots=…)`` (each also
+        allows the folders below it).
+    :param jetstream_conn_id: its ``storage_root`` extra is allowed too.
+    :return: the value to resolve (``""`` or the normalized root).
+    :raises UntrustedRunParamError: not a string, or a root nobody allowed (named, with the allowed ones).
+    """
+    from airflow_provider_plgd.storage_root import connection_storage_root, normalize_storage_root
+
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        raise UntrustedRunParamError(f"run param 'storage_root' must be a string, got {value!r}")
+    try:
+        root = normalize_storage_root(value)
+    except ValueError as err:
+        raise UntrustedRunParamError(f"run param 'storage_root': {err}") from None
+    roots = {normalize_storage_root(r) for r in allowed if r}
+    if ".." in root.split("/"):
+        raise UntrustedRunParamError(f"run param 'storage_root' {root!r} has a '..' segment; give the root itself")
+    if any(_within(root, base) for base in roots):
+        return root
+    conn_root = connection_storage_root(jetstream_conn_id)
+    if conn_root and normalize_storage_root(conn_root) == root:
+        return root
+    raise UntrustedRunParamError(
+        f"run param 'storage_root' {root!r} is not a root this DAG allows ({', '.join(sorted(roots)) or 'none'} "
+        "and the folders below them, the connection's storage_root, or empty for the default); nothing was read "
+        "or written. The DAG "
+        "author allows more roots with build_etl_dag(storage_roots=[...]) (docs/operations.md, \"Who may set what\")"
+    )
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """The checked run params that ``plan`` uses (the others reach tasks through their own checks)."""
+
+    stream: str
+    storage_root: str  # "" (resolve the default) or an allowed root
+    spark_conf: dict[str, str | None]
+    numbers: dict[str, float]  # NUMBER_BOUNDS: settle_seconds a float, the others ints
+    accept_fewer_messages: bool
+
+
+def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[str, str | None],
+                     storage_roots: Iterable[str], jetstream_conn_id: str) -> RunParams:
+    """Check every run param of the ETL DAG that reaches a command line, a setting, a path or a
+    subject (see the module; ``owners`` and ``event_types`` go through ``Selection.of``).
+
+    :raises UntrustedRunParamError: the first param that fails, named with its value.
+    """
+    from airflow_provider_plgd.hooks.connection import check_stream_name
+    from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
+
+    try:
+        stream = check_stream_name(params.get("stream"), "run param 'stream'")
+    except ValueError as err:
+        raise UntrustedRunParamError(str(err)) from None
+    numbers: dict[str, float] = {}
+    for name, (low, high) in NUMBER_BOUNDS.items():
+        raw = params.get(name)
+        try:
+            if isinstance(raw, bool) or raw is None:
+                raise ValueError
+            number = float(str(raw).strip()) if name == "settle_seconds" else int(str(raw).strip())
+        except ValueError:
+            raise UntrustedRunParamError(f"run param {name!r} must be a number from {low} to {high}, "
+                                         f"got {raw!r}") from None
+        if not low <= number <= high:  # also NaN
+            raise UntrustedRunParamError(f"run param {name!r} must be a number from {low} to {high}, got {raw!r}")
+        numbers[name] = number
+    try:
+        accept_fewer = parse_bool(params.get("accept_fewer_messages", False), "run param 'accept_fewer_messages'")
+    except ValueError as err:
+        raise UntrustedRunParamError(str(err)) from None
+    return RunParams(
+        stream=stream,
+        storage_root=check_run_storage_root(params.get("storage_root"), storage_roots, jetstream_conn_id),
+        spark_conf=check_run_spark_conf(params.get("spark_conf"), spark_conf_policy),
+        numbers=numbers,
+        accept_fewer_messages=accept_fewer,
+    )
