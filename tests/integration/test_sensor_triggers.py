@@ -52,18 +52,38 @@ def run_sensor_dag(dags_folder, deferrable: bool, end_ns: int, settle: float):
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["poke", "deferrable"])
-def test_sensor_succeeds_on_a_newer_message(jetstream, dags_folder, deferrable, caplog):
+def test_sensor_succeeds_on_a_newer_message(jetstream, dags_folder, deferrable, caplog, monkeypatch):
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
     end_ns = time.time_ns() + 1_500_000_000
     publish_messages(jetstream.url, [(SUBJ, b"before the end", None)])
-    # not complete at first (end in the future); a message after the end completes the interval
-    # (any subject does; newer_messages counts those of the sensor's filter)
-    thread = publish_later(jetstream.url, 2.5, [(SUBJ, b"after the end", None),
-                                                 ("plgd.owners.other.metadata.x", b"other subject", None)])
-    started = time.monotonic()
+    # The newer message is published only after the sensor (poke, or the check before deferring)
+    # has judged the interval not complete, and after the end: deterministic on a busy machine,
+    # where starting dag.test() can take longer than any fixed delay.
+    not_complete = threading.Event()
+    real_status = JetStreamHook.ainterval_status
+
+    async def observed_status(self, *args, **kwargs):
+        status = await real_status(self, *args, **kwargs)
+        if not status["complete"]:
+            not_complete.set()
+        return status
+
+    monkeypatch.setattr(JetStreamHook, "ainterval_status", observed_status)
+
+    def publish_after_a_check() -> None:
+        if not_complete.wait(120):
+            time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9 + 0.2))
+            # any subject completes the interval; newer_messages counts those of the sensor's filter
+            publish_messages(jetstream.url, [(SUBJ, b"after the end", None),
+                                             ("plgd.owners.other.metadata.x", b"other subject", None)])
+
+    thread = threading.Thread(target=publish_after_a_check)
+    thread.start()
     dr = run_sensor_dag(dags_folder, deferrable, end_ns, settle=120)
     thread.join()
     assert "success" in str(dr.state).lower()
-    assert time.monotonic() - started >= 2.0  # it waited
+    assert not_complete.is_set()  # it waited: at least one check said "not complete"
     result = xcom_value(dr, "wait")
     assert result["reason"] == "newer_message" and result["end_ns"] == end_ns and result["newer_messages"] == 1
     out = caplog.text
@@ -160,16 +180,28 @@ def test_message_trigger_serializes_and_resolves_through_common_messaging():
     assert mq.serialize() == (classpath, kwargs)
 
 
-def test_message_trigger_run_fires_on_new_messages(jetstream):
+def test_message_trigger_run_fires_on_new_messages(jetstream, monkeypatch):
     from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
     publish_messages(jetstream.url, [(SUBJ, b"old", None)] * 3)  # before the trigger starts: not reported
+    # the trigger takes its cursor from its first stream info: publish only after that (no fixed delay)
+    polled = asyncio.Event()
+    real_info = JetStreamHook.astream_info
+
+    async def observed_info(self, *args, **kwargs):
+        info = await real_info(self, *args, **kwargs)
+        polled.set()
+        return info
+
+    monkeypatch.setattr(JetStreamHook, "astream_info", observed_info)
 
     async def scenario():
         trigger = MessageQueueTrigger(scheme="nats", subject_filter="plgd.owners.*.registrations.>", poll_interval=0.2)
         agen = trigger.run()
         first = asyncio.ensure_future(agen.__anext__())
-        await asyncio.sleep(1.0)  # the trigger has taken its cursor
+        await asyncio.wait_for(polled.wait(), 60)  # the trigger has taken its cursor
         await asyncio.to_thread(publish_messages, jetstream.url,
                                 [(SUBJ, b"new", None), ("plgd.owners.x.devices.d.metadata.y", b"no", None),
                                  (SUBJ, b"new2", None)])
