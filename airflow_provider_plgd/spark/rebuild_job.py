@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import posixpath
 import time
 from typing import Any
 
@@ -25,21 +26,67 @@ DEFAULT_KEEP_VERSIONS = 5
 log = logging.getLogger("plgd.spark.rebuild")
 
 
+def input_fingerprint(root: str, interval_id: str) -> dict[str, Any]:
+    """What a snapshot folded of one interval: ``{"rows", "sha256"}`` of the committed
+    ``events_deduped`` folder's manifest (each file's partition folder, rows and bytes; not its
+    run-unique name), so a rerun that commits the same rows in the same files compares equal.
+
+    :raises FileNotFoundError: the interval is not committed.
+    """
+    import hashlib
+
+    folder = storage.join_path(root, DEDUPED_DIR, f"interval={interval_id}")
+    manifest = folders.read_manifest(folder)
+    if manifest is None:
+        raise FileNotFoundError(f"{folder} is not committed")
+    entries = sorted((posixpath.dirname(f["path"]), int(f["rows"]), int(f["bytes"])) for f in manifest["files"])
+    return {"rows": int(manifest["rows"]), "sha256": hashlib.sha256(json.dumps(entries).encode()).hexdigest()}
+
+
+def check_older_interval(root: str, out_root: str, latest: dict[str, Any], version: str,
+                         interval_id: str) -> dict[str, Any]:
+    """A rerun of an interval older than the latest snapshot (a cleared past run): the snapshot of
+    ``version`` and every later one already include the interval. When its deduplicated events are
+    what that snapshot folded (:func:`input_fingerprint`), nothing is rebuilt: the latest snapshot
+    stays the latest (no snapshot goes back in time, no event is folded twice).
+
+    :return: that snapshot's manifest.
+    :raises RuntimeError: the interval's events changed since (the later snapshots were built on the
+        old ones), or its snapshot is no longer kept, so the two cannot be compared; the message names
+        the snapshots and what to do.
+    """
+    manifest = snapshot_store.read_manifest(out_root, version)
+    recorded = ((manifest or {}).get("inputs") or {}).get(interval_id)
+    where = snapshot_store.snapshots_root(out_root)
+    if recorded is None:
+        raise RuntimeError(
+            f"interval {interval_id} is older than the latest snapshot {latest['version']}, and the snapshot "
+            f"{version} that folded it is not kept any more (or has no input record), so this rerun cannot check "
+            "that the later snapshots hold its events; nothing was changed. Rebuild from an older snapshot: "
+            f"remove the snapshots after the one to start from ({where}/v=...), point _latest.json at it, and "
+            "rerun every interval after it, oldest first"
+        )
+    current = input_fingerprint(root, interval_id)
+    if current != recorded:
+        raise RuntimeError(
+            f"interval {interval_id}: its deduplicated events changed since snapshot {version} folded them "
+            f"({recorded['rows']} rows then, {current['rows']} now), and the later snapshots up to "
+            f"{latest['version']} were built on the old ones; nothing was changed. Rerun every later interval "
+            f"too, oldest first, after removing the snapshots after {manifest.get('parent') or 'the first'} "
+            f"({where}/v=...) and pointing _latest.json at it"
+        )
+    return manifest
+
+
 def choose_base(out_root: str, version: str, interval_id: str) -> dict[str, Any] | None:
     """The manifest to build on (see step 1 of the module docstring); None for the first snapshot.
+    A latest snapshot newer than ``version`` is handled by :func:`check_older_interval` first.
 
-    :raises RuntimeError: the latest snapshot is newer than ``version``, or the base already
-        covers ``interval_id``.
+    :raises RuntimeError: the base already covers ``interval_id``.
     """
     latest = snapshot_store.read_latest(out_root)
     if latest is None:
         return None
-    if latest["version"] > version:
-        raise RuntimeError(
-            f"the latest snapshot {latest['version']} is newer than {version} (--snapshot-time); a snapshot "
-            "builds on the one before it, so rebuild the later intervals after this one, or remove the newer "
-            f"snapshots ({snapshot_store.snapshots_root(out_root)}/v=...) and point _latest.json at an older one"
-        )
     base = latest
     if latest["version"] == version:  # rerun of the same interval: build on its parent again
         parent = latest.get("parent")
@@ -86,6 +133,19 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     out_root = str(args.snapshots_root or root).rstrip("/")
     t_ns = args.snapshot_time
     version = snapshot_store.version_id(t_ns)
+    latest = snapshot_store.read_latest(out_root)
+    if latest is not None and latest["version"] > version:  # a cleared past interval
+        included = check_older_interval(root, out_root, latest, version, interval_id)
+        log.info("interval %s: its events are unchanged since snapshot %s folded them; the latest snapshot %s "
+                 "includes them, nothing to rebuild", interval_id, version, latest["version"])
+        summary = {
+            "app": APP, "interval_id": interval_id, "version": version, "snapshot_time": included["snapshot_time"],
+            "snapshot_time_ns": t_ns, "unchanged": True, "latest": latest["version"], "intervals": [], "events": 0,
+            "rows": {t: included["rows"][t] for t in snapshot_store.PUBLIC_TABLES},
+            "seconds": round(time.time() - started, 3),
+        }
+        return finish_run(summary, output_root=out_root, app=APP, interval_id=interval_id,
+                          explicit_path=args.summary_path)
     base = choose_base(out_root, version, interval_id)
     intervals = intervals_to_fold(root, interval_id, base)
     buckets = int(base["buckets"]) if base else args.buckets
@@ -147,6 +207,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "created_at": times.ns_to_rfc3339(time.time_ns()),
         "interval_id": interval_id,
         "intervals": intervals,
+        # what was folded of each interval: a later rerun of one checks it (check_older_interval)
+        "inputs": {i: input_fingerprint(root, i) for i in intervals},
         "buckets": buckets,
         "bucket_expr": snapshot_store.BUCKET_EXPR.format(buckets=buckets),
         "tables": manifest_tables,

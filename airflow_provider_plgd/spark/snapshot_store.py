@@ -32,6 +32,7 @@ Manifest (JSON object; format :data:`MANIFEST_FORMAT`)::
     {"format": 1, "version": str, "snapshot_time_ns": int, "snapshot_time": ISO str,
      "parent": str | null, "run_id": str, "created_at": ISO str,
      "interval_id": str (newest interval folded), "intervals": [str] (folded by this run),
+     "inputs": {interval: {"rows", "sha256"}} (what was folded of each, ``rebuild_job.input_fingerprint``),
      "buckets": int, "bucket_expr": str,
      "tables": {table: {"<bucket>": {"files": [rel path], "rows": int}}},
      "next_expiry_ns": {"<bucket>": int}   (smallest pending valid_until per bucket),

@@ -17,8 +17,10 @@ Steps
 -----
 1. **Base.** ``_latest.json`` names the latest snapshot. If its version is older than this
    snapshot's (``--snapshot-time`` = the interval end), it is the base. If it *is* this version
-   (a rerun), its parent is the base, so a rerun gives the same result. If it is newer, the run
-   fails: rebuild later intervals again, or start from an older snapshot, instead.
+   (a rerun), its parent is the base, so a rerun gives the same result. If it is newer (a cleared
+   past interval), nothing is rebuilt when the interval's events are what its snapshot folded, and
+   the run fails otherwise (``rebuild_job.check_older_interval``; docs/snapshots.md, "Reruns of old
+   intervals").
 2. **New events.** The committed ``events_deduped`` intervals after the base's last interval, up
    to and including ``--interval-id`` (normally just that one; after a missed run, or for the
    first snapshot, all of them, oldest first). ``--interval-id`` itself must be committed.

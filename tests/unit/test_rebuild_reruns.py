@@ -1,0 +1,60 @@
+"""A rerun of an interval older than the latest snapshot (``rebuild_job.check_older_interval``),
+on real manifests in a temp folder: unchanged input is a no-op, changed input or a snapshot no
+longer kept is refused loudly (docs/reliability.md, "Reruns of old intervals")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_plgd.spark import rebuild_job, snapshot_store
+
+I1, I3 = "20260101T000000Z_20260101T010000Z", "20260101T020000Z_20260101T030000Z"
+V1, V3 = "20260101T010000Z", "20260101T030000Z"
+
+
+def deduped(root: Path, interval: str, files: list[tuple[str, int, int]]) -> None:
+    folder = root / "events_deduped" / f"interval={interval}"
+    folder.mkdir(parents=True, exist_ok=True)
+    entries = [{"path": p, "rows": r, "bytes": b} for p, r, b in files]
+    (folder / "_manifest.json").write_text(json.dumps({"table": "events_deduped", "interval_id": interval,
+                                                       "rows": sum(r for _, r, _ in files), "files": entries}))
+
+
+def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> dict:
+    manifest = {"format": snapshot_store.MANIFEST_FORMAT, "version": version, "snapshot_time_ns": 1,
+                "buckets": 1, "tables": {}, "parent": None, "interval_id": interval, "intervals": [interval]}
+    if inputs is not None:
+        manifest["inputs"] = inputs
+    path = Path(snapshot_store.manifest_path(str(root), version))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest))
+    return manifest
+
+
+def test_unchanged_input_is_a_no_op_and_changed_input_is_refused(tmp_path):
+    root = tmp_path
+    deduped(root, I1, [("owner_id=a/event_type=x/part-00000-w1.parquet", 10, 900)])
+    folded = rebuild_job.input_fingerprint(str(root), I1)
+    snapshot(root, V1, I1, {I1: folded})
+    latest = {"version": V3, "interval_id": I3}
+    # the rerun committed the same rows in the same partition files (other run-unique names): unchanged
+    deduped(root, I1, [("owner_id=a/event_type=x/part-00000-w2.parquet", 10, 900)])
+    assert rebuild_job.check_older_interval(str(root), str(root), latest, V1, I1)["version"] == V1
+    # fewer rows now (e.g. accept_fewer_messages after a purge): the later snapshots hold the old ones
+    deduped(root, I1, [("owner_id=a/event_type=x/part-00000-w3.parquet", 9, 850)])
+    with pytest.raises(RuntimeError, match=rf"interval {I1}: its deduplicated events changed since snapshot "
+                                           rf"{V1} folded them \(10 rows then, 9 now\).*{V3}"):
+        rebuild_job.check_older_interval(str(root), str(root), latest, V1, I1)
+
+
+def test_a_snapshot_no_longer_kept_cannot_be_compared(tmp_path):
+    deduped(tmp_path, I1, [("part-00000-w1.parquet", 1, 10)])
+    latest = {"version": V3, "interval_id": I3}
+    with pytest.raises(RuntimeError, match=f"snapshot {V1} that folded it is not kept any more"):
+        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, V1, I1)
+    snapshot(tmp_path, V1, I1, None)  # written before snapshots recorded their inputs
+    with pytest.raises(RuntimeError, match="no input record"):
+        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, V1, I1)
