@@ -250,6 +250,8 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
         log.info("  %s owners without messages in this interval: %s", len(idle), ", ".join(idle[:20])
                  + (", ..." if len(idle) > 20 else ""))
     decode = result.get("decode") or {}
+    selection = chain.get("selection") or {}
+    log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))
     log.info("Decoded %s, quarantined %s (by reason: %s)", decode.get("decoded"), decode.get("quarantined"),
              decode.get("per_reason") or {})
     dedupe = result.get("dedupe") or {}
@@ -547,6 +549,7 @@ def build_etl_dag(
             build the --py-files zip."""
             from airflow_provider_plgd import ledger, lineage, times
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+            from airflow_provider_plgd.exceptions import FewerMessagesError, NarrowerRerunError
             from airflow_provider_plgd.fetch.selection import Selection
             from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
             from airflow_provider_plgd.spark_deps import build_private_py_files_zip
@@ -571,11 +574,14 @@ def build_etl_dag(
                 selection = selection.with_owners(sorted(hook.list_owners()))
             owners, event_types = list(selection.owners), list(selection.event_types)
             interval = times.interval_id(start, end)
-            record = write_interval_ledger(
-                hook, root, interval, start, end, owners, discovered, event_types,
-                accept_fewer=checked.accept_fewer_messages,
-                fetch_groups=int(checked.numbers["max_fetch_tasks"]),
-            )
+            try:
+                record = write_interval_ledger(
+                    hook, root, interval, start, end, owners, discovered, event_types,
+                    accept_fewer=checked.accept_fewer_messages,
+                    fetch_groups=int(checked.numbers["max_fetch_tasks"]),
+                )
+            except (NarrowerRerunError, FewerMessagesError) as err:  # the same answer on every retry
+                raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
             # Never on the storage root: the Spark driver runs this code inside the worker
             # (docs/operations.md, "Shipping the plgd code to executors").
             py_files = build_private_py_files_zip(storage_root=root)
@@ -720,7 +726,8 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
     The counts are ``ledger.SCOPE_FILTER`` (``plgd.>``) and ``plgd.owners.{owner}.>`` per owner
     (:meth:`JetStreamHook.acount_interval`). A previous record of the interval with more messages
     (a re-created or purged stream, deletes) raises :class:`FewerMessagesError` unless
-    ``accept_fewer``. The interval's old fetch records are removed, so the rerun's are its own.
+    ``accept_fewer``; one that selected owners or event types this one does not raises
+    :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError` (``ledger.check_selection_covers``). The interval's old fetch records are removed, so the rerun's are its own.
     ``fetch_groups``: at most this many fetch tasks share the owners (``ledger.owner_group``); one
     when the interval is empty. ``spark_skip`` in the record: :func:`spark_skip_reason`.
 
@@ -738,7 +745,9 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
     )
     record["spark_skip"] = spark_skip_reason(root, record, end)
     base = ledger.interval_dir(root, counted["stream"], interval)
-    lost = ledger.check_not_fewer(ledger.read_json(f"{base}/stream.json"), record, accept_fewer=accept_fewer)
+    previous = ledger.read_json(f"{base}/stream.json")
+    ledger.check_selection_covers(previous, record)
+    lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
                      "; ".join(lost))

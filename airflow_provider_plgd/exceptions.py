@@ -164,3 +164,11 @@ class FewerMessagesError(LedgerError):
     """A rerun would replace an interval's committed data with fewer messages (the stream was
     re-created, purged, or messages were deleted from the middle of it). Refused unless the user
     asks for it explicitly (``accept_fewer_messages``)."""
+
+
+class NarrowerRerunError(LedgerError):
+    """A rerun of an interval selects fewer owners or event types than the interval's earlier run
+    (the ``owners`` / ``event_types`` params): it would replace the interval's rows in every table
+    and so delete the others'. Raised by ``plan`` before the ledger is rewritten; nothing is
+    changed. The message names what the earlier run covered that this one does not.
+    """

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
-from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
+from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError, NarrowerRerunError
 
 #: Folder under the storage root that holds the ledgers.
 LEDGER_DIR = "_ledger"
@@ -198,6 +198,59 @@ def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], 
     )
 
 
+def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
+    """Refuse a plan record whose selection is narrower than the interval's previous one.
+
+    A run replaces the interval's rows in ``events``, ``events_deduped`` and the snapshot, so it
+    must select every owner with messages and every event type the earlier run covered: an earlier
+    run over every discovered owner with unrouted messages needs one again (those are staged only
+    when owners are discovered); owners the earlier run counted messages for must be selected; and
+    so must its event types. A wider or equal selection passes.
+
+    :raises NarrowerRerunError: naming the interval and what this run would leave out (at most 20
+        names of each, with the counts).
+    """
+    if previous is None:
+        return
+    missing_owners = sorted(o for o, n in (previous.get("owners") or {}).items()
+                            if int(n) and o not in new["owners"])
+    unrouted_lost = int(previous.get("unrouted") or 0) and not new.get("owners_discovered")
+    missing_types = sorted(set(previous.get("event_types") or []) - set(new.get("event_types") or []))
+    if not (missing_owners or unrouted_lost or missing_types):
+        return
+    parts = []
+    if missing_owners:
+        parts.append(f"{len(missing_owners)} owner(s) with messages not selected now: "
+                     + ", ".join(missing_owners[:20]) + (", ..." if len(missing_owners) > 20 else ""))
+    if unrouted_lost:
+        parts.append(f"the {previous['unrouted']} unrouted message(s), staged only when owners are discovered "
+                     "(the owners param empty)")
+    if missing_types:
+        parts.append(f"{len(missing_types)} event type(s) not selected now: " + ", ".join(missing_types[:20])
+                     + (", ..." if len(missing_types) > 20 else ""))
+    raise NarrowerRerunError(
+        f"interval {new['interval_id']}: this run selects less than the interval's earlier run ("
+        + "; ".join(parts) + "). A run replaces the interval's rows in every table, so it would delete "
+        "theirs; nothing was changed. Rerun with the same or a wider selection (the defaults: every owner "
+        "and every event type).",
+        interval_id=new["interval_id"], problems=parts,
+    )
+
+
+def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What a plan record selected, bounded for logs and XCom: ``{"owners": "all N discovered" | [≤ 20
+    names], "owners_count", "event_types": "all N" | [names], "event_types_count"}``."""
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+    owners, types = list(plan.get("owners") or []), list(plan.get("event_types") or [])
+    return {
+        "owners": f"all {len(owners)} discovered" if plan.get("owners_discovered") else owners[:20],
+        "owners_count": len(owners),
+        "event_types": f"all {len(types)}" if set(types) >= set(EVENT_TYPES) else types,
+        "event_types_count": len(types),
+    }
+
+
 # ------------------------------------------------------------------------------------------------
 # fetch
 # ------------------------------------------------------------------------------------------------
@@ -342,6 +395,7 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         "duplicates_seen_before": dedupe.get("cross_batch_duplicates"),
         "snapshot_version": (apps.get("rebuild") or {}).get("version"),
         "spark_skipped": plan.get("spark_skip"),
+        "selection": selection_text(plan),
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}

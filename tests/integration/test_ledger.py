@@ -171,6 +171,33 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
                            "rows": rebuild["rows"]}],
     }
     assert chain["quarantined"] > 0 and chain["snapshot_version"]
+    assert chain["selection"]["owners"] == f"all {len(record['owners'])} discovered"
+    assert chain["selection"]["event_types_count"] == len(record["event_types"])
+
+    # A narrower rerun of the interval (docs/reliability.md, "A narrower rerun"): one owner, or one
+    # event type, would replace the interval's rows in every table and so delete the others'; it is
+    # refused in plan, without retries, and every table keeps what it held (before: every task
+    # succeeded, the summary reconciled, and the other owner's rows were gone).
+    from airflow_provider_plgd.spark import folders, snapshot_store
+
+    def deduped_ids() -> list[str]:
+        folder = f"{storage_root}/events_deduped/interval={interval_id}"
+        return sorted(i for rel, _, _ in folders.folder_files(folder)
+                      for i in pq.read_table(f"{folder}/{rel}", columns=["msg_id"]).column("msg_id").to_pylist())
+
+    kept, latest = deduped_ids(), snapshot_store.read_latest(storage_root)
+    for narrower in ({"owners": [owner]}, {"event_types": ["devicesregistered", "resourcechanged"]}):
+        with spark_lock():
+            rerun = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0,
+                                                         **narrower})
+        states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in rerun.get_task_instances()
+                  if ti.map_index in (-1, 0)}
+        assert states["plan"] == "failed" and states["decode"] == "upstream_failed", (narrower, states)
+        assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
+        assert json.loads(open(f"{ledger_dir}/stream.json").read()) == record  # the ledger is untouched
+        assert deduped_ids() == kept
+        assert snapshot_store.read_latest(storage_root) == latest
+        assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""A rerun of an interval older than the latest snapshot (``rebuild_job.check_older_interval``),
-on real manifests in a temp folder: unchanged input is a no-op, changed input or a snapshot no
-longer kept is refused loudly (docs/reliability.md, "Reruns of old intervals")."""
+"""Reruns of an interval. One older than the latest snapshot (``rebuild_job.check_older_interval``,
+on real manifests in a temp folder): unchanged input is a no-op, changed input or a snapshot no
+longer kept is refused loudly (docs/reliability.md, "Reruns of old intervals"). One that selects
+less than the interval's earlier run (``ledger.check_selection_covers``) is refused."""
 
 from __future__ import annotations
 
@@ -58,3 +59,25 @@ def test_a_snapshot_no_longer_kept_cannot_be_compared(tmp_path):
     snapshot(tmp_path, V1, I1, None)  # written before snapshots recorded their inputs
     with pytest.raises(RuntimeError, match="no input record"):
         rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, V1, I1)
+
+
+def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
+    """``ledger.check_selection_covers``: the earlier run's owners with messages, its unrouted
+    messages (discovered owners only) and its event types must all be selected again."""
+    from airflow_provider_plgd import ledger
+    from airflow_provider_plgd.exceptions import NarrowerRerunError
+
+    earlier = {"interval_id": I1, "owners": {"a": 3, "b": 2, "quiet": 0}, "owners_discovered": True, "unrouted": 1,
+               "event_types": ["devicesregistered", "resourcechanged"]}
+    same = {**earlier, "owners": {"a": 3, "b": 2}}  # an owner without messages may be gone from the stream
+    ledger.check_selection_covers(earlier, same)
+    ledger.check_selection_covers(earlier, {**same, "event_types": ["devicesregistered", "resourcechanged", "x"]})
+    ledger.check_selection_covers(None, {**same, "owners": {"a": 1}})  # a first run may be narrow
+    for narrower, named in [
+        ({"owners": {"a": 3}, "owners_discovered": False, "unrouted": 0}, "1 owner(s) with messages not selected now: b"),
+        ({"owners": {"a": 3, "b": 2}, "owners_discovered": False, "unrouted": 0}, "the 1 unrouted message(s)"),
+        ({"event_types": ["resourcechanged"]}, "1 event type(s) not selected now: devicesregistered"),
+    ]:
+        with pytest.raises(NarrowerRerunError) as err:
+            ledger.check_selection_covers(earlier, {**same, **narrower})
+        assert named in str(err.value) and "nothing was changed" in str(err.value)
