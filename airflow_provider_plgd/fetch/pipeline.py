@@ -120,7 +120,11 @@ class FetchPipeline:
             if mode == "durable":
                 batches = [await self._durable_batch(stream, root, group[0], bounds, head)]
             elif owner_wide:
-                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, expected[key])
+                # the unrouted batch must stage exactly what the ledger counted outside every owner
+                only = (int(self.plan["unrouted"]) if self.plan is not None and key == ledger.UNROUTED_OWNER
+                        else None)
+                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, expected[key],
+                                                             expected_staged=only)
             else:
                 batches = [await self._bounded_batch(stream, root, group[0], mode, bounds, head, expected[key])]
             results.extend(batches)
@@ -241,8 +245,8 @@ class FetchPipeline:
         progress.done()
         return _batch_summary(manifest)
 
-    async def _owner_batches(self, stream, root, group, mode, bounds, head,
-                             expected: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    async def _owner_batches(self, stream, root, group, mode, bounds, head, expected: int, *,
+                             expected_staged: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
 
         The server walks the stream once per consumer to find the messages of its filter, so one
@@ -251,7 +255,8 @@ class FetchPipeline:
         "Measurements behind design choices", M17).
         Here each message is routed to its batch and filter on the client (:class:`~.router.Router`:
         unknown types to the ``_unknown`` batch, types not requested skipped and counted). Before
-        any commit, staged + skipped must equal ``expected``. Each filter's rows are written as
+        any commit, staged + skipped must equal ``expected``, and staged must equal
+        ``expected_staged`` when given (the unrouted batch: the ledger's ``unrouted`` count). Each filter's rows are written as
         they come, into that filter's own part files (``StagingWriter.write(rows, filter_index)``),
         so each batch gets the same files as with its own consumers, and nothing is spooled.
         Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
@@ -277,6 +282,10 @@ class FetchPipeline:
             check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: sum(w.count for w in writers))
             _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
+            problems = ledger.unrouted_problems(expected_staged, staged)
+            if problems:
+                raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed for it",
+                                  interval_id=interval, problems=problems)
             manifests = [await worker.call(writer.commit) for writer in writers]
         progress.done()
         return [_batch_summary(m) for m in manifests], dict(sorted(router.skipped.items()))

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from airflow_provider_plgd import ledger, staging
 from airflow_provider_plgd.plgd.event_types import event_type_info
-from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_filters, validate_token
+from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_filters, validate_owner_id, validate_token
 
 
 class Target(NamedTuple):
@@ -36,7 +36,7 @@ def _event_type(value: object) -> str:
 class Selection:
     """Owner IDs and event types, each checked once (:meth:`of`).
 
-    :ivar owners: owner ID tokens (``plgd.subjects.validate_token``); empty: not chosen yet.
+    :ivar owners: owner IDs (``plgd.subjects.validate_owner_id``); empty: not chosen yet.
     :ivar event_types: known plgd event types (``plgd.event_types.EVENT_TYPES``).
     """
 
@@ -50,11 +50,11 @@ class Selection:
         :raises ValueError: (naming the field and the value) an invalid owner ID token or event type
             token, or an unknown event type. :raises TypeError: a non-str owner ID.
         """
-        return cls(tuple(validate_token(o, "owner_id") for o in owners), tuple(_event_type(e) for e in event_types))
+        return cls(tuple(validate_owner_id(o) for o in owners), tuple(_event_type(e) for e in event_types))
 
     def with_owners(self, owners: Iterable[str]) -> Selection:
         """The same selection for ``owners`` (e.g. those the stream holds), checked like in :meth:`of`."""
-        return Selection(tuple(validate_token(o, "owner_id") for o in owners), self.event_types)
+        return Selection(tuple(validate_owner_id(o) for o in owners), self.event_types)
 
     def targets(self, *, owner_wide: bool) -> list[Target]:
         """One target per (owner, event type), owners first; ``owner_wide`` adds each owner's

@@ -49,6 +49,7 @@ __all__ = [
     "subject_filters",
     "subject_owner",
     "check_filter_subject",
+    "validate_owner_id",
     "validate_token",
 ]
 
@@ -107,9 +108,37 @@ def check_filter_subject(value: str, what: str = "filter") -> str:
     return value
 
 
+#: First character of the names this project reserves for its own partitions (``_unrouted``,
+#: ``_unknown``): never the first character of an owner ID (:func:`validate_owner_id`).
+RESERVED_PREFIX = "_"
+#: What nats-py puts in place of bytes of a subject that are not UTF-8 (``errors="replace"``):
+#: such a subject's token cannot be written back as a filter that matches the stored bytes.
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def validate_owner_id(value: str, what: str = "owner_id") -> str:
+    """Return ``value`` if it can be an owner ID: a valid token (:func:`validate_token`) that
+    neither starts with :data:`RESERVED_PREFIX` (our own partition names) nor holds U+FFFD (a
+    subject whose bytes were not UTF-8: its filter ``plgd.owners.<token>.>`` would match nothing).
+
+    plgd owner IDs are user IDs of the OAuth provider (UUIDs in practice); a subject whose owner token
+    fails this rule is not routed to an owner: the ETL stages it as unrouted and quarantines it
+    (``bad_subject``).
+
+    :raises ValueError: naming ``what`` and the value. :raises TypeError: not a str.
+    """
+    validate_token(value, what)
+    if value.startswith(RESERVED_PREFIX):
+        raise ValueError(f"{what} {value!r} starts with {RESERVED_PREFIX!r}, which is reserved for the ETL's own "
+                         "partitions (_unrouted, _unknown)")
+    if REPLACEMENT_CHARACTER in value:
+        raise ValueError(f"{what} {value!r} holds U+FFFD: the subject's bytes were not UTF-8")
+    return value
+
+
 def subject_owner(subject: str) -> str | None:
     """The owner ID of a subject under ``plgd.owners.<owner_id>.`` (at least one token after it),
-    or None when the subject is elsewhere or its owner token is not valid (:func:`validate_token`).
+    or None when the subject is elsewhere or its owner token is not an owner ID (:func:`validate_owner_id`).
 
     JetStream stores messages published on subjects such as ``plgd.owners.*.registrations.x``
     literally; such a token must never become a subscription wildcard or a staging folder.
@@ -118,7 +147,7 @@ def subject_owner(subject: str) -> str | None:
     if len(tokens) < 4 or tokens[0] != TOKEN_PLGD or tokens[1] != TOKEN_OWNERS:
         return None
     try:
-        return validate_token(tokens[2], "owner_id")
+        return validate_owner_id(tokens[2])
     except (TypeError, ValueError):
         return None
 
@@ -361,6 +390,9 @@ def _parse(subject: str, check_event_type: bool) -> Subject:
     if n < 5:
         raise _bad(subject, "too few tokens")
     owner = tokens[2]
+    if owner.startswith(RESERVED_PREFIX):  # validate_owner_id: never an owner, staged as unrouted
+        raise _bad(subject, f"the owner token starts with {RESERVED_PREFIX!r}, which is reserved for the ETL's "
+                            "own partitions")
     if tokens[3] == FAMILY_REGISTRATIONS:
         if n != 5:
             raise _bad(subject, "registrations subjects have 5 tokens")

@@ -343,3 +343,72 @@ def test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small(jetst
         ["devicesregistered", "_unknown"] * 2
     with pytest.raises(ValueError, match="ledger group 2 does not exist"):
         run_op(ledger_group=2, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
+
+
+# ---------------------------------------------------------------------------------------------
+# Odd owner tokens and our reserved names (docs/reliability.md, "Owner tokens that are not owner IDs")
+# ---------------------------------------------------------------------------------------------
+def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_exactly(jetstream, storage_root):
+    """Before: ``plgd.owners.ab\\xff.…`` was discovered as owner ``ab\\ufffd``, counted 0 under the
+    re-encoded filter, and skipped by the unrouted fetch as owned: gone, with the ledger adding up.
+    ``plgd.owners._unrouted.…`` collided with the unrouted batch (LedgerError on every rerun, or a
+    lost message). Now an owner token that is not an owner ID (``subjects.validate_owner_id``: U+FFFD,
+    a leading ``_``) is never an owner: its messages are staged in the unrouted batch, which must hold
+    exactly the plan's unrouted count, and decode quarantines them (``bad_subject``). Our reserved
+    names as event-type tokens go to the owner's ``_unknown`` batch (``unknown_event_type``)."""
+    from airflow_provider_plgd import decode_message
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.plgd.codec import PlgdDecodeError
+    from airflow_provider_plgd.spark.decode_job import ledger_manifests
+    from tests.integration.test_faults_nats import raw_publish
+
+    start_ns = time.time_ns() // 10**9 * 10**9
+    publish_messages(jetstream.url, traffic(2))  # 8 messages of O1 and O2
+    raw_publish(jetstream, b"plgd.owners.ab\xff.registrations.devicesregistered", b"not utf-8")  # the issue's case
+    reserved_owner = [f"plgd.owners.{name}.registrations.devicesregistered"
+                      for name in (ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]
+    reserved_type = [f"plgd.owners.{O1}.registrations.{ledger.UNKNOWN_EVENT_TYPE}",
+                     resource_subject(O1, DEV, HREF, "resourcechanged").replace("resourcechanged", ledger.UNROUTED_OWNER)]
+    publish_messages(jetstream.url, [(s, b"r", None) for s in reserved_owner + reserved_type])
+    hook = JetStreamHook()
+    deadline = time.monotonic() + 10
+    while hook.stream_info()["state"]["messages"] < 13 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    end_ns = (time.time_ns() // 10**9 + 1) * 10**9  # (nats-py's own reader cannot read the raw subject)
+    while time.time_ns() < end_ns + 50_000_000:
+        time.sleep(0.05)
+    owners = hook.list_owners()
+    assert sorted(owners) == sorted([O1, O2])  # neither ab\ufffd nor a reserved name is an owner
+
+    record = plan_ledger(storage_root, start_ns, end_ns, sorted(owners))
+    assert record["total"] == 13 and record["unrouted"] == 3 and record["owners"] == {O1: 6, O2: 4}
+    base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    for group in range(record["fetch_groups"]):
+        run_op(ledger_group=group, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
+    unrouted = run_op(unrouted=True, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
+    assert unrouted["count"] == 3 and unrouted["skipped"] == {ledger.SKIP_OWNED: 10}
+
+    batches = ledger_manifests(storage_root, "EVENTS", record["interval_id"])  # decode's reader: adds up
+    staged = {(m["owner_id"], m["event_type"]): staging.read_batch(m).column("subject").to_pylist() for m in batches}
+    assert sum(len(v) for v in staged.values()) == 13
+    assert sorted(staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(
+        ["plgd.owners.ab\ufffd.registrations.devicesregistered", *reserved_owner])
+    assert sorted(staged[(O1, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(reserved_type)
+    # decode's verdict on each (the decode application's code path, one message at a time)
+    for subject, reason in [(s, "bad_subject") for s in staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]] \
+            + [(s, "unknown_event_type") for s in reserved_type]:
+        with pytest.raises(PlgdDecodeError) as err:
+            decode_message(subject, b"r")
+        assert err.value.reason == reason, (subject, err.value.reason)
+
+    # the summary compares the unrouted batch with the plan's unrouted count itself, not only
+    # staged + skipped-as-owned: a message skipped as owned that no owner fetch staged is caught
+    record_path = next(p for p in storage.to_fs(f"{base}/fetch")[0].ls(storage.to_fs(f"{base}/fetch")[1])
+                       if str(p).endswith(".json") and json.loads(open(p).read())["owners"].get(ledger.UNROUTED_OWNER))
+    doctored = json.loads(open(record_path).read())
+    doctored["owners"][ledger.UNROUTED_OWNER]["staged"] -= 1
+    doctored["owners"][ledger.UNROUTED_OWNER]["skipped"][ledger.SKIP_OWNED] += 1
+    open(record_path, "w").write(json.dumps(doctored))
+    with pytest.raises(LedgerError, match="unrouted: the stream holds 3 messages outside every owner, "
+                                          "the unrouted batch staged 2"):
+        ledger_manifests(storage_root, "EVENTS", record["interval_id"])

@@ -409,3 +409,20 @@ def test_subject_owner():
     for subject in (f"plgd.owners.{owner}", "plgd.owners.*.registrations.x", "plgd.owners.a=b.x",
                     "other.owners.o.x", "plgd.devices.o.x"):
         assert subject_owner(subject) is None
+
+
+def test_owner_ids_never_collide_with_reserved_names_or_stand_for_bytes_that_are_not_utf8():
+    """``validate_owner_id``: the ETL's partitions ``_unrouted``/``_unknown`` (and any leading ``_``)
+    and U+FFFD are never an owner; such subjects are unrouted and decode calls them ``bad_subject``."""
+    from airflow_provider_plgd.plgd.subjects import parse_subject, subject_owner, validate_owner_id
+
+    owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
+    assert validate_owner_id(owner) == owner and subject_owner(f"plgd.owners.{owner}.registrations.x") == owner
+    for token, named in (("_unrouted", "reserved"), ("_unknown", "reserved"), ("_x", "reserved"),
+                         ("ab\ufffd", r"U\+FFFD"), ("a*b", "not a valid NATS subject token")):
+        with pytest.raises(ValueError, match=named):
+            validate_owner_id(token)
+        assert subject_owner(f"plgd.owners.{token}.registrations.devicesregistered") is None
+        with pytest.raises(ValueError):
+            parse_subject(f"plgd.owners.{token}.registrations.devicesregistered")
+    assert validate_owner_id("a_b") == "a_b"  # only a leading '_' is reserved
