@@ -40,10 +40,12 @@ __all__ = [
     "DEFAULT_RUN_SPARK_CONF_KEYS",
     "NUMBER_BOUNDS",
     "RunParams",
+    "STORAGE_ROOTS_ENV",
     "UntrustedRunParamError",
     "check_run_params",
     "check_run_spark_conf",
     "check_run_storage_root",
+    "env_storage_roots",
     "run_spark_conf_policy",
 ]
 
@@ -148,6 +150,30 @@ def check_run_spark_conf(value: Any, policy: Mapping[str, str | None], *,
 
 def _within(root: str, base: str) -> bool:
     return root == base or root.startswith(base.rstrip("/") + "/")
+
+
+#: Environment variable of the shipped DAG files (the ETL DAG and the examples): a JSON list of the
+#: storage roots a run may choose with the ``storage_root`` param. The deployment manager sets it.
+STORAGE_ROOTS_ENV = "PLGD_ETL_STORAGE_ROOTS"
+
+
+def env_storage_roots(variable: str = STORAGE_ROOTS_ENV) -> list[str]:
+    """The JSON list of strings in the environment variable ``variable`` (``[]`` when unset or empty).
+
+    :raises ValueError: not a JSON list of strings (names the variable and the value).
+    """
+    import os
+
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return []
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+        raise ValueError(f"{variable} must be a JSON list of strings, got {value!r}")
+    return parsed
 
 
 def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id: str) -> str:

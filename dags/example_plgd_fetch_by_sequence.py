@@ -36,6 +36,7 @@ from typing import Any
 
 from airflow_provider_plgd.compat import DAG, Asset, task
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+from airflow_provider_plgd.run_params import env_storage_roots
 
 try:  # Airflow 3.x
     from airflow.sdk import Param
@@ -43,6 +44,8 @@ except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.models.param import Param  # type: ignore[no-redef]
 
 JETSTREAM_CONN_ID = "plgd_jetstream_default"
+#: The roots a run's storage_root param may name: set by the deployment (PLGD_ETL_STORAGE_ROOTS).
+STORAGE_ROOTS = env_storage_roots()
 START_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
@@ -55,9 +58,9 @@ def common_params() -> dict[str, Any]:
                                 description="JetStream filter subject, e.g. plgd.> (every plgd event) or "
                                             "plgd.owners.<owner>.> (one owner)."),
         "storage_root": Param("", type="string",
-                              description="Root of the staging folders: a local path or an fsspec URL such as "
-                                          "s3://bucket/plgd. Empty: the connection's storage_root extra, else "
-                                          "$AIRFLOW_HOME/plgd."),
+                              description="Root of the staging folders: empty for the connection's storage_root "
+                                          "extra (else $AIRFLOW_HOME/plgd), or a root the deployment allows "
+                                          "(PLGD_ETL_STORAGE_ROOTS, each with the folders below it)."),
     }
 
 
@@ -133,6 +136,7 @@ with DAG(
     fetch = JetStreamToStagingOperator(
         task_id="fetch",
         jetstream_conn_id=JETSTREAM_CONN_ID,
+        storage_roots=STORAGE_ROOTS,  # the roots a run may choose (run params are untrusted input)
         stream="{{ params.stream }}",
         subject_filter="{{ params.subject_filter }}",
         start_seq="{{ params.start_seq }}",
@@ -162,6 +166,7 @@ with DAG(
     fetch = JetStreamToStagingOperator(
         task_id="fetch",
         jetstream_conn_id=JETSTREAM_CONN_ID,
+        storage_roots=STORAGE_ROOTS,  # the roots a run may choose (run params are untrusted input)
         stream="{{ params.stream }}",
         subject_filter="{{ params.subject_filter }}",
         durable="{{ params.durable }}",

@@ -51,7 +51,8 @@ with DAG(
     params={"storage_root": Param("", type="string",
                                   description="Root of the ETL's tables (as the ETL DAG's storage_root). Empty: "
                                               "the plgd_jetstream_default connection's storage_root extra, else "
-                                              "$AIRFLOW_HOME/plgd.")},
+                                              "$AIRFLOW_HOME/plgd; otherwise a root the deployment allows "
+                                              "(PLGD_ETL_STORAGE_ROOTS).")},
     description="Runs after each new plgd snapshot: devices and online devices per owner",
     tags=["plgd", "example"],
     doc_md=__doc__,
@@ -62,12 +63,16 @@ with DAG(
         """Count devices and online devices per owner in the latest snapshot (see the module docstring)."""
         import logging
 
+        from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
         from airflow_provider_plgd.storage_root import resolve_storage_root
         from airflow_provider_plgd.spark import snapshot_store
 
         log = logging.getLogger("airflow.task")
-        root = resolve_storage_root((params or {}).get("storage_root"), JETSTREAM_CONN_ID)
+        # a run param is untrusted input: only "", the connection's root or a root the deployment
+        # allows (PLGD_ETL_STORAGE_ROOTS, as for the ETL DAG)
+        root = check_run_storage_root((params or {}).get("storage_root"), env_storage_roots(), JETSTREAM_CONN_ID)
+        root = resolve_storage_root(root, JETSTREAM_CONN_ID)
         manifest = snapshot_store.read_latest(root)
         if manifest is None:
             raise FileNotFoundError(f"no committed snapshot under {root}/snapshots (no _latest.json)")

@@ -55,6 +55,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
 from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
+from airflow_provider_plgd.run_params import env_storage_roots
 
 
 def _env_datetime(name: str, default: str | None) -> datetime | None:
@@ -90,20 +91,6 @@ def _env_json_object(name: str) -> dict | None:
     return parsed
 
 
-def _env_json_list(name: str) -> list[str]:
-    """A JSON list of strings from the environment variable ``name`` ([] when unset or empty)."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return []
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a JSON list of strings, got {value!r}") from None
-    if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
-        raise ValueError(f"{name} must be a JSON list of strings, got {value!r}")
-    return parsed
-
-
 dag = build_etl_dag(
     dag_id="plgd_events_etl",
     schedule=timedelta(seconds=float(os.environ.get("PLGD_ETL_SCHEDULE_SECONDS", "3600"))),
@@ -112,6 +99,6 @@ dag = build_etl_dag(
     catchup=_env_bool("PLGD_ETL_CATCHUP", True),
     params=_env_json_object("PLGD_ETL_PARAMS"),
     spark_conf=_env_json_object("PLGD_ETL_SPARK_CONF"),
-    storage_roots=_env_json_list("PLGD_ETL_STORAGE_ROOTS"),
+    storage_roots=env_storage_roots(),  # PLGD_ETL_STORAGE_ROOTS
     doc_md=__doc__,  # the user docs above: the DAG's docs panel shows them
 )

@@ -112,8 +112,8 @@ class JetStreamToStagingOperator(BaseOperator):
     still to come, e.g. after a sensor judged the interval on a clock ahead of the server's.
 
     **Where**: ``destination`` (a path, an fsspec URL or an ``ObjectStoragePath``); default the
-    DAG param ``storage_root``, else the connection's ``storage_root`` extra, else
-    ``$AIRFLOW_HOME/plgd``. Staging lives under ``{destination}/staging/{stream}/``.
+    DAG param ``storage_root`` (only ``""``, the connection's root or one of ``storage_roots``),
+    else the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``. Staging lives under ``{destination}/staging/{stream}/``.
 
     **Commit**: see :class:`staging.StagingWriter`. A rerun replaces the folder with identical
     content; an empty batch commits a manifest with ``count`` 0 and no files.
@@ -149,6 +149,10 @@ class JetStreamToStagingOperator(BaseOperator):
         ``{destination}/staging/{stream}/_spool`` for a local destination, else the system temp folder.
         Needs room for one batch (``max_messages`` payloads). Other modes spool nothing.
     :param destination: storage root (templated); see above.
+    :param storage_roots: without ``destination``: the roots (and folders below them) that the DAG
+        param ``storage_root`` of a run may name, besides ``""`` and the connection's root. A run
+        param is untrusted input (:func:`airflow_provider_plgd.run_params.check_run_storage_root`);
+        not templated.
     :param settle_seconds: time bounds only: seconds after the end, on the NATS server's clock,
         after which an interval without a newer message counts as complete (templated; default 0:
         the server's clock has passed the end, enough on a single server; the ETL DAG passes its
@@ -246,6 +250,7 @@ class JetStreamToStagingOperator(BaseOperator):
         ack_wait_seconds: float = 300.0,
         spool_dir: str | None = None,
         destination: Any = None,
+        storage_roots: Sequence[str] = (),
         settle_seconds: float | str = 0,
         source_wait_seconds: float | str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -278,6 +283,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.ack_wait_seconds = ack_wait_seconds
         self.spool_dir = spool_dir
         self.destination = destination
+        self.storage_roots = list(storage_roots)
         self.settle_seconds = settle_seconds
         self.source_wait_seconds = source_wait_seconds
         self.batch_size = batch_size
@@ -429,8 +435,11 @@ class JetStreamToStagingOperator(BaseOperator):
                 return normalize_storage_root(self.destination)
             return self.destination
 
-        params = context.get("params") or {}
-        return resolve_storage_root(params.get("storage_root"), self.jetstream_conn_id)
+        from airflow_provider_plgd.run_params import check_run_storage_root
+
+        params = context.get("params") or {}  # a run param: only a root the DAG author or the connection allows
+        root = check_run_storage_root(params.get("storage_root"), self.storage_roots, self.jetstream_conn_id)
+        return resolve_storage_root(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
         """True when the owners come from the ledger's plan (``ledger_group``)."""

@@ -74,6 +74,13 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
     return version
 
 
+@pytest.fixture(autouse=True)
+def _runs_may_choose_their_root_below_tmp(tmp_path, monkeypatch):
+    """The deployment's allowlist of the examples' ``storage_root`` param (read when a DAG file is
+    parsed): this test's temp folder, where its runs put their roots."""
+    monkeypatch.setenv("PLGD_ETL_STORAGE_ROOTS", json.dumps([str(tmp_path)]))
+
+
 # ---------------------------------------------------------------------------------------------
 def test_snapshot_consumer_is_scheduled_on_the_etl_snapshot_asset(dags_folder):
     from airflow_provider_plgd.etl import build_etl_dag, etl_assets
@@ -122,6 +129,27 @@ def test_snapshot_consumer_counts_devices_online_per_owner(dags_folder, tmp_path
 def test_snapshot_consumer_fails_without_a_snapshot(dags_folder, tmp_path):
     dag = _install_dag(dags_folder, "example_plgd_snapshot_consumer.py", "example_plgd_snapshot_consumer")
     dr = dag.test(logical_date=None, run_conf={"storage_root": str(tmp_path / "empty")})
+    assert not _succeeded(dr)
+
+
+def test_the_examples_storage_root_param_is_an_allowed_root_only(jetstream, dags_folder, tmp_path, monkeypatch):
+    """Run params are untrusted: a root outside ``PLGD_ETL_STORAGE_ROOTS`` (and not the connection's)
+    is refused before anything is read or written, in the fetch operator and in the consumer."""
+    from airflow_provider_plgd.run_params import UntrustedRunParamError
+
+    monkeypatch.setenv("PLGD_ETL_STORAGE_ROOTS", json.dumps([str(tmp_path / "allowed")]))
+    publish_messages(jetstream.url, [(m.subject, m.data, None) for m in _simulation(seed=5).messages[:5]])
+    elsewhere = tmp_path / "elsewhere"
+    dag = _install_dag(dags_folder, "example_plgd_fetch_by_sequence.py", "example_plgd_fetch_by_sequence")
+    fetch = dag.get_task("fetch")
+    with pytest.raises(UntrustedRunParamError, match="is not a root this DAG allows"):
+        fetch._destination({"params": {"storage_root": str(elsewhere)}})
+    assert fetch._destination({"params": {"storage_root": str(tmp_path / "allowed" / "x")}}) == \
+        str(tmp_path / "allowed" / "x")
+    dr = dag.test(logical_date=None, run_conf={"start_seq": 1, "end_seq": 5, "storage_root": str(elsewhere)})
+    assert not _succeeded(dr) and not elsewhere.exists()
+    consumer = _install_dag(dags_folder, "example_plgd_snapshot_consumer.py", "example_plgd_snapshot_consumer")
+    dr = consumer.test(logical_date=None, run_conf={"storage_root": "/etc"})
     assert not _succeeded(dr)
 
 
