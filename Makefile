@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 RUN := PATH="$(BIN):$$PATH" PYSPARK_PYTHON="$(BIN)/python"
 PYTEST_ARGS ?=
 
-.PHONY: venv venv-airflow2 venv-executor test test-airflow2 demo proto bench clean
+.PHONY: venv venv-airflow2 venv-executor test test-airflow2 lint demo proto bench clean
 
 venv: $(VENV)/.installed
 
@@ -57,6 +57,10 @@ test: venv venv-executor
 test-airflow2: venv-airflow2
 	PATH="$(BIN2):$$PATH" $(BIN2)/python -m pytest -q -rs -p no:cacheprovider -m "not spark" \
 		tests/airflow2 tests/unit $(PYTEST_ARGS)
+
+## make lint: ruff with the rules of pyproject.toml (CI runs it before the tests)
+lint: venv
+	$(BIN)/ruff check .
 
 ## make demo: simulate plgd traffic into a local nats-server and run the ETL DAG through Airflow
 demo: venv

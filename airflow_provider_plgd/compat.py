@@ -100,7 +100,7 @@ __all__ = [
     "DAG",
     "CronDataIntervalTimetable",
     "DeltaDataIntervalTimetable",
-    "ObjectStoragePath",
+    "ObjectStoragePath",  # noqa: F822 - a lazy name (module __getattr__)
     "PokeReturnValue",
     "TriggerEvent",
     "task",

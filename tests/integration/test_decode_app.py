@@ -163,7 +163,7 @@ def run(tmp_path_factory):
         w.write([(seq + 1, rc[1], START_NS + 7, None, rc[2])])
         w._finish_part(w._part(0))  # a finished part file, but no manifest: the folder is not committed
     assert list(folder.glob("part-*.parquet")) and not (folder / staging.MANIFEST_NAME).exists()
-    committed = Path(staging.batch_path(str(root), STREAM, sim_owner := published[0][3], published[0][4], IID))
+    committed = Path(staging.batch_path(str(root), STREAM, published[0][3], published[0][4], IID))
     stray = pa.table({n: pa.array([v], staging.SCHEMA.field(n).type) for n, v in zip(
         staging.SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2]])})
     pq.write_table(stray.cast(staging.SCHEMA), committed / "part-99999.parquet")

@@ -430,7 +430,7 @@ def test_pendings_expire_at_snapshot_time(faulty):
 
 # ---- the fold on hand-made events (RA semantics, docs/wire-format.md §4) -------------------------
 
-O, D, H = "owner-token", "dev-1", "/light/1"
+O, D, H = "owner-token", "dev-1", "/light/1"  # noqa: E741 - owner, device, href of the tables below
 
 
 def _meta(v, ts, corr=""):
