@@ -2,7 +2,7 @@
 
 Usage::
 
-    PATH=/work/main/.venv/bin:$PATH .venv/bin/python bench/bench_decode.py --messages 1000000
+    PATH=.venv/bin:$PATH .venv/bin/python bench/bench_decode.py --messages 1000000
 
 Steps:
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    PATH=/work/main/.venv/bin:$PATH .venv/bin/python bench/bench_rebuild.py \\
+    PATH=.venv/bin:$PATH .venv/bin/python bench/bench_rebuild.py \\
         [--events 1000000] [--devices 10000] [--batch-devices 1000] [--buckets 32] [--json out.json]
         [--skip-throughput | --skip-history]
 

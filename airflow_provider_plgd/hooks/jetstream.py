@@ -214,8 +214,8 @@ class JetStreamHook(BaseHook):
         lookup runs in a worker thread and its answer is used: under ``dag.test()`` /
         ``airflow dags test`` the task's in-process supervisor link has no async ``asend``
         (Task SDK 1.x ``InProcessSupervisorComms``), so the async lookup of a connection stored in
-        the metadata DB fails, silently, while the sync lookup in the same task finds it
-        (issue #13, case 10). When both fail, the async lookup's error is raised.
+        the metadata DB fails, silently, while the sync lookup in the same task finds it. When both
+        fail, the async lookup's error is raised.
         Airflow 2: the sync lookup.
         """
         aget = getattr(self, "aget_connection", None)

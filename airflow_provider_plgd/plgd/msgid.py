@@ -1,6 +1,6 @@
 """The message-ID rule used for deduplication (the one home of this rule).
 
-Source: ``ARCHITECTURE.md``, section "Message ID (for dedupe)": plgd sets no ``Nats-Msg-Id``
+Source: ``docs/architecture.md``, "Message ID": plgd sets no ``Nats-Msg-Id``
 header (docs/wire-format.md §2.4), so the ID is the header when present, otherwise derived
 deterministically: for resource-aggregate events from ``aggregate_id``, ``version``,
 ``event_type`` and ``event_metadata.timestamp`` (docs/wire-format.md §4.9 rule 2); for
@@ -27,7 +27,7 @@ def message_id(
     event_type: str | None = None,
     timestamp: int | None = None,
 ) -> str:
-    """Deterministic message ID of a plgd NATS message (ARCHITECTURE.md "Message ID").
+    """Deterministic message ID of a plgd NATS message (docs/architecture.md, "Message ID").
 
     1. ``header_msg_id`` (the ``Nats-Msg-Id`` header) wins when it is a non-empty string (an
        empty header value counts as absent, as it does for JetStream's own dedupe).

@@ -144,7 +144,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
             if is_missing_stream_error(exc):
                 raise ValueError(f"JetStream stream {self.stream or '(connection default)'!r} does not exist: {exc}") \
                     from exc
-            # never "complete" without an answer of the server (issue #13, case 7)
+            # never "complete" without an answer of the server
             self.log.warning("Checking interval completeness failed, not complete; will retry at the next poke: "
                              "%s: %s", type(exc).__name__, exc)
             return False

@@ -27,7 +27,7 @@ tasks that copy each decoded file minus its dropped rows, named by their positio
 ``docs/snapshots.md`` has the measurements.
 
 The message ID is the ``msg_id`` column that decode computed with
-``airflow_provider_plgd.plgd.msgid.message_id`` (the one home of the ARCHITECTURE.md rule: the
+``airflow_provider_plgd.plgd.msgid.message_id`` (the one home of the rule: the
 ``Nats-Msg-Id`` header when present, else derived). Rows without a ``msg_id`` (none are expected)
 are all kept and counted.
 

@@ -1,5 +1,5 @@
 """The plgd JetStream connection in the real Airflow 3 UI, driven by a headless browser: no secret
-of the connection is ever shown (security issue #14).
+of the connection is ever shown.
 
 A real ``airflow api-server`` (Airflow 3, ``SimpleAuthManager`` with
 ``simple_auth_manager_all_admins``: every visitor is an admin, no login form) runs on a free
@@ -20,7 +20,7 @@ repository on its ``PYTHONPATH``. Playwright for Python drives Debian's ``/usr/b
 
 Screenshots of each step are kept in ``tests/artifacts/connection_ui/`` (ignored by git).
 
-The second test (issue #16) puts ``dags/plgd_events_etl.py`` in front of the same api-server: the
+The second test puts ``dags/plgd_events_etl.py`` in front of the same api-server: the
 DAG's docs panel, the Trigger form's param descriptions, and, after a real run of one interval
 (``airflow dags test`` into the api-server's metadata DB; real nats-server and spark-submit), the
 asset page with the asset event's ``extra``. Screenshots in ``tests/artifacts/etl_dag_ui/``.
@@ -275,7 +275,7 @@ def test_connection_secrets_never_shown_in_ui_or_rest_api(api_server):
 
 
 # ---------------------------------------------------------------------------------------------
-# The ETL DAG in the UI (issue #16): docs panel, trigger form, asset event metadata after a run
+# The ETL DAG in the UI: docs panel, trigger form, asset event metadata after a run
 # ---------------------------------------------------------------------------------------------
 ETL_DAG_ID = "plgd_events_etl"
 ETL_ARTIFACTS = REPO / "tests" / "artifacts" / "etl_dag_ui"

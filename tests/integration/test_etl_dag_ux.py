@@ -1,4 +1,4 @@
-"""What a user of the ETL DAG sees and gets in Airflow 3 (issue #16), without Spark.
+"""What a user of the ETL DAG sees and gets in Airflow 3, without Spark.
 
 * The docs panel shows the user docs of ``dags/plgd_events_etl.py``; every param has a
   description and a type (event types list their allowed values); the DAG has a description and

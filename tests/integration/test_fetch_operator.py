@@ -512,7 +512,7 @@ def test_nothing_spools_to_tmpdir_and_durable_spools_where_configured(jetstream,
 
 
 # ---------------------------------------------------------------------------------------------
-# issue #13, case 6: a time-bounded fetch commits only intervals complete on the server's clock
+# a time-bounded fetch commits only intervals complete on the server's clock
 # ---------------------------------------------------------------------------------------------
 def test_fetch_of_an_interval_not_complete_on_the_server_clock_fails_and_commits_nothing(jetstream, storage_root):
     """The fetch checks completeness itself (not only the sensor): while the NATS server's clock is

@@ -535,7 +535,7 @@ def test_ui_metadata_and_time_conversion():
 
 
 # ---------------------------------------------------------------------------------------------
-# issue #13: interval completeness on the server's clock (case 6); connections of the metadata DB
+# interval completeness on the server's clock (case 6); connections of the metadata DB
 # in `dag.test()` / `airflow dags test` (case 10)
 # ---------------------------------------------------------------------------------------------
 def test_interval_status_is_judged_on_the_server_clock(jetstream, monkeypatch):

@@ -1,4 +1,4 @@
-"""An S3 API as the storage root (issue #17), through real parts: moto's standalone S3 server
+"""An S3 API as the storage root, through real parts: moto's standalone S3 server
 (``s3`` fixture, :mod:`plgd_devtools.s3_server`) over HTTP, real nats-server, real Airflow.
 
 * the harness itself and the root's one spelling (``s3a://`` is an alias of ``s3://``);

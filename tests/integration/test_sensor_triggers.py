@@ -330,7 +330,7 @@ def test_asset_watcher_fires_in_the_triggerer_and_schedules_a_dag_run(jetstream,
 
 
 # ---------------------------------------------------------------------------------------------
-# issue #13: completeness on the NATS server's clock (case 6), never "complete" after an error (case 7)
+# completeness on the NATS server's clock (case 6), never "complete" after an error (case 7)
 # ---------------------------------------------------------------------------------------------
 class _SkewedClock:
     """The worker's/triggerer's wall clock, ``ahead_s`` seconds ahead of the NATS server's (one fake:

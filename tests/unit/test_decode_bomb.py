@@ -1,4 +1,4 @@
-"""Decode bombs (security issue #14, hole 4): a device controls its resource content, and snappy
+"""Decode bombs: a device controls its resource content, and snappy
 expands up to ~21x. A 1,082,226-byte payload of zeros holds a 22 MiB content (30 M characters of
 base64 JSON); a staging row group of 32 of them made one ``decode_batch`` call peak at 5.2 GB RSS.
 

@@ -249,7 +249,7 @@ def test_valid_values_still_build_the_documented_layout(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # connection secrets: names Airflow redacts, no credentials in server URLs, no ws:// under TLS
-# (security issue #14; the browser test tests/integration/test_connection_ui.py shows the UI side)
+# (the browser test tests/integration/test_connection_ui.py shows the UI side)
 
 URL_SECRET = "urlpw-Qm7Tz41"
 

@@ -1,4 +1,4 @@
-"""Message-ID rule (ARCHITECTURE.md "Message ID (for dedupe)")."""
+"""Message-ID rule (docs/architecture.md, "Message ID (dedupe key)")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ``--py-files`` zip that the Spark driver runs inside the Airflow worker (client mode) is
 never taken from the shared storage root, and a zip changed after ``plan`` is never executed.
 
-Security issue #14, hole 2: the zip used to live at ``{root}/_deps/plgd_py_files.zip``; anyone who
+Hole: the zip used to live at ``{root}/_deps/plgd_py_files.zip``; anyone who
 could write the storage root (in the compose stack the Spark workers mount it) replaced it with
 one whose ``airflow_provider_plgd/spark/session.py`` dumped ``AIRFLOW_CONN_*``, and the decode task ran it.
 
