@@ -48,6 +48,14 @@ docs/operations.md of airflow-provider-plgd ("DAG parameters", "Backfill and rer
 """
 
 
+#: JSON-schema ``pattern`` of one owner ID in the trigger form: the rule of
+#: ``plgd.subjects.validate_owner_id`` (no leading ``_``; no ``.``, ``*``, ``>``, ``/``, ``\``,
+#: ``=``, ``?``, ``[``, ``]``, whitespace or control characters). ``plan`` checks the same again.
+OWNER_ID_PATTERN = r"^[^_.*>/\\=?\[\]\s\x00-\x1f\x7f][^.*>/\\=?\[\]\s\x00-\x1f\x7f]*$"
+#: JSON-schema ``pattern`` of a stream name (``hooks.connection.check_stream_name``).
+STREAM_NAME_PATTERN = r"^[^.*>/\\\s\x00-\x1f\x7f]+$"
+
+
 def param_schemas() -> dict[str, dict[str, Any]]:
     """JSON-schema keywords and descriptions of each param of :data:`DEFAULT_PARAMS`, for ``Param``.
 
@@ -59,17 +67,19 @@ def param_schemas() -> dict[str, dict[str, Any]]:
 
     event_types = list(EVENT_TYPES)
     return {
-        "stream": {"type": "string", "minLength": 1, "title": "Stream",
+        "stream": {"type": "string", "minLength": 1, "pattern": STREAM_NAME_PATTERN, "title": "Stream",
                    "description": "JetStream stream that holds the plgd events (subjects plgd.>)."},
-        "owners": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "title": "Owners",
+        # optional params: null (a cleared field) is their default, so the Trigger form submits them empty
+        "owners": {"type": ["null", "array"], "items": {"type": "string", "pattern": OWNER_ID_PATTERN},
+                   "uniqueItems": True, "title": "Owners",
                    "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line). "
                                   "Empty: every owner found on the stream, and messages outside any owner are "
                                   "staged as unrouted."},
-        "event_types": {"type": "array", "items": {"type": "string", "enum": event_types}, "uniqueItems": True,
+        "event_types": {"type": ["null", "array"], "items": {"type": "string", "enum": event_types}, "uniqueItems": True,
                         "examples": event_types, "title": "Event types",
                         "description": "plgd event types to stage; the others are skipped and counted in the "
                                        "ledger. Empty: every event type."},
-        "storage_root": {"type": "string", "title": "Storage root",
+        "storage_root": {"type": ["null", "string"], "title": "Storage root",
                          "description": "Root of staging and tables: a local path or an fsspec URL such as "
                                         "s3://bucket/plgd, one the DAG author allows (the DAG's default, "
                                         "build_etl_dag(storage_roots=...), or the connection's). Empty: the "
@@ -89,7 +99,8 @@ def param_schemas() -> dict[str, dict[str, Any]]:
         "max_content_bytes": {"type": "integer", "minimum": 1, "title": "Max content size (bytes)",
                               "description": "Decoded events larger than this go to quarantine "
                                              "(reason content_too_large)."},
-        "spark_conf": {"type": "object", "title": "Spark settings", "description": SPARK_CONF_PARAM_DESCRIPTION},
+        "spark_conf": {"type": ["null", "object"], "title": "Spark settings",
+                       "description": SPARK_CONF_PARAM_DESCRIPTION},
     }
 
 

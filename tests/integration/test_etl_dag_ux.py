@@ -81,6 +81,15 @@ def test_docs_params_description_and_task_names():
 
     with pytest.raises(ParamValidationError, match="notanevent"):
         dag.params.get_param("event_types").resolve(["notanevent"])
+    # The Trigger form submits the defaults as they are, and a cleared optional field (null) too;
+    # the form refuses an owner or stream that plan would refuse (JSON-schema patterns)
+    dag.params.validate()
+    for name in ("owners", "event_types", "storage_root", "spark_conf"):
+        assert dag.params.get_param(name).resolve(None) is None, name
+    for name, bad in (("owners", ["a/../b"]), ("owners", ["_unrouted"]), ("owners", ["a b"]), ("stream", "EV.X")):
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(name).resolve(bad)
+    assert dag.params.get_param("owners").resolve(["6ba7b811-9dad-11d1-80b4-00c04fd430c8"])
 
 
 def test_manual_trigger_with_the_dialogs_default_logical_date_is_refused(dags_folder, jetstream, tmp_path):
