@@ -263,14 +263,21 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     decode = result.get("decode") or {}
     selection = chain.get("selection") or {}
     log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))
-    log.info("Decoded %s, quarantined %s (by reason: %s)", decode.get("decoded"), decode.get("quarantined"),
-             decode.get("per_reason") or {})
-    dedupe = result.get("dedupe") or {}
-    log.info("Duplicates dropped %s (within the interval %s, seen in earlier intervals %s); %s events kept",
-             dedupe.get("duplicates"), dedupe.get("within_batch_duplicates"), dedupe.get("cross_batch_duplicates"),
-             dedupe.get("output"))
-    rebuild = result.get("rebuild") or {}
-    log.info("Snapshot %s rows: %s", rebuild.get("version"), rebuild.get("rows"))
+    if chain.get("spark_skipped") and not decode:
+        log.info("Decode, dedupe and rebuild skipped: %s", chain["spark_skipped"])
+    else:
+        log.info("Decoded %s, quarantined %s (by reason: %s)", decode.get("decoded"), decode.get("quarantined"),
+                 decode.get("per_reason") or {})
+        dedupe = result.get("dedupe") or {}
+        log.info("Duplicates dropped %s (within the interval %s, seen in earlier intervals %s); %s events kept",
+                 dedupe.get("duplicates"), dedupe.get("within_batch_duplicates"),
+                 dedupe.get("cross_batch_duplicates"), dedupe.get("output"))
+        rebuild = result.get("rebuild") or {}
+        if rebuild.get("unchanged"):
+            log.info("Snapshot %s unchanged (its events are in the latest snapshot %s)", rebuild.get("version"),
+                     rebuild.get("latest"))
+        else:
+            log.info("Snapshot %s rows: %s", rebuild.get("version"), rebuild.get("rows"))
     if chain.get("deleted_in_range"):
         log.warning("%s stream sequences of the interval's range hold no message (deleted from the stream)",
                     chain["deleted_in_range"])

@@ -1,7 +1,7 @@
 """# plgd_events_etl
 
 Turns the plgd hub's event stream (NATS JetStream, subjects `plgd.>`) into analytics tables, one
-**data interval** per run (default: hourly). Each run processes `[data_interval_start, data_interval_end)`:
+**data interval** per run (the DAG's schedule: `PLGD_ETL_SCHEDULE_SECONDS`, 3600 s unless set). Each run processes `[data_interval_start, data_interval_end)`:
 
 | Task | What it does |
 |---|---|

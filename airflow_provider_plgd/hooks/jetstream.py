@@ -843,7 +843,8 @@ class JetStreamHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Connect and read the stream state (Airflow's "Test connection" button).
 
-        :return: ``(True, "... N messages, B bytes, first seq F, last seq L")`` or
+        :return: ``(True, "... N messages, B bytes, first seq F (time), last seq L (time)")`` (the
+            first and last messages' server times, RFC 3339: where a DAG's start date can begin) or
             ``(False, <clear error message>)``; never raises for server-side problems.
         """
         try:
@@ -852,10 +853,14 @@ class JetStreamHook(BaseHook):
         except (JetStreamError, ValueError) as exc:
             return False, f"{type(exc).__name__}: {exc}"
         st = info.get("state", {})
+
+        def when(key: str) -> str:  # JetStream reports 0001-01-01T00:00:00Z for an empty stream
+            return f" ({st[key]})" if st.get("messages") and st.get(key) else ""
+
         return True, (
             f"Connected to {s.safe_servers()}; stream {info.get('config', {}).get('name', s.stream)}: "
             f"{st.get('messages', 0)} messages, {st.get('bytes', 0)} bytes, "
-            f"first seq {st.get('first_seq', 0)}, last seq {st.get('last_seq', 0)}"
+            f"first seq {st.get('first_seq', 0)}{when('first_ts')}, last seq {st.get('last_seq', 0)}{when('last_ts')}"
         )
 
 

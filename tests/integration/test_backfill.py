@@ -467,4 +467,15 @@ def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> No
     assert "quarantined 1 (by reason: {'bad_snappy': 1})" in text
     assert "Duplicates dropped 2 (within the interval 1, seen in earlier intervals 1)" in text
     assert "lag 12.5 s" in text
+    # an empty interval whose Spark tasks were skipped says so, instead of "Decoded None ... rows: None"
+    caplog.clear()
+    empty = {"interval_id": result["interval_id"], "fetched": {}, "fetched_total": 0, "reconciled": True,
+             "lag_seconds": 1.0,
+             "chain": {"stream_total": 0, "owners": 2, "unrouted": 0, "not_requested_owners_messages": 0,
+                       "skipped": {}, "spark_skipped": "the stream holds no message for the interval and there is no snapshot yet",
+                       "selection": {"owners": "all 2 discovered", "event_types": "all 18"}}}
+    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
+        log_run_summary(empty)
+    assert "Decode, dedupe and rebuild skipped: the stream holds no message" in caplog.text
+    assert "None" not in caplog.text and "Covered owners: all 2 discovered; event types: all 18" in caplog.text
 

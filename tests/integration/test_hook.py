@@ -352,7 +352,7 @@ def test_test_connection_success(jetstream):
     ok, message = JetStreamHook().test_connection()
     assert ok, message
     assert f"127.0.0.1:{jetstream.port}" in message
-    assert "stream EVENTS: 1 messages" in message and "first seq 1, last seq 1" in message
+    assert "stream EVENTS: 1 messages" in message and "first seq 1 (20" in message and "last seq 1 (20" in message
 
 
 def test_unreachable_server_fails_fast(monkeypatch):
