@@ -72,6 +72,22 @@ async def check_interval_complete(
     return success_payload(status) if status["complete"] else None
 
 
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation of the current task that a library swallowed.
+
+    On Python 3.11, ``asyncio.wait_for`` (used inside nats-py's requests) drops a cancellation that
+    arrives as its inner future completes (CPython gh-86296, fixed in 3.12). A polling loop that
+    then goes on would never end: the triggerer could not stop it, and a caller's timeout would
+    wait forever. Called after each poll; ``Task.cancelling`` exists from Python 3.11.
+
+    :raises asyncio.CancelledError: the current task was asked to stop.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
+
+
 def is_missing_stream_error(exc: BaseException) -> bool:
     """True when ``exc`` (or its cause) says the stream does not exist.
 
@@ -195,6 +211,10 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
                 if status["waiting_for"]:
                     self.log.info("Interval ending at %s ns: waiting for the mirror's origin %s to be current",
                                   self.end_ns, ", ".join(map(str, status["waiting_for"])))
-                # wake up when the settle time is over on the server's clock, if that is sooner
-                wait = min(wait, max((self.end_ns + settle_ns - status["server_time_ns"]) / 1e9, 0.0) + 0.01)
+                # wake up when the settle time is over on the server's clock, if that is sooner; once it
+                # is over (a mirror not yet current), poll every poll_interval, not in a tight loop
+                ahead = (self.end_ns + settle_ns - status["server_time_ns"]) / 1e9
+                if ahead > 0:
+                    wait = min(wait, ahead + 0.01)
+            raise_if_cancelling()
             await asyncio.sleep(wait)

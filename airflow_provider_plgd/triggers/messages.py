@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow_provider_plgd.compat import TriggerEvent
+from airflow_provider_plgd.triggers.interval_complete import raise_if_cancelling
 
 try:  # Airflow 3: triggers that AssetWatchers accept
     from airflow.triggers.base import BaseEventTrigger
@@ -155,4 +156,5 @@ class JetStreamMessageTrigger(BaseEventTrigger):
             if payload is not None:
                 await self._save_cursor(cursor)
                 yield TriggerEvent(payload)
+            raise_if_cancelling()
             await asyncio.sleep(self.poll_interval)

@@ -448,3 +448,33 @@ def test_sensor_never_completes_when_the_check_fails(jetstream, monkeypatch, cap
         result = JetStreamIntervalCompleteSensor(task_id="wait2", end_time=end_ns, settle_seconds=1,
                                                  poke_interval=0.2, timeout=10).execute({})
         assert result["reason"] == "settled" and result["server_time_ns"] >= end_ns + 1_000_000_000
+
+
+def test_a_trigger_stops_when_its_cancellation_was_swallowed():
+    """``raise_if_cancelling``: on Python 3.11 ``asyncio.wait_for`` inside nats-py can drop a
+    cancellation (CPython gh-86296); the trigger's loop re-raises it after each poll, so the
+    triggerer (or a caller's timeout) can always stop it. Before: a test's 1.5 s timeout around a
+    trigger polling a cut mirror waited forever."""
+    import sys
+
+    from airflow_provider_plgd.triggers.interval_complete import raise_if_cancelling
+
+    if sys.version_info < (3, 11):
+        pytest.skip("Task.cancelling() exists from Python 3.11 (3.10's wait_for does not drop cancellations)")
+
+    async def scenario():
+        async def library_that_swallows():
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass  # dropped, as wait_for does in the race
+            raise_if_cancelling()
+            return "went on"
+
+        task = asyncio.ensure_future(library_that_swallows())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
