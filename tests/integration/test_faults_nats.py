@@ -61,6 +61,7 @@ def expected(truth: dict, owner: str, event_type: str, start_ns: int, end_ns: in
 # nats-server SIGKILLed while fetch tasks run; Airflow retries
 # ---------------------------------------------------------------------------------------------
 DAG_FILE = """
+import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -69,10 +70,13 @@ with DAG("plgd_test_faults_nats_kill", schedule=timedelta(seconds=INTERVAL),
          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False, render_template_as_native_obj=True,
          default_args={"retries": 2, "retry_delay": timedelta(seconds=1)},
          params={"storage_root": "", "owners": [], "event_types": []}) as dag:
+    # the storage_root param of a run may name a root below the temp folder (the operator's allowlist)
     first = JetStreamToStagingOperator(task_id="fetch_a", owner_ids="{{ params.owners }}",
-                                       event_types="{{ params.event_types[:3] }}", batch_size=20, row_group_size=50)
+                                       event_types="{{ params.event_types[:3] }}", batch_size=20, row_group_size=50,
+                                       storage_roots=[tempfile.gettempdir()])
     second = JetStreamToStagingOperator(task_id="fetch_b", owner_ids="{{ params.owners }}",
-                                        event_types="{{ params.event_types[3:] }}", batch_size=20, row_group_size=50)
+                                        event_types="{{ params.event_types[3:] }}", batch_size=20, row_group_size=50,
+                                        storage_roots=[tempfile.gettempdir()])
     first >> second
 """
 

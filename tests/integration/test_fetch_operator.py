@@ -87,6 +87,7 @@ def run_op(**kwargs):
 # A real DAG run per interval
 # ---------------------------------------------------------------------------------------------
 DAG_FILE = """
+import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -95,7 +96,8 @@ with DAG("plgd_test_fetch_intervals", schedule=timedelta(seconds=INTERVAL),
          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False, render_template_as_native_obj=True,
          params={"storage_root": "", "owners": [], "event_types": []}) as dag:
     JetStreamToStagingOperator(task_id="fetch_group", owner_ids="{{ params.owners }}",
-                               event_types="{{ params.event_types }}", row_group_size=7)
+                               event_types="{{ params.event_types }}", row_group_size=7,
+                               storage_roots=[tempfile.gettempdir()])  # where a run's storage_root may point
     JetStreamToStagingOperator(task_id="fetch_one", owner_id="OWNER", event_type="resourcechanged",
                                destination="{{ params.storage_root }}/single")
 """
@@ -296,9 +298,15 @@ def test_destinations_object_storage_path_memory_url_and_defaults(jetstream, tmp
     assert out["path"].startswith(str(tmp_path / "osp")) and out["count"] == 3
     out = run_op(destination="memory://plgd-it/root", **kw)
     assert out["path"].startswith("memory://") and staging.read_batch(staging.read_manifest(out["path"])).num_rows == 3
-    # DAG param storage_root, then the connection's storage_root extra, then $AIRFLOW_HOME/plgd
-    op = JetStreamToStagingOperator(task_id="f", **kw)
+    # DAG param storage_root (a root the operator's storage_roots allow), then the connection's
+    # storage_root extra, then $AIRFLOW_HOME/plgd
+    op = JetStreamToStagingOperator(task_id="f", storage_roots=[str(tmp_path / "param")], **kw)
     assert op.execute({"params": {"storage_root": str(tmp_path / "param")}})["root"] == str(tmp_path / "param")
+    from airflow_provider_plgd.run_params import UntrustedRunParamError
+
+    with pytest.raises(UntrustedRunParamError, match="is not a root this DAG allows"):
+        op.execute({"params": {"storage_root": str(tmp_path / "elsewhere")}})
+    assert not (tmp_path / "elsewhere").exists()
     conn = json.loads(os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"])
     conn["extra"]["storage_root"] = str(tmp_path / "conn")
     monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(conn))
