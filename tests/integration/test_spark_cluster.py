@@ -39,12 +39,16 @@ DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.run_params import DEFAULT_RUN_SPARK_CONF_KEYS
 
 common = dict(schedule=timedelta(seconds=INTERVAL), start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
               catchup=False, default_args={"retries": 0},
-              storage_roots=[tempfile.gettempdir(), "s3://plgd-test"])  # runs choose their root below these
+              storage_roots=[tempfile.gettempdir(), "s3://plgd-test"],  # runs choose their root below these
+              # this test's author lets a run choose the executors' Python (a production DAG sets it in
+              # spark_conf: whoever may trigger the DAG would choose what the executors run)
+              run_spark_conf_keys=[*DEFAULT_RUN_SPARK_CONF_KEYS, "spark.pyspark.python"])
 # The cluster DAG's own settings: where the executors reach the driver. The executors' Python comes
-# per run, through the spark_conf param.
+# per run, through the spark_conf param (allowed above).
 CLUSTER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                 "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "4"}
 cluster = build_etl_dag(dag_id="CLUSTER_DAG", spark_conn_id="spark_cluster", spark_conf=CLUSTER_CONF, **common)
