@@ -14,14 +14,16 @@ DISTRIBUTION_NAME = "airflow-provider-plgd"
 _PUBLIC = {
     "decode_message": "airflow_provider_plgd.spark.decode_batch",
     "read_snapshot": "airflow_provider_plgd.spark.snapshot_store",
+    "latest_snapshot": "airflow_provider_plgd.spark.snapshot_store",
 }
 
-__all__ = ["__version__", "DISTRIBUTION_NAME", "decode_message", "read_snapshot"]
+__all__ = ["__version__", "DISTRIBUTION_NAME", "decode_message", "latest_snapshot", "read_snapshot"]
 
 
 def __getattr__(name: str):
-    """``decode_message(subject, payload) -> dict`` (a row of the ``events`` table) and
-    ``read_snapshot(root, table, version=None) -> pyarrow.Table``, imported on first use."""
+    """``decode_message(subject, payload) -> dict`` (a row of the ``events`` table),
+    ``read_snapshot(root, table, version=None, *, as_of=None) -> pyarrow.Table`` and
+    ``latest_snapshot(root) -> dict | None`` (the latest snapshot's record), imported on first use."""
     if name in _PUBLIC:
         import importlib
 

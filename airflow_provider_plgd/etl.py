@@ -399,13 +399,13 @@ def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime) -> st
     * the stream holds no message for the interval (``record["total"] == 0``);
     * no Spark application has a run summary of the interval (else an earlier run wrote outputs,
       and a rerun must replace them);
-    * no pending of the latest snapshot expires before the interval end (``next_expiry_ns`` of the
-      manifest, the rule of ``rebuild_snapshots``), or there is no snapshot yet (intervals before
+    * no pending of the latest snapshot expires before the interval end (``next_expiry_ns`` of its
+      record, the rule of ``rebuild_snapshots``), or there is no snapshot yet (intervals before
       the stream's first message).
 
-    A skipped interval commits no ``events_deduped`` folder: dedupe's lookback counts committed
-    intervals, so it then reaches further back in time, never less; rebuild folds every committed
-    interval after its base snapshot, so the next non-empty interval builds on the last snapshot.
+    A skipped interval commits nothing: dedupe's lookback counts intervals with rows, so it then
+    reaches further back in time, never less; rebuild folds every interval with rows after its
+    base snapshot, so the next non-empty interval builds on the last snapshot.
 
     :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware).
     """
@@ -417,7 +417,7 @@ def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime) -> st
     interval = record["interval_id"]
     if any(read_app_summary(root, app, interval) is not None for app in APPS):
         return None
-    latest = snapshot_store.read_latest(root)
+    latest = snapshot_store.latest(root)
     if latest is None:
         return "the stream holds no message for the interval and there is no snapshot yet"
     end_ns = times.to_ns(end, "end")

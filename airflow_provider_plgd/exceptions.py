@@ -172,3 +172,28 @@ class NarrowerRerunError(LedgerError):
     and so delete the others'. Raised by ``plan`` before the ledger is rewritten; nothing is
     changed. The message names what the earlier run covered that this one does not.
     """
+
+
+class TableCommitError(OSError):
+    """A Delta commit of one run was refused: a newer run of the same interval committed first, or a
+    concurrent writer changed the rows the commit replaces (Delta's conflict check). Nothing of the
+    run is visible. Source: Delta protocol, "Optimistic concurrency control".
+
+    :ivar table: the table's URI.
+    """
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+class OldLayoutError(ValueError):
+    """The storage root holds tables in the layout before Delta Lake (``_manifest.json`` folders,
+    ``snapshots/_latest.json``).
+
+    :ivar path: the old folder or file found.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

@@ -65,14 +65,14 @@ def compare_tables(
 
 
 def read_latest_tables(root: str) -> dict[str, list[dict[str, Any]]]:
-    """Read the four snapshot tables named by ``{root}/snapshots/_latest.json`` as row dicts.
+    """Read the four snapshot tables of the latest snapshot (``snapshot_store.latest``) as row dicts.
 
     :raises FileNotFoundError: if no snapshot has been committed under ``root``.
     """
     from airflow_provider_plgd.spark import snapshot_store
 
-    if snapshot_store.read_latest(str(root)) is None:
-        raise FileNotFoundError(f"no committed snapshot under {root}/snapshots (no _latest.json)")
+    if snapshot_store.latest(str(root)) is None:
+        raise FileNotFoundError(f"no committed snapshot under {root}/snapshots (no _device_state commit)")
     return {table: snapshot_store.read_table(str(root), table).to_pylist() for table in TABLES}
 
 

@@ -5,9 +5,10 @@ URIs ``plgd://plgd_events_etl/{staging,events,quarantine,events_deduped,snapshot
 the ETL's ``rebuild`` task succeeds, Airflow records an event on the ``snapshots`` asset and
 queues a run of this DAG (Airflow 3 "assets", Airflow 2.11 "datasets").
 
-An asset-triggered run has no data interval; it reads the **latest committed** snapshot
-(``{storage_root}/snapshots/_latest.json``, see ``docs/snapshots.md``) with pyarrow + fsspec (no
-Spark) and logs, per owner, the devices and how many of them are online.
+An asset-triggered run has no data interval; it reads the **latest committed** snapshot (the Delta
+tables ``{storage_root}/snapshots/*``, see ``docs/snapshots.md``) with the provider's public
+``read_snapshot`` (a thin wrapper over ``deltalake``; no Spark) and logs, per owner, the devices
+and how many of them are online.
 
 XCom of ``devices_online`` (JSON)::
 
@@ -66,20 +67,20 @@ with DAG(
         from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
         from airflow_provider_plgd.storage_root import resolve_storage_root
-        from airflow_provider_plgd.spark import snapshot_store
+        from airflow_provider_plgd import latest_snapshot, read_snapshot
 
         log = logging.getLogger("airflow.task")
         # a run param is untrusted input: only "", the connection's root or a root the deployment
         # allows (PLGD_ETL_STORAGE_ROOTS, as for the ETL DAG)
         root = check_run_storage_root((params or {}).get("storage_root"), env_storage_roots(), JETSTREAM_CONN_ID)
         root = resolve_storage_root(root, JETSTREAM_CONN_ID)
-        manifest = snapshot_store.read_latest(root)
-        if manifest is None:
-            raise FileNotFoundError(f"no committed snapshot under {root}/snapshots (no _latest.json)")
+        snapshot = latest_snapshot(root)
+        if snapshot is None:
+            raise FileNotFoundError(f"no committed snapshot under {root}/snapshots")
         status: dict[tuple[str, str], str | None] = {}
         for table, column in (("owner_devices", None), ("device_metadata", "connection_status")):
             columns = ["owner_id", "device_id"] + ([column] if column else [])
-            rows = snapshot_store.read_table(root, table, manifest).select(columns).to_pylist()
+            rows = read_snapshot(root, table, snapshot["version"]).select(columns).to_pylist()
             for row in rows:
                 key = (row["owner_id"], row["device_id"])
                 status[key] = row.get(column) if column else status.get(key)
@@ -89,9 +90,9 @@ with DAG(
             counts["devices"] += 1
             counts[{"ONLINE": "online", "OFFLINE": "offline"}.get(value or "", "unknown")] += 1
         result = {
-            "snapshot_version": manifest["version"],
-            "snapshot_time": ns_to_iso(manifest["snapshot_time_ns"]),
-            "interval_id": manifest.get("interval_id"),
+            "snapshot_version": snapshot["version"],
+            "snapshot_time": ns_to_iso(snapshot["snapshot_time_ns"]),
+            "interval_id": snapshot.get("interval_id"),
             "owners": owners,
             "devices": sum(c["devices"] for c in owners.values()),
             "online": sum(c["online"] for c in owners.values()),

@@ -1,4 +1,4 @@
-"""The decode job: committed staging batches of one interval -> ``events`` + ``quarantine``.
+"""The decode job: committed staging batches of one interval -> the Delta tables ``events`` + ``quarantine``.
 
 The command line is ``airflow_provider_plgd/spark_apps/decode_events.py``; its module docstring
 describes the steps. Here: the planning (:func:`staging_units`, :func:`ledger_manifests`), the
@@ -13,18 +13,19 @@ import logging
 import time
 from typing import Any
 
-from airflow_provider_plgd import storage
-from airflow_provider_plgd.spark import folders, schemas
+from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
-from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
+from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter, new_write_id
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
 APP = "decode"
 log = logging.getLogger("plgd.spark.decode")
 
-#: What each task returns to the driver: one record per written file (per reason for quarantine).
-RECORD_FIELDS = ("table", "path", "owner_id", "event_type", "date", "reason", "rows")
+#: Partition columns of the two tables (``delta_tables.INTERVAL_TABLES``).
+EVENTS_PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.EVENTS]
+QUARANTINE_PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.QUARANTINE]
 
 
 def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
@@ -33,12 +34,13 @@ def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
     Ordered by rows (largest first), then url and row group, so the order is deterministic.
     Cost: one footer read per file (docs/performance.md, M10).
     """
-    import fsspec
     import pyarrow.parquet as pq
+
+    from airflow_provider_plgd.storage import to_fs
 
     units = []
     for url in files:
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = to_fs(url)
         with fs.open(path, "rb") as fh:
             meta = pq.ParquetFile(fh).metadata
         for i in range(meta.num_row_groups):
@@ -48,11 +50,12 @@ def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
 
 
 def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quarantine_dir: str, write_id: str,
-                 row_group_rows: int, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES) -> list[tuple]:
-    """Decode staging Arrow batches and write both tables; return one record per written file.
+                 row_group_rows: int, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES) -> list[dict[str, Any]]:
+    """Decode staging Arrow batches and write the data files of both tables; return one record per file.
 
-    Records are tuples in the column order of :data:`RECORD_FIELDS`: decoded rows go to
-    ``events_dir`` (partitioned by ``owner_id/event_type/date``), quarantined rows to
+    Records: ``{"table": "events" | "quarantine", "file": delta_tables.file_record, "reasons":
+    {reason: rows}}`` (quarantine only). Decoded rows go below the ``events`` table folder
+    ``events_dir`` (partitioned by ``interval_id/event_type``), quarantined rows below
     ``quarantine_dir`` (:class:`parquet_io.ArrowPartitionedWriter`, pyarrow; file names depend only
     on ``write_id`` and ``task_id``, so a retried task overwrites its own files).
     """
@@ -62,9 +65,9 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
 
     events_cols = list(schemas.EVENTS_COLUMNS)
     quarantine_cols = list(schemas.QUARANTINE_COLUMNS)
-    events = ArrowPartitionedWriter(events_dir, task_id, schemas.EVENTS_SCHEMA, schemas.EVENTS_PARTITION_COLUMNS,
+    events = ArrowPartitionedWriter(events_dir, task_id, schemas.EVENTS_SCHEMA, EVENTS_PARTITIONS,
                                     write_id=write_id, row_group_rows=row_group_rows)
-    quarantine = ArrowPartitionedWriter(quarantine_dir, task_id, schemas.QUARANTINE_SCHEMA, (),
+    quarantine = ArrowPartitionedWriter(quarantine_dir, task_id, schemas.QUARANTINE_SCHEMA, QUARANTINE_PARTITIONS,
                                         write_id=write_id, row_group_rows=row_group_rows)
     reasons: dict[str, int] = {}
     for batch in batches:
@@ -83,13 +86,9 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
                 quarantine.write(q)
                 for r in q.column("reason").to_pylist():
                     reasons[r] = reasons.get(r, 0) + 1
-    records = []
-    for f in events.close():
-        p = f["partition"]
-        records.append(("events", f["path"], p["owner_id"], p["event_type"], p["date"], None, f["rows"]))
-    for f in quarantine.close():
-        for reason, n in sorted(reasons.items()):
-            records.append(("quarantine", f["path"], None, None, None, reason, n))
+    records: list[dict[str, Any]] = [{"table": "events", "file": f} for f in events.close()]
+    for f in quarantine.close():  # one file per task (one interval)
+        records.append({"table": "quarantine", "file": f, "reasons": dict(sorted(reasons.items()))})
     return records
 
 
@@ -100,7 +99,7 @@ def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_
 
     Input: the partition's elements, each a list of units (:func:`task_plan.plan_tasks`); the task reads
     those row groups with pyarrow (``batch_rows`` rows per batch), runs :func:`_decode_task`
-    and yields its records (tuples, :data:`RECORD_FIELDS` order). A plain Python RDD
+    and yields its records (dicts, see :func:`_decode_task`). A plain Python RDD
     task needs no SQL planning, no Arrow stream between JVM and worker and no second Python
     worker, which is cheaper than ``spark.range(...).mapInArrow``, both for the first job and per
     warm task (figures: docs/performance.md, "Measurements behind design choices", M11).
@@ -119,14 +118,14 @@ def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_
 
 def _read_units(unit_lists, batch_rows: int):
     """Yield staging Arrow batches (``batch_rows`` rows) of the row groups of each list of units."""
-    import fsspec
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd import staging
+    from airflow_provider_plgd.storage import to_fs
 
     for units in unit_lists:
         for url, row_group, _rows in units:
-            fs, path = fsspec.core.url_to_fs(url)
+            fs, path = to_fs(url)
             with fs.open(path, "rb") as fh:
                 pf = pq.ParquetFile(fh)
                 for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[row_group],
@@ -169,17 +168,20 @@ def ledger_manifests(root: str, stream: str, interval_id: str) -> list[dict[str,
 
 
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
-    """Decode one interval and commit ``events``, ``quarantine`` and the summary.
+    """Decode one interval and commit ``events``, ``quarantine`` (one Delta transaction each) and the summary.
 
     :return: the run summary dict (also written as JSON).
     :raises RuntimeError: the counts do not reconcile (nothing is committed then).
-    :raises OSError: another run of the interval committed meanwhile (``folders.commit_folder``).
+    :raises TableCommitError: another run of the interval committed meanwhile (``delta_tables.commit_files``).
+    :raises OldLayoutError: the output root holds tables of the layout before Delta Lake.
     """
     from airflow_provider_plgd import staging
 
     started = time.time()
+    run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id
     staging.validate_partition_value(interval_id, "interval_id")
+    delta_tables.check_layout(args.output_root)
     if args.ledger:
         manifests = ledger_manifests(args.staging_root, args.stream, interval_id)
     else:
@@ -194,51 +196,51 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     # staging row groups (<= 50,000 rows) packed into a few tasks of decreasing size
     tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
-    events_dir = storage.join_path(args.output_root, "events", f"interval={interval_id}")
-    quarantine_dir = storage.join_path(args.output_root, "quarantine", f"interval={interval_id}")
-    write_id = folders.new_write_id()
+    events_uri = delta_tables.table_uri(args.output_root, delta_tables.EVENTS)
+    quarantine_uri = delta_tables.table_uri(args.output_root, delta_tables.QUARANTINE)
+    write_id = new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
     phase = time.time()
     # one pass: every payload is decoded once, and both tables are written by the same tasks
-    task = make_rdd_task(interval_id, events_dir, quarantine_dir, write_id, max_content_bytes=args.max_content_bytes)
-    records = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(task).collect() if tasks else []
-    written = [dict(zip(RECORD_FIELDS, rec)) for rec in records]
+    task = make_rdd_task(interval_id, events_uri, quarantine_uri, write_id, max_content_bytes=args.max_content_bytes)
+    written = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(task).collect() if tasks else []
     timings["decode_and_write"] = round(time.time() - phase, 3)
 
     per_event_type: dict[str, int] = {}
     per_reason: dict[str, int] = {}
-    event_files: list[dict[str, Any]] = []
-    quarantine_files: dict[str, int] = {}
+    event_files = [rec["file"] for rec in written if rec["table"] == "events"]
+    quarantine_files = [rec["file"] for rec in written if rec["table"] == "quarantine"]
+    for f in event_files:
+        event_type = f["partition"]["event_type"]
+        per_event_type[event_type] = per_event_type.get(event_type, 0) + f["rows"]
     for rec in written:
-        if rec["table"] == "events":
-            per_event_type[rec["event_type"]] = per_event_type.get(rec["event_type"], 0) + rec["rows"]
-            event_files.append({"path": rec["path"], "rows": rec["rows"], "owner_id": rec["owner_id"],
-                                "event_type": rec["event_type"], "date": rec["date"]})
-        else:
-            per_reason[rec["reason"]] = per_reason.get(rec["reason"], 0) + rec["rows"]
-            quarantine_files[rec["path"]] = quarantine_files.get(rec["path"], 0) + rec["rows"]
+        for reason, n in rec.get("reasons", {}).items():
+            per_reason[reason] = per_reason.get(reason, 0) + n
     decoded = sum(per_event_type.values())
     quarantined = sum(per_reason.values())
     log.info("fetched=%d decoded=%d quarantined=%d (fetched == decoded + quarantined: %s)",
              fetched, decoded, quarantined, fetched == decoded + quarantined)
-    if fetched != decoded + quarantined:
+    if fetched != decoded + quarantined or quarantined != sum(f["rows"] for f in quarantine_files):
         raise RuntimeError(
             f"counts do not reconcile for interval {interval_id}: fetched {fetched} (manifests) != "
             f"decoded {decoded} + quarantined {quarantined}; nothing committed"
         )
 
     phase = time.time()
-    if not quarantine_files:  # an empty file, so the folder always has the schema
-        empty = ArrowPartitionedWriter(quarantine_dir, 0, schemas.QUARANTINE_SCHEMA, (), write_id=write_id,
-                                       always_write=True).close()
-        quarantine_files[empty[0]["path"]] = 0
-    folders.commit_folder(events_dir, event_files, table="events", interval_id=interval_id,
-                          write_id=write_id, started=started)
-    folders.commit_folder(quarantine_dir, [{"path": p, "rows": n} for p, n in sorted(quarantine_files.items())],
-                          table="quarantine", interval_id=interval_id, write_id=write_id, started=started)
+    meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
+            "stream": args.stream}
+    commits = {}
+    for name, uri, schema, records, rows in (
+            (delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),
+            (delta_tables.QUARANTINE, quarantine_uri, schemas.QUARANTINE_SCHEMA, quarantine_files, quarantined)):
+        commits[name] = delta_tables.commit_files(
+            uri, records, schema=schema, partition_by=delta_tables.INTERVAL_TABLES[name],
+            replace=delta_tables.interval_filter(interval_id), metadata={**meta, "rows": rows},
+            app_id=f"plgd.{APP}.{name}/{interval_id}", run_version=run_version)
     timings["commit"] = round(time.time() - phase, 3)
-    log.info("committed %s and %s (phase seconds: %s)", events_dir, quarantine_dir, timings)
+    log.info("committed %s (version %s) and %s (version %s) (phase seconds: %s)", events_uri,
+             commits[delta_tables.EVENTS].version, quarantine_uri, commits[delta_tables.QUARANTINE].version, timings)
 
     summary = {
         "app": APP,
@@ -255,9 +257,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "quarantined": quarantined,
         "per_event_type": dict(sorted(per_event_type.items())),
         "per_reason": dict(sorted(per_reason.items())),
-        "events_path": events_dir,
+        "events_path": events_uri,
         "events_files": len(event_files),
-        "quarantine_path": quarantine_dir,
+        "quarantine_path": quarantine_uri,
+        "delta_versions": {name: c.version for name, c in commits.items()},
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
         "max_content_bytes": args.max_content_bytes,

@@ -2,16 +2,50 @@
 
 * Hive partition paths as Spark writes them: :func:`hive_escape`, :func:`partition_dir`.
 * :class:`ArrowPartitionedWriter`: one Spark task's Hive-partitioned output files.
-* :func:`read_events_files`: ``events``-layout files (partition columns from the folder names).
+* :func:`read_events_files`: ``events``-layout files (partition columns from the Delta log).
 
-One-file writes: ``folders.write_parquet_file``. Which files make a table: the folder's manifest
-(``folders.folder_files``), never a listing.
+* :func:`write_parquet_file`: one file; :func:`data_file_name`: names unique to one run.
+
+Which files make a table: the Delta log (``delta_tables.table_files``), never a listing.
 """
 
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+def new_write_id() -> str:
+    """A fresh ID for one run's data files (12 hex digits)."""
+    import uuid
+
+    return uuid.uuid4().hex[:12]
+
+
+def data_file_name(index: int, write_id: str) -> str:
+    """``part-{index:05d}-{write_id}.parquet``: unique to one run, stable within it (a retried task
+    attempt writes the same name again)."""
+    return f"part-{int(index):05d}-{write_id}.parquet"
+
+
+def write_parquet_file(fs, path: str, table, *, row_group_size: int = 64 * 1024):
+    """Write ``table`` (pyarrow) to ``path`` on the fsspec file system ``fs``: Parquet, snappy,
+    timestamps as ``TIMESTAMP_MICROS`` (never INT96), ``row_group_size`` rows per row group.
+
+    Written in place: a file is part of a table only once a Delta commit names it.
+
+    :return: ``(size in bytes, pyarrow.parquet.FileMetaData)``.
+    """
+    import pyarrow.parquet as pq
+
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    with fs.open(path, "wb") as fh:
+        writer = pq.ParquetWriter(fh, table.schema, compression="snappy", coerce_timestamps="us",
+                                  use_deprecated_int96_timestamps=False)
+        writer.write_table(table, row_group_size=max(1, row_group_size))
+        writer.close()
+        size = fh.tell()
+    return size, writer.writer.metadata
+
 
 #: Spark's value for a null partition value.
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -41,18 +75,18 @@ class ArrowPartitionedWriter:
     """Write Arrow batches as Hive-partitioned Parquet files with pyarrow, from one Spark task.
 
     Files: ``{base}/{col1=v1/col2=v2/...}/part-{task_id:05d}-{write_id}.parquet``
-    (``folders.data_file_name``) -- one file per partition value combination per task; the
-    partition columns are not stored in the files (Hive layout). Names depend only on the run
-    (``write_id``), the task's partition index and the data, so a retried task attempt overwrites
-    the same files with the same content; the driver names the files of the successful tasks in
-    the folder's manifest (``folders.commit_folder``), and only those are part of the table.
+    (:func:`data_file_name`) -- one file per partition value combination per task; the
+    partition columns are not stored in the files (Delta and Hive layout). Names depend only on the
+    run (``write_id``), the task's partition index and the data, so a retried task attempt overwrites
+    the same files with the same content; the driver commits the files of the successful tasks
+    (``delta_tables.commit_files``), and only those are part of the table.
 
     Rows are buffered per partition and written in row groups of ``row_group_rows``. Timestamps
     are written as ``TIMESTAMP_MICROS`` (never INT96), compression ``snappy``.
 
     :param base: the table folder, URL or path (fsspec).
     :param task_id: the Spark partition index (``TaskContext.get().partitionId()``).
-    :param write_id: the run's ``folders.new_write_id()``.
+    :param write_id: the run's :func:`new_write_id`.
     :param schema: Arrow schema of the incoming batches (must contain ``partition_cols``).
     :param partition_cols: partition columns, outermost first (may be empty: one file).
     :param always_write: write an (empty) file even if no rows came, when there are no
@@ -62,11 +96,11 @@ class ArrowPartitionedWriter:
     def __init__(self, base: str, task_id: int, schema, partition_cols: Sequence[str] = (),
                  *, write_id: str, row_group_rows: int = 65_536, compression: str = "snappy",
                  always_write: bool = False) -> None:
-        import fsspec
         import pyarrow as pa
 
-        self.fs, self.base = fsspec.core.url_to_fs(str(base))
-        self.base = self.base.rstrip("/")
+        from airflow_provider_plgd.storage import to_fs
+
+        self.fs, self.base = to_fs(str(base))
         self.task_id = int(task_id)
         self.write_id = write_id
         self.partition_cols = tuple(partition_cols)
@@ -109,8 +143,6 @@ class ArrowPartitionedWriter:
             self._flush(key, group)
 
     def _relpath(self, key: tuple) -> str:
-        from airflow_provider_plgd.spark.folders import data_file_name
-
         name = data_file_name(self.task_id, self.write_id)
         return f"{partition_dir(self.partition_cols, key)}/{name}" if self.partition_cols else name
 
@@ -133,50 +165,48 @@ class ArrowPartitionedWriter:
         group["pending_rows"] = 0
 
     def close(self) -> list[dict[str, Any]]:
-        """Flush and close every file; return ``[{"path" (relative to base), "rows", "partition": {col: value}}]``."""
+        """Flush and close every file; return one ``delta_tables.file_record`` per file (``path``
+        relative to base, ``rows``, ``size``, ``partition`` {col: value as text}, ``stats``)."""
+        from airflow_provider_plgd.delta_tables import file_record, parquet_stats
+
         if self.always_write and not self._groups:
             self._groups[()] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}
         written = []
         for key, group in sorted(self._groups.items(), key=lambda kv: tuple(str(v) for v in kv[0])):
             self._flush(key, group)
             group["writer"].close()
+            size = group["sink"].tell()
             group["sink"].close()
-            written.append({
-                "path": self._relpath(key),
-                "rows": group["rows"],
-                "partition": {c: (v.isoformat() if hasattr(v, "isoformat") else v)
-                              for c, v in zip(self.partition_cols, key)},
-            })
+            written.append(file_record(self._relpath(key), rows=group["rows"], size=size,
+                                       partition=dict(zip(self.partition_cols, key)),
+                                       stats=parquet_stats(group["writer"].writer.metadata)))
         self._groups = {}
         return written
 
 
-def read_events_files(urls: Iterable[str], columns: Sequence[str]):
+def read_events_files(files: Iterable[tuple[str, Mapping[str, Any]]], columns: Sequence[str]):
     """Read ``columns`` of ``events``-layout Parquet files with pyarrow into one Arrow table.
 
-    :param urls: fsspec URLs or paths of files below ``.../interval={id}/`` (``owner_id=``,
-        ``event_type=``, ``date=`` folders; files of several intervals may be mixed). The Hive
-        partition columns come from the folder names, as strings.
+    :param files: ``(url, partition values)`` per file, as the Delta log names them
+        (``delta_tables.DataFile``): the partition columns (``interval_id``, ``event_type``) are
+        not in the files and become string columns from these values.
     :param columns: wanted columns, in output order; those absent from every file are left out.
-    :return: a ``pyarrow.Table``, or None when ``urls`` is empty.
+    :return: a ``pyarrow.Table``, or None when ``files`` is empty.
     """
-    import fsspec
     import pyarrow as pa
-    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.spark.schemas import EVENTS_PARTITION_COLUMNS
+    from airflow_provider_plgd.storage import to_fs
 
-    partitioning = ds.partitioning(pa.schema([(c, pa.string()) for c in EVENTS_PARTITION_COLUMNS]),
-                                   flavor="hive")
-    by_interval: dict[tuple[Any, str], list[str]] = {}
-    for url in urls:
-        fs, path = fsspec.core.url_to_fs(url)
-        folder, _, rest = path.partition("/interval=")
-        interval, _, rel = rest.partition("/")
-        by_interval.setdefault((fs, f"{folder}/interval={interval}"), []).append(rel)
     tables = []
-    for (fs, base), rels in by_interval.items():
-        dataset = ds.dataset([f"{base}/{rel}" for rel in rels], filesystem=fs, format="parquet",
-                             partitioning=partitioning, partition_base_dir=base)
-        tables.append(dataset.to_table(columns=[c for c in columns if c in dataset.schema.names]))
+    for url, partition in files:
+        fs, path = to_fs(url)
+        with fs.open(path, "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            present = [c for c in columns if c in pf.schema_arrow.names]
+            table = pf.read(columns=present)
+        for name, value in partition.items():
+            if name in columns and name not in table.column_names:
+                table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+        tables.append(table.select([c for c in columns if c in table.column_names]))
     return pa.concat_tables(tables, promote_options="permissive") if tables else None

@@ -3,11 +3,10 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
 
 ``rebuild_snapshots`` runs :func:`fold_touched_buckets`:
 
-1. **Files**: the Parquet files of the intervals to fold (``folders.folder_files``: the
-   ``_manifest.json`` that ``dedupe_events`` writes), packed into a few tasks
-   (``task_plan.plan_tasks``).
-2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``owner_id`` and
-   ``event_type`` from the Hive folder names), gives each row its device (identity-store rows: one
+1. **Files**: the Parquet files of the intervals to fold (``delta_tables.table_files``: the files
+   the ``events_deduped`` Delta log names), packed into a few tasks (``task_plan.plan_tasks``).
+2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``event_type``
+   and ``interval_id`` from the files' partition values in the log), gives each row its device (identity-store rows: one
    row per entry of ``device_ids``) and bucket (``snapshot_store.device_bucket``: Spark's
    ``pmod(xxhash64(device_id), buckets)`` with the ``xxhash`` wheel, so the buckets are the ones of
    every earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
@@ -27,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from airflow_provider_plgd import storage
-from airflow_provider_plgd.spark import fold, folders, snapshot_store
+from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.spark import fold, snapshot_store
 from airflow_provider_plgd.spark.parquet_io import read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
@@ -36,16 +35,14 @@ BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
 
 
-def interval_files(interval_folders: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(absolute file URL, -1, rows)`` of the Parquet files of the given committed table folders
-    (``folders.folder_files``: their manifests), in folder order; ``task_plan.plan_tasks`` units.
-
-    :raises FileNotFoundError: a folder is not committed.
-    """
-    units = []
-    for folder in interval_folders:
-        units += [(storage.join_path(folder, rel), -1, rows) for rel, _, rows in folders.folder_files(folder)]
-    return units
+def interval_files(root: str, intervals: Sequence[str]) -> list[tuple[str, int, int, dict[str, str | None]]]:
+    """``(file URL, -1, rows, partition values)`` of the ``events_deduped`` files of ``intervals``
+    (the latest Delta version), sorted by path; ``task_plan.plan_tasks`` units."""
+    if not intervals:
+        return []
+    uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    return [(f.url, -1, f.rows, f.partition)
+            for f in delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: list(intervals)})]
 
 
 def _devices_of(table):
@@ -99,7 +96,7 @@ def make_map_task(buckets: int, partitions: int):
             return b
 
         for files in file_lists:
-            table = read_events_files([url for url, _, _ in files], fold.FOLD_INPUT_COLUMNS)
+            table = read_events_files([(u[0], u[3]) for u in files], fold.FOLD_INPUT_COLUMNS)
             if table is None or not table.num_rows:
                 continue
             indices, devices = _devices_of(table)
@@ -124,7 +121,7 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
     :param expiring: buckets whose pendings expire by the snapshot time; the partition
         ``b % partitions`` folds each of them even without new events.
     :param fold_kwargs: keyword arguments of ``snapshot_store.rebuild_partition`` (``root``,
-        ``run_rel``, ``old_files_by_bucket``, ``table_schemas``, ``snapshot_time_ns``).
+        ``run_id``, ``old_files_by_bucket``, ``table_schemas``, ``snapshot_time_ns``).
     """
 
     def task(pairs):
@@ -145,12 +142,13 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
     return task
 
 
-def fold_touched_buckets(spark, interval_folders: Sequence[str], *, buckets: int, partitions: int,
+def fold_touched_buckets(spark, root: str, intervals: Sequence[str], *, buckets: int, partitions: int,
                          expiring: Sequence[int], fold_kwargs: Mapping[str, Any],
                          timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Run steps 1-3 of the module docstring; return the ``BUCKET_RESULT_SCHEMA`` rows (dicts).
 
-    :param interval_folders: the ``events_deduped/interval=..`` folders to fold (oldest first).
+    :param root: the storage root of ``events_deduped``.
+    :param intervals: the intervals to fold (oldest first).
     :param buckets: the snapshot's bucket count.
     :param partitions: reduce partitions (each folds whole buckets one after the other).
     :param timings: if given, gets ``list`` (step 1) and ``fold`` (2-4) in seconds.
@@ -159,7 +157,7 @@ def fold_touched_buckets(spark, interval_folders: Sequence[str], *, buckets: int
 
     started = time.time()
     sc = spark.sparkContext
-    tasks = plan_tasks(interval_files(interval_folders), sc.defaultParallelism)
+    tasks = plan_tasks(interval_files(root, intervals), sc.defaultParallelism)
     if timings is not None:
         timings["list"] = round(time.time() - started, 3)
     if not tasks and not expiring:

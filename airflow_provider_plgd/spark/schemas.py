@@ -15,10 +15,9 @@ Conventions
 * ``uint64`` wire fields (``version``, ``sequence``, ``priority``) are stored as ``int64``; a value
   above 2**63-1 would wrap to negative (two's complement); plgd never comes near that.
 * Enums are stored as their proto name strings (``"OK"``, ``"ONLINE"``, ``"IN_SYNC"`` ...).
-* ``*_SCHEMA`` are the Arrow schemas of *rows*; in the Parquet files of ``events`` the partition
-  columns :data:`EVENTS_PARTITION_COLUMNS` live in the directory names instead (Hive layout).
-  Use :func:`events_read_schema` / :func:`quarantine_read_schema` to read the tables back with
-  the partition directories (``interval``, ``owner_id``, ``event_type``, ``date``) typed correctly.
+* ``*_SCHEMA`` are the Arrow schemas of *rows* and of the Delta tables; the partition columns
+  (``airflow_provider_plgd.delta_tables.INTERVAL_TABLES``: ``interval_id``, and ``event_type`` of
+  ``events``) are in the Delta log, not in the Parquet files.
 
 Only ``pyarrow`` is imported at module level; the Spark helpers import ``pyspark`` lazily, so this
 module also works where only the pure-Python decoder runs (unit tests, benchmark).
@@ -218,9 +217,6 @@ EVENTS_SCHEMA = pa.schema([
     pa.field("date", pa.date32()),
 ])
 
-#: Partition columns of ``events`` below ``events/interval={interval_id}/`` (in this order).
-EVENTS_PARTITION_COLUMNS: tuple[str, ...] = ("owner_id", "event_type", "date")
-
 #: The ``quarantine`` table: the raw staging row + why it could not be decoded.
 #: ``reason`` is a ``PlgdDecodeError.reason`` (bad_snappy, bad_protobuf, unknown_event_type,
 #: bad_subject, subject_mismatch); ``stage`` the pipeline stage that quarantined it ("decode").
@@ -237,12 +233,6 @@ QUARANTINE_SCHEMA = pa.schema([
     pa.field("stage", pa.string()),
     pa.field("interval_id", pa.string()),
 ])
-
-#: Partition columns of ``quarantine`` below ``quarantine/interval={interval_id}/``: none.
-QUARANTINE_PARTITION_COLUMNS: tuple[str, ...] = ()
-
-#: The directory partition above both tables' partitions: ``interval={interval_id}``.
-INTERVAL_PARTITION_COLUMN = "interval"
 
 #: Output of the decoder (one row per staging row): every ``events`` column followed by the
 #: quarantine-only columns. A row with ``reason`` null is an event (``headers``/``data``/
@@ -286,23 +276,3 @@ def quarantine_spark_schema():
 def union_spark_schema():
     """Spark ``StructType`` of the decoder output (the ``mapInArrow`` result schema)."""
     return to_spark_schema(UNION_SCHEMA)
-
-
-def events_read_schema():
-    """Spark schema for ``spark.read.schema(...).parquet(f"{root}/events")``.
-
-    The ``events`` columns plus the ``interval`` directory partition (string), so partition
-    values are never type-inferred (an owner ID like ``123`` stays a string; ``date`` is a DATE).
-    """
-    from pyspark.sql.types import StringType, StructField
-
-    schema = events_spark_schema()
-    return schema.add(StructField(INTERVAL_PARTITION_COLUMN, StringType(), True))
-
-
-def quarantine_read_schema():
-    """Spark schema for ``spark.read.schema(...).parquet(f"{root}/quarantine")`` (adds ``interval``)."""
-    from pyspark.sql.types import StringType, StructField
-
-    schema = quarantine_spark_schema()
-    return schema.add(StructField(INTERVAL_PARTITION_COLUMN, StringType(), True))

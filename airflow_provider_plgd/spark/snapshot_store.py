@@ -1,95 +1,73 @@
-"""Versioned snapshot layout, manifests and the ``_latest.json`` pointer (copy-on-write by bucket).
+"""The snapshot tables: Delta tables under ``{root}/snapshots/``, copy-on-write by bucket.
 
-Layout below the storage root (a local path or any fsspec URL)::
+Layout below the storage root (a local path or any fsspec URL;
+``airflow_provider_plgd.delta_tables`` owns the names)::
 
-    {root}/snapshots/_latest.json                      pointer, written last (atomic replace)
-    {root}/snapshots/v={version}/_manifest.json        one manifest per snapshot version
-    {root}/snapshots/v={version}/r-{run_id}/{table}/bucket={b}/part-00000.parquet  data files
+    {root}/snapshots/{table}/_delta_log/...                       the Delta log of each table
+    {root}/snapshots/{table}/bucket={b}/part-{run_id}.parquet     data files
 
-* ``version`` is the snapshot time (the interval end) as ``YYYYMMDDTHHMMSSZ`` (with ``.ffffff``
-  or ``.fffffffff`` when the time has a fraction), so versions sort lexicographically by time.
-* Every table is split into ``buckets`` hash buckets of the device:
-  ``bucket = pmod(xxhash64(device_id), buckets)`` (Spark SQL; :data:`BUCKET_EXPR`). All rows of
-  a device, in every table, are in the same bucket number.
-* A manifest lists, per table and bucket, the data files that make up that bucket (paths
-  relative to ``{root}/snapshots``). A rebuild rewrites only the buckets its new events touch
-  (plus buckets with pendings that expire by the new snapshot time); every other bucket's entry
-  is copied from the parent manifest, i.e. its files are carried over by reference. So a
-  manifest may name files under older ``v=`` folders.
-* The files of one run live in their own ``r-{run_id}`` folder; nothing refers to them until the
-  manifest is written (one PUT), so the manifest is the commit and a half-written file is never
-  read. A rerun
-  for the same version writes a new run folder and replaces the manifest;
-  readers that still hold the previous manifest keep reading the files it names (deleted only by
-  :func:`collect_garbage`, and never while a retained manifest names them).
-* Commit order: data files -> ``v={version}/_manifest.json`` -> ``_latest.json`` (each one atomic
-  write, ``storage.write_text``). A run that dies
-  before the last step leaves ``_latest.json`` naming the previous snapshot, whose files are
-  untouched.
+* Tables: the four public tables of ``docs/data-contracts.md`` (columns from
+  ``airflow_provider_plgd.plgd.tables``) and the internal :data:`STATE_TABLE` (one row per device:
+  the serialised fold state of :mod:`airflow_provider_plgd.spark.fold`, see :data:`STATE_SCHEMA`).
+  Each has one more column, the partition column ``bucket`` (int):
+  ``pmod(xxhash64(device_id), buckets)`` (Spark SQL; :data:`BUCKET_EXPR`). All rows of a device,
+  in every table, are in the same bucket.
+* A rebuild rewrites only the buckets its new events touch (plus buckets with pendings that expire
+  by the new snapshot time): one Delta commit per table, ``overwrite`` with the partition filter
+  ``bucket in (...)``; every other bucket's files stay (carried over by the log).
+* **A snapshot version** (``YYYYMMDDTHHMMSSZ``, the snapshot time; :func:`version_id`) is one Delta
+  version of each table. The public tables are committed first and ``_device_state`` last: its
+  commit is the snapshot's commit. Its ``commitInfo`` carries the snapshot record under ``plgd``
+  (:func:`latest`, :func:`snapshot`)::
 
-Manifest (JSON object; format :data:`MANIFEST_FORMAT`)::
-
-    {"format": 1, "version": str, "snapshot_time_ns": int, "snapshot_time": ISO str,
-     "parent": str | null, "run_id": str, "created_at": ISO str,
-     "interval_id": str (newest interval folded), "intervals": [str] (folded by this run),
+    {"snapshot": str (version), "snapshot_time_ns": int, "snapshot_time": ISO str,
+     "parent": str | null, "run_id": str, "interval_id": str (newest interval folded),
+     "intervals": [str] (folded by this rebuild),
      "inputs": {interval: {"rows", "sha256"}} (what was folded of each, ``rebuild_job.input_fingerprint``),
-     "buckets": int, "bucket_expr": str,
-     "tables": {table: {"<bucket>": {"files": [rel path], "rows": int}}},
-     "next_expiry_ns": {"<bucket>": int}   (smallest pending valid_until per bucket),
-     "rows": {table: int}, "touched_buckets": [int], "stats": {...}}
+     "buckets": int, "bucket_expr": str, "next_expiry_ns": {"<bucket>": int} (smallest pending
+     valid_until per bucket), "rows": {table: int}, "delta_versions": {table: int}, "stats": {...}}
 
-``_latest.json``: ``{"version", "manifest" (rel path), "snapshot_time_ns", "interval_id",
-"updated_at"}``.
+  The public tables' commits carry ``{"snapshot", "snapshot_time", "interval_id", "run_id"}``.
+* A rebuild killed between its commits leaves the snapshot record of ``_device_state`` at the
+  previous snapshot; the next rebuild builds on that one and rewrites every bucket that differs
+  from it (``rebuild_job``).
+* Retention: ``DeltaTable.vacuum`` (``delta_tables.vacuum``) after each rebuild, default 168 h.
 
-Tables: the four public tables of ``docs/data-contracts.md`` (columns from
-``airflow_provider_plgd.plgd.tables``) and the internal :data:`STATE_TABLE` (one row per
-device: the serialised fold state of :mod:`airflow_provider_plgd.spark.fold`, see :data:`STATE_SCHEMA`).
-
-Readers: :func:`read_snapshot` / :func:`read_table` (pyarrow + fsspec through the manifest, no
-Spark); every read and write goes through :mod:`airflow_provider_plgd.spark.folders`.
+Readers: :func:`read_snapshot` (``deltalake``, thin), Spark ``format("delta")``, Trino, DuckDB,
+Polars (``docs/snapshots.md``).
 """
 
 from __future__ import annotations
 
 import json
-import posixpath
 import uuid
+from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from airflow_provider_plgd import times
+from airflow_provider_plgd import delta_tables, storage, times
 from airflow_provider_plgd.plgd import tables as snapshot_tables
-from airflow_provider_plgd import storage
-from airflow_provider_plgd.spark import folders
+from airflow_provider_plgd.spark.parquet_io import write_parquet_file
 
 __all__ = [
     "ALL_TABLES",
     "BUCKET_EXPR",
     "DEFAULT_BUCKETS",
-    "LATEST_NAME",
-    "MANIFEST_FORMAT",
-    "MANIFEST_NAME",
     "PUBLIC_TABLES",
-    "SNAPSHOTS_DIR",
     "STATE_SCHEMA",
     "STATE_TABLE",
-    "collect_garbage",
     "device_bucket",
-    "manifest_path",
-    "read_latest",
-    "read_manifest",
+    "latest",
+    "latest_snapshot",
     "read_snapshot",
     "read_table",
-    "table_files",
+    "snapshot",
     "table_schema",
+    "table_uri",
     "version_id",
 ]
 
-SNAPSHOTS_DIR = "snapshots"
-LATEST_NAME = "_latest.json"
-MANIFEST_NAME = "_manifest.json"
-MANIFEST_FORMAT = 1
 DEFAULT_BUCKETS = 32
 #: Spark SQL expression of the bucket of a row, given the bucket count.
 BUCKET_EXPR = "pmod(xxhash64(device_id), {buckets})"
@@ -177,24 +155,19 @@ def version_id(snapshot_time_ns: int) -> str:
 
 
 
-def snapshots_root(root: str) -> str:
-    """``{root}/snapshots``."""
-    return storage.join_path(root, SNAPSHOTS_DIR)
+def table_uri(root: str, table: str) -> str:
+    """``{root}/snapshots/{table}``: the Delta table of a snapshot table.
+
+    :raises ValueError: not a snapshot table.
+    """
+    if table not in ALL_TABLES:
+        raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
+    return delta_tables.snapshot_table_uri(root, table)
 
 
-def manifest_path(root: str, version: str) -> str:
-    """``{root}/snapshots/v={version}/_manifest.json``."""
-    return storage.join_path(snapshots_root(root), f"v={version}", MANIFEST_NAME)
-
-
-def latest_path(root: str) -> str:
-    """``{root}/snapshots/_latest.json``."""
-    return storage.join_path(snapshots_root(root), LATEST_NAME)
-
-
-def run_dir(version: str, run_id: str) -> str:
-    """Run folder relative to ``{root}/snapshots``: ``v={version}/r-{run_id}``."""
-    return f"v={version}/r-{run_id}"
+def delta_schema(table: str) -> pa.Schema:
+    """The Delta table's schema: :func:`table_schema` plus the partition column ``bucket`` (int32)."""
+    return table_schema(table).append(pa.field(delta_tables.BUCKET_COLUMN, pa.int32()))
 
 
 def new_run_id() -> str:
@@ -203,134 +176,113 @@ def new_run_id() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Manifests
+# Snapshot records (the commit metadata of _device_state)
 # ---------------------------------------------------------------------------------------------
 
-def table_files(root: str, manifest: Mapping[str, Any], table: str) -> list[str]:
-    """Absolute paths of the data files of ``table`` in ``manifest`` (sorted by bucket).
-
-    :raises ValueError: ``table`` is not a snapshot table.
-    """
-    if table not in ALL_TABLES:
-        raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
-    base = snapshots_root(root)
-    entries = manifest.get("tables", {}).get(table, {})
-    return [storage.join_path(base, rel) for b in sorted(entries, key=int) for rel in entries[b]["files"]]
+def _records(root: str) -> list[dict[str, Any]]:
+    """The snapshot records of ``_device_state``'s commits, newest first: the commit metadata with
+    ``version`` = the snapshot version and ``delta_version`` = the Delta version of the commit."""
+    return [{**c, "version": c["snapshot"], "delta_version": c["version"]}
+            for c in delta_tables.commits(table_uri(root, STATE_TABLE)) if c.get("snapshot")]
 
 
-def bucket_files(root: str, manifest: Mapping[str, Any], table: str, buckets: Iterable[int]) -> list[str]:
-    """Absolute paths of the files of ``table`` in the given buckets of ``manifest``."""
-    base = snapshots_root(root)
-    entries = manifest.get("tables", {}).get(table, {})
-    return [storage.join_path(base, rel) for b in sorted(set(buckets)) for rel in entries.get(str(b), {}).get("files", [])]
-
-
-def validate_manifest(manifest: Any, where: str) -> dict[str, Any]:
-    """Check the shape of a manifest read from ``where``; return it.
-
-    :raises ValueError: not a manifest of format :data:`MANIFEST_FORMAT`.
-    """
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ValueError(
-            f"{where} is not a snapshot manifest of format {MANIFEST_FORMAT} "
-            f"(got format {manifest.get('format') if isinstance(manifest, dict) else type(manifest).__name__!r})"
-        )
-    for key in ("version", "snapshot_time_ns", "buckets", "tables"):
-        if key not in manifest:
-            raise ValueError(f"snapshot manifest {where} has no {key!r}")
-    return manifest
-
-
-# ---------------------------------------------------------------------------------------------
-# Readers (fsspec + pyarrow; no Spark)
-# ---------------------------------------------------------------------------------------------
-
-def _fs(root: str):
-    return storage.to_fs(root)
-
-
-def read_pointer(root: str) -> dict[str, Any] | None:
-    """``{root}/snapshots/_latest.json``, or None when there is no snapshot.
-
-    :raises ValueError: the pointer is not JSON or names no manifest.
-    """
-    pointer = storage.read_json(latest_path(root))
-    if pointer is not None and (not isinstance(pointer, dict) or "manifest" not in pointer):
-        raise ValueError(f"{latest_path(root)} is not a snapshot pointer: {pointer!r}")
-    return pointer
-
-
-def read_latest(root: str) -> dict[str, Any] | None:
-    """The manifest that ``{root}/snapshots/_latest.json`` names, or None when there is no snapshot.
-
-    :raises ValueError: the pointer or the manifest is malformed, or the manifest is missing.
-    """
-    pointer = read_pointer(root)
-    if pointer is None:
+def latest(root: str) -> dict[str, Any] | None:
+    """The record of the latest snapshot (module docstring), or None when there is none yet."""
+    state = delta_tables.open_table(table_uri(root, STATE_TABLE))
+    if state is None:
         return None
-    path = storage.join_path(snapshots_root(root), pointer["manifest"])
-    manifest = storage.read_json(path)
-    if manifest is None:
-        raise ValueError(f"{latest_path(root)} names {path}, which does not exist")
-    return validate_manifest(manifest, path)
+    limit = 8
+    while True:  # the newest commits first; a vacuum adds commits without a record
+        entries = state.history(limit=limit)
+        for entry in entries:
+            meta = delta_tables.commit_metadata(entry)
+            if meta.get("snapshot"):
+                return {**meta, "version": meta["snapshot"], "delta_version": int(entry["version"])}
+        if len(entries) < limit:
+            return None
+        limit *= 4
 
 
-def read_manifest(root: str, version: str) -> dict[str, Any] | None:
-    """The manifest of snapshot ``version`` (None if it does not exist)."""
-    path = manifest_path(root, version)
-    manifest = storage.read_json(path)
-    return None if manifest is None else validate_manifest(manifest, path)
+def latest_snapshot(root: str) -> dict[str, Any] | None:
+    """The public name of :func:`latest`: the latest snapshot's record (``version``,
+    ``snapshot_time``, ``interval_id``, ``rows``, ``delta_versions`` …), or None."""
+    return latest(root)
 
 
-def read_table(root: str, table: str, manifest: Mapping[str, Any] | None = None) -> pa.Table:
-    """Read snapshot table ``table`` into a ``pyarrow.Table`` with pyarrow + fsspec (no Spark).
+def snapshot(root: str, version: str) -> dict[str, Any] | None:
+    """The record of snapshot ``version`` (``YYYYMMDDTHHMMSSZ``), or None when the log no longer has it."""
+    return next((r for r in _records(root) if r["snapshot"] == version), None)
+
+
+def snapshot_folding(root: str, interval_id: str) -> dict[str, Any] | None:
+    """The record of the snapshot that folded ``interval_id`` (its ``intervals`` name it), or None."""
+    return next((r for r in _records(root) if interval_id in (r.get("intervals") or [])), None)
+
+
+def bucket_files(root: str, table: str, delta_version: int | None) -> dict[int, list[str]]:
+    """``{bucket: [file URLs]}`` of ``table`` at Delta version ``delta_version`` (None: no files)."""
+    if delta_version is None:
+        return {}
+    found: dict[int, list[str]] = {}
+    for f in delta_tables.table_files(table_uri(root, table), version=int(delta_version)):
+        found.setdefault(int(f.partition[delta_tables.BUCKET_COLUMN]), []).append(f.url)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers (deltalake; no Spark)
+# ---------------------------------------------------------------------------------------------
+
+def read_table(root: str, table: str, record: Mapping[str, Any] | None = None) -> pa.Table:
+    """Read snapshot table ``table`` into a ``pyarrow.Table`` with ``deltalake``.
 
     :param root: storage root (path or fsspec URL).
     :param table: one of :data:`PUBLIC_TABLES` (or :data:`STATE_TABLE`).
-    :param manifest: a manifest (default: the latest snapshot's).
-    :return: the rows, with :func:`table_schema` ``(table)``, sorted by :func:`sort_keys`; an empty
-        table when there is no snapshot yet.
+    :param record: a snapshot record (default: the latest snapshot's).
+    :return: the rows, with :func:`table_schema` ``(table)`` (without ``bucket``), sorted by
+        :func:`sort_keys`; an empty table when there is no snapshot yet.
     """
     schema = table_schema(table)
-    if manifest is None:
-        manifest = read_latest(root)
-    if manifest is None:
+    if record is None:
+        record = latest(root)
+    if record is None:
         return schema.empty_table()
-    files = table_files(root, manifest, table)
-    if not files:
+    version = (record.get("delta_versions") or {}).get(table, record.get("delta_version")) \
+        if table != STATE_TABLE else record.get("delta_version")
+    dt = delta_tables.open_table(table_uri(root, table), None if version is None else int(version))
+    if dt is None:
         return schema.empty_table()
-    fs, _ = _fs(root)
-    result = _read_parquet_files(fs, files, schema)
+    result = pa.table(dt.to_pyarrow_table())
+    result = result.select([n for n in schema.names]).cast(schema)
     return result.sort_by([(k, "ascending") for k in sort_keys(table)])
 
 
-def read_snapshot(root: str, table: str, version: str | None = None) -> pa.Table:
+def read_snapshot(root: str, table: str, version: str | None = None, *, as_of: datetime | None = None) -> pa.Table:
     """The public reader of the snapshot tables: ``table`` of snapshot ``version`` (default: the
-    latest) as a ``pyarrow.Table`` (columns: ``docs/data-contracts.md``), read through the
-    manifest with pyarrow + fsspec.
+    latest) as a ``pyarrow.Table`` (columns: ``docs/data-contracts.md``), a thin wrapper over
+    ``deltalake.DeltaTable(..., version=...)``.
 
     :param root: storage root (path or fsspec URL, e.g. ``s3://bucket/plgd``).
     :param table: one of :data:`PUBLIC_TABLES`.
     :param version: a snapshot version (``YYYYMMDDTHHMMSSZ``); None = the latest.
+    :param as_of: instead of ``version``: the latest snapshot whose snapshot time is at or before
+        this aware datetime.
     :return: the rows sorted by :func:`sort_keys`; empty when there is no snapshot yet.
-    :raises ValueError: unknown table, or no snapshot ``version``.
+    :raises ValueError: unknown table, no snapshot ``version``, or none at ``as_of``.
     """
     if table not in PUBLIC_TABLES:
         raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(PUBLIC_TABLES)}")
-    manifest = None
-    if version is not None:
-        manifest = read_manifest(root, version)
-        if manifest is None:
-            raise ValueError(f"no snapshot version {version!r} under {snapshots_root(root)}")
-    return read_table(root, table, manifest)
-
-
-def write_json(path: str, value: Mapping[str, Any]) -> None:
-    """Write a manifest or the pointer (one atomic write, ``storage.write_text``).
-
-    :raises OSError: the write failed.
-    """
-    storage.write_text(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
+    record = None
+    if as_of is not None:
+        limit = times.to_ns(as_of, "as_of")
+        record = next((r for r in _records(root) if int(r["snapshot_time_ns"]) <= limit), None)
+        if record is None:
+            raise ValueError(f"no snapshot at or before {as_of.isoformat()} under {root}/snapshots")
+    elif version is not None:
+        record = snapshot(root, version)
+        if record is None:
+            raise ValueError(f"no snapshot version {version!r} under {root}/snapshots")
+    return read_table(root, table, record)
 
 
 def interval_kind(interval_id: str) -> str:
@@ -343,62 +295,6 @@ def interval_kind(interval_id: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Garbage collection
-# ---------------------------------------------------------------------------------------------
-
-def collect_garbage(root: str, keep_versions: int) -> dict[str, int]:
-    """Delete snapshot versions older than the newest ``keep_versions`` committed ones.
-
-    A data file is deleted only when no retained manifest names it (files carried over by
-    reference stay). The run folders of retained versions are never touched (a concurrent run
-    may be about to commit one). ``keep_versions <= 0`` disables collection.
-
-    :return: ``{"versions_removed": n, "files_removed": n}``.
-    """
-    result = {"versions_removed": 0, "files_removed": 0}
-    if keep_versions <= 0:
-        return result
-    base = snapshots_root(root)
-    fs, jbase = _fs(base)
-    jbase = jbase.rstrip("/")
-    if not fs.exists(jbase):
-        return result
-    versions = sorted(
-        posixpath.basename(e["name"].rstrip("/"))[2:] for e in fs.ls(jbase, detail=True)
-        if e.get("type") == "directory" and posixpath.basename(e["name"].rstrip("/")).startswith("v=")
-    )
-    committed = [v for v in versions if storage.exists(manifest_path(root, v))]
-    pointer = read_pointer(root) or {}
-    kept = set(committed[-keep_versions:])
-    if pointer.get("version"):
-        kept.add(pointer["version"])
-    referenced: set[str] = set()
-    for v in kept:
-        manifest = read_manifest(root, v)
-        for entries in (manifest or {}).get("tables", {}).values():
-            for entry in entries.values():
-                referenced.update(entry["files"])
-    oldest_kept = min(kept) if kept else None
-    for v in versions:
-        if v in kept or (oldest_kept is not None and v > oldest_kept):
-            continue
-        vdir = f"{jbase}/v={v}"
-        removed_all = True
-        for path in fs.find(vdir):
-            rel = path[len(jbase) + 1:]
-            if rel in referenced:
-                removed_all = False
-            else:
-                fs.rm(path)
-                result["files_removed"] += 1
-        if removed_all:
-            if fs.exists(vdir):
-                fs.rm(vdir, recursive=True)
-            result["versions_removed"] += 1
-    return result
-
-
-# ---------------------------------------------------------------------------------------------
 # One bucket of a rebuild (runs on an executor: pyarrow + fsspec, no Spark)
 # ---------------------------------------------------------------------------------------------
 
@@ -406,32 +302,33 @@ def collect_garbage(root: str, keep_versions: int) -> dict[str, int]:
 BUCKET_RESULT_SCHEMA = pa.schema([
     pa.field("bucket", pa.int32()),
     pa.field("table", pa.string()),
-    pa.field("file", pa.string()),          # path relative to {root}/snapshots; null = no rows
+    pa.field("file", pa.string()),          # path relative to the table folder; null = no rows
     pa.field("rows", pa.int64()),
+    pa.field("size", pa.int64()),           # bytes of the file
+    pa.field("stats", pa.string()),         # Delta file statistics (JSON, delta_tables.parquet_stats)
     pa.field("next_expiry_ns", pa.int64()),  # _device_state only: smallest pending valid_until
     pa.field("events", pa.int64()),          # _stats only: event rows folded
     pa.field("stats_json", pa.string()),     # _stats only: fold.FoldStats as JSON
 ])
 
 
-def _read_parquet_files(fs, paths: list[str], schema: pa.Schema) -> pa.Table:
-    """The files ``paths`` (URLs or paths on ``fs``) read with ``schema`` and concatenated."""
+def _read_parquet_files(paths: list[str], schema: pa.Schema) -> pa.Table:
+    """The files ``paths`` (URLs or paths, named by the Delta log) read with ``schema`` and concatenated."""
     import pyarrow.parquet as pq
 
-    if not paths:
-        return schema.empty_table()
     parts = []
     for url in paths:
-        _, p = _fs(url)
-        parts.append(pq.read_table(p, filesystem=fs, schema=schema))
-    return pa.concat_tables(parts)
+        fs, path = storage.to_fs(url)
+        with fs.open(path, "rb") as fh:
+            parts.append(pq.read_table(fh, schema=schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def rebuild_bucket(
     events: pa.Table,
     *,
     root: str,
-    run_rel: str,
+    run_id: str,
     old_files: Mapping[str, list[str]],
     table_schemas: Mapping[str, pa.Schema],
     snapshot_time_ns: int,
@@ -441,21 +338,21 @@ def rebuild_bucket(
 ) -> pa.Table:
     """Rebuild one bucket: fold its touched devices and write one new file per table.
 
-    Runs inside the ``mapInArrow`` of ``rebuild_snapshots`` (:func:`rebuild_partition`).
+    Runs in the reduce tasks of ``rebuild_snapshots`` (:func:`rebuild_partition`).
 
     :param events: the bucket's new ``events`` rows plus ``bucket_column`` (int) and
         ``device_column`` (the device a row applies to; null on the marker row that
         ``rebuild_snapshots`` adds for a bucket without events whose pendings expire).
-    :param root: the snapshots' storage root (path or fsspec URL; ``{root}/snapshots/...``).
-    :param run_rel: this run's folder relative to ``{root}/snapshots`` (``v=.../r-...``).
-    :param old_files: ``{table: [absolute paths]}``: the base snapshot's files of this bucket.
+    :param root: the storage root (path or fsspec URL; the tables are ``{root}/snapshots/{table}``).
+    :param run_id: this run's ID: the files are ``bucket={b}/part-{run_id}.parquet``.
+    :param old_files: ``{table: [file URLs]}``: the base snapshot's files of this bucket.
     :param table_schemas: ``{table: schema}`` for :data:`ALL_TABLES`.
     :param snapshot_time_ns: the snapshot time (unix ns).
     :param bucket: the bucket number (default: ``bucket_column`` of the first event row; needed
         when ``events`` is empty).
     :return: :data:`BUCKET_RESULT_SCHEMA` rows: per table the written file (null when the bucket
-        has no rows of that table any more), its row count and, for ``_device_state``, the
-        bucket's smallest pending ``valid_until``; and a ``_stats`` row.
+        has no rows of that table any more), its row count, size and Delta stats and, for
+        ``_device_state``, the bucket's smallest pending ``valid_until``; and a ``_stats`` row.
 
     Touched devices = devices with new events + devices whose ``next_expiry_ns`` is before the
     snapshot time. Only their states are parsed and folded (``fold.fold_bucket_arrow``); every
@@ -467,8 +364,7 @@ def rebuild_bucket(
 
     bucket = int(events.column(bucket_column)[0].as_py()) if bucket is None else int(bucket)
     events = events.filter(pc.is_valid(events.column(device_column)))
-    fs, _ = _fs(root)
-    old = {t: _read_parquet_files(fs, list(old_files.get(t, [])), table_schemas[t]) for t in ALL_TABLES}
+    old = {t: _read_parquet_files(list(old_files.get(t, [])), table_schemas[t]) for t in ALL_TABLES}
     state = old[STATE_TABLE]
     expiring = pc.less(state.column("next_expiry_ns"), pa.scalar(snapshot_time_ns, pa.int64()))
     touched = pa.concat_arrays([
@@ -480,7 +376,6 @@ def rebuild_bucket(
                                     table_schemas=table_schemas, bucket_column=bucket_column,
                                     device_column=device_column, bucket=bucket)
     kinds = folded.column("table")
-    base = snapshots_root(root)
     results: list[dict[str, Any]] = []
     for table in ALL_TABLES:
         schema = table_schemas[table]
@@ -489,23 +384,26 @@ def rebuild_bucket(
         keep = pc.invert(pc.is_in(old[table].column("device_id"), value_set=touched))
         merged = pa.concat_tables([old[table].filter(keep), new_rows])
         merged = merged.sort_by([(k, "ascending") for k in sort_keys(table)])
-        rel = None
+        rel = size = stats = None
         if merged.num_rows:
-            rel = f"{run_rel}/{table}/bucket={bucket}/part-00000.parquet"
-            folders.write_parquet_file(fs, _fs(storage.join_path(base, rel))[1], merged)
+            rel = f"{delta_tables.BUCKET_COLUMN}={bucket}/part-{run_id}.parquet"
+            fs, base = storage.to_fs(table_uri(root, table))
+            size, metadata = write_parquet_file(fs, f"{base}/{rel}", merged)
+            stats = json.dumps(delta_tables.parquet_stats(metadata), sort_keys=True, default=str)
         expiry = None
         if table == STATE_TABLE and merged.num_rows:
             expiry = pc.min(merged.column("next_expiry_ns")).as_py()
-        results.append({"bucket": bucket, "table": table, "file": rel, "rows": merged.num_rows,
-                        "next_expiry_ns": expiry, "events": None, "stats_json": None})
+        results.append({"bucket": bucket, "table": table, "file": rel, "rows": merged.num_rows, "size": size,
+                        "stats": stats, "next_expiry_ns": expiry, "events": None, "stats_json": None})
     stats_rows = folded.filter(pc.equal(kinds, "_stats")).column("stats_json").to_pylist()
-    results.append({"bucket": bucket, "table": "_stats", "file": None, "rows": None, "next_expiry_ns": None,
-                    "events": events.num_rows, "stats_json": stats_rows[0] if stats_rows else "{}"})
+    results.append({"bucket": bucket, "table": "_stats", "file": None, "rows": None, "size": None, "stats": None,
+                    "next_expiry_ns": None, "events": events.num_rows,
+                    "stats_json": stats_rows[0] if stats_rows else "{}"})
     return pa.Table.from_pylist(results, schema=BUCKET_RESULT_SCHEMA)
 
 
 def rebuild_partition(batches, *, bucket_column: str = "_bucket", extra_buckets: Iterable[int] = (), **kwargs):
-    """``mapInArrow`` body of ``rebuild_snapshots``: one Spark partition (holding whole buckets,
+    """Reduce-task body of ``rebuild_snapshots``: one Spark partition (holding whole buckets,
     after ``repartition(n, bucket)``) -> :data:`BUCKET_RESULT_SCHEMA` batches.
 
     Gathers the partition's batches, then runs :func:`rebuild_bucket` once per bucket value

@@ -1,4 +1,4 @@
-"""Spark application: committed staging batches of one interval -> ``events`` + ``quarantine``.
+"""Spark application: committed staging batches of one interval -> the Delta tables ``events`` + ``quarantine``.
 
 Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip``)::
 
@@ -24,18 +24,18 @@ Steps:
    staging batches once (``airflow_provider_plgd.spark.decode_batch``) and writes the decoded rows
    and the quarantined rows itself with pyarrow (``parquet_io.ArrowPartitionedWriter``) into the
    two table folders, under file names unique to this run; it returns one small record per
-   written file. Bad payloads never fail the job and are never
+   written file (path, rows, bytes, partition values, Parquet statistics). Bad payloads never fail the job and are never
    dropped. (Why not
    ``persist`` + two Spark writes: caching the wide union and Spark's Parquet writer for the ~180
    leaf columns together cost more JVM CPU per row than the decode itself, each several times
    pyarrow's write; figures: docs/performance.md, "Measurements behind design choices", M9.)
 3. The driver checks ``fetched`` (sum of manifest counts) ``== decoded + quarantined`` (sums of
-   the written files) and fails before committing if not; then commits each folder
-   (``folders.commit_folder``: the ``_manifest.json`` naming the files of the successful tasks is
-   written last, then the files no manifest names are removed):
-   ``{output_root}/events/interval={interval_id}/owner_id=../event_type=../date=../part-*.parquet``
-   and ``{output_root}/quarantine/interval={interval_id}/part-*.parquet``. A rerun replaces both
-   tables with the same rows (under new file names).
+   the written files) and fails before committing if not; then commits each table in one Delta
+   transaction that replaces the interval's rows (``delta_tables.commit_files``):
+   ``{output_root}/events`` (files ``interval_id=../event_type=../part-*.parquet``) and
+   ``{output_root}/quarantine`` (``interval_id=../part-*.parquet``). A rerun replaces both
+   intervals' rows with the same rows (under new file names); files of failed runs are never named
+   by the log.
 4. The run summary (JSON) is written last: ``fetched``, ``decoded``, ``quarantined``,
    ``per_event_type``, ``per_reason``, ...
 

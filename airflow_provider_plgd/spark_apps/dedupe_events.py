@@ -6,16 +6,16 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         --root /data/plgd --interval-id 20260101T000000Z_20260101T010000Z \\
         [--lookback-intervals 24] [--previous-intervals ID,ID,...] [--summary-path ...]
 
-Input: ``{root}/events/interval={id}/`` (committed by ``decode_events``: the files its
-``_manifest.json`` names). Output, each committed with a manifest written last
-(``folders.commit_folder``):
+Input: the interval's rows of the Delta table ``{root}/events`` (committed by ``decode_events``;
+the files its log names). Output, each table in one Delta transaction that replaces the
+interval's rows (``delta_tables.commit_files``):
 
-* ``{root}/msgid_index/interval={id}/part-*.parquet``: one column ``msg_id``, every distinct
-  message ID of the interval (kept or dropped), sorted. The compact index that later intervals
-  look back at. Committed first.
-* ``{root}/events_deduped/interval={id}/owner_id=../event_type=../date=../part-*.parquet``: the
-  ``events`` rows (same columns, ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA``) with exactly
-  one row per ``msg_id``, plus ``_manifest.json`` (files and rows). Committed second.
+* ``{root}/msgid_index`` (internal; files ``interval_id=../part-*.parquet``): one column
+  ``msg_id``, every distinct message ID of the interval (kept or dropped), sorted. The compact
+  index that later intervals look back at. Committed first.
+* ``{root}/events_deduped`` (files ``interval_id=../event_type=../part-*.parquet``): the ``events``
+  rows (same columns, ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA``) with exactly one row
+  per ``msg_id``. Committed second.
 * the run summary ``{root}/_runs/dedupe/interval={id}.json``.
 
 How (:mod:`airflow_provider_plgd.spark.dedupe_job`): the keep/drop decision is made on the driver

@@ -4,43 +4,43 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
 
     spark-submit --master local[2] --py-files plgd_py_files.zip spark_apps/rebuild_snapshots.py \\
         --root /data/plgd --interval-id 20260101T000000Z_20260101T010000Z \\
-        --snapshot-time 2026-01-01T01:00:00Z [--buckets 32] [--keep-versions 5] \\
+        --snapshot-time 2026-01-01T01:00:00Z [--buckets 32] [--vacuum-retention-hours 168] \\
         [--snapshots-root /data/other] [--summary-path ...]
 
 Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`airflow_provider_plgd.spark.fold` (pure Python, one
-device at a time); layout, manifests and the pointer: :mod:`airflow_provider_plgd.spark.snapshot_store`; the job:
+device at a time); the Delta tables and snapshot records: :mod:`airflow_provider_plgd.spark.snapshot_store`; the job:
 :mod:`airflow_provider_plgd.spark.rebuild_job`; the
 columns of the four tables: ``docs/data-contracts.md`` "Snapshot tables". ``docs/snapshots.md``
 explains the design.
 
 Steps
 -----
-1. **Base.** ``_latest.json`` names the latest snapshot. If its version is older than this
-   snapshot's (``--snapshot-time`` = the interval end), it is the base. If it *is* this version
-   (a rerun), its parent is the base, so a rerun gives the same result. If it is newer (a cleared
-   past interval), nothing is rebuilt when the interval's events are what its snapshot folded, and
-   the run fails otherwise (``rebuild_job.check_older_interval``; docs/snapshots.md, "Reruns of old
-   intervals").
-2. **New events.** The committed ``events_deduped`` intervals after the base's last interval, up
-   to and including ``--interval-id`` (normally just that one; after a missed run, or for the
-   first snapshot, all of them, oldest first). ``--interval-id`` itself must be committed.
+1. **Base.** The latest snapshot record (the newest commit of ``snapshots/_device_state``). If its
+   version is older than this snapshot's (``--snapshot-time`` = the interval end), it is the base.
+   If it *is* this version (a rerun), its parent is the base, so a rerun gives the same result. If
+   it is newer (a cleared past interval), nothing is rebuilt when the interval's events are what
+   its snapshot folded, and the run fails otherwise (``rebuild_job.check_older_interval``;
+   docs/snapshots.md, "Reruns of old intervals"). The base's files are read at the Delta versions
+   its record names.
+2. **New events.** The ``events_deduped`` intervals after the base's last interval, up to and
+   including ``--interval-id`` (normally just that one; after a missed run, or for the first
+   snapshot, all of them, oldest first). ``--interval-id`` itself must be committed by dedupe.
 3. **Keys.** Every event row is assigned to a device (identity-store rows: one row per entry of
    ``device_ids``) and a bucket ``pmod(xxhash64(device_id), buckets)``. Buckets whose
-   ``next_expiry_ns`` in the base manifest is before the snapshot time get a marker row, so
-   pendings that expire by now leave the tables even without new events.
+   ``next_expiry_ns`` in the base record is before the snapshot time, and buckets that differ from
+   the base (an earlier or killed run of this snapshot), are folded even without new events.
 4. **Per touched bucket** (a Python RDD shuffle by bucket, :mod:`airflow_provider_plgd.spark.rebuild_input`;
    n = min(buckets, 200, 4 x ``defaultParallelism``) reduce tasks, each taking whole buckets one after the other ->
    :func:`airflow_provider_plgd.spark.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
    base's files of that bucket, parse and fold only the states of the devices with new events or
    expiring pendings (:func:`airflow_provider_plgd.spark.fold.fold_bucket_arrow`), copy every other row with Arrow,
-   and write one new file per table to ``v={version}/r-{run}/{table}/bucket={b}/``. Untouched
-   buckets are not read or written: the new manifest names the base's files for them
-   (copy-on-write by bucket). Nothing refers to the run folder until the manifest does.
-5. **Commit.** ``v={version}/_manifest.json``, then ``_latest.json`` (each one atomic write through
-   ``storage.write_text``: a PUT on object stores).
-   A run that fails earlier leaves the previous snapshot current and intact. Then old versions
-   beyond ``--keep-versions`` are garbage-collected (files still named by a retained manifest
-   stay) and the run summary is written to ``{root}/_runs/rebuild/interval={id}.json``.
+   and write one new file per table to ``snapshots/{table}/bucket={b}/part-{run}.parquet``.
+   Untouched buckets are not read or written (copy-on-write by bucket).
+5. **Commit.** One Delta transaction per table (overwrite of the rewritten buckets), the four public
+   tables first and ``_device_state`` last, whose commit carries the snapshot record. A run that
+   fails earlier leaves the previous snapshot current. Then ``vacuum`` deletes files removed more
+   than ``--vacuum-retention-hours`` ago, and the run summary is written to
+   ``{root}/_runs/rebuild/interval={id}.json``.
 
 The cost grows with the new events, the devices they touch (Python) and the bytes of the touched
 buckets (Arrow copy), not with the number of past events (``bench/bench_rebuild.py`` measures it).
@@ -59,8 +59,9 @@ except ImportError:  # pragma: no cover - running from the folder without --py-f
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from airflow_provider_plgd.spark import app_args
+from airflow_provider_plgd import delta_tables
 from airflow_provider_plgd.spark import snapshot_store
-from airflow_provider_plgd.spark.rebuild_job import DEFAULT_KEEP_VERSIONS, run
+from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
 
 
@@ -93,16 +94,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--buckets", type=int, default=snapshot_store.DEFAULT_BUCKETS,
                         help="hash buckets per table for the first snapshot (later snapshots keep the "
                              f"base's count; default {snapshot_store.DEFAULT_BUCKETS})")
-    parser.add_argument("--keep-versions", type=int, default=DEFAULT_KEEP_VERSIONS,
-                        help=f"snapshot versions to keep (0 = never delete; default {DEFAULT_KEEP_VERSIONS})")
+    parser.add_argument("--vacuum-retention-hours", type=int, default=delta_tables.DEFAULT_VACUUM_RETENTION_HOURS,
+                        help="DeltaTable.vacuum of the snapshot tables after the commit: delete files removed more "
+                             "than this many hours ago (older snapshot versions stop being readable); -1 = no "
+                             f"vacuum; default {delta_tables.DEFAULT_VACUUM_RETENTION_HOURS}")
     app_args.add_interval_args(parser)
     args = parser.parse_args(argv)
     if args.buckets < 1 or args.buckets > 65536:
         parser.error(f"--buckets must be in [1, 65536], got {args.buckets}")
-    if args.keep_versions == 1:
-        parser.error("--keep-versions must be 0 or >= 2 (a rerun needs the parent snapshot)")
-    if args.keep_versions < 0:
-        parser.error(f"--keep-versions must be >= 0, got {args.keep_versions}")
+    if args.vacuum_retention_hours < -1:
+        parser.error(f"--vacuum-retention-hours must be -1 (no vacuum) or >= 0, got {args.vacuum_retention_hours}")
     return args
 
 

@@ -1,0 +1,423 @@
+"""The output tables: Delta Lake tables under the storage root, and the one home of their names,
+paths, partitioning and commit rule.
+
+Tables (``{root}`` is a local path or an fsspec URL; all written with ``deltalake``, delta-rs)::
+
+    {root}/events                      decoded rows           partitioned by interval_id, event_type
+    {root}/quarantine                  undecodable messages   partitioned by interval_id
+    {root}/events_deduped              one row per message   partitioned by interval_id, event_type
+    {root}/msgid_index                 internal: the message IDs each interval kept (dedupe's lookback)
+    {root}/snapshots/{table}           resources, device_metadata, device_links, owner_devices and the
+                                       internal _device_state; partitioned by bucket
+
+Staging (``airflow_provider_plgd.staging``) and the interval ledger stay Parquet + JSON manifests:
+they are the Airflow side's input contract, written by many fetch tasks per interval and read
+only by our own code.
+
+The commit rule (Delta protocol: https://github.com/delta-io/delta/blob/master/PROTOCOL.md):
+
+* Spark tasks write Parquet data files with pyarrow below the table folder, under names unique to
+  their run (``folders.data_file_name``), and return :func:`file_record` dicts to the driver.
+* The driver commits a table's files of an interval in **one** Delta transaction
+  (:func:`commit_files`): ``DeltaTable.create_write_transaction`` with one ``AddAction`` per file
+  (partition values from the records, stats ``numRecords`` and min/max/null counts from the
+  Parquet footer). A rerun replaces exactly the interval's rows: ``overwrite`` with a partition
+  filter on ``interval_id`` (snapshots: on the rewritten buckets). Every engine's Delta reader
+  sees all of the old rows or all of the new ones; a file that no commit names is never read.
+* A commit carries ``app_transactions`` (``Transaction(app_id, run version)``) and our metadata
+  under ``plgd`` in its ``commitInfo``. A retried commit of the same run is a no-op; a commit of a
+  run older than one already committed for the interval is refused.
+* Two writers of the same interval at once: Delta's conflict check refuses the second
+  (:class:`~airflow_provider_plgd.exceptions.TableCommitError`); on S3 the log entry is written
+  with a conditional PUT (``conditional_put=etag``), no lock service.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import unquote
+
+from airflow_provider_plgd.storage import join_path, to_fs
+
+log = logging.getLogger("plgd.delta")
+
+EVENTS = "events"
+QUARANTINE = "quarantine"
+EVENTS_DEDUPED = "events_deduped"
+MSGID_INDEX = "msgid_index"
+SNAPSHOTS_DIR = "snapshots"
+#: The partition column of every interval table (``interval`` is a keyword of delta-rs's predicates).
+INTERVAL_COLUMN = "interval_id"
+#: The partition column of the snapshot tables: ``pmod(xxhash64(device_id), buckets)``.
+BUCKET_COLUMN = "bucket"
+#: Partition columns of the interval tables, outermost first.
+INTERVAL_TABLES: dict[str, tuple[str, ...]] = {
+    EVENTS: (INTERVAL_COLUMN, "event_type"),
+    QUARANTINE: (INTERVAL_COLUMN,),
+    EVENTS_DEDUPED: (INTERVAL_COLUMN, "event_type"),
+    MSGID_INDEX: (INTERVAL_COLUMN,),
+}
+#: The key under which our metadata sits in a commit's ``commitInfo``.
+METADATA_KEY = "plgd"
+#: Default retention of removed snapshot files (``DeltaTable.vacuum``), hours; Delta's own default.
+DEFAULT_VACUUM_RETENTION_HOURS = 168
+
+
+def table_uri(root: str, name: str) -> str:
+    """``{root}/{name}`` for an interval table (``events``, ``quarantine``, ``events_deduped``, ``msgid_index``).
+
+    :raises ValueError: an unknown table name.
+    """
+    if name not in INTERVAL_TABLES:
+        raise ValueError(f"unknown table {name!r}; expected one of {sorted(INTERVAL_TABLES)}")
+    return join_path(root, name)
+
+
+def snapshot_table_uri(root: str, table: str) -> str:
+    """``{root}/snapshots/{table}``."""
+    return join_path(root, SNAPSHOTS_DIR, table)
+
+
+def storage_options(uri: str) -> dict[str, str]:
+    """delta-rs storage options for ``uri``: on S3 ``conditional_put=etag`` (commits without a lock
+    service) and ``AWS_ALLOW_HTTP`` when ``AWS_ENDPOINT_URL`` is plain HTTP. Credentials, region and
+    endpoint come from the ``AWS_*`` environment, which delta-rs reads itself (never passed here)."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme not in ("s3", "s3a"):
+        return {}
+    options = {"conditional_put": "etag"}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    if endpoint.startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
+def _delta_uri(uri: str) -> str:
+    """The URI as delta-rs expects it: ``s3a://`` -> ``s3://``; ``file://`` -> the path."""
+    if uri.startswith("s3a://"):
+        return "s3://" + uri[len("s3a://"):]
+    if uri.startswith("file://"):
+        return uri[len("file://"):]
+    return uri
+
+
+def open_table(uri: str, version: int | None = None):
+    """The ``deltalake.DeltaTable`` at ``uri`` (at ``version``; default the latest), or None when
+    no Delta table is there yet."""
+    from deltalake import DeltaTable
+
+    target = _delta_uri(uri)
+    options = storage_options(target)
+    if not DeltaTable.is_deltatable(target, storage_options=options):
+        return None
+    return DeltaTable(target, version=version, storage_options=options)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data files (written in Spark tasks)
+# ---------------------------------------------------------------------------------------------
+
+def _stat_value(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def parquet_stats(metadata) -> dict[str, Any]:
+    """Delta file statistics from a Parquet footer (``pyarrow.parquet.FileMetaData``):
+    ``numRecords``, and ``minValues``/``maxValues``/``nullCount`` of the top-level integer, string
+    and date columns whose every row group has statistics (timestamps, binaries and nested columns
+    are left out: a rounded bound would let a reader skip a file wrongly)."""
+    stats: dict[str, Any] = {"numRecords": int(metadata.num_rows)}
+    if not metadata.num_row_groups:
+        return stats
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    schema = metadata.schema
+    for i in range(metadata.num_columns):
+        col = schema.column(i)
+        if "." in col.path:
+            continue
+        logical = str(col.logical_type)
+        kind = col.physical_type
+        if not (kind in ("INT32", "INT64") and logical in ("None", "Int(bitWidth=32, isSigned=true)",
+                                                            "Int(bitWidth=64, isSigned=true)", "Date")
+                or kind == "BYTE_ARRAY" and logical == "String"):
+            continue
+        lo = hi = None
+        count = 0
+        ok = True
+        for g in range(metadata.num_row_groups):
+            s = metadata.row_group(g).column(i).statistics
+            if s is None or not s.has_null_count:
+                ok = False
+                break
+            count += int(s.null_count)
+            if s.has_min_max:
+                lo = s.min if lo is None else min(lo, s.min)
+                hi = s.max if hi is None else max(hi, s.max)
+            elif metadata.row_group(g).num_rows > s.null_count:
+                ok = False
+                break
+        if not ok:
+            continue
+        nulls[col.name] = count
+        if lo is not None:
+            mins[col.name] = _stat_value(lo)
+            maxs[col.name] = _stat_value(hi)
+    stats.update(minValues=mins, maxValues=maxs, nullCount=nulls)
+    return stats
+
+
+def file_record(path: str, *, rows: int, size: int, partition: Mapping[str, Any],
+                stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a task returns to the driver for one data file: ``{"path" (relative to the table
+    folder), "rows", "size" (bytes), "partition" {column: value as text or None}, "stats" (JSON
+    text, :func:`parquet_stats`)}``."""
+    return {
+        "path": path,
+        "rows": int(rows),
+        "size": int(size),
+        "partition": {k: (None if v is None else str(_stat_value(v))) for k, v in partition.items()},
+        "stats": json.dumps(dict(stats) if stats is not None else {"numRecords": int(rows)},
+                            sort_keys=True, default=str),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Commits (on the driver)
+# ---------------------------------------------------------------------------------------------
+
+def _ensure_table(uri: str, schema, partition_by: Sequence[str]):
+    """The table at ``uri``, created empty with ``schema`` when missing; new columns of ``schema``
+    are added to an existing table (schema evolution: older files read them as null)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    target = _delta_uri(uri)
+    options = storage_options(target)
+    dt = open_table(uri)
+    if dt is None:
+        try:
+            DeltaTable.create(target, schema, partition_by=list(partition_by) or None, mode="ignore",
+                              storage_options=options)
+        except DeltaError as exc:  # another writer created it at the same moment
+            log.info("%s: created concurrently (%s)", uri, exc)
+        dt = DeltaTable(target, storage_options=options)
+    have = {f.name for f in dt.schema().fields}
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        import pyarrow as pa
+        from deltalake import Schema
+
+        dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields))
+        log.info("%s: added columns %s", uri, [f.name for f in missing])
+        dt = DeltaTable(target, storage_options=options)
+    return dt
+
+
+@dataclass
+class Commit:
+    """What :func:`commit_files` did: the table, its new Delta ``version`` (None: nothing new,
+    the same run had committed already), the files and rows added."""
+
+    table: str
+    version: int | None
+    files: int
+    rows: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, partition_by: Sequence[str],
+                 replace: Sequence[tuple[str, str, Any]] | None, metadata: Mapping[str, Any],
+                 app_id: str, run_version: int) -> Commit:
+    """Commit the data files of one run in one Delta transaction.
+
+    :param uri: the table folder (the records' paths are relative to it).
+    :param records: :func:`file_record` dicts.
+    :param schema: the table's Arrow schema, partition columns included.
+    :param partition_by: partition columns (used when the table is created).
+    :param replace: partition filters (``[(column, "=" | "in", value)]``) of the rows this commit
+        replaces (``overwrite``); ``[]`` replaces every row; None appends.
+    :param metadata: JSON values stored under ``plgd`` in the commit's ``commitInfo``.
+    :param app_id: idempotency key of the commit (e.g. ``plgd.decode.events/<interval>``).
+    :param run_version: the run's version for ``app_id`` (its start time in ms): a retried commit of
+        the same run is skipped; a run older than the last committed one is refused.
+    :raises TableCommitError: a newer run of the same interval committed first, or a concurrent
+        writer changed the rows this commit replaces (Delta's conflict check); nothing committed.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+    from airflow_provider_plgd.exceptions import TableCommitError
+
+    target = _delta_uri(uri)
+    dt = _ensure_table(uri, schema, partition_by)
+    done = dt.transaction_version(app_id)
+    rows = sum(int(r["rows"]) for r in records)
+    if done is not None and int(done) >= run_version:
+        if int(done) == run_version:
+            log.info("%s: this run's commit (%s %d) is already in the log", uri, app_id, run_version)
+            return Commit(uri, None, len(records), rows, dict(metadata))
+        raise TableCommitError(
+            f"{uri}: a newer run of the same interval committed first ({app_id}: version {done} > this run's "
+            f"{run_version}); nothing committed by this run", table=uri)
+    now_ms = int(time.time() * 1000)
+    adds = [AddAction(str(r["path"]), int(r["size"]), dict(r["partition"]), now_ms, True, str(r["stats"]))
+            for r in records]
+    props = CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata), sort_keys=True, default=str)},
+                             app_transactions=[Transaction(app_id, int(run_version))])
+    try:
+        dt.create_write_transaction(adds, mode="append" if replace is None else "overwrite", schema=schema,
+                                    partition_by=list(partition_by) or None,
+                                    partition_filters=list(replace) if replace else None,
+                                    commit_properties=props)
+    except CommitFailedError as exc:
+        raise TableCommitError(f"{uri}: another writer committed to the same rows meanwhile ({exc}); nothing "
+                               "committed by this run", table=uri) from exc
+    version = None
+    fresh = DeltaTable(target, storage_options=storage_options(target))
+    for entry in fresh.history(limit=20):
+        if commit_metadata(entry).get("run_version") == metadata.get("run_version") and \
+                entry.get("version") is not None and metadata.get("run_version") is not None:
+            version = int(entry["version"])
+            break
+    if version is None:
+        version = fresh.version()
+    return Commit(uri, version, len(records), rows, dict(metadata))
+
+
+def commit_metadata(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Our metadata (``plgd``) of one ``DeltaTable.history()`` entry; ``{}`` for others' commits."""
+    raw = entry.get(METADATA_KEY)
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def commits(uri: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """Our commits of the table, newest first: ``[{"version", "timestamp" (ms), **metadata}]``
+    (``DeltaTable.history``; commits without our metadata, like vacuum's, are left out)."""
+    dt = open_table(uri)
+    if dt is None:
+        return []
+    found = []
+    for entry in dt.history(limit=limit):
+        meta = commit_metadata(entry)
+        if meta:
+            found.append({**meta, "version": int(entry["version"]), "timestamp": entry.get("timestamp")})
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the log (on the driver)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file that a table version names: ``path`` relative to the table, ``url``
+    absolute, ``rows``, ``size`` (bytes), ``partition`` {column: text or None}."""
+
+    path: str
+    url: str
+    rows: int
+    size: int
+    partition: dict[str, str | None]
+
+
+def table_files(uri: str, *, version: int | None = None, dt: Any = None,
+                where: Mapping[str, Iterable[str]] | None = None) -> list[DataFile]:
+    """The data files of the table at ``uri`` (version ``version``, default the latest), sorted by
+    path; ``[]`` when there is no table.
+
+    :param where: ``{partition column: allowed values}`` (e.g. ``{"interval_id": [id]}``).
+    """
+    import pyarrow as pa
+
+    if dt is None:
+        dt = open_table(uri, version)
+    if dt is None:
+        return []
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    parts = [n[len("partition."):] for n in actions.column_names if n.startswith("partition.")]
+    cols = {n: actions.column(f"partition.{n}").to_pylist() for n in parts}
+    paths = actions.column("path").to_pylist()
+    sizes = actions.column("size_bytes").to_pylist()
+    counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+    wanted = {k: {str(v) for v in vs} for k, vs in (where or {}).items()}
+    base = uri.rstrip("/")
+    files = []
+    for i, path in enumerate(paths):
+        partition = {n: (None if cols[n][i] is None else str(cols[n][i])) for n in parts}
+        if any(partition.get(k) not in vs for k, vs in wanted.items()):
+            continue
+        rel = unquote(path)
+        files.append(DataFile(rel, f"{base}/{rel}", int(counts[i] if counts[i] is not None else -1),
+                              int(sizes[i]), partition))
+    return sorted(files, key=lambda f: f.path)
+
+
+def committed_intervals(uri: str) -> list[str]:
+    """The interval IDs that the latest version of an interval table holds files of, sorted."""
+    return sorted({f.partition[INTERVAL_COLUMN] for f in table_files(uri) if f.partition.get(INTERVAL_COLUMN)})
+
+
+def interval_filter(interval_id: str) -> list[tuple[str, str, str]]:
+    """The partition filter of one interval's rows."""
+    return [(INTERVAL_COLUMN, "=", interval_id)]
+
+
+def vacuum(uri: str, retention_hours: int) -> int:
+    """``DeltaTable.vacuum`` (full: also files no commit ever named, e.g. of killed runs) of files
+    removed or written more than ``retention_hours`` ago; returns how many were deleted. A negative
+    retention disables it."""
+    if retention_hours < 0:
+        return 0
+    dt = open_table(uri)
+    if dt is None:
+        return 0
+    removed = dt.vacuum(retention_hours=int(retention_hours), dry_run=False, enforce_retention_duration=False,
+                        full=True)
+    return len(removed)
+
+
+# ---------------------------------------------------------------------------------------------
+# The layout of a storage root
+# ---------------------------------------------------------------------------------------------
+
+def check_layout(root: str) -> None:
+    """Refuse a storage root written with the layout before Delta Lake (our own ``_manifest.json``
+    folders ``events/interval=<id>`` and ``snapshots/_latest.json``).
+
+    :raises OldLayoutError: names the folder and what to do.
+    """
+    from airflow_provider_plgd.exceptions import OldLayoutError
+
+    fs, base = to_fs(root)
+    probes = [f"{base}/{SNAPSHOTS_DIR}/_latest.json"]
+    for name in INTERVAL_TABLES:
+        folder = f"{base}/{name}"
+        try:
+            entries = fs.ls(folder, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        old = [e for e in entries if str(e).rstrip("/").rsplit("/", 1)[-1].startswith("interval=")]
+        if old:
+            probes.insert(0, str(old[0]))
+    for probe in probes:
+        if fs.exists(probe):
+            raise OldLayoutError(
+                f"{probe} belongs to the storage layout before Delta Lake (folders with _manifest.json and "
+                f"_latest.json); this version writes Delta tables. Use an empty storage root, or move {root}'s "
+                "old folders away and rerun the intervals", path=probe)
