@@ -24,6 +24,7 @@ from airflow_provider_plgd.plgd.pb import eventbus_pb2
 from airflow_provider_plgd.plgd.pb import identitystore_pb2 as isp
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as ra
 from airflow_provider_plgd.spark import schemas
+from airflow_provider_plgd.spark.decode_job import EVENTS_PARTITIONS
 from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts, decode_batches
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
@@ -476,7 +477,6 @@ def test_spark_schemas_convert():
     union = schemas.union_spark_schema()
     assert union.fieldNames() == list(schemas.UNION_COLUMNS)
     assert union["published_at"].dataType.typeName() == "timestamp"
-    assert schemas.events_read_schema().fieldNames()[-1] == "interval"
     assert schemas.quarantine_spark_schema().fieldNames() == list(schemas.QUARANTINE_COLUMNS)
 
 
@@ -502,7 +502,7 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     out = decode_batch(batch, INTERVAL).select(list(schemas.EVENTS_COLUMNS))
     files = []
     for attempt in range(2):  # a retried task attempt rewrites the same names with the same content
-        w = ArrowPartitionedWriter(str(tmp_path / "ev"), 7, schemas.EVENTS_SCHEMA, schemas.EVENTS_PARTITION_COLUMNS,
+        w = ArrowPartitionedWriter(str(tmp_path / "ev"), 7, schemas.EVENTS_SCHEMA, EVENTS_PARTITIONS,
                                    write_id="w1", row_group_rows=4)
         w.write(out.slice(0, 10))
         w.write(out.slice(10))
@@ -510,17 +510,19 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     assert files[0] == files[1]
     assert sum(f["rows"] for f in files[0]) == out.num_rows
     assert {f["partition"]["event_type"] for f in files[0]} == set(EVENT_TYPES)
-    assert all(f["path"].endswith("/part-00007-w1.parquet") and f["path"].startswith(f"owner_id={OWNER}/")
+    assert all(f["path"].endswith("/part-00007-w1.parquet") and f["path"].startswith(f"interval_id={INTERVAL}/")
                for f in files[0])
+    assert all(f["size"] == (tmp_path / "ev" / f["path"]).stat().st_size for f in files[0])
+    assert all(json.loads(f["stats"])["numRecords"] == f["rows"] for f in files[0])
     on_disk = sorted(str(p.relative_to(tmp_path / "ev")) for p in (tmp_path / "ev").rglob("*.parquet"))
     assert on_disk == sorted(f["path"] for f in files[0])
-    part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
+    part = ds.partitioning(pa.schema([(c, pa.string()) for c in EVENTS_PARTITIONS]), flavor="hive")
     back = ds.dataset(str(tmp_path / "ev"), format="parquet", partitioning=part).to_table()
     assert back.num_rows == out.num_rows
     assert sorted(back.column("msg_id").to_pylist()) == sorted(out.column("msg_id").to_pylist())
     empty = ArrowPartitionedWriter(str(tmp_path / "q"), 0, schemas.QUARANTINE_SCHEMA, (), write_id="w1",
                                    always_write=True).close()
-    assert empty == [{"path": "part-00000-w1.parquet", "rows": 0, "partition": {}}]
+    assert [(e["path"], e["rows"], e["partition"]) for e in empty] == [("part-00000-w1.parquet", 0, {})]
     assert pa.parquet.read_table(tmp_path / "q" / "part-00000-w1.parquet").num_rows == 0
 
 
@@ -548,7 +550,7 @@ def test_py_files_zip(tmp_path):
                    "airflow_provider_plgd/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
                    "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "airflow_provider_plgd/spark_apps/decode_events.py",
                    "airflow_provider_plgd/spark/decode_batch.py", "airflow_provider_plgd/spark/schemas.py",
-                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/spark/folders.py", "airflow_provider_plgd/storage.py"):
+                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/delta_tables.py", "airflow_provider_plgd/storage.py"):
         assert needed in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert "airflow_provider_plgd/hooks/jetstream.py" in names  # the package, whole
@@ -607,15 +609,17 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
         monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls, c=ctx: c))
         records += list(make_rdd_task(INTERVAL, ev, q, "w1", batch_rows=5)(iter([task_units])))
     by_table = collections.Counter()
-    for table, _path, _o, _e, _d, _reason, n in records:
-        by_table[table] += n
+    for rec in records:
+        by_table[rec["table"]] += rec["file"]["rows"]
     assert by_table == {"events": len(rows) - 1, "quarantine": 1}
-    part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
+    assert [rec["reasons"] for rec in records if rec["table"] == "quarantine" and rec["file"]["rows"]] == \
+        [{"bad_protobuf": 1}]
+    part = ds.partitioning(pa.schema([(c, pa.string()) for c in EVENTS_PARTITIONS]), flavor="hive")
     back = ds.dataset(ev, format="parquet", partitioning=part).to_table()
     expected = decode_batch(batch, INTERVAL)
     decoded = expected.filter(expected.column("reason").is_null())
     assert sorted(back.column("msg_id").to_pylist()) == sorted(decoded.column("msg_id").to_pylist())
     quarantined = ds.dataset(q, format="parquet").to_table()
     assert quarantined.column("reason").to_pylist() == ["bad_protobuf"]
-    assert {p for _t, p, *_ in records} == {str(f.relative_to(tmp_path / t)) for t in ("ev", "q")
+    assert {rec["file"]["path"] for rec in records} == {str(f.relative_to(tmp_path / t)) for t in ("ev", "q")
                                             for f in (tmp_path / t).rglob("*.parquet")}

@@ -719,22 +719,14 @@ def test_snapshot_store_names_and_empty_reads(tmp_path):
         snapshot_store.version_id(T0 + 1000), snapshot_store.version_id(END)]
     with pytest.raises(ValueError, match="snapshot time"):
         snapshot_store.version_id(-1)
-    assert snapshot_store.read_latest(str(tmp_path)) is None
+    assert snapshot_store.latest(str(tmp_path)) is None
     table = snapshot_store.read_table(str(tmp_path), "resources")
     assert table.num_rows == 0 and table.schema == snapshot_store.table_schema("resources")
-    manifest = {"format": 1, "version": "v", "snapshot_time_ns": 0, "buckets": 4,
-                "tables": {"resources": {"2": {"files": ["v=b/r-x/resources/bucket=2/p.parquet"], "rows": 1},
-                                         "0": {"files": ["v=a/r-y/resources/bucket=0/p.parquet"], "rows": 1}}}}
-    assert snapshot_store.table_files("/r", manifest, "resources") == [
-        "/r/snapshots/v=a/r-y/resources/bucket=0/p.parquet", "/r/snapshots/v=b/r-x/resources/bucket=2/p.parquet"]
-    assert snapshot_store.bucket_files("/r", manifest, "resources", [2, 3]) == [
-        "/r/snapshots/v=b/r-x/resources/bucket=2/p.parquet"]
+    assert snapshot_store.table_uri("/r", "resources") == "/r/snapshots/resources"
+    assert snapshot_store.delta_schema("resources").names[-1] == "bucket"
     with pytest.raises(ValueError, match="unknown snapshot table"):
-        snapshot_store.table_files("/r", manifest, "nope")
-    (tmp_path / "snapshots").mkdir()
-    (tmp_path / "snapshots" / "_latest.json").write_text('{"version": "x", "manifest": "v=x/_manifest.json"}')
-    with pytest.raises(ValueError, match="does not exist"):
-        snapshot_store.read_latest(str(tmp_path))
+        snapshot_store.table_uri("/r", "nope")
+    assert snapshot_store.bucket_files(str(tmp_path), "resources", None) == {}
     assert snapshot_store.interval_kind("20260101T000000Z_20260101T010000Z") == "time"
     assert snapshot_store.interval_kind("seq-000000000001-000000000009") == "seq"
 
@@ -756,14 +748,23 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
         return pa.Table.from_pylist(full, schema=ev_schema)
 
     def files(result):
-        return {r["table"]: [str(tmp_path / "snapshots" / r["file"])] for r in result.to_pylist() if r["file"]}
+        return {r["table"]: [str(tmp_path / "snapshots" / r["table"] / r["file"])]
+                for r in result.to_pylist() if r["file"]}
+
+    def resources(result):
+        import pyarrow.parquet as pq
+
+        path = files(result)["resources"][0]
+        return pq.read_table(path).sort_by([(k, "ascending") for k in snapshot_store.sort_keys("resources")]).to_pylist()
 
     first = snapshot_store.rebuild_bucket(
         events([changed(0), ra("resourcelinkspublished", 0, resources=[link("/a")]),
                 changed(0, device=dev_b),
                 ra("resourceupdatepending", 1, device=dev_b, correlation_id="p", valid_until=END + 5 * SEC)]),
-        root=str(tmp_path), run_rel="v=1/r-a", old_files={}, table_schemas=table_schemas, snapshot_time_ns=END)
+        root=str(tmp_path), run_id="a", old_files={}, table_schemas=table_schemas, snapshot_time_ns=END)
     rows = {r["table"]: r for r in first.to_pylist()}
+    assert rows["resources"]["file"] == "bucket=7/part-a.parquet"
+    assert json.loads(rows["resources"]["stats"])["numRecords"] == 2
     assert rows["resources"]["rows"] == 2 and rows["device_links"]["rows"] == 1
     assert rows["owner_devices"]["file"] is None  # no registrations in this bucket
     assert rows["_device_state"]["next_expiry_ns"] == END + 5 * SEC
@@ -772,25 +773,21 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
 
     # only DEV has new events: dev_b's rows are copied, not refolded
     second = snapshot_store.rebuild_bucket(
-        events([changed(1, b"new", sequence=99)]), root=str(tmp_path), run_rel="v=2/r-b", old_files=old,
+        events([changed(1, b"new", sequence=99)]), root=str(tmp_path), run_id="b", old_files=old,
         table_schemas=table_schemas, snapshot_time_ns=END + SEC)
     stats = json.loads([r for r in second.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
     assert stats["devices"] == 1
-    manifest = {"tables": {r["table"]: {"7": {"files": [r["file"]], "rows": r["rows"]}}
-                           for r in second.to_pylist() if r["file"]}}
-    res = snapshot_store.read_table(str(tmp_path), "resources", manifest).to_pylist()
+    res = resources(second)
     assert [(r["device_id"], r["version"]) for r in res] == [(DEV, 1), (dev_b, 1)]
     assert res[1]["update_pendings"][0]["correlation_id"] == "p"
 
     # a marker row only (no events): dev_b's pending expires, so dev_b is refolded
     marker = events([{"device_id": None}])
-    third = snapshot_store.rebuild_bucket(marker, root=str(tmp_path), run_rel="v=3/r-c", old_files=files(second),
+    third = snapshot_store.rebuild_bucket(marker, root=str(tmp_path), run_id="c", old_files=files(second),
                                           table_schemas=table_schemas, snapshot_time_ns=END + 10 * SEC)
     stats = json.loads([r for r in third.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
     assert stats == {"devices": 1, "expired_pendings": 1}
-    manifest = {"tables": {r["table"]: {"7": {"files": [r["file"]], "rows": r["rows"]}}
-                           for r in third.to_pylist() if r["file"]}}
-    res = snapshot_store.read_table(str(tmp_path), "resources", manifest).to_pylist()
+    res = resources(third)
     assert res[1]["update_pendings"] == [] and res[0]["version"] == 1
     assert [r for r in third.to_pylist() if r["table"] == "_device_state"][0]["next_expiry_ns"] is None
 

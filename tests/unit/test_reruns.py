@@ -1,11 +1,11 @@
 """Reruns of an interval. One older than the latest snapshot (``rebuild_job.check_older_interval``,
-on real manifests in a temp folder): unchanged input is a no-op, changed input or a snapshot no
+on real Delta tables in a temp folder): unchanged input is a no-op, changed input or a snapshot no
 longer kept is refused loudly (docs/reliability.md, "Reruns of old intervals"). One that selects
 less than the interval's earlier run (``ledger.check_selection_covers``) is refused."""
 
 from __future__ import annotations
 
-import json
+import time
 from pathlib import Path
 
 import pytest
@@ -16,49 +16,66 @@ I1, I3 = "20260101T000000Z_20260101T010000Z", "20260101T020000Z_20260101T030000Z
 V1, V3 = "20260101T010000Z", "20260101T030000Z"
 
 
-def deduped(root: Path, interval: str, files: list[tuple[str, int, int]]) -> None:
-    folder = root / "events_deduped" / f"interval={interval}"
-    folder.mkdir(parents=True, exist_ok=True)
-    entries = [{"path": p, "rows": r, "bytes": b} for p, r, b in files]
-    (folder / "_manifest.json").write_text(json.dumps({"table": "events_deduped", "interval_id": interval,
-                                                       "rows": sum(r for _, r, _ in files), "files": entries}))
+def deduped(root: Path, interval: str, name: str, rows: int) -> None:
+    """Commit ``rows`` rows of interval ``interval`` to ``events_deduped`` (one file ``name``)."""
+    import pyarrow as pa
+
+    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.spark import schemas
+    from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.storage import to_fs
+
+    uri = delta_tables.table_uri(str(root), delta_tables.EVENTS_DEDUPED)
+    rel = f"interval_id={interval}/event_type=x/{name}"
+    fs, base = to_fs(uri)
+    size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"m{i}" for i in range(rows)]}))
+    record = delta_tables.file_record(rel, rows=rows, size=size, partition={"interval_id": interval, "event_type": "x"},
+                                      stats=delta_tables.parquet_stats(meta))
+    delta_tables.commit_files(uri, [record], schema=schemas.EVENTS_SCHEMA, partition_by=("interval_id", "event_type"),
+                              replace=delta_tables.interval_filter(interval), metadata={"interval_id": interval},
+                              app_id=f"test/{interval}", run_version=time.time_ns())
 
 
-def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> dict:
-    manifest = {"format": snapshot_store.MANIFEST_FORMAT, "version": version, "snapshot_time_ns": 1,
-                "buckets": 1, "tables": {}, "parent": None, "interval_id": interval, "intervals": [interval]}
+def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> None:
+    """Commit a snapshot record of ``version`` that folded ``interval`` (no rows)."""
+    from airflow_provider_plgd import delta_tables
+
+    record = {"snapshot": version, "snapshot_time_ns": 1, "buckets": 1, "parent": None, "interval_id": interval,
+              "intervals": [interval]}
     if inputs is not None:
-        manifest["inputs"] = inputs
-    path = Path(snapshot_store.manifest_path(str(root), version))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(manifest))
-    return manifest
+        record["inputs"] = inputs
+    delta_tables.commit_files(snapshot_store.table_uri(str(root), snapshot_store.STATE_TABLE), [],
+                              schema=snapshot_store.delta_schema(snapshot_store.STATE_TABLE), partition_by=("bucket",),
+                              replace=None, metadata=record, app_id=f"test/{version}", run_version=time.time_ns())
 
 
 def test_unchanged_input_is_a_no_op_and_changed_input_is_refused(tmp_path):
     root = tmp_path
-    deduped(root, I1, [("owner_id=a/event_type=x/part-00000-w1.parquet", 10, 900)])
+    deduped(root, I1, "part-00000-w1.parquet", 10)
     folded = rebuild_job.input_fingerprint(str(root), I1)
     snapshot(root, V1, I1, {I1: folded})
     latest = {"version": V3, "interval_id": I3}
     # the rerun committed the same rows in the same partition files (other run-unique names): unchanged
-    deduped(root, I1, [("owner_id=a/event_type=x/part-00000-w2.parquet", 10, 900)])
-    assert rebuild_job.check_older_interval(str(root), str(root), latest, V1, I1)["version"] == V1
+    deduped(root, I1, "part-00000-w2.parquet", 10)
+    assert rebuild_job.check_older_interval(str(root), str(root), latest, I1)["version"] == V1
     # fewer rows now (e.g. accept_fewer_messages after a purge): the later snapshots hold the old ones
-    deduped(root, I1, [("owner_id=a/event_type=x/part-00000-w3.parquet", 9, 850)])
+    deduped(root, I1, "part-00000-w3.parquet", 9)
     with pytest.raises(RuntimeError, match=rf"interval {I1}: its deduplicated events changed since snapshot "
                                            rf"{V1} folded them \(10 rows then, 9 now\).*{V3}"):
-        rebuild_job.check_older_interval(str(root), str(root), latest, V1, I1)
+        rebuild_job.check_older_interval(str(root), str(root), latest, I1)
 
 
-def test_a_snapshot_no_longer_kept_cannot_be_compared(tmp_path):
-    deduped(tmp_path, I1, [("part-00000-w1.parquet", 1, 10)])
+def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
+    deduped(tmp_path, I1, "part-00000-w1.parquet", 1)
     latest = {"version": V3, "interval_id": I3}
-    with pytest.raises(RuntimeError, match=f"snapshot {V1} that folded it is not kept any more"):
-        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, V1, I1)
-    snapshot(tmp_path, V1, I1, None)  # written before snapshots recorded their inputs
-    with pytest.raises(RuntimeError, match="no input record"):
-        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, V1, I1)
+    with pytest.raises(RuntimeError, match="no snapshot in the Delta log .* records folding it"):
+        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, I1)
+    snapshot(tmp_path, V1, I1, None)  # a record without inputs
+    with pytest.raises(RuntimeError, match="records folding it"):
+        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, I1)
+
+
+
 
 
 def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
