@@ -277,6 +277,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "rows": {t: rows[t] for t in snapshot_store.PUBLIC_TABLES},
         "fold": stats,
         "delta_versions": delta_versions,
+        "tables": {t: snapshot_store.table_uri(out_root, t) for t in snapshot_store.PUBLIC_TABLES},
         "vacuumed_files": sum(vacuumed.values()),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
