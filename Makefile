@@ -58,9 +58,10 @@ test-airflow2: venv-airflow2
 	PATH="$(BIN2):$$PATH" $(BIN2)/python -m pytest -q -rs -p no:cacheprovider -m "not spark" \
 		tests/airflow2 tests/unit $(PYTEST_ARGS)
 
-## make lint: ruff with the rules of pyproject.toml (CI runs it before the tests)
+## make lint: ruff with the rules of pyproject.toml, then mypy with its [tool.mypy] (CI runs it before the tests)
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 ## make demo: simulate plgd traffic into a local nats-server and run the ETL DAG through Airflow
 demo: venv

@@ -13,17 +13,17 @@ try:  # Airflow 3.x
 
     AIRFLOW_V_3 = True
 except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+    from airflow.hooks.base import BaseHook  # type: ignore[no-redef,attr-defined]
     from airflow.models import BaseOperator  # type: ignore[no-redef]
     from airflow.sensors.base import BaseSensorOperator, PokeReturnValue  # type: ignore[no-redef]
-    from airflow.utils.context import Context  # type: ignore[no-redef]
+    from airflow.utils.context import Context  # type: ignore[no-redef,attr-defined]
 
     AIRFLOW_V_3 = False
 
 try:  # Airflow 3.x
     from airflow.sdk import DAG, task
 except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.decorators import task  # type: ignore[no-redef]
+    from airflow.decorators import task  # type: ignore[no-redef,attr-defined]
     from airflow.models.dag import DAG  # type: ignore[no-redef]
 
 try:  # Airflow 3.x
@@ -70,7 +70,7 @@ try:  # Airflow 3.x: the Task SDK's timetables
         DeltaDataIntervalTimetable,
     )
 except ImportError:  # pragma: no cover - Airflow 2.x
-    from airflow.timetables.interval import (  # type: ignore[no-redef]
+    from airflow.timetables.interval import (  # type: ignore[no-redef,assignment]
         CronDataIntervalTimetable,
         DeltaDataIntervalTimetable,
     )

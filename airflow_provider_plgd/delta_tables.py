@@ -357,7 +357,7 @@ def table_files(uri: str, *, version: int | None = None, dt: Any = None,
     cols = {n: actions.column(f"partition.{n}").to_pylist() for n in parts}
     paths = actions.column("path").to_pylist()
     sizes = actions.column("size_bytes").to_pylist()
-    counts = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
+    counts: list[Any] = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
     wanted = {k: {str(v) for v in vs} for k, vs in (where or {}).items()}
     base = uri.rstrip("/")
     files = []
@@ -373,7 +373,7 @@ def table_files(uri: str, *, version: int | None = None, dt: Any = None,
 
 def committed_intervals(uri: str) -> list[str]:
     """The interval IDs that the latest version of an interval table holds files of, sorted."""
-    return sorted({f.partition[INTERVAL_COLUMN] for f in table_files(uri) if f.partition.get(INTERVAL_COLUMN)})
+    return sorted({i for f in table_files(uri) if (i := f.partition.get(INTERVAL_COLUMN))})
 
 
 def interval_filter(interval_id: str) -> list[tuple[str, str, str]]:

@@ -526,7 +526,7 @@ def build_etl_dag(
         from airflow.sdk import DAG, task
     else:  # pragma: no cover
         from airflow import DAG
-        from airflow.decorators import task
+        from airflow.decorators import task  # type: ignore[no-redef,attr-defined]  # Airflow 2.11
 
     from airflow_provider_plgd import run_params
 
@@ -650,7 +650,7 @@ def build_etl_dag(
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
             task_display_name="Fetch an owner group into staging",
-        ).expand_kwargs(fetch_groups(planned))
+        ).expand_kwargs(fetch_groups(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
 
         # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
         @task.short_circuit(ignore_downstream_trigger_rules=False, outlets=[assets["staging"]],

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
@@ -301,7 +301,7 @@ def clear_fetch_records(root: str, stream: str, interval_id: str) -> None:
         fs.rm(p, recursive=True)
 
 
-def staged_batches(plan: Mapping[str, Any], records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def staged_batches(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The batches the ledger names, checked against the plan: ``[{owner_id, event_type, count}]``.
 
     :raises LedgerError: an owner of the plan has no fetch record, an owner's record does not add
@@ -345,9 +345,9 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     """
     plan, records = read_records(root, stream, interval_id)
     if plan is None:
-        problems = [f"no ledger at {interval_dir(root, stream, interval_id)} (the plan task writes it)"]
         return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
-                "per_owner": {}, "problems": problems, "reconciled": False}
+                "per_owner": {}, "reconciled": False,
+                "problems": [f"no ledger at {interval_dir(root, stream, interval_id)} (the plan task writes it)"]}
     problems: list[str] = []
     try:
         batches = staged_batches(plan, records)

@@ -36,10 +36,6 @@ try:  # the `lineage` extra
     from openlineage.client.facet_v2 import InputDatasetFacet
 
     from airflow.providers.openlineage.extractors import OperatorLineage
-except ImportError:  # pragma: no cover - without the lineage extra
-    OperatorLineage = None  # type: ignore[assignment,misc]
-    NatsSubjectsInputFacet = None  # type: ignore[assignment,misc]
-else:
 
     @attr.define
     class NatsSubjectsInputFacet(InputDatasetFacet):
@@ -55,6 +51,9 @@ else:
         @staticmethod
         def _get_schema() -> str:
             return "https://github.com/plgd-dev/airflow-provider-plgd/blob/main/docs/lineage.md#natssubjects"
+except ImportError:  # pragma: no cover - without the lineage extra
+    OperatorLineage = None  # type: ignore[assignment,misc]
+    NatsSubjectsInputFacet = None  # type: ignore[assignment,misc]
 
 
 #: The scheme of a JetStream stream's dataset namespace (not in the OpenLineage naming spec).

@@ -138,7 +138,7 @@ def as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
     return filters
 
 
-def validate_partition_value(value: str, what: str) -> str:
+def validate_partition_value(value: object, what: str) -> str:
     """Check that ``value`` is safe as one path segment under the storage root: a partition folder
     value (``owner_id=…``, ``event_type=…``, ``interval=…``), the ``{stream}`` folder, or a file name
     listed in a manifest.
@@ -377,6 +377,7 @@ class StagingWriter:
                 else:
                     raise ValueError("call start_filter() before write() when a batch has several subject filters")
             filter_index = self._current
+            assert filter_index is not None  # start_filter() set it
         elif isinstance(filter_index, bool) or not 0 <= filter_index < len(self.subject_filters):
             raise ValueError(f"filter_index {filter_index!r} is not an index of {self.subject_filters}")
         if not messages:
@@ -538,6 +539,7 @@ class StagingWriter:
         if part.writer is None:
             return
         info, tmp = part.file_info, part.tmp_path
+        assert info is not None  # set together with part.writer by _open_file
         final = join_path(self.folder, info["path"])
         with io_error_with_path(self.fs, tmp, "close the part file"):
             part.writer.close()
@@ -555,6 +557,8 @@ class StagingWriter:
             return
         if part.writer is None:
             self._open_file(part)
+        writer, info = part.writer, part.file_info
+        assert writer is not None and info is not None  # _open_file set them
         n = part.p_rows
         headers = part.p_headers
         if any(h for h in headers):
@@ -581,8 +585,7 @@ class StagingWriter:
             schema=SCHEMA,
         )
         with io_error_with_path(self.fs, part.tmp_path, "write the part file"):
-            part.writer.write_table(table, row_group_size=n)
-        info = part.file_info
+            writer.write_table(table, row_group_size=n)
         info["rows"] += n
         info["data_bytes"] += part.p_bytes
         if info["first_seq"] is None:

@@ -104,8 +104,12 @@ class NatsServer:
         self.host = host
         self.port = port or free_port(host)
         self._own_dir = store_dir is None
-        self._base_dir = Path(tempfile.mkdtemp(prefix="plgd-nats-")) if store_dir is None else None
-        self.store_dir = Path(store_dir) if store_dir is not None else self._base_dir / "store"
+        self._base_dir: Path | None = None
+        if store_dir is None:
+            self._base_dir = Path(tempfile.mkdtemp(prefix="plgd-nats-"))
+            self.store_dir = self._base_dir / "store"
+        else:
+            self.store_dir = Path(store_dir)
         self.log_path = (self._base_dir or self.store_dir.parent) / f"nats-server-{self.port}.log"
         self.binary = Path(binary) if binary else default_binary()
         self.extra_args = tuple(extra_args)
@@ -139,7 +143,7 @@ class NatsServer:
             return self
         self.store_dir.mkdir(parents=True, exist_ok=True)
         cmd = [str(self.binary), "-a", self.host, "-p", str(self.port), "-sd", str(self.store_dir)]
-        if self.config_path is not None:
+        if self.config is not None and self.config_path is not None:
             self.config_path.parent.mkdir(parents=True, exist_ok=True)
             self.config_path.write_text(self.config)
             cmd += ["-c", str(self.config_path)]

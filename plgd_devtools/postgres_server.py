@@ -214,6 +214,8 @@ class PostgresServer:
     def _run_as_group(self) -> int:
         import pwd
 
+        assert self.run_as is not None  # only called with run_as
+
         try:
             return pwd.getpwnam(self.run_as).pw_gid
         except KeyError:

@@ -54,15 +54,15 @@ class TcpProxy:
         """Start listening (a daemon thread runs the event loop). Returns self."""
         if self._thread is not None:
             return self
-        self._loop = asyncio.new_event_loop()
+        self._loop = loop = asyncio.new_event_loop()
         ready = threading.Event()
 
         def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(
+            asyncio.set_event_loop(loop)
+            self._server = loop.run_until_complete(
                 asyncio.start_server(self._accept, self.host, self.port))
             ready.set()
-            self._loop.run_forever()
+            loop.run_forever()
 
         self._thread = threading.Thread(target=run, name=f"tcp-proxy-{self.port}", daemon=True)
         self._thread.start()

@@ -123,7 +123,9 @@ class FetchPipeline:
                 # the unrouted batch must stage exactly what the ledger counted outside every owner
                 only = (int(self.plan["unrouted"]) if self.plan is not None and key == ledger.UNROUTED_OWNER
                         else None)
-                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, expected[key],
+                owner_expected = expected[key]
+                assert owner_expected is not None  # counted in every mode but durable
+                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, owner_expected,
                                                              expected_staged=only)
             else:
                 batches = [await self._bounded_batch(stream, root, group[0], mode, bounds, head, expected[key])]
@@ -348,7 +350,7 @@ class FetchPipeline:
             return _batch_summary(manifest)
 
 
-def _group_key(group: list[tuple[str, str, list[str]]], owner_wide: bool) -> str:
+def _group_key(group: Sequence[tuple[str, str, list[str]]], owner_wide: bool) -> str:
     """What a group of targets is accounted as: its owner (owner-wide reads) or its batch's event type."""
     return group[0][0] if owner_wide else group[0][1]
 

@@ -40,7 +40,7 @@ class Router:
 
         self.group = group
         self.unrouted = unrouted
-        self.by_type = {event_type: i for i, (_, event_type, _) in enumerate(group)}
+        self.by_type: dict[str | None, int] = {event_type: i for i, (_, event_type, _) in enumerate(group)}
         self.unknown = self.by_type.get(ledger.UNKNOWN_EVENT_TYPE)
         self.requested = [i for i in range(len(group)) if i != self.unknown]
         self.known_types = EVENT_TYPES

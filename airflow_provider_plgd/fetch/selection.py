@@ -28,8 +28,7 @@ class Target(NamedTuple):
 
 
 def _event_type(value: object) -> str:
-    validate_token(value, "event_type")
-    return event_type_info(value).name  # ValueError naming the value when unknown
+    return event_type_info(validate_token(value, "event_type")).name  # ValueError naming the value when unknown
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
@@ -86,13 +87,14 @@ class Spool:
             self._writer = pa.ipc.new_file(self._sink, self._schema)
         self.count = 0
 
-    def write(self, rows: list[tuple]) -> None:
+    def write(self, rows: Sequence[tuple]) -> None:
         pa = self._pa
         seqs, subjects, times, headers, datas = zip(*rows)
         batch = pa.record_batch(
             [pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()), pa.array(times, pa.int64()),
              pa.array([list(h.items()) if h else None for h in headers], self._schema.field("headers").type),
              pa.array(datas, pa.binary())], schema=self._schema)
+        assert self._writer is not None, "write() after read()"
         with storage.io_error_with_path(None, self.path, "write the durable-mode spool file"):
             self._writer.write_batch(batch)
         self.count += len(rows)
@@ -101,6 +103,7 @@ class Spool:
         """Yield the rows (5-tuples) in stream-sequence order, ``chunk_rows`` at a time."""
         import pyarrow.compute as pc
 
+        assert self._writer is not None and self._sink is not None, "read() twice"
         with storage.io_error_with_path(None, self.path, "read back the durable-mode spool file"):
             self._writer.close()
             self._sink.close()

@@ -109,7 +109,7 @@ def mask_settings_secrets(s: JetStreamSettings) -> None:
         from airflow.sdk.log import mask_secret
     except ImportError:  # pragma: no cover - Airflow 2.11
         try:
-            from airflow.utils.log.secrets_masker import mask_secret
+            from airflow.utils.log.secrets_masker import mask_secret  # type: ignore[no-redef]
         except ImportError:
             return
     for value in values:
@@ -428,7 +428,7 @@ def connect_options(s: JetStreamSettings, conn_id: str) -> dict[str, Any]:
         if s.creds_file:
             _check_creds_file(s.creds_file, conn_id)
             opts["user_credentials"] = s.creds_file
-        else:
+        elif s.nkey_seed:
             _check_user_seed(s.nkey_seed, conn_id)
             opts["nkeys_seed_str"] = s.nkey_seed.strip()
     if s.tls_ca or s.tls_cert or any(u.startswith(("tls://", "wss://")) for u in s.servers):

@@ -30,7 +30,7 @@ import contextlib
 import datetime as dt
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from airflow_provider_plgd.compat import BaseHook
@@ -607,7 +607,7 @@ class JetStreamHook(BaseHook):
         start_seq: int | None = None,
         end_seq: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> AsyncIterator[list[StreamMessage]]:
+    ) -> AsyncGenerator[list[StreamMessage], None]:
         """Read the messages matching ``filter`` in stream order, as lists of :class:`StreamMessage`.
 
         Bounds: ``[start_time, end_time)`` by server timestamp, ``[start_seq, end_seq]`` by

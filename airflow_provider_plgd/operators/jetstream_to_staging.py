@@ -358,7 +358,7 @@ class JetStreamToStagingOperator(BaseOperator):
         if unrouted:
             return unrouted_targets(), True
         if arbitrary:
-            return filter_targets(staging.as_filter_list(self.subject_filter)), False
+            return filter_targets(staging.as_filter_list(self.subject_filter)), False  # type: ignore[arg-type]  # set
         if single:
             if self.owner_id is None or self.event_type is None:
                 raise ValueError(
@@ -419,7 +419,7 @@ class JetStreamToStagingOperator(BaseOperator):
                 )
             if start == end:
                 raise ValueError(zero_width_interval_message(self.task_id, start))
-        return "time", times.time_bounds(start, end)
+        return "time", times.time_bounds(start, end)  # type: ignore[arg-type]  # both checked set above
 
     def _hook(self) -> JetStreamHook:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook

@@ -188,7 +188,7 @@ _get_device = attrgetter("device_id")
 _DEVICE_ID_OF: dict[str, Callable[[Any], str]] = {
     name: (_get_resource_device if name in _RESOURCE_TYPES else _get_device) for name in _RA_CLASSES
 }
-_AGGREGATE_OF: dict[str, str] = {name: EVENT_TYPES[name].aggregate for name in _RA_CLASSES}
+_AGGREGATE_OF: dict[str, str | None] = {name: EVENT_TYPES[name].aggregate for name in _RA_CLASSES}
 
 
 def _short(exc: BaseException) -> str:

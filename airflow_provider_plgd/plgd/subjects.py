@@ -152,7 +152,7 @@ def subject_owner(subject: str) -> str | None:
         return None
 
 
-def validate_token(value: str, what: str) -> str:
+def validate_token(value: object, what: str) -> str:
     """Return ``value`` if it can be one NATS subject token and one staging path segment, else
     raise ValueError.
 

@@ -11,6 +11,7 @@ from ``config.start_time_ns`` (``model.Clock``); the wall clock is only read to 
 from __future__ import annotations
 
 import bisect
+import functools
 import random
 import time
 from collections import defaultdict
@@ -146,6 +147,7 @@ class _Generator:
                 if not self._leadrt or et == "resourcestatesnapshottaken":  # old hubs had no leadrt
                     subject = subjects.resource_subject(owner_id, device_id, ids.href_id(href), et)
                 else:
+                    assert types is not None  # the simulator's resource events always carry their types
                     lead = subjects.select_lead_resource_type(types, filter="first", use_uuid=self._use_uuid)
                     subject = subjects.resource_subject(owner_id, device_id, ids.href_id(href), et, leadrt=True,
                                                         lead_resource_type=lead)
@@ -293,7 +295,7 @@ class _Generator:
             k = self.fault_rng.randrange(cfg.intervals)
             j = self.fault_rng.randrange(self._steps_in(k))
             kind = CORRUPT_KINDS[i % len(CORRUPT_KINDS)]
-            sched[(k, j)].append(lambda k=k, kind=kind: self._corrupt_message(k, kind))
+            sched[(k, j)].append(functools.partial(self._corrupt_message, k, kind))
         return sched
 
     def _ensure_duplicates(self, k: int) -> None:
@@ -366,6 +368,7 @@ def _calibrated_steps(config: SimulationConfig) -> int:
     small, large = messages(2000), messages(4000)
     per_step = max(0.1, (large - small) / 2000)
     fixed = max(0.0, small - 2000 * per_step)
+    assert config.target_messages is not None  # only called when it is set
     remaining = config.target_messages - fixed - config.corrupt
     return max(0, round(remaining / (config.intervals * per_step)))
 

@@ -214,6 +214,12 @@ class DeviceSim:
         self.online = False
         self.confirmable = []
 
+    @property
+    def conn_id(self) -> str:
+        """The ID of the device's current (or last) connection; only asked once it has one."""
+        assert self.conn is not None, f"device {self.device_id} never connected"
+        return self.conn.id
+
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
@@ -302,6 +308,7 @@ class Hub:
         return rec
 
     def _snapshot(self, dev: DeviceSim, agg: _Agg) -> None:
+        fields: dict[str, Any]
         conn = dev.conn.id if dev.conn else ""
         if isinstance(agg, ResourceSim):
             fields = {"latest": agg.latest, "pendings": {k: tuple(v) for k, v in agg.pendings.items()},
@@ -312,6 +319,7 @@ class Hub:
             self._ra(dev, agg, "resourcelinkssnapshottaken", None, {"links": dict(agg.links)}, conn=conn, seq=0,
                      fault="old_hub_snapshot")
         else:
+            assert isinstance(agg, MetaSim)
             fields = {"updated": agg.updated, "pendings": tuple(agg.pendings)}
             self._ra(dev, agg, "devicemetadatasnapshottaken", None, fields, conn=conn, seq=0,
                      fault="old_hub_snapshot")
@@ -391,7 +399,7 @@ class Hub:
             res.published = True
         links = tuple(self._link(dev, r) for r in dev.resources.values())
         dev.links.links = {link.href: link for link in links}
-        self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": links}, conn=dev.conn.id,
+        self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": links}, conn=dev.conn_id,
                  seq=dev.next_seq())
         self._sync_start(dev)
         for i, res in enumerate(dev.resources.values()):
@@ -406,11 +414,16 @@ class Hub:
                 self._changed(dev, res)
         self._sync_done(dev)
 
+    def _last_is_event(self) -> IsEvent:
+        rec = self.out[-1][0]
+        assert isinstance(rec, IsEvent)
+        return rec
+
     def unregister(self, dev: DeviceSim) -> None:
         """Device deleted: RA store wiped (no RA event), then IS ``devicesunregistered`` (§4.7)."""
         self._is(dev.owner, "devicesunregistered", (dev.device_id,))
         self.unregistrations.append({"device_id": dev.device_id, "owner_id": dev.owner.owner_id,
-                                     "interval": self.clock.k, "timestamp": self.out[-1][0].timestamp})
+                                     "interval": self.clock.k, "timestamp": self._last_is_event().timestamp})
         dev.registered = False
         dev.online = False
         dev.confirmable = []
@@ -444,6 +457,7 @@ class Hub:
 
     def _disconnect(self, dev: DeviceSim, *, heartbeat: bool) -> None:
         c = dev.conn
+        assert c is not None
         dev.conn = Connection(OFFLINE, c.id, c.connected_at, c.protocol, "", c.local_endpoints)
         dev.twin = replace(dev.twin, state=OUT_OF_SYNC if dev.twin_enabled else DISABLED)
         dev.online = False
@@ -454,16 +468,16 @@ class Hub:
             return
         ts = self._now()
         seq = dev.next_seq()
-        dev.twin = replace(dev.twin, state=SYNCING, syncing_at=ts, cm_connection_id=dev.conn.id, cm_sequence=seq)
-        self._updated(dev, conn=dev.conn.id, seq=seq, ts=ts)
+        dev.twin = replace(dev.twin, state=SYNCING, syncing_at=ts, cm_connection_id=dev.conn_id, cm_sequence=seq)
+        self._updated(dev, conn=dev.conn_id, seq=seq, ts=ts)
 
     def _sync_done(self, dev: DeviceSim) -> None:
         if not dev.twin_enabled:
             return
         ts = self._now()
         seq = dev.next_seq()
-        dev.twin = replace(dev.twin, state=IN_SYNC, in_sync_at=ts, cm_connection_id=dev.conn.id, cm_sequence=seq)
-        self._updated(dev, conn=dev.conn.id, seq=seq, ts=ts)
+        dev.twin = replace(dev.twin, state=IN_SYNC, in_sync_at=ts, cm_connection_id=dev.conn_id, cm_sequence=seq)
+        self._updated(dev, conn=dev.conn_id, seq=seq, ts=ts)
 
     def reconnect(self, dev: DeviceSim) -> None:
         """Online device: goes OFFLINE (sign-out, or heartbeat expiry with the nil user ID), and
@@ -482,7 +496,7 @@ class Hub:
     def _changed(self, dev: DeviceSim, res: ResourceSim, *, published: bool = True) -> None:
         res.etag = self._etag()
         fields = {"content": self._content(res.value), "status": pb.OK, "etag": res.etag, "types": res.types}
-        res.latest = self._ra(dev, res, "resourcechanged", res.href, fields, conn=dev.conn.id, seq=dev.next_seq(),
+        res.latest = self._ra(dev, res, "resourcechanged", res.href, fields, conn=dev.conn_id, seq=dev.next_seq(),
                               published=published)
 
     def notify(self, dev: DeviceSim, res: ResourceSim) -> None:
@@ -528,6 +542,7 @@ class Hub:
             new_value = {**res.value, **request}
             fields = {"status": pb.OK, "content": self._content(new_value), "types": types}
         elif kind == "retrieve":
+            assert res.latest is not None  # a published resource has had a resourcechanged
             fields = {"status": pb.OK, "content": res.latest.fields["content"], "etag": res.etag, "types": types}
         elif kind == "create":
             fields = {"status": pb.CREATED, "content": self._content({"href": f"{res.href}/{self.rng.randrange(1, 99)}"}),
@@ -537,7 +552,7 @@ class Hub:
             fields = {"status": pb.OK if ok else pb.FORBIDDEN, "content": EMPTY_CONTENT, "types": types}
         event_type = {"update": "resourceupdated", "retrieve": "resourceretrieved", "create": "resourcecreated",
                       "delete": "resourcedeleted"}[kind]
-        self._ra(dev, res, event_type, res.href, fields, conn=dev.conn.id, seq=dev.next_seq(), corr=corr)
+        self._ra(dev, res, event_type, res.href, fields, conn=dev.conn_id, seq=dev.next_seq(), corr=corr)
         if kind == "delete" and fields["status"] == pb.OK:
             for lst in res.pendings.values():
                 lst.clear()
@@ -584,14 +599,14 @@ class Hub:
         res.title_rev += 1
         link = self._link(dev, res)
         dev.links.links[res.href] = link
-        self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": (link,)}, conn=dev.conn.id,
+        self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": (link,)}, conn=dev.conn_id,
                  seq=dev.next_seq())
 
     def unpublish(self, dev: DeviceSim, res: ResourceSim) -> None:
         """``resourcelinksunpublished`` [href], then the RA's ``resourcechanged`` NOT_FOUND with the
         unpublish command's metadata (§4.4)."""
         seq = dev.next_seq()
-        conn = dev.conn.id
+        conn = dev.conn_id
         self._ra(dev, dev.links, "resourcelinksunpublished", None, {"hrefs": (res.href,)}, conn=conn, seq=seq)
         del dev.links.links[res.href]
         res.published = False
@@ -604,7 +619,7 @@ class Hub:
         link = self._link(dev, res)
         dev.links.links[res.href] = link
         res.published = True
-        self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": (link,)}, conn=dev.conn.id,
+        self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": (link,)}, conn=dev.conn_id,
                  seq=dev.next_seq())
         self.notify(dev, res)
 
@@ -625,7 +640,7 @@ class Hub:
                           "first": rec.meta.version, "last": rec.meta.version, "reason": "forced_pending_unpublished"})
         res.pendings["update"].append(rec)
         fields = {"status": pb.NOT_FOUND, "content": EMPTY_CONTENT, "types": res.types}
-        self._ra(dev, res, "resourceupdated", res.href, fields, conn=dev.conn.id, seq=dev.next_seq(), corr=corr)
+        self._ra(dev, res, "resourceupdated", res.href, fields, conn=dev.conn_id, seq=dev.next_seq(), corr=corr)
         res.pendings["update"].remove(rec)
 
     # ---- device metadata commands ---------------------------------------------------------
@@ -664,7 +679,7 @@ class Hub:
         else:
             dev.twin_enabled = pending.fields["twin_enabled"]
             dev.twin = replace(dev.twin, state=OUT_OF_SYNC if dev.twin_enabled else DISABLED)
-        self._updated(dev, conn=dev.conn.id, seq=dev.next_seq(), corr=corr, ts=ts)
+        self._updated(dev, conn=dev.conn_id, seq=dev.next_seq(), corr=corr, ts=ts)
         if dev.twin_enabled:
             self._sync_start(dev)
             self._sync_done(dev)

@@ -165,10 +165,12 @@ class StateFold:
                 del self.resources[key]
 
     def _apply_resource(self, r: RaEvent, et: str) -> None:
-        key = (r.device_id, r.href)
+        href = r.href
+        assert href is not None  # resource events carry their href
+        key = (r.device_id, href)
         agg = self.resources.get(key)
         if agg is None:
-            agg = self.resources[key] = _ResourceAgg(r.owner_id, r.device_id, r.href)
+            agg = self.resources[key] = _ResourceAgg(r.owner_id, r.device_id, href)
         f = r.fields
         snapshot = et == "resourcestatesnapshottaken"
         agg.advance(r.meta.version, r.meta.timestamp, snapshot)

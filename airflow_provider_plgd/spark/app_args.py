@@ -11,7 +11,7 @@ def name_list(value: str) -> list[str]:
     return [item.strip() for item in str(value).split(",") if item.strip()]
 
 
-def flatten_lists(values: Iterable[Iterable[str]] | None) -> list[str] | None:
+def flatten_lists(values: Iterable[list[str] | str] | None) -> list[str] | None:
     """Flatten an ``action="append"``/``nargs`` list of :func:`name_list` results; None or [] -> None."""
     if not values:
         return None

@@ -357,7 +357,7 @@ def _assemble(cols: dict[str, pa.Array], n: int) -> pa.RecordBatch:
 
 
 def decode_batch_parts(
-    batch: pa.RecordBatch, interval_id: str, *, max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
+    batch: pa.RecordBatch, interval_id: str | None, *, max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
 ) -> list[pa.RecordBatch]:
     """Decode one staging batch into one ``UNION_SCHEMA`` batch per event type (+ one quarantine batch).
 
@@ -386,15 +386,20 @@ def decode_batch_parts(
     for i, (subject, data) in enumerate(zip(subject_col, data_col)):
         parsed = _parse_subject(subject)
         if isinstance(parsed, decode_error):
-            q_idx.append(i), q_reason.append(parsed.reason), q_detail.append(str(parsed))
+            q_idx.append(i)
+            q_reason.append(parsed.reason)
+            q_detail.append(str(parsed))
             continue
         try:
             decoded = decode(parsed, b"" if data is None else data, max_decoded_bytes=max_content_bytes)
         except decode_error as err:
-            q_idx.append(i), q_reason.append(err.reason), q_detail.append(str(err))
+            q_idx.append(i)
+            q_reason.append(err.reason)
+            q_detail.append(str(err))
             continue
         except Exception as err:  # a bug, not bad data: keep the row, do not fail the job
-            q_idx.append(i), q_reason.append(INTERNAL_ERROR)
+            q_idx.append(i)
+            q_reason.append(INTERNAL_ERROR)
             q_detail.append(f"{type(err).__name__}: {err}")
             continue
         key = (decoded.event_type, type(decoded.message))
@@ -478,7 +483,7 @@ def decode_batch_parts(
 
 
 def decode_batch(
-    batch: pa.RecordBatch, interval_id: str, *, max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
+    batch: pa.RecordBatch, interval_id: str | None, *, max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
 ) -> pa.RecordBatch:
     """Decode one staging batch into a single ``schemas.UNION_SCHEMA`` batch (same row count).
 

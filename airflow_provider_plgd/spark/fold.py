@@ -332,7 +332,7 @@ def _change(row: dict[str, Any]) -> dict[str, Any]:
 
 def _expired(valid_until: int | None, now_ns: int) -> bool:
     """§4.4/§4.9: a pending with ``valid_until != 0`` expires once ``valid_until < now``."""
-    return bool(valid_until) and valid_until < now_ns
+    return valid_until is not None and valid_until != 0 and valid_until < now_ns
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,6 +533,7 @@ def _fold_ra_events(state: dict[str, Any], events: list[dict[str, Any]], stats: 
     for aggregate_id in sorted(by_aggregate):
         evs = by_aggregate[aggregate_id]
         kind = EVENT_TYPES[evs[0]["event_type"]].aggregate
+        assert kind is not None  # fold_device passes only resource-aggregate events here
         aggregates[aggregate_id] = _fold_aggregate(
             aggregates.get(aggregate_id), kind, aggregate_id, state["device_id"], evs, stats
         )
@@ -569,10 +570,11 @@ def fold_device(
     stats = stats if stats is not None else FoldStats()
     if state is None:
         state = new_device_state(device_id)
-    registrations, others = [], []
+    registrations: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
     for ev in events:
         et = ev.get("event_type")
-        info = EVENT_TYPES.get(et)
+        info = EVENT_TYPES.get(et) if isinstance(et, str) else None
         if info is None:
             raise ValueError(f"event of device {device_id!r} has unknown event type {et!r}; "
                              f"expected one of {', '.join(EVENT_TYPES)}")

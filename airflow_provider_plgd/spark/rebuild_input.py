@@ -83,7 +83,7 @@ def make_map_task(buckets: int, partitions: int):
     snapshot); rows go to partition ``_bucket % partitions``.
     """
 
-    def task(file_lists):
+    def task(file_lists: Any) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
 

@@ -225,7 +225,8 @@ def bucket_files(root: str, table: str, delta_version: int | None) -> dict[int, 
         return {}
     found: dict[int, list[str]] = {}
     for f in delta_tables.table_files(table_uri(root, table), version=int(delta_version)):
-        found.setdefault(int(f.partition[delta_tables.BUCKET_COLUMN]), []).append(f.url)
+        bucket = f.partition[delta_tables.BUCKET_COLUMN]  # never null: written by this module
+        found.setdefault(int(bucket), []).append(f.url)  # type: ignore[arg-type]
     return found
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
-def plan_tasks(units: list[tuple[str, int, int]], slots: int, *, min_rows: int = 10_000,
-               share: float = 0.25) -> list[list[tuple[str, int, int]]]:
+#: a unit: ``(name, index, rows, ...)``; the plan only reads ``rows`` (item 2) and sorts by items 0-1
+_Unit = TypeVar("_Unit", bound=tuple[Any, ...])
+
+def plan_tasks(units: Sequence[_Unit], slots: int, *, min_rows: int = 10_000,
+               share: float = 0.25) -> list[list[_Unit]]:
     """Pack units of work (staging row groups, Parquet files) into Spark tasks: few tasks, sizes decreasing, even finish.
 
     Guided self-scheduling: Spark starts the tasks in list order on ``slots`` task slots, so
@@ -24,10 +29,12 @@ def plan_tasks(units: list[tuple[str, int, int]], slots: int, *, min_rows: int =
     left = sorted(units, key=lambda u: (-u[2], u[0], u[1]))
     remaining = sum(u[2] for u in left)
     slots = max(1, int(slots))
-    tasks: list[list[tuple[str, int, int]]] = []
+    tasks: list[list[_Unit]] = []
     while left:
         target = max(min_rows, int(share * remaining / slots))
-        task, rows, rest = [], 0, []
+        task: list[_Unit] = []
+        rest: list[_Unit] = []
+        rows = 0
         for unit in left:
             if not task or rows + unit[2] <= target:
                 task.append(unit)

@@ -88,7 +88,7 @@ def raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def is_missing_stream_error(exc: BaseException) -> bool:
+def is_missing_stream_error(exc: BaseException | None) -> bool:
     """True when ``exc`` (or its cause) says the stream does not exist.
 
     Recognises the hook's :class:`airflow_provider_plgd.exceptions.StreamNotFoundError`, nats-py's

@@ -153,7 +153,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
             except Exception as exc:  # noqa: BLE001 - keep watching through outages
                 self.log.warning("Polling JetStream failed (retrying in %.1f s): %s", self.poll_interval, exc)
                 payload = None
-            if payload is not None:
+            if payload is not None and cursor is not None:  # a payload comes with its cursor
                 await self._save_cursor(cursor)
                 yield TriggerEvent(payload)
             raise_if_cancelling()
