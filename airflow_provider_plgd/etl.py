@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
 from airflow_provider_plgd import times
+from airflow_provider_plgd.exceptions import MissingDataIntervalError, OffScheduleIntervalError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
@@ -136,30 +137,6 @@ try:  # Airflow 3.x
     from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
 except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
-
-
-class MissingDataIntervalError(_FailWithoutRetry, ValueError):
-    """The DAG run has no data interval, so there is nothing to bound the fetch by.
-
-    On Airflow 3 a run triggered without a logical date (``airflow dags trigger`` without
-    ``--logical-date``, the UI's trigger button with an empty date, an asset-triggered run) has
-    ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
-    the first task (``wait_for_interval``, through its ``pre_execute`` hook); it is an
-    ``AirflowFailException``, so the task fails at once without retries. Also a ``ValueError``.
-    """
-
-
-class OffScheduleIntervalError(_FailWithoutRetry, ValueError):
-    """A manual run's data interval is not one interval of the DAG's schedule.
-
-    Airflow 3.3's Trigger dialog fills the logical date with the current time, and Airflow infers
-    the data interval ``[logical date - interval, logical date)`` from it
-    (``DeltaDataIntervalTimetable.infer_manual_data_interval``), e.g. 16:14-17:14, which overlaps
-    two intervals of the schedule. Such a run is refused in its first task (``wait_for_interval``),
-    before anything is read or written; the message names the last interval of the schedule that
-    ends by the logical date and the backfill that runs it. An ``AirflowFailException`` (no retries) and a
-    ``ValueError``.
-    """
 
 
 def schedule_interval_ending_by(schedule: timedelta | str, start_date: datetime,

@@ -1,12 +1,25 @@
-"""Typed errors of the provider's JetStream access.
+"""Every exception class of the provider, in one place.
 
-All derive from :class:`JetStreamError` so callers can catch one type. Messages name the servers,
-stream or consumer involved and never contain credentials. Source of the JetStream error codes:
-NATS server ``server/errors.json`` (``err_code`` 10059 stream not found, 10039/10076 JetStream
-not enabled), as returned in the ``error`` object of ``$JS.API.*`` responses.
+* JetStream access: all derive from :class:`JetStreamError` so callers can catch one type.
+  Messages name the servers, stream or consumer involved and never contain credentials. Source
+  of the JetStream error codes: NATS server ``server/errors.json`` (``err_code`` 10059 stream not
+  found, 10039/10076 JetStream not enabled), as returned in the ``error`` object of
+  ``$JS.API.*`` responses. :class:`TlsDowngradeError` guards the TLS handshake.
+* The interval ledger and the tables: :class:`LedgerError` and its subclasses,
+  :class:`TableCommitError`, :class:`OldLayoutError`.
+* Decoding plgd messages: :class:`PlgdDecodeError` (reasons :data:`DECODE_ERROR_REASONS`).
+* Spark's code: :class:`PyFilesIntegrityError`; the simulator: :class:`PublishError`.
+* Bad input of a run (Airflow ``AirflowFailException`` subclasses, so the task fails without
+  retries): :class:`UntrustedRunParamError`, :class:`MissingDataIntervalError`,
+  :class:`OffScheduleIntervalError`, :class:`UntrustedPyFilesError`; and
+  :class:`SparkApplicationTimeoutError` (an ``AirflowTaskTimeout``). These five are defined on
+  first use, so this module imports no Airflow: the Spark applications and their executors
+  (which have no Airflow) import it for the errors above.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 
 class JetStreamError(Exception):
@@ -89,7 +102,9 @@ class IntervalNotCompleteError(JetStreamError):
     server's clock: the stream holds no message with a server timestamp at or after the
     interval's end, and the server's time is before ``end + settle_seconds``. Messages of the
     interval may still arrive, so the fetch commits nothing. Retryable: a retry after the end
-    (plus ``settle_seconds``) on the server's clock succeeds. Raised by the fetch operator.
+    (plus ``settle_seconds``) on the server's clock succeeds. Raised by the fetch operator; and
+    by the interval sensor in deferrable mode when its wait ended without the interval being
+    complete (e.g. the stream does not exist; then only the message is set, the fields are None).
 
     :ivar stream: the stream name.
     :ivar start_ns: interval start, unix ns (inclusive).
@@ -99,8 +114,9 @@ class IntervalNotCompleteError(JetStreamError):
     :ivar settle_seconds: the settle time used, in seconds.
     """
 
-    def __init__(self, message: str, *, stream: str, start_ns: int | None, end_ns: int, server_time_ns: int,
-                 last_ts_ns: int | None, settle_seconds: float) -> None:
+    def __init__(self, message: str, *, stream: str | None = None, start_ns: int | None = None,
+                 end_ns: int | None = None, server_time_ns: int | None = None, last_ts_ns: int | None = None,
+                 settle_seconds: float | None = None) -> None:
         super().__init__(message)
         self.stream = stream
         self.start_ns = start_ns
@@ -131,18 +147,6 @@ class StreamSourceStaleError(IntervalNotCompleteError):
         self.source_wait_seconds = source_wait_seconds
 
 
-__all__ = [
-    "IntervalNotCompleteError",
-    "JetStreamAPIError",
-    "JetStreamAuthError",
-    "JetStreamConnectionError",
-    "JetStreamError",
-    "JetStreamNotEnabledError",
-    "JetStreamTimeoutError",
-    "MessagesExpiredError",
-    "StreamNotFoundError",
-    "StreamSourceStaleError",
-]
 
 
 class LedgerError(Exception):
@@ -197,3 +201,177 @@ class OldLayoutError(ValueError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class TlsDowngradeError(ConnectionError):
+    """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
+    require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
+
+
+#: Allowed values of ``PlgdDecodeError.reason``.
+DECODE_ERROR_REASONS = frozenset(
+    {"bad_snappy", "bad_protobuf", "unknown_event_type", "bad_subject", "subject_mismatch",
+     "content_too_large"}
+)
+
+
+class PlgdDecodeError(ValueError):
+    """A plgd payload or subject could not be decoded.
+
+    :ivar reason: ``"bad_snappy"`` (snappy block decompression failed), ``"bad_protobuf"``
+        (protobuf parse failed, or parsed into something that is not a plgd message),
+        ``"unknown_event_type"`` (the type is not in ``EVENT_TYPES`` for that format),
+        ``"bad_subject"`` (not a plgd subject, or event type of the wrong family),
+        ``"subject_mismatch"`` (subject and body disagree on event type, device or href), or
+        ``"content_too_large"`` (the snappy block would decode to more than the cap).
+    ``str(error)`` is the detail; it names the offending value, never the whole payload.
+    Picklable (Spark ships exceptions between processes).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        if reason not in DECODE_ERROR_REASONS:
+            raise ValueError(
+                f"PlgdDecodeError reason must be one of {sorted(DECODE_ERROR_REASONS)}, got {reason!r}"
+            )
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):
+        return (type(self), (self.reason, str(self)))
+
+    def __repr__(self) -> str:
+        return f"PlgdDecodeError({self.reason!r}, {str(self)!r})"
+
+
+class PyFilesIntegrityError(ValueError):
+    """The ``--py-files`` zip cannot be trusted: its bytes differ from the SHA-256 in its name, the
+    code installed on this worker builds a different zip than the one ``plan`` recorded, or the
+    directory that holds it can be written by someone other than this worker's user.
+
+    Raised by :func:`~airflow_provider_plgd.spark_deps.verified_py_files_zip` before anything runs
+    the zip. The message names the path and both hashes (or the offending owner and mode).
+    """
+
+
+class PublishError(RuntimeError):
+    """The simulator's publishing failed, overflowed an interval window, or could not be verified."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The errors that subclass Airflow's exceptions: defined on first use (module ``__getattr__``)
+# ---------------------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    UntrustedRunParamError: type[ValueError]
+    MissingDataIntervalError: type[ValueError]
+    OffScheduleIntervalError: type[ValueError]
+    UntrustedPyFilesError: type[PyFilesIntegrityError]
+    SparkApplicationTimeoutError: type[Exception]
+
+_AIRFLOW_ERRORS = ("UntrustedRunParamError", "MissingDataIntervalError", "OffScheduleIntervalError",
+                   "UntrustedPyFilesError", "SparkApplicationTimeoutError")
+
+
+def _define_airflow_errors() -> dict[str, Any]:
+    try:  # Airflow 3.x
+        from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+    except ImportError:  # pragma: no cover - Airflow 2.11
+        from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+        from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
+
+    class UntrustedRunParamError(_FailWithoutRetry, ValueError):
+        """A run param is outside what the DAG author allows (:mod:`airflow_provider_plgd.run_params`).
+        Raised in ``plan`` (and by
+        :class:`~airflow_provider_plgd.operators.spark_submit.PlgdSparkSubmitOperator` for ``spark_conf``)
+        before anything is read, written or started; the task fails at once, without retries (the same
+        param would fail again). Also a ``ValueError``. The message names the param, the value (never a
+        credential: a root with one is refused without repeating it) and how the DAG author allows it."""
+
+        __qualname__ = "UntrustedRunParamError"
+
+    class MissingDataIntervalError(_FailWithoutRetry, ValueError):
+        """The DAG run has no data interval, so there is nothing to bound the fetch by.
+
+        On Airflow 3 a run triggered without a logical date (``airflow dags trigger`` without
+        ``--logical-date``, the UI's trigger button with an empty date, an asset-triggered run) has
+        ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
+        the ETL DAG's first task (``wait_for_interval``, through its ``pre_execute`` hook), and by the
+        interval sensor and the fetch operator when they have neither a data interval nor explicit
+        bounds. An ``AirflowFailException``, so the task fails at once without retries. Also a
+        ``ValueError``.
+        """
+
+        __qualname__ = "MissingDataIntervalError"
+
+    class OffScheduleIntervalError(_FailWithoutRetry, ValueError):
+        """A manual run's data interval is not one interval of the DAG's schedule.
+
+        Airflow 3.3's Trigger dialog fills the logical date with the current time, and Airflow infers
+        the data interval ``[logical date - interval, logical date)`` from it
+        (``DeltaDataIntervalTimetable.infer_manual_data_interval``), e.g. 16:14-17:14, which overlaps
+        two intervals of the schedule. Such a run is refused in its first task (``wait_for_interval``),
+        before anything is read or written; the message names the last interval of the schedule that
+        ends by the logical date and the backfill that runs it. An ``AirflowFailException`` (no
+        retries) and a ``ValueError``.
+        """
+
+        __qualname__ = "OffScheduleIntervalError"
+
+    class UntrustedPyFilesError(_FailWithoutRetry, PyFilesIntegrityError):
+        """The ``--py-files`` zip failed its check; the task fails at once, without retries (a retry
+        would meet the same file). Also a :class:`PyFilesIntegrityError` (a ``ValueError``)."""
+
+        __qualname__ = "UntrustedPyFilesError"
+
+    class SparkApplicationTimeoutError(AirflowTaskTimeout):
+        """The Spark application did not finish within the task's ``execution_timeout``.
+
+        Airflow then kills ``spark-submit`` (the operator's ``on_kill``) and handles the task like any
+        timeout (retries apply). Typical cause: the application never got an executor (the driver is
+        unreachable from the workers, or ``spark.executor.memory`` / ``spark.executor.cores`` above
+        what any worker offers).
+        """
+
+        __qualname__ = "SparkApplicationTimeoutError"
+
+    return {"UntrustedRunParamError": UntrustedRunParamError, "MissingDataIntervalError": MissingDataIntervalError,
+            "OffScheduleIntervalError": OffScheduleIntervalError, "UntrustedPyFilesError": UntrustedPyFilesError,
+            "SparkApplicationTimeoutError": SparkApplicationTimeoutError}
+
+
+def __getattr__(name: str) -> Any:
+    """The Airflow-bound errors, defined once on first use (importing Airflow then)."""
+    if name in _AIRFLOW_ERRORS:
+        globals().update(_define_airflow_errors())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "DECODE_ERROR_REASONS",
+    "FewerMessagesError",
+    "IntervalNotCompleteError",
+    "JetStreamAPIError",
+    "JetStreamAuthError",
+    "JetStreamConnectionError",
+    "JetStreamError",
+    "JetStreamNotEnabledError",
+    "JetStreamTimeoutError",
+    "LedgerError",
+    "MessagesExpiredError",
+    "MissingDataIntervalError",  # noqa: F822 - defined on first use (module __getattr__)
+    "NarrowerRerunError",
+    "OffScheduleIntervalError",  # noqa: F822
+    "OldLayoutError",
+    "PlgdDecodeError",
+    "PublishError",
+    "PyFilesIntegrityError",
+    "SparkApplicationTimeoutError",  # noqa: F822
+    "StreamNotFoundError",
+    "StreamSourceStaleError",
+    "TableCommitError",
+    "TlsDowngradeError",
+    "UntrustedPyFilesError",  # noqa: F822
+    "UntrustedRunParamError",  # noqa: F822
+]

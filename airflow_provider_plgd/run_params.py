@@ -31,10 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-try:  # Airflow 3.x
-    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+from airflow_provider_plgd.exceptions import UntrustedRunParamError
 
 __all__ = [
     "DEFAULT_RUN_SPARK_CONF_KEYS",
@@ -76,14 +73,6 @@ NUMBER_BOUNDS: dict[str, tuple[int, int]] = {
     "lookback_intervals": (0, 100_000),
     "max_content_bytes": (1, 1 << 30),
 }
-
-
-class UntrustedRunParamError(_FailWithoutRetry, ValueError):
-    """A run param is outside what the DAG author allows (see the module). Raised in ``plan`` (and by
-    :class:`~airflow_provider_plgd.operators.spark_submit.PlgdSparkSubmitOperator` for ``spark_conf``)
-    before anything is read, written or started; the task fails at once, without retries (the same
-    param would fail again). Also a ``ValueError``. The message names the param, the value (never a
-    credential: a root with one is refused without repeating it) and how the DAG author allows it."""
 
 
 def run_spark_conf_policy(keys: Mapping[str, str | None] | Iterable[str] | None) -> dict[str, str | None]:

@@ -47,6 +47,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from airflow_provider_plgd.exceptions import PyFilesIntegrityError
+
 #: Name of the zip when :func:`build_py_files_zip` is given a directory.
 ZIP_NAME = "plgd_py_files.zip"
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)
@@ -56,16 +58,6 @@ _SKIP_SUFFIXES = (".pyc", ".pyo")
 PY_FILES_DIR_ENV = "PLGD_PY_FILES_DIR"
 #: Content-addressed zip name: ``plgd_py_files-<sha256 of the zip, 64 lowercase hex>.zip``.
 CONTENT_ADDRESSED_NAME = re.compile(r"^plgd_py_files-([0-9a-f]{64})\.zip$")
-
-
-class PyFilesIntegrityError(ValueError):
-    """The ``--py-files`` zip cannot be trusted: its bytes differ from the SHA-256 in its name, the
-    code installed on this worker builds a different zip than the one ``plan`` recorded, or the
-    directory that holds it can be written by someone other than this worker's user.
-
-    Raised by :func:`verified_py_files_zip` before anything runs the zip. The message names the
-    path and both hashes (or the offending owner and mode).
-    """
 
 
 def provider_dir() -> Path:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError
+from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, TlsDowngradeError
 from airflow_provider_plgd.get_provider_info import CONN_TYPE, NKEY_SEED_EXTRA
 
 _log = logging.getLogger(__name__)
@@ -129,11 +129,6 @@ async def amask_settings_secrets(s: JetStreamSettings) -> None:
         return
     for value in values:
         await amask_secret(value)
-
-
-class TlsDowngradeError(ConnectionError):
-    """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
-    require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
 
 
 _CLIENT_CLASS: Any = None

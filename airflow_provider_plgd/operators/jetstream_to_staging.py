@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.compat import BaseOperator
-from airflow_provider_plgd.exceptions import LedgerError
+from airflow_provider_plgd.exceptions import LedgerError, MissingDataIntervalError
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
 
@@ -412,7 +412,7 @@ class JetStreamToStagingOperator(BaseOperator):
         else:
             start, end = context.get("data_interval_start"), context.get("data_interval_end")
             if start is None or end is None:
-                raise ValueError(
+                raise MissingDataIntervalError(
                     f"task {self.task_id!r} has no data interval (a manually triggered or asset-driven run on "
                     "Airflow 3) and no explicit bounds: trigger the DAG with a logical date / backfill it, or set "
                     "start_time/end_time, start_seq/end_seq, or durable"

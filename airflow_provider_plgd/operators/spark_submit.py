@@ -24,12 +24,13 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_provider_plgd.spark_deps import PyFilesIntegrityError, verified_py_files_zip
+from airflow_provider_plgd.exceptions import (
+    PyFilesIntegrityError,
+    SparkApplicationTimeoutError,
+    UntrustedPyFilesError,
+)
+from airflow_provider_plgd.spark_deps import verified_py_files_zip
 
-try:  # Airflow 3.x
-    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
 try:  # Airflow 3.x
     from airflow.sdk.exceptions import AirflowTaskTimeout
 except ImportError:  # pragma: no cover - Airflow 2.11
@@ -40,22 +41,6 @@ PYSPARK_PYTHON = "spark.pyspark.python"
 #: Spark's setting of the driver's Python; it wins over ``PYSPARK_DRIVER_PYTHON``, and when it is
 #: unset ``spark.pyspark.python`` wins over the environment for the driver too.
 PYSPARK_DRIVER_PYTHON = "spark.pyspark.driver.python"
-
-
-class UntrustedPyFilesError(_FailWithoutRetry, PyFilesIntegrityError):
-    """The ``--py-files`` zip failed its check; the task fails at once, without retries (a retry
-    would meet the same file). Also a :class:`~airflow_provider_plgd.spark_deps.PyFilesIntegrityError`
-    (a ``ValueError``)."""
-
-
-class SparkApplicationTimeoutError(AirflowTaskTimeout):
-    """The Spark application did not finish within the task's ``execution_timeout``.
-
-    Airflow then kills ``spark-submit`` (the operator's ``on_kill``) and handles the task like any
-    timeout (retries apply). Typical cause: the application never got an executor (the driver is
-    unreachable from the workers, or ``spark.executor.memory`` / ``spark.executor.cores`` above
-    what any worker offers).
-    """
 
 
 def merge_spark_conf(base: Mapping[str, str], overrides: Any, *, source: str) -> dict[str, str]:

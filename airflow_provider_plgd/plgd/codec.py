@@ -63,6 +63,7 @@ from .event_types import (
     event_type_info,
     message_class,
 )
+from ..exceptions import DECODE_ERROR_REASONS, PlgdDecodeError
 from .ids import href_id, links_aggregate_id, metadata_aggregate_id, resource_aggregate_id
 from .pb import eventbus_pb2, identitystore_pb2
 from .subjects import Subject, parse_subject
@@ -80,43 +81,10 @@ __all__ = [
     "encode_resource_aggregate_event",
 ]
 
-#: Allowed values of ``PlgdDecodeError.reason``.
-DECODE_ERROR_REASONS = frozenset(
-    {"bad_snappy", "bad_protobuf", "unknown_event_type", "bad_subject", "subject_mismatch",
-     "content_too_large"}
-)
 #: Default cap (bytes) on the decoded (snappy-decompressed) size of one event, and so of its
 #: resource content: 4 MiB. Four times NATS' default ``max_payload`` (1 MiB); plgd resource
 #: contents (OCF resource representations) are far smaller. Over it: ``content_too_large``.
 DEFAULT_MAX_DECODED_BYTES = 4 * 1024 * 1024
-
-
-class PlgdDecodeError(ValueError):
-    """A plgd payload or subject could not be decoded.
-
-    :ivar reason: ``"bad_snappy"`` (snappy block decompression failed), ``"bad_protobuf"``
-        (protobuf parse failed, or parsed into something that is not a plgd message),
-        ``"unknown_event_type"`` (the type is not in ``EVENT_TYPES`` for that format),
-        ``"bad_subject"`` (not a plgd subject, or event type of the wrong family),
-        ``"subject_mismatch"`` (subject and body disagree on event type, device or href), or
-        ``"content_too_large"`` (the snappy block would decode to more than the cap).
-    ``str(error)`` is the detail; it names the offending value, never the whole payload.
-    Picklable (Spark ships exceptions between processes).
-    """
-
-    def __init__(self, reason: str, message: str) -> None:
-        if reason not in DECODE_ERROR_REASONS:
-            raise ValueError(
-                f"PlgdDecodeError reason must be one of {sorted(DECODE_ERROR_REASONS)}, got {reason!r}"
-            )
-        super().__init__(message)
-        self.reason = reason
-
-    def __reduce__(self):
-        return (type(self), (self.reason, str(self)))
-
-    def __repr__(self) -> str:
-        return f"PlgdDecodeError({self.reason!r}, {str(self)!r})"
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.compat import BaseSensorOperator
+from airflow_provider_plgd.exceptions import IntervalNotCompleteError, MissingDataIntervalError
 from airflow_provider_plgd.triggers.interval_complete import (
     JetStreamIntervalCompleteTrigger,
     check_interval_complete,
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
 
 
-class JetStreamIntervalNotCompleteError(RuntimeError):
-    """The deferred wait ended without the interval being complete (e.g. the stream does not exist)."""
+#: The deferred wait ended without the interval being complete (e.g. the stream does not exist).
+JetStreamIntervalNotCompleteError = IntervalNotCompleteError
 
 
 def _default_deferrable() -> bool:
@@ -51,14 +52,16 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     check, unix ns).
 
     Errors: a missing stream raises ``ValueError`` (poke mode) or
-    :class:`JetStreamIntervalNotCompleteError` (deferrable mode). A mirror's link
+    :class:`~airflow_provider_plgd.exceptions.IntervalNotCompleteError` (deferrable mode; also
+    importable here as ``JetStreamIntervalNotCompleteError``). A mirror's link
     still not current past ``end + settle_seconds + source_wait_seconds`` on the server's clock
     raises :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` (both modes), naming
     the origin, its lag and its last contact. Any other failed check
     (connection undefined, server unreachable, ...) is logged with its cause and counts as "not
     complete": the sensor pokes again, and fails when ``timeout`` is reached. It never succeeds
     without an answer of the server. Without a data interval and without ``end_time``,
-    ``execute`` raises ``ValueError``.
+    ``execute`` raises :class:`~airflow_provider_plgd.exceptions.MissingDataIntervalError` (a
+    ``ValueError``; no retries).
 
     :param jetstream_conn_id: Airflow connection of type ``plgd_jetstream``.
     :param subject_filter: JetStream filter subject whose newer messages are counted in the
@@ -103,7 +106,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     def _end_ns(self, context: Context) -> int:
         end = self.end_time if self.end_time not in (None, "") else context.get("data_interval_end")
         if end is None:
-            raise ValueError(
+            raise MissingDataIntervalError(
                 f"sensor {self.task_id!r} has no data interval (a manually triggered or asset-driven run on "
                 "Airflow 3) and no end_time: trigger the DAG with a logical date, or set end_time"
             )
@@ -190,7 +193,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
                     "stream", "end_ns", "server_time_ns", "last_ts_ns", "settle_seconds", "source_wait_seconds",
                     "upstreams")})
         if not event or event.get("status") != "success":
-            raise JetStreamIntervalNotCompleteError(
+            raise IntervalNotCompleteError(
                 f"waiting for the interval failed: {(event or {}).get('message', event)!r}"
             )
         self.log.info("Interval ending %s is complete: %s", times.ns_to_rfc3339(event["end_ns"]), event["reason"])

@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import nats
 from nats.js.errors import NotFoundError
 
+from ..exceptions import PublishError
 from ..plgd.subjects import subject_matches
 from .generator import Simulation
 from .ground_truth import GroundTruth
@@ -50,10 +51,6 @@ BUNDLE_STREAM_CONFIG: dict[str, Any] = {
     "num_replicas": 1,
     "duplicate_window": 600_000_000_000,
 }
-
-
-class PublishError(RuntimeError):
-    """Publishing failed, overflowed an interval window, or could not be verified."""
 
 
 def _iso(ns: int) -> str:
