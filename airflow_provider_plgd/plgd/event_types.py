@@ -3,9 +3,10 @@
 Each event type string (exactly as in the envelope's ``event_type`` and in the subject) maps to
 its protobuf message, its subject family and its aggregate kind.
 
-* ``EVENT_TYPES``: the 18 types that can appear on NATS: 13 resource-aggregate types and 2
-  identity-store types published by hub v2.16.0+ (``live``), and the 3 ``*snapshottaken`` types
-  published only by hubs older than v2.16.0 (``snapshot``).
+* ``EVENT_TYPES``: the types that can appear on NATS: the resource-aggregate and identity-store
+  types published by hub v2.16.0+ (``live``; 13 + 2), and the ``*snapshottaken`` types
+  published only by hubs older than v2.16.0 (``snapshot``; 3): 18 in all. These counts are
+  stated here only; code, tests and docs derive them from the table below.
 * ``SERVICE_METADATA_EVENT_TYPES``: ``ServiceMetadataUpdated`` / ``ServiceMetadataSnapshotTaken``
   (CamelCase in plgd). They have no subject and are **never** published on NATS; they are kept
   here only so their message classes have a home. They are not in ``EVENT_TYPES``, not in
@@ -159,11 +160,11 @@ _SERVICE_ROWS = (
     ),
 )
 
-#: All event types that can appear on NATS (15 live + 3 ``*snapshottaken``), by name.
+#: All event types that can appear on NATS (live + ``*snapshottaken``), by name.
 EVENT_TYPES: Mapping[str, EventTypeInfo] = MappingProxyType({row.name: row for row in _ROWS})
-#: Event types published by hub v2.16.0+ (13 resource-aggregate + 2 identity-store), table order.
+#: Event types published by hub v2.16.0+ (resource-aggregate + identity-store), table order.
 LIVE_EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in _ROWS if row.live)
-#: The 3 ``*snapshottaken`` types (hubs < v2.16.0 only).
+#: The ``*snapshottaken`` types (hubs < v2.16.0 only).
 SNAPSHOT_EVENT_TYPES: tuple[str, ...] = tuple(row.name for row in _ROWS if row.snapshot)
 #: Event types per family, table order.
 EVENT_TYPES_BY_FAMILY: Mapping[str, tuple[str, ...]] = MappingProxyType(

@@ -60,7 +60,7 @@ import hashlib
 import json
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NoReturn
 
 from airflow_provider_plgd.plgd.event_types import (
     AGGREGATE_LINKS,
@@ -364,6 +364,13 @@ def _remove_first(pendings: list[dict[str, Any]], correlation_id: str | None) ->
     return False
 
 
+def _no_rule(et: str) -> NoReturn:
+    """An event type of ``EVENT_TYPES`` that the rule chain of its aggregate does not handle: a
+    type added to ``plgd/event_types.py`` without its fold rule here."""
+    raise ValueError(f"no fold rule for event type {et!r}: every type of plgd/event_types.py EVENT_TYPES "
+                     "needs one in airflow_provider_plgd/spark/fold.py")
+
+
 def _apply_resource(agg: dict[str, Any], ev: dict[str, Any], et: str, stats: FoldStats) -> None:
     if ev.get("href") is not None:
         agg["href"] = ev["href"]
@@ -395,6 +402,8 @@ def _apply_resource(agg: dict[str, Any], ev: dict[str, Any], et: str, stats: Fol
             agg["pendings"] = {k: [] for k in PENDING_KINDS}
         else:
             _remove_first(agg["pendings"][kind], ev.get("correlation_id"))
+    else:
+        _no_rule(et)
     if types:
         agg["resource_types"] = list(types)
 
@@ -417,6 +426,8 @@ def _apply_links(agg: dict[str, Any], ev: dict[str, Any], et: str, stats: FoldSt
             links.clear()  # replaying an empty unpublish removes all links (§4.5)
         for href in hrefs:
             links.pop(href, None)
+    else:
+        _no_rule(et)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,6 +459,8 @@ def _apply_metadata(agg: dict[str, Any], ev: dict[str, Any], et: str, stats: Fol
         new = _pick(ev, _MD_UPDATED_FIELDS)
         if not _md_equal(agg["updated"], new):
             agg["updated"] = new
+    else:
+        _no_rule(et)
 
 
 _APPLY = {AGGREGATE_RESOURCE: _apply_resource, AGGREGATE_LINKS: _apply_links, AGGREGATE_METADATA: _apply_metadata}
@@ -598,12 +611,14 @@ def fold_device(
         if ev["event_type"] == DEVICES_REGISTERED:
             latest_reg = ts if latest_reg is None else max(latest_reg, ts)
             ops.append((ts, DEVICES_REGISTERED, ev))
-        else:
+        elif ev["event_type"] == DEVICES_UNREGISTERED:
             if latest_reg is not None and ts < latest_reg:
                 stats["stale_registration"] += 1  # an unregistration older than the registration
                 continue
             unregistered_at = ts
             ops.append((ts, DEVICES_UNREGISTERED, ev))
+        else:
+            _no_rule(ev["event_type"])
     boundaries = [ts for ts, et, _ in ops if et == DEVICES_UNREGISTERED]
 
     # RA events up to and including an unregistration time belong to the incarnation it drops.

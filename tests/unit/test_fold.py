@@ -8,13 +8,14 @@ old-hub snapshots). Rows are plain dicts with the ``events`` column names; no Sp
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections import Counter
 
 import pytest
 
-from airflow_provider_plgd.plgd import ids
+from airflow_provider_plgd.plgd import event_types, ids
 from airflow_provider_plgd.spark import fold
 from airflow_provider_plgd.spark.fold import FoldStats, dumps_state, fold_device, loads_state
 
@@ -811,3 +812,27 @@ def test_spark_apps_run_from_the_py_files_zip_alone(tmp_path):
             "or m.startswith('airflow_provider_plgd.simulator')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code, zip_path], check=True, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("event_type", sorted(event_types.EVENT_TYPES))
+def test_every_event_type_has_a_fold_rule(event_type):
+    """Every type of ``plgd/event_types.py`` reaches a rule of fold.py's chains; a type added
+    there without its rule fails here with "no fold rule for event type …"."""
+    info = event_types.EVENT_TYPES[event_type]
+    if info.aggregate is None:
+        state = run([reg(event_type, T0 + SEC)])
+        assert (state["registration"] is not None) == (event_type == fold.DEVICES_REGISTERED)
+    else:
+        ev = ra(event_type, 1)
+        state = run([ev])
+        assert state["aggregates"][ev["aggregate_id"]]["kind"] == info.aggregate
+
+
+@pytest.mark.parametrize("like", ["resourcechanged", "resourcelinkspublished", "devicemetadataupdated",
+                                  "devicesregistered"])
+def test_an_event_type_without_a_fold_rule_is_an_error(monkeypatch, like):
+    new = dataclasses.replace(event_types.EVENT_TYPES[like], name="somethingnew")
+    monkeypatch.setattr(fold, "EVENT_TYPES", {**fold.EVENT_TYPES, "somethingnew": new})
+    ev = reg("somethingnew", T0 + SEC) if new.aggregate is None else ra("somethingnew", 1)
+    with pytest.raises(ValueError, match="no fold rule for event type 'somethingnew'"):
+        run([ev])
