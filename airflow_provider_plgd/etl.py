@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
+from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF  # noqa: F401 - re-exported
 from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import MissingDataIntervalError, OffScheduleIntervalError
 from airflow_provider_plgd.storage_root import resolve_storage_root
@@ -471,8 +471,7 @@ def build_etl_dag(
     :param jetstream_conn_id: the ``plgd_jetstream`` connection (connection IDs are not templated).
     :param spark_conn_id: the ``spark`` connection used by the three ``SparkSubmitOperator`` tasks.
     :param spark_conf: Spark settings (``--conf``) added to :data:`DEFAULT_SPARK_CONF` for the three
-        Spark tasks; a ``None`` value removes a default. E.g. :data:`FAST_LOCAL_SPARK_CONF` for
-        small local runs, or ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
+        Spark tasks; a ``None`` value removes a default. E.g. ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
         The ``spark_conf`` DAG param of a run is merged over these when the task runs.
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.

@@ -1,7 +1,9 @@
-"""Spark settings (``--conf``) of the three Spark tasks: the defaults and the fast local set.
+"""Spark settings (``--conf``) of the three Spark tasks: the defaults.
 
 The one home of these settings: ``etl.build_etl_dag`` passes them to ``SparkSubmitOperator``, and
 the benchmarks pass the same ones to ``spark-submit``. Nothing here imports Airflow or Spark.
+(The settings for short local runs of the demo, the tests and the benchmarks are
+``plgd_devtools.spark.FAST_LOCAL_SPARK_CONF``: not part of the provider.)
 """
 
 from __future__ import annotations
@@ -15,28 +17,6 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.ui.enabled": "false",
 }
-
-#: Extra Spark settings for short runs on small data with ``local[*]`` (the demo, the tests and
-#: the benchmarks), where the provider is installed in the Python that runs the Spark apps:
-#:
-#: * the driver JVM (which also runs the executors in local mode) only JIT-compiles with C1 and
-#:   uses the serial GC: a short ``spark-submit`` spends most of its CPU time compiling and
-#:   collecting, not running the job (M1);
-#: * no whole-stage code generation and no adaptive re-planning: on tiny decode or dedupe runs
-#:   they cost more than they save (M2).
-#:
-#: M1-M2: the figures are in docs/performance.md, "Measurements behind design choices".
-#:
-#: Not a default: C1-only, non-generated code is slower on long jobs over large data, and
-#: ``--conf spark.driver.extraJavaOptions`` replaces the value from ``spark-defaults.conf``.
-FAST_LOCAL_SPARK_CONF: dict[str, str] = {
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    "spark.sql.shuffle.partitions": "2",
-    # tiny inputs: compiling whole-stage code and re-planning stages cost more than they save
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.adaptive.enabled": "false",
-}
-
 
 def conf_args(conf: dict[str, str]) -> list[str]:
     """``spark-submit`` arguments for ``conf``: ``["--conf", "key=value", ...]`` in key order."""

@@ -14,7 +14,7 @@ Steps:
    then time ``airflow_provider_plgd.spark.decode_batch.decode_batch`` over all of them in this process.
 4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging,
    with the DAG's settings for local runs (``--spark-conf fast-local``,
-   ``airflow_provider_plgd.spark_conf.FAST_LOCAL_SPARK_CONF``: C1-only JIT and the serial GC for
+   ``plgd_devtools.spark.FAST_LOCAL_SPARK_CONF``: C1-only JIT and the serial GC for
    the JVM, which only schedules tasks). Rate = decoded events / the app's own processing time
    (``seconds`` in its run summary: from listing the manifests to the committed output, so JVM
    start-up is excluded; the end-to-end wall time including JVM start is printed too).
@@ -52,7 +52,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from airflow_provider_plgd.spark_conf import FAST_LOCAL_SPARK_CONF, conf_args  # noqa: E402
+from airflow_provider_plgd.spark_conf import conf_args  # noqa: E402
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
 from bench.machine import busy_since, parallel_scaling, proc_stat  # noqa: E402
 
 INTERVAL_ID = "20260101T000000Z_20260101T010000Z"
@@ -214,7 +215,7 @@ def wait_until_quiet(max_busy: float, timeout: float) -> float:
     return busy
 
 
-#: ``--spark-conf`` choices: the DAG's settings for local runs (``spark_conf.FAST_LOCAL_SPARK_CONF``:
+#: ``--spark-conf`` choices: the DAG's settings for local runs (``plgd_devtools.spark.FAST_LOCAL_SPARK_CONF``:
 #: C1-only JIT and the serial GC -- the JVM only schedules tasks, so this saves CPU for the two
 #: Python workers), or Spark's defaults.
 SPARK_CONFS = {"fast-local": FAST_LOCAL_SPARK_CONF, "defaults": {}}

@@ -39,7 +39,6 @@ that parses DAGs, workers included; production usually keeps the defaults):
   (or the last run), or only the newest one;
 * `PLGD_ETL_PARAMS`: JSON object of param defaults (`etl.DEFAULT_PARAMS` keys);
 * `PLGD_ETL_SPARK_CONF`: JSON object of Spark settings for the Spark tasks (`build_etl_dag(spark_conf=…)`);
-  `"fast-local"` means `etl.FAST_LOCAL_SPARK_CONF`;
 * `PLGD_ETL_STORAGE_ROOTS`: JSON list of storage roots a run may choose with the `storage_root`
   param, each with the folders below it (`build_etl_dag(storage_roots=…)`; default none: a run may
   use the default root only). Run params are untrusted: docs/operations.md, "Who may set what".
@@ -53,7 +52,7 @@ import json
 import os
 from datetime import datetime, timedelta, timezone
 
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
 from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
 from airflow_provider_plgd.run_params import env_storage_roots
 
@@ -80,8 +79,6 @@ def _env_json_object(name: str) -> dict | None:
     value = os.environ.get(name, "").strip()
     if not value:
         return None
-    if name == "PLGD_ETL_SPARK_CONF" and value == "fast-local":
-        return dict(FAST_LOCAL_SPARK_CONF)
     try:
         parsed = json.loads(value)
     except ValueError:

@@ -7,7 +7,7 @@
    JetStream stamps messages with the server's wall clock);
 3. runs the ``plgd_events_etl`` DAG once per interval through Airflow itself
    (``airflow dags test``; SQLite metadata DB; Spark ``local[*]`` with
-   ``etl.FAST_LOCAL_SPARK_CONF``, i.e. ``PLGD_ETL_SPARK_CONF=fast-local``, for short JVM start-ups);
+   ``plgd_devtools.spark.FAST_LOCAL_SPARK_CONF`` as ``PLGD_ETL_SPARK_CONF``, for short JVM start-ups);
 4. prints the rebuilt state and whether it equals the simulator's ground truth;
 5. stops what it started. Everything lives under ``.demo/`` (removed at the start of each run).
 
@@ -25,6 +25,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,8 +54,8 @@ def _airflow_env(work: Path, nats_url: str, start: datetime, interval_seconds: f
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
             "PLGD_ETL_SCHEDULE_SECONDS": str(interval_seconds),
             "PLGD_ETL_START_DATE": start.isoformat(),
-            # short spark-submits on tiny data: C1-only JIT, serial GC (etl.FAST_LOCAL_SPARK_CONF)
-            "PLGD_ETL_SPARK_CONF": "fast-local",
+            # short spark-submits on tiny data: C1-only JIT, serial GC
+            "PLGD_ETL_SPARK_CONF": json.dumps(FAST_LOCAL_SPARK_CONF),
         }
     )
     return env
@@ -83,7 +85,7 @@ def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> Non
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; return the process exit status (0 = snapshot equals ground truth)."""
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot, print_snapshot_summary
+    from plgd_devtools.snapshot_compare import compare_snapshot, print_snapshot_summary
     from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

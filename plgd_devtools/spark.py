@@ -4,6 +4,7 @@
   ``bin`` on ``PATH`` so that it finds ``SPARK_HOME`` in the pyspark package, and the venv's
   python for the driver and the Python workers).
 * :func:`spark_lock`: one Spark job at a time on a small shared machine (an exclusive ``flock``).
+* :data:`FAST_LOCAL_SPARK_CONF`: Spark settings for short runs on small data.
 """
 
 from __future__ import annotations
@@ -16,6 +17,28 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 #: The lock file that serialises Spark jobs and DAG runs of tests and benchmarks on one machine.
+#: Extra Spark settings (``build_etl_dag(spark_conf=…)``) for short runs on small data with
+#: ``local[*]`` (the demo, the tests and the benchmarks), where the provider is installed in the Python that runs the Spark apps:
+#:
+#: * the driver JVM (which also runs the executors in local mode) only JIT-compiles with C1 and
+#:   uses the serial GC: a short ``spark-submit`` spends most of its CPU time compiling and
+#:   collecting, not running the job (M1);
+#: * no whole-stage code generation and no adaptive re-planning: on tiny decode or dedupe runs
+#:   they cost more than they save (M2).
+#:
+#: M1-M2: the figures are in docs/performance.md, "Measurements behind design choices".
+#:
+#: Not a default: C1-only, non-generated code is slower on long jobs over large data, and
+#: ``--conf spark.driver.extraJavaOptions`` replaces the value from ``spark-defaults.conf``.
+FAST_LOCAL_SPARK_CONF: dict[str, str] = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.sql.shuffle.partitions": "2",
+    # tiny inputs: compiling whole-stage code and re-planning stages cost more than they save
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
 SPARK_LOCK = "/tmp/spark.lock"
 #: Set to ``1`` when the caller already holds :data:`SPARK_LOCK` (``flock /tmp/spark.lock pytest``).
 LOCK_HELD_ENV = "PLGD_SPARK_LOCK_HELD"

@@ -77,6 +77,7 @@ if str(REPO) not in sys.path:
 from bench.e2e.sampler import TreeSampler  # noqa: E402
 from bench.machine import busy_since, proc_stat  # noqa: E402
 from bench.e2e.stages import SPARK_STAGES, read_task_instances, stage_figures  # noqa: E402
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -324,7 +325,8 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
         env = _airflow_env(work, server.url, start, float(end_s - start_s))
         env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = args.log_level
         if args.spark_conf:  # read by dags/plgd_events_etl.py (etl.build_etl_dag(spark_conf=...))
-            env["PLGD_ETL_SPARK_CONF"] = args.spark_conf
+            env["PLGD_ETL_SPARK_CONF"] = (json.dumps(FAST_LOCAL_SPARK_CONF) if args.spark_conf == "fast-local"
+                                          else args.spark_conf)
         if master:
             host, port = master.rsplit(":", 1)
             env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": host, "port": int(port)})

@@ -163,7 +163,7 @@ class AirflowStack:
 
 def _airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datetime,
                  database: dict[str, str]) -> dict[str, str]:
-    from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF
+    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     port = str(_free_port())
@@ -232,7 +232,7 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.snapshot_compare import TABLES
+    from plgd_devtools.snapshot_compare import TABLES
     from airflow_provider_plgd.spark import snapshot_store
     from tests.integration.delta_read import delta_rows, delta_table
 
@@ -285,7 +285,7 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
                                                                tmp_path: Path) -> None:
     from airflow_provider_plgd import times
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from plgd_devtools.snapshot_compare import compare_snapshot
 
     t_start = time.monotonic()
     home, dags, root = tmp_path / "airflow", tmp_path / "dags", tmp_path / "data"
@@ -437,7 +437,8 @@ def test_require_data_interval_fails_without_retry_and_names_the_fix() -> None:
 
 
 def test_spark_conf_merges_overrides_and_removals() -> None:
-    from airflow_provider_plgd.etl import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF, build_etl_dag
+    from airflow_provider_plgd.etl import DEFAULT_SPARK_CONF, build_etl_dag
+    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     dag = build_etl_dag(dag_id="plgd_conf_test", start_date=start, spark_conf={

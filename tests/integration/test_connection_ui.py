@@ -45,7 +45,7 @@ import pytest
 
 from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
 from plgd_devtools.nats_server import free_port, new_nkey
-from plgd_devtools.spark import spark_lock
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -322,7 +322,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "PLGD_ETL_SCHEDULE_SECONDS": str(ETL_INTERVAL_S),
         "PLGD_ETL_CATCHUP": "false",
-        "PLGD_ETL_SPARK_CONF": "fast-local",
+        "PLGD_ETL_SPARK_CONF": json.dumps(FAST_LOCAL_SPARK_CONF),
         "PLGD_ETL_STORAGE_ROOTS": json.dumps([str(storage_root)]),  # the root this run chooses
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"],
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),

@@ -219,7 +219,8 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
 CHAIN_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_ux_chain", schedule=timedelta(seconds=STEP),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
@@ -236,7 +237,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     interval), and rebuild of 2 builds on the snapshot of 0: the final snapshot is the simulator's truth."""
     from airflow_provider_plgd.run_summary import read_app_summary
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from plgd_devtools.snapshot_compare import compare_snapshot
     from airflow_provider_plgd.spark import snapshot_store
     from plgd_devtools.spark import spark_lock
 

@@ -74,7 +74,8 @@ def bounds_around(url: str) -> tuple[int, int]:
 ETL_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
@@ -88,7 +89,7 @@ dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=IN
 def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger_adds_up(
         jetstream, dags_folder, storage_root, monkeypatch):
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from plgd_devtools.snapshot_compare import compare_snapshot
     from plgd_devtools.spark import spark_lock
 
     use_local_spark(monkeypatch)

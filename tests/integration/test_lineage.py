@@ -98,7 +98,8 @@ def test_disabled_openlineage_adds_nothing_to_the_spark_tasks(monkeypatch):
 ETL_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_test_lineage_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,

@@ -24,7 +24,8 @@ OWNER = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
 INTERVAL = 4
 DAG_FILE = """
 from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="DAG_ID", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,

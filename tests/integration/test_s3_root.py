@@ -169,7 +169,8 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
 # ---------------------------------------------------------------------------------------------
 ETL_DAG_FILE = """
 from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
@@ -206,7 +207,7 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
     from pathlib import Path
 
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot, read_latest_tables
+    from plgd_devtools.snapshot_compare import compare_snapshot, read_latest_tables
     from plgd_devtools.spark import spark_lock
     from tests.integration.conftest import load_test_dag, read_stream, use_local_spark
 

@@ -38,7 +38,8 @@ SHORT_TIMEOUT_S = 45
 DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import FAST_LOCAL_SPARK_CONF, build_etl_dag
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 from airflow_provider_plgd.run_params import DEFAULT_RUN_SPARK_CONF_KEYS
 
 common = dict(schedule=timedelta(seconds=INTERVAL), start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
@@ -165,7 +166,7 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     the plgd code from the ``--py-files`` zip only; the driver ran this Python (only
     ``spark.pyspark.python`` was set, in the run's ``spark_conf`` param)."""
     from airflow_provider_plgd.simulator import expected_state
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot, read_latest_tables
+    from plgd_devtools.snapshot_compare import compare_snapshot, read_latest_tables
 
     wrapper, wrapper_log = cluster_env
     sim, end, total = publish_one_interval(jetstream.url, seed=11, steps=120)
@@ -237,7 +238,7 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     data file of the run is unnamed by the Delta log."""
     from airflow_provider_plgd import storage
     from airflow_provider_plgd.simulator import expected_state
-    from airflow_provider_plgd.snapshot_compare import compare_snapshot
+    from plgd_devtools.snapshot_compare import compare_snapshot
     from tests.integration.delta_read import delta_table
 
     wrapper, wrapper_log = cluster_env
