@@ -1,17 +1,13 @@
 """Pure batch decoder: Arrow ``RecordBatch`` of staging rows -> ``RecordBatch`` of decoded rows.
 
-No SparkSession is needed: ``spark_apps/decode_events.py`` runs :func:`decode_batches` inside
-``DataFrame.mapInArrow``; unit tests and ``bench/bench_decode.py`` call :func:`decode_batch`
-directly.
+No SparkSession is needed: the decode app's tasks (``spark/decode_job.py``, a plain
+``RDD.mapPartitions``) call :func:`decode_batch_parts` per staging batch; unit tests and
+``bench/bench_decode.py`` call :func:`decode_batch` directly.
 
 Input columns (the staging contract, ``airflow_provider_plgd.staging``; extra columns are ignored):
 ``stream`` string, ``stream_seq`` int64, ``subject`` string, ``published_at`` timestamp[us, UTC],
 ``msg_id`` string (the ``Nats-Msg-Id`` header) or null, ``headers`` map<string,string> or null
-(optional column), ``data`` binary (the NATS payload). Instead of ``headers`` the batch may carry
-``headers_json`` (string: the map as a JSON object, e.g. Spark's ``to_json(headers)``): converting a
-map column from the JVM to Arrow is costly per row, a mostly-null string almost free
-(docs/performance.md, "Measurements behind design choices", M12), and the headers are only
-needed for quarantined rows.
+(optional column), ``data`` binary (the NATS payload).
 
 Output: ``airflow_provider_plgd.spark.schemas.UNION_SCHEMA`` -- every ``events`` column plus the quarantine-only
 columns. Exactly one output row per input row:
@@ -39,7 +35,6 @@ Columns an event type does not have are ``pa.nulls``. Source of the fields: docs
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -337,16 +332,8 @@ _HEADERS_TYPE = S.UNION_SCHEMA.field("headers").type
 
 
 def _headers(batch: pa.RecordBatch, take: pa.Array) -> pa.Array:
-    """The ``headers`` of the rows ``take``: from a ``headers`` map column, or parsed from ``headers_json``."""
-    names = batch.schema.names
-    if "headers" in names or "headers_json" not in names:
-        return _column_or_nulls(batch, "headers", _HEADERS_TYPE).take(take)
-    texts = batch.column(names.index("headers_json")).take(take).to_pylist()
-    return pa.array(
-        [None if t is None else [(str(k), None if v is None else str(v)) for k, v in json.loads(t).items()]
-         for t in texts],
-        _HEADERS_TYPE,
-    )
+    """The ``headers`` of the rows ``take`` (nulls without a ``headers`` column)."""
+    return _column_or_nulls(batch, "headers", _HEADERS_TYPE).take(take)
 
 
 def _assemble(cols: dict[str, pa.Array], n: int) -> pa.RecordBatch:
@@ -507,10 +494,8 @@ def decode_batches(
     batches: Iterable[pa.RecordBatch], interval_id: str, *,
     max_content_bytes: int | None = DEFAULT_MAX_CONTENT_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function body: decode each staging batch, yield its ``UNION_SCHEMA`` parts.
-
-    Use as ``df.mapInArrow(lambda it: decode_batches(it, interval_id), union_spark_schema())``.
-    """
+    """Decode each staging batch, yield its ``UNION_SCHEMA`` parts (:func:`decode_batch_parts`
+    over a stream of batches)."""
     for batch in batches:
         yield from decode_batch_parts(batch, interval_id, max_content_bytes=max_content_bytes)
 

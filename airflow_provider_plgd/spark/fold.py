@@ -3,7 +3,8 @@
 No Spark here: plain Python over ``events`` rows (dicts with the column names of
 :data:`airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA`, as ``pyarrow.Table.to_pylist()`` gives them). The rebuild
 app calls :func:`fold_bucket_arrow` (Arrow in, Arrow out) once per touched bucket inside its
-``mapInArrow``, which calls :func:`fold_device` per device; the unit tests call both directly.
+reduce tasks (``RDD.mapPartitions``, ``spark/rebuild_input.py``), which calls :func:`fold_device`
+per device; the unit tests call both directly.
 Semantics: ``docs/wire-format.md`` §4 (state of each aggregate kind) and §4.9 (the
 consumer rules); the model followed is the resource-aggregate (RA) write side.
 
@@ -55,7 +56,6 @@ Times are unix **nanoseconds** (``int``), as in the ``events`` table.
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 from bisect import bisect_left, bisect_right
@@ -77,11 +77,9 @@ __all__ = [
     "DEVICES_UNREGISTERED",
     "FOLD_INPUT_COLUMNS",
     "FoldStats",
-    "JSON_COLUMNS",
     "PENDING_KINDS",
     "SNAPSHOT_TABLE_NAMES",
     "STATE_FORMAT_VERSION",
-    "clone_state",
     "content_digest",
     "device_rows",
     "dumps_state",
@@ -141,7 +139,7 @@ _RESOURCE_PENDING_COLUMNS = ("href", "correlation_id", "valid_until", "resource_
 _RESOURCE_CONFIRM_COLUMNS = ("href", "correlation_id", "status", "resource_types")
 COLUMNS_BY_EVENT_TYPE: dict[str, tuple[str, ...]] = {
     "resourcechanged": ("href", "connection_id", "sequence", "user_id", "status", "content_type",
-                        "coap_content_format", "content_data", "content_md5", "content_json", "etag",
+                        "coap_content_format", "content_data", "content_json", "etag",
                         "resource_types"),
     **{et: _RESOURCE_PENDING_COLUMNS for et in _PENDING_KIND},
     **{et: _RESOURCE_CONFIRM_COLUMNS for et in _CONFIRM_KIND},
@@ -160,12 +158,7 @@ COLUMNS_BY_EVENT_TYPE: dict[str, tuple[str, ...]] = {
 FOLD_INPUT_COLUMNS: tuple[str, ...] = tuple(c for c in dict.fromkeys(
     BASE_COLUMNS + ("device_id", "group_id", "device_ids")
     + tuple(c for cols in COLUMNS_BY_EVENT_TYPE.values() for c in cols)
-) if c != "content_md5")
-#: Nested columns the rebuild ships to Python as JSON text (Spark ``to_json``; binary fields as
-#: base64): mostly null, and Arrow-converting null nested structs costs the JVM a lot per row.
-#: :func:`fold_bucket_arrow` parses them back.
-JSON_COLUMNS: tuple[str, ...] = ("resources", "connection", "twin_synchronization", "resource_snapshot",
-                                 "metadata_snapshot")
+))
 
 
 class FoldStats(Counter):
@@ -297,28 +290,19 @@ def _pick(row: dict[str, Any] | None, fields: Iterable[str]) -> dict[str, Any]:
     return {f: row.get(f) for f in fields}
 
 
-def _digest(data: bytes | str | None) -> str:
-    """MD5 hex of content bytes (None reads as empty; a ``str`` is base64 text of the bytes, as
-    Spark's ``to_json`` renders binary). Used only to compare contents for equality (the
-    stale-skip rule); the same value as Spark SQL ``md5(content_data)``."""
-    if isinstance(data, str):
-        data = base64.b64decode(data)
+def _digest(data: bytes | None) -> str:
+    """MD5 hex of content bytes (None reads as empty). Used only to compare contents for equality
+    (the stale-skip rule); the same value as Spark SQL ``md5(content_data)``."""
     return hashlib.md5(data or b"", usedforsecurity=False).hexdigest()
 
 
 def content_digest(row: dict[str, Any]) -> str:
-    """The content digest of an events row: its ``content_md5`` column when the caller computed
-    it (the rebuild does, in Spark, so the bytes never reach Python), else :func:`_digest` of
-    ``content_data``."""
-    md5 = row.get("content_md5")
-    return md5 if md5 is not None else _digest(row.get("content_data"))
+    """The content digest of an events row: :func:`_digest` of its ``content_data``."""
+    return _digest(row.get("content_data"))
 
 
-def _b64(value: bytes | str | None) -> str | None:
-    """Standard base64 text of non-empty bytes (a ``str`` is already base64 text, as Spark's
-    ``to_json`` renders binary); None for None or empty (the tables' etag form)."""
-    if isinstance(value, str):
-        return value or None
+def _b64(value: bytes | None) -> str | None:
+    """Standard base64 text of non-empty bytes; None for None or empty (the tables' etag form)."""
     return base64.b64encode(bytes(value)).decode("ascii") if value else None
 
 
@@ -696,11 +680,6 @@ def next_expiry(state: dict[str, Any]) -> int | None:
     return best
 
 
-def clone_state(state: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a device state (for callers that must keep the previous one)."""
-    return copy.deepcopy(state)
-
-
 # ---------------------------------------------------------------------------------------------
 # Snapshot rows (docs/data-contracts.md "Snapshot tables"; columns: airflow_provider_plgd/plgd/tables.py)
 # ---------------------------------------------------------------------------------------------
@@ -902,13 +881,11 @@ def fold_bucket_arrow(
     """Fold one bucket: new events + previous states of the touched devices -> output rows.
 
     Called once per touched bucket by :func:`airflow_provider_plgd.spark.snapshot_store.rebuild_bucket` (inside the
-    rebuild's ``mapInArrow``); the unit tests call it directly.
+    rebuild's reduce tasks, ``RDD.mapPartitions``); the unit tests call it directly.
 
     :param events: ``pyarrow.Table`` of ``events`` rows of this bucket, plus ``bucket_column``
         (int) and ``device_column`` (the device the row applies to: ``device_id``/``group_id``,
-        or one of an identity-store row's ``device_ids``, exploded one row per device). The
-        :data:`JSON_COLUMNS` may be JSON text instead of nested values, and ``content_md5`` (MD5
-        hex) may replace ``content_data``.
+        or one of an identity-store row's ``device_ids``, exploded one row per device).
     :param states: ``pyarrow.Table`` of ``_device_state`` rows (``device_id``, ``next_expiry_ns``,
         ``state_json``) plus ``bucket_column``: the previous state of every device to refold
         (devices with new events, and devices whose pendings expire by ``snapshot_time_ns``).
@@ -937,11 +914,7 @@ def fold_bucket_arrow(
         for et in pc.unique(kinds).to_pylist():
             wanted = BASE_COLUMNS + COLUMNS_BY_EVENT_TYPE.get(et, tuple(events.column_names)) + (device_column,)
             part = events.filter(pc.equal(kinds, et)).select([c for c in dict.fromkeys(wanted) if c in present])
-            json_cols = [c for c in JSON_COLUMNS if c in part.column_names and pa.types.is_string(part.schema.field(c).type)]
             for row in part.to_pylist():
-                for c in json_cols:
-                    if row[c] is not None:
-                        row[c] = json.loads(row[c])
                 by_device[row[device_column]].append(row)
     previous = dict(zip(states.column("device_id").to_pylist(), states.column("state_json").to_pylist()))
     stats = FoldStats()

@@ -274,5 +274,5 @@ def quarantine_spark_schema():
 
 
 def union_spark_schema():
-    """Spark ``StructType`` of the decoder output (the ``mapInArrow`` result schema)."""
+    """Spark ``StructType`` of the decoder output (``UNION_SCHEMA``)."""
     return to_spark_schema(UNION_SCHEMA)

@@ -131,9 +131,6 @@ DRIVER = textwrap.dedent('''
               .where(F.col("_device").isNotNull())
               .withColumn("_bucket", F.expr(snapshot_store.BUCKET_EXPR.format(buckets=5)
                                             .replace("device_id", "_device")).cast("int")))
-    events = events.withColumn("content_md5", F.md5("content_data")).drop("content_data")
-    for column in fold.JSON_COLUMNS:
-        events = events.withColumn(column, F.to_json(column))
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
     oracle_kwargs = dict(root=cfg["root_spark"], run_id="oracle", old_files_by_bucket={},
                          table_schemas=table_schemas, snapshot_time_ns=cfg["last_end_ns"])

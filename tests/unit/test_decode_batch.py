@@ -526,16 +526,6 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     assert pa.parquet.read_table(tmp_path / "q" / "part-00000-w1.parquet").num_rows == 0
 
 
-def test_headers_json_input_column():
-    _, subject, _, _ = all_cases()[0]
-    batch = staging_batch([(subject, b"\xff\xfe", "m1")])
-    as_json = batch.drop_columns(["headers"]).append_column(
-        "headers_json", pa.array(['{"Nats-Msg-Id":"m1","X":"y"}'], pa.string()))
-    row = decode_batch(as_json, INTERVAL).to_pylist()[0]
-    assert row["reason"] == "bad_protobuf"
-    assert row["headers"] == [("Nats-Msg-Id", "m1"), ("X", "y")]
-
-
 def test_py_files_zip(tmp_path):
     import zipfile
 
