@@ -275,9 +275,11 @@ _AIRFLOW_ERRORS = ("UntrustedRunParamError", "MissingDataIntervalError", "OffSch
 def _define_airflow_errors() -> dict[str, Any]:
     try:  # Airflow 3.x
         from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-        from airflow.sdk.exceptions import AirflowTaskTimeout
     except ImportError:  # pragma: no cover - Airflow 2.11
         from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+    try:  # Airflow 3.x
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+    except ImportError:  # pragma: no cover - Airflow 2.11
         from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
 
     class UntrustedRunParamError(_FailWithoutRetry, ValueError):
