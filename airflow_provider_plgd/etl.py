@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
-from airflow_provider_plgd import times
+from airflow_provider_plgd import delta_tables, times
+from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
@@ -591,6 +592,10 @@ def build_etl_dag(
             checked = run_params.check_run_params(p, spark_conf_policy=spark_conf_policy,
                                                   storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
             root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
+            try:  # tables of the layout before Delta Lake: refused before anything is fetched
+                delta_tables.check_layout(root)
+            except OldLayoutError as err:
+                raise _FailWithoutRetry(str(err)) from None
             # check the owners and event types once, before anything is discovered, built or written
             try:
                 selection = Selection.of(_token_list(p["owners"], "owner_id"),
