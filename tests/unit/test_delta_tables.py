@@ -123,3 +123,44 @@ def test_a_root_in_the_layout_before_delta_is_refused_naming_the_folder(tmp_path
     (other / "snapshots" / "_latest.json").write_text("{}")
     with pytest.raises(OldLayoutError, match=r"snapshots/_latest.json"):
         delta_tables.check_layout(str(other))
+
+
+def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
+    """``snapshot_store.roll_back``: two snapshots, roll back to the first; ``latest`` and every
+    reader (deltalake, polars) see the first one's rows, the second stays readable by time travel."""
+    from airflow_provider_plgd.spark import snapshot_store as ss
+
+    root = str(tmp_path)
+
+    def snapshot(version: str, devices: list[str], run_version: int) -> None:
+        record = {"snapshot": version, "snapshot_time_ns": run_version, "interval_id": f"i{version}",
+                  "parent": None, "buckets": 1}
+        versions = {}
+        for table in ss.ALL_TABLES:
+            uri = ss.table_uri(root, table)
+            records = []
+            if table == "owner_devices":
+                fs, base = to_fs(uri)
+                rows = pa.Table.from_pylist([{"owner_id": "o", "owner": "o", "device_id": d, "registered_at": 1} for d in devices],
+                                            schema=ss.table_schema(table))
+                size, meta = write_parquet_file(fs, f"{base}/bucket=0/part-{version}.parquet", rows)
+                records.append(delta_tables.file_record(f"bucket=0/part-{version}.parquet", rows=len(devices),
+                                                        size=size, partition={"bucket": 0},
+                                                        stats=delta_tables.parquet_stats(meta)))
+            if table == ss.STATE_TABLE:
+                record["delta_versions"] = dict(versions)
+            versions[table] = delta_tables.commit_files(
+                uri, records, schema=ss.delta_schema(table), partition_by=("bucket",), replace=[], metadata=record,
+                app_id=f"t.{table}/{version}", run_version=run_version).version
+
+    snapshot("V1", ["d1"], 1)
+    snapshot("V2", ["d1", "d2"], 2)
+    assert ss.latest(root)["version"] == "V2"
+    assert ss.roll_back(root, "V1")["version"] == "V1"
+    assert ss.latest(root)["version"] == "V1"
+    uri = ss.table_uri(root, "owner_devices")
+    assert pl.read_delta(uri).get_column("device_id").to_list() == ["d1"]
+    assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices").to_pylist()] == ["d1"]
+    assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices", "V2").to_pylist()] == ["d1", "d2"]
+    with pytest.raises(ValueError, match="no snapshot version 'V9'"):
+        ss.roll_back(root, "V9")
