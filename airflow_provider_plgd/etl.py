@@ -362,19 +362,20 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
     versions = summary.get("delta_versions") or {}
     if app == "decode":
         root = summary.get("output_root") or ""
-        out = {"events": {"interval_id": interval_id, "decoded": summary.get("decoded"),
-                          "table": delta_tables.table_uri(root, "events"), "delta_version": versions.get("events")}}
+        events, quarantine = delta_tables.EVENTS, delta_tables.QUARANTINE
+        out = {events: {"interval_id": interval_id, "decoded": summary.get("decoded"),
+                        "table": delta_tables.table_uri(root, events), "delta_version": versions.get(events)}}
         if int(summary.get("quarantined") or 0):
-            out["quarantine"] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
-                                 "per_reason": summary.get("per_reason") or {},
-                                 "table": delta_tables.table_uri(root, "quarantine"),
-                                 "delta_version": versions.get("quarantine")}
+            out[quarantine] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
+                               "per_reason": summary.get("per_reason") or {},
+                               "table": delta_tables.table_uri(root, quarantine),
+                               "delta_version": versions.get(quarantine)}
         return out
     if app == "dedupe":
-        return {"events_deduped": {"interval_id": interval_id, "kept": summary.get("output"),
-                                   "duplicates": summary.get("duplicates"),
-                                   "table": summary.get("events_deduped_path"),
-                                   "delta_version": versions.get("events_deduped")}}
+        return {delta_tables.EVENTS_DEDUPED: {"interval_id": interval_id, "kept": summary.get("output"),
+                                              "duplicates": summary.get("duplicates"),
+                                              "table": summary.get("events_deduped_path"),
+                                              "delta_version": versions.get(delta_tables.EVENTS_DEDUPED)}}
     if app == "rebuild":
         return {"snapshots": {"interval_id": interval_id, "snapshot_version": summary.get("version"),
                               "rows": summary.get("rows") or {}, "tables": summary.get("tables") or {},
