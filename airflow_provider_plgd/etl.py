@@ -144,7 +144,7 @@ class MissingDataIntervalError(_FailWithoutRetry, ValueError):
     On Airflow 3 a run triggered without a logical date (``airflow dags trigger`` without
     ``--logical-date``, the UI's trigger button with an empty date, an asset-triggered run) has
     ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
-    the first task (``wait_for_interval``, through its ``pre_execute`` hook); it is an
+    the first task (``wait_for_interval``, through its ``interval_check``); it is an
     ``AirflowFailException``, so the task fails at once without retries. Also a ``ValueError``.
     """
 
@@ -189,7 +189,7 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
                           start_date: datetime | None = None) -> tuple[datetime, datetime]:
     """Return the run's ``(data_interval_start, data_interval_end)`` (aware datetimes).
 
-    Used as the ``pre_execute`` hook of ``wait_for_interval`` and by ``plan`` (``build_etl_dag``
+    Used as the ``interval_check`` of ``wait_for_interval`` and by ``plan`` (``build_etl_dag``
     passes its ``schedule`` and ``start_date``).
 
     :param context: the task context (keys ``data_interval_start``, ``data_interval_end``, ``dag_run``).
@@ -204,11 +204,11 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
         dag_run = context.get("dag_run")
         run_id = getattr(dag_run, "run_id", None)
         raise MissingDataIntervalError(
-            f"DAG run {run_id!r} has no data interval (logical date None: a manual or asset-triggered run "
-            "on Airflow 3), so there is no interval of the stream to process. Run an interval with a "
-            "backfill (`airflow backfill create --dag-id <dag> --from-date <interval start> --to-date "
-            "<interval start> --reprocess-behavior completed`) or `airflow dags test <dag> <interval end>`; "
-            "see docs/operations.md, \"Backfill and reruns\"."
+            f"DAG run {run_id!r} has no data interval (logical date None: a manual or asset-triggered run\n"
+            "on Airflow 3), so there is no interval of the stream to process. Run an interval with a backfill:\n"
+            "  airflow backfill create --dag-id <dag> \\\n"
+            "    --from-date <interval start> --to-date <interval start> --reprocess-behavior completed\n"
+            "or `airflow dags test <dag> <interval end>`; see docs/operations.md, \"Backfill and reruns\"."
         )
     if end <= start:
         raise MissingDataIntervalError(f"empty data interval [{start}, {end}) of DAG run {context.get('run_id')!r}")
@@ -219,14 +219,18 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
             grid_start, grid_end = schedule_interval_ending_by(schedule, start_date, context.get("logical_date") or end)
             dag_id = getattr(dag_run, "dag_id", None) or "<dag>"
             raise OffScheduleIntervalError(
-                f"manual DAG run {getattr(dag_run, 'run_id', None)!r} has the data interval [{start.isoformat()}, "
-                f"{end.isoformat()}), which is not an interval of the schedule ({schedule} from "
-                f"{start_date.isoformat()}); it would overlap processed intervals, so nothing was read or written. "
-                f"The last interval of the schedule that ends by the logical date is [{grid_start.isoformat()}, "
-                f"{grid_end.isoformat()}). To (re)process it, use a backfill (the Trigger dialog's Backfill "
-                f"option, or `airflow backfill create --dag-id {dag_id} --from-date {grid_start.isoformat()} "
-                f"--to-date {grid_start.isoformat()} --reprocess-behavior completed`), or clear that interval's "
-                f"run; see docs/operations.md, \"Manual runs\"."
+                f"manual DAG run {getattr(dag_run, 'run_id', None)!r}\n"
+                f"has the data interval [{start.isoformat()}, {end.isoformat()}),\n"
+                f"which is not an interval of the schedule ({schedule} from {start_date.isoformat()}).\n"
+                "It would overlap processed intervals, so nothing was read or written.\n"
+                "The last interval of the schedule that ends by the logical date is\n"
+                f"  [{grid_start.isoformat()}, {grid_end.isoformat()}).\n"
+                "To (re)process it, use a backfill (the Trigger dialog's Backfill option, or the command below),\n"
+                "or clear that interval's run:\n"
+                f"  airflow backfill create --dag-id {dag_id} \\\n"
+                f"    --from-date {grid_start.isoformat()} --to-date {grid_start.isoformat()} \\\n"
+                "    --reprocess-behavior completed\n"
+                "See docs/operations.md, \"Manual runs\"."
             )
     return start, end
 
@@ -570,7 +574,7 @@ def build_etl_dag(
             deferrable=True,
             poke_interval=5,
             timeout=6 * 3600,
-            pre_execute=check_interval,
+            interval_check=check_interval,  # in execute: its error shows where the task's page shows failures
             task_display_name="Wait until the interval is complete",
         )
 

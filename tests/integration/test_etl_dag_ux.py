@@ -109,13 +109,14 @@ def test_manual_trigger_with_the_dialogs_default_logical_date_is_refused(dags_fo
     run = SimpleNamespace(run_id="manual__x", run_type="manual", dag_id="plgd_ux_manual")
     context = {"data_interval_start": api["data_interval"].start, "data_interval_end": api["data_interval"].end,
                "logical_date": now, "dag_run": run}
-    hook = dag.get_task("wait_for_interval")._pre_execute_hook
+    hook = dag.get_task("wait_for_interval").interval_check
     with pytest.raises(OffScheduleIntervalError) as info:
         hook(context)
     text = str(info.value)
     assert "[2026-11-23T16:00:00+00:00, 2026-11-23T17:00:00+00:00)" in text
-    assert ("airflow backfill create --dag-id plgd_ux_manual --from-date 2026-11-23T16:00:00+00:00 --to-date "
-            "2026-11-23T16:00:00+00:00 --reprocess-behavior completed") in text
+    assert ("airflow backfill create --dag-id plgd_ux_manual \\\n    --from-date 2026-11-23T16:00:00+00:00 --to-date "
+            "2026-11-23T16:00:00+00:00 \\\n    --reprocess-behavior completed") in text
+    assert max(map(len, text.splitlines())) <= 100, text  # short lines: the task's log view does not wrap
     # a manual run of exactly one interval of the schedule (`airflow dags test <interval end>`) is accepted
     api = TriggerDAGRunPostBody(logical_date=datetime(2026, 11, 23, 17, tzinfo=UTC)).validate_context(serialized)
     grid = (datetime(2026, 11, 23, 16, tzinfo=UTC), datetime(2026, 11, 23, 17, tzinfo=UTC))
