@@ -239,7 +239,8 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
 
     Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
-    owner and event type (non-zero counts); decoded and quarantined rows (per reason);
+    owner and event type (non-zero counts); the owners and event types covered and the other params
+    the run used (``params``: :func:`run_params_used`); decoded and quarantined rows (per reason);
     duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
     per table; every problem of the ledger's chain (ERROR); whether it reconciled; lag in seconds
     (now minus the interval end).
@@ -267,6 +268,8 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     decode = result.get("decode") or {}
     selection = chain.get("selection") or {}
     log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))
+    if result.get("params"):
+        log.info("Params of this run: %s", ", ".join(f"{k}={v!r}" for k, v in result["params"].items()))
     if chain.get("spark_skipped") and not decode:
         log.info("Decode, dedupe and rebuild skipped: %s", chain["spark_skipped"])
     else:
@@ -288,6 +291,18 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     for problem in result.get("problems") or []:
         log.error("Does not reconcile: %s", problem)
     log.info("Reconciled: %s; lag %s s after the interval end", result.get("reconciled"), result.get("lag_seconds"))
+
+
+#: The params a run's summary reports besides its selection (owners and event types are in the
+#: ledger's ``chain.selection``, bounded): what a backfill or a manual run actually used.
+SUMMARY_PARAMS = ("stream", "settle_seconds", "max_fetch_tasks", "lookback_intervals", "accept_fewer_messages",
+                  "max_content_bytes", "spark_conf")
+
+
+def run_params_used(params: Mapping[str, Any], storage_root: str) -> dict[str, Any]:
+    """``{"storage_root": the resolved root, **the values of SUMMARY_PARAMS}`` of one run (its
+    ``params``: the DAG's defaults updated with the run's conf), for the summary's log line and XCom."""
+    return {"storage_root": storage_root, **{k: params.get(k) for k in SUMMARY_PARAMS}}
 
 
 def spark_app_path(name: str) -> str:
@@ -601,6 +616,10 @@ def build_etl_dag(
                                          _token_list(p["event_types"], "event_type") or EVENT_TYPES)
             except ValueError as err:  # a triggering user's input: fails without retries
                 raise run_params.UntrustedRunParamError(str(err)) from None
+            interval = times.interval_id(start, end)
+            # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
+            # its events would be missing from this interval's snapshot
+            ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
             hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
             # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
             hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
@@ -608,7 +627,6 @@ def build_etl_dag(
             if discovered:
                 selection = selection.with_owners(sorted(hook.list_owners()))
             owners, event_types = list(selection.owners), list(selection.event_types)
-            interval = times.interval_id(start, end)
             try:
                 record = write_interval_ledger(
                     hook, root, interval, start, end, owners, discovered, event_types,
@@ -737,6 +755,7 @@ def build_etl_dag(
                                         planned_value["storage_root"])
             result = collect_run_summary(planned_value["storage_root"], context["params"]["stream"],
                                          planned_value["interval_id"])
+            result["params"] = run_params_used(context["params"], planned_value["storage_root"])
             log_run_summary(result)
             result.pop("fetched")  # per owner: logged above, too large for XCom at many owners
             if not result["reconciled"]:

@@ -482,9 +482,12 @@ def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> No
              "lag_seconds": 1.0,
              "chain": {"stream_total": 0, "owners": 2, "unrouted": 0, "not_requested_owners_messages": 0,
                        "skipped": {}, "spark_skipped": "the stream holds no message for the interval and there is no snapshot yet",
-                       "selection": {"owners": "all 2 discovered", "event_types": "all 18"}}}
+                       "selection": {"owners": "all 2 discovered", "event_types": "all 18"}},
+             "params": {"storage_root": "/data/plgd", "stream": "EVENTS", "settle_seconds": 60, "spark_conf": {}}}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
         log_run_summary(empty)
     assert "Decode, dedupe and rebuild skipped: the stream holds no message" in caplog.text
     assert "None" not in caplog.text and "Covered owners: all 2 discovered; event types: all 18" in caplog.text
+    assert ("Params of this run: storage_root='/data/plgd', stream='EVENTS', settle_seconds=60, spark_conf={}"
+            in caplog.text)
 
