@@ -47,6 +47,32 @@ Each run processes its data interval: `wait_for_interval` → `plan` → `fetch_
 docs/operations.md of airflow-provider-plgd ("DAG parameters", "Backfill and reruns").
 """
 
+#: Task docs (Markdown) of the ETL DAG's sensor, fetch and Spark tasks: the task's "Task Docs" in the UI.
+TASK_DOCS: dict[str, str] = {
+    "wait_for_interval": (
+        "Waits until the run's data interval is complete on the NATS server's clock: a message at or after "
+        "its end, or the end plus `settle_seconds` passed (a mirror: its origin in contact since). First it "
+        "refuses a run without a data interval or a manual run off the schedule (`OffScheduleIntervalError`; "
+        "nothing is read). docs/reliability.md, \"Complete intervals: judged on the NATS server's clock\"; "
+        "docs/operations.md, \"Manual runs\"."),
+    "fetch": (
+        "Copies one owner group's messages of the interval from JetStream into staging (Arrow IPC parts and a "
+        "`_manifest.json` per owner and event type) and records in the interval ledger what it staged and "
+        "skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
+        "`FewerMessagesError`). docs/architecture.md, \"Staging contract\"."),
+    "decode": (
+        "Spark: decodes the interval's staged messages (snappy, protobuf, CBOR/JSON content) into the `events` "
+        "table; what it cannot decode goes to `quarantine` with a reason. Accounts for every staged message "
+        "against the ledger. docs/events.md."),
+    "dedupe": (
+        "Spark: drops message IDs already seen in this interval or in the `lookback_intervals` processed "
+        "intervals before it, writing `events_deduped`. Waits for the previous interval's dedupe "
+        "(`depends_on_past`). docs/architecture.md, \"Message ID (dedupe key)\"."),
+    "rebuild": (
+        "Spark: the snapshot tables at the interval's end: the previous snapshot plus the interval's "
+        "deduplicated events, committed as one snapshot version. Waits for the previous interval's rebuild "
+        "(`depends_on_past`). docs/snapshots.md."),
+}
 
 #: JSON-schema ``pattern`` of one owner ID in the trigger form: the rule of
 #: ``plgd.subjects.validate_owner_id`` (no leading ``_``; no ``.``, ``*``, ``>``, ``/``, ``\``,
@@ -590,6 +616,7 @@ def build_etl_dag(
             poke_interval=5,
             timeout=6 * 3600,
             interval_check=check_interval,  # in execute: its error shows where the task's page shows failures
+            doc_md=TASK_DOCS["wait_for_interval"],
             task_display_name="Wait until the interval is complete",
         )
 
@@ -672,6 +699,7 @@ def build_etl_dag(
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
             task_display_name="Fetch an owner group into staging",
+            doc_md=TASK_DOCS["fetch"],
         ).expand_kwargs(fetch_groups(planned))
 
         # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
@@ -711,6 +739,7 @@ def build_etl_dag(
             outlets=[assets["events"], *quarantine_outlets(dag_id)],
             post_execute=lambda context, result=None: emit_app_asset_events(context, "decode", assets),
             task_display_name="Decode events (Spark)",
+            doc_md=TASK_DOCS["decode"],
             **common,
         )
         dedupe = SparkSubmitOperator(
@@ -725,6 +754,7 @@ def build_etl_dag(
             outlets=[assets["events_deduped"]],
             post_execute=lambda context, result=None: emit_app_asset_events(context, "dedupe", assets),
             task_display_name="Deduplicate events (Spark)",
+            doc_md=TASK_DOCS["dedupe"],
             **common,
         )
         rebuild = SparkSubmitOperator(
@@ -739,6 +769,7 @@ def build_etl_dag(
             outlets=[assets["snapshots"]],
             post_execute=lambda context, result=None: emit_app_asset_events(context, "rebuild", assets),
             task_display_name="Rebuild snapshots (Spark)",
+            doc_md=TASK_DOCS["rebuild"],
             **common,
         )
 

@@ -75,6 +75,11 @@ def test_docs_params_description_and_task_names():
     assert set(names) == {"wait_for_interval", "plan", "fetch_groups", "fetch", "spark_needed", "decode",
                           "dedupe", "rebuild", "summary"}
     assert all(names[i] != i for i in names), names  # readable names, stable task IDs
+    # the sensor, fetch and Spark tasks carry their own docs (the task's "Task Docs" in the UI)
+    from airflow_provider_plgd.etl import TASK_DOCS
+
+    for task_id in ("wait_for_interval", "fetch", "decode", "dedupe", "rebuild"):
+        assert dag.get_task(task_id).doc_md == TASK_DOCS[task_id] and "docs/" in TASK_DOCS[task_id], task_id
     # a value outside the allowed ones is refused, naming it, when a run is triggered
     from airflow.sdk.definitions.param import ParamValidationError
 
