@@ -118,6 +118,7 @@ def test_trigger_dialog_default_logical_date_is_refused_through_the_rest_api(jet
                 assert refused.value.status == 400, refused.value.text()
                 assert "Invalid input for param owners" in refused.value.json()["detail"], refused.value.text()
                 page.get_by_text("Failed to Trigger Dag").wait_for()
+                form.locator("#element_owners").scroll_into_view_if_needed()  # the field and the toast
                 _shot(page, "bad-owner-refused")
                 assert len(stack.runs()) == 1  # no run was created
 
@@ -137,14 +138,7 @@ def test_trigger_dialog_default_logical_date_is_refused_through_the_rest_api(jet
                 assert abs((now - datetime.now(timezone.utc)).total_seconds()) < 300, body
                 ui_s = time.monotonic() - t_ui
 
-                state: list[tuple] = []
-                deadline = time.monotonic() + 180
-                while time.monotonic() < deadline:
-                    state = stack.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", DAG_ID,
-                                        run_id)
-                    if state and state[0][0] in ("failed", "success"):
-                        break
-                    time.sleep(1)
+                state = stack.wait_for_run_end(run_id, timeout=180)
                 assert state == [("failed",)], (state, stack.log_tail("scheduler"))
                 tis = dict((t, (s, n)) for t, s, n in stack.query(
                     "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = %s AND run_id = %s "
