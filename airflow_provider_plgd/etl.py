@@ -98,7 +98,8 @@ def param_schemas() -> dict[str, dict[str, Any]]:
         # optional params: null (a cleared field) is their default, so the Trigger form submits them empty
         "owners": {"type": ["null", "array"], "items": {"type": "string", "pattern": OWNER_ID_PATTERN},
                    "uniqueItems": True, "title": "Owners",
-                   "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line). "
+                   "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line; no "
+                                  "'.', '*', '>', '/', '\\', '=', '?', '[', ']' or spaces, not starting with '_'). "
                                   "Empty: every owner found on the stream, and messages outside any owner are "
                                   "staged as unrouted."},
         "event_types": {"type": ["null", "array"], "items": {"type": "string", "enum": event_types}, "uniqueItems": True,

@@ -5,7 +5,8 @@ the public REST API and the execution API). Playwright drives Debian's ``/usr/bi
 1. The scheduler runs the DAG's one scheduled interval, an hour before now that the stream holds
    no message for, so its Spark tasks are skipped and its summary reconciles 0 = 0.
 2. In the Trigger dialog an owner ID ``a/../b`` is refused by the api-server (400, the param's
-   JSON-schema ``pattern``; the dialog shows "Failed to Trigger Dag") and no run is created.
+   JSON-schema ``pattern``): the dialog shows the reason above the form, a toast "Failed to
+   Trigger Dag", and no run is created.
 3. The dialog with its defaults (logical date: now) creates a manual run with the default params
    (``POST /api/v2/dags/{dag_id}/dagRuns``). Its data interval ends at now, off the schedule: it
    fails in ``wait_for_interval`` at once, without retries, with ``OffScheduleIntervalError``
@@ -117,7 +118,8 @@ def test_trigger_dialog_default_logical_date_is_refused_through_the_rest_api(jet
                     form.get_by_test_id("trigger-dag-submit").click()
                 assert refused.value.status == 400, refused.value.text()
                 assert "Invalid input for param owners" in refused.value.json()["detail"], refused.value.text()
-                page.get_by_text("Failed to Trigger Dag").wait_for()
+                page.get_by_text("Failed to Trigger Dag").wait_for()  # the toast, and the reason in the dialog:
+                form.get_by_text("Invalid input for param owners: 'a/../b' does not match").wait_for()
                 form.locator("#element_owners").scroll_into_view_if_needed()  # the field and the toast
                 _shot(page, "bad-owner-refused")
                 assert len(stack.runs()) == 1  # no run was created
