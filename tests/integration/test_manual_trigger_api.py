@@ -61,7 +61,7 @@ def _open_trigger_form(page, url: str):
     return form
 
 
-def test_trigger_dialog_default_logical_date_is_refused_through_the_rest_api(jetstream, airflow_postgres_db,
+def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with_visible_error(jetstream, airflow_postgres_db,
                                                                               tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
