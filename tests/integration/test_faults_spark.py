@@ -473,6 +473,8 @@ def _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state):
             marker, rc = run.wait_killed()
             state["kills"][(app, point)] = {"marker": marker, "rc": rc, "root": root, "seen": observe(root),
                                             "latest": (snapshot_store.latest(str(root)) or {}).get("version"),
+                                            "snapshot": {t: snapshot_store.read_snapshot(str(root), t).to_pylist()
+                                                         for t in snapshot_store.PUBLIC_TABLES},
                                             "summary": summary_file(root, app, intervals[1][0]).exists()}
             steps = [_step(app, root, intervals, 1)]  # the rerun, first thing in the next process
     state["timings"]["reference_and_kills"] = round(time.monotonic() - t, 1)
@@ -533,10 +535,12 @@ def test_kill_matrix_leaves_each_table_entirely_old_or_entirely_new(faults, app)
             assert any(leftovers[name] for name in COMMIT_ORDER[app]), (app, point)
             assert not any(leftovers[name] for name in TABLES if name not in COMMIT_ORDER[app]), (app, point)
         assert kill["summary"] is False, (app, point)  # the summary is written last
-        if app == "rebuild":  # the snapshot is _device_state's commit
-            assert kill["latest"] == (v1 if point == "after_last_commit" else v0), point
-        else:
-            assert kill["latest"] == v0, point
+        # the snapshot is _device_state's commit: until it, the snapshot reader (which reads each
+        # table at the Delta version the snapshot record names) sees the previous snapshot whole
+        done = app == "rebuild" and point == "after_last_commit"
+        assert kill["latest"] == (v1 if done else v0), (app, point)
+        assert kill["snapshot"] == {t: expected_state(faults.sim, 1 if done else 0)[t]
+                                    for t in snapshot_store.PUBLIC_TABLES}, (app, point)
 
 
 @pytest.mark.parametrize("app", list(KILL_POINTS))
