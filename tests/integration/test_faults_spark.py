@@ -37,6 +37,7 @@ one interval at once (run A stops at its commit until run B has finished). Spark
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -399,6 +400,12 @@ def observe(root: Path) -> dict[str, dict]:
     return {name: table_state(root, name) for name in TABLES}
 
 
+@functools.lru_cache(maxsize=None)
+def observe_reference(root: Path) -> dict[str, dict]:
+    """:func:`observe` of a root of the reference chain (never written after the fixture)."""
+    return observe(root)
+
+
 def summary_file(root: Path, app: str, iid: str) -> Path:
     return root / "_runs" / app / f"interval={iid}.json"
 
@@ -424,7 +431,9 @@ def faults(tmp_path_factory):
     py_files = build_py_files_zip(base / "py")
 
     state: dict = {"timings": {}, "kills": {}}
+    t = time.monotonic()
     with spark_lock():  # one hold of the shared Spark lock for every run below
+        state["timings"]["waiting_for_the_spark_lock"] = round(time.monotonic() - t, 1)
         _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state)
     print("faults timings:", state["timings"])
 
@@ -524,7 +533,7 @@ def test_kill_matrix_leaves_each_table_entirely_old_or_entirely_new(faults, app)
     far as the app's commit order got; no reader sees a file the log does not name."""
     b = faults.chain
     old_root, new_root = {"decode": (b[0], b[1]), "dedupe": (b[1], b[2]), "rebuild": (b[2], b[3])}[app]
-    old, new = observe(old_root), observe(new_root)
+    old, new = observe_reference(old_root), observe_reference(new_root)
     v0, v1 = (snapshot_store.version_id(end) for _, _, end in faults.intervals)
     for point, *_ in KILL_POINTS[app]:
         kill = faults.state["kills"][(app, point)]
@@ -550,6 +559,9 @@ def test_kill_matrix_leaves_each_table_entirely_old_or_entirely_new(faults, app)
             assert any(leftovers[name] for name in COMMIT_ORDER[app]), (app, point)
             assert not any(leftovers[name] for name in TABLES if name not in COMMIT_ORDER[app]), (app, point)
         assert kill["summary"] is False, (app, point)  # the summary is written last
+        print(f"{app} killed {point}: " + ", ".join(  # the report of `pytest -s`
+            f"{name} {'new' if name in committed else 'old'} v{kill['seen'][name]['version']}"
+            f"{f' +{len(leftovers[name])} unnamed' if leftovers[name] else ''}" for name in COMMIT_ORDER[app]))
         # the snapshot is _device_state's commit: until it, the snapshot reader (which reads each
         # table at the Delta version the snapshot record names) sees the previous snapshot whole
         done = app == "rebuild" and point == "after_last_commit"
@@ -563,7 +575,7 @@ def test_rerun_after_each_kill_equals_an_uninterrupted_run(faults, app):
     """The next run on the killed run's root gives every table the rows of the uninterrupted run."""
     b = faults.chain
     new_root = {"decode": b[1], "dedupe": b[2], "rebuild": b[3]}[app]
-    new = observe(new_root)
+    new = observe_reference(new_root)
     iid = faults.intervals[1][0]
     for point, *_ in KILL_POINTS[app]:
         root = faults.state["kills"][(app, point)]["root"]
