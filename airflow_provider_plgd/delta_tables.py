@@ -110,12 +110,15 @@ def open_table(uri: str, version: int | None = None):
     """The ``deltalake.DeltaTable`` at ``uri`` (at ``version``; default the latest), or None when
     no Delta table is there yet."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     target = _delta_uri(uri)
-    options = storage_options(target)
-    if not DeltaTable.is_deltatable(target, storage_options=options):
+    # (not DeltaTable.is_deltatable: it holds the GIL during its requests, which deadlocks against
+    # an S3 server thread of the same process, as in the tests)
+    try:
+        return DeltaTable(target, version=version, storage_options=storage_options(target))
+    except TableNotFoundError:
         return None
-    return DeltaTable(target, version=version, storage_options=options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, FAST_LOCAL_SPARK_CONF  # noqa: F401 - re-exported
-from airflow_provider_plgd import times
+from airflow_provider_plgd import delta_tables, times
+from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
@@ -349,22 +350,36 @@ def staging_extra(planned: Mapping[str, Any]) -> dict[str, Any]:
 def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> dict[str, dict[str, Any]]:
     """``extra`` of the asset events of one Spark application, by dataset name (see :data:`ASSET_NAMES`).
 
-    ``decode``: ``events`` ``{interval_id, decoded}``, and ``quarantine`` ``{interval_id, quarantined,
-    per_reason}`` only when rows were quarantined; ``dedupe``: ``events_deduped`` ``{interval_id, kept,
-    duplicates}``; ``rebuild``: ``snapshots`` ``{interval_id, snapshot_version, rows}``.
+    Each names its Delta table (``table``: the table's URI; snapshots: ``tables``) and the Delta
+    version the run committed (``delta_version``; snapshots: ``delta_versions`` per table):
+    ``decode``: ``events`` ``{interval_id, decoded, table, delta_version}``, and ``quarantine``
+    ``{interval_id, quarantined, per_reason, table, delta_version}`` only when rows were quarantined;
+    ``dedupe``: ``events_deduped`` ``{interval_id, kept, duplicates, table, delta_version}``;
+    ``rebuild``: ``snapshots`` ``{interval_id, snapshot_version, rows, tables, delta_versions}``.
     """
+    from airflow_provider_plgd import delta_tables
+
+    versions = summary.get("delta_versions") or {}
     if app == "decode":
-        out = {"events": {"interval_id": interval_id, "decoded": summary.get("decoded")}}
+        root = summary.get("output_root") or ""
+        events, quarantine = delta_tables.EVENTS, delta_tables.QUARANTINE
+        out = {events: {"interval_id": interval_id, "decoded": summary.get("decoded"),
+                        "table": delta_tables.table_uri(root, events), "delta_version": versions.get(events)}}
         if int(summary.get("quarantined") or 0):
-            out["quarantine"] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
-                                 "per_reason": summary.get("per_reason") or {}}
+            out[quarantine] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
+                               "per_reason": summary.get("per_reason") or {},
+                               "table": delta_tables.table_uri(root, quarantine),
+                               "delta_version": versions.get(quarantine)}
         return out
     if app == "dedupe":
-        return {"events_deduped": {"interval_id": interval_id, "kept": summary.get("output"),
-                                   "duplicates": summary.get("duplicates")}}
+        return {delta_tables.EVENTS_DEDUPED: {"interval_id": interval_id, "kept": summary.get("output"),
+                                              "duplicates": summary.get("duplicates"),
+                                              "table": summary.get("events_deduped_path"),
+                                              "delta_version": versions.get(delta_tables.EVENTS_DEDUPED)}}
     if app == "rebuild":
         return {"snapshots": {"interval_id": interval_id, "snapshot_version": summary.get("version"),
-                              "rows": summary.get("rows") or {}}}
+                              "rows": summary.get("rows") or {}, "tables": summary.get("tables") or {},
+                              "delta_versions": {t: v for t, v in versions.items() if not t.startswith("_")}}}
     raise ValueError(f"unknown Spark application {app!r}, expected decode, dedupe or rebuild")
 
 
@@ -578,6 +593,10 @@ def build_etl_dag(
             checked = run_params.check_run_params(p, spark_conf_policy=spark_conf_policy,
                                                   storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
             root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
+            try:  # tables of the layout before Delta Lake: refused before anything is fetched
+                delta_tables.check_layout(root)
+            except OldLayoutError as err:
+                raise _FailWithoutRetry(str(err)) from None
             # check the owners and event types once, before anything is discovered, built or written
             try:
                 selection = Selection.of(_token_list(p["owners"], "owner_id"),

@@ -11,9 +11,9 @@ names (``docs/lineage.md``):
 * tables under the storage root, as the spec names files: a local path is namespace ``file`` and
   name the absolute path; ``s3://``, ``s3a://``, ``s3n://`` are namespace ``s3://{bucket}`` and
   name the object key; ``gs://`` / ``gcs://`` ``gs://{bucket}``; ``hdfs://`` ``hdfs://{host}:{port}``;
-  another fsspec URL ``{scheme}://{authority}`` and the path. A table is its folder without
-  partition folders (``events``, not ``events/interval=…``), as the OpenLineage Spark
-  integration names partitioned tables.
+  another fsspec URL ``{scheme}://{authority}`` and the path. A table is its Delta table folder
+  (``events``, ``snapshots/resources``; ``airflow_provider_plgd.delta_tables``), as the OpenLineage
+  Spark integration names Delta tables.
 
 Without the OpenLineage provider (or with it disabled: no transport configured) nothing here is
 called by the ETL's Python tasks (:func:`report_task_lineage` returns at once), and the
@@ -26,6 +26,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
+
+from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 try:  # the `lineage` extra
     import attr
@@ -61,9 +64,14 @@ DEFAULT_NATS_PORT = 4222
 #: At most this many subject filters are listed in the ``natsSubjects`` facet (the count is complete).
 MAX_SUBJECT_FILTERS = 100
 
-#: The tables under the storage root (folder names; ``staging`` is ``staging/{stream}``).
-EVENTS, QUARANTINE, EVENTS_DEDUPED, MSGID_INDEX, SNAPSHOTS, RUNS = (
-    "events", "quarantine", "events_deduped", "msgid_index", "snapshots", "_runs")
+#: The tables under the storage root (``delta_tables``; ``staging`` is ``staging/{stream}``, ``_runs``
+#: the run summaries).
+EVENTS, QUARANTINE, EVENTS_DEDUPED, MSGID_INDEX = (
+    delta_tables.EVENTS, delta_tables.QUARANTINE, delta_tables.EVENTS_DEDUPED, delta_tables.MSGID_INDEX)
+SNAPSHOTS = delta_tables.SNAPSHOTS_DIR
+RUNS = "_runs"
+#: The public snapshot tables (``snapshots/{table}``), one dataset each.
+SNAPSHOT_TABLES = tuple(snapshot_tables.SNAPSHOT_TABLES)
 
 _FILE_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
 
@@ -170,8 +178,10 @@ _SPARK_APPS = {
                                 [_output(a["--output-root"], EVENTS), _output(a["--output-root"], QUARANTINE)]),
     "dedupe_events": lambda a: ([_input(a["--root"], EVENTS), _input(a["--root"], MSGID_INDEX)],
                                 [_output(a["--root"], EVENTS_DEDUPED), _output(a["--root"], MSGID_INDEX)]),
-    "rebuild_snapshots": lambda a: ([_input(a["--root"], EVENTS_DEDUPED), _input(a["--root"], SNAPSHOTS)],
-                                    [_output(a["--root"], SNAPSHOTS)]),
+    "rebuild_snapshots": lambda a: (
+        [_input(a["--root"], EVENTS_DEDUPED)]
+        + [_input(a.get("--snapshots-root") or a["--root"], SNAPSHOTS, t) for t in SNAPSHOT_TABLES],
+        [_output(a.get("--snapshots-root") or a["--root"], SNAPSHOTS, t) for t in SNAPSHOT_TABLES]),
 }
 
 
@@ -180,7 +190,7 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
 
     ``decode_events``: staging -> ``events``, ``quarantine``; ``dedupe_events``: ``events`` and the
     message-ID index -> ``events_deduped`` and the index; ``rebuild_snapshots``:
-    ``events_deduped`` and the previous snapshot -> ``snapshots``.
+    ``events_deduped`` and the previous snapshot -> the four ``snapshots/{table}`` tables.
 
     :param application: the application's path (``…/spark_apps/<name>.py``).
     :param application_args: its rendered arguments (``--flag value`` pairs; flags without a value allowed).

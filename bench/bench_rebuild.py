@@ -169,12 +169,18 @@ class EventFactory:
 
 
 def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict]) -> None:
-    """Write ``rows`` as ``{root}/{table_dir}/interval={id}/owner_id=/event_type=/date=/`` plus
-    ``_manifest.json`` (files and rows, as ``decode_events`` writes it) and ``_SUCCESS``."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
+    """Commit ``rows`` to the Delta table ``{root}/{table_dir}`` (``events`` or ``events_deduped``)
+    as the interval's rows, as ``decode_events`` / ``dedupe_events`` commit them (one file per event
+    type, the same idempotency key, so dedupe and rebuild take them as committed)."""
+    import time as _time
 
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_plgd import delta_tables
     from airflow_provider_plgd.spark import schemas
+    from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.storage import to_fs
 
     day = date(2026, 1, 1)
     names = schemas.EVENTS_SCHEMA.names
@@ -183,18 +189,21 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     cols["date"] = [day] * len(rows)
     cols["published_at"] = [None] * len(rows)
     table = pa.table(cols, schema=schemas.EVENTS_SCHEMA)
-    target = root / table_dir / f"interval={interval_id}"
-    shutil.rmtree(target, ignore_errors=True)
-    files = []
-    ds.write_dataset(table, str(target), format="parquet", partitioning=list(schemas.EVENTS_PARTITION_COLUMNS),
-                     partitioning_flavor="hive", existing_data_behavior="overwrite_or_ignore",
-                     max_rows_per_group=100_000,
-                     file_visitor=lambda f: files.append({"path": os.path.relpath(f.path, target),
-                                                          "rows": f.metadata.num_rows}))
-    manifest = {"table": table_dir, "interval_id": interval_id, "rows": sum(f["rows"] for f in files),
-                "files": sorted(files, key=lambda f: f["path"])}
-    (target / "_manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    (target / "_SUCCESS").write_bytes(b"")
+    uri = str(root / table_dir)
+    fs, base = to_fs(uri)
+    partitions = delta_tables.INTERVAL_TABLES[table_dir]
+    records = []
+    for event_type in sorted(set(table.column("event_type").to_pylist())):
+        part = table.filter(pc.equal(table.column("event_type"), event_type)).drop_columns(list(partitions))
+        rel = f"interval_id={interval_id}/event_type={event_type}/part-00000-bench.parquet"
+        size, meta = write_parquet_file(fs, f"{base}/{rel}", part, row_group_size=100_000)
+        records.append(delta_tables.file_record(rel, rows=part.num_rows, size=size,
+                                                partition={"interval_id": interval_id, "event_type": event_type},
+                                                stats=delta_tables.parquet_stats(meta)))
+    app = "decode" if table_dir == delta_tables.EVENTS else "dedupe"
+    delta_tables.commit_files(uri, records, schema=schemas.EVENTS_SCHEMA, partition_by=partitions,
+                              replace=delta_tables.interval_filter(interval_id), metadata={"interval_id": interval_id},
+                              app_id=f"plgd.{app}.{table_dir}/{interval_id}", run_version=_time.time_ns() // 1_000_000)
 
 
 def interval(k: int) -> tuple[str, str]:
@@ -224,7 +233,7 @@ for step in cfg["steps"]:
     else:
         args = rebuild_snapshots.parse_args(["--root", step["root"], "--interval-id", step["interval"],
                                              "--snapshot-time", step["time"], "--buckets", str(step["buckets"]),
-                                             "--keep-versions", "0"])
+                                             "--vacuum-retention-hours", "-1"])
         timed(step["name"], lambda: rebuild_snapshots.run(spark, args))
 spark.stop()
 json.dump(results, open(cfg["out"], "w"), default=str)

@@ -1,8 +1,10 @@
 """Start and stop a real S3-compatible HTTP server (moto's standalone server) for tests and demos.
 
-moto's ``ThreadedMotoServer`` (package ``moto[server]``, a dev dependency) serves the S3 REST API
-over HTTP from a thread of this process, on ``127.0.0.1`` and a free port. Other processes (for
-example ``spark-submit`` and its Python workers) reach it through :meth:`S3Server.env`: the
+moto's standalone server (``python -m moto.server``, package ``moto[server]``, a dev dependency)
+serves the S3 REST API over HTTP from its own process, on ``127.0.0.1`` and a free port, like a
+real object store: a client that holds the GIL while it waits for an answer (``deltalake``'s
+``DeltaTable.history``) cannot block it. Clients (this process, ``spark-submit`` and its Python
+workers) reach it through :meth:`S3Server.env`: the
 standard variables ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and
 ``AWS_DEFAULT_REGION``, which botocore (and so s3fs) reads itself. Source: moto docs, "Non-Python
 SDK's / Server Mode"; AWS SDKs and Tools reference guide, "Service-specific endpoints"
@@ -15,6 +17,10 @@ not secrets, and never leave the test session.
 from __future__ import annotations
 
 import secrets
+import socket
+import subprocess
+import sys
+import time
 import urllib.request
 from typing import Any
 
@@ -60,22 +66,29 @@ class S3Server:
         return f"s3://{self.bucket}/{prefix.strip('/')}" if prefix else f"s3://{self.bucket}"
 
     def start(self) -> "S3Server":
-        """Start the server on a free port (port 0: the OS picks) and create the bucket.
+        """Start the server process on a free port and create the bucket.
 
-        :raises RuntimeError: when the server does not answer or the bucket cannot be created.
+        :raises RuntimeError: when the server does not answer within 60 s or the bucket cannot be created.
         """
         if self._server is not None:
             return self
-        import logging
-
-        from moto.server import ThreadedMotoServer
-
-        # werkzeug logs one line per request at INFO on stderr: keep test output readable
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        server = ThreadedMotoServer(ip_address=self.host, port=0, verbose=False)
-        server.start()
-        self._server = server
-        self.port = int(server.get_host_and_port()[1])
+        with socket.socket() as sock:
+            sock.bind((self.host, 0))
+            port = sock.getsockname()[1]
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.port = int(port)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=2):  # noqa: S310 - loopback
+                    break
+            except OSError:
+                if self._server.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto's S3 server did not start on {self.host}:{port}") from None
+                time.sleep(0.2)
         self.create_bucket(self.bucket)
         return self
 
@@ -94,10 +107,15 @@ class S3Server:
         self.create_bucket(self.bucket)
 
     def stop(self) -> None:
-        """Stop the server thread (idempotent)."""
+        """Stop the server process (idempotent)."""
         server, self._server = self._server, None
         if server is not None:
-            server.stop()
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
     def __enter__(self) -> "S3Server":
         return self.start()

@@ -59,18 +59,18 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
         raise RuntimeError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
             f"the Delta log of {where} records folding it, so this rerun cannot check that the later snapshots "
-            "hold its events; nothing was changed. Rebuild from an older snapshot: restore the snapshot tables "
-            "to the Delta versions of the snapshot to start from (DeltaTable.restore), and rerun every interval "
-            "after it, oldest first"
+            "hold its events; nothing was changed. Rebuild from an older snapshot: "
+            "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Backfill and reruns\"), "
+            "then rerun every interval after it, oldest first"
         )
     current = input_fingerprint(root, interval_id)
     if current != recorded:
         raise RuntimeError(
             f"interval {interval_id}: its deduplicated events changed since snapshot {record['version']} folded "
             f"them ({recorded['rows']} rows then, {current['rows']} now), and the later snapshots up to "
-            f"{latest['version']} were built on the old ones; nothing was changed. Restore the snapshot tables to "
-            f"snapshot {record.get('parent') or 'before the first'} (DeltaTable.restore to the Delta versions its "
-            "record names) and rerun every later interval too, oldest first"
+            f"{latest['version']} were built on the old ones; nothing was changed. Roll the snapshots back to "
+            f"{record.get('parent') or 'before the first (delete snapshots/)'} with snapshot_store.roll_back(root, "
+            "<version>) (docs/operations.md, \"Backfill and reruns\") and rerun every later interval too, oldest first"
         )
     return record
 
@@ -277,6 +277,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "rows": {t: rows[t] for t in snapshot_store.PUBLIC_TABLES},
         "fold": stats,
         "delta_versions": delta_versions,
+        "tables": {t: snapshot_store.table_uri(out_root, t) for t in snapshot_store.PUBLIC_TABLES},
         "vacuumed_files": sum(vacuumed.values()),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,

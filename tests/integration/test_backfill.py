@@ -225,16 +225,22 @@ def _canonical_rows(rows: list[dict]) -> list[str]:
 def read_outputs(root: Path) -> dict[str, list[str]]:
     """Every committed output under ``root`` as ``{table: sorted canonical JSON rows}``.
 
-    Parquet tables are read file by file (hidden ``_``/``.`` paths skipped) with their ``k=v``
-    folder names as columns; snapshots per version through their manifests.
+    Staging is read file by file (hidden ``_``/``.`` paths skipped) with its ``k=v`` folder names
+    as columns; the Delta tables with ``deltalake`` (their latest version); the snapshot tables per
+    snapshot version, at the Delta versions its record names.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd.snapshot_compare import TABLES
     from airflow_provider_plgd.spark import snapshot_store
+    from tests.integration.delta_read import delta_rows, delta_table
 
     out: dict[str, list[str]] = {}
     for table in TABLE_DIRS:
+        if table != "staging":
+            out[table] = _canonical_rows(delta_rows(str(root / table)))
+            continue
         rows: list[dict] = []
         for path in sorted((root / table).rglob("*.parquet")):
             rel = path.relative_to(root / table)
@@ -243,14 +249,17 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
             partitions = dict(part.split("=", 1) for part in rel.parts[:-1] if "=" in part)
             rows.extend({**row, **partitions} for row in pq.read_table(path).to_pylist())
         out[table] = _canonical_rows(rows)
-    versions = sorted(p.name.removeprefix("v=") for p in (root / "snapshots").glob("v=*"))
-    for version in versions:
-        manifest = snapshot_store.read_manifest(str(root), version)
-        assert manifest is not None, f"snapshot version {version} has no manifest"
+    latest = snapshot_store.latest(str(root))
+    version = latest["version"]
+    while version is not None:
+        record = snapshot_store.snapshot(str(root), version)
+        assert record is not None, f"snapshot version {version} has no record"
         for table in TABLES:
-            out[f"snapshots/v={version}/{table}"] = _canonical_rows(
-                snapshot_store.read_table(str(root), table, manifest).to_pylist())
-    out["snapshots/_latest"] = [json.dumps(snapshot_store.read_latest(str(root)).get("version"))]
+            got = pa.table(delta_table(str(root / "snapshots" / table), record["delta_versions"][table])
+                           .to_pyarrow_table())
+            out[f"snapshots/v={version}/{table}"] = _canonical_rows(got.drop_columns(["bucket"]).to_pylist())
+        version = record.get("parent")
+    out["snapshots/_latest"] = [json.dumps(latest["version"])]
     return out
 
 

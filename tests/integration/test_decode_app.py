@@ -12,8 +12,10 @@ format) holds one interval with:
 
 Run 1: the app's command line (``spark_apps/decode_events.py``) with the ``--py-files`` zip of
 ``spark_deps``. Run 2 (one more spark-submit): a small driver that reruns the app for the same
-interval and then reads both tables back with Spark (as users read them)
-using ``schemas.events_read_schema()`` / ``quarantine_read_schema()``. Spark jobs run under
+interval and then reads both tables back with Spark's Parquet scan of the files the Delta log
+names (``deltalake``), with ``schemas.events_spark_schema()`` / ``quarantine_spark_schema()``
+(Spark's own Delta reader needs the delta-spark jars, which this machine cannot download). The
+tables are read with ``deltalake`` and ``polars`` (``tests/integration/delta_read.py``). Spark jobs run under
 ``flock /tmp/spark.lock`` (shared 2-core machine).
 """
 
@@ -29,11 +31,11 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
 from plgd_devtools.spark import spark_submit_env
+from tests.integration.delta_read import delta_table, read_both
 
 from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd import subjects
@@ -90,14 +92,17 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
 DRIVER = r'''
 import json, sys
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 from airflow_provider_plgd.spark import schemas, session
 from airflow_provider_plgd.spark_apps import decode_events
 
 cfg = json.load(open(sys.argv[1]))
 spark = session.build_spark_session("test-decode-rerun")
 summary = decode_events.run(spark, decode_events.parse_args(cfg["argv"]))
-events = spark.read.schema(schemas.events_read_schema()).parquet(cfg["events_root"])
-quarantine = spark.read.schema(schemas.quarantine_read_schema()).parquet(cfg["quarantine_root"])
+def frame(root, schema):  # the files the Delta log names; partition columns from their Hive paths
+    return spark.read.schema(schema).option("basePath", root).parquet(*DeltaTable(root).file_uris())
+events = frame(cfg["events_root"], schemas.events_spark_schema())
+quarantine = frame(cfg["quarantine_root"], schemas.quarantine_spark_schema())
 pq.write_table(events.toArrow(), cfg["events_out"])
 pq.write_table(quarantine.toArrow(), cfg["quarantine_out"])
 json.dump({"summary": summary, "events_schema": events.schema.simpleString()}, open(cfg["out"], "w"), default=str)
@@ -114,15 +119,14 @@ def _write_batch(root, owner, event_type, iid, rows):
         return w.commit()
 
 
-def read_table(path: Path, partitioned: bool) -> list[dict]:
-    """Read a committed table folder with pyarrow (Hive partition values as strings)."""
-    if partitioned:
-        part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]), flavor="hive")
-        dataset = ds.dataset(str(path), format="parquet", partitioning=part, exclude_invalid_files=True)
-    else:
-        dataset = ds.dataset(str(path), format="parquet", exclude_invalid_files=True)
-    rows = dataset.to_table().to_pylist()
-    return sorted(rows, key=lambda r: r["stream_seq"])
+def read_table(uri: Path) -> list[dict]:
+    """The interval's rows of a Delta table, read with deltalake (polars checked to agree)."""
+    return sorted(read_both(str(uri), "stream_seq", interval_id=IID), key=lambda r: r["stream_seq"])
+
+
+def log_files(uri: Path) -> list[str]:
+    """The data files the latest Delta version names (relative paths), sorted."""
+    return sorted(pa.table(delta_table(str(uri)).get_add_actions(flatten=True)).column("path").to_pylist())
 
 
 @pytest.fixture(scope="module")
@@ -174,10 +178,11 @@ def run(tmp_path_factory):
     spark_submit(py_files, str(REPO / "airflow_provider_plgd" / "spark_apps" / "decode_events.py"),
                  "--staging-root", str(root), "--stream", STREAM, "--interval-id", IID, "--output-root", str(out),
                  log=base / "run1.log")
-    events1 = read_table(out / "events" / f"interval={IID}", True)
-    quarantine1 = read_table(out / "quarantine" / f"interval={IID}", False)
+    events1 = read_table(out / "events")
+    quarantine1 = read_table(out / "quarantine")
     summary1 = json.loads((out / "_runs" / "decode" / f"interval={IID}.json").read_text())
-    files1 = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    files1 = {t: log_files(out / t) for t in ("events", "quarantine")}
+    versions1 = {t: delta_table(str(out / t)).version() for t in ("events", "quarantine")}
 
     # ---- run 2: rerun + read back with Spark
     cfg = {
@@ -196,9 +201,9 @@ def run(tmp_path_factory):
 
     r = R()
     r.base, r.root, r.out, r.cases, r.published, r.seq_of = base, root, out, cases, published, seq_of
-    r.events1, r.quarantine1, r.summary1, r.files1 = events1, quarantine1, summary1, files1
-    r.events2 = read_table(out / "events" / f"interval={IID}", True)
-    r.quarantine2 = read_table(out / "quarantine" / f"interval={IID}", False)
+    r.events1, r.quarantine1, r.summary1, r.files1, r.versions1 = events1, quarantine1, summary1, files1, versions1
+    r.events2 = read_table(out / "events")
+    r.quarantine2 = read_table(out / "quarantine")
     r.summary2 = json.loads((base / "summary2.json").read_text())
     r.driver = json.loads((base / "driver_out.json").read_text())
     r.spark_events = sorted(pq.read_table(cfg["events_out"]).to_pylist(), key=lambda x: x["stream_seq"])
@@ -348,27 +353,27 @@ def test_header_msg_id_wins(run):
     assert row["msg_id"] == HEADER_ID and row["event_type"] == "resourcechanged"
 
 
-def test_layout_commit_markers_and_timestamps(run):
-    events_dir = run.out / "events" / f"interval={IID}"
-    q_dir = run.out / "quarantine" / f"interval={IID}"
-    for d in (events_dir, q_dir):
-        assert (d / "_SUCCESS").exists()
-        manifest = json.loads((d / "_manifest.json").read_text())
-        assert manifest["interval_id"] == IID
-        assert sorted(f["path"] for f in manifest["files"]) == sorted(
-            str(p.relative_to(d)) for p in d.rglob("*.parquet"))
-    assert json.loads((events_dir / "_manifest.json").read_text())["rows"] == run.summary1["decoded"]
-    parts = list(events_dir.rglob("*.parquet"))
-    assert parts
-    for p in parts:
-        rel = p.relative_to(events_dir).parts
-        assert rel[0].startswith("owner_id=") and rel[1].startswith("event_type=") and rel[2] == "date=2026-01-01"
-        schema = pq.read_schema(p)
-        assert not set(schemas.EVENTS_PARTITION_COLUMNS) & set(schema.names)
-    meta = pq.ParquetFile(parts[0]).metadata.schema
+def test_layout_delta_log_and_timestamps(run):
+    """Each table's Delta log names exactly the files of the interval's last run, in
+    ``interval_id=../event_type=..`` folders; partition columns are not in the files; timestamps
+    are TIMESTAMP_MICROS; the commits carry the interval, the rows and per-file row counts."""
+    for table, folders in (("events", 2), ("quarantine", 1)):
+        actions = pa.table(delta_table(str(run.out / table)).get_add_actions(flatten=True))
+        paths = actions.column("path").to_pylist()
+        assert paths and all(p.split("/")[0] == f"interval_id={IID}" and len(p.split("/")) == folders + 1
+                             for p in paths)
+        assert sum(actions.column("num_records").to_pylist()) == len(getattr(run, f"{table}2"))
+        for p in paths:
+            names = set(pq.read_schema(run.out / table / p).names)
+            assert not {"interval_id"} & names and (table == "quarantine" or "event_type" not in names)
+        history = delta_table(str(run.out / table)).history(limit=1)[0]
+        meta = json.loads(history["plgd"])
+        assert meta["interval_id"] == IID and meta["app"] == "decode"
+    assert {p.split("/")[1] for p in run.files1["events"]} == {f"event_type={t}" for t in run.summary1["per_event_type"]}
+    part = next((run.out / "events").rglob("*.parquet"))
+    meta = pq.ParquetFile(part).metadata.schema
     col = meta.column(meta.names.index("published_at"))
     assert col.physical_type == "INT64" and "timeUnit=microseconds" in str(col.logical_type)  # never INT96
-    assert not list((run.out / "events").glob("_tmp-*")) and not list((run.out / "quarantine").glob("_tmp-*"))
 
 
 def test_rerun_gives_identical_output(run):
@@ -376,19 +381,22 @@ def test_rerun_gives_identical_output(run):
     assert run.quarantine2 == run.quarantine1
     for key in ("fetched", "decoded", "quarantined", "per_event_type", "per_reason"):
         assert run.summary2[key] == run.summary1[key]
-    # the rerun wrote new files, committed them with a new manifest and removed run 1's files
-    files2 = sorted(str(p.relative_to(run.out)) for p in run.out.rglob("*.parquet"))
-    files1 = [f for f in run.files1 if f.endswith(".parquet")]
-    assert len(files2) == len(files1) and not set(files2) & set(files1)
+    # the rerun committed new files in one Delta version per table; run 1's files are no longer
+    # named (they stay on disk until a vacuum)
+    for table in ("events", "quarantine"):
+        files2 = log_files(run.out / table)
+        assert len(files2) == len(run.files1[table]) and not set(files2) & set(run.files1[table])
+        assert delta_table(str(run.out / table)).version() == run.versions1[table] + 1
+        assert run.summary2["delta_versions"][table] == run.versions1[table] + 1
 
 
-def test_spark_reads_tables_with_read_schemas(run):
+def test_spark_reads_the_files_the_delta_log_names(run):
     assert len(run.spark_events) == len(run.events1)
     assert len(run.spark_quarantine) == len(run.quarantine1)
-    assert "interval:string" in run.driver["events_schema"] and "date:date" in run.driver["events_schema"]
+    assert "interval_id:string" in run.driver["events_schema"] and "date:date" in run.driver["events_schema"]
     py = {r["stream_seq"]: _normalize(r) for r in run.events1}
     for row in run.spark_events:
-        assert row["interval"] == IID
+        assert row["interval_id"] == IID
         got = _normalize(row)
         exp = py[row["stream_seq"]]
         for name in schemas.EVENTS_COLUMNS:

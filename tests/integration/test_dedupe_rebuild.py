@@ -23,10 +23,10 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.dataset as ds
 import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
+from tests.integration.delta_read import delta_rows, delta_table, read_both
 from tests.integration.staging_data import stage_simulation
 
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
@@ -55,8 +55,9 @@ BUCKETS = 32
 DRIVER = textwrap.dedent('''
     \"\"\"Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py.\"\"\"
     import json, sys
-    from airflow_provider_plgd import storage
-    from airflow_provider_plgd.spark import folders, session, snapshot_store
+    from deltalake import DeltaTable
+    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.spark import session, snapshot_store
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
@@ -84,17 +85,19 @@ DRIVER = textwrap.dedent('''
     from pyspark.sql import functions as F
     from airflow_provider_plgd.spark import fold, schemas
 
-    def spark_frame(table, folder):  # the committed files of a folder (its manifest), read by Spark
-        files = [storage.join_path(folder, rel) for rel, _, _ in folders.folder_files(folder)]
-        return (spark.read.schema(schemas.events_read_schema()).option("basePath", root + "/" + table)
-                .parquet(*files))
+    def log_files(table, intervals):  # the files the Delta log names (deltalake, not our code)
+        return DeltaTable(root + "/" + table).file_uris(partition_filters=[("interval_id", "in", list(intervals))])
+
+    def spark_frame(table, iid):  # one interval of a table, read by Spark's Parquet scan
+        # (partition columns interval_id and event_type from the Hive paths the log names)
+        return (spark.read.schema(schemas.events_spark_schema()).option("basePath", root + "/" + table)
+                .parquet(*log_files(table, [iid])))
 
     # dedupe: lowest stream_seq per msg_id (ties: stream, subject), minus the previous intervals' IDs
-    events = spark_frame("events", root + "/events/interval=" + last_iid)
+    events = spark_frame("events", last_iid)
     previous = out["dedupe"][-1]["previous_intervals"]
-    seen_files = [storage.join_path(root + "/msgid_index/interval=" + i, rel) for i in previous
-                  for rel, _, _ in folders.folder_files(root + "/msgid_index/interval=" + i)]
-    seen = spark.read.schema("msg_id string").parquet(*seen_files).distinct().withColumn("_seen", F.lit(True))
+    seen = (spark.read.schema("msg_id string").parquet(*log_files("msgid_index", previous)).distinct()
+            .withColumn("_seen", F.lit(True)))
     order = Window.partitionBy("msg_id").orderBy(F.col("stream_seq").asc_nulls_last(),
                                                  F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last())
     marked = (events.withColumn("_rank", F.when(F.col("msg_id").isNull(), F.lit(1)).otherwise(F.row_number().over(order)))
@@ -116,7 +119,7 @@ DRIVER = textwrap.dedent('''
 
     # rebuild: every interval at once as a first snapshot (5 buckets), keyed by Spark SQL's
     # BUCKET_EXPR, repartitioned by bucket, folded by the same executor code (mapInArrow)
-    frames = [spark_frame("events_deduped", root + "/events_deduped/interval=" + iid) for iid, _ in cfg["intervals"]]
+    frames = [spark_frame("events_deduped", iid) for iid, _ in cfg["intervals"]]
     events = frames[0]
     for frame in frames[1:]:
         events = events.unionByName(frame)
@@ -132,7 +135,7 @@ DRIVER = textwrap.dedent('''
     for column in fold.JSON_COLUMNS:
         events = events.withColumn(column, F.to_json(column))
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
-    oracle_kwargs = dict(root=cfg["root_spark"], run_rel="v=oracle/r-oracle", old_files_by_bucket={},
+    oracle_kwargs = dict(root=cfg["root_spark"], run_id="oracle", old_files_by_bucket={},
                          table_schemas=table_schemas, snapshot_time_ns=cfg["last_end_ns"])
     results = (events.repartition(5, "_bucket")
                .mapInArrow(lambda batches: snapshot_store.rebuild_partition(batches, **oracle_kwargs),
@@ -146,8 +149,8 @@ DRIVER = textwrap.dedent('''
     out["rebuild_oracle"] = {
         "events": sum(r["events"] or 0 for r in results if r["table"] == "_stats"),
         "fold": {k: v for k, v in sorted(stats.items()) if v},
-        "tables": {t: {str(r["bucket"]): {"files": [r["file"]], "rows": r["rows"]} for r in results
-                       if r["table"] == t and r["file"] is not None} for t in snapshot_store.ALL_TABLES},
+        "tables": {t: [r["file"] for r in results if r["table"] == t and r["file"] is not None]
+                   for t in snapshot_store.ALL_TABLES},
     }
 
     # the Python bucket function (xxhash wheel) against Spark SQL's BUCKET_EXPR
@@ -162,13 +165,14 @@ DRIVER = textwrap.dedent('''
                                 if r["h"] != snapshot_store.spark_xxhash64(r["device_id"])
                                 or r["b"] != snapshot_store.device_bucket(r["device_id"], 32)]
     out["xxhash_checked"] = len(values)
-    # a rerun of the last rebuild whose manifest commit fails: the previous snapshot stays current
-    real = storage.write_text
-    def failing(path, text):
-        if "/snapshots/v=" in path and path.endswith("_manifest.json"):
-            raise OSError("injected failure before the manifest commit")
-        return real(path, text)
-    storage.write_text = failing
+    # a rerun of the last rebuild whose last commit (_device_state, the snapshot's) fails: the
+    # previous snapshot stays the latest
+    real = delta_tables.commit_files
+    def failing(uri, *args, **kwargs):
+        if uri.endswith("/snapshots/_device_state"):
+            raise OSError("injected failure before the snapshot's commit")
+        return real(uri, *args, **kwargs)
+    delta_tables.commit_files = failing
     try:
         rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
             ["--root", root, "--interval-id", last_iid, "--snapshot-time", last_end]))
@@ -176,28 +180,33 @@ DRIVER = textwrap.dedent('''
     except OSError as exc:
         out["failure"] = str(exc)
     finally:
-        storage.write_text = real
+        delta_tables.commit_files = real
     # every events file of the first interval staged twice (rows identical in msg_id, stream and
-    # stream_seq; the copies named in the folder's manifest): dedupe must still keep exactly one
-    # row per message ID
-    import shutil
+    # stream_seq; the copies added to the Delta log in one more commit): dedupe must still keep
+    # exactly one row per message ID
+    import shutil, time
+    import pyarrow as pa
+    from deltalake.transaction import AddAction
     first_iid = cfg["intervals"][0][0]
-    dup_dir = cfg["root_dup"] + "/events/interval=" + first_iid
-    shutil.copytree(root + "/events/interval=" + first_iid, dup_dir)
-    manifest = json.load(open(dup_dir + "/_manifest.json"))
-    copies = []
-    for entry in manifest["files"]:
-        again = entry["path"][:-len(".parquet")] + "-again.parquet"
-        shutil.copy(dup_dir + "/" + entry["path"], dup_dir + "/" + again)
-        copies.append({**entry, "path": again})
-    manifest["files"] += copies
-    manifest["rows"] *= 2
-    json.dump(manifest, open(dup_dir + "/_manifest.json", "w"))
+    shutil.copytree(root + "/events", cfg["root_dup"] + "/events")
+    dup = DeltaTable(cfg["root_dup"] + "/events")
+    actions = pa.table(dup.get_add_actions(flatten=True))
+    adds = []
+    for row in actions.to_pylist():
+        if row["partition.interval_id"] != first_iid:
+            continue
+        again = row["path"][:-len(".parquet")] + "-again.parquet"
+        shutil.copy(cfg["root_dup"] + "/events/" + row["path"], cfg["root_dup"] + "/events/" + again)
+        adds.append(AddAction(again, row["size_bytes"], {"interval_id": row["partition.interval_id"],
+                    "event_type": row["partition.event_type"]}, int(time.time() * 1000), True,
+                    json.dumps({"numRecords": row["num_records"]})))
+    dup.create_write_transaction(adds, mode="append", schema=dup.schema(), partition_by=["interval_id", "event_type"])
     out["dedupe_dup"] = dedupe_events.run(spark, dedupe_events.parse_args(
         ["--root", cfg["root_dup"], "--interval-id", first_iid]))
-    # garbage collection on a copy: keep the newest 2 versions
+    # vacuum on a copy, retention 0: only the latest version's files stay
     shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
-    out["gc"] = snapshot_store.collect_garbage(cfg["root_gc"], 2)
+    out["vacuum"] = {t: delta_tables.vacuum(snapshot_store.table_uri(cfg["root_gc"], t), 0)
+                     for t in snapshot_store.ALL_TABLES}
     spark.stop()
     json.dump(out, open(cfg["out"], "w"), default=str)
 ''')
@@ -219,14 +228,29 @@ def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
         pytest.fail(f"spark-submit {app} failed ({proc.returncode}):\n{tail}")
 
 
-def table_rows(root: Path, table: str, manifest=None) -> list[dict]:
-    return snapshot_store.read_table(str(root), table, manifest).to_pylist()
+def table_rows(root: Path, table: str, delta_version: int | None = None) -> list[dict]:
+    """A snapshot table read with ``deltalake`` (at ``delta_version``; default the latest), without
+    the partition column ``bucket``, in the contract's column types and sorted by its keys."""
+    import pyarrow as pa
+
+    schema = snapshot_store.table_schema(table)
+    got = pa.table(delta_table(str(root / "snapshots" / table), delta_version).to_pyarrow_table())
+    assert got.column_names[-1] == "bucket"
+    got = got.select(schema.names).cast(schema)
+    return got.sort_by([(k, "ascending") for k in snapshot_store.sort_keys(table)]).to_pylist()
+
+
+def snapshot_rows(root: Path, table: str, version: str) -> list[dict]:
+    """``table`` of snapshot ``version``: the Delta version its record names."""
+    record = snapshot_store.snapshot(str(root), version)
+    assert record is not None, version
+    return table_rows(root, table, record["delta_versions"][table] if table != snapshot_store.STATE_TABLE
+                      else record["delta_version"])
 
 
 def deduped_rows(root: Path, iid: str) -> list[dict]:
-    path = root / "events_deduped" / f"interval={iid}"
-    dataset = ds.dataset(str(path), format="parquet", partitioning="hive", exclude_invalid_files=True)
-    rows = dataset.to_table(columns=["msg_id", "stream_seq", "event_type"]).to_pylist()
+    rows = read_both(str(root / "events_deduped"), "msg_id", interval_id=iid)
+    rows = [{k: r[k] for k in ("msg_id", "stream_seq", "event_type")} for r in rows]
     return sorted(rows, key=lambda r: (r["msg_id"], r["stream_seq"]))
 
 
@@ -266,26 +290,45 @@ def pipeline(tmp_path_factory):
 
 def test_each_snapshot_equals_expected_state(pipeline):
     for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
-        manifest = snapshot_store.read_manifest(str(pipeline.root), snapshot_store.version_id(end_ns))
-        assert manifest is not None and manifest["interval_id"] == iid
+        record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(end_ns))
+        assert record is not None and record["interval_id"] == iid
         expected = expected_state(pipeline.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:
-            got = table_rows(pipeline.root, table, manifest)
+            got = snapshot_rows(pipeline.root, table, record["version"])
             assert got == expected[table], f"interval {k} table {table}"
             assert got, f"interval {k}: table {table} is empty (scenario too small?)"
 
 
-def test_latest_pointer_and_final_tables(pipeline):
+def test_latest_snapshot_and_final_tables(pipeline):
+    """The latest Delta version of each table is the last snapshot, read by deltalake and polars
+    (the contract's columns plus ``bucket``), and through ``read_snapshot`` by version and by time."""
+    import polars as pl
+
+    from airflow_provider_plgd import read_snapshot
+
     iid, _, end_ns = pipeline.intervals[-1]
-    pointer = json.loads((pipeline.root / "snapshots" / "_latest.json").read_text())
-    assert pointer["version"] == snapshot_store.version_id(end_ns) and pointer["interval_id"] == iid
+    latest = snapshot_store.latest(str(pipeline.root))
+    assert latest["version"] == snapshot_store.version_id(end_ns) and latest["interval_id"] == iid
     expected = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root, table) == expected[table]
-    # columns exactly as docs/data-contracts.md
+        frame = pl.read_delta(str(pipeline.root / "snapshots" / table))
+        assert frame.columns == snapshot_store.table_schema(table).names + ["bucket"]
+        assert frame.height == len(expected[table]) == latest["rows"][table]
+        # columns exactly as docs/data-contracts.md
+        assert read_snapshot(str(pipeline.root), table).schema.names == snapshot_store.table_schema(table).names
+    # time travel: the snapshot of the first interval by its version and by its time
+    first_iid, _, first_end = pipeline.intervals[0]
+    first = expected_state(pipeline.sim, 0)
+    from datetime import datetime, timezone
+    as_of = datetime.fromtimestamp(first_end / 1e9 + 1, tz=timezone.utc)
     for table in snapshot_store.PUBLIC_TABLES:
-        assert snapshot_store.read_table(str(pipeline.root), table).schema.names == \
-            snapshot_store.table_schema(table).names
+        by_version = read_snapshot(str(pipeline.root), table, snapshot_store.version_id(first_end)).to_pylist()
+        assert by_version == first[table] == read_snapshot(str(pipeline.root), table, as_of=as_of).to_pylist()
+        # and Delta's own time travel (version number), by polars
+        record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(first_end))
+        old = pl.read_delta(str(pipeline.root / "snapshots" / table), version=record["delta_versions"][table])
+        assert old.height == len(first[table])
 
 
 def test_incremental_equals_all_at_once(pipeline):
@@ -302,9 +345,14 @@ def test_rebuild_equals_the_spark_oracle(pipeline):
     ``repartition`` and ``mapInArrow``): the same rows in every table, the internal state too."""
     arrow, oracle = pipeline.out["all_at_once"], pipeline.out["rebuild_oracle"]
     assert oracle["events"] == arrow["events"] > 0 and oracle["fold"] == arrow["fold"]
-    manifest = {"tables": oracle["tables"]}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     for table in snapshot_store.ALL_TABLES:
-        got = snapshot_store.read_table(str(pipeline.root_spark), table, manifest).to_pylist()
+        schema = snapshot_store.table_schema(table)
+        files = [pipeline.root_spark / "snapshots" / table / f for f in oracle["tables"][table]]
+        got = pa.concat_tables([pq.read_table(f, schema=schema) for f in files]) if files else schema.empty_table()
+        got = got.sort_by([(k, "ascending") for k in snapshot_store.sort_keys(table)]).to_pylist()
         assert got == table_rows(pipeline.root_all, table), table
 
 
@@ -325,8 +373,8 @@ def test_dedupe_decision_equals_the_spark_oracle(pipeline):
     assert driver["cross_batch_duplicates"] > 0 and driver["within_batch_duplicates"] > 0
     assert [[r["msg_id"], r["stream_seq"], r["event_type"]] for r in deduped_rows(pipeline.root, iid)] == \
         sorted(oracle["kept"])
-    index = ds.dataset(str(pipeline.root / "msgid_index" / f"interval={iid}"), format="parquet").to_table()
-    assert index.column("msg_id").to_pylist() == oracle["index"] == sorted(set(oracle["index"]))
+    index = [r["msg_id"] for r in delta_rows(str(pipeline.root / "msgid_index"), interval_id=iid)]
+    assert index == oracle["index"] == sorted(set(oracle["index"]))
 
 
 def test_dedupe_one_row_per_message_id_and_counts(pipeline):
@@ -380,56 +428,64 @@ def test_dedupe_of_exact_copies_falls_back_to_full_rows(pipeline):
 
 
 def test_copy_on_write_by_bucket(pipeline):
-    """Each later snapshot rewrites only the touched buckets and names the parent's files for the rest."""
+    """Each later snapshot's commit replaces only the touched buckets' files; the parent's files of
+    every other bucket stay in the table (the Delta log's add actions, read with deltalake)."""
+    import pyarrow as pa
+
     reb = pipeline.out["rebuild"]
     assert reb[0]["parent"] is None and all(r["parent"] == p["version"] for p, r in zip(reb, reb[1:]))
     assert all(r["buckets"] == BUCKETS for r in reb)
     carried_total = 0
+
+    def files(table, version):
+        actions = pa.table(delta_table(str(pipeline.root / "snapshots" / table), version).get_add_actions(flatten=True))
+        found = {}
+        for path, bucket in zip(actions.column("path").to_pylist(), actions.column("partition.bucket").to_pylist()):
+            found.setdefault(int(bucket), []).append(path)
+        return found
+
     for (_, _, prev_end), (_, _, end_ns) in zip(pipeline.intervals, pipeline.intervals[1:]):
-        parent = snapshot_store.read_manifest(str(pipeline.root), snapshot_store.version_id(prev_end))
-        manifest = snapshot_store.read_manifest(str(pipeline.root), snapshot_store.version_id(end_ns))
-        touched = set(manifest["touched_buckets"])
-        own = f"v={manifest['version']}/r-{manifest['run_id']}/"
-        for table, entries in manifest["tables"].items():
-            for bucket, entry in entries.items():
-                if int(bucket) in touched:
-                    assert all(f.startswith(own) for f in entry["files"]), (table, bucket)
-                else:  # carried over by reference: exactly the parent's entry
-                    assert entry == parent["tables"][table][bucket], (table, bucket)
+        parent = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(prev_end))
+        record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(end_ns))
+        touched = set(record["touched_buckets"])
+        for table in snapshot_store.PUBLIC_TABLES:
+            before = files(table, parent["delta_versions"][table])
+            after = files(table, record["delta_versions"][table])
+            for bucket, paths in after.items():
+                if bucket in touched:
+                    assert all(p.endswith(f"part-{record['run_id']}.parquet") for p in paths), (table, bucket)
+                else:  # carried over: exactly the parent's files
+                    assert paths == before[bucket], (table, bucket)
                     carried_total += 1
-            # an untouched bucket of the parent is never dropped
-            for bucket in parent["tables"][table]:
-                if int(bucket) not in touched:
-                    assert bucket in entries
-        assert manifest["rows"]["resources"] == len(table_rows(pipeline.root, "resources", manifest))
+            assert all(b in after for b in before if b not in touched)  # an untouched bucket is never dropped
+        assert record["rows"]["resources"] == len(snapshot_rows(pipeline.root, "resources", record["version"]))
     assert carried_total > 0, [r["touched_buckets"] for r in reb]
 
 
-def test_garbage_collection_keeps_what_retained_manifests_name(pipeline):
-    gc = pipeline.out["gc"]
-    assert gc["versions_removed"] >= 1 or gc["files_removed"] >= 1, gc
-    versions = sorted(p.name[2:] for p in (pipeline.root_gc / "snapshots").glob("v=*")
-                      if (p / "_manifest.json").exists())
-    assert versions == [snapshot_store.version_id(end) for _, _, end in pipeline.intervals[-2:]]
+def test_vacuum_keeps_the_latest_snapshot(pipeline):
+    """``delta_tables.vacuum`` with retention 0 on a copy: the files older versions alone named are
+    deleted, the latest snapshot reads the same."""
+    assert sum(pipeline.out["vacuum"].values()) > 0, pipeline.out["vacuum"]
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root_gc, table) == table_rows(pipeline.root, table)
-    for version in versions:
-        manifest = snapshot_store.read_manifest(str(pipeline.root_gc), version)
-        for entries in manifest["tables"].values():
-            for entry in entries.values():
-                assert all((pipeline.root_gc / "snapshots" / f).is_file() for f in entry["files"])
+        on_disk = {p.relative_to(pipeline.root_gc / "snapshots" / table).as_posix()
+                   for p in (pipeline.root_gc / "snapshots" / table).rglob("*.parquet")}
+        import pyarrow as pa
+
+        named = set(pa.table(delta_table(str(pipeline.root_gc / "snapshots" / table)).get_add_actions(flatten=True))
+                    .column("path").to_pylist())
+        assert on_disk == named, table
 
 
 def test_failed_commit_keeps_previous_snapshot(pipeline):
-    assert pipeline.out["failure"] == "injected failure before the manifest commit"
+    assert pipeline.out["failure"] == "injected failure before the snapshot's commit"
     iid, _, end_ns = pipeline.intervals[-1]
-    pointer = json.loads((pipeline.root / "snapshots" / "_latest.json").read_text())
-    assert pointer["version"] == snapshot_store.version_id(end_ns)
-    manifest = snapshot_store.read_latest(str(pipeline.root))
-    assert manifest["run_id"] == pipeline.out["rebuild"][-1]["run_id"]
+    latest = snapshot_store.latest(str(pipeline.root))
+    assert latest["version"] == snapshot_store.version_id(end_ns)
+    assert latest["run_id"] == pipeline.out["rebuild"][-1]["run_id"]
     expected = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
     for table in snapshot_store.PUBLIC_TABLES:
-        assert table_rows(pipeline.root, table) == expected[table]
+        assert snapshot_rows(pipeline.root, table, latest["version"]) == expected[table]
 
 
 def test_dedupe_rerun_gives_identical_output(pipeline):

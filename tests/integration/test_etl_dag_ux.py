@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections import Counter
@@ -202,16 +201,12 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
                    "20260101T000000Z_20260101T010000Z")
     assert "no pending of snapshot" in spark_skip_reason(str(root), record, end)
     # a pending that expires within the interval: rebuild must run (it drops the expired pending)
-    from airflow_provider_plgd.spark import snapshot_store as ss
-
-    latest = json.loads(Path(ss.latest_path(str(root))).read_text())
-    manifest_path = Path(ss.snapshots_root(str(root))) / latest["manifest"]
-    manifest = json.loads(manifest_path.read_text())
-    manifest["next_expiry_ns"] = {"0": int(datetime(2026, 1, 1, 1, 30, tzinfo=UTC).timestamp()) * 10**9}
-    manifest_path.write_text(json.dumps(manifest))
+    snapshot_ns = int(datetime(2026, 1, 1, 1, tzinfo=UTC).timestamp()) * 10**9
+    write_snapshot(root, {"owner_devices": []}, snapshot_ns, "20260101T000000Z_20260101T010000Z",
+                   next_expiry_ns={"0": int(datetime(2026, 1, 1, 1, 30, tzinfo=UTC).timestamp()) * 10**9})
     assert spark_skip_reason(str(root), record, end) is None
-    manifest["next_expiry_ns"] = {"0": int(end.timestamp()) * 10**9}  # expires at the end: next interval's job
-    manifest_path.write_text(json.dumps(manifest))
+    write_snapshot(root, {"owner_devices": []}, snapshot_ns, "20260101T000000Z_20260101T010000Z",
+                   next_expiry_ns={"0": int(end.timestamp()) * 10**9})  # expires at the end: next interval's job
     assert spark_skip_reason(str(root), record, end) is not None
     # an earlier run of the interval wrote outputs: a rerun replaces them with Spark
     summary = Path(run_summary_path(str(root), "decode", record["interval_id"]))
@@ -273,7 +268,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     ids = [times.interval_id(e - timedelta(seconds=step), e) for e in ends]
     # interval 1: skipped unless a pending of interval 0's snapshot expires in it (then Spark must run)
     skipped = _states(runs[1])["decode"] == "skipped"
-    v0 = snapshot_store.read_manifest(storage_root, snapshot_store.version_id(int(ends[0].timestamp()) * 10**9))
+    v0 = snapshot_store.snapshot(storage_root, snapshot_store.version_id(int(ends[0].timestamp()) * 10**9))
     due = any(ns is not None and int(ns) < int(ends[1].timestamp()) * 10**9
               for ns in (v0.get("next_expiry_ns") or {}).values())
     assert skipped == (not due), (skipped, v0.get("next_expiry_ns"))
@@ -291,9 +286,9 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     assert dedupe[1]["cross_batch_duplicates"] > 0
     assert ids[0] in dedupe[1]["previous_intervals"]
     # rebuild of interval 2 built on interval 0's snapshot (or 1's, when 1 ran), and equals the truth
-    latest = snapshot_store.read_latest(storage_root)
+    latest = snapshot_store.latest(storage_root)
     assert latest["interval_id"] == ids[2]
-    parent = snapshot_store.read_manifest(storage_root, latest["parent"])
+    parent = snapshot_store.snapshot(storage_root, latest["parent"])
     assert parent["interval_id"] == (ids[0] if skipped else ids[1])
     assert compare_snapshot(storage_root, expected_state(sim, through_interval=1)) == []
     for dr in runs:
@@ -304,22 +299,18 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     # is newer"), the latest snapshot stays the latest and the truth, no event is counted twice, and
     # dedupe's "seen before" of interval 2 still holds.
     def deduped_ids(interval: str) -> list[str]:
-        import pyarrow.parquet as pq
+        from tests.integration.delta_read import read_both
 
-        from airflow_provider_plgd.spark import folders
-
-        folder = Path(storage_root) / "events_deduped" / f"interval={interval}"
-        return sorted(i for rel, _, _ in folders.folder_files(str(folder))
-                      for i in pq.read_table(folder / rel, columns=["msg_id"]).column("msg_id").to_pylist())
+        return sorted(r["msg_id"] for r in read_both(f"{storage_root}/events_deduped", "msg_id", interval_id=interval))
 
     before = {i: deduped_ids(i) for i in (ids[0], ids[2])}
-    latest_before = snapshot_store.read_latest(storage_root)
+    latest_before = snapshot_store.latest(storage_root)
     with spark_lock():
         rerun = dag.test(logical_date=ends[0], run_conf={"storage_root": storage_root, "settle_seconds": 0})
     assert "success" in str(rerun.state).lower(), _states(rerun)
     rebuilt = read_app_summary(storage_root, "rebuild", ids[0])
     assert rebuilt["unchanged"] is True and rebuilt["latest"] == latest_before["version"] and rebuilt["events"] == 0
-    latest = snapshot_store.read_latest(storage_root)
+    latest = snapshot_store.latest(storage_root)
     assert (latest["version"], latest["interval_id"]) == (latest_before["version"], ids[2])  # not back in time
     assert {i: deduped_ids(i) for i in (ids[0], ids[2])} == before
     assert not set(before[ids[0]]) & set(before[ids[2]])  # no message ID kept in two intervals

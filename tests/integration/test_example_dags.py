@@ -12,13 +12,13 @@
 from __future__ import annotations
 
 import json
+import time
 import shutil
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_plgd import staging, times
@@ -48,29 +48,39 @@ def _simulation(seed: int, owners: int = 2, devices: int = 3, intervals: int = 1
                                      start_time_ns=START_NS))
 
 
-def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: int, interval_id: str) -> str:
-    """Commit ``tables`` as one snapshot version (one bucket per table) in the layout of
-    ``airflow_provider_plgd.spark.snapshot_store``: data files, then ``v=<version>/_manifest.json``, then ``_latest.json``."""
+def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: int, interval_id: str,
+                   next_expiry_ns: dict[str, int] | None = None) -> str:
+    """Commit ``tables`` as one snapshot version (bucket 0 of each table) as ``rebuild_snapshots``
+    does: one Delta commit per table, then ``_device_state``'s commit with the snapshot record."""
+    from airflow_provider_plgd import delta_tables
     from airflow_provider_plgd.spark import snapshot_store as ss
+    from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.storage import to_fs
 
     version = ss.version_id(snapshot_time_ns)
-    run_rel = ss.run_dir(version, ss.new_run_id())
-    entries = {}
-    for table, rows in tables.items():
-        rel = f"{run_rel}/{table}/bucket=0/part-00000.parquet"
-        path = Path(ss.snapshots_root(str(root))) / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows, schema=ss.table_schema(table)), path)
-        entries[table] = {"0": {"files": [rel], "rows": len(rows)}}
-    manifest = {"format": ss.MANIFEST_FORMAT, "version": version, "snapshot_time_ns": snapshot_time_ns,
-                "snapshot_time": times.ns_to_rfc3339(snapshot_time_ns), "parent": None, "run_id": run_rel,
-                "interval_id": interval_id, "intervals": [interval_id], "buckets": 1,
-                "bucket_expr": ss.BUCKET_EXPR.format(buckets=1), "tables": entries,
-                "rows": {t: len(r) for t, r in tables.items()}}
-    Path(ss.manifest_path(str(root), version)).write_text(json.dumps(manifest))
-    Path(ss.latest_path(str(root))).write_text(json.dumps(
-        {"version": version, "manifest": f"v={version}/{ss.MANIFEST_NAME}", "snapshot_time_ns": snapshot_time_ns,
-         "interval_id": interval_id}))
+    run_id = ss.new_run_id()
+    record = {"snapshot": version, "snapshot_time_ns": snapshot_time_ns,
+              "snapshot_time": times.ns_to_rfc3339(snapshot_time_ns), "parent": None, "run_id": run_id,
+              "interval_id": interval_id}
+    versions = {}
+    for table in ss.ALL_TABLES:
+        rows = tables.get(table, [])
+        records = []
+        uri = ss.table_uri(str(root), table)
+        if rows:
+            fs, base = to_fs(uri)
+            rel = f"bucket=0/part-{run_id}.parquet"
+            size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.Table.from_pylist(rows, schema=ss.table_schema(table)))
+            records.append(delta_tables.file_record(rel, rows=len(rows), size=size, partition={"bucket": 0},
+                                                    stats=delta_tables.parquet_stats(meta)))
+        if table == ss.STATE_TABLE:
+            record.update(intervals=[interval_id], buckets=1, bucket_expr=ss.BUCKET_EXPR.format(buckets=1),
+                          next_expiry_ns=next_expiry_ns or {}, rows={t: len(r) for t, r in tables.items()},
+                          delta_versions=dict(versions))
+        commit = delta_tables.commit_files(uri, records, schema=ss.delta_schema(table), partition_by=("bucket",),
+                                           replace=[], metadata=record, app_id=f"test.{table}/{version}",
+                                           run_version=time.time_ns())
+        versions[table] = commit.version
     return version
 
 

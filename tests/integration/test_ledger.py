@@ -138,17 +138,18 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     assert chain["decoded"] + chain["quarantined"] == len(truth)
     assert sum(chain["quarantined_per_reason"].values()) == chain["quarantined"]
 
-    import pyarrow.parquet as pq
 
     from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 
-    quarantine = pq.read_table(f"{storage_root}/quarantine/interval={interval_id}").to_pylist()
+    from tests.integration.delta_read import read_both
+
+    quarantine = read_both(f"{storage_root}/quarantine", "stream_seq", interval_id=interval_id)
     reason_of = {row["subject"]: row["reason"] for row in quarantine}
     assert {s for s, _d, _h in strange} <= set(reason_of)  # each one in quarantine, with a reason
     assert all(reason_of[s] in DECODE_ERROR_REASONS for s, _d, _h in strange), reason_of
     assert reason_of[strange[0][0]] == "unknown_event_type"
     assert reason_of["plgd.status.ping"] == "bad_subject"
-    events = pq.read_table(f"{storage_root}/events/interval={interval_id}").to_pylist()
+    events = read_both(f"{storage_root}/events", "stream_seq", interval_id=interval_id)
     assert {row["event_type"] for row in events} >= {"resourcestatesnapshottaken"} & {
         s.rsplit(".", 1)[-1] for s in snapshots}
     assert len(events) + len(quarantine) == len(truth)
@@ -159,17 +160,29 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     from tests.integration.test_etl_dag_ux import asset_events
 
     p = "plgd_test_ledger_etl."
-    rebuild = json.loads(open(f"{storage_root}/_runs/rebuild/interval={interval_id}.json").read())
+    runs = {app: json.loads(open(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read())
+            for app in ("decode", "dedupe", "rebuild")}
+    versions = {t: v for app in runs.values() for t, v in (app.get("delta_versions") or {}).items()}
     assert asset_events(dr) == {
         p + "staging": [{"interval_id": interval_id, "messages": len(truth), "owners": len(record["owners"])}],
-        p + "events": [{"interval_id": interval_id, "decoded": chain["decoded"]}],
+        p + "events": [{"interval_id": interval_id, "decoded": chain["decoded"], "table": f"{storage_root}/events",
+                        "delta_version": versions["events"]}],
         p + "quarantine": [{"interval_id": interval_id, "quarantined": chain["quarantined"],
-                            "per_reason": chain["quarantined_per_reason"]}],
+                            "per_reason": chain["quarantined_per_reason"], "table": f"{storage_root}/quarantine",
+                            "delta_version": versions["quarantine"]}],
         p + "events_deduped": [{"interval_id": interval_id, "kept": chain["kept"],
-                                "duplicates": chain["dedupe_input"] - chain["kept"]}],
+                                "duplicates": chain["dedupe_input"] - chain["kept"],
+                                "table": f"{storage_root}/events_deduped", "delta_version": versions["events_deduped"]}],
         p + "snapshots": [{"interval_id": interval_id, "snapshot_version": chain["snapshot_version"],
-                           "rows": rebuild["rows"]}],
+                           "rows": runs["rebuild"]["rows"],
+                           "tables": {t: f"{storage_root}/snapshots/{t}" for t in runs["rebuild"]["rows"]},
+                           "delta_versions": {t: versions[t] for t in runs["rebuild"]["rows"]}}],
     }
+    # the Delta versions named are the tables' current ones (deltalake)
+    from tests.integration.delta_read import delta_table
+
+    for table in ("events", "quarantine", "events_deduped", "snapshots/resources"):
+        assert delta_table(f"{storage_root}/{table}").version() == versions[table.split("/")[-1]]
     assert chain["quarantined"] > 0 and chain["snapshot_version"]
     assert chain["selection"]["owners"] == f"all {len(record['owners'])} discovered"
     assert chain["selection"]["event_types_count"] == len(record["event_types"])
@@ -178,14 +191,13 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     # event type, would replace the interval's rows in every table and so delete the others'; it is
     # refused in plan, without retries, and every table keeps what it held (before: every task
     # succeeded, the summary reconciled, and the other owner's rows were gone).
-    from airflow_provider_plgd.spark import folders, snapshot_store
+    from airflow_provider_plgd.spark import snapshot_store
 
     def deduped_ids() -> list[str]:
-        folder = f"{storage_root}/events_deduped/interval={interval_id}"
-        return sorted(i for rel, _, _ in folders.folder_files(folder)
-                      for i in pq.read_table(f"{folder}/{rel}", columns=["msg_id"]).column("msg_id").to_pylist())
+        return sorted(r["msg_id"] for r in read_both(f"{storage_root}/events_deduped", "msg_id",
+                                                      interval_id=interval_id))
 
-    kept, latest = deduped_ids(), snapshot_store.read_latest(storage_root)
+    kept, latest = deduped_ids(), snapshot_store.latest(storage_root)
     for narrower in ({"owners": [owner]}, {"event_types": ["devicesregistered", "resourcechanged"]}):
         with spark_lock():
             rerun = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0,
@@ -196,7 +208,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
         assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
         assert json.loads(open(f"{ledger_dir}/stream.json").read()) == record  # the ledger is untouched
         assert deduped_ids() == kept
-        assert snapshot_store.read_latest(storage_root) == latest
+        assert snapshot_store.latest(storage_root) == latest
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
 
 

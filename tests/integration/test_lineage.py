@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("airflow.providers.openlineage")
 
-from airflow_provider_plgd import lineage, times  # noqa: E402
+from airflow_provider_plgd import lineage  # noqa: E402
 from tests.integration.conftest import load_dag, read_stream, use_local_spark  # noqa: E402
 
 UTC = timezone.utc
@@ -55,8 +55,9 @@ def test_spark_app_lineage_from_the_applications_arguments():
     assert [(d.namespace, d.name) for d in decode.inputs] == [("s3://b", "r/staging/EVENTS")]
     assert [(d.namespace, d.name) for d in decode.outputs] == [("s3://b", "r/events"), ("s3://b", "r/quarantine")]
     rebuild = lineage.spark_app_lineage("rebuild_snapshots.py", ["--root", "/r", "--interval-id", "i"])
-    assert [d.name for d in rebuild.inputs] == ["/r/events_deduped", "/r/snapshots"]
-    assert [d.name for d in rebuild.outputs] == ["/r/snapshots"]
+    snapshots = [f"/r/snapshots/{t}" for t in ("resources", "device_metadata", "device_links", "owner_devices")]
+    assert [d.name for d in rebuild.inputs] == ["/r/events_deduped"] + snapshots
+    assert [d.name for d in rebuild.outputs] == snapshots
     assert lineage.spark_app_lineage("other_app.py", []) is None
     assert lineage.spark_app_lineage("dedupe_events.py", ["--root", "{{ ti.xcom_pull('plan') }}"]) is None
     with pytest.raises(ValueError, match="--root"):
@@ -229,17 +230,18 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     assert _names(dedupe["inputs"]) == [("file", f"{root}/events"), ("file", f"{root}/msgid_index")]
     assert _names(dedupe["outputs"]) == [("file", f"{root}/events_deduped"), ("file", f"{root}/msgid_index")]
     rebuild = one("rebuild")
-    assert _names(rebuild["inputs"]) == [("file", f"{root}/events_deduped"), ("file", f"{root}/snapshots")]
-    assert _names(rebuild["outputs"]) == [("file", f"{root}/snapshots")]
+    snapshots = sorted(("file", f"{root}/snapshots/{t}") for t in ("resources", "device_metadata", "device_links",
+                                                                     "owner_devices"))
+    assert _names(rebuild["inputs"]) == sorted([("file", f"{root}/events_deduped")] + snapshots)
+    assert _names(rebuild["outputs"]) == snapshots
     summary = one("summary")
     assert _names(summary["inputs"]) == [("file", f"{root}/_ledger/EVENTS"), ("file", f"{root}/_runs")]
     assert _names(summary["outputs"]) == [("file", f"{root}/_ledger/EVENTS")]
 
-    # the datasets exist where the names say (the names are not made up)
-    interval_id = times.interval_id(datetime.fromtimestamp(start_s, tz=UTC), end)
-    for name in ("events", "quarantine", "events_deduped"):
-        assert (Path(root) / name / f"interval={interval_id}" / "_SUCCESS").is_file(), name
-    assert (Path(root) / "snapshots" / "_latest.json").is_file()
+    # the datasets are Delta tables where the names say (the names are not made up)
+    for name in ["events", "quarantine", "events_deduped"] + [f"snapshots/{t}" for t in (
+            "resources", "device_metadata", "device_links", "owner_devices")]:
+        assert (Path(root) / name / "_delta_log" / "00000000000000000000.json").is_file(), name
 
     # the Spark stages' parent: the DAG run in their own events ...
     from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter

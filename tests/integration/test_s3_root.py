@@ -177,18 +177,12 @@ dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERV
                     storage_roots=["s3://plgd-test"])  # the roots a run may choose (the test bucket)
 """
 
-def _table_rows(root: str, folder: str) -> list[dict]:
-    """The rows of the committed folder ``{root}/{folder}``: the files its manifest names
-    (``spark.folders.folder_files``; readers trust only manifests), sorted."""
-    import pyarrow.parquet as pq
+def _table_rows(root: str, table: str, interval_id: str) -> list[dict]:
+    """The interval's rows of the Delta table ``{root}/{table}`` on the bucket, read with deltalake
+    (and polars, checked to agree), sorted."""
+    from tests.integration.delta_read import read_both
 
-    from airflow_provider_plgd.spark import folders
-
-    url = f"{root}/{folder}"
-    fs, base = storage.to_fs(url)
-    fs.invalidate_cache()
-    rows = [r for rel, _size, _n in folders.folder_files(url)
-            for r in pq.read_table(f"{base}/{rel}", filesystem=fs).to_pylist()]
+    rows = read_both(f"{root}/{table}", "stream_seq", interval_id=interval_id)
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
@@ -246,7 +240,8 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
         assert summary["reconciled"] is True and summary["problems"] == []
         assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == len(truth)
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
-        outputs.append({"events": _table_rows(storage_root, f"events/interval={interval_id}"),
+        outputs.append({"events": _table_rows(storage_root, "events", interval_id),
+                        "events_deduped": _table_rows(storage_root, "events_deduped", interval_id),
                         "snapshot": read_latest_tables(storage_root),
                         "staged": sorted((m["owner_id"], m["event_type"], m["count"], m["files"] and
                                           [f["path"] for f in m["files"]])

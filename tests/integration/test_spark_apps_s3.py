@@ -1,18 +1,20 @@
 """decode -> dedupe -> rebuild on an ``s3://`` root: a real S3 API, no Hadoop cloud connector.
 
-moto's standalone S3 server (``ThreadedMotoServer`` on 127.0.0.1) holds the bucket. Simulated
+moto's standalone S3 server (its own process on 127.0.0.1, ``plgd_devtools.s3_server``) holds the bucket. Simulated
 plgd traffic of two intervals is staged there with the provider's staging writer through fsspec
 (``s3fs``), as the fetch operator does. One ``spark-submit --master local[2]`` (pip's pyspark: no
 ``hadoop-aws`` jar) runs the three applications, in one JVM, for each interval on
 ``s3://plgd-test/root``; ``AWS_ENDPOINT_URL`` and dummy credentials come from the environment
 (s3fs reads them itself, on the driver and in the Python workers). On the way, the first decode
-of interval 1 is made to fail after its data files are written and before its manifest: nothing
-of it is visible, and the rerun commits cleanly.
+of interval 1 is made to fail after its data files are written and before its Delta commit:
+nothing of it is visible, and the rerun commits cleanly.
 
 Asserted: the decode counts reconcile with what was staged; ``events_deduped`` holds one row per
-message ID; the snapshot tables read back from the bucket (``snapshot_store.read_snapshot``)
-equal the simulator's ground truth; every committed folder holds exactly the files its manifest
-names. Spark runs under ``/tmp/spark.lock``.
+message ID; the snapshot tables read back from the bucket (``read_snapshot``, ``deltalake``,
+``polars``) equal the simulator's ground truth; every Delta table names only files that exist,
+with their row counts. Two writers committing the same interval at once (S3 conditional put, no
+lock service): the second is refused, the table holds the first one's rows. Spark runs under
+``/tmp/spark.lock``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
+from tests.integration.delta_read import delta_rows, delta_table, options, read_both
 from tests.integration.staging_data import stage_simulation
 
 from airflow_provider_plgd import staging
@@ -42,14 +44,12 @@ BUCKET = "plgd-test"
 ROOT = f"s3://{BUCKET}/root"
 CONFIG = SimulationConfig(seed=23, owners=2, devices_per_owner=3, resources_per_device=2, intervals=2,
                           steps_per_interval=20, duplicates=0.1, corrupt=2, leadrt="first", unregister=True)
-#: Dummy credentials for moto (it accepts any); the endpoint is set per test run.
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 DRIVER = textwrap.dedent('''
     """decode -> dedupe -> rebuild on an s3:// root in one JVM (test_spark_apps_s3.py)."""
     import json, sys
-    from airflow_provider_plgd import storage
-    from airflow_provider_plgd.spark import folders, session
+    from airflow_provider_plgd import delta_tables, storage
+    from airflow_provider_plgd.spark import session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
@@ -58,22 +58,20 @@ DRIVER = textwrap.dedent('''
     out = {"decode": [], "dedupe": [], "rebuild": []}
     for k, (iid, end) in enumerate(cfg["intervals"]):
         decode_args = decode_events.parse_args(["--staging-root", root, "--interval-id", iid, "--output-root", root])
-        if k == 1:  # killed between its data files and its manifest (a failure at the commit)
-            real = folders.commit_folder
-            def failing(folder, files, **kwargs):
-                raise OSError("injected failure before the commit of " + folder)
-            folders.commit_folder = failing
+        if k == 1:  # failed between its data files and its Delta commit
+            real = delta_tables.commit_files
+            def failing(uri, records, **kwargs):
+                raise OSError("injected failure before the commit of " + uri)
+            delta_tables.commit_files = failing
             try:
                 decode_events.run(spark, decode_args)
             except OSError as exc:
                 out["failed_decode"] = str(exc)
             finally:
-                folders.commit_folder = real
-            folder = root + "/events/interval=" + iid
-            fs, path = storage.to_fs(folder)
+                delta_tables.commit_files = real
+            fs, path = storage.to_fs(root + "/events/interval_id=" + iid)
             fs.invalidate_cache()
-            out["after_failure"] = {"manifest": folders.read_manifest(folder),
-                                    "files": len([p for p in fs.find(path) if p.endswith(".parquet")])}
+            out["after_failure"] = {"files": len([p for p in fs.find(path) if p.endswith(".parquet")])}
         out["decode"].append(decode_events.run(spark, decode_args))
         out["dedupe"].append(dedupe_events.run(spark, dedupe_events.parse_args(
             ["--root", root, "--interval-id", iid])))
@@ -84,39 +82,28 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1 with an empty bucket; the AWS_* variables point at it while
-    the module's tests run (this process and the spark-submit child)."""
-    import boto3
+    """A moto S3 server (its own process, ``plgd_devtools.s3_server``) with an empty bucket; the
+    AWS_* variables point at it while the module's tests run (this process and the spark-submit child)."""
     import fsspec
-    from moto.server import ThreadedMotoServer
 
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {**AWS_ENV, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    fsspec.filesystem("s3").clear_instance_cache()
-    try:
-        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_DEFAULT_REGION"],
-                     aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)
-        yield env
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    from plgd_devtools.s3_server import S3Server
+
+    with S3Server(bucket=BUCKET) as server:
+        env = server.env()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         fsspec.filesystem("s3").clear_instance_cache()
-        server.stop()
+        try:
+            yield env
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            fsspec.filesystem("s3").clear_instance_cache()
 
 
 @pytest.fixture(scope="module")
@@ -155,47 +142,44 @@ def test_decode_counts_reconcile_with_the_staged_messages(pipeline):
         staged = sum(int(m["count"]) for m in staging.list_committed(ROOT, "EVENTS", interval_id=iid))
         published = sum(1 for m in pipeline.sim.messages if m.interval == k)
         assert summary["fetched"] == staged == published == summary["decoded"] + summary["quarantined"]
-        assert summary["events_path"] == f"{ROOT}/events/interval={iid}"
+        assert summary["events_path"] == f"{ROOT}/events"
+        assert len(read_both(f"{ROOT}/events", "stream_seq", interval_id=iid)) == summary["decoded"]
+        assert len(read_both(f"{ROOT}/quarantine", "stream_seq", interval_id=iid)) == summary["quarantined"]
     assert sum(s["quarantined"] for s in pipeline.out["decode"]) == CONFIG.corrupt
 
 
 def test_a_failed_commit_leaves_nothing_visible_on_s3(pipeline):
+    """The failed decode wrote data files (still on the bucket), which no Delta commit names: the
+    rows of the interval that readers see are exactly the rerun's."""
     assert pipeline.out["failed_decode"].startswith("injected failure before the commit of")
-    after = pipeline.out["after_failure"]
-    assert after["manifest"] is None and after["files"] > 0  # written, but named by no manifest
+    assert pipeline.out["after_failure"]["files"] > 0
+    iid = pipeline.intervals[1][0]
+    assert len(delta_rows(f"{ROOT}/events", interval_id=iid)) == pipeline.out["decode"][1]["decoded"]
 
 
-def test_every_committed_folder_holds_exactly_its_manifest_files(pipeline):
-    from airflow_provider_plgd import storage
-    from airflow_provider_plgd.spark import folders
-
-    for iid, _, _ in pipeline.intervals:
-        for table in ("events", "quarantine", "events_deduped", "msgid_index"):
-            folder = f"{ROOT}/{table}/interval={iid}"
-            manifest = folders.read_manifest(folder)
-            assert manifest is not None and manifest["interval_id"] == iid, folder
-            fs, path = storage.to_fs(folder)
-            fs.invalidate_cache()
-            listed = sorted(p[len(path) + 1:] for p in fs.find(path) if p.endswith(".parquet"))
-            assert listed == sorted(f["path"] for f in manifest["files"]), folder
-            assert manifest["rows"] == sum(f["rows"] for f in manifest["files"])
-
-
-def test_deduplicated_events_one_row_per_message_id(pipeline):
+def test_every_delta_table_names_only_files_that_exist(pipeline):
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd import storage
-    from airflow_provider_plgd.spark import folders
 
+    for table in ("events", "quarantine", "events_deduped", "msgid_index", "snapshots/resources",
+                  "snapshots/_device_state"):
+        uri = f"{ROOT}/{table}"
+        actions = pa.table(delta_table(uri).get_add_actions(flatten=True)).to_pylist()
+        assert actions, table
+        fs, path = storage.to_fs(uri)
+        fs.invalidate_cache()
+        for action in actions:
+            with fs.open(f"{path}/{action['path']}", "rb") as fh:
+                assert pq.ParquetFile(fh).metadata.num_rows == action["num_records"], (table, action["path"])
+
+
+def test_deduplicated_events_one_row_per_message_id(pipeline):
     sim = pipeline.sim
     all_ids = []
     for k, (iid, _, _) in enumerate(pipeline.intervals):
-        folder = f"{ROOT}/events_deduped/interval={iid}"
-        fs, path = storage.to_fs(folder)
-        ids = []
-        for rel, _, _ in folders.folder_files(folder):
-            with fs.open(f"{path}/{rel}", "rb") as fh:
-                ids += pq.read_table(fh, columns=["msg_id"]).column("msg_id").to_pylist()
+        ids = [r["msg_id"] for r in read_both(f"{ROOT}/events_deduped", "msg_id", interval_id=iid)]
         earlier = {m.msg_id for m in sim.messages if m.interval < k and m.msg_id}
         assert sorted(ids) == sorted({m.msg_id for m in sim.messages if m.interval == k and m.msg_id} - earlier), k
         assert pipeline.out["dedupe"][k]["output"] == len(ids)
@@ -206,16 +190,58 @@ def test_deduplicated_events_one_row_per_message_id(pipeline):
 
 
 def test_snapshots_read_from_the_bucket_equal_the_ground_truth(pipeline):
+    import polars as pl
+
+    from airflow_provider_plgd import read_snapshot
     from airflow_provider_plgd.spark import snapshot_store
 
     for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
         version = snapshot_store.version_id(end_ns)
         expected = expected_state(pipeline.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:
-            got = snapshot_store.read_snapshot(ROOT, table, version).to_pylist()
+            got = read_snapshot(ROOT, table, version).to_pylist()
             assert got == expected[table], (k, table)
             assert got, (k, table)
     last = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
     for table in snapshot_store.PUBLIC_TABLES:
-        assert snapshot_store.read_snapshot(ROOT, table).to_pylist() == last[table]
+        assert read_snapshot(ROOT, table).to_pylist() == last[table]
+        assert pl.read_delta(f"{ROOT}/snapshots/{table}", storage_options=options(ROOT)).height == len(last[table])
     assert pipeline.out["rebuild"][-1]["parent"] == snapshot_store.version_id(pipeline.intervals[0][2])
+
+
+def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypatch):
+    """Two reruns of the same interval commit to one table on the bucket at the same time: both
+    loaded the table at the same version; the first commits, the second's commit is refused
+    (Delta's conflict check over S3 conditional puts, no lock service) and the table holds exactly
+    the first one's rows, never a mix. The one thing faked: the second writer's table is loaded
+    before the first commits (``delta_tables._ensure_table`` returns that earlier load)."""
+    import pyarrow as pa
+
+    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.exceptions import TableCommitError
+    from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd import storage
+
+    uri = f"s3://{BUCKET}/concurrent/t"
+    schema = pa.schema([("msg_id", pa.string()), ("interval_id", pa.string())])
+
+    def files(writer: str, n: int) -> list[dict]:
+        fs, base = storage.to_fs(uri)
+        rel = f"interval_id=I/part-{writer}.parquet"
+        size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"{writer}{i}" for i in range(n)]}))
+        return [delta_tables.file_record(rel, rows=n, size=size, partition={"interval_id": "I"},
+                                         stats=delta_tables.parquet_stats(meta))]
+
+    def commit(writer: str, n: int, version: int):
+        return delta_tables.commit_files(uri, files(writer, n), schema=schema, partition_by=("interval_id",),
+                                         replace=delta_tables.interval_filter("I"), metadata={"writer": writer},
+                                         app_id="test/I", run_version=version)
+
+    commit("old", 3, 1)
+    stale = delta_tables._ensure_table(uri, schema, ("interval_id",))  # the second writer's load
+    commit("a", 4, 2)
+    monkeypatch.setattr(delta_tables, "_ensure_table", lambda *a, **k: stale)
+    with pytest.raises(TableCommitError, match="another writer committed"):
+        commit("b", 5, 3)
+    rows = read_both(uri, "msg_id", interval_id="I")
+    assert sorted(r["msg_id"] for r in rows) == [f"a{i}" for i in range(4)]

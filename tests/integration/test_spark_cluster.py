@@ -114,13 +114,12 @@ def publish_one_interval(url: str, seed: int, steps: int):
     return sim, datetime.fromtimestamp(end_s, tz=UTC), len(truth)
 
 
-def read_rows(path: Path) -> list[str]:
-    """Every row of the committed Parquet files under ``path`` (Hive partitions as columns; ``_``
-    and ``.`` names skipped), each as canonical JSON, sorted: equal lists = equal tables row for row."""
-    import pyarrow.dataset as ds
+def read_rows(uri: Path, interval_id: str) -> list[str]:
+    """The interval's rows of the Delta table ``uri`` (deltalake), each as canonical JSON, sorted:
+    equal lists = equal tables row for row."""
+    from tests.integration.delta_read import delta_rows
 
-    dataset = ds.dataset(str(path), format="parquet", partitioning="hive", exclude_invalid_files=True)
-    return sorted(json.dumps(row, sort_keys=True, default=repr) for row in dataset.to_table().to_pylist())
+    return sorted(json.dumps(row, sort_keys=True, default=repr) for row in delta_rows(str(uri), interval_id=interval_id))
 
 
 def task_states(dag_run) -> dict[str, str]:
@@ -211,7 +210,7 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
 
     assert compare_snapshot(str(roots["cluster"]), expected_state(sim, through_interval=0)) == []
     for table in ("events", "quarantine", "events_deduped"):
-        cluster_rows, local_rows = (read_rows(roots[k] / table / f"interval={interval_id}") for k in ("cluster", "local"))
+        cluster_rows, local_rows = (read_rows(roots[k] / table, interval_id) for k in ("cluster", "local"))
         assert cluster_rows, table
         assert cluster_rows == local_rows, table
     cluster_tables, local_tables = read_latest_tables(str(roots["cluster"])), read_latest_tables(str(roots["local"]))
@@ -235,11 +234,11 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     it on a real worker machine): the workers are replaced by ones started with the ``AWS_*``
     environment; nothing of it is in the Spark settings. The snapshot equals the simulator's ground
     truth, the tables hold every message once or in quarantine (the ledger reconciles), and no
-    object of the run is outside a manifest."""
+    data file of the run is unnamed by the Delta log."""
     from airflow_provider_plgd import storage
     from airflow_provider_plgd.simulator import expected_state
     from airflow_provider_plgd.snapshot_compare import compare_snapshot
-    from airflow_provider_plgd.spark import folders
+    from tests.integration.delta_read import delta_table
 
     wrapper, wrapper_log = cluster_env
     sim, end, total = publish_one_interval(jetstream.url, seed=13, steps=60)
@@ -261,12 +260,14 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     assert summary["reconciled"] is True and summary["problems"] == []
     assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == total
     assert summary["chain"]["decoded"] + summary["chain"]["quarantined"] == total
+    import pyarrow as pa
+
     for table in ("events", "quarantine", "events_deduped"):
-        folder = storage.join_path(root, table, f"interval={interval_id}")
-        named = {rel for rel, _, _ in folders.folder_files(folder)}
-        fs, path = storage.to_fs(folder)
+        uri = storage.join_path(root, table)
+        named = set(pa.table(delta_table(uri).get_add_actions(flatten=True)).column("path").to_pylist())
+        fs, path = storage.to_fs(uri)
         written = {name[len(path) + 1:] for name in fs.find(path) if name.endswith(".parquet")}
-        assert written == named, table
+        assert written == named and named, table
 
 
 def test_application_without_executors_fails_at_the_execution_timeout(
