@@ -164,3 +164,26 @@ def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
     assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices", "V2").to_pylist()] == ["d1", "d2"]
     with pytest.raises(ValueError, match="no snapshot version 'V9'"):
         ss.roll_back(root, "V9")
+
+
+def test_a_stage_counts_as_committed_only_when_one_run_committed_all_its_tables(tmp_path):
+    """``run_committed``: decode commits ``events`` then ``quarantine``; a run killed between the two
+    leaves them at different run versions, and dedupe must wait for a rerun."""
+    root = str(tmp_path)
+
+    def decode_commit(table: str, run_version: int) -> None:
+        schema = schemas.EVENTS_SCHEMA if table == "events" else schemas.QUARANTINE_SCHEMA
+        delta_tables.commit_files(delta_tables.table_uri(root, table), [], schema=schema,
+                                  partition_by=delta_tables.INTERVAL_TABLES[table],
+                                  replace=delta_tables.interval_filter("A"), metadata={"interval_id": "A"},
+                                  app_id=f"plgd.decode.{table}/A", run_version=run_version)
+
+    tables = (delta_tables.EVENTS, delta_tables.QUARANTINE)
+    assert not delta_tables.run_committed(root, "decode", tables, "A")
+    decode_commit("events", 1)
+    assert not delta_tables.run_committed(root, "decode", tables, "A")  # killed between the commits
+    decode_commit("quarantine", 1)
+    assert delta_tables.run_committed(root, "decode", tables, "A")
+    decode_commit("events", 2)  # a rerun killed between its commits
+    assert not delta_tables.run_committed(root, "decode", tables, "A")
+    assert not delta_tables.run_committed(root, "decode", tables, "B")
