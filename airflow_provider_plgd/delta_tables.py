@@ -376,6 +376,21 @@ def committed_intervals(uri: str) -> list[str]:
     return sorted({i for f in table_files(uri) if (i := f.partition.get(INTERVAL_COLUMN))})
 
 
+def run_committed(root: str, app: str, tables: Sequence[str], interval_id: str) -> bool:
+    """True when one run of ``app`` committed the interval to every table of ``tables`` (their
+    ``app_transactions`` entries ``plgd.{app}.{table}/{interval_id}`` exist and carry the same run
+    version): a run killed between its commits leaves them unequal, and the next stage waits for a
+    rerun."""
+    versions = set()
+    for name in tables:
+        dt = open_table(table_uri(root, name))
+        version = None if dt is None else dt.transaction_version(f"plgd.{app}.{name}/{interval_id}")
+        if version is None:
+            return False
+        versions.add(int(version))
+    return len(versions) == 1
+
+
 def interval_filter(interval_id: str) -> list[tuple[str, str, str]]:
     """The partition filter of one interval's rows."""
     return [(INTERVAL_COLUMN, "=", interval_id)]

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF  # noqa: F401 - re-exported
-from airflow_provider_plgd import times
-from airflow_provider_plgd.exceptions import MissingDataIntervalError, OffScheduleIntervalError
+from airflow_provider_plgd import delta_tables, times
+from airflow_provider_plgd.exceptions import MissingDataIntervalError, OffScheduleIntervalError, OldLayoutError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 from airflow_provider_plgd.compat import (
     AIRFLOW_V_3,
@@ -48,6 +48,32 @@ Each run processes its data interval: `wait_for_interval` → `plan` → `fetch_
 docs/operations.md of airflow-provider-plgd ("DAG parameters", "Backfill and reruns").
 """
 
+#: Task docs (Markdown) of the ETL DAG's sensor, fetch and Spark tasks: the task's "Task Docs" in the UI.
+TASK_DOCS: dict[str, str] = {
+    "wait_for_interval": (
+        "Waits until the run's data interval is complete on the NATS server's clock: a message at or after "
+        "its end, or the end plus `settle_seconds` passed (a mirror: its origin in contact since). First it "
+        "refuses a run without a data interval or a manual run off the schedule (`OffScheduleIntervalError`; "
+        "nothing is read). docs/reliability.md, \"Complete intervals: judged on the NATS server's clock\"; "
+        "docs/operations.md, \"Manual runs\"."),
+    "fetch": (
+        "Copies one owner group's messages of the interval from JetStream into staging (Arrow IPC parts and a "
+        "`_manifest.json` per owner and event type) and records in the interval ledger what it staged and "
+        "skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
+        "`FewerMessagesError`). docs/architecture.md, \"Staging contract\"."),
+    "decode": (
+        "Spark: decodes the interval's staged messages (snappy, protobuf, CBOR/JSON content) into the `events` "
+        "table; what it cannot decode goes to `quarantine` with a reason. Accounts for every staged message "
+        "against the ledger. docs/events.md."),
+    "dedupe": (
+        "Spark: drops message IDs already seen in this interval or in the `lookback_intervals` processed "
+        "intervals before it, writing `events_deduped`. Waits for the previous interval's dedupe "
+        "(`depends_on_past`). docs/architecture.md, \"Message ID (dedupe key)\"."),
+    "rebuild": (
+        "Spark: the snapshot tables at the interval's end: the previous snapshot plus the interval's "
+        "deduplicated events, committed as one snapshot version. Waits for the previous interval's rebuild "
+        "(`depends_on_past`). docs/snapshots.md."),
+}
 
 #: JSON-schema ``pattern`` of one owner ID in the trigger form: the rule of
 #: ``plgd.subjects.validate_owner_id`` (no leading ``_``; no ``.``, ``*``, ``>``, ``/``, ``\``,
@@ -73,7 +99,8 @@ def param_schemas() -> dict[str, dict[str, Any]]:
         # optional params: null (a cleared field) is their default, so the Trigger form submits them empty
         "owners": {"type": ["null", "array"], "items": {"type": "string", "pattern": OWNER_ID_PATTERN},
                    "uniqueItems": True, "title": "Owners",
-                   "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line). "
+                   "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line; no "
+                                  "'.', '*', '>', '/', '\\', '=', '?', '[', ']' or spaces, not starting with '_'). "
                                   "Empty: every owner found on the stream, and messages outside any owner are "
                                   "staged as unrouted."},
         "event_types": {"type": ["null", "array"], "items": {"type": "string", "enum": event_types}, "uniqueItems": True,
@@ -166,7 +193,7 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
                           start_date: datetime | None = None) -> tuple[datetime, datetime]:
     """Return the run's ``(data_interval_start, data_interval_end)`` (aware datetimes).
 
-    Used as the ``pre_execute`` hook of ``wait_for_interval`` and by ``plan`` (``build_etl_dag``
+    Used as the ``interval_check`` of ``wait_for_interval`` and by ``plan`` (``build_etl_dag``
     passes its ``schedule`` and ``start_date``).
 
     :param context: the task context (keys ``data_interval_start``, ``data_interval_end``, ``dag_run``).
@@ -181,11 +208,11 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
         dag_run = context.get("dag_run")
         run_id = getattr(dag_run, "run_id", None)
         raise MissingDataIntervalError(
-            f"DAG run {run_id!r} has no data interval (logical date None: a manual or asset-triggered run "
-            "on Airflow 3), so there is no interval of the stream to process. Run an interval with a "
-            "backfill (`airflow backfill create --dag-id <dag> --from-date <interval start> --to-date "
-            "<interval start> --reprocess-behavior completed`) or `airflow dags test <dag> <interval end>`; "
-            "see docs/operations.md, \"Backfill and reruns\"."
+            f"DAG run {run_id!r} has no data interval (logical date None: a manual or asset-triggered run\n"
+            "on Airflow 3), so there is no interval of the stream to process. Run an interval with a backfill:\n"
+            "  airflow backfill create --dag-id <dag> \\\n"
+            "    --from-date <interval start> --to-date <interval start> --reprocess-behavior completed\n"
+            "or `airflow dags test <dag> <interval end>`; see docs/operations.md, \"Backfill and reruns\"."
         )
     if end <= start:
         raise MissingDataIntervalError(f"empty data interval [{start}, {end}) of DAG run {context.get('run_id')!r}")
@@ -196,14 +223,18 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
             grid_start, grid_end = schedule_interval_ending_by(schedule, start_date, context.get("logical_date") or end)
             dag_id = getattr(dag_run, "dag_id", None) or "<dag>"
             raise OffScheduleIntervalError(
-                f"manual DAG run {getattr(dag_run, 'run_id', None)!r} has the data interval [{start.isoformat()}, "
-                f"{end.isoformat()}), which is not an interval of the schedule ({schedule} from "
-                f"{start_date.isoformat()}); it would overlap processed intervals, so nothing was read or written. "
-                f"The last interval of the schedule that ends by the logical date is [{grid_start.isoformat()}, "
-                f"{grid_end.isoformat()}). To (re)process it, use a backfill (the Trigger dialog's Backfill "
-                f"option, or `airflow backfill create --dag-id {dag_id} --from-date {grid_start.isoformat()} "
-                f"--to-date {grid_start.isoformat()} --reprocess-behavior completed`), or clear that interval's "
-                f"run; see docs/operations.md, \"Manual runs\"."
+                f"manual DAG run {getattr(dag_run, 'run_id', None)!r}\n"
+                f"has the data interval [{start.isoformat()}, {end.isoformat()}),\n"
+                f"which is not an interval of the schedule ({schedule} from {start_date.isoformat()}).\n"
+                "It would overlap processed intervals, so nothing was read or written.\n"
+                "The last interval of the schedule that ends by the logical date is\n"
+                f"  [{grid_start.isoformat()}, {grid_end.isoformat()}).\n"
+                "To (re)process it, use a backfill (the Trigger dialog's Backfill option, or the command below),\n"
+                "or clear that interval's run:\n"
+                f"  airflow backfill create --dag-id {dag_id} \\\n"
+                f"    --from-date {grid_start.isoformat()} --to-date {grid_start.isoformat()} \\\n"
+                "    --reprocess-behavior completed\n"
+                "See docs/operations.md, \"Manual runs\"."
             )
     return start, end
 
@@ -212,7 +243,8 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
 
     Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
-    owner and event type (non-zero counts); decoded and quarantined rows (per reason);
+    owner and event type (non-zero counts); the owners and event types covered and the other params
+    the run used (``params``: :func:`run_params_used`); decoded and quarantined rows (per reason);
     duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
     per table; every problem of the ledger's chain (ERROR); whether it reconciled; lag in seconds
     (now minus the interval end).
@@ -240,6 +272,8 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     decode = result.get("decode") or {}
     selection = chain.get("selection") or {}
     log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))
+    if result.get("params"):
+        log.info("Params of this run: %s", ", ".join(f"{k}={v!r}" for k, v in result["params"].items()))
     if chain.get("spark_skipped") and not decode:
         log.info("Decode, dedupe and rebuild skipped: %s", chain["spark_skipped"])
     else:
@@ -261,6 +295,18 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     for problem in result.get("problems") or []:
         log.error("Does not reconcile: %s", problem)
     log.info("Reconciled: %s; lag %s s after the interval end", result.get("reconciled"), result.get("lag_seconds"))
+
+
+#: The params a run's summary reports besides its selection (owners and event types are in the
+#: ledger's ``chain.selection``, bounded): what a backfill or a manual run actually used.
+SUMMARY_PARAMS = ("stream", "settle_seconds", "max_fetch_tasks", "lookback_intervals", "accept_fewer_messages",
+                  "max_content_bytes", "spark_conf")
+
+
+def run_params_used(params: Mapping[str, Any], storage_root: str) -> dict[str, Any]:
+    """``{"storage_root": the resolved root, **the values of SUMMARY_PARAMS}`` of one run (its
+    ``params``: the DAG's defaults updated with the run's conf), for the summary's log line and XCom."""
+    return {"storage_root": storage_root, **{k: params.get(k) for k in SUMMARY_PARAMS}}
 
 
 def spark_app_path(name: str) -> str:
@@ -338,19 +384,20 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
     versions = summary.get("delta_versions") or {}
     if app == "decode":
         root = summary.get("output_root") or ""
-        out = {"events": {"interval_id": interval_id, "decoded": summary.get("decoded"),
-                          "table": delta_tables.table_uri(root, "events"), "delta_version": versions.get("events")}}
+        events, quarantine = delta_tables.EVENTS, delta_tables.QUARANTINE
+        out = {events: {"interval_id": interval_id, "decoded": summary.get("decoded"),
+                        "table": delta_tables.table_uri(root, events), "delta_version": versions.get(events)}}
         if int(summary.get("quarantined") or 0):
-            out["quarantine"] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
-                                 "per_reason": summary.get("per_reason") or {},
-                                 "table": delta_tables.table_uri(root, "quarantine"),
-                                 "delta_version": versions.get("quarantine")}
+            out[quarantine] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
+                               "per_reason": summary.get("per_reason") or {},
+                               "table": delta_tables.table_uri(root, quarantine),
+                               "delta_version": versions.get(quarantine)}
         return out
     if app == "dedupe":
-        return {"events_deduped": {"interval_id": interval_id, "kept": summary.get("output"),
-                                   "duplicates": summary.get("duplicates"),
-                                   "table": summary.get("events_deduped_path"),
-                                   "delta_version": versions.get("events_deduped")}}
+        return {delta_tables.EVENTS_DEDUPED: {"interval_id": interval_id, "kept": summary.get("output"),
+                                              "duplicates": summary.get("duplicates"),
+                                              "table": summary.get("events_deduped_path"),
+                                              "delta_version": versions.get(delta_tables.EVENTS_DEDUPED)}}
     if app == "rebuild":
         return {"snapshots": {"interval_id": interval_id, "snapshot_version": summary.get("version"),
                               "rows": summary.get("rows") or {}, "tables": summary.get("tables") or {},
@@ -546,7 +593,8 @@ def build_etl_dag(
             deferrable=True,
             poke_interval=5,
             timeout=6 * 3600,
-            pre_execute=check_interval,
+            interval_check=check_interval,  # in execute: its error shows where the task's page shows failures
+            doc_md=TASK_DOCS["wait_for_interval"],
             task_display_name="Wait until the interval is complete",
         )
 
@@ -567,12 +615,20 @@ def build_etl_dag(
             checked = run_params.check_run_params(p, spark_conf_policy=spark_conf_policy,
                                                   storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
             root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
+            try:  # tables of the layout before Delta Lake: refused before anything is fetched
+                delta_tables.check_layout(root)
+            except OldLayoutError as err:
+                raise _FailWithoutRetry(str(err)) from None
             # check the owners and event types once, before anything is discovered, built or written
             try:
                 selection = Selection.of(_token_list(p["owners"], "owner_id"),
                                          _token_list(p["event_types"], "event_type") or EVENT_TYPES)
             except ValueError as err:  # a triggering user's input: fails without retries
                 raise run_params.UntrustedRunParamError(str(err)) from None
+            interval = times.interval_id(start, end)
+            # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
+            # its events would be missing from this interval's snapshot
+            ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
             hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
             # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
             hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
@@ -580,7 +636,6 @@ def build_etl_dag(
             if discovered:
                 selection = selection.with_owners(sorted(hook.list_owners()))
             owners, event_types = list(selection.owners), list(selection.event_types)
-            interval = times.interval_id(start, end)
             try:
                 record = write_interval_ledger(
                     hook, root, interval, start, end, owners, discovered, event_types,
@@ -626,6 +681,7 @@ def build_etl_dag(
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
             task_display_name="Fetch an owner group into staging",
+            doc_md=TASK_DOCS["fetch"],
         ).expand_kwargs(fetch_groups(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
 
         # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
@@ -665,6 +721,7 @@ def build_etl_dag(
             outlets=[assets["events"], *quarantine_outlets(dag_id)],
             post_execute=lambda context, result=None: emit_app_asset_events(context, "decode", assets),
             task_display_name="Decode events (Spark)",
+            doc_md=TASK_DOCS["decode"],
             **common,
         )
         dedupe = SparkSubmitOperator(
@@ -679,6 +736,7 @@ def build_etl_dag(
             outlets=[assets["events_deduped"]],
             post_execute=lambda context, result=None: emit_app_asset_events(context, "dedupe", assets),
             task_display_name="Deduplicate events (Spark)",
+            doc_md=TASK_DOCS["dedupe"],
             **common,
         )
         rebuild = SparkSubmitOperator(
@@ -693,6 +751,7 @@ def build_etl_dag(
             outlets=[assets["snapshots"]],
             post_execute=lambda context, result=None: emit_app_asset_events(context, "rebuild", assets),
             task_display_name="Rebuild snapshots (Spark)",
+            doc_md=TASK_DOCS["rebuild"],
             **common,
         )
 
@@ -709,6 +768,7 @@ def build_etl_dag(
                                         planned_value["storage_root"])
             result = collect_run_summary(planned_value["storage_root"], context["params"]["stream"],
                                          planned_value["interval_id"])
+            result["params"] = run_params_used(context["params"], planned_value["storage_root"])
             log_run_summary(result)
             result.pop("fetched")  # per owner: logged above, too large for XCom at many owners
             if not result["reconciled"]:

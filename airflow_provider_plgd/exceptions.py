@@ -178,6 +178,24 @@ class NarrowerRerunError(LedgerError):
     """
 
 
+class IntervalGapError(LedgerError):
+    """The ledger has intervals before this one, but none that ends where this one starts: an
+    earlier stretch of the stream was never planned (no run, e.g. a backfill of a later interval
+    moved the schedule past it). Processing this interval now would build its snapshot without the
+    missing events. Raised by ``plan`` before anything is written; it is retried (a run of the
+    missing interval may still be starting in a parallel backfill), then fails.
+
+    :ivar gap_start_ns: start of the stretch without a planned interval (unix ns, the end of the
+        latest planned interval before this one).
+    :ivar gap_end_ns: its end (unix ns, this interval's start).
+    """
+
+    def __init__(self, message: str, *, interval_id: str, gap_start_ns: int, gap_end_ns: int) -> None:
+        super().__init__(message, interval_id=interval_id, problems=message.splitlines()[:2])
+        self.gap_start_ns = gap_start_ns
+        self.gap_end_ns = gap_end_ns
+
+
 class TableCommitError(OSError):
     """A Delta commit of one run was refused: a newer run of the same interval committed first, or a
     concurrent writer changed the rows the commit replaces (Delta's conflict check). Nothing of the

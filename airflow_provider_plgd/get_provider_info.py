@@ -40,7 +40,7 @@ CONN_FIELDS: dict[str, dict] = {
     "servers": _string_field(
         "Servers",
         "Comma-separated nats://, tls://, ws:// or wss:// URLs, tried in order, e.g. "
-        "tls://nats-1:4222,tls://nats-2:4222. No credentials in them (use Login/Password and Token); "
+        "tls://nats-1:4222,tls://nats-2:4222. No credentials in them (use Login/Password, Token or NKEY seed); "
         "no ws:// with TLS (use wss://). Overrides Host/Port when set.",
     ),
     "stream": _string_field("Stream", "JetStream stream that holds plgd events (subjects plgd.>); default EVENTS.",

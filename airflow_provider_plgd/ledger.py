@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
-from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError, NarrowerRerunError
+from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, LedgerError, NarrowerRerunError
 
 #: Folder under the storage root that holds the ledgers.
 LEDGER_DIR = "_ledger"
@@ -196,6 +196,54 @@ def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], 
         + ". Nothing was changed. If the loss is intended, rerun with the param accept_fewer_messages=true.",
         interval_id=new["interval_id"], problems=lost,
     )
+
+
+def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
+    """Refuse an interval when the ledger has earlier time intervals but none ending at its start.
+
+    Looks at the folders ``{root}/_ledger/{stream}/interval=<start>_<end>/`` whose interval ends at
+    or before this one's start and that hold a ``stream.json`` (``plan`` of that interval ran): the
+    latest end among them must be this interval's start. No earlier interval at all (the first run
+    on this root) passes. A rerun of an older interval is checked the same way.
+
+    :param interval_id: a time interval ID (``times.interval_id``); others are not checked.
+    :param dag_id: named in the backfill command of the message.
+    :raises IntervalGapError: ``[latest end, start)`` has no planned interval; the message names
+        that range and the backfill that fills it.
+    """
+    from airflow_provider_plgd import times
+
+    bounds = times.parse_interval_id(interval_id)
+    if bounds["kind"] != "time":
+        return
+    start_ns = bounds["start_ns"]
+    fs, base = storage.to_fs(storage.join_path(str(root), LEDGER_DIR, staging.validate_partition_value(stream,
+                                                                                                    "stream")))
+    try:
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)]
+    except FileNotFoundError:
+        return
+    ends = []
+    for name in names:
+        parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
+        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
+            ends.append((parsed["end_ns"], name))
+    for end_ns, name in sorted(ends, reverse=True):  # the latest planned one (its stream.json exists)
+        if fs.exists(f"{base}/{name}/stream.json"):
+            if end_ns == start_ns:
+                return
+            gap = (times.ns_to_rfc3339(end_ns), times.ns_to_rfc3339(start_ns))
+            raise IntervalGapError(
+                f"interval {interval_id}:\n"
+                f"no interval of [{gap[0]}, {gap[1]}) was ever planned,\n"
+                "so processing this one would build its snapshot without those events.\n"
+                f"The latest planned interval before it ends at {gap[0]}. Nothing was written.\n"
+                "Run the missing intervals and this one (empty intervals are processed too), oldest first:\n"
+                f"  airflow backfill create --dag-id {dag_id} \\\n"
+                f"    --from-date {gap[0]} --to-date {gap[1]} \\\n"
+                "    --reprocess-behavior failed --max-active-runs 1\n"
+                "See docs/operations.md, \"Holes in the interval chain\".",
+                interval_id=interval_id, gap_start_ns=end_ns, gap_end_ns=start_ns)
 
 
 def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:

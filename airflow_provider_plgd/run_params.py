@@ -195,10 +195,11 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
     if conn_root and normalize_storage_root(conn_root) == root:
         return root
     raise UntrustedRunParamError(
-        f"run param 'storage_root' {root!r} is not a root this DAG allows ({', '.join(sorted(roots)) or 'none'} "
-        "and the folders below them, the connection's storage_root, or empty for the default); nothing was read "
-        "or written. The DAG "
-        "author allows more roots with build_etl_dag(storage_roots=[...]) (docs/operations.md, \"Who may set what\")"
+        f"run param 'storage_root' {root!r} is not a root this DAG allows:\n"
+        f"  {', '.join(sorted(roots)) or 'none'} and the folders below them,\n"
+        "  the connection's storage_root, or empty for the default.\n"
+        "Nothing was read or written. The DAG author allows more roots with\n"
+        "build_etl_dag(storage_roots=[...]) (docs/operations.md, \"Who may set what\")."
     )
 
 

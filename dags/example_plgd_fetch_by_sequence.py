@@ -73,7 +73,7 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
     """
     import logging
 
-    import fsspec
+    from airflow_provider_plgd.storage import to_fs
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd import staging
@@ -89,7 +89,7 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
         manifest = staging.read_manifest(batch["path"])
         interval_ids.append(manifest["interval_id"])
         for url in staging.manifest_file_urls(manifest):
-            fs, path = fsspec.core.url_to_fs(url)
+            fs, path = to_fs(url)
             with fs.open(path, "rb") as fh:
                 subjects = pq.read_table(fh, columns=["subject"]).column("subject").to_pylist()
             for subject in subjects:

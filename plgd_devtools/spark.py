@@ -66,11 +66,16 @@ def spark_lock(path: str = SPARK_LOCK) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` for the ``with`` block (blocks until free).
 
     Skipped when ``PLGD_SPARK_LOCK_HELD=1`` says the caller already holds it, which would
-    otherwise deadlock.
+    otherwise deadlock. Unlocked explicitly at the end: a process forked inside the block (e.g.
+    OpenLineage's process pool) shares the lock's open file description, and closing our copy
+    alone would leave the lock held by that child.
     """
     if os.environ.get(LOCK_HELD_ENV) == "1":
         yield
         return
     with open(path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -12,7 +12,7 @@ Source: ``docs/architecture.md`` ("Bounded batches"), ``docs/reliability.md`` ("
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,11 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     :param end_time: explicit interval end: aware datetime, ISO string or unix ns (templated).
     :param deferrable: defer to the triggerer instead of poking (default: the
         ``[operators] default_deferrable`` config option). Poll period: ``poke_interval``.
+    :param interval_check: ``callable(context)`` called first in ``execute``, before anything is
+        read: it raises when the run's interval must not be processed (the ETL DAG passes
+        ``etl.require_data_interval``). Its exception is the task's error, logged after the
+        collapsed "Pre Execute" log group of Airflow 3, where the task's page shows a failure
+        (a ``pre_execute`` hook's error stays folded inside that group). Not templated.
     """
 
     template_fields: Sequence[str] = ("subject_filter", "stream", "settle_seconds", "source_wait_seconds", "end_time")
@@ -90,6 +95,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         source_wait_seconds: float | str | None = None,
         end_time: Any = None,
         deferrable: bool | None = None,
+        interval_check: Callable[[Context], object] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -100,6 +106,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         self.source_wait_seconds = source_wait_seconds
         self.end_time = end_time
         self.deferrable = _default_deferrable() if deferrable is None else deferrable
+        self.interval_check = interval_check
         self._result: dict[str, Any] | None = None
 
     # -- helpers ------------------------------------------------------------------------------
@@ -162,7 +169,10 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
 
     # -- execute: poke or defer ---------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        """Poke mode: the base sensor loop. Deferrable: one check, then defer to the trigger."""
+        """``interval_check``, then poke mode: the base sensor loop; deferrable: one check, then defer
+        to the trigger."""
+        if self.interval_check is not None:
+            self.interval_check(context)
         if not self.deferrable:
             super().execute(context)
             return self._result

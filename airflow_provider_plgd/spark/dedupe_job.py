@@ -164,9 +164,9 @@ def filter_files(spark, source: str, target: str, files: list[delta_tables.DataF
 
 
 def decoded(root: str, interval_id: str) -> bool:
-    """True when decode committed ``events`` of the interval (its ``app_transactions`` entry)."""
-    dt = delta_tables.open_table(delta_tables.table_uri(root, delta_tables.EVENTS))
-    return dt is not None and dt.transaction_version(f"plgd.decode.{delta_tables.EVENTS}/{interval_id}") is not None
+    """True when one decode run committed both ``events`` and ``quarantine`` of the interval
+    (``delta_tables.run_committed``)."""
+    return delta_tables.run_committed(root, "decode", (delta_tables.EVENTS, delta_tables.QUARANTINE), interval_id)
 
 
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
@@ -187,8 +187,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     source = delta_tables.table_uri(root, delta_tables.EVENTS)
     if not decoded(root, interval_id):
         raise FileNotFoundError(
-            f"events of interval {interval_id} are not committed (no decode commit in {source}); "
-            "run decode_events first"
+            f"events of interval {interval_id} are not committed (no decode run committed both {source} and its "
+            "quarantine); run decode_events first"
         )
     if args.previous_intervals is not None:
         previous = [staging.validate_partition_value(i, "previous interval") for i in args.previous_intervals

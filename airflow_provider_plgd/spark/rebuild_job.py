@@ -35,10 +35,10 @@ def input_fingerprint(root: str, interval_id: str) -> dict[str, Any]:
 
 
 def deduped(root: str, interval_id: str) -> bool:
-    """True when dedupe committed ``events_deduped`` of the interval (its ``app_transactions`` entry)."""
-    dt = delta_tables.open_table(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
-    return dt is not None and dt.transaction_version(
-        f"plgd.dedupe.{delta_tables.EVENTS_DEDUPED}/{interval_id}") is not None
+    """True when one dedupe run committed both ``msgid_index`` and ``events_deduped`` of the
+    interval (``delta_tables.run_committed``)."""
+    return delta_tables.run_committed(root, "dedupe", (delta_tables.MSGID_INDEX, delta_tables.EVENTS_DEDUPED),
+                                      interval_id)
 
 
 def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
@@ -59,18 +59,18 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
         raise RuntimeError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
             f"the Delta log of {where} records folding it, so this rerun cannot check that the later snapshots "
-            "hold its events; nothing was changed. Rebuild from an older snapshot: restore the snapshot tables "
-            "to the Delta versions of the snapshot to start from (DeltaTable.restore), and rerun every interval "
-            "after it, oldest first"
+            "hold its events; nothing was changed. Rebuild from an older snapshot: "
+            "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Backfill and reruns\"), "
+            "then rerun every interval after it, oldest first"
         )
     current = input_fingerprint(root, interval_id)
     if current != recorded:
         raise RuntimeError(
             f"interval {interval_id}: its deduplicated events changed since snapshot {record['version']} folded "
             f"them ({recorded['rows']} rows then, {current['rows']} now), and the later snapshots up to "
-            f"{latest['version']} were built on the old ones; nothing was changed. Restore the snapshot tables to "
-            f"snapshot {record.get('parent') or 'before the first'} (DeltaTable.restore to the Delta versions its "
-            "record names) and rerun every later interval too, oldest first"
+            f"{latest['version']} were built on the old ones; nothing was changed. Roll the snapshots back to "
+            f"{record.get('parent') or 'before the first (delete snapshots/)'} with snapshot_store.roll_back(root, "
+            "<version>) (docs/operations.md, \"Backfill and reruns\") and rerun every later interval too, oldest first"
         )
     return record
 
@@ -106,8 +106,8 @@ def intervals_to_fold(root: str, interval_id: str, base: Mapping[str, Any] | Non
     """
     if not deduped(root, interval_id):
         raise FileNotFoundError(
-            f"deduplicated events of interval {interval_id} are not committed (no dedupe commit in "
-            f"{delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)}); run dedupe_events first"
+            f"deduplicated events of interval {interval_id} are not committed (no dedupe run committed both "
+            f"{delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
         )
     done = delta_tables.committed_intervals(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
     kind = snapshot_store.interval_kind(interval_id)

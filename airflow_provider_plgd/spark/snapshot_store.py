@@ -62,6 +62,7 @@ __all__ = [
     "latest_snapshot",
     "read_snapshot",
     "read_table",
+    "roll_back",
     "snapshot",
     "table_schema",
     "table_uri",
@@ -228,6 +229,31 @@ def bucket_files(root: str, table: str, delta_version: int | None) -> dict[int, 
         bucket = f.partition[delta_tables.BUCKET_COLUMN]  # never null: written by this module
         found.setdefault(int(bucket), []).append(f.url)  # type: ignore[arg-type]
     return found
+
+
+def roll_back(root: str, version: str) -> dict[str, Any]:
+    """Make snapshot ``version`` the latest again: ``DeltaTable.restore`` of each public table to the
+    Delta version its record names, then of ``_device_state`` with the record as the restore
+    commit's metadata (docs/operations.md, "Backfill and reruns"). Later snapshots stay readable by time travel
+    until a vacuum; a rebuild of the next interval then builds on ``version``.
+
+    :return: the record of ``version`` (as :func:`latest` now returns it).
+    :raises ValueError: no snapshot ``version`` in the Delta log.
+    """
+    from deltalake.transaction import CommitProperties
+
+    record = snapshot(root, version)
+    if record is None:
+        raise ValueError(f"no snapshot version {version!r} in the Delta log of {table_uri(root, STATE_TABLE)}")
+    for table in PUBLIC_TABLES:
+        delta_tables.open_table(table_uri(root, table)).restore(int(record["delta_versions"][table]))
+    meta = {k: v for k, v in record.items() if k not in ("version", "delta_version", "timestamp")}
+    delta_tables.open_table(table_uri(root, STATE_TABLE)).restore(
+        int(record["delta_version"]),
+        commit_properties=CommitProperties(custom_metadata={delta_tables.METADATA_KEY: json.dumps(meta)}))
+    restored = latest(root)
+    assert restored is not None and restored["version"] == version
+    return restored
 
 
 # ---------------------------------------------------------------------------------------------

@@ -136,6 +136,17 @@ class AirflowStack:
         return self.query("SELECT run_id, task_id, map_index, state, try_number FROM task_instance "
                           "WHERE dag_id = %s AND state IN ('failed', 'up_for_retry', 'upstream_failed')", DAG_ID)
 
+    def wait_for_run_end(self, run_id: str, timeout: float) -> list[tuple]:
+        """Poll until the run ``run_id`` is failed or successful (or ``timeout`` s passed); return ``[(state,)]``."""
+        deadline = time.monotonic() + timeout
+        state: list[tuple] = []
+        while time.monotonic() < deadline:
+            state = self.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", DAG_ID, run_id)
+            if state and state[0][0] in ("failed", "success"):
+                break
+            time.sleep(1)
+        return state
+
     def task_log(self, run_id: str, task_id: str) -> str:
         logs = sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/**/*.log"))
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs[-2:])
@@ -392,14 +403,7 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
         manual_run_id = "manual__plgd_without_logical_date"
         stack.cli("dags", "trigger", DAG_ID, "--run-id", manual_run_id)
         assert stack.query("SELECT logical_date FROM dag_run WHERE run_id = %s", manual_run_id) == [(None,)]
-        deadline = time.monotonic() + 120
-        state: list[tuple] = []
-        while time.monotonic() < deadline:
-            state = stack.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", DAG_ID,
-                                manual_run_id)
-            if state and state[0][0] in ("failed", "success"):
-                break
-            time.sleep(1)
+        state = stack.wait_for_run_end(manual_run_id, timeout=120)
         timings["manual_run"] = time.monotonic() - t0
         assert state == [("failed",)], state
         tis = dict((t, (st, n)) for t, st, n in stack.query(
@@ -484,9 +488,12 @@ def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> No
              "lag_seconds": 1.0,
              "chain": {"stream_total": 0, "owners": 2, "unrouted": 0, "not_requested_owners_messages": 0,
                        "skipped": {}, "spark_skipped": "the stream holds no message for the interval and there is no snapshot yet",
-                       "selection": {"owners": "all 2 discovered", "event_types": f"all {len(EVENT_TYPES)}"}}}
+                       "selection": {"owners": "all 2 discovered", "event_types": f"all {len(EVENT_TYPES)}"}},
+             "params": {"storage_root": "/data/plgd", "stream": "EVENTS", "settle_seconds": 60, "spark_conf": {}}}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
         log_run_summary(empty)
     assert "Decode, dedupe and rebuild skipped: the stream holds no message" in caplog.text
     assert "None" not in caplog.text and f"Covered owners: all 2 discovered; event types: all {len(EVENT_TYPES)}" in caplog.text
+    assert ("Params of this run: storage_root='/data/plgd', stream='EVENTS', settle_seconds=60, spark_conf={}"
+            in caplog.text)
 

@@ -202,6 +202,10 @@ def test_connection_secrets_never_shown_in_ui_or_rest_api(api_server):
             dialog.locator("#element_servers").fill(servers)
             dialog.locator("#element_token").fill(token)
             dialog.locator(f"#element_{NKEY_SEED_EXTRA}").fill(seed)
+            # the secrets are typed into password inputs (format: password), the servers stay readable
+            types = {name: dialog.locator(f"#element_{name}").evaluate("e => e.type")
+                     for name in ("servers", "token", NKEY_SEED_EXTRA)}
+            assert types == {"servers": "text", "token": "password", NKEY_SEED_EXTRA: "password"}, types
             shot(page, "add-form-filled")
             dialog.get_by_role("button", name="Save").click()
             dialog.wait_for(state="hidden")

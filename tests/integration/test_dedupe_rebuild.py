@@ -186,6 +186,7 @@ DRIVER = textwrap.dedent('''
     from deltalake.transaction import AddAction
     first_iid = cfg["intervals"][0][0]
     shutil.copytree(root + "/events", cfg["root_dup"] + "/events")
+    shutil.copytree(root + "/quarantine", cfg["root_dup"] + "/quarantine")  # decode commits both
     dup = DeltaTable(cfg["root_dup"] + "/events")
     actions = pa.table(dup.get_add_actions(flatten=True))
     adds = []

@@ -75,6 +75,11 @@ def test_docs_params_description_and_task_names():
     assert set(names) == {"wait_for_interval", "plan", "fetch_groups", "fetch", "spark_needed", "decode",
                           "dedupe", "rebuild", "summary"}
     assert all(names[i] != i for i in names), names  # readable names, stable task IDs
+    # the sensor, fetch and Spark tasks carry their own docs (the task's "Task Docs" in the UI)
+    from airflow_provider_plgd.etl import TASK_DOCS
+
+    for task_id in ("wait_for_interval", "fetch", "decode", "dedupe", "rebuild"):
+        assert dag.get_task(task_id).doc_md == TASK_DOCS[task_id] and "docs/" in TASK_DOCS[task_id], task_id
     # a value outside the allowed ones is refused, naming it, when a run is triggered
     from airflow.sdk.definitions.param import ParamValidationError
 
@@ -109,13 +114,14 @@ def test_manual_trigger_with_the_dialogs_default_logical_date_is_refused(dags_fo
     run = SimpleNamespace(run_id="manual__x", run_type="manual", dag_id="plgd_ux_manual")
     context = {"data_interval_start": api["data_interval"].start, "data_interval_end": api["data_interval"].end,
                "logical_date": now, "dag_run": run}
-    hook = dag.get_task("wait_for_interval")._pre_execute_hook
+    hook = dag.get_task("wait_for_interval").interval_check
     with pytest.raises(OffScheduleIntervalError) as info:
         hook(context)
     text = str(info.value)
     assert "[2026-11-23T16:00:00+00:00, 2026-11-23T17:00:00+00:00)" in text
-    assert ("airflow backfill create --dag-id plgd_ux_manual --from-date 2026-11-23T16:00:00+00:00 --to-date "
-            "2026-11-23T16:00:00+00:00 --reprocess-behavior completed") in text
+    assert ("airflow backfill create --dag-id plgd_ux_manual \\\n    --from-date 2026-11-23T16:00:00+00:00 --to-date "
+            "2026-11-23T16:00:00+00:00 \\\n    --reprocess-behavior completed") in text
+    assert max(map(len, text.splitlines())) <= 100, text  # short lines: the task's log view does not wrap
     # a manual run of exactly one interval of the schedule (`airflow dags test <interval end>`) is accepted
     api = TriggerDAGRunPostBody(logical_date=datetime(2026, 11, 23, 17, tzinfo=UTC)).validate_context(serialized)
     grid = (datetime(2026, 11, 23, 16, tzinfo=UTC), datetime(2026, 11, 23, 17, tzinfo=UTC))
@@ -317,3 +323,43 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     assert not set(before[ids[0]]) & set(before[ids[2]])  # no message ID kept in two intervals
     assert compare_snapshot(storage_root, expected_state(sim, through_interval=1)) == []
     assert xcom_value(rerun, "summary")["reconciled"] is True
+
+
+def test_a_hole_before_the_interval_fails_plan_naming_it(dags_folder, jetstream, tmp_path):
+    """Three empty hourly intervals A, B, C (no Spark): A runs; C, with B never run, fails in
+    ``plan`` with ``IntervalGapError`` naming B's hour and the backfill, and writes no ledger of its
+    own; B, then C, run. What a backfill of a later interval leaves behind (docs/operations.md,
+    "Holes in the interval chain"), through ``dag.test()`` (a scheduler would add minutes)."""
+    from airflow_provider_plgd import ledger, times
+
+    root = tmp_path / "root"
+    path = dags_folder / "plgd_ux_gap.py"
+    path.write_text("from datetime import datetime, timezone\nfrom airflow_provider_plgd.etl import build_etl_dag\n"
+                    f"dag = build_etl_dag(dag_id='plgd_ux_gap', start_date=datetime(2026, 1, 1, "
+                    f"tzinfo=timezone.utc), default_args={{'retries': 0}}, "
+                    f"params={{'settle_seconds': 0, 'storage_root': {str(root)!r}}})\n")
+    dag = load_dag(path, "plgd_ux_gap")
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    a, b, c = (hour - timedelta(hours=k) for k in (2, 1, 0))  # interval ends
+    t0 = time.monotonic()
+    assert _states(dag.test(logical_date=a))["summary"] == "success"
+    dr = dag.test(logical_date=c)
+    states = _states(dr)
+    assert states["plan"] == "failed" and states["summary"] == "upstream_failed", states
+    c_id = times.interval_id(b, c)
+    assert not (Path(ledger.interval_dir(str(root), "EVENTS", c_id)) / "stream.json").exists()  # nothing written
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        ti = session.query(TaskInstance).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="plan").one()
+        assert ti.try_number == 1  # retries=0 here; the DAG's default retries it twice
+    assert _states(dag.test(logical_date=b))["summary"] == "success"
+    dr = dag.test(logical_date=c, run_conf={"lookback_intervals": 3})
+    assert _states(dr)["summary"] == "success"
+    # the summary names the params the run used (the DAG's defaults with the run's conf)
+    assert xcom_value(dr, "summary")["params"] == {
+        "storage_root": str(root), "stream": "EVENTS", "settle_seconds": 0, "max_fetch_tasks": 16,
+        "lookback_intervals": 3, "accept_fewer_messages": False, "max_content_bytes": 4 * 1024 * 1024,
+        "spark_conf": {}}
+    print(f"[gap] 4 runs in {time.monotonic() - t0:.1f} s")

@@ -1,36 +1,43 @@
-"""Fault injection on the Spark side, through real ``spark-submit --master local[2]``.
+"""Fault injection on the Spark side, through real ``spark-submit --master local[1]``.
 
 One simulated dataset (2 intervals, publisher duplicates within and across the interval
 boundary, corrupt payloads, lead resource types, an unregistered and re-created device) is
-staged with the staging writer (the fetch operator's format). Then, in four sequential
-``spark-submit`` processes (each a small driver running the applications in one JVM, like
-test_dedupe_rebuild.py):
+staged with the staging writer (the fetch operator's format). The output tables are Delta
+tables (``airflow_provider_plgd.delta_tables``); every check below reads them with
+``deltalake.DeltaTable`` (and Polars' ``read_delta``), never with the project's own readers.
 
-1. decode/dedupe/rebuild interval 0; decode interval 1 is **SIGKILLed** (whole process group:
-   JVM, Python driver and workers) at its output commit;
-2. decode interval 1 rerun; dedupe interval 1 killed at its ``events_deduped`` commit (after
-   the ``msgid_index`` commit);
-3. dedupe interval 1 rerun; rebuild interval 1 killed after writing its bucket files, before
-   its snapshot manifest;
-4. rebuild interval 1 rerun; decode of a fuzzed staging batch (random bytes, truncations, bit
-   flips, bad subjects); decode + dedupe of overlapping durable-consumer batches (redelivery
-   after a lost ack); then run A of the concurrency check below.
+**The reference chain** (uninterrupted runs, each root a copy of the one before): ``B0`` =
+decode + dedupe + rebuild of interval 0; ``B1`` = ``B0`` + decode of interval 1; ``B2`` = ``B1``
++ dedupe of interval 1; ``B3`` = ``B2`` + rebuild of interval 1. ``B3`` is compared with the
+ground truth: events + quarantine with the staged rows (decoded like ``decode_batch``
+in-process), ``events_deduped`` with the simulator's message IDs, every snapshot with
+``simulator.expected_state``.
 
-The kill points are made deterministic by a hook in the driver: at the chosen point it writes a
-marker file and sleeps; the test SIGKILLs the process group when the marker appears.
-**Concurrency**: process 4 ends with a decode of interval 0 into a second root (run A) that
-stops at its commit until a fifth ``spark-submit`` (run B, the same interval) has finished or
-has removed one of A's files, then commits: two runs of one interval, deterministically
-overlapping.
+**The kill matrix**: decode, dedupe and rebuild of interval 1, each run on a fresh copy of the
+root before it (``B0``, ``B1``, ``B2``), are SIGKILLed -- every process of the ``spark-submit``
+session: JVM, Python driver, PySpark daemon and workers -- at each :data:`KILL_POINTS` point:
+before writing data files, while writing them, after writing them (before the first Delta
+commit), between two commits, (rebuild) before the ``_device_state`` commit, and after the last
+commit (before the run summary). The points are deterministic: the test's driver script
+(:data:`DRIVER`) imports the applications and wraps the function that marks the point (e.g. the
+Nth ``delta_tables.commit_files`` call, or in the executor the 2nd ``ParquetWriter.write_table``)
+so that it writes a marker file and kills the session. The production code has no hook.
 
-Every final table is compared with the ground truth: events + quarantine with the staged rows
-(one row per staged message, decoded like ``decode_batch`` in-process), ``events_deduped`` with
-the simulator's message IDs (one row per ID over all intervals), and every snapshot version
-with ``simulator.expected_state``. Spark jobs take ``/tmp/spark.lock`` (shared 2-core machine).
+After each kill, per table: the Delta reader sees either exactly the previous version (the copy's
+source: same version, same files, same rows) or exactly the new one (the rows of the reference
+chain's next root), as the app's commit order says; every file the log names is on disk; the
+files the killed run wrote but did not commit are on disk and read by no one. The next
+``spark-submit`` process first reruns the killed app on the same copy, and the rerun's rows equal
+the reference chain's (every table).
+
+Then fuzzed payloads, overlapping durable batches (redelivery after a lost ack), and two runs of
+one interval at once (run A stops at its commit until run B has finished). Spark jobs take
+``/tmp/spark.lock`` (shared 2-core machine).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -42,10 +49,12 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote
 
+import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
+from deltalake import DeltaTable
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
 from tests.integration.staging_data import stage_simulation
@@ -53,7 +62,7 @@ from tests.integration.staging_data import stage_simulation
 from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.spark import schemas, snapshot_store
+from airflow_provider_plgd.spark import snapshot_store
 from airflow_provider_plgd.spark.decode_batch import decode_batch
 
 pytestmark = pytest.mark.spark
@@ -66,48 +75,136 @@ BUCKETS = 8
 FUZZ_IID = "seq-000000000001-000000000400"
 DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the retry read 1..30
 
+#: Every table of a root, as folders below it.
+TABLES = ("events", "quarantine", "events_deduped", "msgid_index") + tuple(
+    f"snapshots/{t}" for t in snapshot_store.ALL_TABLES)
+#: The tables each app commits, in its commit order.
+COMMIT_ORDER = {
+    "decode": ["events", "quarantine"],
+    "dedupe": ["msgid_index", "events_deduped"],
+    "rebuild": [f"snapshots/{t}" for t in snapshot_store.ALL_TABLES],  # the public tables, _device_state last
+}
+#: ``{app: [(point, where, target, nth)]}``: the process dies when ``target`` (``module.function``
+#: of the app's package) is called the ``nth`` time in the driver, or (``worker``) at the ``nth``
+#: ``ParquetWriter.write_table`` of a task of the executor whose task factory is ``target``.
+KILL_POINTS = {
+    "decode": [
+        ("before_write", "driver", "decode_job.make_rdd_task", 1),
+        ("during_write", "worker", "decode_job.make_rdd_task", 2),
+        ("after_write", "driver", "delta_tables.commit_files", 1),
+        ("between_commits", "driver", "delta_tables.commit_files", 2),
+        ("after_last_commit", "driver", "decode_job.finish_run", 1),
+    ],
+    "dedupe": [
+        ("before_write", "driver", "dedupe_job.write_parquet_file", 1),  # the msgid_index file, first
+        ("during_write", "driver", "dedupe_job.filter_files", 1),  # msgid_index written, events_deduped not
+        ("after_write", "driver", "delta_tables.commit_files", 1),
+        ("between_commits", "driver", "delta_tables.commit_files", 2),
+        ("after_last_commit", "driver", "dedupe_job.finish_run", 1),
+    ],
+    "rebuild": [
+        ("before_write", "driver", "rebuild_input.fold_touched_buckets", 1),
+        ("during_write", "worker", "rebuild_input.make_reduce_task", 2),
+        ("after_write", "driver", "delta_tables.commit_files", 1),
+        ("between_commits", "driver", "delta_tables.commit_files", 2),
+        ("before_last_commit", "driver", "delta_tables.commit_files", len(snapshot_store.ALL_TABLES)),
+        ("after_last_commit", "driver", "rebuild_job.finish_run", 1),
+    ],
+}
+
+
+def committed_by_kill(app: str, point: str) -> list[str]:
+    """The tables that a run of ``app`` killed at ``point`` had committed."""
+    order = COMMIT_ORDER[app]
+    return {"between_commits": order[:1], "before_last_commit": order[:-1],
+            "after_last_commit": order}.get(point, [])
+
+
 DRIVER = textwrap.dedent('''
-    """Runs plgd Spark applications in one JVM with an optional hang point (test_faults_spark.py)."""
-    import json, os, sys, time, traceback
-    from airflow_provider_plgd import storage
-    from airflow_provider_plgd.spark import folders, session
+    """Runs plgd Spark applications in one JVM; a step may be armed to kill the whole
+    spark-submit session, or to wait, at a chosen point (test_faults_spark.py)."""
+    import json, os, shutil, signal, sys, time, traceback
+    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.spark import decode_job, dedupe_job, rebuild_input, rebuild_job, session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
-    hang = {"point": None}
-    real_commit, real_write = folders.commit_folder, storage.write_text
+    MODULES = {"delta_tables": delta_tables, "decode_job": decode_job, "dedupe_job": dedupe_job,
+               "rebuild_input": rebuild_input, "rebuild_job": rebuild_job}
 
-    def reached(point, probe=None):
-        """At the armed point: write the marker, then sleep until killed, or (``wait_for``) until
-        another run has finished or has removed ``probe`` (a file of this run), and continue."""
+    def die(point, marker=cfg["marker"]):
+        """Write the marker, then SIGKILL every process of this spark-submit session (JVM,
+        Python driver, PySpark daemon and workers), this one last."""
+        import os, signal
+        with open(marker + ".tmp", "w") as fh:
+            fh.write(point)
+        os.rename(marker + ".tmp", marker)
+        sid, me = os.getsid(0), os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                if int(fields[3]) == sid:
+                    os.kill(int(name), signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+        os.kill(me, signal.SIGKILL)
+
+    def wait(point):
+        """Write the marker, then wait until another run has finished (cfg wait_for), and go on."""
         open(cfg["marker"] + ".tmp", "w").write(point)
         os.rename(cfg["marker"] + ".tmp", cfg["marker"])
-        if not cfg.get("wait_for"):
-            time.sleep(600)
-            return
-        deadline = time.time() + 90
-        while time.time() < deadline and not os.path.exists(cfg["wait_for"]) and (
-                probe is None or os.path.exists(probe)):
+        deadline = time.time() + 120
+        while time.time() < deadline and not os.path.exists(cfg["wait_for"]):
             time.sleep(0.1)
         time.sleep(1.0)
 
-    def commit_folder(folder, files, **kwargs):
-        if hang["point"] and folder.rstrip("/").endswith(hang["point"]):
-            reached(hang["point"], os.path.join(folder, files[0]["path"]) if files else None)
-        return real_commit(folder, files, **kwargs)
+    def arm(point, where, target, nth, action="die"):
+        """Wrap MODULES[module].function (target "module.function"); return the undo."""
+        module, name = target.split(".")
+        module = MODULES[module]
+        real = getattr(module, name)
+        calls = [0]
+        if where == "driver":
+            def hooked(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] == nth:
+                    (die if action == "die" else wait)(point)
+                return real(*args, **kwargs)
+        else:  # a task factory: its tasks die at the nth ParquetWriter.write_table of their worker
+            def hooked(*args, **kwargs):
+                task = real(*args, **kwargs)
 
-    def write_text(path, text):
-        if hang["point"] == "snapshot_manifest" and "/snapshots/v=" in path and path.endswith("/_manifest.json"):
-            reached(hang["point"])
-        return real_write(path, text)
+                def killing_task(iterator):
+                    import pyarrow.parquet as pq
+                    write = pq.ParquetWriter.write_table
+                    writes = [0]
 
-    folders.commit_folder = commit_folder
-    storage.write_text = write_text
+                    def write_table(self, *a, **k):
+                        writes[0] += 1
+                        if writes[0] == nth:
+                            die(point)
+                        return write(self, *a, **k)
+
+                    pq.ParquetWriter.write_table = write_table
+                    try:
+                        yield from task(iterator)
+                    finally:
+                        pq.ParquetWriter.write_table = write
+                return killing_task
+        setattr(module, name, hooked)
+        return lambda: setattr(module, name, real)
+
     apps = {"decode": decode_events, "dedupe": dedupe_events, "rebuild": rebuild_snapshots}
     spark = session.build_spark_session("plgd-test-faults")
     out = []
     for step in cfg["steps"]:
-        hang["point"] = step.get("hang")
+        if "copy" in step:
+            shutil.copytree(*step["copy"])
+            continue
+        undo = arm(**step["arm"]) if step.get("arm") else None
         app = apps[step["app"]]
         try:
             out.append({"ok": app.run(spark, app.parse_args(step["argv"]))})
@@ -115,6 +212,9 @@ DRIVER = textwrap.dedent('''
             out.append({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()})
             if not step.get("may_fail"):
                 raise
+        finally:
+            if undo:
+                undo()
         json.dump(out, open(cfg["out"], "w"), default=str)
     spark.stop()
 ''')
@@ -123,19 +223,30 @@ DRIVER = textwrap.dedent('''
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-
-
-
 def _cmd(py_files: str, driver: Path, cfg: Path) -> list[str]:
     spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
     return [
-        spark_submit_bin, "--master", "local[2]", "--py-files", py_files, "--conf", "spark.ui.enabled=false",
+        spark_submit_bin, "--master", "local[1]", "--py-files", py_files, "--conf", "spark.ui.enabled=false",
         "--conf", "spark.sql.session.timeZone=UTC", "--driver-memory", "1g",
         "--driver-java-options", "-XX:TieredStopAtLevel=1", str(driver), str(cfg)]
 
 
+def _session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` (the spark-submit this test started with start_new_session)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[3]) == sid:
+                pids.append(int(name))
+    return pids
+
+
 class Run:
-    """One driver process: ``steps`` = ``[{"app", "argv", "hang"?, "may_fail"?}]``."""
+    """One driver process: ``steps`` = ``[{"app", "argv", "arm"?, "may_fail"?} | {"copy": [src, dst]}]``."""
 
     def __init__(self, base: Path, name: str, py_files: str, steps: list[dict], *, wait_for: Path | None = None):
         self.dir = base / name
@@ -161,17 +272,30 @@ class Run:
             if self.proc.poll() is not None:
                 pytest.fail(f"{self.dir.name} ended ({self.proc.returncode}) before its hang point:\n{self.tail()}")
             if time.monotonic() > deadline:
-                self.kill()
+                self.reap()
                 pytest.fail(f"{self.dir.name}: hang point not reached in {timeout}s:\n{self.tail()}")
             time.sleep(0.05)
         return self.marker.read_text()
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group (spark-submit JVM, Python driver and workers)."""
+    def wait_killed(self, timeout: float = 300) -> tuple[str, int]:
+        """Wait until the process killed itself at its armed point: ``(marker, return code)``."""
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.reap()
+            pytest.fail(f"{self.dir.name}: not killed in {timeout}s:\n{self.tail()}")
+        self.reap()
+        if not self.marker.exists():
+            pytest.fail(f"{self.dir.name} ended ({rc}) without reaching its kill point:\n{self.tail()}")
+        return self.marker.read_text(), rc
+
+    def reap(self) -> None:
+        """SIGKILL whatever is left of this run's session (by process ID), then reap the process."""
+        for pid in _session_pids(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait(60)
         self._fh.close()
 
@@ -180,9 +304,6 @@ class Run:
         self._fh.close()
         if check and rc != 0:
             pytest.fail(f"{self.dir.name} failed ({rc}):\n{self.tail()}")
-        return json.loads(self.out.read_text()) if self.out.exists() else []
-
-    def results(self) -> list[dict]:
         return json.loads(self.out.read_text()) if self.out.exists() else []
 
     def tail(self, n: int = 60) -> str:
@@ -226,12 +347,12 @@ def fuzz_rows(sim, n: int = 400, seed: int = 99) -> list[tuple]:
     return rows
 
 
-def read_dir(path: Path, partitioned: bool) -> list[dict]:
-    if not path.exists():
+def read_delta(folder: Path, interval_id: str | None = None) -> list[dict]:
+    """The rows of the Delta table at ``folder`` (latest version; ``deltalake``), of one interval."""
+    if not (folder / "_delta_log").is_dir():
         return []
-    part = ds.partitioning(pa.schema([(c, pa.string()) for c in schemas.EVENTS_PARTITION_COLUMNS]),
-                           flavor="hive") if partitioned else None
-    return ds.dataset(str(path), format="parquet", partitioning=part, exclude_invalid_files=True).to_table().to_pylist()
+    rows = DeltaTable(str(folder)).to_pyarrow_table().to_pylist()
+    return [r for r in rows if interval_id is None or r["interval_id"] == interval_id]
 
 
 def staged_table(root: Path, iid: str) -> pa.Table:
@@ -249,28 +370,44 @@ def expected_decode(root: Path, iid: str) -> tuple[list, list]:
 
 
 def decoded_keys(root: Path, iid: str) -> tuple[list, list]:
-    events = read_dir(root / "events" / f"interval={iid}", True)
-    quarantine = read_dir(root / "quarantine" / f"interval={iid}", False)
+    events = read_delta(root / "events", iid)
+    quarantine = read_delta(root / "quarantine", iid)
     return (sorted((r["stream_seq"], r["msg_id"], r["event_type"]) for r in events),
             sorted((r["stream_seq"], r["reason"]) for r in quarantine))
 
 
-def committed(path: Path) -> bool:
-    """A folder is committed when it holds its manifest (``folders.commit_folder``)."""
-    return (path / "_manifest.json").exists()
+def _relative(folder: Path, uri: str) -> str:
+    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    return str(Path(unquote(path)).relative_to(folder))
 
 
-def unnamed_files(folder: Path) -> list[str]:
-    """Data files below ``folder`` that its manifest (if any) does not name: invisible to readers."""
-    named = set()
-    if (folder / "_manifest.json").exists():
-        named = {f["path"] for f in json.loads((folder / "_manifest.json").read_text())["files"]}
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet") if str(p.relative_to(folder)) not in named)
+def table_state(root: Path, name: str) -> dict:
+    """What readers see of table ``name`` under ``root``: Delta ``version``, its ``rows`` (canonical
+    JSON, sorted), the data ``files`` its log names, the Parquet files on ``disk`` (paths relative to
+    the table) and the row count Polars' ``read_delta`` sees."""
+    folder = root / name
+    disk = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet")
+                  if "_delta_log" not in p.parts) if folder.exists() else []
+    if not (folder / "_delta_log").is_dir():
+        return {"version": None, "rows": [], "files": [], "disk": disk, "polars_rows": 0}
+    dt = DeltaTable(str(folder))
+    rows = sorted(json.dumps(r, sort_keys=True, default=repr) for r in dt.to_pyarrow_table().to_pylist())
+    return {"version": dt.version(), "rows": rows, "files": sorted(_relative(folder, u) for u in dt.file_uris()),
+            "disk": disk, "polars_rows": pl.read_delta(str(folder)).height}
 
 
-def table_folders(root: Path) -> list[Path]:
-    return sorted(p for table in ("events", "quarantine", "events_deduped", "msgid_index")
-                  for p in (root / table).glob("interval=*"))
+def observe(root: Path) -> dict[str, dict]:
+    return {name: table_state(root, name) for name in TABLES}
+
+
+@functools.lru_cache(maxsize=None)
+def observe_reference(root: Path) -> dict[str, dict]:
+    """:func:`observe` of a root of the reference chain (never written after the fixture)."""
+    return observe(root)
+
+
+def summary_file(root: Path, app: str, iid: str) -> Path:
+    return root / "_runs" / app / f"interval={iid}.json"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,9 +418,10 @@ def faults(tmp_path_factory):
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
     base = tmp_path_factory.mktemp("faults_spark")
-    root, fuzz_root, durable_root = base / "data", base / "fuzz", base / "durable"
+    chain = [base / f"B{k}" for k in range(4)]
+    fuzz_root, durable_root = base / "fuzz", base / "durable"
     sim = generate(CONFIG)
-    intervals = stage_simulation(root, sim)
+    intervals = stage_simulation(chain[0], sim)
     write_batch(fuzz_root, "fuzz", "mixed", FUZZ_IID, fuzz_rows(sim), {"kind": "seq"})
     for first, last in DURABLE_BATCHES:  # the first 30 published messages, as durable batches
         rows = [(seq, sim.messages[seq - 1].subject, 1_767_225_600_000_000_000 + seq, None, sim.messages[seq - 1].data)
@@ -292,108 +430,174 @@ def faults(tmp_path_factory):
                     {"kind": "durable"})
     py_files = build_py_files_zip(base / "py")
 
-    def decode(iid, r=root, **kw):
-        return {"app": "decode", "argv": ["--staging-root", str(r), "--interval-id", iid, "--output-root", str(r)], **kw}
-
-    def dedupe(iid, r=root, **kw):
-        return {"app": "dedupe", "argv": ["--root", str(r), "--interval-id", iid], **kw}
-
-    def rebuild(iid, end, **kw):
-        return {"app": "rebuild", "argv": ["--root", str(root), "--interval-id", iid, "--snapshot-time", end,
-                                           "--buckets", str(BUCKETS)], **kw}
-
-    state: dict = {"timings": {}}
+    state: dict = {"timings": {}, "kills": {}}
+    t = time.monotonic()
     with spark_lock():  # one hold of the shared Spark lock for every run below
-        _runs(base, py_files, root, fuzz_root, durable_root, intervals, decode, dedupe, rebuild, state)
+        state["timings"]["waiting_for_the_spark_lock"] = round(time.monotonic() - t, 1)
+        _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state)
     print("faults timings:", state["timings"])
 
     class F:
         pass
 
     f = F()
-    f.base, f.root, f.fuzz_root, f.durable_root, f.conc_root = base, root, fuzz_root, durable_root, base / "conc"
+    f.base, f.chain, f.root, f.fuzz_root, f.durable_root = base, chain, chain[3], fuzz_root, durable_root
+    f.conc_root = base / "conc"
     f.sim, f.intervals, f.state = sim, intervals, state
     f.durable_ids = sorted(times.durable_interval_id(a, b) for a, b in DURABLE_BATCHES)
     return f
 
 
-def _runs(base, py_files, root, fuzz_root, durable_root, intervals, decode, dedupe, rebuild, state):
+def _step(app: str, root: Path, intervals, k: int, **kw) -> dict:
+    """The argv of ``app`` for interval ``k`` on ``root``."""
+    iid, end, _ = intervals[k]
+    return _app_step(app, root, iid, end, **kw)
+
+
+def _app_step(app: str, root: Path, iid: str, end: str | None = None, **kw) -> dict:
+    argv = {"decode": ["--staging-root", str(root), "--interval-id", iid, "--output-root", str(root)],
+            "dedupe": ["--root", str(root), "--interval-id", iid],
+            "rebuild": ["--root", str(root), "--interval-id", iid, "--snapshot-time", str(end),
+                        "--buckets", str(BUCKETS)]}[app]
+    return {"app": app, "argv": argv, **kw}
+
+
+def _kill(base: Path, py_files: str, app: str, kill_point: tuple, intervals, source: Path, steps: list[dict],
+          state: dict) -> list[dict]:
+    """One spark-submit: ``steps``, then ``app`` on a fresh copy of ``source``, killed at
+    ``kill_point``; record what readers see in ``state``. Return the rerun step (on that copy)."""
+    point, where, target, nth = kill_point
+    root = base / f"kill-{app}-{point}"
+    steps = [*steps, {"copy": [str(source), str(root)]},
+             _step(app, root, intervals, 1, arm={"point": point, "where": where, "target": target, "nth": nth})]
+    marker, rc = Run(base, f"p-{app}-{point}", py_files, steps).start().wait_killed()
+    state["kills"][(app, point)] = {"marker": marker, "rc": rc, "root": root, "seen": observe(root),
+                                    "latest": (snapshot_store.latest(str(root)) or {}).get("version"),
+                                    "snapshot": {t: snapshot_store.read_snapshot(str(root), t).to_pylist()
+                                                 for t in snapshot_store.PUBLIC_TABLES},
+                                    "summary": summary_file(root, app, intervals[1][0]).exists()}
+    return [_step(app, root, intervals, 1)]
+
+
+def _kill_chain(base, py_files, app, points, intervals, source, steps, state) -> list[dict]:
+    """The kill ``points`` of ``app``, one process each; each process first reruns the app killed in
+    the one before (``steps``). Return the rerun step of the last kill."""
+    for kill_point in points:
+        steps = _kill(base, py_files, app, kill_point, intervals, source, steps, state)
+    return steps
+
+
+def _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state):
     """The spark-submit processes (the caller holds the Spark lock); results go into ``state``."""
-    (i0, e0, _), (i1, e1, end1) = intervals
-    v1 = snapshot_store.version_id(end1)
+    b0, b1, b2, b3 = chain
+    before = {"decode": b0, "dedupe": b1, "rebuild": b2}
     t = time.monotonic()
-    # 1: interval 0 complete; decode 1 killed at its events commit
-    run = Run(base, "p1", py_files, [decode(i0), dedupe(i0), rebuild(i0, e0),
-                                     decode(i1, hang=f"events/interval={i1}")]).start()
-    state["p1_marker"] = run.wait_marker()
-    run.kill()
-    state["after_decode_kill"] = {
-        "events": committed(root / "events" / f"interval={i1}"),
-        "quarantine": committed(root / "quarantine" / f"interval={i1}"),
-        "unnamed": len(unnamed_files(root / "events" / f"interval={i1}")),
-        "summary": (root / "_runs" / "decode" / f"interval={i1}.json").exists()}
-    # 2: decode 1 rerun; dedupe 1 killed at the events_deduped commit (msgid_index already committed)
-    run = Run(base, "p2", py_files, [decode(i1), dedupe(i1, hang=f"events_deduped/interval={i1}")]).start()
-    state["p2_marker"] = run.wait_marker()
-    run.kill()
-    state["after_dedupe_kill"] = {"deduped": committed(root / "events_deduped" / f"interval={i1}"),
-                                  "index": committed(root / "msgid_index" / f"interval={i1}")}
-    # 3: dedupe 1 rerun; rebuild 1 killed after its bucket files, before its snapshot manifest
-    run = Run(base, "p3", py_files, [dedupe(i1), rebuild(i1, e1, hang="snapshot_manifest")]).start()
-    state["p3_marker"] = run.wait_marker()
-    run.kill()
-    state["after_rebuild_kill"] = {
-        "latest": json.loads((root / "snapshots" / "_latest.json").read_text())["version"],
-        "v1_manifest": (root / "snapshots" / f"v={v1}" / "_manifest.json").exists(),
-        "v1_files": len(list((root / "snapshots").glob(f"v={v1}/r-*/**/*.parquet")))}
-    state["timings"]["kills"] = round(time.monotonic() - t, 1)
-    # 4: rebuild 1 rerun; fuzzed decode; overlapping durable batches decoded + deduplicated in
-    # order; then concurrency run A (decode of interval 0 into a copy), overlapped by run B
+    # the reference chain, then the kill matrix: each process reruns the app killed in the one
+    # before (on that run's copy) and then runs the next armed app on a fresh copy. (The three
+    # apps' chains side by side in threads were no faster on 2 cores.)
+    steps = [_step("decode", b0, intervals, 0), _step("dedupe", b0, intervals, 0), _step("rebuild", b0, intervals, 0),
+             {"copy": [str(b0), str(b1)]}, _step("decode", b1, intervals, 1),
+             {"copy": [str(b1), str(b2)]}, _step("dedupe", b2, intervals, 1),
+             {"copy": [str(b2), str(b3)]}, _step("rebuild", b3, intervals, 1)]
+    for app, points in KILL_POINTS.items():
+        steps = _kill_chain(base, py_files, app, points, intervals, before[app], steps, state)
+    state["timings"]["reference_and_kills"] = round(time.monotonic() - t, 1)
+    # last: the rerun of the last kill; fuzzed decode; overlapping durable batches decoded +
+    # deduplicated in order; then concurrency run A (decode of interval 0 into a copy), overlapped by run B
     t = time.monotonic()
     conc_root = base / "conc"
-    shutil.copytree(root / "staging", conc_root / "staging")
-    steps = [rebuild(i1, e1), decode(FUZZ_IID, fuzz_root)]
+    shutil.copytree(b0 / "staging", conc_root / "staging")
+    steps += [_app_step("decode", fuzz_root, FUZZ_IID)]
     for iid in sorted(times.durable_interval_id(a, b) for a, b in DURABLE_BATCHES):
-        steps += [decode(iid, durable_root), dedupe(iid, durable_root)]
-    steps.append(decode(i0, conc_root, hang=f"events/interval={i0}", may_fail=True))
-    run_a = Run(base, "p4", py_files, steps, wait_for=base / "conc_b" / "out.json").start()
+        steps += [_app_step("decode", durable_root, iid), _app_step("dedupe", durable_root, iid)]
+    steps.append(_step("decode", conc_root, intervals, 0, may_fail=True,
+                       arm={"point": "commit:events", "where": "driver", "target": "delta_tables.commit_files",
+                            "nth": 1, "action": "wait"}))
+    run_a = Run(base, "p-last", py_files, steps, wait_for=base / "conc_b" / "out.json").start()
     run_a.wait_marker()
-    run_b = Run(base, "conc_b", py_files, [decode(i0, conc_root, may_fail=True)]).start()
-    state["p4"] = run_a.wait()
-    state["conc_a"] = state["p4"][-1:]
+    run_b = Run(base, "conc_b", py_files, [_step("decode", conc_root, intervals, 0, may_fail=True)]).start()
+    state["last"] = run_a.wait()
+    state["conc_a"] = state["last"][-1:]
     state["conc_b"] = run_b.wait(check=False)
     state["conc_rc"] = (run_a.proc.returncode, run_b.proc.returncode)
-    state["timings"]["reruns_fuzz_durable_concurrent"] = round(time.monotonic() - t, 1)
+    state["timings"]["rerun_fuzz_durable_concurrent"] = round(time.monotonic() - t, 1)
 
 
 # ---------------------------------------------------------------------------------------------
-# kills + reruns
+# the kill matrix
 # ---------------------------------------------------------------------------------------------
-def test_kills_landed_where_intended_and_left_nothing_half_visible(faults):
-    i1 = faults.intervals[1][0]
-    s = faults.state
-    assert s["p1_marker"] == f"events/interval={i1}"
-    assert (s["p2_marker"], s["p3_marker"]) == (f"events_deduped/interval={i1}", "snapshot_manifest")
-    # decode killed mid-write (its data files written, no manifest): neither table of the interval
-    # committed, no summary; the files it wrote are there but no manifest names them, so no reader
-    # of ours sees them (docs/reliability.md, "The commit rule")
-    assert s["after_decode_kill"]["events"] is False and s["after_decode_kill"]["quarantine"] is False
-    assert s["after_decode_kill"]["summary"] is False
-    assert s["after_decode_kill"]["unnamed"] > 0
-    # dedupe killed between its two commits: the index is there, the deduplicated events are not
-    assert s["after_dedupe_kill"] == {"deduped": False, "index": True}
-    # rebuild killed before its manifest: the previous snapshot stays current; its files are unreferenced
-    assert s["after_rebuild_kill"]["latest"] == snapshot_store.version_id(faults.intervals[0][2])
-    assert s["after_rebuild_kill"]["v1_manifest"] is False and s["after_rebuild_kill"]["v1_files"] > 0
-    # the reruns removed what the killed runs left: every committed folder holds exactly the files
-    # its manifest names
-    folders = table_folders(faults.root)
-    assert len(folders) == 8 and all(committed(f) for f in folders)
-    assert {str(f.relative_to(faults.root)): unnamed_files(f) for f in folders} == \
-        {str(f.relative_to(faults.root)): [] for f in folders}
+@pytest.mark.parametrize("app", list(KILL_POINTS))
+def test_kill_matrix_leaves_each_table_entirely_old_or_entirely_new(faults, app):
+    """After a SIGKILL at each point, every table is either exactly its previous version (same
+    Delta version, files and rows) or exactly the new one (the rows of an uninterrupted run), as
+    far as the app's commit order got; no reader sees a file the log does not name."""
+    b = faults.chain
+    old_root, new_root = {"decode": (b[0], b[1]), "dedupe": (b[1], b[2]), "rebuild": (b[2], b[3])}[app]
+    old, new = observe_reference(old_root), observe_reference(new_root)
+    v0, v1 = (snapshot_store.version_id(end) for _, _, end in faults.intervals)
+    for point, *_ in KILL_POINTS[app]:
+        kill = faults.state["kills"][(app, point)]
+        assert (kill["marker"], kill["rc"]) == (point, -signal.SIGKILL), (app, point)
+        committed = committed_by_kill(app, point)
+        for name, seen in kill["seen"].items():
+            where = (app, point, name)
+            assert set(seen["files"]) <= set(seen["disk"]), where  # every named file is there
+            assert seen["polars_rows"] == len(seen["rows"]), where  # Polars reads the same version
+            if name in committed:  # entirely the new version
+                assert seen["version"] > old[name]["version"], where
+                assert seen["rows"] == new[name]["rows"], where
+            else:  # entirely the previous version
+                assert (seen["version"], seen["files"]) == (old[name]["version"], old[name]["files"]), where
+                assert seen["rows"] == old[name]["rows"], where
+        # what the killed run wrote: nothing before writing; afterwards files no commit names
+        # (nor will: the rerun writes its own), on disk but read by no one
+        leftovers = {name: sorted(set(seen["disk"]) - set(seen["files"]) - set(old[name]["disk"]))
+                     for name, seen in kill["seen"].items()}
+        if point in ("before_write", "after_last_commit"):  # nothing written yet / everything committed
+            assert not any(leftovers.values()), (app, point, leftovers)
+        else:
+            assert any(leftovers[name] for name in COMMIT_ORDER[app]), (app, point)
+            assert not any(leftovers[name] for name in TABLES if name not in COMMIT_ORDER[app]), (app, point)
+        assert kill["summary"] is False, (app, point)  # the summary is written last
+        print(f"{app} killed {point}: " + ", ".join(  # the report of `pytest -s`
+            f"{name} {'new' if name in committed else 'old'} v{kill['seen'][name]['version']}"
+            f"{f' +{len(leftovers[name])} unnamed' if leftovers[name] else ''}" for name in COMMIT_ORDER[app]))
+        # the snapshot is _device_state's commit: until it, the snapshot reader (which reads each
+        # table at the Delta version the snapshot record names) sees the previous snapshot whole
+        done = app == "rebuild" and point == "after_last_commit"
+        assert kill["latest"] == (v1 if done else v0), (app, point)
+        assert kill["snapshot"] == {t: expected_state(faults.sim, 1 if done else 0)[t]
+                                    for t in snapshot_store.PUBLIC_TABLES}, (app, point)
 
 
-def test_decode_after_kill_and_rerun_equals_the_staged_rows(faults):
+@pytest.mark.parametrize("app", list(KILL_POINTS))
+def test_rerun_after_each_kill_equals_an_uninterrupted_run(faults, app):
+    """The next run on the killed run's root gives every table the rows of the uninterrupted run."""
+    b = faults.chain
+    new_root = {"decode": b[1], "dedupe": b[2], "rebuild": b[3]}[app]
+    new = observe_reference(new_root)
+    iid = faults.intervals[1][0]
+    for point, *_ in KILL_POINTS[app]:
+        root = faults.state["kills"][(app, point)]["root"]
+        after = observe(root)
+        for name in TABLES:
+            assert after[name]["rows"] == new[name]["rows"], (app, point, name)
+            assert set(after[name]["files"]) <= set(after[name]["disk"]), (app, point, name)
+        summary = json.loads(summary_file(root, app, iid).read_text())
+        assert summary["interval_id"] == iid
+        if app == "rebuild":
+            latest = snapshot_store.latest(str(root))
+            assert (latest["version"], latest["parent"]) == tuple(
+                snapshot_store.version_id(end) for _, _, end in faults.intervals[::-1]), point
+            for table in snapshot_store.PUBLIC_TABLES:
+                assert snapshot_store.read_snapshot(str(root), table).to_pylist() == \
+                    expected_state(faults.sim, 1)[table], (point, table)
+
+
+# ---------------------------------------------------------------------------------------------
+# the uninterrupted runs equal the ground truth
+# ---------------------------------------------------------------------------------------------
+def test_decode_equals_the_staged_rows(faults):
     for iid, _, _ in faults.intervals:
         events, quarantine = decoded_keys(faults.root, iid)
         want_events, want_quarantine = expected_decode(faults.root, iid)
@@ -402,20 +606,22 @@ def test_decode_after_kill_and_rerun_equals_the_staged_rows(faults):
         seqs = [k[0] for k in events] + [k[0] for k in quarantine]
         assert sorted(seqs) == sorted(staged_table(faults.root, iid).column("stream_seq").to_pylist())
         assert len(seqs) == len(set(seqs))  # no row lost, no row doubled
-        summary = json.loads((faults.root / "_runs" / "decode" / f"interval={iid}.json").read_text())
+        summary = json.loads(summary_file(faults.root, "decode", iid).read_text())
         assert summary["fetched"] == summary["decoded"] + summary["quarantined"] == len(seqs)
     assert sum(len(decoded_keys(faults.root, i)[1]) for i, _, _ in faults.intervals) == CONFIG.corrupt
 
 
-def test_dedupe_after_kill_and_rerun_one_row_per_message_id(faults):
+def test_dedupe_one_row_per_message_id(faults):
     sim = faults.sim
     all_ids = []
     for k, (iid, _, _) in enumerate(faults.intervals):
-        rows = read_dir(faults.root / "events_deduped" / f"interval={iid}", True)
-        ids = sorted(r["msg_id"] for r in rows)
+        ids = sorted(r["msg_id"] for r in read_delta(faults.root / "events_deduped", iid))
         earlier = {m.msg_id for m in sim.messages if m.interval < k and m.msg_id}
         want = sorted({m.msg_id for m in sim.messages if m.interval == k and m.msg_id} - earlier)
         assert ids == want, k
+        # the index holds every distinct ID the interval had (the next intervals' lookback)
+        assert sorted(r["msg_id"] for r in read_delta(faults.root / "msgid_index", iid)) == sorted(
+            {m.msg_id for m in sim.messages if m.interval == k and m.msg_id}), k
         all_ids += ids
     # every message ID exactly once over all intervals, although the publisher duplicated some
     # messages within and across interval boundaries
@@ -424,27 +630,27 @@ def test_dedupe_after_kill_and_rerun_one_row_per_message_id(faults):
     assert dups and any(m.interval > min(n.interval for n in sim.messages if n.msg_id == m.msg_id) for m in dups)
 
 
-def test_snapshots_after_rebuild_kill_and_rerun_equal_ground_truth(faults):
-    pointer = json.loads((faults.root / "snapshots" / "_latest.json").read_text())
-    assert pointer["version"] == snapshot_store.version_id(faults.intervals[-1][2])
+def test_snapshots_equal_ground_truth(faults):
+    latest = snapshot_store.latest(str(faults.root))
+    assert latest["version"] == snapshot_store.version_id(faults.intervals[-1][2])
+    assert latest["parent"] == snapshot_store.version_id(faults.intervals[0][2])
     for k, (iid, _, end_ns) in enumerate(faults.intervals):
-        manifest = snapshot_store.read_manifest(str(faults.root), snapshot_store.version_id(end_ns))
-        assert manifest["interval_id"] == iid
+        version = snapshot_store.version_id(end_ns)
+        assert snapshot_store.snapshot(str(faults.root), version)["interval_id"] == iid
         expected = expected_state(faults.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:
-            got = snapshot_store.read_table(str(faults.root), table, manifest).to_pylist()
+            got = snapshot_store.read_snapshot(str(faults.root), table, version).to_pylist()
             assert got == expected[table], (k, table)
             assert got, (k, table)
-    rebuild = faults.state["p4"][0]["ok"]
-    assert rebuild["parent"] == snapshot_store.version_id(faults.intervals[0][2])
 
 
 # ---------------------------------------------------------------------------------------------
 # fuzzed payloads through the decode application
 # ---------------------------------------------------------------------------------------------
 def test_fuzzed_batch_through_the_decode_app_reconciles(faults):
-    summary = faults.state["p4"][1]["ok"]
+    summary = next(r["ok"] for r in faults.state["last"] if r.get("ok", {}).get("interval_id") == FUZZ_IID)
     n = 400
+    assert summary["interval_id"] == FUZZ_IID
     assert summary["fetched"] == n == summary["decoded"] + summary["quarantined"]
     assert summary["quarantined"] > 100 and summary["decoded"] > 50, summary
     assert set(summary["per_reason"]) <= DECODE_ERROR_REASONS
@@ -452,7 +658,7 @@ def test_fuzzed_batch_through_the_decode_app_reconciles(faults):
     want_events, want_quarantine = expected_decode(faults.fuzz_root, FUZZ_IID)
     assert events == want_events and quarantine == want_quarantine
     assert sorted(k[0] for k in events + quarantine) == list(range(1, n + 1))
-    rows = read_dir(faults.fuzz_root / "quarantine" / f"interval={FUZZ_IID}", False)
+    rows = read_delta(faults.fuzz_root / "quarantine", FUZZ_IID)
     staged = {r["stream_seq"]: r for r in staged_table(faults.fuzz_root, FUZZ_IID).to_pylist()}
     for r in rows:
         assert r["detail"] and r["stage"] == "decode" and r["reason"] in DECODE_ERROR_REASONS
@@ -466,11 +672,11 @@ def test_fuzzed_batch_through_the_decode_app_reconciles(faults):
 def test_overlapping_durable_batches_are_deduplicated(faults):
     """Batches durable-1-20 (committed, ack lost) and durable-1-30 (the retry, redelivering 1..20):
     decode + dedupe in order keep one row per message ID of messages 1..30."""
-    results = faults.state["p4"][2:-1]
-    dedupes = [r["ok"] for r in results[1::2]]
+    dedupes = [r["ok"] for r in faults.state["last"]
+               if r.get("ok", {}).get("app") == "dedupe" and r["ok"]["interval_id"] in faults.durable_ids]
     ids = []
     for iid in faults.durable_ids:
-        ids += [r["msg_id"] for r in read_dir(faults.durable_root / "events_deduped" / f"interval={iid}", True)]
+        ids += [r["msg_id"] for r in read_delta(faults.durable_root / "events_deduped", iid)]
     want = {m.msg_id for m in faults.sim.messages[:30] if m.msg_id}
     assert sorted(ids) == sorted(want)  # each once
     last = dedupes[-1]
@@ -484,20 +690,25 @@ def test_overlapping_durable_batches_are_deduplicated(faults):
 # the same interval decoded twice at once
 # ---------------------------------------------------------------------------------------------
 def test_concurrent_runs_of_one_interval_leave_correct_output(faults):
-    """Whatever happened to each run, the committed tables are complete and correct."""
+    """Whatever happened to each run, the committed tables are complete and correct, and hold the
+    files of one run only."""
     i0 = faults.intervals[0][0]
-    assert committed(faults.conc_root / "events" / f"interval={i0}")
-    assert decoded_keys(faults.conc_root, i0) == expected_decode(faults.root, i0)
-    manifest = json.loads((faults.conc_root / "events" / f"interval={i0}" / "_manifest.json").read_text())
-    folder = faults.conc_root / "events" / f"interval={i0}"
-    assert sorted(f["path"] for f in manifest["files"]) == sorted(
-        str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))  # no file missing, none extra
+    assert decoded_keys(faults.conc_root, i0) == expected_decode(faults.chain[0], i0)
+    for name in ("events", "quarantine"):
+        seen = table_state(faults.conc_root, name)
+        assert set(seen["files"]) <= set(seen["disk"]), name  # no named file missing
+        write_ids = {f.rsplit("-", 1)[-1] for f in seen["files"]}
+        assert len(write_ids) == 1, (name, seen["files"])  # not a mix of the two runs' files
+    assert table_state(faults.conc_root, "events")["rows"] == [
+        r for r in table_state(faults.chain[0], "events")["rows"] if json.loads(r)["interval_id"] == i0]
 
 
 def test_concurrent_second_run_is_refused_clearly_or_both_succeed(faults):
-    """Each run either succeeded or failed with an error that says another run holds the interval."""
+    """Each run either succeeded or failed with an error that says another run committed the interval."""
     outcomes = [faults.state["conc_a"], faults.state["conc_b"]]
     for name, out in zip(("A", "B"), outcomes):
         assert out, f"run {name} wrote no result (rc {faults.state['conc_rc']})"
         if "error" in out[0]:
-            assert "another run" in out[0]["error"], f"run {name}: {out[0]['error']}"
+            assert out[0]["error"].startswith("TableCommitError: "), f"run {name}: {out[0]['error']}"
+            assert "newer run of the same interval committed first" in out[0]["error"] or \
+                "another writer committed" in out[0]["error"], f"run {name}: {out[0]['error']}"

@@ -31,6 +31,17 @@ def test_hints_are_where_airflow3_shows_them():
     assert "s3a://bucket" not in meta.extra_fields["storage_root"]["description"]
 
 
+def test_secret_extra_fields_are_password_inputs():
+    """The Add form types the token and the NKEY seed into password inputs (``format: password``;
+    the browser test checks the rendered ``<input type=password>``); the others stay readable."""
+    from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
+
+    fields = _meta().extra_fields
+    secret = {name for name, field in fields.items() if field["schema"].get("format") == "password"}
+    assert secret == {"token", NKEY_SEED_EXTRA}
+    assert "NKEY seed" in fields["servers"]["description"]  # where the credentials go instead of the URL
+
+
 def test_connection_type_with_underscore_round_trips_through_its_uri():
     """Airflow's core ``Connection.get_uri`` warns for every type with ``_`` (its own
     ``google_cloud_platform`` too) and writes ``plgd-jetstream://``, which it parses back to
