@@ -316,7 +316,7 @@ def _define_airflow_errors() -> dict[str, Any]:
         On Airflow 3 a run triggered without a logical date (``airflow dags trigger`` without
         ``--logical-date``, the UI's trigger button with an empty date, an asset-triggered run) has
         ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
-        the ETL DAG's first task (``wait_for_interval``, through its ``pre_execute`` hook), and by the
+        the ETL DAG's first task (``wait_for_interval``, through its ``interval_check``), and by the
         interval sensor and the fetch operator when they have neither a data interval nor explicit
         bounds. An ``AirflowFailException``, so the task fails at once without retries. Also a
         ``ValueError``.
