@@ -301,6 +301,7 @@ def test_latest_snapshot_and_final_tables(pipeline):
     """The latest Delta version of each table is the last snapshot, read by deltalake and polars
     (the contract's columns plus ``bucket``), and through ``read_snapshot`` by version and by time."""
     import polars as pl
+    import pyarrow as pa
 
     from airflow_provider_plgd import read_snapshot
 
@@ -327,6 +328,12 @@ def test_latest_snapshot_and_final_tables(pipeline):
         record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(first_end))
         old = pl.read_delta(str(pipeline.root / "snapshots" / table), version=record["delta_versions"][table])
         assert old.height == len(first[table])
+        # ... and by timestamp: the table as of its commit of that snapshot
+        dt = delta_table(str(pipeline.root / "snapshots" / table))
+        committed = next(h["timestamp"] for h in dt.history() if h["version"] == record["delta_versions"][table])
+        dt.load_as_version(datetime.fromtimestamp(committed / 1000, tz=timezone.utc))
+        assert dt.version() == record["delta_versions"][table]
+        assert len(pa.table(dt.to_pyarrow_table())) == len(first[table])
 
 
 def test_incremental_equals_all_at_once(pipeline):

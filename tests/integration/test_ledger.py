@@ -155,6 +155,10 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
         s.rsplit(".", 1)[-1] for s in snapshots}
     assert len(events) + len(quarantine) == len(truth)
     assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
+    # every snapshot table read by engines that are not ours: the truth's rows, same devices
+    for table, rows in expected_state(sim, through_interval=0).items():
+        got = read_both(f"{storage_root}/snapshots/{table}", "device_id")
+        assert len(got) == len(rows) and sorted(r["device_id"] for r in got) == sorted(r["device_id"] for r in rows)
 
     # The run's asset events carry the interval and its counts: one staging event (not one per
     # fetch task), a quarantine event because rows were quarantined, the snapshot version.
