@@ -25,7 +25,7 @@ from airflow_provider_plgd.compat import (
 #: Params of the ETL DAG; every one can be overridden per run (``--conf``) or per backfill.
 DEFAULT_PARAMS: dict[str, Any] = {
     "stream": "EVENTS",
-    "owners": [],  # [] = discover from the stream's subjects
+    "owners": [],  # [] = every owner with messages in the interval (and the unrouted messages)
     "event_types": [],  # [] = every event type on NATS (plgd.event_types.EVENT_TYPES: live + old hubs' snapshots)
     "storage_root": "",  # "" = the connection's storage_root extra, else $AIRFLOW_HOME/plgd
     "settle_seconds": 60,
@@ -36,6 +36,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "spark_conf": {},  # Spark settings of this run, merged over the DAG's (SPARK_CONF_PARAM_DESCRIPTION)
 }
 
+#: Messages per fetch task that ``plan`` aims at (``build_etl_dag(fetch_range_messages=...)``).
+DEFAULT_FETCH_RANGE_MESSAGES = 100_000
+
 #: One-line DAG description (the DAG list and the DAG page header show it).
 DAG_DESCRIPTION = ("plgd hub events from NATS JetStream, one data interval per run: staging, then Spark "
                    "decode, dedupe and snapshot tables")
@@ -43,7 +46,7 @@ DAG_DESCRIPTION = ("plgd hub events from NATS JetStream, one data interval per r
 #: Doc shown in the DAG's docs panel when the caller gives none (``dags/plgd_events_etl.py`` passes its own).
 DEFAULT_DOC_MD = """plgd ETL DAG (built by `airflow_provider_plgd.etl.build_etl_dag`).
 
-Each run processes its data interval: `wait_for_interval` → `plan` → `fetch_groups` → `fetch` (mapped)
+Each run processes its data interval: `wait_for_interval` → `plan` → `fetch_ranges` → `fetch` (mapped)
 → `spark_needed` → `decode` → `dedupe` → `rebuild` → `summary`. Parameters and operations:
 docs/operations.md of airflow-provider-plgd ("DAG parameters", "Backfill and reruns").
 """
@@ -57,9 +60,9 @@ TASK_DOCS: dict[str, str] = {
         "nothing is read). docs/reliability.md, \"Complete intervals: judged on the NATS server's clock\"; "
         "docs/operations.md, \"Manual runs\"."),
     "fetch": (
-        "Copies one owner group's messages of the interval from JetStream into staging (Arrow IPC parts and a "
-        "`_manifest.json` per owner and event type) and records in the interval ledger what it staged and "
-        "skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
+        "Copies one stream-sequence range of the interval from JetStream into staging (one consumer per task; "
+        "every message goes to its owner and event type: Parquet parts and a `_manifest-rNNNN.json` per "
+        "non-empty batch) and records in the interval ledger what it staged and skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
         "`FewerMessagesError`). docs/architecture.md, \"Staging contract\"."),
     "decode": (
         "Spark: decodes the interval's staged messages (snappy, protobuf, CBOR/JSON content) into the `events` "
@@ -101,8 +104,8 @@ def param_schemas() -> dict[str, dict[str, Any]]:
                    "uniqueItems": True, "title": "Owners",
                    "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line; no "
                                   "'.', '*', '>', '/', '\\', '=', '?', '[', ']' or spaces, not starting with '_'). "
-                                  "Empty: every owner found on the stream, and messages outside any owner are "
-                                  "staged as unrouted."},
+                                  "Empty: every owner with messages in the interval, and messages outside any "
+                                  "owner are staged as unrouted."},
         "event_types": {"type": ["null", "array"], "items": {"type": "string", "enum": event_types}, "uniqueItems": True,
                         "examples": event_types, "title": "Event types",
                         "description": "plgd event types to stage; the others are skipped and counted in the "
@@ -116,7 +119,8 @@ def param_schemas() -> dict[str, dict[str, Any]]:
                            "description": "Seconds after the interval end before it counts as complete "
                                           "(late publishes)."},
         "max_fetch_tasks": {"type": "integer", "minimum": 1, "title": "Max fetch tasks",
-                            "description": "At most this many mapped fetch tasks share the owners."},
+                            "description": "At most this many mapped fetch tasks, each reading one "
+                                           "stream-sequence range of the interval."},
         "lookback_intervals": {"type": "integer", "minimum": 0, "title": "Dedupe lookback (intervals)",
                                "description": "Dedupe drops message IDs seen in this many earlier processed "
                                               "intervals (intervals without messages are not counted)."},
@@ -365,8 +369,10 @@ def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, 
 
 
 def staging_extra(planned: Mapping[str, Any]) -> dict[str, Any]:
-    """``extra`` of the staging asset event: ``{"interval_id", "messages" (the stream holds), "owners"}``."""
-    return {"interval_id": planned["interval_id"], "messages": planned["messages"], "owners": planned["owners"]}
+    """``extra`` of the staging asset event: ``{"interval_id", "messages" (the stream holds for the
+    selection), "owners" ("all" or the number selected), "fetch_ranges"}``."""
+    return {"interval_id": planned["interval_id"], "messages": planned["messages"], "owners": planned["owners"],
+            "fetch_ranges": len(planned["fetch_ranges"])}
 
 
 def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> dict[str, dict[str, Any]]:
@@ -495,6 +501,7 @@ def build_etl_dag(
     spark_execution_timeout: timedelta | None = DEFAULT_SPARK_EXECUTION_TIMEOUT,
     run_spark_conf_keys: Mapping[str, str | None] | Iterable[str] | None = None,
     storage_roots: Iterable[str] = (),
+    fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
 ):
     """Build the plgd ETL DAG.
 
@@ -536,6 +543,9 @@ def build_etl_dag(
     :param storage_roots: storage roots a run may choose with the ``storage_root`` param (each
         root and the folders below it), besides the param's default and the connection's
         ``storage_root`` extra (default: none).
+    :param fetch_range_messages: messages per fetch task aimed at: ``plan`` cuts the interval's
+        stream-sequence range into ``min(max_fetch_tasks, ceil(messages / fetch_range_messages))``
+        ranges, one mapped ``fetch`` task each (default :data:`DEFAULT_FETCH_RANGE_MESSAGES`).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises TypeError: when ``spark_conf`` is not a mapping of strings.
     """
@@ -598,10 +608,10 @@ def build_etl_dag(
             task_display_name="Wait until the interval is complete",
         )
 
-        @task(task_display_name="Plan: count the stream, group owners")
+        @task(task_display_name="Plan: count the stream, split it into ranges")
         def plan(**context) -> dict[str, Any]:
-            """Resolve the storage root, discover owners, record the interval ledger, group fetches and
-            build the --py-files zip."""
+            """Resolve the storage root, record the interval ledger (its sequence ranges and their
+            counts), and build the --py-files zip."""
             from airflow_provider_plgd import ledger, lineage, times
             from airflow_provider_plgd.hooks.jetstream import JetStreamHook
             from airflow_provider_plgd.exceptions import FewerMessagesError, NarrowerRerunError
@@ -619,7 +629,7 @@ def build_etl_dag(
                 delta_tables.check_layout(root)
             except OldLayoutError as err:
                 raise _FailWithoutRetry(str(err)) from None
-            # check the owners and event types once, before anything is discovered, built or written
+            # check the owners and event types once, before anything is counted, built or written
             try:
                 selection = Selection.of(_token_list(p["owners"], "owner_id"),
                                          _token_list(p["event_types"], "event_type") or EVENT_TYPES)
@@ -632,15 +642,12 @@ def build_etl_dag(
             hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
             # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
             hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
-            discovered = not selection.owners
-            if discovered:
-                selection = selection.with_owners(sorted(hook.list_owners()))
-            owners, event_types = list(selection.owners), list(selection.event_types)
+            owners = list(selection.owners) or None  # None: every owner, read through plgd.>
             try:
                 record = write_interval_ledger(
-                    hook, root, interval, start, end, owners, discovered, event_types,
+                    hook, root, interval, start, end, owners, list(selection.event_types),
                     accept_fewer=checked.accept_fewer_messages,
-                    fetch_groups=int(checked.numbers["max_fetch_tasks"]),
+                    max_ranges=int(checked.numbers["max_fetch_tasks"]), range_messages=fetch_range_messages,
                 )
             except (NarrowerRerunError, FewerMessagesError) as err:  # the same answer on every retry
                 raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
@@ -649,26 +656,23 @@ def build_etl_dag(
             py_files = build_private_py_files_zip(storage_root=root)
             lineage.report_task_lineage(context, lineage.plan_lineage, hook.get_settings().servers, checked.stream, root,
                                         ledger.SCOPE_FILTER)
-            # the owners of each fetch task are in the ledger: XCom stays small at any number of owners
-            groups: list[dict[str, Any]] = [{"ledger_group": i} for i in range(record["fetch_groups"])]
-            if record["unrouted"]:
-                groups.append({"unrouted": True})
+            # each fetch task gets its range's number; the range is in the ledger: XCom stays small
             return {
                 "storage_root": root,
                 "interval_id": interval,
                 "snapshot_time": end.isoformat(),
                 "ledger": ledger.interval_dir(root, checked.stream, interval),
-                "owners": len(owners),
+                "owners": "all" if owners is None else len(owners),
                 "messages": record["total"],
-                "fetch_groups": groups,
+                "fetch_ranges": [{"ledger_range": i} for i in range(record["fetch_ranges"])],
                 "py_files": str(py_files),
                 "spark_skip": record.get("spark_skip"),
             }
 
-        @task(task_display_name="Owner groups of the fetch")
-        def fetch_groups(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
-            """The fetch task kwargs, one dict per owner group (Airflow maps over a plain return value)."""
-            return planned_value["fetch_groups"]
+        @task(task_display_name="Sequence ranges of the fetch")
+        def fetch_ranges(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
+            """The fetch task kwargs, one dict per stream-sequence range (Airflow maps over a plain return value)."""
+            return planned_value["fetch_ranges"]
 
         planned = plan()
 
@@ -680,9 +684,9 @@ def build_etl_dag(
             ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
-            task_display_name="Fetch an owner group into staging",
+            task_display_name="Fetch a sequence range into staging",
             doc_md=TASK_DOCS["fetch"],
-        ).expand_kwargs(fetch_groups(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
+        ).expand_kwargs(fetch_ranges(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
 
         # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
         @task.short_circuit(ignore_downstream_trigger_rules=False, outlets=[assets["staging"]],
@@ -785,35 +789,34 @@ def build_etl_dag(
     return dag
 
 
-def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, end: datetime, owners: list[str],
-                          discovered: bool, event_types: list[str], *, accept_fewer: bool,
-                          fetch_groups: int = 1) -> dict[str, Any]:
+def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, end: datetime,
+                          owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
+                          max_ranges: int = 1, range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES) -> dict[str, Any]:
     """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
 
-    The counts are ``ledger.SCOPE_FILTER`` (``plgd.>``) and ``plgd.owners.{owner}.>`` per owner
-    (:meth:`JetStreamHook.acount_interval`). A previous record of the interval with more messages
-    (a re-created or purged stream, deletes) raises :class:`FewerMessagesError` unless
-    ``accept_fewer``; one that selected owners or event types this one does not raises
-    :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError` (``ledger.check_selection_covers``). The interval's old fetch records are removed, so the rerun's are its own.
-    ``fetch_groups``: at most this many fetch tasks share the owners (``ledger.owner_group``); one
-    when the interval is empty. ``spark_skip`` in the record: :func:`spark_skip_reason`.
+    The fetch reads ``ledger.SCOPE_FILTER`` (``plgd.>``), or with selected ``owners`` their
+    ``plgd.owners.{owner}.>`` filters; the interval's stream-sequence range is cut into at most
+    ``max_ranges`` ranges of about ``range_messages`` messages, each counted exactly
+    (:meth:`JetStreamHook.acount_ranges`: consumers per range boundary, none per owner). A previous
+    record of the interval with more messages (a re-created or purged stream, deletes) raises
+    :class:`FewerMessagesError` unless ``accept_fewer``; one whose run staged owners or event types
+    this one does not select raises :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError`
+    (``ledger.check_selection_covers``). The interval's old fetch records are removed, so the
+    rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
 
     :return: the record (``ledger.plan_record`` plus ``spark_skip``).
     """
     from airflow_provider_plgd import ledger, times
 
-    counted = hook.count_interval([ledger.SCOPE_FILTER, *(ledger.owner_filter(o) for o in owners)],
-                                  start_time=start, end_time=end)
-    empty = not int(counted["counts"][ledger.SCOPE_FILTER])
-    record = ledger.plan_record(
-        counted, interval_id=interval, owners=owners, owners_discovered=discovered, event_types=event_types,
-        fetch_groups=1 if empty else fetch_groups,  # an empty interval: one fetch task records the zeros
-        bounds=times.time_bounds(start, end),
-    )
+    read_filters = [ledger.SCOPE_FILTER] if owners is None else [ledger.owner_filter(o) for o in owners]
+    counted = hook.count_ranges(read_filters, start_time=start, end_time=end, range_messages=range_messages,
+                                max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
+    record = ledger.plan_record(counted, interval_id=interval, owners=owners, event_types=event_types,
+                                read_filters=read_filters, bounds=times.time_bounds(start, end))
     record["spark_skip"] = spark_skip_reason(root, record, end)
     base = ledger.interval_dir(root, counted["stream"], interval)
-    previous = ledger.read_json(f"{base}/stream.json")
-    ledger.check_selection_covers(previous, record)
+    previous, previous_records = ledger.read_records(root, counted["stream"], interval)
+    ledger.check_selection_covers(previous, record, previous_records)
     lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
@@ -824,9 +827,10 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
                      interval, record["deleted_in_range"], record["first_seq"], record["end_seq_exclusive"])
     ledger.write_json(f"{base}/stream.json", record)
     ledger.clear_fetch_records(root, counted["stream"], interval)
-    _log.info("Interval %s: the stream holds %s messages of %s (sequences %s..%s), %s owners, %s unrouted",
-              interval, record["total"], ledger.SCOPE_FILTER, record["first_seq"], record["end_seq_exclusive"] - 1,
-              len(owners), record["unrouted"])
+    _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "
+              "%s of %s", interval, record["total"], "every owner" if owners is None else f"{len(owners)} owner(s)",
+              record["first_seq"], record["end_seq_exclusive"] - 1, record["fetch_ranges"],
+              record["scope_total"], ledger.SCOPE_FILTER)
     return record
 
 

@@ -1,25 +1,31 @@
 """The interval ledger: what the stream holds for an interval, and how every stage accounts for it.
 
 The ETL's ``plan`` task records, before anything is fetched, what the stream holds for the
-interval (:func:`plan_record`); every later stage accounts for its input against that record,
-and the ``summary`` task checks the whole chain (:func:`reconcile`)::
+interval (:func:`plan_record`): its stream-sequence range cut into contiguous ranges, each with
+the exact number of messages the fetch reads (``plgd.>``, or the selected owners' subjects).
+Every later stage accounts for its input against that record, and the ``summary`` task checks
+the whole chain (:func:`reconcile`)::
 
-    stream holds T (plgd.>)  =  sum over owners n(owner)  +  unrouted U            plan
-    n(owner)                 =  staged(owner) + skipped(owner, reason)              fetch
-    U                        =  staged(_unrouted)  (exactly; the rest skipped as owned)  fetch (unrouted)
-    sum staged               =  decoded D + quarantined Q                           decode (ledger's batches)
-    D                        =  kept K + dropped (within the interval, seen before) dedupe
+    range r holds n(r) (read filters)  =  staged(r) + skipped(r, reason)          fetch of range r
+    sum over ranges of staged(r)        =  decoded D + quarantined Q               decode (ledger's batches)
+    D                                   =  kept K + dropped (duplicates)           dedupe
+
+Owners are not the unit of counting or reading: a range's fetch routes each message to its
+(owner, event type) batch, and records per owner only the batches it staged, so a quiet owner
+costs nothing. Messages without a valid owner (``_unrouted``) and of event types we do not know
+(``_unknown``) are staged and then quarantined by decode, never dropped.
 
 A stage that cannot account for every message raises
-:class:`~airflow_provider_plgd.exceptions.LedgerError` naming the interval, the owner and the
-numbers, and commits nothing. Counts come from the server (``JetStreamHook.acount_interval``), not
+:class:`~airflow_provider_plgd.exceptions.LedgerError` naming the interval, the range and the
+numbers, and commits nothing. Counts come from the server (``JetStreamHook.acount_ranges``), not
 from what a stage happened to read.
 
 Layout (``{root}`` a local path or fsspec URL; small JSON files, never XCom)::
 
     {root}/_ledger/{stream}/interval={interval_id}/
-        stream.json              plan: stream identity, sequence range, counts per owner
-        fetch/{group}.json       one per fetch task: per owner, the batches staged and what was skipped
+        stream.json              plan: stream identity, the ranges and their counts (no per-owner data)
+        fetch/range-00003.json   one per fetch task: the range's count, staged, skipped, and per
+                                 owner with messages the batches (fragments) it committed
         summary.json             the summary task: the whole chain and whether it adds up
 
 Format of each file: ``docs/reliability.md`` ("The interval ledger"). Pure Python + fsspec (no
@@ -38,8 +44,11 @@ from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapErro
 
 #: Folder under the storage root that holds the ledgers.
 LEDGER_DIR = "_ledger"
-#: Version of the ledger files (bump on an incompatible change).
-LEDGER_VERSION = 1
+#: Version of the ledger files (bump on an incompatible change). 1: per-owner counts and owner
+#: groups (read, for the checks of a rerun of an interval planned before; never written).
+LEDGER_VERSION = 2
+#: Ledger versions this code reads.
+READ_VERSIONS = (1, 2)
 #: The subject filter whose messages the ETL accounts for (plgd publishes only under it; docs/wire-format.md §1).
 SCOPE_FILTER = "plgd.>"
 #: Owner partition of the messages whose subject is not under ``plgd.owners.<valid owner ID>.``.
@@ -50,6 +59,9 @@ UNKNOWN_EVENT_TYPE = "_unknown"
 SKIP_NOT_REQUESTED = "event_type_not_requested"
 #: Skip reason of the unrouted fetch: the message belongs to an owner's batch.
 SKIP_OWNED = "staged_by_owner_fetch"
+#: Skip reason of a range fetch over selected owners: a message of another owner (never expected:
+#: the consumer's filters are the selected owners' subjects).
+SKIP_OWNER_NOT_REQUESTED = "owner_not_requested"
 
 
 def owner_filter(owner_id: str) -> str:
@@ -71,6 +83,11 @@ def interval_dir(root: str, stream: str, interval_id: str) -> str:
     )
 
 
+def range_record_name(index: int) -> str:
+    """File name of fetch task ``index``'s record: ``range-00003.json``."""
+    return f"range-{int(index):05d}.json"
+
+
 def group_key(owner_ids: Iterable[str]) -> str:
     """File name (without ``.json``) of a fetch task's record: a hash of its owners (order kept)."""
     return "g" + hashlib.sha256("\n".join(owner_ids).encode()).hexdigest()[:16]
@@ -88,32 +105,31 @@ def read_json(path: str) -> dict[str, Any] | None:
     :raises ValueError: not a JSON object, or a ledger version this code does not know (names the path).
     """
     fs, p = storage.to_fs(path)
-    return storage.read_json_document(fs, p, "ledger file", LEDGER_VERSION)
+    return storage.read_json_document(fs, p, "ledger file", READ_VERSIONS)
 
 
 # ------------------------------------------------------------------------------------------------
 # plan
 # ------------------------------------------------------------------------------------------------
-def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any], owners: list[str],
-                owners_discovered: bool, event_types: list[str], fetch_groups: int = 1) -> dict[str, Any]:
-    """Build ``stream.json`` from ``JetStreamHook.acount_interval`` over ``[SCOPE_FILTER] + owner filters``.
+def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
+                owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str]) -> dict[str, Any]:
+    """Build ``stream.json`` from ``JetStreamHook.acount_ranges``.
 
     :param counted: the hook's answer (``stream``, ``created``, ``state``, ``first_seq``,
-        ``end_seq_exclusive``, ``counts``).
-    :param owners: the owners the run fetches; ``owners_discovered``: they were discovered from
-        the stream (so every message under another subject must be staged as unrouted), or given
-        by the user (other owners' messages are out of scope: ``not_requested``).
-    :param fetch_groups: at most this many fetch tasks share the owners (:func:`owner_group`).
+        ``end_seq_exclusive``, ``total``, ``scope_total``, ``read_total``, ``ranges``).
+    :param owners: the owners the user selected, or None (every owner: the fetch reads
+        ``SCOPE_FILTER`` and stages messages without a valid owner as ``_unrouted``).
+    :param read_filters: the filters the fetch reads with (``[SCOPE_FILTER]`` or one per owner).
     :return: ``{"version", "interval_id", "stream", "stream_created", "bounds", "first_seq",
-        "end_seq_exclusive", "seq_span", "deleted_in_range", "stream_state", "total",
-        "owners": {owner: count}, "owners_discovered", "event_types", "unrouted", "not_requested",
-        "fetch_groups"}`` (``fetch_groups``: the number of owner groups, ``len(chunk(owners, n))``).
+        "end_seq_exclusive", "seq_span", "deleted_in_range", "stream_state", "scope_filter",
+        "scope_total", "read_filters", "total" (what the fetch must account for), "owners" (None or
+        the selection), "event_types", "not_requested" (other owners' messages of a selection),
+        "ranges": [{"index", "first_seq", "end_seq_exclusive", "count"}], "fetch_ranges"}``.
     """
-    counts = counted["counts"]
-    total = int(counts[SCOPE_FILTER])
-    per_owner = {o: int(counts[owner_filter(o)]) for o in owners}
-    rest = total - sum(per_owner.values())
     span = int(counted["end_seq_exclusive"]) - int(counted["first_seq"])
+    ranges = [{"index": i, "first_seq": int(r["first_seq"]), "end_seq_exclusive": int(r["end_seq_exclusive"]),
+               "count": int(r["count"])} for i, r in enumerate(counted["ranges"])]
+    total = sum(r["count"] for r in ranges)
     return {
         "version": LEDGER_VERSION,
         "interval_id": interval_id,
@@ -124,65 +140,78 @@ def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping
         "end_seq_exclusive": int(counted["end_seq_exclusive"]),
         "seq_span": span,
         # sequences of the range that hold no message of any subject: deleted (num_deleted) or never used
-        "deleted_in_range": max(0, span - int(counted.get("total", total))),
+        "deleted_in_range": max(0, span - int(counted["total"])),
         "stream_state": dict(counted.get("state") or {}),
         "scope_filter": SCOPE_FILTER,
+        "scope_total": int(counted["scope_total"]),
+        "read_filters": list(read_filters),
         "total": total,
-        "owners": per_owner,
-        "owners_discovered": bool(owners_discovered),
+        "owners": None if owners is None else list(owners),
         "event_types": list(event_types),
-        "unrouted": rest if owners_discovered else 0,
-        "not_requested": 0 if owners_discovered else rest,
-        "fetch_groups": len(chunk(list(owners), int(fetch_groups))),
+        "not_requested": 0 if owners is None else max(0, int(counted["scope_total"]) - total),
+        "ranges": ranges,
+        "fetch_ranges": len(ranges),
     }
 
 
-def owner_group(plan: Mapping[str, Any], index: int) -> list[str]:
-    """The owners of fetch task ``index`` (0-based) of a plan record, in order.
+def plan_range(plan: Mapping[str, Any], index: Any) -> dict[str, Any]:
+    """Range ``index`` (0-based) of a plan record.
 
-    :raises ValueError: ``index`` outside ``0 .. fetch_groups - 1`` (names both).
+    :raises ValueError: ``index`` not an integer in ``0 .. fetch_ranges - 1`` (names both), or a
+        plan record of another ledger version.
     """
-    groups = chunk(list(plan["owners"]), int(plan["fetch_groups"]))
-    if not 0 <= int(index) < len(groups):
-        raise ValueError(f"ledger group {index!r} does not exist: the plan of interval {plan['interval_id']} has "
-                         f"{len(groups)} owner group(s)")
-    return groups[int(index)]
+    if int(plan.get("version") or 0) != LEDGER_VERSION:
+        raise ValueError(f"the plan of interval {plan.get('interval_id')} has ledger version {plan.get('version')}, "
+                         f"expected {LEDGER_VERSION}: run its plan task again")
+    try:
+        i = int(str(index).strip())
+    except ValueError:
+        raise ValueError(f"ledger_range must be an integer >= 0, got {index!r}") from None
+    ranges = plan["ranges"]
+    if not 0 <= i < len(ranges):
+        raise ValueError(f"ledger range {index!r} does not exist: the plan of interval {plan['interval_id']} has "
+                         f"{len(ranges)} range(s)")
+    return dict(ranges[i])
 
 
-def chunk(items: list, groups: int) -> list[list]:
-    """Split ``items`` into at most ``groups`` contiguous, non-empty, near-equal chunks (order kept)."""
-    if not items:
-        return []
-    groups = max(1, min(groups, len(items)))
-    size, extra = divmod(len(items), groups)
-    out, start = [], 0
-    for i in range(groups):
-        end = start + size + (1 if i < extra else 0)
-        out.append(items[start:end])
-        start = end
-    return out
-
+def _owners_with_messages(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """``{owner: messages}`` an earlier run of the interval staged or counted (either ledger version)."""
+    if int(plan.get("version") or 0) == 1:  # per-owner counts in the plan; unrouted as its own number
+        found = {o: int(n) for o, n in (plan.get("owners") or {}).items() if int(n)}
+        if int(plan.get("unrouted") or 0):
+            found[UNROUTED_OWNER] = int(plan["unrouted"])
+        return found
+    found = {}
+    for record in records:
+        for owner, got in (record.get("owners") or {}).items():
+            if int(got.get("staged") or 0):
+                found[owner] = found.get(owner, 0) + int(got["staged"])
+    return found
 
 
 def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], *, accept_fewer: bool) -> list[str]:
     """Compare a new plan record with the interval's previous one.
 
-    :return: the differences that lose messages (one line each, with the numbers); empty when the
-        stream still holds at least as many messages for every owner and in total.
+    For a complete interval the stream can only lose messages (a purge, deletes, ``max_age``, a
+    re-created stream): new messages get later sequences and times. So the stream's count of
+    ``SCOPE_FILTER`` in the interval must not drop, and neither may the count the fetch reads when
+    both runs read the same filters.
+
+    :return: the differences that lose messages (one line each, with the numbers); empty when none.
     :raises FewerMessagesError: there are such differences and ``accept_fewer`` is False. The
-        message names the interval, the owners, both counts and both stream creation times (a
-        different ``created`` means the stream was deleted and re-created).
+        message names the interval, both counts and both stream creation times (a different
+        ``created`` means the stream was deleted and re-created).
     """
     if previous is None:
         return []
     lost = []
-    if int(new["total"]) < int(previous["total"]):
-        lost.append(f"total: the stream now holds {new['total']} messages of {SCOPE_FILTER}, "
+    before_scope = previous.get("scope_total", previous.get("total"))  # version 1: total was the scope count
+    if before_scope is not None and int(new["scope_total"]) < int(before_scope):
+        lost.append(f"total: the stream now holds {new['scope_total']} messages of {SCOPE_FILTER}, "
+                    f"the ledger recorded {before_scope}")
+    if previous.get("read_filters") == new["read_filters"] and int(new["total"]) < int(previous["total"]):
+        lost.append(f"selection: the stream now holds {new['total']} messages of the selected owners, "
                     f"the ledger recorded {previous['total']}")
-    for owner, before in sorted((previous.get("owners") or {}).items()):
-        now = new["owners"].get(owner)
-        if now is not None and int(now) < int(before):
-            lost.append(f"owner {owner}: now {now}, recorded {before}")
     if not lost or accept_fewer:
         return lost
     recreated = previous.get("stream_created") != new.get("stream_created")
@@ -246,23 +275,25 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
                 interval_id=interval_id, gap_start_ns=end_ns, gap_end_ns=start_ns)
 
 
-def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
-    """Refuse a plan record whose selection is narrower than the interval's previous one.
+def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any],
+                           previous_records: Sequence[Mapping[str, Any]] = ()) -> None:
+    """Refuse a plan record whose selection is narrower than the interval's previous run.
 
     A run replaces the interval's rows in ``events``, ``events_deduped`` and the snapshot, so it
-    must select every owner with messages and every event type the earlier run covered: an earlier
-    run over every discovered owner with unrouted messages needs one again (those are staged only
-    when owners are discovered); owners the earlier run counted messages for must be selected; and
-    so must its event types. A wider or equal selection passes.
+    must select every owner the earlier run staged messages for (``previous_records``: its fetch
+    records; a version-1 plan: its per-owner counts), the unrouted messages when the earlier run
+    staged some (they are read only when every owner is selected), and every event type it
+    covered. A wider or equal selection passes. Cost: the earlier run's owners with messages.
 
     :raises NarrowerRerunError: naming the interval and what this run would leave out (at most 20
         names of each, with the counts).
     """
     if previous is None:
         return
-    missing_owners = sorted(o for o, n in (previous.get("owners") or {}).items()
-                            if int(n) and o not in new["owners"])
-    unrouted_lost = int(previous.get("unrouted") or 0) and not new.get("owners_discovered")
+    staged = _owners_with_messages(previous, previous_records)
+    selected = None if new.get("owners") is None else set(new["owners"])
+    missing_owners = [] if selected is None else sorted(o for o in staged if o != UNROUTED_OWNER and o not in selected)
+    unrouted_lost = staged.get(UNROUTED_OWNER, 0) if selected is not None else 0
     missing_types = sorted(set(previous.get("event_types") or []) - set(new.get("event_types") or []))
     if not (missing_owners or unrouted_lost or missing_types):
         return
@@ -271,7 +302,7 @@ def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str,
         parts.append(f"{len(missing_owners)} owner(s) with messages not selected now: "
                      + ", ".join(missing_owners[:20]) + (", ..." if len(missing_owners) > 20 else ""))
     if unrouted_lost:
-        parts.append(f"the {previous['unrouted']} unrouted message(s), staged only when owners are discovered "
+        parts.append(f"the {unrouted_lost} unrouted message(s), staged only when every owner is selected "
                      "(the owners param empty)")
     if missing_types:
         parts.append(f"{len(missing_types)} event type(s) not selected now: " + ", ".join(missing_types[:20])
@@ -286,14 +317,14 @@ def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str,
 
 
 def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """What a plan record selected, bounded for logs and XCom: ``{"owners": "all N discovered" | [≤ 20
-    names], "owners_count", "event_types": "all N" | [names], "event_types_count"}``."""
+    """What a plan record selected, bounded for logs and XCom: ``{"owners": "all" | [≤ 20 names],
+    "owners_count": None (all) | n, "event_types": "all N" | [names], "event_types_count"}``."""
     from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
-    owners, types = list(plan.get("owners") or []), list(plan.get("event_types") or [])
+    owners, types = plan.get("owners"), list(plan.get("event_types") or [])
     return {
-        "owners": f"all {len(owners)} discovered" if plan.get("owners_discovered") else owners[:20],
-        "owners_count": len(owners),
+        "owners": "all" if owners is None else list(owners)[:20],
+        "owners_count": None if owners is None else len(owners),
         "event_types": f"all {len(types)}" if set(types) >= set(EVENT_TYPES) else types,
         "event_types_count": len(types),
     }
@@ -302,31 +333,26 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 # fetch
 # ------------------------------------------------------------------------------------------------
-def fetch_record(*, interval_id: str, stream: str, owners: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Build a fetch task's record.
+def fetch_record(*, interval_id: str, stream: str, range_: Mapping[str, Any], staged: int,
+                 skipped: Mapping[str, int], owners: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Build a fetch task's record (``fetch/range-NNNNN.json``).
 
-    :param owners: ``{owner: {"expected": n (the ledger's count), "staged": s, "skipped": {reason: n},
-        "batches": [{"event_type", "count", "bytes", "first_seq", "last_seq", "files", "path"}]}}``.
+    :param range_: the plan's range (``index``, ``first_seq``, ``end_seq_exclusive``, ``count``).
+    :param staged: messages staged; ``skipped``: ``{reason: n}``.
+    :param owners: per owner with messages, ``{"staged": n, "batches": [{"event_type", "count",
+        "bytes", "first_seq", "last_seq", "files" (the fragment's part file names), "fragment"}]}``.
     """
-    return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "owners": dict(owners)}
+    return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "range": dict(range_),
+            "staged": int(staged), "skipped": dict(sorted(skipped.items())), "owners": dict(sorted(owners.items()))}
 
 
-def owner_problems(owner: str, expected: int, staged: int, skipped: Mapping[str, int]) -> list[str]:
-    """``[]`` when ``staged + sum(skipped) == expected``, else one line with the numbers."""
+def range_problems(range_: Mapping[str, Any], staged: int, skipped: Mapping[str, int]) -> list[str]:
+    """``[]`` when ``staged + sum(skipped) == range_["count"]``, else one line with the numbers."""
     got = int(staged) + sum(int(n) for n in skipped.values())
-    if got == int(expected):
+    if got == int(range_["count"]):
         return []
-    return [f"owner {owner}: the stream holds {expected} messages, fetched {got} "
-            f"(staged {staged}, skipped {dict(skipped) or 0})"]
-
-
-def unrouted_problems(expected: int | None, staged: int) -> list[str]:
-    """``[]`` unless the unrouted batch staged other than the ``expected`` messages the plan counted
-    outside every owner (None: not checked). "Staged + skipped as owned" is not enough: a message
-    skipped as an owner's that no owner fetch stages would vanish with the sums still right."""
-    if expected is None or int(staged) == int(expected):
-        return []
-    return [f"unrouted: the stream holds {expected} messages outside every owner, the unrouted batch staged {staged}"]
+    return [f"range {range_['index']} (sequences [{range_['first_seq']}, {range_['end_seq_exclusive']})): the "
+            f"stream holds {range_['count']} messages, fetched {got} (staged {staged}, skipped {dict(skipped) or 0})"]
 
 
 def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -350,30 +376,43 @@ def clear_fetch_records(root: str, stream: str, interval_id: str) -> None:
 
 
 def staged_batches(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The batches the ledger names, checked against the plan: ``[{owner_id, event_type, count}]``.
+    """The batch fragments the ledger names, checked against the plan:
+    ``[{owner_id, event_type, count, fragment, files}]`` (``files``: part file names in the batch folder).
 
-    :raises LedgerError: an owner of the plan has no fetch record, an owner's record does not add
-        up, or the unrouted messages were not staged (names the interval, owners and numbers).
+    :raises LedgerError: a range of the plan has no fetch record or one for other sequences, a
+        record does not add up (staged + skipped != the range's count, or its batches do not sum
+        to its staged count), or a record names a range the plan does not have (names the
+        interval, ranges and numbers).
     """
     interval_id = plan["interval_id"]
-    by_owner: dict[str, Mapping[str, Any]] = {}
-    for record in records:
-        by_owner.update(record.get("owners") or {})
-    problems: list[str] = []
+    if int(plan.get("version") or 0) != LEDGER_VERSION:
+        raise LedgerError(f"interval {interval_id}: the plan has ledger version {plan.get('version')}, expected "
+                          f"{LEDGER_VERSION}; run the interval again from its plan task", interval_id=interval_id)
+    ranges = {int(r["index"]): r for r in plan["ranges"]}
+    by_range = {int(r["range"]["index"]): r for r in records if "range" in r}
+    problems = [f"a fetch record names range {i}, which the plan does not have" for i in sorted(set(by_range) - set(ranges))]
+    problems += [f"a fetch record of ledger version {r.get('version')} (expected {LEDGER_VERSION})"
+                 for r in records if "range" not in r]
     batches: list[dict[str, Any]] = []
-    expected = dict(plan["owners"])
-    if int(plan.get("unrouted") or 0):
-        expected[UNROUTED_OWNER] = int(plan["total"])
-    for owner, count in sorted(expected.items()):
-        got = by_owner.get(owner)
+    for index, rng in sorted(ranges.items()):
+        got = by_range.get(index)
         if got is None:
-            problems.append(f"owner {owner}: the stream holds {count} messages, no fetch task recorded it")
+            problems.append(f"range {index} (sequences [{rng['first_seq']}, {rng['end_seq_exclusive']})): the stream "
+                            f"holds {rng['count']} messages, no fetch task recorded it")
             continue
-        problems += owner_problems(owner, count, got["staged"], got.get("skipped") or {})
-        if owner == UNROUTED_OWNER:
-            problems += unrouted_problems(plan["unrouted"], got["staged"])
-        batches += [{"owner_id": owner, "event_type": b["event_type"], "count": int(b["count"])}
-                    for b in got.get("batches") or []]
+        if (got["range"]["first_seq"], got["range"]["end_seq_exclusive"]) != (rng["first_seq"], rng["end_seq_exclusive"]):
+            problems.append(f"range {index}: the fetch read sequences [{got['range']['first_seq']}, "
+                            f"{got['range']['end_seq_exclusive']}), the plan has [{rng['first_seq']}, "
+                            f"{rng['end_seq_exclusive']})")
+            continue
+        problems += range_problems(rng, got["staged"], got.get("skipped") or {})
+        mine = [{"owner_id": owner, "event_type": b["event_type"], "count": int(b["count"]),
+                 "fragment": b.get("fragment"), "files": list(b.get("files") or [])}
+                for owner, o in (got.get("owners") or {}).items() for b in o.get("batches") or []]
+        if sum(b["count"] for b in mine) != int(got["staged"]):
+            problems.append(f"range {index}: its batches hold {sum(b['count'] for b in mine)} messages, "
+                            f"its record says {got['staged']} staged")
+        batches += mine
     if problems:
         raise LedgerError(f"interval {interval_id}: the fetch does not account for every message: "
                           + "; ".join(problems[:20]), interval_id=interval_id, problems=problems)
@@ -409,11 +448,8 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
             per_owner.setdefault(b["owner_id"], {})[b["event_type"]] = b["count"]
     skipped: dict[str, int] = {}
     for record in records:
-        for owner, got in (record.get("owners") or {}).items():
-            if owner == UNROUTED_OWNER:
-                continue
-            for reason, n in (got.get("skipped") or {}).items():
-                skipped[reason] = skipped.get(reason, 0) + int(n)
+        for reason, n in (record.get("skipped") or {}).items():
+            skipped[reason] = skipped.get(reason, 0) + int(n)
     decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
     if plan.get("spark_skip") and not decode and not dedupe:
         # an empty interval whose Spark tasks were skipped (etl.spark_skip_reason): nothing to decode
@@ -439,8 +475,9 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
                             f"{dedupe.get('duplicates')} duplicates dropped")
     chain = {
         "stream_total": plan["total"],
-        "owners": len(plan["owners"]),
-        "unrouted": plan.get("unrouted", 0),
+        "fetch_ranges": len(plan.get("ranges") or []),
+        "owners": len([o for o in per_owner if o != UNROUTED_OWNER]),
+        "unrouted": sum(per_owner.get(UNROUTED_OWNER, {}).values()),
         "not_requested_owners_messages": plan.get("not_requested", 0),
         "deleted_in_range": plan.get("deleted_in_range", 0),
         "staged": staged,

@@ -213,8 +213,8 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
 
 def fetch_subject_filters(targets: Sequence[tuple[str, str, Sequence[str]]], *, owner_wide: bool) -> list[str]:
     """The subject filters the fetch operator reads for its ``targets`` (``(owner, event type,
-    filters)`` triples): one ``plgd.owners.{owner}.>`` per owner when it reads owner-wide (``owner_ids``,
-    ``ledger_group``), else the targets' own filters (``unrouted``: ``plgd.>``)."""
+    filters)`` triples): one ``plgd.owners.{owner}.>`` per owner when it reads owner-wide (``owner_ids``),
+    else the targets' own filters (``unrouted``: ``plgd.>``)."""
     from airflow_provider_plgd import ledger
 
     if owner_wide:

@@ -13,6 +13,18 @@ Layout (``{root}`` is a local path or any fsspec URL: ``/data/plgd``, ``file:///
         part-00000-f1.parquet   <- files of the second subject filter (part_name)
         _manifest.json          <- the commit marker, written last
 
+A batch fetched in several stream-sequence ranges (the ETL's fetch tasks, one per range) is
+committed in **fragments**, one per range, in the same folder: fragment ``r0003`` has its own
+``_manifest-r0003.json`` and part files ``part-r0003-00000.parquet``, … (:func:`fragment_name`),
+and its writer touches only its own files. The interval ledger names the fragments each fetch
+task committed; the ETL's decode reads exactly those::
+
+    {root}/staging/{stream}/owner_id={owner_id}/event_type={event_type}/interval={interval_id}/
+        part-r0000-00000.parquet
+        _manifest-r0000.json
+        part-r0003-00000.parquet
+        _manifest-r0003.json
+
 Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder
 owner ``_filter`` and, as event type, a key derived from the filters (:func:`filter_key`,
 ``f`` + 16 hex digits of a SHA-256), so every batch folder has the same depth and two different
@@ -90,6 +102,8 @@ STAGING_DIR = "staging"
 MANIFEST_NAME = "_manifest.json"
 #: Version of the manifest format (bump on an incompatible change).
 MANIFEST_VERSION = 1
+#: Fragment names: ``r`` and the range index, at least 4 digits (:func:`fragment_name`).
+FRAGMENT_PREFIX = "r"
 #: ``owner_id`` partition value of a batch fetched with an arbitrary subject filter.
 FILTER_OWNER = "_filter"
 #: ``created_by`` of every manifest (no timestamps, so reruns are byte-identical).
@@ -180,12 +194,50 @@ def batch_path(root: str, stream: str, owner_id: str, event_type: str, interval:
     )
 
 
-def part_name(index: int, filter_index: int = 0) -> str:
+def fragment_name(range_index: int) -> str:
+    """The fragment of a batch fetched in stream-sequence range ``range_index`` (>= 0): ``r0003``.
+
+    :raises ValueError: not an int >= 0.
+    """
+    if isinstance(range_index, bool) or not isinstance(range_index, int) or range_index < 0:
+        raise ValueError(f"range index must be an int >= 0, got {range_index!r}")
+    return f"{FRAGMENT_PREFIX}{range_index:04d}"
+
+
+def _check_fragment(fragment: str | None) -> str | None:
+    if fragment is None:
+        return None
+    digits = fragment[len(FRAGMENT_PREFIX):] if isinstance(fragment, str) else ""
+    if not (fragment.startswith(FRAGMENT_PREFIX) and len(digits) >= 4 and digits.isdigit() and digits.isascii()):
+        raise ValueError(f"fragment must be 'r' and at least 4 digits (fragment_name), got {fragment!r}")
+    return fragment
+
+
+def manifest_name(fragment: str | None = None) -> str:
+    """``_manifest.json``, or ``_manifest-{fragment}.json`` for a fragment (:func:`fragment_name`)."""
+    return MANIFEST_NAME if fragment is None else f"_manifest-{_check_fragment(fragment)}.json"
+
+
+def _fragment_of(name: str) -> str | None:
+    """The fragment a file name of a batch folder belongs to (None: the unfragmented batch)."""
+    for prefix in ("_manifest-", "part-", ".part-"):
+        if name.startswith(prefix + FRAGMENT_PREFIX):
+            head = name[len(prefix):].split("-", 1)[0].split(".", 1)[0]
+            try:
+                return _check_fragment(head)
+            except ValueError:
+                return None
+    return None
+
+
+def part_name(index: int, filter_index: int = 0, fragment: str | None = None) -> str:
     """Return the name of part file ``index`` of the batch's filter ``filter_index``:
     ``part-00000.parquet`` for the first filter (the only one of most batches),
-    ``part-00000-f1.parquet`` for the second, and so on."""
+    ``part-00000-f1.parquet`` for the second, and so on; a fragment's files start with
+    ``part-{fragment}-`` (``part-r0003-00000.parquet``)."""
     suffix = f"-f{int(filter_index)}" if filter_index else ""
-    return f"part-{int(index):05d}{suffix}.parquet"
+    head = f"{_check_fragment(fragment)}-" if fragment is not None else ""
+    return f"part-{head}{int(index):05d}{suffix}.parquet"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -260,7 +312,9 @@ class StagingWriter:
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
     :param max_rows_per_file: rows per part file (default 1,000,000).
     :param compression: Parquet codec (default ``"snappy"``; payloads are already snappy-compressed).
-    :raises ValueError: bad partition values, sizes below 1.
+    :param fragment: commit this writer's rows as one fragment of the batch (:func:`fragment_name`;
+        the fetch of one stream-sequence range); None: the whole batch.
+    :raises ValueError: bad partition values or fragment, sizes below 1.
     :raises OSError: (from any method) a file system error; the message names the path
         (:func:`io_error_with_path`).
     """
@@ -279,6 +333,7 @@ class StagingWriter:
         row_group_bytes: int = 32 * 1024 * 1024,
         max_rows_per_file: int = 1_000_000,
         compression: str = "snappy",
+        fragment: str | None = None,
     ) -> None:
         for name, value in (
             ("row_group_size", row_group_size),
@@ -295,6 +350,8 @@ class StagingWriter:
         self.subject_filters = as_filter_list(subject_filters)
         self.bounds = dict(bounds)
         self.folder = batch_path(self.root_path, stream, owner_id, event_type, interval_id)
+        self.fragment = _check_fragment(fragment)
+        self.manifest_name = manifest_name(self.fragment)
         self.row_group_size = row_group_size
         self.row_group_bytes = row_group_bytes
         self.max_rows_per_file = max_rows_per_file
@@ -333,11 +390,24 @@ class StagingWriter:
         """Payload bytes written so far (sum of ``len(data)``)."""
         return sum(p.stats["bytes"] for p in self._parts.values())
 
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes buffered for row groups not written yet."""
+        return sum(p.p_bytes for p in self._parts.values())
+
+    def flush(self) -> None:
+        """Write the pending rows now, as row groups (for a caller's memory budget over many writers:
+        the rows and their order are unchanged, only row groups are cut earlier)."""
+        self._require_open()
+        for part in self._parts.values():
+            self._flush_row_group(part)
+
     def open(self) -> None:
-        """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now uncommitted)."""
+        """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now
+        uncommitted), or only the fragment's own manifest."""
         if self._opened:
             return
-        manifest = join_path(self.folder, MANIFEST_NAME)
+        manifest = join_path(self.folder, self.manifest_name)
         with io_error_with_path(self.fs, self.folder, "create the staging folder"):
             self.fs.makedirs(self.folder, exist_ok=True)
             if self.fs.exists(manifest):
@@ -446,6 +516,7 @@ class StagingWriter:
             "event_type": self.event_type,
             "interval_id": self.interval_id,
             "subject_filters": list(self.subject_filters),
+            "fragment": self.fragment,
             "bounds": self.bounds,
             "first_seq": min(s[0] for s in seqs) if seqs else None,
             "last_seq": max(s[1] for s in seqs) if seqs else None,
@@ -457,14 +528,16 @@ class StagingWriter:
             "created_by": CREATED_BY,
         }
         text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-        target = join_path(self.folder, MANIFEST_NAME)
+        target = join_path(self.folder, self.manifest_name)
         with io_error_with_path(self.fs, target, "write the manifest"):
             write_bytes_atomic(self.fs, target, text.encode())
         self._committed = True
-        keep = {MANIFEST_NAME} | {f["path"] for f in files}
+        keep = {self.manifest_name} | {f["path"] for f in files}
         with io_error_with_path(self.fs, self.folder, "remove stray files from"):
             for entry in self.fs.ls(self.folder, detail=False):
                 name = posixpath.basename(str(entry).rstrip("/"))
+                if _fragment_of(name) != self.fragment:
+                    continue  # another fragment's file: its own writer cleans it up
                 if name in keep or (name.endswith(".inprogress") and self._writer_id not in name
                                     and younger_than(self.fs, entry, STALE_INPROGRESS_S)):
                     continue  # another writer's file in progress (a concurrent run of this batch)
@@ -508,7 +581,7 @@ class StagingWriter:
         self._close_file(part)
 
     def _open_file(self, part: _FilterPart) -> None:
-        name = part_name(len(part.files), part.index)
+        name = part_name(len(part.files), part.index, self.fragment)
         tmp = join_path(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else join_path(self.folder, name)
         with io_error_with_path(self.fs, tmp, "open the part file"):
             if self._local:
@@ -597,12 +670,13 @@ class StagingWriter:
 # --------------------------------------------------------------------------------------------------
 # Readers
 # --------------------------------------------------------------------------------------------------
-def read_manifest(path: Any) -> dict[str, Any]:
-    """Read one ``_manifest.json``.
+def read_manifest(path: Any, fragment: str | None = None) -> dict[str, Any]:
+    """Read one ``_manifest.json`` (or a fragment's ``_manifest-{fragment}.json``).
 
     :param path: the manifest file, or its batch folder (path, fsspec URL or ``ObjectStoragePath``).
+    :param fragment: with a folder: read this fragment's manifest (:func:`fragment_name`).
     :return: the manifest dict (fields: ``version``, ``stream``, ``owner_id``, ``event_type``,
-        ``interval_id``, ``subject_filters``, ``bounds``, ``first_seq``, ``last_seq`` (int or None),
+        ``interval_id``, ``subject_filters``, ``fragment`` (None or the fragment name), ``bounds``, ``first_seq``, ``last_seq`` (int or None),
         ``count`` (rows), ``bytes`` (sum of payload lengths), ``filters`` (per filter: count, bytes,
         first/last seq), ``files`` (``[{path, rows, bytes (file size), data_bytes, subject_filter,
         first_seq, last_seq}]``, paths relative to the folder), ``schema``, ``created_by``), plus
@@ -611,8 +685,9 @@ def read_manifest(path: Any) -> dict[str, Any]:
     :raises ValueError: not valid JSON, or a manifest version this code does not know.
     """
     fs, p = to_fs(path)
-    if posixpath.basename(p) != MANIFEST_NAME:
-        p = join_path(p, MANIFEST_NAME)
+    name = posixpath.basename(p)
+    if not (name == MANIFEST_NAME or (name.startswith("_manifest-") and name.endswith(".json"))):
+        p = join_path(p, manifest_name(fragment))
     return _read_manifest(fs, p)
 
 
@@ -646,7 +721,10 @@ def list_committed(
     """List the committed batches of a stream's staging dataset.
 
     A batch is committed when its folder holds ``_manifest.json``; only the files its manifest
-    lists belong to it (anything else in the folder is a leftover of an interrupted run).
+    lists belong to it (anything else in the folder is a leftover of an interrupted run). A batch
+    fetched in ranges is listed as its committed fragments, one manifest each; which fragments
+    belong to the current run of an interval only the interval ledger says (the ETL's decode
+    reads the ledger, not this listing).
 
     :param root: storage root (path, fsspec URL or ``ObjectStoragePath``).
     :param stream: stream name.
@@ -664,15 +742,18 @@ def list_committed(
     interval = "*" if interval_id is None else validate_partition_value(interval_id, "interval_id")
     owner_glob = next(iter(owners)) if owners is not None and len(owners) == 1 else "*"
     type_glob = next(iter(types)) if types is not None and len(types) == 1 else "*"
-    pattern = join_path(base, f"owner_id={owner_glob}", f"event_type={type_glob}", f"interval={interval}", MANIFEST_NAME)
+    pattern = join_path(base, f"owner_id={owner_glob}", f"event_type={type_glob}", f"interval={interval}",
+                        "_manifest*.json")
     results = []
     for path in sorted(fs.glob(pattern)):
         parts = str(path).rstrip("/").split("/")
         owner, event_type = parts[-4].partition("=")[2], parts[-3].partition("=")[2]
+        if parts[-1] != MANIFEST_NAME and _fragment_of(parts[-1]) is None:
+            continue
         if (owners is not None and owner not in owners) or (types is not None and event_type not in types):
             continue
         results.append(_read_manifest(fs, str(path)))
-    results.sort(key=lambda m: (m["owner_id"], m["event_type"], m["interval_id"]))
+    results.sort(key=lambda m: (m["owner_id"], m["event_type"], m["interval_id"], m.get("fragment") or ""))
     return results
 
 

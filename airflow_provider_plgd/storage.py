@@ -134,11 +134,13 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
             fs.pipe_file(path, data)
 
 
-def read_json_document(fs: fsspec.AbstractFileSystem, path: str, what: str, version: int) -> dict[str, Any] | None:
+def read_json_document(fs: fsspec.AbstractFileSystem, path: str, what: str,
+                       version: int | tuple[int, ...]) -> dict[str, Any] | None:
     """Read a JSON object that carries a ``version`` field (a manifest, a ledger record); None when
     ``path`` does not exist.
 
-    :raises ValueError: not valid JSON, or another version than ``version`` (names ``what`` and the path).
+    :param version: the version expected, or the versions accepted.
+    :raises ValueError: not valid JSON, or another version (names ``what`` and the path).
     """
     where = location_url(fs, path)
     try:
@@ -150,8 +152,10 @@ def read_json_document(fs: fsspec.AbstractFileSystem, path: str, what: str, vers
     except ValueError as exc:
         raise ValueError(f"{what} {where} is not valid JSON: {exc}") from None
     found = value.get("version") if isinstance(value, dict) else None
-    if found != version:
-        raise ValueError(f"{what} {where} has version {found!r}, expected {version}")
+    accepted = version if isinstance(version, tuple) else (version,)
+    if found not in accepted:
+        raise ValueError(f"{what} {where} has version {found!r}, expected "
+                         + " or ".join(str(v) for v in accepted))
     return value
 
 def exists(url: str) -> bool:

@@ -2,12 +2,12 @@
 
 Starts its own nats-server (``plgd_devtools.nats_server``) with the plgd bundle stream, publishes
 ``--messages-per-owner`` messages (default 2) for each of ``--owners`` owners (default 10,000) on
-plgd subjects, then runs the ETL's ``plan`` work and ``fetch_groups`` the way the DAG does:
+plgd subjects, then runs the ETL's ``plan`` work and ``fetch_ranges`` the way the DAG does:
 
 1. owner discovery: ``JetStreamHook.list_owners()`` (the stream's subject list);
 2. the interval ledger: ``etl.write_interval_ledger`` (server-side counts for ``plgd.>`` and one
    ``plgd.owners.{owner}.>`` filter per owner, then ``stream.json``);
-3. ``fetch_groups``: the mapped fetch tasks' kwargs (``{"ledger_group": i}``) and one group's
+3. ``fetch_ranges``: the mapped fetch tasks' kwargs (``{"ledger_group": i}``) and one group's
    owners (``ledger.owner_group``).
 4. one fetch task's share (``--fetch-one``, default on): ``JetStreamToStagingOperator`` for group 0
    (``owners / max_fetch_tasks`` owners, one consumer each).
@@ -120,14 +120,14 @@ def main(argv: list[str] | None = None) -> None:
         interval = times.interval_id(start, end)
         t0 = time.perf_counter()
         record = write_interval_ledger(hook, root, interval, start, end, found, True, list(EVENT_TYPES),
-                                       accept_fewer=False, fetch_groups=args.max_fetch_tasks)
+                                       accept_fewer=False, fetch_ranges=args.max_fetch_tasks)
         t_ledger = time.perf_counter() - t0
         if record["total"] != published:
             raise SystemExit(f"ledger counts {record['total']}, published {published}")
         stream_json = os.path.getsize(f"{ledger.interval_dir(root, 'EVENTS', interval)}/stream.json")
-        groups = [{"ledger_group": i} for i in range(record["fetch_groups"])]
+        groups = [{"ledger_group": i} for i in range(record["fetch_ranges"])]
         xcom = len(json.dumps({"storage_root": root, "interval_id": interval, "owners": len(found),
-                               "messages": record["total"], "fetch_groups": groups, "py_files": "x" * 100}))
+                               "messages": record["total"], "fetch_ranges": groups, "py_files": "x" * 100}))
         t0 = time.perf_counter()
         group0 = ledger.owner_group(record, 0)
         t_group = time.perf_counter() - t0

@@ -1,12 +1,13 @@
-"""The fetch pipeline: bounded, owner-wide and durable reads into committed staging batches.
+"""The fetch pipeline: range, bounded, owner-wide and durable reads into committed staging batches.
 
 :class:`FetchPipeline` runs one fetch task's work: it checks the interval is complete (time
 bounds, :mod:`airflow_provider_plgd.completeness`) and retained (:mod:`.retention`), learns what the
-stream holds for each owner or batch (the ledger's plan or a server count), refuses a rerun that
+stream holds (the ledger's range count, or a server count per owner or batch), refuses a rerun that
 would commit fewer messages, reads through the hook (``JetStreamHook.aiter_batches`` or the durable
 consumer), writes each batch on one writer thread (:class:`WriterThread`) while the next is read,
-and commits a batch only when staged + skipped == expected (else ``LedgerError``, nothing
-committed). Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval
+and commits only when staged + skipped == expected (else ``LedgerError``, nothing committed).
+The ETL's fetch tasks each read one stream-sequence range of the ledger's plan
+(:meth:`FetchPipeline.run_range`) and commit one fragment per non-empty batch. Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval
 ledger"); the operator's docstring gives the user-facing rules.
 """
 
@@ -47,6 +48,8 @@ class FetchSettings:
     :ivar accept_fewer: let a rerun replace committed batches with fewer messages.
     :ivar ack_wait_seconds: durable mode: the consumer's ack wait (s).
     :ivar spool_dir: durable mode: the spool folder (None: :func:`~.spool.default_spool_dir`).
+    :ivar range_buffer_bytes: range mode: payload bytes buffered over all batches of the range
+        before the largest buffers are written out early (bytes; bounds memory at many owners).
     """
 
     batch_size: int = 1000
@@ -61,6 +64,7 @@ class FetchSettings:
     accept_fewer: bool = False
     ack_wait_seconds: float = 300.0
     spool_dir: str | None = None
+    range_buffer_bytes: int = 64 * 1024 * 1024
 
 
 class FetchPipeline:
@@ -69,10 +73,9 @@ class FetchPipeline:
     :param hook: the ``JetStreamHook`` (all NATS access goes through it).
     :param log: a logger (the operator's ``self.log``).
     :param settings: :class:`FetchSettings`.
-    :param plan: the interval ledger's plan record (``ledger.plan_record``) when the expected counts
-        come from it, else None (the server counts them).
-    :param ledger_dir: the interval's ledger folder: owner-wide fetches write their record to
-        ``{ledger_dir}/fetch/`` and return a small XCom.
+    :param plan: the interval ledger's plan record (``ledger.plan_record``): :meth:`run_range`.
+    :param ledger_dir: the interval's ledger folder: :meth:`run_range` writes its record to
+        ``{ledger_dir}/fetch/`` and returns a small XCom.
     """
 
     def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: dict[str, Any] | None = None,
@@ -90,7 +93,7 @@ class FetchPipeline:
         :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
         :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
         :param bounds: the bounds of that mode (JSON; they go into the manifests).
-        :param owner_wide: read each owner through one consumer (``owner_ids`` / ``ledger_group`` /
+        :param owner_wide: read each owner through one consumer (``owner_ids`` /
             ``unrouted``) and account per owner.
         """
         hook = self.hook
@@ -120,13 +123,9 @@ class FetchPipeline:
             if mode == "durable":
                 batches = [await self._durable_batch(stream, root, group[0], bounds, head)]
             elif owner_wide:
-                # the unrouted batch must stage exactly what the ledger counted outside every owner
-                only = (int(self.plan["unrouted"]) if self.plan is not None and key == ledger.UNROUTED_OWNER
-                        else None)
                 owner_expected = expected[key]
                 assert owner_expected is not None  # counted in every mode but durable
-                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, owner_expected,
-                                                             expected_staged=only)
+                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, owner_expected)
             else:
                 batches = [await self._bounded_batch(stream, root, group[0], mode, bounds, head, expected[key])]
             results.extend(batches)
@@ -156,13 +155,127 @@ class FetchPipeline:
         if owner_wide:
             summary["skipped"] = {r: sum(a["skipped"].get(r, 0) for a in accounts.values())
                                   for r in sorted({r for a in accounts.values() for r in a["skipped"]})}
-        if self.ledger_dir and owner_wide:
-            record_path = storage.join_path(self.ledger_dir, "fetch", f"{ledger.group_key(accounts)}.json")
-            ledger.write_json(record_path, ledger.fetch_record(interval_id=summary["interval_id"], stream=stream,
-                                                               owners=accounts))
-            summary["owners"] = len(accounts)
-            summary["batches"] = len(results)
-            summary["record"] = record_path
+        return summary
+
+    async def run_range(self, stream: str, root: Any, range_index: Any) -> dict[str, Any]:
+        """Fetch stream-sequence range ``range_index`` of the ledger's plan and commit its batches.
+
+        One consumer reads the range with the plan's ``read_filters``; a :class:`~.router.RangeRouter`
+        routes every message to its (owner, event type) batch; each non-empty batch is committed as
+        the fragment ``staging.fragment_name(range_index)`` of its folder. Before any commit,
+        staged + skipped must equal the range's count in the plan (else ``LedgerError``, nothing
+        committed). Then the task's record ``{ledger_dir}/fetch/range-NNNNN.json`` is written.
+        Memory: the messages buffered for row groups, at most about ``range_buffer_bytes`` of
+        payload over all batches (the largest buffers are written out first) plus one row group
+        per batch larger than ``row_group_bytes``.
+
+        :return: the XCom summary ``{"stream", "mode": "range", "root", "interval_id", "range",
+            "count", "bytes", "first_seq", "last_seq", "owners", "batches", "skipped", "record"}``.
+        :raises ValueError: no plan or ledger folder, or a range the plan does not have.
+        :raises LedgerError: staged + skipped differs from the range's count.
+        """
+        from airflow_provider_plgd.fetch.router import RangeRouter
+
+        plan, hook, settings = self.plan, self.hook, self.settings
+        if plan is None or not self.ledger_dir:
+            raise ValueError("a range fetch needs the interval ledger's plan and folder (ledger argument)")
+        rng = ledger.plan_range(plan, range_index)
+        if plan["stream"] != stream:
+            raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan['stream']!r}, not {stream!r}")
+        bounds, interval = plan["bounds"], plan["interval_id"]
+        await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
+                                              settle_seconds=settings.settle_seconds,
+                                              source_wait_seconds=settings.source_wait_seconds)
+        info = await hook.astream_info(stream)
+        head = int(_state(info).get("last_seq", 0))
+        check_retained(_state(info), stream, bounds, when="before the fetch")
+        fs, root_path = storage.to_fs(root)
+        root_url = storage.location_url(fs, root_path)
+        fragment = staging.fragment_name(int(rng["index"]))
+        first, stop = int(rng["first_seq"]), int(rng["end_seq_exclusive"])
+        self.log.info("Fetching range %s of interval %s: stream %s sequences [%s, %s), %s messages of %s, into %s",
+                      rng["index"], interval, stream, first, stop, rng["count"],
+                      _filters_text(plan["read_filters"]), root_url)
+        router = RangeRouter(plan["event_types"], plan["owners"])
+        writers: dict[tuple[str, int], staging.StagingWriter] = {}
+        progress = Progress(self.log, f"range {rng['index']}", head, settings.progress_interval_seconds,
+                            settings.progress_every_messages)
+        buffered = 0
+
+        def write(rows_by_place: dict[tuple[str, int, int], list]) -> None:
+            for (owner, target, index), rows in rows_by_place.items():
+                writer = writers.get((owner, target))
+                if writer is None:
+                    _, event_type, filters = router.router(owner).group[target]
+                    writer = writers[(owner, target)] = self._writer(root, stream, owner, event_type, interval,
+                                                                     filters, bounds, fragment=fragment)
+                    writer.open()
+                writer.write(rows, index)
+
+        def spill() -> int:
+            """Write the largest buffers out until at most half the budget stays buffered."""
+            pending = sorted(((w.pending_bytes, key) for key, w in writers.items() if w.pending_bytes),
+                             reverse=True)
+            left = sum(p for p, _ in pending)
+            for size, key in pending:
+                if left <= settings.range_buffer_bytes // 2:
+                    break
+                writers[key].flush()
+                left -= size
+            return left
+
+        try:
+            with WriterThread() as worker:
+                if stop > first and rng["count"]:
+                    read = plan["read_filters"][0] if len(plan["read_filters"]) == 1 else plan["read_filters"]
+                    batches = hook.aiter_batches(read, start_seq=first, end_seq=stop - 1,
+                                                 batch_size=settings.batch_size)
+                    async with contextlib.aclosing(batches):  # deletes the consumer on errors too
+                        async for batch in batches:
+                            if not batch:
+                                continue
+                            routed = router.route(batch)
+                            await worker.submit(write, routed)
+                            buffered += sum(len(m[4]) for rows in routed.values() for m in rows)
+                            if buffered > settings.range_buffer_bytes:
+                                buffered = await worker.call(spill)
+                            progress.update(batch)
+                check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+                staged = await worker.call(lambda: sum(w.count for w in writers.values()))
+                skipped = router.skipped
+                problems = ledger.range_problems(rng, staged, skipped)
+                if problems:
+                    raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed",
+                                      interval_id=interval, problems=problems)
+                manifests = await worker.call(lambda: [w.commit() for w in writers.values()])
+        except BaseException:
+            for w in writers.values():  # nothing of the range is committed: remove the part files written
+                w.abort()
+            raise
+        progress.done()
+        owners: dict[str, dict[str, Any]] = {}
+        for m in manifests:
+            entry = owners.setdefault(m["owner_id"], {"staged": 0, "batches": []})
+            entry["staged"] += int(m["count"])
+            entry["batches"].append({"event_type": m["event_type"], "count": m["count"], "bytes": m["bytes"],
+                                     "first_seq": m["first_seq"], "last_seq": m["last_seq"],
+                                     "files": [f["path"] for f in m["files"]], "fragment": fragment})
+        for entry in owners.values():
+            entry["batches"].sort(key=lambda b: b["event_type"])
+        record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(int(rng["index"])))
+        ledger.write_json(record_path, ledger.fetch_record(interval_id=interval, stream=stream, range_=rng,
+                                                           staged=staged, skipped=skipped, owners=owners))
+        seqs = [m for m in manifests if m["count"]]
+        summary = {
+            "stream": stream, "mode": "range", "root": root_url, "interval_id": interval, "range": rng,
+            "count": staged, "bytes": sum(int(m["bytes"]) for m in manifests),
+            "first_seq": min((m["first_seq"] for m in seqs), default=None),
+            "last_seq": max((m["last_seq"] for m in seqs), default=None),
+            "owners": len(owners), "batches": len(manifests), "skipped": skipped, "record": record_path,
+        }
+        self.log.info("Committed range %s of interval %s: %s messages staged in %s batch(es) of %s owner(s), "
+                      "skipped %s, seq %s..%s", rng["index"], interval, staged, len(manifests), len(owners),
+                      skipped or 0, summary["first_seq"], summary["last_seq"])
         return summary
 
     async def _expected_counts(self, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
@@ -170,17 +283,6 @@ class FetchPipeline:
         keys = {_group_key(g, owner_wide): g for g in groups}
         if mode == "durable":
             return dict.fromkeys(keys)
-        if self.plan is not None and owner_wide:
-            plan = self.plan
-            if mode != "time" or (plan["bounds"].get("start_ns"), plan["bounds"].get("end_ns")) != (
-                    bounds["start_ns"], bounds["end_ns"]):
-                raise ValueError(f"ledger {self.ledger_dir} is for the interval {plan['bounds']}, not {bounds}")
-            counts = {**plan["owners"], ledger.UNROUTED_OWNER: plan["total"]}
-            missing = [k for k in keys if k not in counts]
-            if missing:
-                raise LedgerError(f"the ledger {self.ledger_dir} has no count for owner(s) {missing[:10]}",
-                                  interval_id=plan["interval_id"])
-            return {k: int(counts[k]) for k in keys}
         filters = {k: ([ledger.SCOPE_FILTER] if k == ledger.UNROUTED_OWNER else [ledger.owner_filter(k)])
                    if owner_wide else g[0][2] for k, g in keys.items()}
         read = ({"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]} if mode == "time"
@@ -206,7 +308,8 @@ class FetchPipeline:
             interval_id=interval, problems=[f"owner {owner}: stream {expected}, committed {before}"],
         )
 
-    def _writer(self, root, stream, owner, event_type, interval, filters, bounds) -> staging.StagingWriter:
+    def _writer(self, root, stream, owner, event_type, interval, filters, bounds, *,
+                fragment: str | None = None) -> staging.StagingWriter:
         return staging.StagingWriter(
             root,
             stream=stream,
@@ -219,6 +322,7 @@ class FetchPipeline:
             row_group_bytes=self.settings.row_group_bytes,
             max_rows_per_file=self.settings.max_rows_per_file,
             compression=self.settings.compression,
+            fragment=fragment,
         )
 
     async def _bounded_batch(self, stream, root, target: Target, mode, bounds, head, expected):
@@ -247,8 +351,8 @@ class FetchPipeline:
         progress.done()
         return _batch_summary(manifest)
 
-    async def _owner_batches(self, stream, root, group, mode, bounds, head, expected: int, *,
-                             expected_staged: int | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    async def _owner_batches(self, stream, root, group, mode, bounds, head,
+                             expected: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
 
         The server walks the stream once per consumer to find the messages of its filter, so one
@@ -257,8 +361,7 @@ class FetchPipeline:
         "Measurements behind design choices", M17).
         Here each message is routed to its batch and filter on the client (:class:`~.router.Router`:
         unknown types to the ``_unknown`` batch, types not requested skipped and counted). Before
-        any commit, staged + skipped must equal ``expected``, and staged must equal
-        ``expected_staged`` when given (the unrouted batch: the ledger's ``unrouted`` count). Each filter's rows are written as
+        any commit, staged + skipped must equal ``expected``. Each filter's rows are written as
         they come, into that filter's own part files (``StagingWriter.write(rows, filter_index)``),
         so each batch gets the same files as with its own consumers, and nothing is spooled.
         Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
@@ -284,10 +387,6 @@ class FetchPipeline:
             check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: sum(w.count for w in writers))
             _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
-            problems = ledger.unrouted_problems(expected_staged, staged)
-            if problems:
-                raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed for it",
-                                  interval_id=interval, problems=problems)
             manifests = [await worker.call(writer.commit) for writer in writers]
         progress.done()
         return [_batch_summary(m) for m in manifests], dict(sorted(router.skipped.items()))
@@ -359,13 +458,20 @@ def _check_accounted(interval: str, what: str, expected: int | None, staged: int
     """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
     if expected is None:
         return
-    problems = ledger.owner_problems(what, expected, staged, skipped)
-    if problems:
+    got = int(staged) + sum(int(n) for n in skipped.values())
+    if got != int(expected):
+        problems = [f"{what}: the stream holds {expected} messages, fetched {got} "
+                    f"(staged {staged}, skipped {dict(skipped) or 0})"]
         raise LedgerError(
             f"interval {interval}: {problems[0]}; nothing was committed for it. Messages arrived or were removed "
             "while the interval was read (is the interval complete? was the stream changed?); retry the task",
             interval_id=interval, problems=problems,
         )
+
+
+def _filters_text(filters: Sequence[str]) -> str:
+    """A list of subject filters for a log line: all of them, or the first 3 and how many more."""
+    return ", ".join(filters) if len(filters) <= 3 else f"{', '.join(filters[:3])} and {len(filters) - 3} more"
 
 
 def _counts_text(manifests: list[dict[str, Any]]) -> str:

@@ -1,9 +1,9 @@
-"""Routing the messages of one owner-wide consumer to their batches and filters.
+"""Routing fetched messages to their (owner, event type) batches and filters, on the client.
 
-Each owner's messages are read through ONE consumer on ``plgd.owners.{owner}.>``; the server walks
-the stream once per consumer, so this beats one consumer per (event type, filter) several times
-(docs/performance.md, "Measurements behind design choices", M17). Routing on the client gives each
-batch the same files as its own consumers would.
+The server walks the stream once per consumer, so one consumer per range of the interval
+(:class:`RangeRouter`, the ETL) or per owner (:class:`Router`, the operator's ``owner_ids``) beats
+one consumer per (owner, event type, filter) by far (docs/performance.md, "Measurements behind
+design choices", M17). Routing gives each batch the same rows as its own consumers would.
 """
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_plgd import ledger
-from airflow_provider_plgd.plgd.subjects import parse_subject, subject_matches, subject_owner
+from airflow_provider_plgd.plgd.subjects import (
+    TOKEN_OWNERS,
+    TOKEN_PLGD,
+    parse_subject,
+    subject_matches,
+    subject_owner,
+    validate_owner_id,
+)
 
 
 class Router:
@@ -35,7 +42,7 @@ class Router:
     are skipped as ``ledger.SKIP_OWNED`` (their owner's fetch stages them).
     """
 
-    def __init__(self, group: list[tuple[str, str, list[str]]], *, unrouted: bool = False) -> None:
+    def __init__(self, group: Sequence[tuple[str, str, list[str]]], *, unrouted: bool = False) -> None:
         from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
         self.group = group
@@ -85,3 +92,78 @@ class Router:
             elif self.unrouted:
                 self.skipped[ledger.SKIP_OWNED] = self.skipped.get(ledger.SKIP_OWNED, 0) + 1
         return out
+
+
+class RangeRouter:
+    """Routes the messages of one stream-sequence range (every owner) to ``(owner, target, filter)``.
+
+    The owner is the subject's owner token when it is a valid owner ID
+    (``plgd.subjects.subject_owner``), else ``ledger.UNROUTED_OWNER``; within an owner, a
+    :class:`Router` over the owner's targets (``Selection.targets(owner_wide=True)``: each
+    requested event type and ``_unknown``) places it, created when the owner's first message
+    comes, so quiet owners cost nothing. Skipped messages are counted (:attr:`skipped`): known
+    event types not requested, and with a selection of owners a message of another owner (the
+    consumer's filters make that impossible; counted, not dropped, if a server ever sends one).
+
+    :param event_types: the requested event types (checked). :param owners: the selected owners,
+        or None for every owner (then messages without a valid owner go to ``_unrouted``).
+    """
+
+    def __init__(self, event_types: Sequence[str], owners: Sequence[str] | None = None) -> None:
+        self.event_types = tuple(event_types)
+        self.owners = None if owners is None else frozenset(owners)
+        self.routers: dict[str, Router] = {}
+        self._owner_of_token: dict[str, str] = {}
+        self._skipped: dict[str, int] = {}
+
+    def owner_of(self, subject: str) -> str:
+        """The batch owner of a subject: its valid owner ID, else ``ledger.UNROUTED_OWNER``."""
+        tokens = subject.split(".", 3)
+        if len(tokens) < 4 or tokens[0] != TOKEN_PLGD or tokens[1] != TOKEN_OWNERS:
+            return ledger.UNROUTED_OWNER
+        token = tokens[2]
+        owner = self._owner_of_token.get(token)
+        if owner is None:
+            try:
+                owner = validate_owner_id(token)
+            except (TypeError, ValueError):
+                owner = ledger.UNROUTED_OWNER
+            self._owner_of_token[token] = owner
+        return owner
+
+    def router(self, owner: str) -> Router:
+        """The owner's :class:`Router` (its ``group`` lists the owner's targets)."""
+        router = self.routers.get(owner)
+        if router is None:
+            from airflow_provider_plgd.fetch.selection import Selection, unrouted_targets
+
+            if owner == ledger.UNROUTED_OWNER:
+                router = Router(unrouted_targets(), unrouted=True)
+            else:
+                router = Router(Selection((owner,), self.event_types).targets(owner_wide=True))
+            self.routers[owner] = router
+        return router
+
+    def route(self, batch: Sequence[Sequence[Any]]) -> dict[tuple[str, int, int], list]:
+        """``{(owner, target index, filter index): [messages in stream order]}`` of one fetched batch."""
+        by_owner: dict[str, list] = {}
+        for msg in batch:
+            by_owner.setdefault(self.owner_of(msg[1]), []).append(msg)
+        out: dict[tuple[str, int, int], list] = {}
+        for owner, msgs in by_owner.items():
+            if self.owners is not None and owner not in self.owners:
+                self._skipped[ledger.SKIP_OWNER_NOT_REQUESTED] = (
+                    self._skipped.get(ledger.SKIP_OWNER_NOT_REQUESTED, 0) + len(msgs))
+                continue
+            for (target, index), rows in self.router(owner).route(msgs).items():
+                out[(owner, target, index)] = rows
+        return out
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """``{reason: count}`` over every owner."""
+        total = dict(self._skipped)
+        for router in self.routers.values():
+            for reason, n in router.skipped.items():
+                total[reason] = total.get(reason, 0) + n
+        return dict(sorted(total.items()))

@@ -78,6 +78,9 @@ DEFAULT_BATCH_SIZE = 2000
 #: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
 COUNT_INACTIVE_THRESHOLD_S = 10.0
 
+#: Stream state fields a count reports (``state`` of ``$JS.API.STREAM.INFO``).
+_STATE_KEYS = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
+
 _ERR_STREAM_NOT_FOUND = 10059
 _ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
 
@@ -430,7 +433,7 @@ class JetStreamHook(BaseHook):
         self,
         nc: Any,
         stream: str,
-        filter_subject: str | None,
+        filter_subject: str | Sequence[str] | None,
         *,
         start_ns: int | None = None,
         start_seq: int | None = None,
@@ -438,7 +441,8 @@ class JetStreamHook(BaseHook):
         kind: str,
     ) -> dict:
         """Create an ephemeral, ack-none, memory-stored consumer (``filter_subject`` None: every
-        subject of the stream) and return its info dict."""
+        subject of the stream; several filters: ``filter_subjects``, nats-server >= 2.10) and
+        return its info dict."""
         name = f"plgd_{kind}_{secrets.token_hex(8)}"
         config: dict[str, Any] = {
             "name": name,
@@ -447,8 +451,11 @@ class JetStreamHook(BaseHook):
             "mem_storage": True,
             "num_replicas": 1,
         }
-        if filter_subject:
-            config["filter_subject"] = filter_subject
+        filters = [filter_subject] if isinstance(filter_subject, str) else list(filter_subject or [])
+        if len(filters) == 1 and filters[0]:
+            config["filter_subject"] = filters[0]
+        elif len(filters) > 1:
+            config["filter_subjects"] = filters
         if start_seq is not None:
             config.update(deliver_policy="by_start_sequence", opt_start_seq=max(1, start_seq))
         elif start_ns is not None:
@@ -536,18 +543,9 @@ class JetStreamHook(BaseHook):
             state = info.get("state") or {}
             last = int(state.get("last_seq") or 0)
 
-            async def seq_at(ns: int | None, default: int) -> int:
-                if ns is None:
-                    return default
-                made = await self._acreate_consumer(nc, stream, None, start_ns=ns,
-                                                    inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
-                try:
-                    return int((made.get("delivered") or {}).get("stream_seq") or 0) + 1
-                finally:
-                    await self._adelete_consumer(nc, stream, made["name"])
-
-            first = max(start_seq or 1, await seq_at(start_ns, 1))
-            stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1, await seq_at(end_ns, last + 1))
+            first = max(start_seq or 1, await self._aseq_at(nc, stream, start_ns, 1))
+            stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1,
+                       await self._aseq_at(nc, stream, end_ns, last + 1))
             stop = max(stop, first)
             gate = asyncio.Semaphore(max(1, int(concurrency)))
 
@@ -555,44 +553,132 @@ class JetStreamHook(BaseHook):
                 if stop <= first:
                     return 0
                 async with gate:
-                    return await self._acount_range(nc, stream, subject_filter or None, first, stop)
+                    return (await self._acount_boundaries(nc, stream, subject_filter or None, [first, stop]))[0]
 
             wanted = list(dict.fromkeys(filters))
             results = await asyncio.gather(count("") if with_total else asyncio.sleep(0),
                                            *(count(f) for f in wanted))
-        keep = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
         return {
             "stream": stream,
             "created": info.get("created"),
-            "state": {k: state.get(k) for k in keep},
+            "state": {k: state.get(k) for k in _STATE_KEYS},
             "first_seq": first,
             "end_seq_exclusive": stop,
             "total": results[0],
             "counts": dict(zip(wanted, results[1:])),
         }
 
-    async def _acount_range(self, nc: Any, stream: str, subject_filter: str | None, first: int, stop: int) -> int:
-        """Stored messages matching ``subject_filter`` (None: all) with ``first <= seq < stop``."""
+    async def acount_ranges(
+        self,
+        read_filters: Sequence[str],
+        *,
+        start_time: dt.datetime | int,
+        end_time: dt.datetime | int,
+        range_messages: int,
+        max_ranges: int,
+        scope_filter: str = "plgd.>",
+    ) -> dict[str, Any]:
+        """Split an interval's stream-sequence range into contiguous ranges and count each exactly.
+
+        The interval ``[start_time, end_time)`` by server timestamp becomes the sequence range
+        ``[first_seq, end_seq_exclusive)`` (as in :meth:`acount_interval`). It is cut into
+        ``n = min(max_ranges, ceil(messages / range_messages))`` ranges of equal sequence width
+        (at least one), and the messages matching ``read_filters`` (one consumer with all of them
+        as ``filter_subjects``) are counted in each range with one consumer per range boundary
+        (:meth:`_acount_boundaries`): ``n + 1`` consumers, however many owners the stream has.
+
+        :param read_filters: what the fetch reads: ``[scope_filter]``, or one filter per selected owner.
+        :param range_messages: messages per range aimed at (>= 1); ``max_ranges``: at most this many (>= 1).
+        :param scope_filter: also counted over the whole interval (``scope_total``).
+        :return: ``{"stream", "created", "state", "first_seq", "end_seq_exclusive", "total" (every
+            subject), "scope_total" (``scope_filter``), "read_total" (``read_filters``: the sum of the
+            ranges), "ranges": [{"first_seq", "end_seq_exclusive", "count"}]}``.
+        :raises ValueError/TypeError: bad filters, bounds or sizes.
+        :raises JetStreamError: server-side problems; ``JetStreamTimeoutError`` when the counts keep changing.
+        """
+        for name, value in (("range_messages", range_messages), ("max_ranges", max_ranges)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        filters = list(dict.fromkeys(read_filters))
+        if not filters:
+            raise ValueError("read_filters must name at least one subject filter")
+        for f in [*filters, scope_filter]:
+            check_filter_subject(f)
+        start_ns, end_ns, _, _ = _check_bounds(start_time, end_time, None, None)
+        s = await self.aget_settings()
+        stream = s.stream
+        async with self.aconnect() as nc:
+            info = await self._api(nc, f"$JS.API.STREAM.INFO.{stream}")
+            state = info.get("state") or {}
+            last = int(state.get("last_seq") or 0)
+            first = await self._aseq_at(nc, stream, start_ns, 1)
+            stop = max(first, min(last + 1, await self._aseq_at(nc, stream, end_ns, last + 1)))
+            read = filters[0] if len(filters) == 1 else filters
+            if stop <= first:
+                total = scope_total = 0
+                counts = [0]
+                cuts = [first, first]
+            else:
+                whole = await asyncio.gather(self._acount_boundaries(nc, stream, None, [first, stop]),
+                                             self._acount_boundaries(nc, stream, scope_filter, [first, stop]),
+                                             self._acount_boundaries(nc, stream, read, [first, stop]))
+                total, scope_total, read_total = (w[0] for w in whole)
+                n = max(1, min(max_ranges, -(-read_total // range_messages), stop - first))
+                cuts = [first + (stop - first) * i // n for i in range(n)] + [stop]
+                counts = [read_total] if n == 1 else await self._acount_boundaries(nc, stream, read, cuts)
+        return {
+            "stream": stream,
+            "created": info.get("created"),
+            "state": {k: state.get(k) for k in _STATE_KEYS},
+            "first_seq": first,
+            "end_seq_exclusive": stop,
+            "total": total,
+            "scope_total": scope_total,
+            "read_total": sum(counts),
+            "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c}
+                       for a, b, c in zip(cuts, cuts[1:], counts)],
+        }
+
+    async def _aseq_at(self, nc: Any, stream: str, ns: int | None, default: int) -> int:
+        """The first stream sequence stored at or after server time ``ns`` (None: ``default``)."""
+        if ns is None:
+            return default
+        made = await self._acreate_consumer(nc, stream, None, start_ns=ns,
+                                            inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
+        try:
+            return int((made.get("delivered") or {}).get("stream_seq") or 0) + 1
+        finally:
+            await self._adelete_consumer(nc, stream, made["name"])
+
+    async def _acount_boundaries(self, nc: Any, stream: str, subject_filter: str | Sequence[str] | None,
+                                 boundaries: Sequence[int]) -> list[int]:
+        """Stored messages matching ``subject_filter`` (None: all) in each ``[b[i], b[i+1])``.
+
+        The hook's one counting algorithm: one consumer per boundary; ``num_pending`` at each
+        boundary is read between two readings at the last boundary, until those two agree (no
+        matching message arrived in between), so every difference is exact; deleted messages are
+        not counted. :raises JetStreamTimeoutError: matching messages kept arriving (20 readings).
+        """
         names: list[str] = []
         try:
-            for seq in (stop, first):
+            for seq in boundaries:
                 made = await self._acreate_consumer(nc, stream, subject_filter, start_seq=seq,
                                                     inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
                 names.append(made["name"])
-            at_stop, at_first = names
 
             async def pending(name: str) -> int:
                 return int((await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}"))["num_pending"])
 
             for _ in range(20):
-                before = await pending(at_stop)
-                from_first = await pending(at_first)
-                after = await pending(at_stop)
+                before = await pending(names[-1])
+                readings = [await pending(name) for name in names[:-1]]
+                after = await pending(names[-1])
                 if before == after:
-                    return max(0, from_first - after)
+                    readings.append(after)
+                    return [max(0, a - b) for a, b in zip(readings, readings[1:])]
             raise JetStreamTimeoutError(
-                f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences [{first}, {stop}): "
-                "matching messages kept arriving during 20 readings"
+                f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences "
+                f"[{boundaries[0]}, {boundaries[-1]}): matching messages kept arriving during 20 readings"
             )
         finally:
             for name in names:
@@ -600,7 +686,7 @@ class JetStreamHook(BaseHook):
 
     async def aiter_batches(
         self,
-        filter: str,  # noqa: A002
+        filter: str | Sequence[str],  # noqa: A002
         *,
         start_time: dt.datetime | int | None = None,
         end_time: dt.datetime | int | None = None,
@@ -625,7 +711,8 @@ class JetStreamHook(BaseHook):
         is deleted at the end, on errors and on cancellation (close the iterator, e.g. with
         ``contextlib.aclosing``, when breaking out early).
 
-        :param filter: subject filter, e.g. ``plgd.owners.*.devices.*.metadata.>``.
+        :param filter: subject filter, e.g. ``plgd.owners.*.devices.*.metadata.>``, or a list of
+            them (one consumer with ``filter_subjects``; nats-server >= 2.10).
         :param batch_size: messages per pull (>= 1).
         :raises ValueError/TypeError: bad filter, bounds or batch_size.
         :raises StreamNotFoundError: missing stream.
@@ -633,7 +720,8 @@ class JetStreamHook(BaseHook):
             server stopped answering pulls. :raises JetStreamAPIError: consumer deleted or other
             409/503 status, or a message larger than the pull byte cap.
         """
-        check_filter_subject(filter)
+        for f in [filter] if isinstance(filter, str) else filter:
+            check_filter_subject(f)
         start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -796,6 +884,10 @@ class JetStreamHook(BaseHook):
     def count_interval(self, filters: list[str] | tuple[str, ...], **bounds: Any) -> dict[str, Any]:
         """Sync :meth:`acount_interval` (same arguments)."""
         return _run(self.acount_interval(filters, **bounds), "count_interval")
+
+    def count_ranges(self, read_filters: Sequence[str], **kwargs: Any) -> dict[str, Any]:
+        """Sync :meth:`acount_ranges` (same arguments)."""
+        return _run(self.acount_ranges(read_filters, **kwargs), "count_ranges")
 
     def publish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, headers: dict[str, str] | None = None

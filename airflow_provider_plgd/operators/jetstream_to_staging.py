@@ -52,6 +52,12 @@ class JetStreamToStagingOperator(BaseOperator):
 
     **What** (exactly one of):
 
+    * ``ledger`` + ``ledger_range``: stream-sequence range N of the interval ledger's plan (the ETL
+      DAG's fetch tasks; :meth:`~airflow_provider_plgd.fetch.pipeline.FetchPipeline.run_range`): one
+      consumer reads the range, every message goes to its (owner, event type) batch, and each
+      non-empty batch is committed as the fragment ``r{N:04d}`` of its folder. Quiet owners cost
+      nothing. The task's record goes to ``{ledger}/fetch/range-NNNNN.json``; the XCom is small.
+
     * ``owner_id`` + ``event_type``: one batch with the subject filters of
       ``plgd.subjects.subject_filters(owner_id, event_type)`` (two for resource event types, read
       one after the other, each into its own part files), under
@@ -174,12 +180,11 @@ class JetStreamToStagingOperator(BaseOperator):
         ``owner_id=_unrouted/event_type=_unknown/`` that decode quarantines. The ETL adds this
         fetch when the ledger finds such messages.
     :param ledger: the interval's ledger folder (templated; ``ledger.interval_dir``, written by the
-        ETL's ``plan``). The expected count of each owner then comes from the ledger instead of a
-        new server count; the task writes its record to ``{ledger}/fetch/`` and returns a small
-        XCom without the per-batch list (the details are in the record).
-    :param ledger_group: fetch the owners of group N (0-based, templated) of the ledger's plan
-        (``ledger.owner_group``) for the plan's event types; needs ``ledger``. The ETL maps its fetch
-        tasks over the groups, so the XCom that drives the mapping stays small at any number of owners.
+        ETL's ``plan``), with ``ledger_range``.
+    :param ledger_range: fetch stream-sequence range N (0-based, templated) of the ledger's plan
+        (``ledger.plan_range``): its bounds, count, read filters, owners and event types all come
+        from the plan. The ETL maps its fetch tasks over the ranges, so the XCom that drives the
+        mapping stays small at any number of owners.
     :param accept_fewer_messages: allow a rerun to replace committed batches with fewer messages
         (templated; default False: :class:`~airflow_provider_plgd.exceptions.FewerMessagesError`).
 
@@ -224,7 +229,7 @@ class JetStreamToStagingOperator(BaseOperator):
         "max_messages",
         "destination",
         "ledger",
-        "ledger_group",
+        "ledger_range",
         "accept_fewer_messages",
         "settle_seconds",
         "source_wait_seconds",
@@ -262,7 +267,7 @@ class JetStreamToStagingOperator(BaseOperator):
         progress_every_messages: int = 100_000,
         unrouted: bool = False,
         ledger: str | None = None,
-        ledger_group: int | str | None = None,
+        ledger_range: int | str | None = None,
         accept_fewer_messages: bool | str = False,
         **kwargs: Any,
     ) -> None:
@@ -295,12 +300,14 @@ class JetStreamToStagingOperator(BaseOperator):
         self.progress_every_messages = progress_every_messages
         self.unrouted = unrouted
         self.ledger = ledger
-        self.ledger_group = ledger_group
+        self.ledger_range = ledger_range
         self.accept_fewer_messages = accept_fewer_messages
 
     # ------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
         """Validate, fetch and commit; return the XCom summary (see the class docstring)."""
+        if self._from_ledger():
+            return self._execute_range(context)
         targets, owner_wide = self._targets()  # checked before any subject or path is built
         mode, bounds = self._bounds(context)
         if mode == "durable" and len(targets) > 1:
@@ -311,7 +318,12 @@ class JetStreamToStagingOperator(BaseOperator):
         hook = self._hook()
         stream = hook.stream  # the argument, checked there, or the connection's
         root = self._destination(context)
-        settings = FetchSettings(
+        settings = self._settings()
+        pipeline = FetchPipeline(hook, self.log, settings)
+        return asyncio.run(pipeline.run(stream, root, targets, mode, bounds, owner_wide=owner_wide))
+
+    def _settings(self) -> FetchSettings:
+        return FetchSettings(
             batch_size=self.batch_size, row_group_size=self.row_group_size, row_group_bytes=self.row_group_bytes,
             max_rows_per_file=self.max_rows_per_file, compression=self.compression,
             progress_interval_seconds=self.progress_interval_seconds,
@@ -321,11 +333,20 @@ class JetStreamToStagingOperator(BaseOperator):
             ack_wait_seconds=self.ack_wait_seconds,
             spool_dir=str(self.spool_dir) if self.spool_dir not in (None, "") else None,
         )
-        has_ledger = self.ledger not in (None, "")
-        plan = self._plan_record() if has_ledger and owner_wide and mode != "durable" else None
-        pipeline = FetchPipeline(hook, self.log, settings, plan=plan,
-                                 ledger_dir=str(self.ledger) if has_ledger else None)
-        return asyncio.run(pipeline.run(stream, root, targets, mode, bounds, owner_wide=owner_wide))
+
+    def _execute_range(self, context: Context) -> dict[str, Any]:
+        """``ledger`` + ``ledger_range``: the plan gives everything else; other targets and bounds are refused."""
+        others = {name: getattr(self, name) for name in (
+            "owner_id", "event_type", "owner_ids", "event_types", "subject_filter", "start_time", "end_time",
+            "start_seq", "end_seq", "durable") if getattr(self, name) not in (None, "", [])}
+        if others or self.unrouted:
+            raise ValueError(f"ledger_range takes its range, owners and event types from the ledger's plan; "
+                             f"got also {sorted(others) + (['unrouted'] if self.unrouted else [])}")
+        plan = self._plan_record()
+        ledger.plan_range(plan, self.ledger_range)  # ValueError naming the index, before any NATS call
+        hook = self._hook()
+        pipeline = FetchPipeline(hook, self.log, self._settings(), plan=plan, ledger_dir=str(self.ledger))
+        return asyncio.run(pipeline.run_range(hook.stream, self._destination(context), self.ledger_range))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
@@ -333,27 +354,28 @@ class JetStreamToStagingOperator(BaseOperator):
         from airflow_provider_plgd import lineage
 
         done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
-        targets, owner_wide = self._targets()
-        filters = lineage.fetch_subject_filters(targets, owner_wide=owner_wide)
+        if self._from_ledger():
+            filters = list(self._plan_record()["read_filters"])
+        else:
+            targets, owner_wide = self._targets()
+            filters = lineage.fetch_subject_filters(targets, owner_wide=owner_wide)
         return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], done["root"], filters)
 
     # -- validation ------------------------------------------------------------------------------
     def _targets(self) -> tuple[list[Target], bool]:
         """Return ``(targets in fetch order, owner_wide)``; every value is checked here, once
         (:class:`~airflow_provider_plgd.fetch.selection.Selection`). ``owner_wide``: each owner is read
-        through one consumer and accounted as a whole (``owner_ids``, ``ledger_group``, ``unrouted``)."""
+        through one consumer and accounted as a whole (``owner_ids``, ``unrouted``)."""
         single = self.owner_id is not None or self.event_type is not None
         group = self.owner_ids is not None or self.event_types is not None
         arbitrary = self.subject_filter not in (None, "", [])
         unrouted = bool(self.unrouted)
-        from_ledger = self._from_ledger()
-        if single + group + arbitrary + unrouted + from_ledger != 1:
+        if single + group + arbitrary + unrouted != 1:
             raise ValueError(
                 "JetStreamToStagingOperator needs exactly one target: owner_id + event_type, "
-                "owner_ids + event_types, subject_filter, unrouted=True, or ledger_group "
+                "owner_ids + event_types, subject_filter, unrouted=True, or ledger + ledger_range "
                 f"(got owner_id={self.owner_id!r}, event_type={self.event_type!r}, owner_ids={self.owner_ids!r}, "
-                f"event_types={self.event_types!r}, subject_filter={self.subject_filter!r}, "
-                f"ledger_group={self.ledger_group!r})"
+                f"event_types={self.event_types!r}, subject_filter={self.subject_filter!r})"
             )
         if unrouted:
             return unrouted_targets(), True
@@ -366,15 +388,7 @@ class JetStreamToStagingOperator(BaseOperator):
                     f"event_type={self.event_type!r}); use subject_filter for other selections"
                 )
             return Selection.of([self.owner_id], [self.event_type]).targets(owner_wide=False), False
-        if from_ledger:
-            plan = self._plan_record()
-            try:
-                index = int(str(self.ledger_group).strip())
-            except ValueError:
-                raise ValueError(f"ledger_group must be an integer >= 0, got {self.ledger_group!r}") from None
-            owners, types = ledger.owner_group(plan, index), plan["event_types"]
-        else:
-            owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
+        owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
         return Selection.of(owners, types).targets(owner_wide=True), True
 
     def _bounds(self, context: Context) -> tuple[str, dict[str, Any]]:
@@ -442,12 +456,11 @@ class JetStreamToStagingOperator(BaseOperator):
         return resolve_storage_root(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
-        """True when the owners come from the ledger's plan (``ledger_group``)."""
-        return self.ledger_group not in (None, "")
+        """True for a range of the ledger's plan (``ledger_range``)."""
+        return self.ledger_range not in (None, "")
 
     def _plan_record(self) -> dict[str, Any]:
-        """The plan record (``stream.json``) of ``self.ledger``, read once per task (``_targets``
-        and the pipeline's expected counts both need it).
+        """The plan record (``stream.json``) of ``self.ledger``, read once per task.
 
         :raises ValueError: no ``ledger`` argument. :raises LedgerError: no record there.
         """
@@ -455,7 +468,7 @@ class JetStreamToStagingOperator(BaseOperator):
         if plan is not None:
             return plan
         if self.ledger in (None, ""):
-            raise ValueError("ledger_group needs the ledger argument (the interval's ledger folder)")
+            raise ValueError("ledger_range needs the ledger argument (the interval's ledger folder)")
         plan = ledger.read_json(storage.join_path(self.ledger, "stream.json"))
         if plan is None:
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")

@@ -134,11 +134,14 @@ def _read_units(unit_lists, batch_rows: int):
 
 
 def ledger_manifests(root: str, stream: str, interval_id: str) -> list[dict[str, Any]]:
-    """The manifests of the batches that the interval ledger names (``ledger.staged_batches``).
+    """The batch fragments that the interval ledger names (``ledger.staged_batches``), as
+    manifest-like dicts ``{"owner_id", "event_type", "fragment", "count", "folder", "files": [{"path"}]}``.
 
-    :raises LedgerError: no ledger, the fetch records do not account for every message, or a named
-        batch is missing, uncommitted or holds another count than the fetch recorded (names the
-        interval, owner, event type and numbers).
+    The fetch records list each fragment's part files, so no manifest is read here: one small
+    JSON file per fetch range, whatever the number of batches.
+
+    :raises LedgerError: no ledger, or the fetch records do not account for every message (names
+        the interval, ranges and numbers).
     """
     from airflow_provider_plgd import ledger, staging
     from airflow_provider_plgd.exceptions import LedgerError
@@ -147,24 +150,10 @@ def ledger_manifests(root: str, stream: str, interval_id: str) -> list[dict[str,
     if plan is None:
         raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(root, stream, interval_id)}",
                           interval_id=interval_id)
-    manifests, problems = [], []
-    for batch in ledger.staged_batches(plan, records):
-        folder = staging.batch_path(root, stream, batch["owner_id"], batch["event_type"], interval_id)
-        try:
-            manifest = staging.read_manifest(folder)
-        except FileNotFoundError:
-            problems.append(f"owner {batch['owner_id']} event type {batch['event_type']}: the fetch staged "
-                            f"{batch['count']} messages, but the batch is not committed ({folder})")
-            continue
-        if int(manifest["count"]) != batch["count"]:
-            problems.append(f"owner {batch['owner_id']} event type {batch['event_type']}: the fetch staged "
-                            f"{batch['count']} messages, the committed batch holds {manifest['count']} ({folder})")
-        manifests.append(manifest)
-    if problems:
-        raise LedgerError(f"interval {interval_id}: staging does not hold what the ledger names (a fetch of the "
-                          "interval was interrupted or changed afterwards; rerun the fetch): " + "; ".join(problems[:20]),
-                          interval_id=interval_id, problems=problems)
-    return manifests
+    return [{"owner_id": b["owner_id"], "event_type": b["event_type"], "fragment": b["fragment"],
+             "count": b["count"], "files": [{"path": name} for name in b["files"]],
+             "folder": staging.batch_path(root, stream, b["owner_id"], b["event_type"], interval_id)}
+            for b in ledger.staged_batches(plan, records)]
 
 
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from typing import Any
 
 from .sampler import TreeSampler
 
-#: Stages in DAG order: (stage name, task IDs). ``plan`` includes the small ``fetch_groups`` task.
+#: Stages in DAG order: (stage name, task IDs). ``plan`` includes the small ``fetch_ranges`` task.
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sensor", ("wait_for_interval",)),
-    ("plan", ("plan", "fetch_groups")),
+    ("plan", ("plan", "fetch_ranges")),
     ("fetch", ("fetch",)),
     ("decode", ("decode",)),
     ("dedupe", ("dedupe",)),

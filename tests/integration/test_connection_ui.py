@@ -387,7 +387,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
                     for line in ("waits until the interval is complete", "PLGD_ETL_SCHEDULE_SECONDS",
                                  "Manual runs."):
                         assert line in text, f"{line!r} not in the docs panel: {text[:1500]}"
-                    cells = [c for c in ("wait_for_interval", "plan", "fetch_groups", "spark_needed", "summary")
+                    cells = [c for c in ("wait_for_interval", "plan", "fetch_ranges", "spark_needed", "summary")
                              if docs.get_by_role("cell", name=c, exact=True).count()]
                     assert len(cells) == 5, cells  # the task table is rendered as a table
                     page.keyboard.press("Escape")

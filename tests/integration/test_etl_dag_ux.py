@@ -59,7 +59,7 @@ def test_docs_params_description_and_task_names():
     from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
     dag = load_dag(REPO / "dags" / "plgd_events_etl.py", "plgd_events_etl")
-    assert dag.doc_md.startswith("# plgd_events_etl") and "`fetch_groups`" in dag.doc_md
+    assert dag.doc_md.startswith("# plgd_events_etl") and "`fetch_ranges`" in dag.doc_md
     assert "PLGD_ETL_START_DATE" in dag.doc_md and ":func:" not in dag.doc_md
     assert "JetStream" in dag.description and "Spark" in dag.description
     assert set(dag.params) == set(DEFAULT_PARAMS)
@@ -72,7 +72,7 @@ def test_docs_params_description_and_task_names():
     assert "every owner" in dag.params.get_param("owners").description
     assert dag.params.get_param("settle_seconds").schema["minimum"] == 0
     names = {t.task_id: t.task_display_name for t in dag.tasks}
-    assert set(names) == {"wait_for_interval", "plan", "fetch_groups", "fetch", "spark_needed", "decode",
+    assert set(names) == {"wait_for_interval", "plan", "fetch_ranges", "fetch", "spark_needed", "decode",
                           "dedupe", "rebuild", "summary"}
     assert all(names[i] != i for i in names), names  # readable names, stable task IDs
     # the sensor, fetch and Spark tasks carry their own docs (the task's "Task Docs" in the UI)
@@ -170,13 +170,13 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
     dr = dag.test(logical_date=end)  # a manual run of the schedule's interval [end - 1 h, end)
     seconds = time.monotonic() - t0
     states = _states(dr)
-    assert states == {"wait_for_interval": "success", "plan": "success", "fetch_groups": "success",
+    assert states == {"wait_for_interval": "success", "plan": "success", "fetch_ranges": "success",
                       "fetch": "success", "spark_needed": "success", "decode": "skipped", "dedupe": "skipped",
                       "rebuild": "skipped", "summary": "success"}, states
     assert seconds < 120, seconds
     interval = times.interval_id(start, end)
     planned = xcom_value(dr, "plan")
-    assert planned["messages"] == 0 and planned["owners"] == 1 and len(planned["fetch_groups"]) == 1
+    assert planned["messages"] == 0 and planned["owners"] == "all" and len(planned["fetch_ranges"]) == 1
     assert "no snapshot yet" in planned["spark_skip"]
     result = xcom_value(dr, "summary")
     assert result["reconciled"] is True and result["problems"] == []
@@ -189,7 +189,7 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
         assert not (root / table).exists(), table  # no Spark output, no snapshot version
 
     # Asset events: one staging event with the interval's numbers; none for the Spark datasets.
-    assert asset_events(dr) == {"plgd_ux_empty.staging": [{"interval_id": interval, "messages": 0, "owners": 1}]}
+    assert asset_events(dr) == {"plgd_ux_empty.staging": [{"interval_id": interval, "messages": 0, "owners": "all", "fetch_ranges": 1}]}
 
 
 def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(tmp_path):

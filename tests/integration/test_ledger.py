@@ -45,16 +45,23 @@ def traffic(n: int) -> list[tuple]:
     return out
 
 
-def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str], discovered: bool = True,
-                accept_fewer: bool = False) -> dict:
+def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None = None,
+                accept_fewer: bool = False, max_ranges: int = 1, range_messages: int = 100_000,
+                event_types: tuple[str, ...] = ("devicesregistered", "resourcechanged")) -> dict:
     """The ETL plan step's ledger write (``etl.write_interval_ledger``) against the real server."""
     from airflow_provider_plgd.etl import write_interval_ledger
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
     start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
     interval = times.interval_id(start, end)
-    return write_interval_ledger(JetStreamHook(), root, interval, start, end, owners, discovered,
-                                 ["devicesregistered", "resourcechanged"], accept_fewer=accept_fewer)
+    return write_interval_ledger(JetStreamHook(), root, interval, start, end, owners, list(event_types),
+                                 accept_fewer=accept_fewer, max_ranges=max_ranges, range_messages=range_messages)
+
+
+def fetch_ranges(root: str, record: dict) -> list[dict]:
+    """Run the fetch task of every range of a plan record (the ETL's mapped ``fetch``)."""
+    base = ledger.interval_dir(root, record["stream"], record["interval_id"])
+    return [run_op(ledger_range=str(i), ledger=base, destination=root) for i in range(record["fetch_ranges"])]
 
 
 def bounds_around(url: str) -> tuple[int, int]:
@@ -130,11 +137,12 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     ledger_dir = ledger.interval_dir(storage_root, "EVENTS", interval_id)
     record = json.loads(open(f"{ledger_dir}/stream.json").read())
     assert record["total"] == len(truth)
-    assert record["unrouted"] == 2 and record["deleted_in_range"] == 0
+    assert record["owners"] is None and record["deleted_in_range"] == 0
     summary = json.loads(open(f"{ledger_dir}/summary.json").read())
     assert summary["reconciled"] is True and summary["problems"] == []
     chain = summary["chain"]
     assert chain["stream_total"] == chain["staged"] == len(truth)
+    assert chain["unrouted"] == 2 and chain["owners"] == 2
     assert chain["skipped"] == {}
     assert chain["decoded"] + chain["quarantined"] == len(truth)
     assert sum(chain["quarantined_per_reason"].values()) == chain["quarantined"]
@@ -169,7 +177,8 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
             for app in ("decode", "dedupe", "rebuild")}
     versions = {t: v for app in runs.values() for t, v in (app.get("delta_versions") or {}).items()}
     assert asset_events(dr) == {
-        p + "staging": [{"interval_id": interval_id, "messages": len(truth), "owners": len(record["owners"])}],
+        p + "staging": [{"interval_id": interval_id, "messages": len(truth), "owners": "all",
+                         "fetch_ranges": record["fetch_ranges"]}],
         p + "events": [{"interval_id": interval_id, "decoded": chain["decoded"], "table": f"{storage_root}/events",
                         "delta_version": versions["events"]}],
         p + "quarantine": [{"interval_id": interval_id, "quarantined": chain["quarantined"],
@@ -189,7 +198,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     for table in ("events", "quarantine", "events_deduped", "snapshots/resources"):
         assert delta_table(f"{storage_root}/{table}").version() == versions[table.split("/")[-1]]
     assert chain["quarantined"] > 0 and chain["snapshot_version"]
-    assert chain["selection"]["owners"] == f"all {len(record['owners'])} discovered"
+    assert chain["selection"]["owners"] == "all"
     assert chain["selection"]["event_types_count"] == len(record["event_types"])
 
     # A narrower rerun of the interval (docs/reliability.md, "A narrower rerun"): one owner, or one
@@ -228,17 +237,17 @@ def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream,
     first = run_op(**kw)
     assert first["count"] == 100
     before = {m["folder"]: m for m in staging.list_committed(storage_root, "EVENTS")}
-    plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    plan_ledger(storage_root, start_ns, end_ns)
 
     recreate_stream(jetstream.url)  # a lost NATS volume, or `nats stream rm/add`
     with pytest.raises(FewerMessagesError, match=r"now holds 0 messages for owner .* but 50 are committed"):
         run_op(**kw)
     assert {m["folder"]: m for m in staging.list_committed(storage_root, "EVENTS")} == before  # untouched
     with pytest.raises(FewerMessagesError, match="was re-created"):
-        plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+        plan_ledger(storage_root, start_ns, end_ns)
 
     # asked for explicitly, the rerun replaces them
-    plan_ledger(storage_root, start_ns, end_ns, [O1, O2], accept_fewer=True)
+    plan_ledger(storage_root, start_ns, end_ns, accept_fewer=True)
     again = run_op(accept_fewer_messages="True", **kw)
     assert again["count"] == 0
     assert sum(m["count"] for m in staging.list_committed(storage_root, "EVENTS")) == 0
@@ -247,32 +256,32 @@ def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream,
 # ---------------------------------------------------------------------------------------------
 # Case 4: decode reads the batches the ledger names, not whatever manifests exist
 # ---------------------------------------------------------------------------------------------
-def test_decode_refuses_an_interval_whose_named_batch_is_missing(jetstream, storage_root):
+def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream, storage_root):
     from airflow_provider_plgd.spark.decode_job import ledger_manifests
 
     publish_messages(jetstream.url, traffic(10))
     start_ns, end_ns = bounds_around(jetstream.url)
-    record = plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    record = plan_ledger(storage_root, start_ns, end_ns)
     interval = record["interval_id"]
-    out = run_op(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"],
-                 destination=storage_root, start_time=start_ns, end_time=end_ns,
-                 ledger=ledger.interval_dir(storage_root, "EVENTS", interval))
-    assert out["count"] == 40 and out["batches"] == 6 and out["record"].startswith(f"{storage_root}/_ledger/")
-    assert len(ledger_manifests(storage_root, "EVENTS", interval)) == 6  # 2 owners x (2 types + _unknown)
+    (out,) = fetch_ranges(storage_root, record)
+    assert out["count"] == 40 and out["batches"] == 4 and out["record"].startswith(f"{storage_root}/_ledger/")
+    assert len(json.dumps(out)) < 1500  # small XCom
+    named = ledger_manifests(storage_root, "EVENTS", interval)
+    assert len(named) == 4 and {m["fragment"] for m in named} == {"r0000"}  # 2 owners x 2 types; no empty batch
+    assert sum(len(staging.read_batch(m)) for m in named) == 40
 
-    # a second fetch of the interval withdrew a manifest and was killed (or someone deleted it)
-    victim = staging.batch_path(storage_root, "EVENTS", O2, "resourcechanged", interval)
-    fs, p = storage.to_fs(victim)
-    fs.rm(f"{p}/_manifest.json")
-    with pytest.raises(LedgerError, match=rf"owner {O2} event type resourcechanged: the fetch staged 10 messages, "
-                                          "but the batch is not committed"):
+    # a record whose batches do not sum to what it says it staged (changed afterwards)
+    path = f"{ledger.interval_dir(storage_root, 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
+    doctored = json.loads(open(path).read())
+    doctored["owners"][O2]["batches"][0]["count"] -= 1
+    open(path, "w").write(json.dumps(doctored))
+    with pytest.raises(LedgerError, match=r"range 0: its batches hold 39 messages, its record says 40 staged"):
         ledger_manifests(storage_root, "EVENTS", interval)
-    # without the ledger, the old behaviour would silently read 20 fewer
-    assert sum(m["count"] for m in staging.list_committed(storage_root, "EVENTS", interval_id=interval)) == 30
 
-    # an owner the plan counted but no fetch task recorded
+    # a range the plan counted but no fetch task recorded
     ledger.clear_fetch_records(storage_root, "EVENTS", interval)
-    with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 20 messages, no fetch task recorded it"):
+    with pytest.raises(LedgerError, match=r"range 0 \(sequences \[1, 41\)\): the stream holds 40 messages, "
+                                          "no fetch task recorded it"):
         ledger_manifests(storage_root, "EVENTS", interval)
 
 
@@ -294,22 +303,22 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
             await nc.close()
 
     asyncio.run(delete([seqs[3]]))  # e.g. max_msgs_per_subject or a single delete
-    record = plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=10)
     assert record["total"] == 39 and record["deleted_in_range"] == 1
     assert record["first_seq"] == 1 and record["end_seq_exclusive"] == 41
-    interval_dir = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
-    out = run_op(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"],
-                 destination=storage_root, start_time=start_ns, end_time=end_ns, ledger=interval_dir)
-    assert out["count"] == 39
+    assert [(r["first_seq"], r["end_seq_exclusive"], r["count"]) for r in record["ranges"]] == [(1, 21, 19), (21, 41, 20)]
+    assert sum(o["count"] for o in fetch_ranges(storage_root, record)) == 39
 
-    asyncio.run(delete(seqs[10:14]))
-    with pytest.raises(FewerMessagesError, match=r"owner .*: now 1[68], recorded 20"):
-        plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
-    # a fetch that still uses the old ledger cannot account for its owners either
-    with pytest.raises(LedgerError, match=r"the stream holds 2\d messages, fetched 1\d"):
-        run_op(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"],
-               destination=storage_root, start_time=start_ns, end_time=end_ns, ledger=interval_dir,
-               accept_fewer_messages=True)
+    asyncio.run(delete(seqs[10:14]))  # a purge in the middle of range 0
+    with pytest.raises(FewerMessagesError, match=r"total: the stream now holds 35 messages of plgd.>, the ledger "
+                                                 r"recorded 39"):
+        plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=10)
+    # a fetch that still uses the old ledger cannot account for its range either; range 1 still can
+    with pytest.raises(LedgerError, match=r"range 0 \(sequences \[1, 21\)\): the stream holds 19 messages, "
+                                          r"fetched 15"):
+        fetch_ranges(storage_root, record)
+    base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    assert run_op(ledger_range=1, ledger=base, destination=storage_root)["count"] == 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,28 +347,42 @@ def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream
     assert staging.list_committed(other, "EVENTS") == []
 
 
-def test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small(jetstream, storage_root):
-    """The ETL maps its fetch tasks over ``{"ledger_group": i}``: the owners live in the ledger, not in XCom."""
-    from airflow_provider_plgd.etl import write_interval_ledger
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetstream, storage_root):
+    """The ETL's fetch by stream-sequence ranges: owners spread across range boundaries, each
+    range read by one task, every message staged exactly once into its (owner, event type) batch;
+    a selection of owners reads only theirs. Quiet owners have no batch at all."""
     from airflow_provider_plgd.spark.decode_job import ledger_manifests
 
-    publish_messages(jetstream.url, traffic(3))
+    o3 = "0f6c6a7e-0b1e-4c1b-9d0e-1a2b3c4d5e6f"
+    extra = [(registrations_subject(o3, "devicesregistered"), b"x", None)]
+    seqs = publish_messages(jetstream.url, traffic(6)[:13] + extra + traffic(6)[13:])  # 25 messages, 3 owners
     start_ns, end_ns = bounds_around(jetstream.url)
-    start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    interval = times.interval_id(start, end)
-    record = write_interval_ledger(JetStreamHook(), storage_root, interval, start, end, sorted([O1, O2]), True,
-                                   ["devicesregistered"], accept_fewer=False, fetch_groups=5)
-    assert record["fetch_groups"] == 2 and ledger.owner_group(record, 1) == [max(O1, O2)]
-    base = ledger.interval_dir(storage_root, "EVENTS", interval)
-    outs = [run_op(ledger_group=str(i), ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
-            for i in range(2)]
-    assert [o["owners"] for o in outs] == [1, 1] and all(len(json.dumps(o)) < 1500 for o in outs)
-    assert sum(o["skipped"]["event_type_not_requested"] for o in outs) == 6  # resourcechanged not requested
-    assert [m["event_type"] for m in ledger_manifests(storage_root, "EVENTS", interval)] == \
-        ["devicesregistered", "_unknown"] * 2
-    with pytest.raises(ValueError, match="ledger group 2 does not exist"):
-        run_op(ledger_group=2, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
+    truth = read_stream(jetstream.url)
+    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=3, range_messages=5)
+    assert record["fetch_ranges"] == 3 and [r["count"] for r in record["ranges"]] == [8, 8, 9]
+    assert record["ranges"][0]["first_seq"] == 1 and record["ranges"][-1]["end_seq_exclusive"] == 26
+    outs = fetch_ranges(storage_root, record)
+    assert [o["count"] for o in outs] == [8, 8, 9] and all(len(json.dumps(o)) < 2000 for o in outs)
+    assert [o["owners"] for o in outs] == [2, 3, 2]  # owners O1 and O2 in every range, o3 in one
+    named = ledger_manifests(storage_root, "EVENTS", record["interval_id"])
+    staged: dict[int, tuple[str, str]] = {}
+    for m in named:
+        for seq, subject in zip(*staging.read_batch(m).select(["stream_seq", "subject"]).to_pydict().values()):
+            assert seq not in staged, f"sequence {seq} staged twice"
+            staged[seq] = (m["owner_id"], m["event_type"])
+            assert truth[seq][0] == subject and subject.split(".")[2] == m["owner_id"]
+    assert sorted(staged) == sorted(truth) == sorted(seqs)
+    assert {m["fragment"] for m in named if m["owner_id"] == O1} == {"r0000", "r0001", "r0002"}
+
+    # a selection of owners: only their messages are counted, read and staged
+    other = storage_root + "/selection"
+    chosen = plan_ledger(other, start_ns, end_ns, owners=[O1, o3], max_ranges=2, range_messages=1)
+    assert chosen["total"] == 13 and chosen["not_requested"] == 12 and chosen["read_filters"] == [
+        f"plgd.owners.{O1}.>", f"plgd.owners.{o3}.>"]
+    assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
+    assert {m["owner_id"] for m in ledger_manifests(other, "EVENTS", chosen["interval_id"])} == {O1, o3}
+    with pytest.raises(ValueError, match="ledger range 2 does not exist"):
+        run_op(ledger_range=2, ledger=ledger.interval_dir(other, "EVENTS", chosen["interval_id"]), destination=other)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,16 +420,15 @@ def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_e
     owners = hook.list_owners()
     assert sorted(owners) == sorted([O1, O2])  # neither ab\ufffd nor a reserved name is an owner
 
-    record = plan_ledger(storage_root, start_ns, end_ns, sorted(owners))
-    assert record["total"] == 13 and record["unrouted"] == 3 and record["owners"] == {O1: 6, O2: 4}
-    base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
-    for group in range(record["fetch_groups"]):
-        run_op(ledger_group=group, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
-    unrouted = run_op(unrouted=True, ledger=base, destination=storage_root, start_time=start_ns, end_time=end_ns)
-    assert unrouted["count"] == 3 and unrouted["skipped"] == {ledger.SKIP_OWNED: 10}
+    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=5)
+    assert record["total"] == 13 and record["fetch_ranges"] == 2
+    outs = fetch_ranges(storage_root, record)
+    assert sum(o["count"] for o in outs) == 13 and all(o["skipped"] == {} for o in outs)
 
     batches = ledger_manifests(storage_root, "EVENTS", record["interval_id"])  # decode's reader: adds up
-    staged = {(m["owner_id"], m["event_type"]): staging.read_batch(m).column("subject").to_pylist() for m in batches}
+    staged: dict[tuple[str, str], list[str]] = {}
+    for m in batches:  # a batch may have a fragment in each range
+        staged.setdefault((m["owner_id"], m["event_type"]), []).extend(staging.read_batch(m).column("subject").to_pylist())
     assert sum(len(v) for v in staged.values()) == 13
     assert sorted(staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(
         ["plgd.owners.ab\ufffd.registrations.devicesregistered", *reserved_owner])
@@ -417,15 +439,3 @@ def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_e
         with pytest.raises(PlgdDecodeError) as err:
             decode_message(subject, b"r")
         assert err.value.reason == reason, (subject, err.value.reason)
-
-    # the summary compares the unrouted batch with the plan's unrouted count itself, not only
-    # staged + skipped-as-owned: a message skipped as owned that no owner fetch staged is caught
-    record_path = next(p for p in storage.to_fs(f"{base}/fetch")[0].ls(storage.to_fs(f"{base}/fetch")[1])
-                       if str(p).endswith(".json") and json.loads(open(p).read())["owners"].get(ledger.UNROUTED_OWNER))
-    doctored = json.loads(open(record_path).read())
-    doctored["owners"][ledger.UNROUTED_OWNER]["staged"] -= 1
-    doctored["owners"][ledger.UNROUTED_OWNER]["skipped"][ledger.SKIP_OWNED] += 1
-    open(record_path, "w").write(json.dumps(doctored))
-    with pytest.raises(LedgerError, match="unrouted: the stream holds 3 messages outside every owner, "
-                                          "the unrouted batch staged 2"):
-        ledger_manifests(storage_root, "EVENTS", record["interval_id"])

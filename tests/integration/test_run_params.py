@@ -69,7 +69,7 @@ def test_spark_conf_injection_through_run_conf_runs_nothing(jetstream, dags_fold
         dr = dag.test(logical_date=end, run_conf={"spark_conf": attack})
     got = states(dr)
     assert got["wait_for_interval"] == "success" and got["plan"] == "failed", got
-    assert all(got[t] == "upstream_failed" for t in ("fetch_groups", "decode", "dedupe", "rebuild")), got
+    assert all(got[t] == "upstream_failed" for t in ("fetch_ranges", "decode", "dedupe", "rebuild")), got
     assert not marker.exists(), "the driver JVM ran the injected command"
     assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))  # nothing read or written
 
@@ -81,7 +81,7 @@ def test_storage_root_outside_the_allowed_roots_is_refused(jetstream, dags_folde
     end = one_message_interval(jetstream.url)
     dr = dag.test(logical_date=end, run_conf={"storage_root": str(elsewhere)})
     got = states(dr)
-    assert got["plan"] == "failed" and got["fetch_groups"] == "upstream_failed", got
+    assert got["plan"] == "failed" and got["fetch_ranges"] == "upstream_failed", got
     assert not elsewhere.exists()
     assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))
 

@@ -281,12 +281,12 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     other = s3fs.S3FileSystem(skip_instance_cache=True)
     interval = "20260101T000000Z_20260101T010000Z"
     base = ledger.interval_dir(storage_root, "EVENTS", interval)
-    ledger.write_json(f"{base}/fetch/g1.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
+    ledger.write_json(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
     assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 1
     assert read_app_summary(storage_root, "decode", interval) is None
     assert staging.list_committed(storage_root, "EVENTS") == []
 
-    other.pipe_file(storage.to_fs(f"{base}/fetch/g2.json")[1],
+    other.pipe_file(storage.to_fs(f"{base}/fetch/range-00001.json")[1],
                     json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
     other.pipe_file(storage.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
     owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"

@@ -171,7 +171,7 @@ def test_hostile_owner_params_never_reach_a_subject_or_path(value, plan_callable
     """Today the plan step passes owners through and every fetch task rejects them (below)."""
     with pytest.raises(ValueError) as err:
         planned = plan_callable(tmp_path, owners=[value], event_types=["devicesregistered"])
-        for group in planned["fetch_groups"]:
+        for group in planned["fetch_ranges"]:
             run_op(destination=planned["storage_root"], **group)
     assert named(value) in str(err.value)
     assert [p for p in tree(tmp_path) if not p.startswith("root")] == []  # nothing outside the root

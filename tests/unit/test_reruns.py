@@ -79,22 +79,27 @@ def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
 
 
 def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
-    """``ledger.check_selection_covers``: the earlier run's owners with messages, its unrouted
-    messages (discovered owners only) and its event types must all be selected again."""
+    """``ledger.check_selection_covers``: the owners the earlier run staged messages for (its fetch
+    records), its unrouted messages (every owner selected only) and its event types must all be
+    selected again; a version-1 plan's per-owner counts count the same way."""
     from airflow_provider_plgd import ledger
     from airflow_provider_plgd.exceptions import NarrowerRerunError
 
-    earlier = {"interval_id": I1, "owners": {"a": 3, "b": 2, "quiet": 0}, "owners_discovered": True, "unrouted": 1,
-               "event_types": ["devicesregistered", "resourcechanged"]}
-    same = {**earlier, "owners": {"a": 3, "b": 2}}  # an owner without messages may be gone from the stream
-    ledger.check_selection_covers(earlier, same)
-    ledger.check_selection_covers(earlier, {**same, "event_types": ["devicesregistered", "resourcechanged", "x"]})
-    ledger.check_selection_covers(None, {**same, "owners": {"a": 1}})  # a first run may be narrow
-    for narrower, named in [
-        ({"owners": {"a": 3}, "owners_discovered": False, "unrouted": 0}, "1 owner(s) with messages not selected now: b"),
-        ({"owners": {"a": 3, "b": 2}, "owners_discovered": False, "unrouted": 0}, "the 1 unrouted message(s)"),
-        ({"event_types": ["resourcechanged"]}, "1 event type(s) not selected now: devicesregistered"),
-    ]:
-        with pytest.raises(NarrowerRerunError) as err:
-            ledger.check_selection_covers(earlier, {**same, **narrower})
-        assert named in str(err.value) and "nothing was changed" in str(err.value)
+    types = ["devicesregistered", "resourcechanged"]
+    earlier = {"version": 2, "interval_id": I1, "owners": None, "event_types": types}
+    records = [{"range": {"index": 0}, "owners": {"a": {"staged": 3}, "_unrouted": {"staged": 1}}},
+               {"range": {"index": 1}, "owners": {"b": {"staged": 2}}}]
+    ledger.check_selection_covers(earlier, {**earlier}, records)
+    ledger.check_selection_covers(earlier, {**earlier, "event_types": [*types, "x"]}, records)
+    ledger.check_selection_covers(None, {**earlier, "owners": ["a"]})  # a first run may be narrow
+    version1 = {"version": 1, "interval_id": I1, "owners": {"a": 3, "b": 2, "quiet": 0}, "unrouted": 1,
+                "event_types": types}
+    for previous, previous_records in ((earlier, records), (version1, [])):
+        for narrower, named in [
+            ({"owners": ["a", "quiet"]}, "1 owner(s) with messages not selected now: b"),
+            ({"owners": ["a", "b"]}, "the 1 unrouted message(s)"),
+            ({"event_types": ["resourcechanged"]}, "1 event type(s) not selected now: devicesregistered"),
+        ]:
+            with pytest.raises(NarrowerRerunError) as err:
+                ledger.check_selection_covers(previous, {**earlier, **narrower}, previous_records)
+            assert named in str(err.value) and "nothing was changed" in str(err.value)

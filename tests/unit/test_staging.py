@@ -268,7 +268,7 @@ def test_manifest_content(tmp_path):
     m = write_batch(str(tmp_path), make_messages(5))
     on_disk = json.loads(open(os.path.join(m["folder"], "_manifest.json")).read())
     assert on_disk == {k: v for k, v in m.items() if k != "folder"}
-    assert set(on_disk) == {"version", "stream", "owner_id", "event_type", "interval_id", "subject_filters", "bounds",
+    assert set(on_disk) == {"version", "stream", "owner_id", "event_type", "interval_id", "subject_filters", "fragment", "bounds",
                             "first_seq", "last_seq", "count", "bytes", "filters", "files", "schema", "created_by"}
     assert on_disk["created_by"].startswith("airflow-provider-plgd ")
     assert on_disk["schema"][3] == "published_at:timestamp[us, tz=UTC]"
@@ -354,3 +354,51 @@ def test_read_manifest_rejects_unknown_version(tmp_path):
     open(path, "w").write(json.dumps(data))
     with pytest.raises(ValueError, match="version 99"):
         staging.read_manifest(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# fragments: one batch folder written by several range fetches
+# ---------------------------------------------------------------------------------------------
+def test_fragments_of_one_batch_commit_and_clean_up_only_their_own_files(tmp_path):
+    """Range fetches commit a batch in fragments (``_manifest-rNNNN.json``, ``part-rNNNN-…``); a
+    fragment's commit and rerun never touch another fragment's files, nor does a whole-batch
+    commit; the listing returns each committed fragment."""
+    root = str(tmp_path)
+    first, second = make_messages(30), make_messages(20, first_seq=100)
+    a = write_batch(root, first, fragment=staging.fragment_name(0), max_rows_per_file=10)
+    b = write_batch(root, second, fragment=staging.fragment_name(7))
+    folder = a["folder"]
+    assert a["folder"] == b["folder"] and (a["fragment"], b["fragment"]) == ("r0000", "r0007")
+    assert sorted(os.listdir(folder)) == ["_manifest-r0000.json", "_manifest-r0007.json", "part-r0000-00000.parquet",
+                                          "part-r0000-00001.parquet", "part-r0000-00002.parquet",
+                                          "part-r0007-00000.parquet"]
+    listed = staging.list_committed(root, "EVENTS")
+    assert [(m["fragment"], m["count"]) for m in listed] == [("r0000", 30), ("r0007", 20)]
+    assert staging.read_batch(staging.read_manifest(folder, "r0007")).column("stream_seq").to_pylist() == \
+        [m[0] for m in second]
+    # a rerun of fragment r0000 with fewer rows: its own stale part file goes, r0007 stays
+    write_batch(root, first[:15], fragment="r0000", max_rows_per_file=10)
+    assert sorted(os.listdir(folder)) == ["_manifest-r0000.json", "_manifest-r0007.json", "part-r0000-00000.parquet",
+                                          "part-r0000-00001.parquet", "part-r0007-00000.parquet"]
+    # a whole-batch commit in the same folder leaves the fragments alone
+    write_batch(root, first[:3])
+    assert {"_manifest-r0007.json", "part-r0007-00000.parquet", "_manifest.json"} <= set(os.listdir(folder))
+    for bad in ("0003", "r12", "r00x1", "../r0001", "r0001/x"):
+        with pytest.raises(ValueError, match="fragment must be"):
+            write_batch(root, first, fragment=bad)
+
+
+def test_flush_writes_pending_rows_without_changing_them(tmp_path):
+    msgs = make_messages(40)
+    with staging.StagingWriter(str(tmp_path), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
+                               interval_id="seq-000000000001-000000001000", subject_filters=["f1"],
+                               bounds={"kind": "seq"}) as w:
+        w.write(msgs[:25])
+        assert w.pending_bytes == sum(len(m[4]) for m in msgs[:25])
+        w.flush()
+        assert w.pending_bytes == 0
+        w.write(msgs[25:])
+        manifest = w.commit()
+    table = staging.read_batch(manifest)
+    assert table.column("stream_seq").to_pylist() == [m[0] for m in msgs]
+    assert [f["rows"] for f in manifest["files"]] == [40]
