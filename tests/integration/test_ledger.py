@@ -272,9 +272,9 @@ def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream,
 
     # a record whose batches do not sum to what it says it staged (changed afterwards)
     path = f"{ledger.interval_dir(storage_root, 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
-    doctored = json.loads(open(path).read())
+    doctored = ledger.read_json(path)
     doctored["owners"][O2]["batches"][0]["count"] -= 1
-    open(path, "w").write(json.dumps(doctored))
+    ledger.write_json(path, doctored)
     with pytest.raises(LedgerError, match=r"range 0: its batches hold 39 messages, its record says 40 staged"):
         ledger_manifests(storage_root, "EVENTS", interval)
 

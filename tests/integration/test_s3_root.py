@@ -27,20 +27,20 @@ from tests.integration.test_fetch_operator import (
     test_messages_on_interval_edges_go_to_exactly_one_interval,
 )
 from tests.integration.test_ledger import (
-    test_decode_refuses_an_interval_whose_named_batch_is_missing,
+    test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up,
     test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused,
     test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
-    test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small,
+    test_every_message_is_staged_once_across_ranges_owners_and_a_selection,
     test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer,
 )
 
 #: The tests collected here again (pytest collects imported test functions; this names them for linters).
 AGAIN_ON_S3 = (
     test_messages_on_interval_edges_go_to_exactly_one_interval,
-    test_decode_refuses_an_interval_whose_named_batch_is_missing,
+    test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up,
     test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused,
     test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
-    test_fetch_tasks_take_their_owners_from_the_ledger_so_xcom_stays_small,
+    test_every_message_is_staged_once_across_ranges_owners_and_a_selection,
     test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer,
 )
 
@@ -124,28 +124,26 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
 
     publish_messages(jetstream.url, traffic(30))  # 60 per owner
     start_ns, end_ns = bounds_around(jetstream.url)
-    record = plan_ledger(storage_root, start_ns, end_ns, [O1, O2])
+    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=60)
     interval = record["interval_id"]
     base = ledger.interval_dir(storage_root, "EVENTS", interval)
     assert base.startswith("s3://plgd-test/plgd/_ledger/EVENTS/interval=")
-    kw = dict(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"], destination=storage_root,
-              start_time=start_ns, end_time=end_ns, ledger=base, row_group_size=10, max_rows_per_file=25)
-    first = run_op(batch_size=1000, **kw)
-    assert first["count"] == 120 and first["root"] == storage_root
+    kw = dict(destination=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
+    first = [run_op(ledger_range=i, batch_size=1000, **kw) for i in range(2)]
+    assert [o["count"] for o in first] == [60, 60] and first[0]["root"] == storage_root
     manifests = staging.list_committed(storage_root, "EVENTS", interval_id=interval)
-    assert sorted((m["owner_id"], m["event_type"], m["count"]) for m in manifests) == sorted(
-        [(o, "devicesregistered", 30) for o in (O1, O2)] + [(o, "resourcechanged", 30) for o in (O1, O2)]
-        + [(o, "_unknown", 0) for o in (O1, O2)])
+    assert sorted((m["owner_id"], m["event_type"], m["fragment"], m["count"]) for m in manifests) == sorted(
+        (o, t, f, 15) for o in (O1, O2) for t in ("devicesregistered", "resourcechanged") for f in ("r0000", "r0001"))
     rows = [r for m in manifests for r in staging.read_batch(m).to_pylist()]
     assert sorted(r["stream_seq"] for r in rows) == list(range(1, 121))
-    before = {m["folder"]: _digest(m["folder"]) for m in manifests}
+    folders = sorted({m["folder"] for m in manifests})
+    before = {folder: _digest(folder) for folder in folders}
     assert all(not n.endswith(".inprogress") for d in before.values() for n in d)
-    assert sum(len([n for n in d if n.endswith(".parquet")]) for d in before.values()) == 4 * 2  # 30 rows, 25/file
+    assert sum(len([n for n in d if n.endswith(".parquet")]) for d in before.values()) == 8  # 15 rows, 25/file
 
-    second = run_op(batch_size=7, **kw)  # a rerun with other fetch batching
+    second = [run_op(ledger_range=i, batch_size=7, **kw) for i in range(2)]  # a rerun with other fetch batching
     assert second == first
-    assert {m["folder"]: _digest(m["folder"]) for m in
-            staging.list_committed(storage_root, "EVENTS", interval_id=interval)} == before
+    assert {folder: _digest(folder) for folder in folders} == before
 
     # the summary task: the apps' summaries from the bucket, summary.json written there
     fs, _ = storage.to_fs(storage_root)
