@@ -7,6 +7,8 @@ durable consumer of the fetch operator's durable mode. All NATS access of the pr
 through this hook. Its parts, one concept per module:
 
 - :mod:`~airflow_provider_plgd.hooks.connection`: connection settings, their checks, opening a client;
+- :mod:`~airflow_provider_plgd.hooks.api`: the JetStream JSON API client (requests, errors, ephemeral consumers);
+- :mod:`~airflow_provider_plgd.hooks.counting`: the one counting algorithm (exact counts per sequence range);
 - :mod:`~airflow_provider_plgd.hooks.messages`: :class:`StreamMessage` and the ack reply subject parser;
 - :mod:`~airflow_provider_plgd.hooks.pull`: the pull engine behind :meth:`JetStreamHook.aiter_batches`;
 - :mod:`~airflow_provider_plgd.hooks.durable`: the durable consumer (:meth:`JetStreamHook.adurable_consumer`).
@@ -29,8 +31,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import secrets
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from airflow_provider_plgd.compat import BaseHook
@@ -45,7 +46,6 @@ from airflow_provider_plgd.exceptions import (
 )
 from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 from airflow_provider_plgd.hooks.connection import (
-    DEFAULT_STREAM,
     JetStreamSettings,
     amask_settings_secrets,
     check_stream_name,
@@ -53,11 +53,14 @@ from airflow_provider_plgd.hooks.connection import (
     mask_settings_secrets,
     settings_from_connection,
 )
+from airflow_provider_plgd.hooks import counting
+from airflow_provider_plgd.hooks.api import API_TIMEOUT_S, JetStreamApi, page_subjects
+from airflow_provider_plgd.hooks.counting import COUNT_INACTIVE_THRESHOLD_S
 from airflow_provider_plgd.hooks.durable import DurableConsumer
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import ITER_INACTIVE_THRESHOLD_S, PullReader
 from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
-from airflow_provider_plgd.times import NS_PER_S, ns_to_rfc3339, to_ns
+from airflow_provider_plgd.times import to_ns
 
 __all__ = [
     "JetStreamAPIError",
@@ -71,43 +74,8 @@ __all__ = [
     "StreamNotFoundError",
 ]
 
-#: Seconds to wait for a JetStream API answer.
-API_TIMEOUT_S = 10.0
 #: Default messages per pull request (= per yielded batch) of :meth:`JetStreamHook.aiter_batches`.
 DEFAULT_BATCH_SIZE = 2000
-#: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
-COUNT_INACTIVE_THRESHOLD_S = 10.0
-
-#: Stream state fields a count reports (``state`` of ``$JS.API.STREAM.INFO``).
-_STATE_KEYS = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
-
-_ERR_STREAM_NOT_FOUND = 10059
-_ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
-
-RequestFn = Callable[[str, "dict | None"], Awaitable[dict]]
-
-
-async def page_subjects(request: RequestFn, stream: str, subjects_filter: str) -> dict[str, int]:
-    """Collect ``{subject: message count}`` of ``stream`` for ``subjects_filter``, page by page.
-
-    Sends ``$JS.API.STREAM.INFO.<stream>`` bodies ``{"subjects_filter": f, "offset": n}``; the
-    server answers at most ``limit`` (100 000) subjects in ``state.subjects`` plus ``total`` and
-    ``offset``; continues until ``total`` subjects were read or a page is empty.
-
-    :param request: ``async (api_subject, body) -> dict`` (the decoded API answer).
-    """
-    subjects: dict[str, int] = {}
-    offset = 0
-    while True:
-        resp = await request(f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subjects_filter, "offset": offset})
-        page = (resp.get("state") or {}).get("subjects") or {}
-        subjects.update(page)
-        offset += len(page)
-        total = resp.get("total")
-        if not page or total is None or offset >= total:
-            return subjects
-
-
 # --------------------------------------------------------------------------------------------
 # the hook
 
@@ -267,43 +235,14 @@ class JetStreamHook(BaseHook):
 
     # ---- JetStream API ------------------------------------------------------------------
 
-    async def _api(self, nc: Any, subject: str, body: dict | None = None, *, timeout: float = API_TIMEOUT_S) -> dict:
-        """Send one ``$JS.API`` request and return the decoded answer, mapping errors."""
-        import nats.errors
-
+    def _client(self, nc: Any) -> JetStreamApi:
+        """The JetStream API client (:mod:`.api`) over the open connection ``nc``."""
         s = self._settings
-        where = s.safe_servers() if s else "NATS"
-        payload = json.dumps(body).encode() if body is not None else b""
-        try:
-            msg = await nc.request(subject, payload, timeout=timeout)
-        except nats.errors.NoRespondersError:
-            raise JetStreamNotEnabledError(
-                f"JetStream is not enabled on {where}: no responder for {subject}"
-            ) from None
-        except (nats.errors.TimeoutError, asyncio.TimeoutError):
-            raise JetStreamTimeoutError(f"no answer from {where} to {subject} within {timeout}s") from None
-        except nats.errors.ConnectionClosedError:
-            raise JetStreamConnectionError(f"connection to {where} closed during {subject}") from None
-        try:
-            resp = json.loads(msg.data)
-        except ValueError:
-            raise JetStreamAPIError(f"{subject}: answer from {where} is not JSON: {msg.data[:200]!r}") from None
-        err = resp.get("error")
-        if err:
-            code, err_code, desc = err.get("code"), err.get("err_code"), err.get("description", "")
-            stream = self._stream_override or (s.stream if s else DEFAULT_STREAM)
-            if err_code == _ERR_STREAM_NOT_FOUND:
-                name = subject.split(".")[4] if subject.count(".") >= 4 else stream
-                raise StreamNotFoundError(f"stream {name!r} not found on {where}", stream=name)
-            if err_code in _ERR_JS_NOT_ENABLED:
-                raise JetStreamNotEnabledError(f"JetStream is not enabled on {where}: {desc}")
-            raise JetStreamAPIError(
-                f"{subject} failed on {where}: {desc} (code {code}, err_code {err_code})",
-                code=code,
-                err_code=err_code,
-                description=desc,
-            )
-        return resp
+        return JetStreamApi(nc, s.safe_servers() if s else "NATS", self.log)
+
+    async def _api(self, nc: Any, subject: str, body: dict | None = None, *, timeout: float = API_TIMEOUT_S) -> dict:
+        """Send one ``$JS.API`` request and return the decoded answer (:meth:`.api.JetStreamApi.request`)."""
+        return await self._client(nc).request(subject, body, timeout=timeout)
 
     async def astream_info(self, stream: str | None = None) -> dict:
         """Stream configuration and state (``$JS.API.STREAM.INFO.<stream>``).
@@ -429,49 +368,14 @@ class JetStreamHook(BaseHook):
             )
         return owners
 
-    async def _acreate_consumer(
-        self,
-        nc: Any,
-        stream: str,
-        filter_subject: str | Sequence[str] | None,
-        *,
-        start_ns: int | None = None,
-        start_seq: int | None = None,
-        inactive_threshold_s: float,
-        kind: str,
-    ) -> dict:
-        """Create an ephemeral, ack-none, memory-stored consumer (``filter_subject`` None: every
-        subject of the stream; several filters: ``filter_subjects``, nats-server >= 2.10) and
-        return its info dict."""
-        name = f"plgd_{kind}_{secrets.token_hex(8)}"
-        config: dict[str, Any] = {
-            "name": name,
-            "ack_policy": "none",
-            "inactive_threshold": int(inactive_threshold_s * NS_PER_S),
-            "mem_storage": True,
-            "num_replicas": 1,
-        }
-        filters = [filter_subject] if isinstance(filter_subject, str) else list(filter_subject or [])
-        if len(filters) == 1 and filters[0]:
-            config["filter_subject"] = filters[0]
-        elif len(filters) > 1:
-            config["filter_subjects"] = filters
-        if start_seq is not None:
-            config.update(deliver_policy="by_start_sequence", opt_start_seq=max(1, start_seq))
-        elif start_ns is not None:
-            config.update(deliver_policy="by_start_time", opt_start_time=ns_to_rfc3339(start_ns))
-        else:
-            config["deliver_policy"] = "all"
-        return await self._api(
-            nc, f"$JS.API.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config}
-        )
+    async def _acreate_consumer(self, nc: Any, stream: str, filter_subject: str | Sequence[str] | None,
+                                 **kwargs: Any) -> dict:
+        """Create an ephemeral consumer (:meth:`.api.JetStreamApi.create_consumer`)."""
+        return await self._client(nc).create_consumer(stream, filter_subject, **kwargs)
 
     async def _adelete_consumer(self, nc: Any, stream: str, name: str) -> None:
-        try:
-            if not nc.is_closed:
-                await self._api(nc, f"$JS.API.CONSUMER.DELETE.{stream}.{name}", timeout=2.0)
-        except Exception as exc:  # best effort; the server removes it after inactive_threshold
-            self.log.warning("Could not delete consumer %s of stream %s: %s", name, stream, exc)
+        """Delete a consumer, best effort (:meth:`.api.JetStreamApi.delete_consumer`)."""
+        await self._client(nc).delete_consumer(stream, name)
 
     async def acount_messages(
         self,
@@ -537,36 +441,10 @@ class JetStreamHook(BaseHook):
             check_filter_subject(f)
         start_ns, end_ns, start_seq, end_seq = _check_bounds(start_time, end_time, start_seq, end_seq)
         s = await self.aget_settings()
-        stream = s.stream
         async with self.aconnect() as nc:
-            info = await self._api(nc, f"$JS.API.STREAM.INFO.{stream}")
-            state = info.get("state") or {}
-            last = int(state.get("last_seq") or 0)
-
-            first = max(start_seq or 1, await self._aseq_at(nc, stream, start_ns, 1))
-            stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1,
-                       await self._aseq_at(nc, stream, end_ns, last + 1))
-            stop = max(stop, first)
-            gate = asyncio.Semaphore(max(1, int(concurrency)))
-
-            async def count(subject_filter: str) -> int:
-                if stop <= first:
-                    return 0
-                async with gate:
-                    return (await self._acount_boundaries(nc, stream, subject_filter or None, [first, stop]))[0]
-
-            wanted = list(dict.fromkeys(filters))
-            results = await asyncio.gather(count("") if with_total else asyncio.sleep(0),
-                                           *(count(f) for f in wanted))
-        return {
-            "stream": stream,
-            "created": info.get("created"),
-            "state": {k: state.get(k) for k in _STATE_KEYS},
-            "first_seq": first,
-            "end_seq_exclusive": stop,
-            "total": results[0],
-            "counts": dict(zip(wanted, results[1:])),
-        }
+            return await counting.count_interval(self._client(nc), s.stream, filters, start_ns=start_ns,
+                                                 end_ns=end_ns, start_seq=start_seq, end_seq=end_seq,
+                                                 concurrency=concurrency, with_total=with_total)
 
     async def acount_ranges(
         self,
@@ -605,84 +483,12 @@ class JetStreamHook(BaseHook):
         for f in [*filters, scope_filter]:
             check_filter_subject(f)
         start_ns, end_ns, _, _ = _check_bounds(start_time, end_time, None, None)
+        assert start_ns is not None and end_ns is not None  # both required by the signature
         s = await self.aget_settings()
-        stream = s.stream
         async with self.aconnect() as nc:
-            info = await self._api(nc, f"$JS.API.STREAM.INFO.{stream}")
-            state = info.get("state") or {}
-            last = int(state.get("last_seq") or 0)
-            first = await self._aseq_at(nc, stream, start_ns, 1)
-            stop = max(first, min(last + 1, await self._aseq_at(nc, stream, end_ns, last + 1)))
-            read = filters[0] if len(filters) == 1 else filters
-            if stop <= first:
-                total = scope_total = 0
-                counts = [0]
-                cuts = [first, first]
-            else:
-                whole = await asyncio.gather(self._acount_boundaries(nc, stream, None, [first, stop]),
-                                             self._acount_boundaries(nc, stream, scope_filter, [first, stop]),
-                                             self._acount_boundaries(nc, stream, read, [first, stop]))
-                total, scope_total, read_total = (w[0] for w in whole)
-                n = max(1, min(max_ranges, -(-read_total // range_messages), stop - first))
-                cuts = [first + (stop - first) * i // n for i in range(n)] + [stop]
-                counts = [read_total] if n == 1 else await self._acount_boundaries(nc, stream, read, cuts)
-        return {
-            "stream": stream,
-            "created": info.get("created"),
-            "state": {k: state.get(k) for k in _STATE_KEYS},
-            "first_seq": first,
-            "end_seq_exclusive": stop,
-            "total": total,
-            "scope_total": scope_total,
-            "read_total": sum(counts),
-            "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c}
-                       for a, b, c in zip(cuts, cuts[1:], counts)],
-        }
-
-    async def _aseq_at(self, nc: Any, stream: str, ns: int | None, default: int) -> int:
-        """The first stream sequence stored at or after server time ``ns`` (None: ``default``)."""
-        if ns is None:
-            return default
-        made = await self._acreate_consumer(nc, stream, None, start_ns=ns,
-                                            inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
-        try:
-            return int((made.get("delivered") or {}).get("stream_seq") or 0) + 1
-        finally:
-            await self._adelete_consumer(nc, stream, made["name"])
-
-    async def _acount_boundaries(self, nc: Any, stream: str, subject_filter: str | Sequence[str] | None,
-                                 boundaries: Sequence[int]) -> list[int]:
-        """Stored messages matching ``subject_filter`` (None: all) in each ``[b[i], b[i+1])``.
-
-        The hook's one counting algorithm: one consumer per boundary; ``num_pending`` at each
-        boundary is read between two readings at the last boundary, until those two agree (no
-        matching message arrived in between), so every difference is exact; deleted messages are
-        not counted. :raises JetStreamTimeoutError: matching messages kept arriving (20 readings).
-        """
-        names: list[str] = []
-        try:
-            for seq in boundaries:
-                made = await self._acreate_consumer(nc, stream, subject_filter, start_seq=seq,
-                                                    inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
-                names.append(made["name"])
-
-            async def pending(name: str) -> int:
-                return int((await self._api(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}"))["num_pending"])
-
-            for _ in range(20):
-                before = await pending(names[-1])
-                readings = [await pending(name) for name in names[:-1]]
-                after = await pending(names[-1])
-                if before == after:
-                    readings.append(after)
-                    return [max(0, a - b) for a, b in zip(readings, readings[1:])]
-            raise JetStreamTimeoutError(
-                f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences "
-                f"[{boundaries[0]}, {boundaries[-1]}): matching messages kept arriving during 20 readings"
-            )
-        finally:
-            for name in names:
-                await self._adelete_consumer(nc, stream, name)
+            return await counting.count_ranges(self._client(nc), s.stream, filters, start_ns=start_ns, end_ns=end_ns,
+                                               range_messages=range_messages, max_ranges=max_ranges,
+                                               scope_filter=scope_filter)
 
     async def aiter_batches(
         self,

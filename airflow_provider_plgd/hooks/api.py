@@ -1,0 +1,166 @@
+"""The JetStream JSON API client: requests over NATS request/reply, and ephemeral consumers.
+
+One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the Airflow face):
+:class:`JetStreamApi` sends ``$JS.API`` requests over an open nats-py client and maps their
+errors to ours (``exceptions.py``); it creates and deletes the ephemeral, ack-none consumers that
+counting (:mod:`.counting`) and reading (:mod:`.pull`) use. Only the small JSON bodies are ours;
+the connection and requests are nats-py's.
+
+Source: NATS docs, "JetStream wire API reference" (``$JS.API.STREAM.INFO`` paging,
+``$JS.API.CONSUMER.CREATE``/``INFO``/``DELETE``, error codes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from airflow_provider_plgd.exceptions import (
+    JetStreamAPIError,
+    JetStreamConnectionError,
+    JetStreamNotEnabledError,
+    JetStreamTimeoutError,
+    StreamNotFoundError,
+)
+from airflow_provider_plgd.times import NS_PER_S, ns_to_rfc3339
+
+#: Seconds to wait for a JetStream API answer.
+API_TIMEOUT_S = 10.0
+
+_ERR_STREAM_NOT_FOUND = 10059
+_ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
+
+RequestFn = Callable[[str, "dict | None"], Awaitable[dict]]
+
+_log = logging.getLogger(__name__)
+
+
+class JetStreamApi:
+    """``$JS.API`` requests over one open nats-py client.
+
+    :param nc: the connected nats-py client. :param where: the servers for messages (no credentials).
+    :param log: where failed best-effort deletes are logged (the hook's ``log``).
+    """
+
+    def __init__(self, nc: Any, where: str, log: Any = None) -> None:
+        self.nc = nc
+        self.where = where
+        self.log = log or _log
+
+    async def request(self, subject: str, body: dict | None = None, *, timeout: float = API_TIMEOUT_S) -> dict:
+        """Send one ``$JS.API`` request and return the decoded answer.
+
+        :raises JetStreamNotEnabledError: no responder, or JetStream off for the account/server.
+        :raises JetStreamTimeoutError: no answer within ``timeout`` (s).
+        :raises JetStreamConnectionError: the connection closed. :raises StreamNotFoundError: err_code 10059.
+        :raises JetStreamAPIError: any other error answer, or an answer that is not JSON.
+        """
+        import nats.errors
+
+        where = self.where
+        payload = json.dumps(body).encode() if body is not None else b""
+        try:
+            msg = await self.nc.request(subject, payload, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise JetStreamNotEnabledError(
+                f"JetStream is not enabled on {where}: no responder for {subject}"
+            ) from None
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            raise JetStreamTimeoutError(f"no answer from {where} to {subject} within {timeout}s") from None
+        except nats.errors.ConnectionClosedError:
+            raise JetStreamConnectionError(f"connection to {where} closed during {subject}") from None
+        try:
+            resp = json.loads(msg.data)
+        except ValueError:
+            raise JetStreamAPIError(f"{subject}: answer from {where} is not JSON: {msg.data[:200]!r}") from None
+        err = resp.get("error")
+        if err:
+            code, err_code, desc = err.get("code"), err.get("err_code"), err.get("description", "")
+            if err_code == _ERR_STREAM_NOT_FOUND:
+                name = subject.split(".")[4] if subject.count(".") >= 4 else "?"
+                raise StreamNotFoundError(f"stream {name!r} not found on {where}", stream=name)
+            if err_code in _ERR_JS_NOT_ENABLED:
+                raise JetStreamNotEnabledError(f"JetStream is not enabled on {where}: {desc}")
+            raise JetStreamAPIError(
+                f"{subject} failed on {where}: {desc} (code {code}, err_code {err_code})",
+                code=code,
+                err_code=err_code,
+                description=desc,
+            )
+        return resp
+
+    async def stream_info(self, stream: str) -> dict:
+        """``$JS.API.STREAM.INFO.<stream>`` (config, state, created; see the hook's ``astream_info``)."""
+        return await self.request(f"$JS.API.STREAM.INFO.{stream}")
+
+    async def create_consumer(
+        self,
+        stream: str,
+        filter_subject: str | Sequence[str] | None,
+        *,
+        start_ns: int | None = None,
+        start_seq: int | None = None,
+        inactive_threshold_s: float,
+        kind: str,
+    ) -> dict:
+        """Create an ephemeral, ack-none, memory-stored consumer (``filter_subject`` None: every
+        subject of the stream; several filters: ``filter_subjects``, nats-server >= 2.10) and
+        return its info dict. Deliver policy: ``by_start_sequence`` with ``start_seq``,
+        ``by_start_time`` with ``start_ns`` (unix ns), else ``all``. Name ``plgd_{kind}_{random}``."""
+        name = f"plgd_{kind}_{secrets.token_hex(8)}"
+        config: dict[str, Any] = {
+            "name": name,
+            "ack_policy": "none",
+            "inactive_threshold": int(inactive_threshold_s * NS_PER_S),
+            "mem_storage": True,
+            "num_replicas": 1,
+        }
+        filters = [filter_subject] if isinstance(filter_subject, str) else list(filter_subject or [])
+        if len(filters) == 1 and filters[0]:
+            config["filter_subject"] = filters[0]
+        elif len(filters) > 1:
+            config["filter_subjects"] = filters
+        if start_seq is not None:
+            config.update(deliver_policy="by_start_sequence", opt_start_seq=max(1, start_seq))
+        elif start_ns is not None:
+            config.update(deliver_policy="by_start_time", opt_start_time=ns_to_rfc3339(start_ns))
+        else:
+            config["deliver_policy"] = "all"
+        return await self.request(f"$JS.API.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config})
+
+    async def consumer_pending(self, stream: str, name: str) -> int:
+        """``num_pending`` of a consumer (``$JS.API.CONSUMER.INFO``)."""
+        return int((await self.request(f"$JS.API.CONSUMER.INFO.{stream}.{name}"))["num_pending"])
+
+    async def delete_consumer(self, stream: str, name: str) -> None:
+        """Delete a consumer, best effort (the server removes it after its inactive threshold anyway)."""
+        try:
+            if not self.nc.is_closed:
+                await self.request(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", timeout=2.0)
+        except Exception as exc:  # noqa: BLE001 - best effort
+            self.log.warning("Could not delete consumer %s of stream %s: %s", name, stream, exc)
+
+
+async def page_subjects(request: RequestFn, stream: str, subjects_filter: str) -> dict[str, int]:
+    """Collect ``{subject: message count}`` of ``stream`` for ``subjects_filter``, page by page.
+
+    Sends ``$JS.API.STREAM.INFO.<stream>`` bodies ``{"subjects_filter": f, "offset": n}``; the
+    server answers at most ``limit`` (100 000) subjects in ``state.subjects`` plus ``total`` and
+    ``offset``; continues until ``total`` subjects were read or a page is empty.
+
+    :param request: ``async (api_subject, body) -> dict`` (the decoded API answer).
+    """
+    subjects: dict[str, int] = {}
+    offset = 0
+    while True:
+        resp = await request(f"$JS.API.STREAM.INFO.{stream}", {"subjects_filter": subjects_filter, "offset": offset})
+        page = (resp.get("state") or {}).get("subjects") or {}
+        subjects.update(page)
+        offset += len(page)
+        total = resp.get("total")
+        if not page or total is None or offset >= total:
+            return subjects

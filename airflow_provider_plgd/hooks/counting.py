@@ -1,0 +1,136 @@
+"""Counting what a stream holds, exactly, on the server: one algorithm for every count.
+
+One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the Airflow face;
+``acount_interval``, ``acount_ranges`` and ``acount_messages`` call these functions over a
+:class:`~airflow_provider_plgd.hooks.api.JetStreamApi`).
+
+* A time bound becomes a stream sequence: the first sequence stored at or after it, the starting
+  sequence of an ephemeral ``by_start_time`` consumer (``delivered.stream_seq + 1``; NATS
+  "JetStream consumers": ``DeliverByStartTime``) — :func:`seq_at`.
+* The messages matching a filter in ``[b[i], b[i+1])`` are ``num_pending`` of a filtered consumer
+  at ``b[i]`` minus that of one at ``b[i+1]``; every boundary is read between two readings at the
+  last boundary, until those agree (no matching message arrived in between), so each difference
+  is exact; deleted messages are not counted — :func:`count_boundaries`. Cost: one consumer per
+  boundary, never one per owner or subject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_provider_plgd.exceptions import JetStreamTimeoutError
+from airflow_provider_plgd.hooks.api import JetStreamApi
+
+#: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
+COUNT_INACTIVE_THRESHOLD_S = 10.0
+#: Readings of a count before it gives up (``JetStreamTimeoutError``).
+MAX_READINGS = 20
+#: Stream state fields a count reports (``state`` of ``$JS.API.STREAM.INFO``).
+STATE_KEYS = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
+
+
+async def seq_at(api: JetStreamApi, stream: str, ns: int | None, default: int) -> int:
+    """The first stream sequence stored at or after server time ``ns`` (unix ns; None: ``default``)."""
+    if ns is None:
+        return default
+    made = await api.create_consumer(stream, None, start_ns=ns, inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S,
+                                     kind="count")
+    try:
+        return int((made.get("delivered") or {}).get("stream_seq") or 0) + 1
+    finally:
+        await api.delete_consumer(stream, made["name"])
+
+
+async def count_boundaries(api: JetStreamApi, stream: str, subject_filter: str | Sequence[str] | None,
+                           boundaries: Sequence[int]) -> list[int]:
+    """Stored messages matching ``subject_filter`` (None: all; a list: any of them) in each
+    ``[boundaries[i], boundaries[i+1])`` (see the module docstring).
+
+    :raises JetStreamTimeoutError: matching messages kept arriving (``MAX_READINGS`` readings).
+    """
+    names: list[str] = []
+    try:
+        for seq in boundaries:
+            made = await api.create_consumer(stream, subject_filter, start_seq=seq,
+                                             inactive_threshold_s=COUNT_INACTIVE_THRESHOLD_S, kind="count")
+            names.append(made["name"])
+        for _ in range(MAX_READINGS):
+            before = await api.consumer_pending(stream, names[-1])
+            readings = [await api.consumer_pending(stream, name) for name in names[:-1]]
+            after = await api.consumer_pending(stream, names[-1])
+            if before == after:
+                readings.append(after)
+                return [max(0, a - b) for a, b in zip(readings, readings[1:])]
+        raise JetStreamTimeoutError(
+            f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences "
+            f"[{boundaries[0]}, {boundaries[-1]}): matching messages kept arriving during {MAX_READINGS} readings"
+        )
+    finally:
+        for name in names:
+            await api.delete_consumer(stream, name)
+
+
+async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str], *, start_ns: int | None,
+                         end_ns: int | None, start_seq: int | None, end_seq: int | None, concurrency: int,
+                         with_total: bool) -> dict[str, Any]:
+    """The body of ``JetStreamHook.acount_interval`` (arguments checked there; same return value)."""
+    info = await api.stream_info(stream)
+    state = info.get("state") or {}
+    last = int(state.get("last_seq") or 0)
+    first = max(start_seq or 1, await seq_at(api, stream, start_ns, 1))
+    stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1, await seq_at(api, stream, end_ns, last + 1))
+    stop = max(stop, first)
+    gate = asyncio.Semaphore(max(1, int(concurrency)))
+
+    async def count(subject_filter: str) -> int:
+        if stop <= first:
+            return 0
+        async with gate:
+            return (await count_boundaries(api, stream, subject_filter or None, [first, stop]))[0]
+
+    wanted = list(dict.fromkeys(filters))
+    results = await asyncio.gather(count("") if with_total else asyncio.sleep(0), *(count(f) for f in wanted))
+    return {
+        "stream": stream,
+        "created": info.get("created"),
+        "state": {k: state.get(k) for k in STATE_KEYS},
+        "first_seq": first,
+        "end_seq_exclusive": stop,
+        "total": results[0],
+        "counts": dict(zip(wanted, results[1:])),
+    }
+
+
+async def count_ranges(api: JetStreamApi, stream: str, read_filters: Sequence[str], *, start_ns: int, end_ns: int,
+                       range_messages: int, max_ranges: int, scope_filter: str) -> dict[str, Any]:
+    """The body of ``JetStreamHook.acount_ranges`` (arguments checked there; same return value)."""
+    info = await api.stream_info(stream)
+    state = info.get("state") or {}
+    last = int(state.get("last_seq") or 0)
+    first = await seq_at(api, stream, start_ns, 1)
+    stop = max(first, min(last + 1, await seq_at(api, stream, end_ns, last + 1)))
+    read: str | list[str] = read_filters[0] if len(read_filters) == 1 else list(read_filters)
+    if stop <= first:
+        total = scope_total = 0
+        counts, cuts = [0], [first, first]
+    else:
+        whole = await asyncio.gather(count_boundaries(api, stream, None, [first, stop]),
+                                     count_boundaries(api, stream, scope_filter, [first, stop]),
+                                     count_boundaries(api, stream, read, [first, stop]))
+        total, scope_total, read_total = (w[0] for w in whole)
+        n = max(1, min(max_ranges, -(-read_total // range_messages), stop - first))
+        cuts = [first + (stop - first) * i // n for i in range(n)] + [stop]
+        counts = [read_total] if n == 1 else await count_boundaries(api, stream, read, cuts)
+    return {
+        "stream": stream,
+        "created": info.get("created"),
+        "state": {k: state.get(k) for k in STATE_KEYS},
+        "first_seq": first,
+        "end_seq_exclusive": stop,
+        "total": total,
+        "scope_total": scope_total,
+        "read_total": sum(counts),
+        "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c} for a, b, c in zip(cuts, cuts[1:], counts)],
+    }
