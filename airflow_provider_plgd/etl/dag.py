@@ -1,0 +1,355 @@
+"""The plgd ETL DAG factory: JetStream → staging → decode → dedupe → rebuild snapshots.
+
+``dags/plgd_events_etl.py`` calls :func:`build_etl_dag`; other deployments can call it with their
+own ``dag_id``, schedule and defaults. Source of the task order: ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow_provider_plgd.compat import AIRFLOW_V_3, CronDataIntervalTimetable, DeltaDataIntervalTimetable
+from airflow_provider_plgd.etl.assets import (
+    emit_app_asset_events,
+    etl_assets,
+    quarantine_outlets,
+    set_asset_extra,
+    staging_extra,
+)
+from airflow_provider_plgd.etl.intervals import require_data_interval
+from airflow_provider_plgd.etl.params import etl_params
+from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
+from airflow_provider_plgd.etl.summary import summarize_interval
+from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF
+
+#: One-line DAG description (the DAG list and the DAG page header show it).
+DAG_DESCRIPTION = ("plgd hub events from NATS JetStream, one data interval per run: staging, then Spark "
+                   "decode, dedupe and snapshot tables")
+
+#: Doc shown in the DAG's docs panel when the caller gives none (``dags/plgd_events_etl.py`` passes its own).
+DEFAULT_DOC_MD = """plgd ETL DAG (built by `airflow_provider_plgd.etl.build_etl_dag`).
+
+Each run processes its data interval: `wait_for_interval` → `plan` → `fetch_ranges` → `fetch` (mapped)
+→ `spark_needed` → `decode` → `dedupe` → `rebuild` → `summary`. Parameters and operations:
+docs/operations.md of airflow-provider-plgd ("DAG parameters", "Backfill and reruns").
+"""
+
+#: Task docs (Markdown) of the ETL DAG's sensor, fetch and Spark tasks: the task's "Task Docs" in the UI.
+TASK_DOCS: dict[str, str] = {
+    "wait_for_interval": (
+        "Waits until the run's data interval is complete on the NATS server's clock: a message at or after "
+        "its end, or the end plus `settle_seconds` passed (a mirror: its origin in contact since). First it "
+        "refuses a run without a data interval or a manual run off the schedule (`OffScheduleIntervalError`; "
+        "nothing is read). docs/reliability.md, \"Complete intervals: judged on the NATS server's clock\"; "
+        "docs/operations.md, \"Manual runs\"."),
+    "fetch": (
+        "Copies one stream-sequence range of the interval from JetStream into staging (one consumer per task; "
+        "every message goes to its owner and event type: Parquet parts and a `_manifest-rNNNN.json` per "
+        "non-empty batch) and records in the interval ledger what it staged and skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
+        "`FewerMessagesError`). docs/architecture.md, \"Staging contract\"."),
+    "decode": (
+        "Spark: decodes the interval's staged messages (snappy, protobuf, CBOR/JSON content) into the `events` "
+        "table; what it cannot decode goes to `quarantine` with a reason. Accounts for every staged message "
+        "against the ledger. docs/events.md."),
+    "dedupe": (
+        "Spark: drops message IDs already seen in this interval or in the `lookback_intervals` processed "
+        "intervals before it, writing `events_deduped`. Waits for the previous interval's dedupe "
+        "(`depends_on_past`). docs/architecture.md, \"Message ID (dedupe key)\"."),
+    "rebuild": (
+        "Spark: the snapshot tables at the interval's end: the previous snapshot plus the interval's "
+        "deduplicated events, committed as one snapshot version. Waits for the previous interval's rebuild "
+        "(`depends_on_past`). docs/snapshots.md."),
+}
+
+#: Default ``execution_timeout`` of the three Spark tasks (``build_etl_dag(spark_execution_timeout=...)``).
+DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
+
+_log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
+
+
+def spark_app_path(name: str) -> str:
+    """Return the path of a Spark application file (``airflow_provider_plgd/spark_apps/<name>.py``).
+
+    :param name: ``decode_events``, ``dedupe_events`` or ``rebuild_snapshots``.
+    :raises FileNotFoundError: if the application is not installed next to the provider.
+    """
+    from airflow_provider_plgd.spark_deps import spark_apps_dir
+
+    path = spark_apps_dir() / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"Spark application {name!r} not found at {path}")
+    return str(path)
+
+
+
+def _merge_spark_conf(spark_conf: Mapping[str, str | None] | None) -> dict[str, str]:
+    """:data:`DEFAULT_SPARK_CONF` updated with ``spark_conf`` (``None`` values remove keys).
+
+    :raises TypeError: when ``spark_conf`` is not a mapping of string keys to string (or None) values.
+    """
+    merged = dict(DEFAULT_SPARK_CONF)
+    if spark_conf is None:
+        return merged
+    if not isinstance(spark_conf, Mapping):
+        raise TypeError(f"spark_conf must be a mapping of Spark setting -> string, got {type(spark_conf).__name__}")
+    for key, value in spark_conf.items():
+        if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
+            raise TypeError(f"spark_conf entry {key!r}: {value!r} must be a string setting name and a string value")
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return merged
+
+
+
+def build_etl_dag(
+    *,
+    dag_id: str = "plgd_events_etl",
+    schedule: timedelta | str = timedelta(hours=1),
+    start_date: datetime,
+    end_date: datetime | None = None,
+    catchup: bool = True,
+    params: dict[str, Any] | None = None,
+    jetstream_conn_id: str = "plgd_jetstream_default",
+    spark_conn_id: str = "spark_default",
+    spark_conf: Mapping[str, str | None] | None = None,
+    default_args: dict[str, Any] | None = None,
+    tags: list[str] | None = None,
+    description: str = DAG_DESCRIPTION,
+    doc_md: str | None = None,
+    spark_execution_timeout: timedelta | None = DEFAULT_SPARK_EXECUTION_TIMEOUT,
+    run_spark_conf_keys: Mapping[str, str | None] | Iterable[str] | None = None,
+    storage_roots: Iterable[str] = (),
+    fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
+):
+    """Build the plgd ETL DAG.
+
+    Runs are chained: ``max_active_runs=1``, and ``depends_on_past=True`` on ``dedupe`` (it reads the
+    message-ID index of the earlier intervals) and ``rebuild`` (each snapshot is the previous one
+    plus the new events), so scheduled runs and backfills process the intervals oldest first and a
+    failed interval stops the chain until it is cleared or fixed. Runs without a data interval
+    (Airflow 3 runs without a logical date) fail in ``wait_for_interval`` with
+    :class:`MissingDataIntervalError`, manual runs whose interval is not one of the schedule with
+    :class:`OffScheduleIntervalError`, both without retries. An interval for which the stream holds
+    no message skips the three Spark tasks (``spark_needed``, :func:`spark_skip_reason`).
+
+    :param dag_id: the DAG ID.
+    :param schedule: a ``timedelta`` or cron string; each run handles its data interval.
+    :param start_date: the start of the first data interval (timezone-aware).
+    :param end_date: no run is scheduled for an interval that starts after it (default: none).
+    :param catchup: schedule every interval since ``start_date`` (or since the last run) that
+        has not run yet, oldest first (default True: the snapshot chain needs every interval; with
+        False, intervals missed while the DAG was paused must be backfilled).
+    :param params: overrides of :data:`DEFAULT_PARAMS`.
+    :param jetstream_conn_id: the ``plgd_jetstream`` connection (connection IDs are not templated).
+    :param spark_conn_id: the ``spark`` connection used by the three ``SparkSubmitOperator`` tasks.
+    :param spark_conf: Spark settings (``--conf``) added to :data:`DEFAULT_SPARK_CONF` for the three
+        Spark tasks; a ``None`` value removes a default. E.g. ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
+        The ``spark_conf`` DAG param of a run is merged over these when the task runs.
+    :param default_args: extra default args (retries, …).
+    :param tags: DAG tags.
+    :param description: the DAG's one-line description.
+    :param doc_md: the DAG docs (Markdown) for the UI's docs panel; default :data:`DEFAULT_DOC_MD`
+        (``dags/plgd_events_etl.py`` passes its module docstring, the user docs).
+    :param spark_execution_timeout: ``execution_timeout`` of ``decode``, ``dedupe`` and ``rebuild``
+        (default :data:`DEFAULT_SPARK_EXECUTION_TIMEOUT`; ``None``: no limit). An application that
+        never gets executors then fails with ``SparkApplicationTimeoutError`` instead of waiting forever.
+    :param run_spark_conf_keys: the Spark settings a run may set with the ``spark_conf`` param:
+        ``None`` (default) the resource settings of
+        :data:`~airflow_provider_plgd.run_params.DEFAULT_RUN_SPARK_CONF_KEYS`, or the author's own
+        names (or ``{name: value pattern}``). Every user who may trigger the DAG can then set them.
+        Others are refused before ``spark-submit`` (:class:`~airflow_provider_plgd.run_params.UntrustedRunParamError`).
+    :param storage_roots: storage roots a run may choose with the ``storage_root`` param (each
+        root and the folders below it), besides the param's default and the connection's
+        ``storage_root`` extra (default: none).
+    :param fetch_range_messages: messages per fetch task aimed at: ``plan`` cuts the interval's
+        stream-sequence range into ``min(max_fetch_tasks, ceil(messages / fetch_range_messages))``
+        ranges, one mapped ``fetch`` task each (default :data:`DEFAULT_FETCH_RANGE_MESSAGES`).
+    :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
+    :raises TypeError: when ``spark_conf`` is not a mapping of strings.
+    """
+    from airflow_provider_plgd import lineage
+    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
+
+    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+    from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
+
+    if AIRFLOW_V_3:
+        from airflow.sdk import DAG, task
+    else:  # pragma: no cover
+        from airflow import DAG
+        from airflow.decorators import task  # type: ignore[no-redef,attr-defined]  # Airflow 2.11
+
+    from airflow_provider_plgd import run_params
+
+    merged_params = etl_params(params)
+    conf = _merge_spark_conf(spark_conf)
+    spark_conf_policy = run_params.run_spark_conf_policy(run_spark_conf_keys)
+    default_root = merged_params["storage_root"]
+    allowed_roots = [getattr(default_root, "value", default_root) or "", *storage_roots]
+    args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
+    assets = etl_assets(dag_id)
+
+    # Explicit data-interval timetables: Airflow 3 turns a bare timedelta into a
+    # DeltaTriggerTimetable, whose runs have no data interval to bound the fetch by.
+    timetable = (
+        DeltaDataIntervalTimetable(schedule)
+        if isinstance(schedule, timedelta)
+        else CronDataIntervalTimetable(schedule, timezone="UTC")
+    )
+    with DAG(
+        dag_id=dag_id,
+        schedule=timetable,
+        start_date=start_date,
+        end_date=end_date,
+        catchup=catchup,
+        max_active_runs=1,
+        params=merged_params,
+        default_args=args,
+        tags=tags or ["plgd", "jetstream", "spark"],
+        description=description,
+        doc_md=doc_md or DEFAULT_DOC_MD,
+    ) as dag:
+        def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
+            return require_data_interval(context, schedule=schedule, start_date=start_date)
+
+        wait = JetStreamIntervalCompleteSensor(
+            task_id="wait_for_interval",
+            jetstream_conn_id=jetstream_conn_id,
+            subject_filter="plgd.>",
+            stream="{{ params.stream }}",
+            settle_seconds="{{ params.settle_seconds }}",
+            deferrable=True,
+            poke_interval=5,
+            timeout=6 * 3600,
+            interval_check=check_interval,  # in execute: its error shows where the task's page shows failures
+            doc_md=TASK_DOCS["wait_for_interval"],
+            task_display_name="Wait until the interval is complete",
+        )
+
+        @task(task_display_name="Plan: count the stream, split it into ranges")
+        def plan(**context) -> dict[str, Any]:
+            """Resolve the storage root, record the interval ledger (its sequence ranges and their
+            counts), and build the --py-files zip (:func:`plan_interval`)."""
+            from airflow_provider_plgd import ledger
+
+            start, end = check_interval(context)
+
+            def report_lineage(servers: Sequence[str], stream: str, root: str) -> None:
+                lineage.report_task_lineage(context, lineage.plan_lineage, servers, stream, root, ledger.SCOPE_FILTER)
+
+            return plan_interval(context["params"], start=start, end=end, dag_id=dag_id,
+                                 jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
+                                 allowed_roots=allowed_roots, fetch_range_messages=fetch_range_messages,
+                                 report_lineage=report_lineage)
+
+        @task(task_display_name="Sequence ranges of the fetch")
+        def fetch_ranges(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
+            """The fetch task kwargs, one dict per stream-sequence range (Airflow maps over a plain return value)."""
+            return planned_value["fetch_ranges"]
+
+        planned = plan()
+
+        fetch = JetStreamToStagingOperator.partial(
+            task_id="fetch",
+            jetstream_conn_id=jetstream_conn_id,
+            stream="{{ params.stream }}",
+            destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
+            ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
+            accept_fewer_messages="{{ params.accept_fewer_messages }}",
+            settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
+            task_display_name="Fetch a sequence range into staging",
+            doc_md=TASK_DOCS["fetch"],
+        ).expand_kwargs(fetch_ranges(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
+
+        # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
+        @task.short_circuit(ignore_downstream_trigger_rules=False, outlets=[assets["staging"]],
+                            task_display_name="Spark needed? (skip empty intervals)")
+        def spark_needed(**context) -> bool:
+            """False (skip decode, dedupe, rebuild) when ``plan`` found the interval empty (``spark_skip``)."""
+            planned_value = context["ti"].xcom_pull(task_ids="plan")
+            set_asset_extra(context, assets["staging"], staging_extra(planned_value))
+            if planned_value.get("spark_skip"):
+                _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned_value["interval_id"],
+                          planned_value["spark_skip"])
+                return False
+            return True
+
+        x = "ti.xcom_pull(task_ids='plan')"
+        common = {
+            "conn_id": spark_conn_id,
+            "py_files": "{{ " + x + "['py_files'] }}",
+            "conf": conf,
+            "run_conf_param": "spark_conf",
+            "run_conf_keys": spark_conf_policy,
+            "execution_timeout": spark_execution_timeout,
+            **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
+        }
+        root_arg = "{{ " + x + "['storage_root'] }}"
+        interval_arg = "{{ " + x + "['interval_id'] }}"
+        decode = SparkSubmitOperator(
+            task_id="decode",
+            name="plgd-decode-events",
+            application=spark_app_path("decode_events"),
+            application_args=[
+                "--staging-root", root_arg, "--stream", "{{ params.stream }}",
+                "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
+                "--max-content-bytes", "{{ params.max_content_bytes }}",
+            ],
+            outlets=[assets["events"], *quarantine_outlets(dag_id)],
+            post_execute=lambda context, result=None: emit_app_asset_events(context, "decode", assets),
+            task_display_name="Decode events (Spark)",
+            doc_md=TASK_DOCS["decode"],
+            **common,
+        )
+        dedupe = SparkSubmitOperator(
+            task_id="dedupe",
+            name="plgd-dedupe-events",
+            application=spark_app_path("dedupe_events"),
+            application_args=[
+                "--root", root_arg, "--interval-id", interval_arg,
+                "--lookback-intervals", "{{ params.lookback_intervals }}",
+            ],
+            depends_on_past=True,
+            outlets=[assets["events_deduped"]],
+            post_execute=lambda context, result=None: emit_app_asset_events(context, "dedupe", assets),
+            task_display_name="Deduplicate events (Spark)",
+            doc_md=TASK_DOCS["dedupe"],
+            **common,
+        )
+        rebuild = SparkSubmitOperator(
+            task_id="rebuild",
+            name="plgd-rebuild-snapshots",
+            application=spark_app_path("rebuild_snapshots"),
+            application_args=[
+                "--root", root_arg, "--interval-id", interval_arg,
+                "--snapshot-time", "{{ " + x + "['snapshot_time'] }}",
+            ],
+            depends_on_past=True,
+            outlets=[assets["snapshots"]],
+            post_execute=lambda context, result=None: emit_app_asset_events(context, "rebuild", assets),
+            task_display_name="Rebuild snapshots (Spark)",
+            doc_md=TASK_DOCS["rebuild"],
+            **common,
+        )
+
+        # none_failed: runs after skipped Spark tasks (an empty interval) and reconciles 0 = 0.
+        @task(trigger_rule="none_failed", task_display_name="Summary: reconcile the interval")
+        def summary(**context) -> dict[str, Any]:
+            """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
+            and return its numbers (bounded XCom: no per-owner lists; :func:`summarize_interval`)."""
+            planned_value = context["ti"].xcom_pull(task_ids="plan")
+            lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
+                                        planned_value["storage_root"])
+            return summarize_interval(planned_value["storage_root"], context["params"]["stream"],
+                                      planned_value["interval_id"], context["params"])
+
+        wait >> planned
+        fetch >> spark_needed() >> decode >> dedupe >> rebuild >> summary()
+
+    return dag
+

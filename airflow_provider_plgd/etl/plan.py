@@ -1,0 +1,210 @@
+"""The ETL's ``plan`` step: count the interval on the server, write its ledger, decide whether Spark runs.
+
+:func:`plan_interval` is the ``plan`` task's work as a plain function; the task adds the Airflow
+context (the run's data interval, the lineage report).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_plgd import delta_tables, times
+from airflow_provider_plgd.etl.params import _token_list
+from airflow_provider_plgd.exceptions import OldLayoutError
+from airflow_provider_plgd.storage_root import resolve_storage_root
+
+try:  # Airflow 3.x
+    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+
+#: Messages per fetch task that ``plan`` aims at (``build_etl_dag(fetch_range_messages=...)``).
+DEFAULT_FETCH_RANGE_MESSAGES = 100_000
+
+_log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
+
+
+
+def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, dag_id: str,
+                  jetstream_conn_id: str, spark_conf_policy: Mapping[str, str | None], allowed_roots: Iterable[str],
+                  fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
+                  hook_factory: Callable[[str], Any] | None = None,
+                  report_lineage: Callable[[Sequence[str], str, str], None] | None = None) -> dict[str, Any]:
+    """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
+
+    The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
+    a triggering user may set is checked (``run_params.check_run_params``); the storage root is
+    resolved and its layout checked; the owners and event types are checked
+    (``fetch.selection.Selection``); no unplanned stretch may precede the interval
+    (``ledger.check_no_gap_before``); the interval must be complete on the server
+    (``require_interval_complete``); the ledger's ``stream.json`` is written
+    (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
+
+    :param params: the run's params (the DAG's :data:`~airflow_provider_plgd.etl.params.DEFAULT_PARAMS`
+        updated with the run's conf; untrusted).
+    :param start: the data interval start (aware); ``end``: its end (aware).
+    :param dag_id: the DAG ID (the gap check names it).
+    :param jetstream_conn_id: the ``plgd_jetstream`` connection.
+    :param spark_conf_policy: the Spark settings a run may set (``run_params.run_spark_conf_policy``).
+    :param allowed_roots: storage roots a run may choose besides the connection's.
+    :param fetch_range_messages: messages per fetch range aimed at.
+    :param hook_factory: called with the checked stream name, returns the hook that checks
+        completeness and counts (``require_interval_complete``, ``count_ranges``, ``get_settings``);
+        default a ``JetStreamHook`` on ``jetstream_conn_id``.
+    :param report_lineage: called with ``(servers, stream, storage root)`` after the zip is built
+        (the ``plan`` task reports its OpenLineage datasets with it).
+    :return: the ``plan`` XCom: ``{"storage_root", "interval_id", "snapshot_time" (ISO end),
+        "ledger" (the interval's ledger folder), "owners" ("all" or the number selected),
+        "messages" (what the stream holds for the selection), "fetch_ranges" ([{"ledger_range": i}]),
+        "py_files" (the zip's path), "spark_skip" (:func:`spark_skip_reason`)}``.
+    :raises UntrustedRunParamError: a run param that fails its check (no retries).
+    :raises AirflowFailException: a storage root of the old layout (``OldLayoutError``), a rerun
+        that would narrow the selection or lose messages (``NarrowerRerunError``,
+        ``FewerMessagesError``): the same answer on every retry.
+    :raises IntervalGapError: an interval before this one that no run planned.
+    :raises IntervalNotCompleteError: the interval is not complete on the server.
+    """
+    from airflow_provider_plgd import ledger, run_params
+    from airflow_provider_plgd.exceptions import FewerMessagesError, NarrowerRerunError
+    from airflow_provider_plgd.fetch.selection import Selection
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+    from airflow_provider_plgd.spark_deps import build_private_py_files_zip
+
+    p = params
+    # the trust boundary: every param a triggering user may set, checked before anything is read
+    checked = run_params.check_run_params(p, spark_conf_policy=spark_conf_policy,
+                                          storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
+    root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
+    try:  # tables of the layout before Delta Lake: refused before anything is fetched
+        delta_tables.check_layout(root)
+    except OldLayoutError as err:
+        raise _FailWithoutRetry(str(err)) from None
+    # check the owners and event types once, before anything is counted, built or written
+    try:
+        selection = Selection.of(_token_list(p["owners"], "owner_id"),
+                                 _token_list(p["event_types"], "event_type") or EVENT_TYPES)
+    except ValueError as err:  # a triggering user's input: fails without retries
+        raise run_params.UntrustedRunParamError(str(err)) from None
+    interval = times.interval_id(start, end)
+    # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
+    # its events would be missing from this interval's snapshot
+    ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
+    if hook_factory is None:
+        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
+        hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
+    else:
+        hook = hook_factory(checked.stream)
+    # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
+    hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
+    owners = list(selection.owners) or None  # None: every owner, read through plgd.>
+    try:
+        record = write_interval_ledger(
+            hook, root, interval, start, end, owners, list(selection.event_types),
+            accept_fewer=checked.accept_fewer_messages,
+            max_ranges=int(checked.numbers["max_fetch_tasks"]), range_messages=fetch_range_messages,
+        )
+    except (NarrowerRerunError, FewerMessagesError) as err:  # the same answer on every retry
+        raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
+    # Never on the storage root: the Spark driver runs this code inside the worker
+    # (docs/operations.md, "Shipping the plgd code to executors").
+    py_files = build_private_py_files_zip(storage_root=root)
+    if report_lineage is not None:
+        report_lineage(hook.get_settings().servers, checked.stream, root)
+    # each fetch task gets its range's number; the range is in the ledger: XCom stays small
+    return {
+        "storage_root": root,
+        "interval_id": interval,
+        "snapshot_time": end.isoformat(),
+        "ledger": ledger.interval_dir(root, checked.stream, interval),
+        "owners": "all" if owners is None else len(owners),
+        "messages": record["total"],
+        "fetch_ranges": [{"ledger_range": i} for i in range(record["fetch_ranges"])],
+        "py_files": str(py_files),
+        "spark_skip": record.get("spark_skip"),
+    }
+
+
+def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, end: datetime,
+                          owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
+                          max_ranges: int = 1, range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES) -> dict[str, Any]:
+    """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
+
+    The fetch reads ``ledger.SCOPE_FILTER`` (``plgd.>``), or with selected ``owners`` their
+    ``plgd.owners.{owner}.>`` filters; the interval's stream-sequence range is cut into at most
+    ``max_ranges`` ranges of about ``range_messages`` messages, each counted exactly
+    (:meth:`JetStreamHook.acount_ranges`: consumers per range boundary, none per owner). A previous
+    record of the interval with more messages (a re-created or purged stream, deletes) raises
+    :class:`FewerMessagesError` unless ``accept_fewer``; one whose run staged owners or event types
+    this one does not select raises :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError`
+    (``ledger.check_selection_covers``). The interval's old fetch records are removed, so the
+    rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
+
+    :return: the record (``ledger.plan_record`` plus ``spark_skip``).
+    """
+    from airflow_provider_plgd import ledger, times
+
+    read_filters = [ledger.SCOPE_FILTER] if owners is None else [ledger.owner_filter(o) for o in owners]
+    counted = hook.count_ranges(read_filters, start_time=start, end_time=end, range_messages=range_messages,
+                                max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
+    record = ledger.plan_record(counted, interval_id=interval, owners=owners, event_types=event_types,
+                                read_filters=read_filters, bounds=times.time_bounds(start, end))
+    record["spark_skip"] = spark_skip_reason(root, record, end)
+    base = ledger.interval_dir(root, counted["stream"], interval)
+    previous, previous_records = ledger.read_records(root, counted["stream"], interval)
+    ledger.check_selection_covers(previous, record, previous_records)
+    lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
+    if lost:
+        _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
+                     "; ".join(lost))
+    if record["deleted_in_range"]:
+        _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
+                     "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
+                     interval, record["deleted_in_range"], record["first_seq"], record["end_seq_exclusive"])
+    ledger.write_json(f"{base}/stream.json", record)
+    ledger.clear_fetch_records(root, counted["stream"], interval)
+    _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "
+              "%s of %s", interval, record["total"], "every owner" if owners is None else f"{len(owners)} owner(s)",
+              record["first_seq"], record["end_seq_exclusive"] - 1, record["fetch_ranges"],
+              record["scope_total"], ledger.SCOPE_FILTER)
+    return record
+
+
+
+def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime) -> str | None:
+    """Why ``decode``, ``dedupe`` and ``rebuild`` may skip the interval of a plan record, or None.
+
+    They skip only when all of these hold, so skipping changes no table:
+
+    * the stream holds no message for the interval (``record["total"] == 0``);
+    * no Spark application has a run summary of the interval (else an earlier run wrote outputs,
+      and a rerun must replace them);
+    * no pending of the latest snapshot expires before the interval end (``next_expiry_ns`` of its
+      record, the rule of ``rebuild_snapshots``), or there is no snapshot yet (intervals before
+      the stream's first message).
+
+    A skipped interval commits nothing: dedupe's lookback counts intervals with rows, so it then
+    reaches further back in time, never less; rebuild folds every interval with rows after its
+    base snapshot, so the next non-empty interval builds on the last snapshot.
+
+    :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware).
+    """
+    from airflow_provider_plgd.run_summary import APPS, read_app_summary
+    from airflow_provider_plgd.spark import snapshot_store
+
+    if int(record["total"]):
+        return None
+    interval = record["interval_id"]
+    if any(read_app_summary(root, app, interval) is not None for app in APPS):
+        return None
+    latest = snapshot_store.latest(root)
+    if latest is None:
+        return "the stream holds no message for the interval and there is no snapshot yet"
+    end_ns = times.to_ns(end, "end")
+    if any(ns is not None and int(ns) < end_ns for ns in (latest.get("next_expiry_ns") or {}).values()):
+        return None
+    return f"the stream holds no message for the interval and no pending of snapshot {latest['version']} expires in it"
+

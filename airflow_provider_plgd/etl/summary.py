@@ -1,0 +1,101 @@
+"""The ETL's ``summary`` step: reconcile the interval's ledger chain, log it, return its numbers.
+
+:func:`summarize_interval` is the ``summary`` task's work as a plain function; the task adds the
+Airflow context (``plan``'s XCom, the lineage report).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_plgd.etl.params import run_params_used
+
+_log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
+
+
+def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the interval ledger's whole chain, log it (:func:`log_run_summary`) and return its numbers.
+
+    :param root: the storage root (``plan``'s ``storage_root``).
+    :param stream: the stream name; ``interval_id``: the interval (``times.interval_id``).
+    :param params: the run's params (their :data:`~airflow_provider_plgd.etl.params.SUMMARY_PARAMS`
+        go into ``params`` of the result, :func:`run_params_used`).
+    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s dict plus ``params``,
+        without ``fetched`` (per owner: logged, too large for XCom at many owners).
+    :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
+        names the interval and the first 20).
+    """
+    from airflow_provider_plgd.run_summary import collect_run_summary
+
+    result = collect_run_summary(root, stream, interval_id)
+    result["params"] = run_params_used(params, root)
+    log_run_summary(result)
+    result.pop("fetched")  # per owner: logged above, too large for XCom at many owners
+    if not result["reconciled"]:
+        from airflow_provider_plgd.exceptions import LedgerError
+
+        raise LedgerError(f"interval {result['interval_id']} does not reconcile: "
+                          + "; ".join(result["problems"][:20]),
+                          interval_id=result["interval_id"], problems=result["problems"])
+    return result
+
+
+def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None) -> None:
+    """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
+
+    Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
+    owner and event type (non-zero counts); the owners and event types covered and the other params
+    the run used (``params``: :func:`run_params_used`); decoded and quarantined rows (per reason);
+    duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
+    per table; every problem of the ledger's chain (ERROR); whether it reconciled; lag in seconds
+    (now minus the interval end).
+
+    :param result: the summary dict.
+    :param log: the logger (default: this module's).
+    """
+    log = log or _log
+    chain = result.get("chain") or {}
+    log.info("Interval %s: the stream holds %s messages (%s owners, %s unrouted, %s of owners not requested); "
+             "%s staged, skipped %s", result.get("interval_id"), chain.get("stream_total"), chain.get("owners"),
+             chain.get("unrouted"), chain.get("not_requested_owners_messages"), result.get("fetched_total"),
+             chain.get("skipped") or {})
+    idle = []
+    for owner, counts in (result.get("fetched") or {}).items():
+        if not any(counts.values()):
+            idle.append(owner)
+            continue
+        for event_type, count in counts.items():
+            if count:
+                log.info("  fetched owner=%s event_type=%s count=%s", owner, event_type, count)
+    if idle:
+        log.info("  %s owners without messages in this interval: %s", len(idle), ", ".join(idle[:20])
+                 + (", ..." if len(idle) > 20 else ""))
+    decode = result.get("decode") or {}
+    selection = chain.get("selection") or {}
+    log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))
+    if result.get("params"):
+        log.info("Params of this run: %s", ", ".join(f"{k}={v!r}" for k, v in result["params"].items()))
+    if chain.get("spark_skipped") and not decode:
+        log.info("Decode, dedupe and rebuild skipped: %s", chain["spark_skipped"])
+    else:
+        log.info("Decoded %s, quarantined %s (by reason: %s)", decode.get("decoded"), decode.get("quarantined"),
+                 decode.get("per_reason") or {})
+        dedupe = result.get("dedupe") or {}
+        log.info("Duplicates dropped %s (within the interval %s, seen in earlier intervals %s); %s events kept",
+                 dedupe.get("duplicates"), dedupe.get("within_batch_duplicates"),
+                 dedupe.get("cross_batch_duplicates"), dedupe.get("output"))
+        rebuild = result.get("rebuild") or {}
+        if rebuild.get("unchanged"):
+            log.info("Snapshot %s unchanged (its events are in the latest snapshot %s)", rebuild.get("version"),
+                     rebuild.get("latest"))
+        else:
+            log.info("Snapshot %s rows: %s", rebuild.get("version"), rebuild.get("rows"))
+    if chain.get("deleted_in_range"):
+        log.warning("%s stream sequences of the interval's range hold no message (deleted from the stream)",
+                    chain["deleted_in_range"])
+    for problem in result.get("problems") or []:
+        log.error("Does not reconcile: %s", problem)
+    log.info("Reconciled: %s; lag %s s after the interval end", result.get("reconciled"), result.get("lag_seconds"))
+
