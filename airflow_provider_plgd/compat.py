@@ -3,8 +3,8 @@
 On Airflow 3 the public Task SDK (``airflow.sdk``) is used; on Airflow 2.11 the same names
 come from their 2.x modules. The provider's modules import these names from here; a few other
 moved names are imported, with the same 3.x-then-2.11 fallback, where they are used: Airflow's
-exceptions (``exceptions.py``, ``etl.py``, ``operators/spark_submit.py``), ``AssetAlias``,
-``Param``, ``AssetWatcher`` and ``mask_secret``; ``etl.py`` imports ``DAG`` and ``task`` inside
+exceptions (``exceptions.py``, ``etl/plan.py``, ``operators/spark_submit.py``), ``AssetAlias``,
+``Param``, ``AssetWatcher`` and ``mask_secret``; ``etl/dag.py`` imports ``DAG`` and ``task`` inside
 ``build_etl_dag``.
 ``Asset`` on Airflow 2.x is a function that returns a ``Dataset`` (2.x datasets have no name).
 Source: Airflow 3 migration guide ("Public Interface of Airflow", ``airflow.sdk``).
