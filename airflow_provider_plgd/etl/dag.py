@@ -234,7 +234,8 @@ def build_etl_dag(
         @task(task_display_name="Plan: count the stream, split it into ranges")
         def plan(**context) -> dict[str, Any]:
             """Resolve the storage root, record the interval ledger (its sequence ranges and their
-            counts), and build the --py-files zip (:func:`plan_interval`)."""
+            counts), and build the --py-files zip."""
+            # the work: plan_interval; here only the Airflow context and the lineage report
             from airflow_provider_plgd import ledger
 
             start, end = check_interval(context)
@@ -291,57 +292,49 @@ def build_etl_dag(
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
         interval_arg = "{{ " + x + "['interval_id'] }}"
-        decode = SparkSubmitOperator(
-            task_id="decode",
-            name="plgd-decode-events",
-            application=spark_app_path("decode_events"),
-            application_args=[
-                "--staging-root", root_arg, "--stream", "{{ params.stream }}",
-                "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
-                "--max-content-bytes", "{{ params.max_content_bytes }}",
-            ],
-            outlets=[assets["events"], *quarantine_outlets(dag_id)],
-            post_execute=lambda context, result=None: emit_app_asset_events(context, "decode", assets),
-            task_display_name="Decode events (Spark)",
-            doc_md=TASK_DOCS["decode"],
-            **common,
+        def spark_task(app: str, application: str, name: str, args: list[str], outlets: list[Any],
+                       display_name: str, **kwargs: Any) -> Any:
+            """One of the three Spark tasks: task ID ``app`` runs ``spark_apps/<application>.py``,
+            and its run summary goes into its asset events."""
+            return SparkSubmitOperator(
+                task_id=app,
+                name=name,
+                application=spark_app_path(application),
+                application_args=args,
+                outlets=outlets,
+                post_execute=lambda context, result=None: emit_app_asset_events(context, app, assets),
+                task_display_name=display_name,
+                doc_md=TASK_DOCS[app],
+                **kwargs,
+                **common,
+            )
+
+        decode = spark_task(
+            "decode", "decode_events", "plgd-decode-events",
+            ["--staging-root", root_arg, "--stream", "{{ params.stream }}",
+             "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
+             "--max-content-bytes", "{{ params.max_content_bytes }}"],
+            [assets["events"], *quarantine_outlets(dag_id)], "Decode events (Spark)",
         )
-        dedupe = SparkSubmitOperator(
-            task_id="dedupe",
-            name="plgd-dedupe-events",
-            application=spark_app_path("dedupe_events"),
-            application_args=[
-                "--root", root_arg, "--interval-id", interval_arg,
-                "--lookback-intervals", "{{ params.lookback_intervals }}",
-            ],
-            depends_on_past=True,
-            outlets=[assets["events_deduped"]],
-            post_execute=lambda context, result=None: emit_app_asset_events(context, "dedupe", assets),
-            task_display_name="Deduplicate events (Spark)",
-            doc_md=TASK_DOCS["dedupe"],
-            **common,
+        dedupe = spark_task(
+            "dedupe", "dedupe_events", "plgd-dedupe-events",
+            ["--root", root_arg, "--interval-id", interval_arg,
+             "--lookback-intervals", "{{ params.lookback_intervals }}"],
+            [assets["events_deduped"]], "Deduplicate events (Spark)", depends_on_past=True,
         )
-        rebuild = SparkSubmitOperator(
-            task_id="rebuild",
-            name="plgd-rebuild-snapshots",
-            application=spark_app_path("rebuild_snapshots"),
-            application_args=[
-                "--root", root_arg, "--interval-id", interval_arg,
-                "--snapshot-time", "{{ " + x + "['snapshot_time'] }}",
-            ],
-            depends_on_past=True,
-            outlets=[assets["snapshots"]],
-            post_execute=lambda context, result=None: emit_app_asset_events(context, "rebuild", assets),
-            task_display_name="Rebuild snapshots (Spark)",
-            doc_md=TASK_DOCS["rebuild"],
-            **common,
+        rebuild = spark_task(
+            "rebuild", "rebuild_snapshots", "plgd-rebuild-snapshots",
+            ["--root", root_arg, "--interval-id", interval_arg,
+             "--snapshot-time", "{{ " + x + "['snapshot_time'] }}"],
+            [assets["snapshots"]], "Rebuild snapshots (Spark)", depends_on_past=True,
         )
 
         # none_failed: runs after skipped Spark tasks (an empty interval) and reconciles 0 = 0.
         @task(trigger_rule="none_failed", task_display_name="Summary: reconcile the interval")
         def summary(**context) -> dict[str, Any]:
             """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
-            and return its numbers (bounded XCom: no per-owner lists; :func:`summarize_interval`)."""
+            and return its numbers (bounded XCom: no per-owner lists)."""
+            # the work: summarize_interval; here only plan's XCom and the lineage report
             planned_value = context["ti"].xcom_pull(task_ids="plan")
             lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
                                         planned_value["storage_root"])
