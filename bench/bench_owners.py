@@ -11,7 +11,8 @@ what the ETL DAG runs for the interval:
 2. ``fetch``: ``JetStreamToStagingOperator(ledger=..., ledger_range=i)`` for every range, one
    after the other (the DAG maps them over workers).
 
-Prints per case the wall time of plan and fetch, the staging fragments committed, and what the
+Prints per case the wall time of plan and fetch, the staging fragments committed, the sizes of
+the ledger's ``stream.json`` and fetch records, and what the
 server saw during plan + fetch, counted on a separate nats-py connection: consumers created
 (``$JS.EVENT.ADVISORY.CONSUMER.CREATED.>``), JetStream API requests (``$JS.EVENT.ADVISORY.API``:
 one audit advisory per request; pull requests ``$JS.API.CONSUMER.MSG.NEXT.*`` are not audited and
@@ -174,6 +175,8 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
         raise SystemExit(f"the fetch staged {staged}, published {published}")
     return {"owners": n_owners, "messages": published, "publish_s": t_pub, "plan_s": t_plan, "fetch_s": t_fetch,
             "ranges": record["fetch_ranges"], "fragments": _fragments(f"{root}/staging"),
+            "records_bytes": sum(os.path.getsize(f"{base}/fetch/{n}") for n in os.listdir(f"{base}/fetch")),
+            "stream_json_bytes": os.path.getsize(f"{base}/stream.json"),
             "plan_counts": at_plan, "counts": total, "rss_mb": _rss_mb(server.pid)}
 
 
@@ -188,6 +191,8 @@ def _print_case(c: dict) -> None:
     print(f"  plan+fetch  {c['plan_s'] + c['fetch_s']:8.2f} s   consumers {tc['consumers']:,}, "
           f"API requests {tc['api']:,}, pull requests {tc['pulls']:,}; {c['fragments']:,} staging fragments; "
           f"nats-server RSS {c['rss_mb']:.0f} MB")
+    if "records_bytes" in c:
+        print(f"  ledger      stream.json {c['stream_json_bytes']:,} bytes, fetch records {c['records_bytes']:,} bytes")
 
 
 def main(argv: list[str] | None = None) -> None:
