@@ -57,7 +57,7 @@ UNROUTED_OWNER = "_unrouted"
 UNKNOWN_EVENT_TYPE = "_unknown"
 #: Skip reason: the event type is known but was not requested (the ``event_types`` param).
 SKIP_NOT_REQUESTED = "event_type_not_requested"
-#: Skip reason of the unrouted fetch: the message belongs to an owner's batch.
+#: Skip reason of the operator's unrouted fetch (``unrouted=True``): the message belongs to an owner's batch.
 SKIP_OWNED = "staged_by_owner_fetch"
 #: Skip reason of a range fetch over selected owners: a message of another owner (never expected:
 #: the consumer's filters are the selected owners' subjects).

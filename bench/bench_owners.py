@@ -1,20 +1,24 @@
-"""Benchmark: what grows with the number of owners, measured at 10k owners in one interval.
+"""Benchmark: does the ETL's plan + fetch cost grow with the number of owners? Same messages, few vs many owners.
 
-Starts its own nats-server (``plgd_devtools.nats_server``) with the plgd bundle stream, publishes
-``--messages-per-owner`` messages (default 2) for each of ``--owners`` owners (default 10,000) on
-plgd subjects, then runs the ETL's ``plan`` work and ``fetch_ranges`` the way the DAG does:
+Starts its own nats-server (``plgd_devtools.nats_server``) with the plgd bundle stream. For each
+case of ``--owners`` (default ``8,100000``) it re-creates the stream, publishes ``--messages``
+messages (default 200,000; ``messages / owners`` per owner, at least 1) on plgd subjects, then runs
+what the ETL DAG runs for the interval:
 
-1. owner discovery: ``JetStreamHook.list_owners()`` (the stream's subject list);
-2. the interval ledger: ``etl.write_interval_ledger`` (server-side counts for ``plgd.>`` and one
-   ``plgd.owners.{owner}.>`` filter per owner, then ``stream.json``);
-3. ``fetch_ranges``: the mapped fetch tasks' kwargs (``{"ledger_group": i}``) and one group's
-   owners (``ledger.owner_group``).
-4. one fetch task's share (``--fetch-one``, default on): ``JetStreamToStagingOperator`` for group 0
-   (``owners / max_fetch_tasks`` owners, one consumer each).
+1. ``plan``: ``etl.write_interval_ledger`` (every owner selected, every event type): the interval's
+   stream-sequence range cut into at most ``--max-fetch-tasks`` ranges of about
+   ``--fetch-range-messages`` messages, each counted on the server;
+2. ``fetch``: ``JetStreamToStagingOperator(ledger=..., ledger_range=i)`` for every range, one
+   after the other (the DAG maps them over workers).
 
-Prints seconds per step, the sizes of ``stream.json`` and of the plan's XCom value (bytes), and
-nats-server's RSS. Figures, not a test. Usage:
-``python -m bench.bench_owners [--owners N] [--messages-per-owner M] [--max-fetch-tasks G]``.
+Prints per case the wall time of plan and fetch, the staging fragments committed, the sizes of
+the ledger's ``stream.json`` and fetch records, and what the
+server saw during plan + fetch, counted on a separate nats-py connection: consumers created
+(``$JS.EVENT.ADVISORY.CONSUMER.CREATED.>``), JetStream API requests (``$JS.EVENT.ADVISORY.API``:
+one audit advisory per request; pull requests ``$JS.API.CONSUMER.MSG.NEXT.*`` are not audited and
+are counted apart by subscribing to them). Then the ratio of the last case to the first.
+Figures, not a test. Usage:
+``python -m bench.bench_owners [--owners 8,100000] [--messages 200000] [--max-fetch-tasks 16]``.
 """
 
 from __future__ import annotations
@@ -24,10 +28,18 @@ import asyncio
 import json
 import os
 import tempfile
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
 from plgd_devtools.nats_server import NatsServer, recreate_stream
+
+#: Subjects counted by :class:`ServerCounts` (name -> subject).
+COUNTED = {
+    "consumers": "$JS.EVENT.ADVISORY.CONSUMER.CREATED.>",
+    "api": "$JS.EVENT.ADVISORY.API",
+    "pulls": "$JS.API.CONSUMER.MSG.NEXT.>",
+}
 
 
 def _subject(owner: str, i: int) -> str:
@@ -64,10 +76,51 @@ async def _publish(url: str, owners: list[str], per_owner: int) -> int:
     return n
 
 
-def _manifests(folder: str):
-    for dirpath, _dirs, files in os.walk(folder):
-        if "_manifest.json" in files:
-            yield dirpath
+class ServerCounts:
+    """Count the messages of :data:`COUNTED` on a separate connection (its own thread and event loop).
+
+    ``start()`` subscribes and flushes; ``snapshot()`` flushes, waits ``settle`` seconds for the
+    server's advisories and returns ``{name: count}`` since ``start()``; ``close()`` disconnects.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.counts = dict.fromkeys(COUNTED, 0)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.nc = None
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    async def _start(self) -> None:
+        import nats
+
+        self.nc = await nats.connect(self.url)
+        for name, subject in COUNTED.items():
+            async def count(_msg, name=name) -> None:
+                self.counts[name] += 1
+            await self.nc.subscribe(subject, cb=count)
+        await self.nc.flush()
+
+    def start(self) -> None:
+        self._call(self._start())
+
+    def snapshot(self, settle: float = 1.0) -> dict[str, int]:
+        self._call(self.nc.flush())
+        time.sleep(settle)
+        self._call(self.nc.flush())
+        return dict(self.counts)
+
+    def close(self) -> None:
+        self._call(self.nc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def _fragments(folder: str) -> int:
+    return sum(1 for _d, _s, files in os.walk(folder) for f in files if f.startswith("_manifest-r"))
 
 
 def _rss_mb(pid: int | None) -> float:
@@ -79,12 +132,75 @@ def _rss_mb(pid: int | None) -> float:
         return float("nan")
 
 
+def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespace) -> dict:
+    """Publish, plan and fetch one case; return its figures."""
+    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd.etl import write_interval_ledger
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+    per_owner = max(1, args.messages // n_owners)
+    recreate_stream(server.url)
+    start = datetime.now(timezone.utc) - timedelta(seconds=1)
+    t0 = time.perf_counter()
+    published = asyncio.run(_publish(server.url, owner_ids(n_owners), per_owner))
+    t_pub = time.perf_counter() - t0
+    end = datetime.now(timezone.utc) + timedelta(milliseconds=1)
+    time.sleep(0.1)  # the interval is complete on the server's clock
+    root = f"{tmp}/root-{n_owners}"
+    interval = times.interval_id(start, end)
+    counts = ServerCounts(server.url)
+    counts.start()
+    t0 = time.perf_counter()
+    record = write_interval_ledger(JetStreamHook(jetstream_conn_id="plgd_jetstream_default", stream="EVENTS"),
+                                   root, interval, start, end, None, list(EVENT_TYPES), accept_fewer=False,
+                                   max_ranges=args.max_fetch_tasks, range_messages=args.fetch_range_messages)
+    t_plan = time.perf_counter() - t0
+    if record["total"] != published:
+        raise SystemExit(f"the plan counts {record['total']}, published {published}")
+    at_plan = counts.snapshot()
+    base = ledger.interval_dir(root, "EVENTS", interval)
+    t0 = time.perf_counter()
+    staged = 0
+    for i in range(record["fetch_ranges"]):
+        result = JetStreamToStagingOperator(
+            task_id="fetch", jetstream_conn_id="plgd_jetstream_default", stream="EVENTS", destination=root,
+            ledger=base, ledger_range=str(i)).execute({"params": {}})
+        staged += int(result["count"])
+    t_fetch = time.perf_counter() - t0
+    total = counts.snapshot()
+    counts.close()
+    if staged != published:
+        raise SystemExit(f"the fetch staged {staged}, published {published}")
+    return {"owners": n_owners, "messages": published, "publish_s": t_pub, "plan_s": t_plan, "fetch_s": t_fetch,
+            "ranges": record["fetch_ranges"], "fragments": _fragments(f"{root}/staging"),
+            "records_bytes": sum(os.path.getsize(f"{base}/fetch/{n}") for n in os.listdir(f"{base}/fetch")),
+            "stream_json_bytes": os.path.getsize(f"{base}/stream.json"),
+            "plan_counts": at_plan, "counts": total, "rss_mb": _rss_mb(server.pid)}
+
+
+def _print_case(c: dict) -> None:
+    pc, tc = c["plan_counts"], c["counts"]
+    print(f"owners {c['owners']:,}, messages {c['messages']:,} (published in {c['publish_s']:.1f} s), "
+          f"{c['ranges']} range(s)")
+    print(f"  plan        {c['plan_s']:8.2f} s   consumers {pc['consumers']:,}, API requests {pc['api']:,}, "
+          f"pull requests {pc['pulls']:,}")
+    print(f"  fetch       {c['fetch_s']:8.2f} s   consumers {tc['consumers'] - pc['consumers']:,}, "
+          f"API requests {tc['api'] - pc['api']:,}, pull requests {tc['pulls'] - pc['pulls']:,}")
+    print(f"  plan+fetch  {c['plan_s'] + c['fetch_s']:8.2f} s   consumers {tc['consumers']:,}, "
+          f"API requests {tc['api']:,}, pull requests {tc['pulls']:,}; {c['fragments']:,} staging fragments; "
+          f"nats-server RSS {c['rss_mb']:.0f} MB")
+    if "records_bytes" in c:
+        print(f"  ledger      stream.json {c['stream_json_bytes']:,} bytes, fetch records {c['records_bytes']:,} bytes")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--owners", type=int, default=10_000)
-    parser.add_argument("--messages-per-owner", type=int, default=2)
+    parser.add_argument("--owners", default="8,100000", help="comma-separated owner counts, one case each")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per case")
     parser.add_argument("--max-fetch-tasks", type=int, default=16)
-    parser.add_argument("--fetch-one", choices=("on", "off"), default="on")
+    parser.add_argument("--fetch-range-messages", type=int, default=100_000)
     parser.add_argument("--log-level", default="WARNING", help="level of the provider's loggers")
     args = parser.parse_args(argv)
     import logging
@@ -93,69 +209,26 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("airflow", "airflow.task", "airflow_provider_plgd"):
         logging.getLogger(name).setLevel(args.log_level)
 
-    owners = owner_ids(args.owners)
+    cases = [int(n) for n in args.owners.split(",")]
+    results = []
     with tempfile.TemporaryDirectory(prefix="bench-owners-") as tmp, NatsServer(store_dir=f"{tmp}/js") as server:
-        recreate_stream(server.url)
-        start = datetime.now(timezone.utc) - timedelta(seconds=1)
-        t0 = time.perf_counter()
-        published = asyncio.run(_publish(server.url, owners, args.messages_per_owner))
-        t_pub = time.perf_counter() - t0
-        end = datetime.now(timezone.utc) + timedelta(milliseconds=1)
         host, port = server.url.removeprefix("nats://").rsplit(":", 1)
         os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = json.dumps(
             {"conn_type": "plgd_jetstream", "host": host, "port": int(port), "extra": {"stream": "EVENTS"}})
+        for n in cases:
+            results.append(run_case(server, tmp, n, args))
+            _print_case(results[-1])
+    if len(results) > 1:
+        a, b = results[0], results[-1]
 
-        from airflow_provider_plgd import ledger, times
-        from airflow_provider_plgd.etl import write_interval_ledger
-        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-        from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+        def ratio(x: float, y: float) -> str:
+            return f"{x / y:.2f}x" if y else "n/a"
 
-        root = f"{tmp}/root"
-        hook = JetStreamHook(jetstream_conn_id="plgd_jetstream_default", stream="EVENTS")
-        t0 = time.perf_counter()
-        found = sorted(hook.list_owners())
-        t_list = time.perf_counter() - t0
-        if len(found) != len(owners):
-            raise SystemExit(f"discovered {len(found)} owners, published {len(owners)}")
-        interval = times.interval_id(start, end)
-        t0 = time.perf_counter()
-        record = write_interval_ledger(hook, root, interval, start, end, found, True, list(EVENT_TYPES),
-                                       accept_fewer=False, fetch_ranges=args.max_fetch_tasks)
-        t_ledger = time.perf_counter() - t0
-        if record["total"] != published:
-            raise SystemExit(f"ledger counts {record['total']}, published {published}")
-        stream_json = os.path.getsize(f"{ledger.interval_dir(root, 'EVENTS', interval)}/stream.json")
-        groups = [{"ledger_group": i} for i in range(record["fetch_ranges"])]
-        xcom = len(json.dumps({"storage_root": root, "interval_id": interval, "owners": len(found),
-                               "messages": record["total"], "fetch_ranges": groups, "py_files": "x" * 100}))
-        t0 = time.perf_counter()
-        group0 = ledger.owner_group(record, 0)
-        t_group = time.perf_counter() - t0
-
-        print(f"owners {len(owners):,}, messages {published:,} (published in {t_pub:.1f} s)")
-        print(f"list_owners                {t_list:8.2f} s")
-        print(f"write_interval_ledger      {t_ledger:8.2f} s  ({len(found) + 1:,} filters counted; "
-              f"{t_ledger / (len(found) + 1) * 1e3:.2f} ms per filter)")
-        print(f"stream.json                {stream_json:8,} bytes")
-        print(f"plan XCom value            {xcom:8,} bytes  ({len(groups)} fetch tasks)")
-        print(f"owner_group(0)             {t_group * 1e3:8.2f} ms  ({len(group0):,} owners)")
-        print(f"nats-server RSS            {_rss_mb(server.pid):8.0f} MB")
-
-        if args.fetch_one == "on":
-            from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
-
-            op = JetStreamToStagingOperator(
-                task_id="fetch", jetstream_conn_id="plgd_jetstream_default", stream="EVENTS",
-                destination=root, ledger=ledger.interval_dir(root, "EVENTS", interval), ledger_group=0,
-                settle_seconds=0)
-            context = {"data_interval_start": start, "data_interval_end": end, "ti": None}
-            t0 = time.perf_counter()
-            result = op.execute(context)
-            t_fetch = time.perf_counter() - t0
-            batches = sum(1 for _ in _manifests(f"{root}/staging/EVENTS"))
-            print(f"fetch, group 0             {t_fetch:8.2f} s  ({len(group0):,} owners; "
-                  f"{t_fetch / max(len(group0), 1) * 1e3:.1f} ms per owner; {batches:,} staging batches "
-                  f"committed; XCom {len(json.dumps(result, default=str)):,} bytes)")
+        print(f"ratio {b['owners']:,} owners / {a['owners']:,} owners: "
+              f"plan {ratio(b['plan_s'], a['plan_s'])}, fetch {ratio(b['fetch_s'], a['fetch_s'])}, "
+              f"plan+fetch {ratio(b['plan_s'] + b['fetch_s'], a['plan_s'] + a['fetch_s'])}, "
+              f"consumers {ratio(b['counts']['consumers'], a['counts']['consumers'])}, "
+              f"API requests {ratio(b['counts']['api'], a['counts']['api'])}")
 
 
 if __name__ == "__main__":

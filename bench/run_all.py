@@ -13,7 +13,7 @@ import sys
 BENCHMARKS = [
     ("bench.bench_hook_read", [], ["--messages", "50000"]),
     ("bench.bench_fetch", [], ["--sizes", "100000"]),
-    ("bench.bench_owners", [], ["--owners", "1000"]),  # what grows with owners (10k by default)
+    ("bench.bench_owners", [], ["--owners", "8,1000", "--messages", "2000"]),  # 8 vs 100k owners by default
     ("bench.bench_decode", [], ["--messages", "100000"]),
     ("bench.bench_rebuild", [], ["--events", "100000"]),
     ("bench.e2e.run", [], ["--events", "100000", "--also"]),  # the whole DAG; 1M + 100k take ~15 min

@@ -6,9 +6,9 @@ Turns the plgd hub's event stream (NATS JetStream, subjects `plgd.>`) into analy
 | Task | What it does |
 |---|---|
 | `wait_for_interval` | deferrable sensor: waits until the interval is complete in the stream (`settle_seconds` after its end). Refuses runs without a data interval and manual runs off the schedule (below) |
-| `plan` | resolves the storage root, counts what the stream holds for the interval (the interval ledger, `_ledger/`), finds the owners (or takes the `owners` param) |
-| `fetch_ranges` | splits the owners into at most `max_fetch_tasks` groups |
-| `fetch` (mapped) | one task per owner group: owner × event type batches into Parquet staging |
+| `plan` | resolves the storage root, counts what the stream holds for the interval (the interval ledger, `_ledger/`) and cuts its stream-sequence range into ranges (`plgd.>`, or the `owners` param's subjects) |
+| `fetch_ranges` | the ranges (at most `max_fetch_tasks`) the `fetch` task is mapped over |
+| `fetch` (mapped) | one task per sequence range, one consumer: owner × event type batches into Parquet staging |
 | `spark_needed` | skips the three Spark tasks when the stream holds no message for the interval (nothing changes), e.g. every interval before the stream's first message |
 | `decode` → `dedupe` → `rebuild` | Spark: typed events and quarantine, one row per message ID, the latest state per resource, device and owner (snapshot tables) |
 | `summary` | checks that every message the stream holds is in the tables or in quarantine (fails the run otherwise) and logs the counts |

@@ -63,7 +63,7 @@ class JetStreamToStagingOperator(BaseOperator):
       one after the other, each into its own part files), under
       ``owner_id={owner_id}/event_type={event_type}/``.
     * ``owner_ids`` + ``event_types``: one batch per (owner, event type) pair, in that order,
-      by one task (used by the ETL DAG to bound the number of tasks). With two or more event
+      by one task. With two or more event
       types, each owner is read through ONE consumer on ``plgd.owners.{owner}.>`` and the
       messages are routed to their batch and filter on the client: the server walks the stream
       once per owner instead of once per (event type, filter), and the batches get the same
@@ -177,8 +177,8 @@ class JetStreamToStagingOperator(BaseOperator):
     :param unrouted: the target is the messages of ``ledger.SCOPE_FILTER`` (``plgd.>``) whose subject
         is not under ``plgd.owners.<valid owner ID>.`` (a malformed plgd subject, an owner token
         that is no valid owner ID, a subject outside ``plgd.owners``): one batch under
-        ``owner_id=_unrouted/event_type=_unknown/`` that decode quarantines. The ETL adds this
-        fetch when the ledger finds such messages.
+        ``owner_id=_unrouted/event_type=_unknown/`` that decode quarantines. (The ETL's range
+        fetch stages these messages in each range's ``_unrouted`` batch instead.)
     :param ledger: the interval's ledger folder (templated; ``ledger.interval_dir``, written by the
         ETL's ``plan``), with ``ledger_range``.
     :param ledger_range: fetch stream-sequence range N (0-based, templated) of the ledger's plan
@@ -190,7 +190,8 @@ class JetStreamToStagingOperator(BaseOperator):
 
     **Accounting** (time and sequence bounds): before reading, the messages the stream holds for
     each batch (or, for ``owner_ids``, for each owner: ``plgd.owners.{owner}.>``) are counted on
-    the server (``JetStreamHook.acount_interval``) or taken from ``ledger``. After reading and
+    the server (``JetStreamHook.acount_interval``); a ledger range's count comes from the plan
+    (the same check per range, nothing of the range committed on a mismatch). After reading and
     before any commit of the owner, staged + skipped (per reason) must equal that count, else
     :class:`~airflow_provider_plgd.exceptions.LedgerError` is raised and nothing of the owner is
     committed. With ``owner_ids``, messages of an event type we do not know and subjects that do

@@ -13,9 +13,9 @@ quarantined as ``content_too_large`` before anything is decompressed (decode bom
 
 Steps:
 
-1. With ``--ledger`` (the ETL DAG): exactly the batches the interval ledger names
-   (:func:`ledger_manifests`; a missing or changed batch fails the run before anything is
-   written). Without it: ``airflow_provider_plgd.staging.list_committed`` lists the committed
+1. With ``--ledger`` (the ETL DAG): exactly the batch fragments the interval ledger's fetch
+   records name, with the part files they list (:func:`ledger_manifests`; records that do not
+   account for every message fail the run before anything is written). Without it: ``airflow_provider_plgd.staging.list_committed`` lists the committed
    batch folders of the interval (those with ``_manifest.json``). Only the files the manifests
    list are read.
    The driver reads the footers and packs the row groups into a few tasks of decreasing size
