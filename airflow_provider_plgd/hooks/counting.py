@@ -72,6 +72,13 @@ async def count_boundaries(api: JetStreamApi, stream: str, subject_filter: str |
             await api.delete_consumer(stream, name)
 
 
+def _range_head(stream: str, info: dict, first: int, stop: int) -> dict[str, Any]:
+    """The fields every count reports: the stream, its ``created`` time and state (from ``info``), the range."""
+    state = info.get("state") or {}
+    return {"stream": stream, "created": info.get("created"), "state": {k: state.get(k) for k in STATE_KEYS},
+            "first_seq": first, "end_seq_exclusive": stop}
+
+
 async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str], *, start_ns: int | None,
                          end_ns: int | None, start_seq: int | None, end_seq: int | None, concurrency: int,
                          with_total: bool) -> dict[str, Any]:
@@ -93,11 +100,7 @@ async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str],
     wanted = list(dict.fromkeys(filters))
     results = await asyncio.gather(count("") if with_total else asyncio.sleep(0), *(count(f) for f in wanted))
     return {
-        "stream": stream,
-        "created": info.get("created"),
-        "state": {k: state.get(k) for k in STATE_KEYS},
-        "first_seq": first,
-        "end_seq_exclusive": stop,
+        **_range_head(stream, info, first, stop),
         "total": results[0],
         "counts": dict(zip(wanted, results[1:])),
     }
@@ -124,11 +127,7 @@ async def count_ranges(api: JetStreamApi, stream: str, read_filters: Sequence[st
         cuts = [first + (stop - first) * i // n for i in range(n)] + [stop]
         counts = [read_total] if n == 1 else await count_boundaries(api, stream, read, cuts)
     return {
-        "stream": stream,
-        "created": info.get("created"),
-        "state": {k: state.get(k) for k in STATE_KEYS},
-        "first_seq": first,
-        "end_seq_exclusive": stop,
+        **_range_head(stream, info, first, stop),
         "total": total,
         "scope_total": scope_total,
         "read_total": sum(counts),
