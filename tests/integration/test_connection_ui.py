@@ -420,7 +420,12 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
                     assert folded.count() == 0, "the asset event's extra stays folded"
                     page.get_by_text(interval_id).first.wait_for()
                     shot(page, "asset-event-extra")
-                    shown = " ".join("\n".join(page.locator(".view-lines").all_inner_texts()).split())
+                    shown = ""
+                    for _ in range(20):  # the editor renders the unfolded extra a moment later on a busy machine
+                        shown = " ".join("\n".join(page.locator(".view-lines").all_inner_texts()).split())
+                        if interval_id in shown:
+                            break
+                        page.wait_for_timeout(500)
                     expected = [f'"interval_id": "{interval_id}"',
                                 f'"snapshot_version": {json.dumps(snapshot_extra["snapshot_version"])}',
                                 *(f'"{table}": {count}' for table, count in snapshot_extra["rows"].items())]
