@@ -118,7 +118,7 @@ def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with
                     form.get_by_test_id("trigger-dag-submit").click()
                 assert refused.value.status == 400, refused.value.text()
                 assert "Invalid input for param owners" in refused.value.json()["detail"], refused.value.text()
-                page.get_by_text("Failed to Trigger Dag").wait_for()  # the toast, and the reason in the dialog:
+                page.get_by_text("Failed to Trigger Dag").first.wait_for()  # the toast, and the reason in the dialog:
                 form.get_by_text("Invalid input for param owners: 'a/../b' does not match").wait_for()
                 form.locator("#element_owners").scroll_into_view_if_needed()  # the field and the toast
                 _shot(page, "bad-owner-refused")
