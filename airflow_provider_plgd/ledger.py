@@ -34,9 +34,8 @@ Airflow, no Spark): the decode application reads it on the driver.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
@@ -86,11 +85,6 @@ def interval_dir(root: str, stream: str, interval_id: str) -> str:
 def range_record_name(index: int) -> str:
     """File name of fetch task ``index``'s record: ``range-00003.json``."""
     return f"range-{int(index):05d}.json"
-
-
-def group_key(owner_ids: Iterable[str]) -> str:
-    """File name (without ``.json``) of a fetch task's record: a hash of its owners (order kept)."""
-    return "g" + hashlib.sha256("\n".join(owner_ids).encode()).hexdigest()[:16]
 
 
 def write_json(path: str, value: Mapping[str, Any]) -> None:
