@@ -340,13 +340,19 @@ def fetch_record(*, interval_id: str, stream: str, range_: Mapping[str, Any], st
             "staged": int(staged), "skipped": dict(sorted(skipped.items())), "owners": dict(sorted(owners.items()))}
 
 
-def range_problems(range_: Mapping[str, Any], staged: int, skipped: Mapping[str, int]) -> list[str]:
-    """``[]`` when ``staged + sum(skipped) == range_["count"]``, else one line with the numbers."""
+def account_problems(what: str, expected: int, staged: int, skipped: Mapping[str, int]) -> list[str]:
+    """``[]`` when ``staged + sum(skipped) == expected``, else one line naming ``what`` with the numbers."""
     got = int(staged) + sum(int(n) for n in skipped.values())
-    if got == int(range_["count"]):
+    if got == int(expected):
         return []
-    return [f"range {range_['index']} (sequences [{range_['first_seq']}, {range_['end_seq_exclusive']})): the "
-            f"stream holds {range_['count']} messages, fetched {got} (staged {staged}, skipped {dict(skipped) or 0})"]
+    return [f"{what}: the stream holds {expected} messages, fetched {got} "
+            f"(staged {staged}, skipped {dict(skipped) or 0})"]
+
+
+def range_problems(range_: Mapping[str, Any], staged: int, skipped: Mapping[str, int]) -> list[str]:
+    """:func:`account_problems` of one range of the plan against its ``count``."""
+    what = f"range {range_['index']} (sequences [{range_['first_seq']}, {range_['end_seq_exclusive']}))"
+    return account_problems(what, range_["count"], staged, skipped)
 
 
 def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

@@ -458,10 +458,8 @@ def _check_accounted(interval: str, what: str, expected: int | None, staged: int
     """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
     if expected is None:
         return
-    got = int(staged) + sum(int(n) for n in skipped.values())
-    if got != int(expected):
-        problems = [f"{what}: the stream holds {expected} messages, fetched {got} "
-                    f"(staged {staged}, skipped {dict(skipped) or 0})"]
+    problems = ledger.account_problems(what, expected, staged, skipped)
+    if problems:
         raise LedgerError(
             f"interval {interval}: {problems[0]}; nothing was committed for it. Messages arrived or were removed "
             "while the interval was read (is the interval complete? was the stream changed?); retry the task",
