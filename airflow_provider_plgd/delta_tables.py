@@ -6,7 +6,8 @@ Tables (``{root}`` is a local path or an fsspec URL; all written with ``deltalak
     {root}/events                      decoded rows           partitioned by interval_id, event_type
     {root}/quarantine                  undecodable messages   partitioned by interval_id
     {root}/events_deduped              one row per message   partitioned by interval_id, event_type
-    {root}/msgid_index                 internal: the message IDs each interval kept (dedupe's lookback)
+    {root}/msgid_index                 internal: each interval's distinct message IDs (dedupe's lookback);
+                                       partitioned by interval_id, bucket (of the msg-ID hash)
     {root}/snapshots/{table}           resources, device_metadata, device_links, owner_devices and the
                                        internal _device_state; partitioned by bucket
 
@@ -60,7 +61,7 @@ INTERVAL_TABLES: dict[str, tuple[str, ...]] = {
     EVENTS: (INTERVAL_COLUMN, "event_type"),
     QUARANTINE: (INTERVAL_COLUMN,),
     EVENTS_DEDUPED: (INTERVAL_COLUMN, "event_type"),
-    MSGID_INDEX: (INTERVAL_COLUMN,),
+    MSGID_INDEX: (INTERVAL_COLUMN, "bucket"),  # dedupe_job.MSGID_BUCKETS buckets of the msg-ID hash
 }
 #: The key under which our metadata sits in a commit's ``commitInfo``.
 METADATA_KEY = "plgd"

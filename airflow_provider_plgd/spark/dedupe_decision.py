@@ -1,8 +1,9 @@
 """The keep/drop decision of ``dedupe_events`` on the key columns, with pyarrow (no Spark).
 
-``dedupe_events`` decides on the driver with it: only the key columns of the interval are held
-in memory (about 250 bytes per row), and the decision is much faster than Spark windows in a
-fresh JVM (figures: docs/performance.md, "Measurements behind design choices", M15).
+``dedupe_events`` decides with it in one executor task per msg-ID bucket
+(``dedupe_job.make_decide_task``): only the key columns of the bucket are held in memory (about
+250 bytes per row), and the decision is much faster than Spark windows in a fresh JVM (figures:
+docs/performance.md, "Measurements behind design choices", M15).
 tests/integration/test_dedupe_rebuild.py compares it with Spark windows over the same rows.
 
 Rules (the module docstring of ``airflow_provider_plgd.spark_apps.dedupe_events``):

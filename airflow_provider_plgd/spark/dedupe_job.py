@@ -1,10 +1,19 @@
 """The dedupe job: the ``events`` of one interval -> the Delta tables ``msgid_index`` + ``events_deduped``.
 
 The command line is ``airflow_provider_plgd/spark_apps/dedupe_events.py``; its module docstring
-gives the rules. Here: the lookback (:func:`previous_intervals`), the decision on the driver
-(:func:`decide_on_driver`: the key columns of the interval's files with pyarrow,
-:mod:`airflow_provider_plgd.spark.dedupe_decision`), the copy task (:func:`make_filter_task`:
-each ``events`` file minus its dropped rows, with pyarrow in Python tasks) and :func:`run`.
+gives the rules. Here, all on the executors (the driver holds the file lists and the counts, never
+rows):
+
+1. **Keys** (:func:`make_key_task`): Python tasks read the key columns of the interval's ``events``
+   files with pyarrow, add each row's file number and position, and send each row to its msg-ID
+   bucket (:func:`msgid_bucket`, Spark's ``pmod(xxhash64(msg_id), MSGID_BUCKETS)``) through a
+   Python RDD shuffle.
+2. **Decide** (:func:`make_decide_task`): one task per bucket reads the bucket's files of the
+   lookback intervals' ``msgid_index`` (the index is partitioned by the same bucket), decides with
+   :func:`dedupe_decision.decide`, writes the bucket's index file and emits its counts and the
+   positions of its dropped rows.
+3. **Copy** (:func:`make_copy_task`): the dropped positions are shuffled to the task that copies
+   their file; each ``events`` file is copied minus its dropped rows (byte for byte without drops).
 """
 
 from __future__ import annotations
@@ -13,21 +22,38 @@ import argparse
 import logging
 import posixpath
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
 from airflow_provider_plgd import delta_tables, storage
-from airflow_provider_plgd.spark import schemas, snapshot_store
+from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
 from airflow_provider_plgd.spark.parquet_io import data_file_name, new_write_id, write_parquet_file
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
 APP = "dedupe"
 DEFAULT_LOOKBACK = 24
-#: The internal ``msgid_index`` table: the message IDs each interval kept.
-MSGID_INDEX_SCHEMA = pa.schema([("msg_id", pa.string()), (delta_tables.INTERVAL_COLUMN, pa.string())])
+#: Buckets of the msg-ID hash. The decision runs as one task per bucket, and ``msgid_index`` is
+#: partitioned by the same bucket (its ``bucket`` column), so a bucket's lookback reads only its own
+#: index files. Part of the table layout: a ``msgid_index`` written with another count is refused.
+MSGID_BUCKETS = 16
+BUCKET_COLUMN = "bucket"
+#: The internal ``msgid_index`` table: the distinct message IDs of each interval, per bucket.
+MSGID_INDEX_SCHEMA = pa.schema([("msg_id", pa.string()), (delta_tables.INTERVAL_COLUMN, pa.string()),
+                                (BUCKET_COLUMN, pa.int32())])
+#: The key columns read from the ``events`` files (``event_type`` comes from the partition values).
+_READ_COLUMNS = ["msg_id", "stream", "stream_seq", "subject"]
+_KEY_SCHEMA = pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
+                         ("subject", pa.string()), ("event_type", pa.string()), ("_file", pa.int32()),
+                         ("_row", pa.int64())])
 log = logging.getLogger("plgd.spark.dedupe")
+
+
+def msgid_bucket(msg_id: str | None, buckets: int = MSGID_BUCKETS) -> int:
+    """The bucket of a message ID: ``pmod(xxhash64(msg_id), buckets)`` (Spark SQL's, through
+    ``snapshot_store.device_bucket``); a null ID is in bucket 0."""
+    return 0 if msg_id is None else snapshot_store.device_bucket(msg_id, buckets)
 
 
 def previous_intervals(root: str, interval_id: str, lookback: int) -> list[str]:
@@ -39,128 +65,216 @@ def previous_intervals(root: str, interval_id: str, lookback: int) -> list[str]:
     return before[-lookback:] if lookback else []
 
 
-def read_key_columns(files: list[delta_tables.DataFile]):
-    """The :data:`dedupe_decision.KEY_COLUMNS` of the listed ``events`` files (in list order, rows
-    in file order), with pyarrow; ``event_type`` from the files' partition values (the Delta log).
-    Row ``i`` of the result is row ``i - offset[f]`` of file ``f``.
+def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[str]]:
+    """``{bucket: [file URL, ...]}`` of the ``msgid_index`` files of the ``previous`` intervals
+    (named by the Delta log; at most ``len(previous) * MSGID_BUCKETS`` files).
 
-    :return: ``(table, offsets)``: ``offsets[f]`` = position of file ``f``'s first row.
+    :raises ValueError: a file without a bucket in ``[0, MSGID_BUCKETS)`` (another layout).
     """
-    import pyarrow.parquet as pq
-
-    schema = pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
-                        ("subject", pa.string()), ("event_type", pa.string())])
-    parts, offsets, offset = [], [], 0
-    for f in files:
-        fs, path = storage.to_fs(f.url)
-        with fs.open(path, "rb") as fh:
-            table = pq.read_table(fh, columns=["msg_id", "stream", "stream_seq", "subject"])
-        event_type = pa.array([f.partition.get("event_type")] * table.num_rows, pa.string())
-        parts.append(table.append_column("event_type", event_type).cast(schema))
-        offsets.append(offset)
-        offset += table.num_rows
-    return (pa.concat_tables(parts) if parts else schema.empty_table()), offsets
-
-
-def _previous_id_arrays(root: str, intervals: Iterable[str]):
-    """Yield, one file at a time, the ``msg_id`` arrays of the previous intervals' ``msgid_index``
-    files (named by the Delta log), with pyarrow."""
-    import pyarrow.parquet as pq
-
-    wanted = list(intervals)
-    if not wanted:
-        return
+    by_bucket: dict[int, list[str]] = {}
+    if not previous:
+        return by_bucket
     index = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
-    for f in delta_tables.table_files(index, where={delta_tables.INTERVAL_COLUMN: wanted}):
-        fs, path = storage.to_fs(f.url)
-        with fs.open(path, "rb") as fh:
-            yield pq.read_table(fh, columns=["msg_id"]).column("msg_id")
+    for f in delta_tables.table_files(index, where={delta_tables.INTERVAL_COLUMN: list(previous)}):
+        raw = f.partition.get(BUCKET_COLUMN)
+        bucket = int(raw) if raw is not None and str(raw).isdigit() else -1
+        if not 0 <= bucket < MSGID_BUCKETS:
+            raise ValueError(
+                f"{index}: file {f.path} has bucket {raw!r}; expected 0..{MSGID_BUCKETS - 1} (a msgid_index "
+                f"of another layout: write this root's intervals again, or start a new storage root)")
+        by_bucket.setdefault(bucket, []).append(f.url)
+    return by_bucket
 
 
-def decide_on_driver(root: str, files: list[delta_tables.DataFile], previous: list[str]):
-    """Decide with :func:`dedupe_decision.decide` in this (driver) process.
-
-    :return: ``(Decision, drops)``: ``drops`` = ``{relative file path: [row positions to drop]}``.
-    """
-    import pyarrow.compute as pc
-
-    from airflow_provider_plgd.spark import dedupe_decision
-
-    keys, offsets = read_key_columns(files)
-    current = pc.unique(keys.column("msg_id").drop_null())
-    seen = dedupe_decision.seen_ids(current, _previous_id_arrays(root, previous)) if previous else None
-    decision = dedupe_decision.decide(keys, seen)
-    drops: dict[str, list[int]] = {}
-    f = 0
-    for row in decision.dropped_rows.to_pylist():  # ascending, like the offsets
-        while f + 1 < len(offsets) and offsets[f + 1] <= row:
-            f += 1
-        drops.setdefault(files[f].path, []).append(row - offsets[f])
-    return decision, drops
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
-def make_filter_task(source: str, target: str, names: dict[str, str], drops: dict[str, list[int]],
-                     partitions: dict[str, dict[str, str | None]]):
-    """Build the ``RDD.mapPartitions`` function that copies ``events`` files minus dropped rows.
+def make_key_task(buckets: int = MSGID_BUCKETS):
+    """``RDD.mapPartitions`` function, step 1: lists of ``(file URL, file number, rows, partition
+    values)`` units -> ``(bucket, Arrow IPC stream bytes)`` pairs of :data:`_KEY_SCHEMA` rows
+    (``_file`` = file number, ``_row`` = position in the file)."""
 
-    :param source: the ``events`` table folder (fsspec URL or path).
-    :param target: the ``events_deduped`` table folder.
-    :param names: ``{source relative path: target relative path}`` (same partition folders, file
-        names of this run: ``parquet_io.data_file_name``).
-    :param drops: ``{source relative path: [row positions]}``: the rows to leave out.
-    :param partitions: ``{source relative path: partition values}`` (from the Delta log).
-    :return: a function of an iterator of file lists (:func:`task_plan.plan_tasks` tasks of
-        ``(relative path, -1, rows)`` units) that yields a ``delta_tables.file_record`` per written
-        file. A file without dropped rows is copied byte for byte; any other is read and rewritten
-        with pyarrow (``parquet_io.write_parquet_file``: snappy, ``TIMESTAMP_MICROS``), in row order.
-    """
-
-    def task(file_lists):
-        import pyarrow as pa
+    def task(unit_lists: Iterable[list[tuple[str, int, int, Mapping[str, Any]]]]) -> Iterator[tuple[int, bytes]]:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        fs, src = storage.to_fs(source)
-        _, dst = storage.to_fs(target)
-        for files in file_lists:
-            for rel, _, _ in files:
-                out = f"{dst}/{names[rel]}"
-                gone = drops.get(rel)
-                with fs.open(f"{src}/{rel}", "rb") as fh:
-                    pf = pq.ParquetFile(fh)
-                    metadata = pf.metadata
-                    table = pf.read() if gone else None
-                if gone:
-                    row_group = max((metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)),
-                                    default=1)
-                    keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
-                                              value_set=pa.array(gone, pa.int64())))
-                    size, metadata = write_parquet_file(fs, out, table.filter(keep), row_group_size=row_group)
-                else:
-                    fs.makedirs(posixpath.dirname(out), exist_ok=True)
-                    fs.copy(f"{src}/{rel}", out)
-                    size = fs.size(out)
-                yield delta_tables.file_record(names[rel], rows=metadata.num_rows, size=size,
-                                               partition=partitions[rel],
-                                               stats=delta_tables.parquet_stats(metadata))
+        for units in unit_lists:
+            parts = []
+            for url, number, _, partition in units:
+                fs, path = storage.to_fs(url)
+                with fs.open(path, "rb") as fh:
+                    table = pq.read_table(fh, columns=_READ_COLUMNS)
+                n = table.num_rows
+                table = table.append_column("event_type", pa.array([partition.get("event_type")] * n, pa.string())) \
+                    .append_column("_file", pa.array([number] * n, pa.int32())) \
+                    .append_column("_row", pa.array(range(n), pa.int64()))
+                parts.append(table.cast(_KEY_SCHEMA))
+            if not parts:
+                continue
+            keys = pa.concat_tables(parts)
+            bucket = pa.array([msgid_bucket(m, buckets) for m in keys.column("msg_id").to_pylist()], pa.int32())
+            for b in pc.unique(bucket).to_pylist():
+                yield int(b), _ipc_bytes(keys.filter(pc.equal(bucket, b)))
 
     return task
 
 
-def filter_files(spark, source: str, target: str, files: list[delta_tables.DataFile],
-                 drops: dict[str, list[int]], write_id: str) -> list[dict[str, Any]]:
-    """Write ``source``'s ``files`` minus the ``drops`` rows into ``target`` (:func:`make_filter_task`),
-    in a few Spark tasks balanced by rows (:func:`task_plan.plan_tasks`).
+def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previous: Mapping[int, Sequence[str]]):
+    """``RDD.mapPartitions`` function, step 2: the ``(bucket, IPC bytes)`` pairs of one bucket
+    (partition ``b`` = bucket ``b``) -> records ``(key, (kind, value))``:
 
-    :return: ``delta_tables.file_record`` dicts, one per written file (files left empty are written too).
+    * ``(-1, ("counts", {"per_type", "null_ids", "exact_copies", "index_rows"}))``;
+    * ``(-1, ("index", file record))``: the bucket's ``msgid_index`` file (its distinct IDs, sorted),
+      written here;
+    * ``(file number, ("drop", [positions]))``: the dropped rows of one ``events`` file.
+
+    Rows are sorted by file number and position first, so the tie rule of
+    :func:`dedupe_decision.decide` (the row's place in the interval's files) does not depend on the
+    order in which the shuffle delivers them.
     """
-    names = {f.path: posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id))
-             for i, f in enumerate(files)}
-    tasks = plan_tasks([(f.path, -1, f.rows) for f in files], spark.sparkContext.defaultParallelism)
-    if not tasks:
-        return []
-    task = make_filter_task(source, target, names, drops, {f.path: f.partition for f in files})
-    return spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(task).collect()
+
+    def task(pairs: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, tuple[str, Any]]]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        bucket = ctx.partitionId() if ctx is not None else 0
+        tables = [pa.ipc.open_stream(data).read_all() for _, data in pairs]
+        keys = pa.concat_tables(tables) if tables else _KEY_SCHEMA.empty_table()
+        keys = keys.sort_by([("_file", "ascending"), ("_row", "ascending")])
+
+        def lookback() -> Iterator[Any]:
+            for url in previous.get(bucket, ()):
+                fs, path = storage.to_fs(url)
+                with fs.open(path, "rb") as fh:
+                    yield pq.read_table(fh, columns=["msg_id"]).column("msg_id")
+
+        seen = None
+        if previous.get(bucket) and keys.num_rows:
+            seen = dedupe_decision.seen_ids(pc.unique(keys.column("msg_id").drop_null()), lookback())
+        decision = dedupe_decision.decide(keys.select(list(dedupe_decision.KEY_COLUMNS)), seen)
+        if len(decision.index):
+            rel = (f"{delta_tables.INTERVAL_COLUMN}={interval_id}/{BUCKET_COLUMN}={bucket}/"
+                   f"{data_file_name(bucket, write_id)}")
+            fs, base = storage.to_fs(index_uri)
+            size, metadata = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": decision.index}),
+                                                row_group_size=1 << 20)
+            yield -1, ("index", delta_tables.file_record(
+                rel, rows=len(decision.index), size=size, stats=delta_tables.parquet_stats(metadata),
+                partition={delta_tables.INTERVAL_COLUMN: interval_id, BUCKET_COLUMN: str(bucket)}))
+        yield -1, ("counts", {"per_type": decision.per_type, "null_ids": decision.null_ids,
+                              "exact_copies": decision.exact_copies, "index_rows": len(decision.index)})
+        dropped = keys.select(["_file", "_row"]).take(decision.dropped_rows)
+        if dropped.num_rows:
+            grouped = dropped.group_by("_file").aggregate([("_row", "list")])
+            for number, rows in zip(grouped.column("_file").to_pylist(), grouped.column("_row_list").to_pylist()):
+                yield int(number), ("drop", sorted(rows))
+
+    return task
+
+
+def make_copy_task(*, source: str, target: str, files: Sequence[delta_tables.DataFile], names: Sequence[str]):
+    """``RDD.mapPartitions`` function, step 3: the records of one copy task (``(file number,
+    ("file", None))`` for each file it copies, ``("drop", positions)`` records of those files, and,
+    in task 0, the ``key -1`` records of step 2) -> the step-2 records it was given (passed on) and
+    ``(-1, ("written", delta_tables.file_record))`` per file written.
+
+    A file without dropped rows is copied byte for byte; any other is read and rewritten with
+    pyarrow (``parquet_io.write_parquet_file``: snappy, ``TIMESTAMP_MICROS``), in row order, with
+    the row-group size of its source. ``names[i]`` is file ``i``'s path in ``target``.
+    """
+
+    def task(records: Iterable[tuple[int, tuple[str, Any]]]) -> Iterator[tuple[int, tuple[str, Any]]]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        mine: list[int] = []
+        drops: dict[int, list[int]] = {}
+        for key, (kind, value) in records:
+            if kind == "file":
+                mine.append(key)
+            elif kind == "drop":
+                drops.setdefault(key, []).extend(value)
+            else:
+                yield key, (kind, value)
+        fs, src = storage.to_fs(source)
+        _, dst = storage.to_fs(target)
+        for number in sorted(mine):
+            f, out = files[number], f"{dst}/{names[number]}"
+            gone = drops.get(number)
+            with fs.open(f"{src}/{f.path}", "rb") as fh:
+                pf = pq.ParquetFile(fh)
+                metadata = pf.metadata
+                table = pf.read() if gone else None
+            if gone:
+                row_group = max((metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)), default=1)
+                keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
+                                          value_set=pa.array(gone, pa.int64())))
+                size, metadata = write_parquet_file(fs, out, table.filter(keep), row_group_size=row_group)
+            else:
+                fs.makedirs(posixpath.dirname(out), exist_ok=True)
+                fs.copy(f"{src}/{f.path}", out)
+                size = fs.size(out)
+            yield -1, ("written", delta_tables.file_record(
+                names[number], rows=metadata.num_rows, size=size, partition=f.partition,
+                stats=delta_tables.parquet_stats(metadata)))
+
+    return task
+
+
+def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta_tables.DataFile],
+                        previous: Sequence[str], write_id: str) -> dict[str, Any]:
+    """Run steps 1-3 of the module docstring in one Spark job.
+
+    :return: ``{"decision": dedupe_decision.Decision (counts only: per_type, null_ids,
+        exact_copies), "index_rows", "index_records" [file_record], "written" [file_record]}``.
+    """
+    sc = spark.sparkContext
+    decision = dedupe_decision.Decision()
+    result: dict[str, Any] = {"decision": decision, "index_rows": 0, "index_records": [], "written": []}
+    if not files:
+        return result
+    index_uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
+    source = delta_tables.table_uri(root, delta_tables.EVENTS)
+    target = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    names = [posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id)) for i, f in enumerate(files)]
+    units = [(f.url, i, f.rows, f.partition) for i, f in enumerate(files)]
+    slots = sc.defaultParallelism
+    key_tasks = plan_tasks(units, slots)
+    copy_of = {u[1]: t for t, task in enumerate(plan_tasks(units, slots)) for u in task}
+    copy_tasks = max(copy_of.values()) + 1
+    decided = (sc.parallelize(key_tasks, len(key_tasks)).mapPartitions(make_key_task())
+               .partitionBy(MSGID_BUCKETS, lambda b: b)
+               .mapPartitions(make_decide_task(interval_id=interval_id, index_uri=index_uri, write_id=write_id,
+                                               previous=previous_index_files(root, previous))))
+    copies = sc.parallelize([(i, ("file", None)) for i in range(len(files))], copy_tasks)
+    records = (decided.union(copies).partitionBy(copy_tasks, lambda k: copy_of.get(k, 0))
+               .mapPartitions(make_copy_task(source=source, target=target, files=files, names=names))
+               .collect())
+    for _, (kind, value) in records:
+        if kind == "counts":
+            for event_type, counts in value["per_type"].items():
+                for row_class in dedupe_decision.CLASSES:
+                    n = counts["output" if row_class == "kept" else row_class]
+                    if n:
+                        dedupe_decision.add_count(decision.per_type, None if event_type == "_none" else event_type,
+                                                  row_class, n)
+            decision.null_ids += value["null_ids"]
+            decision.exact_copies = decision.exact_copies or value["exact_copies"]
+            result["index_rows"] += value["index_rows"]
+        elif kind == "index":
+            result["index_records"].append(value)
+        elif kind == "written":
+            result["written"].append(value)
+    decision.per_type = dict(sorted(decision.per_type.items()))
+    result["index_records"].sort(key=lambda r: r["path"])
+    result["written"].sort(key=lambda r: r["path"])
+    return result
 
 
 def decoded(root: str, interval_id: str) -> bool:
@@ -206,34 +320,27 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
     phase = time.time()
-    decision, drops = decide_on_driver(root, files, previous)
+    # keys -> msg-ID buckets -> decision per bucket -> copies, all on the executors (module docstring)
+    done = dedupe_on_executors(spark, root=root, interval_id=interval_id, files=files, previous=previous,
+                               write_id=write_id)
+    decision, index_records, written = done["decision"], done["index_records"], done["written"]
     totals = decision.totals()
-    index_rel = f"{delta_tables.INTERVAL_COLUMN}={interval_id}/{data_file_name(0, write_id)}"
-    index_records = []
-    if len(decision.index):
-        fs, index_path = storage.to_fs(index_uri)
-        size, metadata = write_parquet_file(fs, f"{index_path}/{index_rel}", pa.table({"msg_id": decision.index}),
-                                            row_group_size=1 << 20)
-        index_records.append(delta_tables.file_record(
-            index_rel, rows=len(decision.index), size=size, partition={delta_tables.INTERVAL_COLUMN: interval_id},
-            stats=delta_tables.parquet_stats(metadata)))
-    timings["decide"] = round(time.time() - phase, 3)
-
-    phase = time.time()
-    # copy the decoded files, minus the dropped rows, with pyarrow in Python tasks (the wide rows
-    # never enter the JVM; a file without drops is copied byte for byte)
-    written = filter_files(spark, source, deduped_uri, files, drops, write_id)
+    index_rows = sum(r["rows"] for r in index_records)
     kept_rows = sum(f["rows"] for f in written)
-    if kept_rows != totals["output"]:
+    staged_rows = sum(f.rows for f in files) if all(f.rows >= 0 for f in files) else totals["input"]
+    if (kept_rows != totals["output"] or index_rows != done["index_rows"] or len(written) != len(files)
+            or totals["input"] != staged_rows):
         raise RuntimeError(
-            f"interval {interval_id}: the filtered files hold {kept_rows} rows, the decision kept "
-            f"{totals['output']}; nothing committed"
+            f"interval {interval_id}: the decision read {totals['input']} of the {staged_rows} events rows and kept "
+            f"{totals['output']}; the filtered files hold {kept_rows} rows in {len(written)} of {len(files)} files; "
+            f"the index files hold {index_rows} IDs, the decision "
+            f"{done['index_rows']}; nothing committed"
         )
-    timings["write"] = round(time.time() - phase, 3)
+    timings["decide_and_write"] = round(time.time() - phase, 3)
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id}
     commits = {}
     for name, uri, schema, records, rows in (
-            (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, len(decision.index)),
+            (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
             (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)):
         commits[name] = delta_tables.commit_files(
             uri, records, schema=schema, partition_by=delta_tables.INTERVAL_TABLES[name],
@@ -253,6 +360,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "cross_batch_duplicates": totals["cross_batch"],
         "duplicates": totals["within_batch"] + totals["cross_batch"],
         "null_msg_id": decision.null_ids,
+        "buckets": MSGID_BUCKETS,
         "exact_copies": decision.exact_copies,
         "per_event_type": decision.per_type,
         "lookback_intervals": args.lookback_intervals,

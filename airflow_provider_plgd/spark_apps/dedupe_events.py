@@ -10,21 +10,23 @@ Input: the interval's rows of the Delta table ``{root}/events`` (committed by ``
 the files its log names). Output, each table in one Delta transaction that replaces the
 interval's rows (``delta_tables.commit_files``):
 
-* ``{root}/msgid_index`` (internal; files ``interval_id=../part-*.parquet``): one column
-  ``msg_id``, every distinct message ID of the interval (kept or dropped), sorted. The compact
-  index that later intervals look back at. Committed first.
+* ``{root}/msgid_index`` (internal; files ``interval_id=../bucket=../part-*.parquet``): one column
+  ``msg_id``, every distinct message ID of the interval (kept or dropped), one sorted file per
+  bucket of the msg-ID hash (``dedupe_job.MSGID_BUCKETS``). The compact index that later intervals
+  look back at. Committed first.
 * ``{root}/events_deduped`` (files ``interval_id=../event_type=../part-*.parquet``): the ``events``
   rows (same columns, ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA``) with exactly one row
   per ``msg_id``. Committed second.
 * the run summary ``{root}/_runs/dedupe/interval={id}.json``.
 
-How (:mod:`airflow_provider_plgd.spark.dedupe_job`): the keep/drop decision is made on the driver
-with pyarrow on the key columns (``msg_id``, ``stream``, ``stream_seq``, ``subject``,
-``event_type``; :mod:`airflow_provider_plgd.spark.dedupe_decision`; about 250 bytes of driver
-memory per row). The index and the counts come from the decision; the rows are written by Python
-tasks that copy each decoded file minus its dropped rows, named by their position in the file
-(so the same stored message staged twice is handled too): the wide rows never become JVM rows.
-``docs/snapshots.md`` has the measurements.
+How (:mod:`airflow_provider_plgd.spark.dedupe_job`): everything runs on the executors, and the
+driver holds only file lists and counts, whatever the interval's size. Python tasks read the key
+columns (``msg_id``, ``stream``, ``stream_seq``, ``subject``, ``event_type``) with pyarrow and
+shuffle them by msg-ID bucket; one task per bucket reads that bucket's lookback index files,
+decides with pyarrow (:mod:`airflow_provider_plgd.spark.dedupe_decision`) and writes the bucket's
+index file; the positions of the dropped rows are shuffled to the tasks that copy each decoded
+file minus its dropped rows (so the same stored message staged twice is handled too). The wide
+rows never become JVM rows. ``docs/performance.md`` has the measurements.
 
 The message ID is the ``msg_id`` column that decode computed with
 ``airflow_provider_plgd.plgd.msgid.message_id`` (the one home of the rule: the
@@ -40,20 +42,17 @@ Rules
   ``--lookback-intervals`` intervals (default 24, i.e. a day of hourly runs: covers JetStream
   redelivery and publisher retries) is dropped here, all its copies. Only the ``msg_id`` indexes
   of those intervals are read, never the history of events.
-* **Previous intervals** are, by default, the committed ``events_deduped`` intervals (with a
-  manifest) that sort
+* **Previous intervals** are, by default, the intervals committed to ``msgid_index`` that sort
   before this one (interval IDs sort by start time: ``YYYYMMDDTHHMMSSZ_...``; sequence-range IDs
   ``seq-``/``durable-`` sort by sequence and are only compared with IDs of the same kind), the
-  last N of them. ``--previous-intervals`` names them explicitly instead (comma-separated). An
-  interval without an index (written before the index existed) is looked up through the
-  ``msg_id`` column of its ``events_deduped`` folder.
+  last N of them. ``--previous-intervals`` names them explicitly instead (comma-separated).
 * **Reruns**: the interval itself is never part of its lookback, and both outputs are replaced,
   so a rerun produces the same rows. Intervals must be deduplicated in order (the DAG runs with
   ``max_active_runs=1``): an interval deduplicated before an earlier one cannot see the earlier
   one's messages.
 
 Summary keys: ``input``, ``output``, ``within_batch_duplicates``, ``cross_batch_duplicates``,
-``null_msg_id``, ``exact_copies`` (some rows repeat ``(msg_id, stream, stream_seq)``),
+``null_msg_id``, ``buckets``, ``exact_copies`` (some rows repeat ``(msg_id, stream, stream_seq)``),
 ``phase_seconds``, ``per_event_type`` (``{event_type: {"input", "output", "within_batch",
 "cross_batch"}}``), ``previous_intervals``, ``seconds``.
 """

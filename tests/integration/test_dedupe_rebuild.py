@@ -57,7 +57,7 @@ DRIVER = textwrap.dedent('''
     import json, sys
     from deltalake import DeltaTable
     from airflow_provider_plgd import delta_tables
-    from airflow_provider_plgd.spark import session, snapshot_store
+    from airflow_provider_plgd.spark import dedupe_job, session, snapshot_store
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
@@ -115,6 +115,8 @@ DRIVER = textwrap.dedent('''
         "kept": sorted([r["msg_id"], r["stream_seq"], r["event_type"]] for r in
                        marked.where(F.col("_class") == "kept").select("msg_id", "stream_seq", "event_type").collect()),
         "index": sorted(r["msg_id"] for r in events.where(F.col("msg_id").isNotNull()).select("msg_id").distinct().collect()),
+        "index_buckets": {r["msg_id"]: r["b"] for r in events.where(F.col("msg_id").isNotNull()).selectExpr(
+            "msg_id", f"cast(pmod(xxhash64(msg_id), {dedupe_job.MSGID_BUCKETS}) as int) as b").distinct().collect()},
     }
 
     # rebuild: every interval at once as a first snapshot (5 buckets), keyed by Spark SQL's
@@ -374,7 +376,8 @@ def test_python_bucket_function_equals_spark_sql(pipeline):
 
 def test_dedupe_decision_equals_the_spark_oracle(pipeline):
     """The last interval decided by Spark windows (the oracle in the driver) equals the pyarrow
-    decision on the driver: same counts, rows and index."""
+    decision per msg-ID bucket on the executors: same counts, rows and index, and each index file
+    holds the IDs of its bucket by Spark SQL's own hash."""
     iid = pipeline.intervals[-1][0]
     driver, oracle = pipeline.out["dedupe"][-1], pipeline.out["dedupe_oracle"]
     for key in ("per_event_type", "null_msg_id"):
@@ -382,8 +385,13 @@ def test_dedupe_decision_equals_the_spark_oracle(pipeline):
     assert driver["cross_batch_duplicates"] > 0 and driver["within_batch_duplicates"] > 0
     assert [[r["msg_id"], r["stream_seq"], r["event_type"]] for r in deduped_rows(pipeline.root, iid)] == \
         sorted(oracle["kept"])
-    index = [r["msg_id"] for r in delta_rows(str(pipeline.root / "msgid_index"), interval_id=iid)]
-    assert index == oracle["index"] == sorted(set(oracle["index"]))
+    rows = delta_rows(str(pipeline.root / "msgid_index"), interval_id=iid)
+    index = [r["msg_id"] for r in rows]
+    assert sorted(index) == oracle["index"] == sorted(set(oracle["index"]))
+    # one file per msg-ID bucket, each ID in the bucket of Spark's pmod(xxhash64(msg_id), 16)
+    buckets = {r["msg_id"]: r["bucket"] for r in rows}
+    assert len(set(buckets.values())) > 1
+    assert buckets == oracle["index_buckets"]
 
 
 def test_dedupe_one_row_per_message_id_and_counts(pipeline):

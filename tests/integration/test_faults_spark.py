@@ -96,8 +96,8 @@ KILL_POINTS = {
         ("after_last_commit", "driver", "decode_job.finish_run", 1),
     ],
     "dedupe": [
-        ("before_write", "driver", "dedupe_job.write_parquet_file", 1),  # the msgid_index file, first
-        ("during_write", "driver", "dedupe_job.filter_files", 1),  # msgid_index written, events_deduped not
+        ("before_write", "driver", "dedupe_job.dedupe_on_executors", 1),  # no file written yet
+        ("during_write", "worker", "dedupe_job.make_copy_task", 2),  # msgid_index files written, events_deduped part
         ("after_write", "driver", "delta_tables.commit_files", 1),
         ("between_commits", "driver", "delta_tables.commit_files", 2),
         ("after_last_commit", "driver", "dedupe_job.finish_run", 1),
