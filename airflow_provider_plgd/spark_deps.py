@@ -1,13 +1,16 @@
 """Build the ``--py-files`` zip that lets the Spark applications run where the provider is not installed.
 
-The Spark applications (``airflow_provider_plgd/spark_apps/*.py``, thin scripts over the
+The Spark applications (``airflow_provider_plgd/spark_apps/*.py`` when installed, the repository's
+top-level ``spark_apps/`` in a checkout: :func:`spark_app_path`; thin scripts over the
 :mod:`airflow_provider_plgd.spark` package) import the pure-Python parts of the provider on the
 driver and on every executor. On a cluster (``spark://``, YARN, Kubernetes) those machines usually
 do not have ``airflow-provider-plgd`` installed, so spark-submit ships them in one zip with
 ``--py-files``; Spark puts the zip on ``sys.path`` of the driver and of each Python worker.
 
 Zip content: the ``airflow_provider_plgd`` package, whole (every file but ``__pycache__`` and
-compiled files), under its package path. The executors import only the modules that need no
+compiled files), under its package path, with the Spark applications under
+``airflow_provider_plgd/spark_apps/`` as the wheel installs them (the same zip, byte for byte, from a
+checkout and from an install). The executors import only the modules that need no
 Airflow (``plgd/``, ``spark/``, ``spark_apps/``, ``staging``, ``ledger``, ``run_summary``,
 ``exceptions``); the Airflow-side modules travel along unused. A package boundary instead of a
 file list: a new module needs no entry here.
