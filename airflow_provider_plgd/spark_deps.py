@@ -1,13 +1,16 @@
 """Build the ``--py-files`` zip that lets the Spark applications run where the provider is not installed.
 
-The Spark applications (``airflow_provider_plgd/spark_apps/*.py``, thin scripts over the
+The Spark applications (``airflow_provider_plgd/spark_apps/*.py`` when installed, the repository's
+top-level ``spark_apps/`` in a checkout: :func:`spark_app_path`; thin scripts over the
 :mod:`airflow_provider_plgd.spark` package) import the pure-Python parts of the provider on the
 driver and on every executor. On a cluster (``spark://``, YARN, Kubernetes) those machines usually
 do not have ``airflow-provider-plgd`` installed, so spark-submit ships them in one zip with
 ``--py-files``; Spark puts the zip on ``sys.path`` of the driver and of each Python worker.
 
 Zip content: the ``airflow_provider_plgd`` package, whole (every file but ``__pycache__`` and
-compiled files), under its package path. The executors import only the modules that need no
+compiled files), under its package path, with the Spark applications under
+``airflow_provider_plgd/spark_apps/`` as the wheel installs them (the same zip, byte for byte, from a
+checkout and from an install). The executors import only the modules that need no
 Airflow (``plgd/``, ``spark/``, ``spark_apps/``, ``staging``, ``ledger``, ``run_summary``,
 ``exceptions``); the Airflow-side modules travel along unused. A package boundary instead of a
 file list: a new module needs no entry here.
@@ -66,21 +69,50 @@ def provider_dir() -> Path:
 
 
 def spark_apps_dir() -> Path:
-    """The folder of the Spark application scripts (``airflow_provider_plgd/spark_apps``)."""
-    return provider_dir() / "spark_apps"
+    """The folder of the Spark application scripts, the package ``airflow_provider_plgd.spark_apps``.
+
+    Installed from the wheel: ``airflow_provider_plgd/spark_apps`` beside this module. In a source
+    checkout (on ``PYTHONPATH``, or installed editable): the repository's top-level ``spark_apps/``,
+    which ``setup.cfg`` (``package_dir``) installs as ``airflow_provider_plgd/spark_apps``.
+    """
+    installed = provider_dir() / "spark_apps"
+    if (installed / "__init__.py").is_file():
+        return installed
+    return provider_dir().parent / "spark_apps"
+
+
+def spark_app_path(name: str) -> str:
+    """Return the path of a Spark application script, ``<spark_apps_dir()>/<name>.py``: the
+    application file ``spark-submit`` runs.
+
+    :param name: ``decode_events``, ``dedupe_events`` or ``rebuild_snapshots``.
+    :raises FileNotFoundError: the application is not installed with the provider.
+    """
+    path = spark_apps_dir() / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"Spark application {name!r} not found at {path}")
+    return str(path)
+
+
+def _tree_files(folder: Path, prefix: str) -> dict[str, Path]:
+    """``{prefix + relative path: file}`` of the files under ``folder`` (no caches, no compiled files)."""
+    entries: dict[str, Path] = {}
+    for source in folder.rglob("*"):
+        rel = source.relative_to(folder)
+        if not source.is_file() or _SKIP_DIRS.intersection(rel.parts) or source.suffix in _SKIP_SUFFIXES:
+            continue
+        entries[prefix + rel.as_posix()] = source
+    return entries
 
 
 def py_files_entries() -> list[tuple[str, Path]]:
     """List ``(name in zip, source file)`` for everything the zip holds, sorted by name: the
-    ``airflow_provider_plgd`` package, whole.
+    ``airflow_provider_plgd`` package, whole, with the Spark applications under
+    ``airflow_provider_plgd/spark_apps/`` (where the wheel installs them; in a source checkout they
+    are read from :func:`spark_apps_dir`), so the zip is the same from a checkout and an install.
     """
-    pkg = provider_dir()
-    entries: dict[str, Path] = {}
-    for source in pkg.rglob("*"):
-        rel = source.relative_to(pkg)
-        if not source.is_file() or _SKIP_DIRS.intersection(rel.parts) or source.suffix in _SKIP_SUFFIXES:
-            continue
-        entries["airflow_provider_plgd/" + rel.as_posix()] = source
+    entries = _tree_files(provider_dir(), "airflow_provider_plgd/")
+    entries.update(_tree_files(spark_apps_dir(), "airflow_provider_plgd/spark_apps/"))
     return sorted(entries.items())
 
 

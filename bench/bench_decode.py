@@ -224,7 +224,7 @@ SPARK_CONFS = {"fast-local": FAST_LOCAL_SPARK_CONF, "defaults": {}}
 def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
                owners: list[str] | None = None, spark_conf: dict[str, str] | None = None) -> dict:
     """Run the decode app with spark-submit and return its summary plus the wall time."""
-    from airflow_provider_plgd.spark_deps import build_py_files_zip
+    from airflow_provider_plgd.spark_deps import build_py_files_zip, spark_app_path
 
     zip_path = build_py_files_zip(Path(out_root).parent / "py_files")
     summary_path = str(Path(out_root) / "summary.json")
@@ -236,7 +236,7 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
         "spark-submit", "--master", master, "--py-files", zip_path,
         "--conf", "spark.ui.enabled=false", "--driver-memory", "2g",
         *conf_args(spark_conf or {}),
-        str(REPO / "airflow_provider_plgd" / "spark_apps" / "decode_events.py"),
+        spark_app_path("decode_events"),
         "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
         "--output-root", out_root, "--summary-path", summary_path,
     ] + (["--owners", ",".join(owners)] if owners else [])

@@ -26,6 +26,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from plgd_devtools.ground_truth import GroundTruth
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         sim = generate(config)
         print(f"[demo] simulating {len(sim.messages)} messages over {args.intervals} intervals of {step:g} s "
               f"from {start.isoformat()} (each interval stands for an hour of hub activity)")
-        truth = publish(sim, servers=[server.url], stream="EVENTS", wait_for_intervals=True)
-        truth.write(work / "ground_truth")
+        GroundTruth.of(sim, publish(sim, servers=[server.url], stream="EVENTS", wait_for_intervals=True)).write(
+            work / "ground_truth")
 
         env = _airflow_env(work, server.url, start, step)
         print("[demo] airflow db migrate (SQLite)")

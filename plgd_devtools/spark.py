@@ -5,16 +5,22 @@
   python for the driver and the Python workers).
 * :func:`spark_lock`: one Spark job at a time on a small shared machine (an exclusive ``flock``).
 * :data:`FAST_LOCAL_SPARK_CONF`: Spark settings for short runs on small data.
+* :func:`spark_app_module`: a Spark application script imported in this process (its
+  ``parse_args``/``main``), from a source checkout or an installed provider.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
+
+from airflow_provider_plgd.spark_deps import spark_app_path
 
 #: The lock file that serialises Spark jobs and DAG runs of tests and benchmarks on one machine.
 #: Extra Spark settings (``build_etl_dag(spark_conf=…)``) for short runs on small data with
@@ -42,6 +48,29 @@ FAST_LOCAL_SPARK_CONF: dict[str, str] = {
 SPARK_LOCK = "/tmp/spark.lock"
 #: Set to ``1`` when the caller already holds :data:`SPARK_LOCK` (``flock /tmp/spark.lock pytest``).
 LOCK_HELD_ENV = "PLGD_SPARK_LOCK_HELD"
+
+
+def spark_app_module(name: str) -> ModuleType:
+    """Import the Spark application script ``name`` (``decode_events``, ``dedupe_events`` or
+    ``rebuild_snapshots``) as ``airflow_provider_plgd.spark_apps.<name>``, from the file
+    :func:`~airflow_provider_plgd.spark_deps.spark_app_path` names: the one ``spark-submit`` would
+    run (a checkout's ``spark_apps/`` or the installed ``airflow_provider_plgd/spark_apps/``).
+
+    :raises FileNotFoundError: no such application.
+    """
+    module_name = f"airflow_provider_plgd.spark_apps.{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, spark_app_path(name))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
 
 
 def spark_submit_env(base: Mapping[str, str] | None = None, *, python: str | None = None) -> dict[str, str]:

@@ -24,6 +24,7 @@ from airflow_provider_plgd.etl.params import etl_params
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
 from airflow_provider_plgd.etl.summary import summarize_interval
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF
+from airflow_provider_plgd.spark_deps import spark_app_path
 
 #: One-line DAG description (the DAG list and the DAG page header show it).
 DAG_DESCRIPTION = ("plgd hub events from NATS JetStream, one data interval per run: staging, then Spark "
@@ -68,21 +69,6 @@ TASK_DOCS: dict[str, str] = {
 DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
-
-
-def spark_app_path(name: str) -> str:
-    """Return the path of a Spark application file (``airflow_provider_plgd/spark_apps/<name>.py``).
-
-    :param name: ``decode_events``, ``dedupe_events`` or ``rebuild_snapshots``.
-    :raises FileNotFoundError: if the application is not installed next to the provider.
-    """
-    from airflow_provider_plgd.spark_deps import spark_apps_dir
-
-    path = spark_apps_dir() / f"{name}.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"Spark application {name!r} not found at {path}")
-    return str(path)
-
 
 
 def _merge_spark_conf(spark_conf: Mapping[str, str | None] | None) -> dict[str, str]:

@@ -1,13 +1,19 @@
 """``plgd-simulate``: generate deterministic plgd hub traffic, publish it to JetStream, and write
 the ground truth.
 
+``--ground-truth`` and ``--faults corrupt`` (or ``all``) need the repository's development tools
+(``plgd_devtools.ground_truth``, ``plgd_devtools.faults``), which the provider's wheel does not
+ship: they are loaded only for these options, and without them the command stops with exit status
+2 and a message saying so.
+
 Example::
 
     plgd-simulate --servers nats://127.0.0.1:4222 --stream EVENTS --create-stream --seed 1 \\
         --owners 3 --devices 4 --resources 3 --intervals 3 --interval-seconds 20 \\
         --faults duplicates,corrupt,snapshots,gaps,unregister --leadrt off --ground-truth ./truth
 
-Exit status: 0 on success, 2 for bad arguments, 1 when publishing fails.
+Exit status: 0 on success, 2 for bad arguments (or options whose development tools are missing), 1
+when publishing fails.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ import time
 from datetime import datetime, timezone
 
 from .config import LEADRT_MODES, SimulationConfig
+from .devtools import load_devtools
 from .generator import generate
-from .ground_truth import GroundTruth
 from .publisher import PublishError, create_stream, publish
 
 __all__ = ["FAULT_NAMES", "build_parser", "config_from_args", "main"]
@@ -85,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="random activity steps per interval (about 2-3 messages each)")
     p.add_argument("--faults", type=_faults, default="none",
                    help="comma-separated faults to inject: duplicates (republished identical bytes), corrupt "
-                        "(undecodable payloads), snapshots (old-hub *snapshottaken events), gaps (version gaps), "
-                        "unregister (devices unregistered and re-created); or 'all' / 'none'")
+                        "(undecodable payloads; needs the repository's plgd_devtools), snapshots (old-hub "
+                        "*snapshottaken events), gaps (version gaps), unregister (devices unregistered and "
+                        "re-created); or 'all' / 'none'")
     p.add_argument("--duplicate-share", type=float, default=0.02,
                    help="share of messages duplicated when 'duplicates' is on")
     p.add_argument("--corrupt-count", type=int, default=3,
@@ -99,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start of interval 0 (unix ns or ISO-8601); default: the next multiple of "
                         "--interval-seconds at least 1 s from now")
     p.add_argument("--ground-truth", metavar="DIR", default=None,
-                   help="write messages.parquet, state_<k>.json and summary.json into DIR")
+                   help="write messages.parquet, state_<k>.json and summary.json into DIR (needs the "
+                        "repository's plgd_devtools, not part of the provider's wheel)")
     p.add_argument("--no-wait", action="store_true",
                    help="publish everything at once instead of inside each interval's wall-clock window")
     p.add_argument("--target-messages", type=int, default=None,
@@ -145,29 +153,34 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
     except (ValueError, TypeError) as exc:
         parser.error(str(exc))
+    try:  # before anything is generated or published: the options' development tools are there
+        ground_truth = load_devtools("ground_truth", "--ground-truth") if args.ground_truth else None
+        if config.corrupt:
+            load_devtools("faults", "--faults corrupt")
+    except ModuleNotFoundError as exc:
+        parser.error(str(exc))
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     sim = generate(config)
     log = sim.messages
     print(f"generated {len(log)} messages ({log.total_bytes} bytes) over {config.intervals} intervals of "
           f"{config.interval_seconds:g} s in {sim.generation_seconds:.2f} s", flush=True)
-    try:
-        if args.dry_run:
-            truth = GroundTruth(sim)
-        else:
+    published = None
+    if not args.dry_run:
+        try:
             if args.create_stream and create_stream(servers=servers, stream=args.stream):
                 print(f"created stream {args.stream} (plgd bundle settings)", flush=True)
             if not args.no_wait:
                 start = datetime.fromtimestamp(config.start_time_ns / 1e9, tz=timezone.utc)
                 print(f"publishing interval by interval from {start.isoformat()}", flush=True)
-            truth = publish(sim, servers=servers, stream=args.stream, wait_for_intervals=not args.no_wait)
-            rate = len(log) / truth.publish_seconds if truth.publish_seconds else 0.0
-            print(f"published to {args.stream}: sequences {truth.first_seq}..{truth.last_seq} in "
-                  f"{truth.publish_seconds:.2f} s ({rate:,.0f} msg/s)", flush=True)
-    except PublishError as exc:
-        print(f"plgd-simulate: error: {exc}", file=sys.stderr)
-        return 1
-    if args.ground_truth:
-        path = truth.write(args.ground_truth)
+            published = publish(sim, servers=servers, stream=args.stream, wait_for_intervals=not args.no_wait)
+        except PublishError as exc:
+            print(f"plgd-simulate: error: {exc}", file=sys.stderr)
+            return 1
+        rate = len(log) / published.publish_seconds if published.publish_seconds else 0.0
+        print(f"published to {args.stream}: sequences {published.first_seq}..{published.last_seq} in "
+              f"{published.publish_seconds:.2f} s ({rate:,.0f} msg/s)", flush=True)
+    if ground_truth is not None:
+        path = ground_truth.GroundTruth.of(sim, published).write(args.ground_truth)
         print(f"ground truth written to {path}", flush=True)
     return 0
 

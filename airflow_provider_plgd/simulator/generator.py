@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from ..plgd import ids, subjects
 from .config import SimulationConfig
+from .devtools import load_devtools
 from .encode import encode_record
-from .faults import CORRUPT_KINDS, corrupt_payload
 from .messages import FAULT_CODE, MessageLog
 from .model import Clock, DeviceSim, Hub
 from .records import IsEvent, RaEvent
@@ -96,6 +96,9 @@ class _Generator:
         self.steps = steps
         self.rng = random.Random(config.seed)
         self.fault_rng = random.Random(f"plgd-simulate-faults-{config.seed}")
+        # the corrupt-payload injector is a development tool (plgd_devtools.faults): loaded only when asked for
+        self.faults: Any = load_devtools("faults", "corrupt payloads (SimulationConfig.corrupt, plgd-simulate --faults "
+                                    "corrupt)") if config.corrupt else None
         self.clock = Clock(config, self.rng)
         self.hub = Hub(config, self.rng, self.clock)
         self.log = MessageLog()
@@ -188,7 +191,7 @@ class _Generator:
                 break
         subject = log.subjects[base]
         event_type, owner_id, device_id, href, _ = log.keys[log.key_index[base]]
-        data = corrupt_payload(kind, subject, log.data[base], self.fault_rng)
+        data = self.faults.corrupt_payload(kind, subject, log.data[base], self.fault_rng)
         key_id = log.key_id((event_type, owner_id, device_id, href, None))
         i = log.append(subject, data, k, key_id, -1, self.clock.tick(), _CORRUPT)
         self.corrupt.append({"index": i, "interval": k, "subject": subject, "kind": kind})
@@ -294,7 +297,7 @@ class _Generator:
         for i in range(cfg.corrupt):
             k = self.fault_rng.randrange(cfg.intervals)
             j = self.fault_rng.randrange(self._steps_in(k))
-            kind = CORRUPT_KINDS[i % len(CORRUPT_KINDS)]
+            kind = self.faults.CORRUPT_KINDS[i % len(self.faults.CORRUPT_KINDS)]
             sched[(k, j)].append(functools.partial(self._corrupt_message, k, kind))
         return sched
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
@@ -25,9 +26,8 @@ from nats.js.errors import NotFoundError
 from ..exceptions import PublishError
 from ..plgd.subjects import subject_matches
 from .generator import Simulation
-from .ground_truth import GroundTruth
 
-__all__ = ["PublishError", "acreate_stream", "apublish", "create_stream", "publish"]
+__all__ = ["PublishError", "PublishResult", "acreate_stream", "apublish", "create_stream", "publish"]
 
 _FLUSH_EVERY = 10_000  # messages between flushes (PING/PONG round trips)
 _MAX_LAG = 200_000  # messages sent but not yet stored by the stream before we wait
@@ -51,6 +51,34 @@ BUNDLE_STREAM_CONFIG: dict[str, Any] = {
     "num_replicas": 1,
     "duplicate_window": 600_000_000_000,
 }
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """Where a simulation's messages went: message i of the simulation has stream sequence
+    ``first_seq + i`` (verified after publishing). The ground truth of a published simulation
+    (``plgd_devtools.ground_truth.GroundTruth.of(sim, result)``) carries these fields too.
+
+    :ivar stream: JetStream stream name.
+    :ivar first_seq: stream sequence of the first message.
+    :ivar messages: number of messages published.
+    :ivar wait_for_intervals: whether publishing respected the interval windows.
+    :ivar windows: per interval ``{"interval", "window_start_ns", "window_end_ns",
+        "published_from_ns", "stored_by_ns", "messages"}`` (wall clock, unix ns).
+    :ivar publish_seconds: wall-clock duration of publishing (s).
+    """
+
+    stream: str
+    first_seq: int
+    messages: int
+    wait_for_intervals: bool
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    publish_seconds: float = 0.0
+
+    @property
+    def last_seq(self) -> int | None:
+        """Stream sequence of the last message, or None when nothing was published."""
+        return self.first_seq + self.messages - 1 if self.messages else None
 
 
 def _iso(ns: int) -> str:
@@ -131,7 +159,7 @@ async def _wait_stored(js, stream: str, last_seq: int, deadline_ns: int, what: s
 
 
 async def apublish(sim: Simulation, *, servers: Sequence[str], stream: str = "EVENTS",
-                   wait_for_intervals: bool = True, connect_options: dict[str, Any] | None = None) -> GroundTruth:
+                   wait_for_intervals: bool = True, connect_options: dict[str, Any] | None = None) -> PublishResult:
     """Publish every message of ``sim`` in order with core NATS and verify the stream.
 
     :param servers: NATS URLs (``nats://host:port``).
@@ -140,7 +168,7 @@ async def apublish(sim: Simulation, *, servers: Sequence[str], stream: str = "EV
         module docstring); the config's ``start_time_ns`` must then be in the future or inside
         interval 0. Without it, everything is published at once.
     :param connect_options: extra ``nats.connect`` keyword arguments (credentials, TLS).
-    :returns: the :class:`GroundTruth` with ``first_seq`` and the per-interval windows.
+    :returns: the :class:`PublishResult`: ``first_seq`` and the per-interval windows.
     :raises PublishError: cannot connect; stream missing or not bound to the subjects; an
         interval window already over or overflowed (its messages were not all stored before its
         end); the stream holds other than exactly our messages afterwards (another publisher,
@@ -225,12 +253,12 @@ async def apublish(sim: Simulation, *, servers: Sequence[str], stream: str = "EV
                 )
     finally:
         await nc.close()
-    return GroundTruth(sim, stream=stream, first_seq=first_seq, wait_for_intervals=wait_for_intervals,
-                       windows=windows, publish_seconds=time.perf_counter() - t0)
+    return PublishResult(stream=stream, first_seq=first_seq, messages=n, wait_for_intervals=wait_for_intervals,
+                         windows=windows, publish_seconds=time.perf_counter() - t0)
 
 
 def publish(sim: Simulation, *, servers: Sequence[str], stream: str = "EVENTS", wait_for_intervals: bool = True,
-            connect_options: dict[str, Any] | None = None) -> GroundTruth:
+            connect_options: dict[str, Any] | None = None) -> PublishResult:
     """Sync wrapper of :func:`apublish` (same parameters, result and errors). Raises
     RuntimeError if called from a running event loop (use ``await apublish(...)`` there)."""
     try:

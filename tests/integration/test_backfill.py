@@ -296,6 +296,7 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
                                                                tmp_path: Path) -> None:
     from airflow_provider_plgd import times
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from plgd_devtools.ground_truth import GroundTruth
     from plgd_devtools.snapshot_compare import compare_snapshot
 
     t_start = time.monotonic()
@@ -321,7 +322,8 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
 
     def _publish() -> None:
         try:
-            published["truth"] = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+            published["truth"] = GroundTruth.of(
+                sim, publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
             published["error"] = exc
 

@@ -42,6 +42,7 @@ from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import decode_batch
+from airflow_provider_plgd.spark_deps import spark_app_path
 
 pytestmark = pytest.mark.spark
 
@@ -175,7 +176,7 @@ def run(tmp_path_factory):
     # ---- run 1: the command line, default reader
     py_files = build_py_files_zip(base / "py")
     assert py_files.endswith(".zip")
-    spark_submit(py_files, str(REPO / "airflow_provider_plgd" / "spark_apps" / "decode_events.py"),
+    spark_submit(py_files, spark_app_path("decode_events"),
                  "--staging-root", str(root), "--stream", STREAM, "--interval-id", IID, "--output-root", str(out),
                  log=base / "run1.log")
     events1 = read_table(out / "events")

@@ -31,6 +31,7 @@ from tests.integration.staging_data import stage_simulation
 
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from airflow_provider_plgd.spark import snapshot_store
+from airflow_provider_plgd.spark_deps import spark_app_path
 
 pytestmark = pytest.mark.spark
 
@@ -520,7 +521,7 @@ def test_cli_rerun_gives_identical_output(pipeline):
     three apps): rerunning the last interval gives the same snapshot tables."""
     iid, end_iso, end_ns = pipeline.intervals[-1]
     before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}
-    spark_submit(pipeline.py_files, str(REPO / "airflow_provider_plgd" / "spark_apps" / "rebuild_snapshots.py"),
+    spark_submit(pipeline.py_files, spark_app_path("rebuild_snapshots"),
                  "--root", str(pipeline.root), "--interval-id", iid, "--snapshot-time", str(end_ns),
                  log=pipeline.log)
     rebuild = json.loads((pipeline.root / "_runs" / "rebuild" / f"interval={iid}.json").read_text())

@@ -243,6 +243,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     interval), and rebuild of 2 builds on the snapshot of 0: the final snapshot is the simulator's truth."""
     from airflow_provider_plgd.run_summary import read_app_summary
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from plgd_devtools.ground_truth import GroundTruth
     from plgd_devtools.snapshot_compare import compare_snapshot
     from airflow_provider_plgd.spark import snapshot_store
     from plgd_devtools.spark import spark_lock
@@ -258,7 +259,8 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     sim = generate(SimulationConfig(seed=21, owners=2, devices_per_owner=2, resources_per_device=2, intervals=2,
                                     steps_per_interval=20, interval_seconds=2 * step,
                                     start_time_ns=int(start_s * 1e9), duplicates=0.1))
-    truth = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True).summary()
+    published = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+    truth = GroundTruth.of(sim, published).summary()
     stored = read_stream(jetstream.url)
     in_interval = Counter(int((t / 1e9 - start_s) // step) for _s, t, _h, _d in stored.values())
     assert set(in_interval) == {0, 2}, in_interval  # publishing took less than one ETL interval

@@ -15,6 +15,7 @@ import pytest
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 from airflow_provider_plgd.simulator import PublishError, SimulationConfig, generate, publish
 from airflow_provider_plgd.simulator import cli
+from plgd_devtools.ground_truth import GroundTruth
 
 FAULTS = dict(duplicates=0.05, corrupt=3, old_hub_snapshots=True, version_gaps=True, unregister=True)
 
@@ -35,7 +36,7 @@ def test_publish_inside_interval_windows(jetstream, tmp_path):
                            steps_per_interval=30, interval_seconds=2.0, start_time_ns=next_boundary(step),
                            leadrt="first", **FAULTS)
     sim = generate(cfg)
-    truth = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+    truth = GroundTruth.of(sim, publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True))
     assert truth.first_seq == 1 and truth.last_seq == len(sim.messages)
     info = JetStreamHook().stream_info()
     assert info["state"]["messages"] == len(sim.messages)
@@ -65,7 +66,7 @@ def test_publish_100k_messages_and_read_them_back(jetstream, tmp_path):
     sim = generate(cfg)
     assert 90_000 <= len(sim.messages) <= 110_000
     t0 = time.perf_counter()
-    truth = publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=False)
+    truth = GroundTruth.of(sim, publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=False))
     elapsed = time.perf_counter() - t0
     print(f"published {len(sim.messages)} messages in {elapsed:.1f} s ({len(sim.messages) / elapsed:,.0f} msg/s)")
     summary = truth.summary()

@@ -613,6 +613,19 @@ def test_simulator_command(services, airflow_env, dockerfiles):
     assert depends_on_of(sim)["nats-init"]["condition"] == "service_completed_successfully"
 
 
+def test_simulator_has_the_devtools_its_ground_truth_needs(services):
+    """``--ground-truth`` loads plgd_devtools.ground_truth, which the provider's wheel does not ship: the
+    image copies plgd_devtools/ outside the installed provider and the simulator has it on PYTHONPATH."""
+    args = command_list(services["simulator"])
+    assert "--ground-truth" in args
+    folder = env_of(services["simulator"])["PYTHONPATH"]
+    text = re.sub(r"\\\n", " ", (REPO / "docker" / "Dockerfile.airflow").read_text())
+    assert re.search(rf"^COPY\s.*\bplgd_devtools\s+{re.escape(folder)}/plgd_devtools\s*$", text, re.M), folder
+    assert "!plgd_devtools/" in (REPO / "docker" / "Dockerfile.airflow.dockerignore").read_text().split()
+    for name in AIRFLOW_COMMANDS:  # Airflow itself runs the installed provider only
+        assert "PYTHONPATH" not in env_of(services[name]), name
+
+
 def test_simulator_flags_exist_in_the_cli(services):
     """Cross-check with ``plgd-simulate --help`` when the CLI is installed and importable."""
     script = Path(sys.executable).parent / "plgd-simulate"

@@ -178,7 +178,9 @@ def test_decode_batch_memory_stays_bounded_in_a_fresh_process():
 
 
 def test_decode_app_cli_setting():
-    from airflow_provider_plgd.spark_apps.decode_events import parse_args
+    from plgd_devtools.spark import spark_app_module
+
+    parse_args = spark_app_module("decode_events").parse_args
 
     base = ["--staging-root", "/r", "--output-root", "/r", "--interval-id", INTERVAL]
     assert parse_args(base).max_content_bytes == codec.DEFAULT_MAX_DECODED_BYTES == 4 * MiB

@@ -1,4 +1,4 @@
-"""Unit tests of spark_apps/fold.py: plgd's own state-test scenarios, written as our own data.
+"""Unit tests of spark/fold.py: plgd's own state-test scenarios, written as our own data.
 
 The scenarios follow the cases of plgd's ``resource-aggregate/events/*_test.go`` (create/update/
 delete pending then confirmation, device metadata online/offline and twin sync, links publish

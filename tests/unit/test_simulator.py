@@ -16,7 +16,6 @@ from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES, SNAPSHOT_EV
 from airflow_provider_plgd.plgd.msgid import message_id
 from airflow_provider_plgd.simulator import (
     SNAPSHOT_TABLES,
-    GroundTruth,
     SimulationConfig,
     expected_state,
     generate,
@@ -35,6 +34,7 @@ from airflow_provider_plgd.simulator.records import (
 )
 from airflow_provider_plgd.simulator.state import StateFold
 from airflow_provider_plgd.plgd.tables import SNAPSHOT_SCHEMAS
+from plgd_devtools.ground_truth import GroundTruth
 
 ALL_FAULTS = dict(duplicates=0.05, corrupt=4, old_hub_snapshots=True, version_gaps=True, unregister=True)
 NO_FAULTS = dict(duplicates=0.0, corrupt=0, old_hub_snapshots=False, version_gaps=False, unregister=False)
@@ -628,6 +628,40 @@ def test_cli_rejects_unknown_fault(capsys):
         cli.main(["--faults", "duplicates,bogus", "--dry-run"])
     assert exc.value.code == 2
     assert "bogus" in capsys.readouterr().err
+
+
+@pytest.fixture
+def without_devtools(monkeypatch):
+    """An installed provider without the repository's plgd_devtools (the wheel does not ship it)."""
+    import sys
+
+    for name in [n for n in sys.modules if n == "plgd_devtools" or n.startswith("plgd_devtools.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plgd_devtools", None)  # import plgd_devtools -> ModuleNotFoundError
+
+
+def test_cli_without_devtools_publishes_but_refuses_ground_truth_and_corrupt(without_devtools, tmp_path, capsys):
+    base = ["--seed", "5", "--owners", "1", "--devices", "2", "--intervals", "1", "--interval-seconds", "5",
+            "--start-time", "2026-01-01T00:00:00Z", "--dry-run"]
+    # every option that needs no development tool works
+    assert cli.main([*base, "--faults", "duplicates,snapshots,gaps,unregister"]) == 0
+    assert "generated" in capsys.readouterr().out
+    for option, feature in ((["--ground-truth", str(tmp_path / "gt")], "--ground-truth"),
+                            (["--faults", "corrupt"], "--faults corrupt"),
+                            (["--faults", "all"], "--faults corrupt")):
+        with pytest.raises(SystemExit) as exc:
+            cli.main([*base, *option])
+        assert exc.value.code == 2
+        captured = capsys.readouterr()
+        assert f"{feature} needs plgd_devtools." in captured.err and "source checkout" in captured.err
+        assert "generated" not in captured.out  # refused before anything is generated
+    assert not (tmp_path / "gt").exists()
+
+
+def test_generate_corrupt_payloads_without_devtools_is_a_clear_error(without_devtools):
+    generate(SimulationConfig(intervals=1, steps_per_interval=2, duplicates=0.1))  # no fault injector needed
+    with pytest.raises(ModuleNotFoundError, match=r"corrupt payloads .* needs plgd_devtools\.faults"):
+        generate(SimulationConfig(intervals=1, steps_per_interval=2, corrupt=1))
 
 
 def test_cli_default_start_is_next_aligned_interval():

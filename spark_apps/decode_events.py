@@ -46,16 +46,9 @@ job itself: :mod:`airflow_provider_plgd.spark.decode_job`.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Sequence
 
-try:  # a plain ``spark-submit spark_apps/decode_events.py`` puts only spark_apps/ on sys.path
-    from airflow_provider_plgd.spark import app_args
-except ImportError:  # pragma: no cover - running from the folder without --py-files
-    import os
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from airflow_provider_plgd.spark import app_args
+from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
 from airflow_provider_plgd.spark.decode_job import run
 from airflow_provider_plgd.spark.session import run_app

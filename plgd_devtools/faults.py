@@ -1,4 +1,6 @@
-"""Corrupt payloads: bytes on a valid plgd subject that the codec must reject.
+"""Corrupt payloads: bytes on a valid plgd subject that the codec must reject (the simulator's
+fault injector: ``plgd-simulate --faults corrupt``, ``SimulationConfig(corrupt=N)``; the generator
+loads this module only when corrupt payloads are asked for).
 
 Kinds: ``random_bytes``; ``truncated_protobuf`` (a real payload cut short); ``bad_snappy`` (a real
 resource-aggregate envelope whose ``data`` is not snappy block format, or an identity-store
@@ -10,8 +12,8 @@ from __future__ import annotations
 
 import random
 
-from ..plgd import codec
-from ..plgd.pb import eventbus_pb2
+from airflow_provider_plgd.plgd import codec
+from airflow_provider_plgd.plgd.pb import eventbus_pb2
 
 __all__ = ["CORRUPT_KINDS", "corrupt_payload"]
 

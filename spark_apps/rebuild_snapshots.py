@@ -49,18 +49,10 @@ buckets (Arrow copy), not with the number of past events (``bench/bench_rebuild.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Sequence
 
-try:  # a plain ``spark-submit spark_apps/rebuild_snapshots.py`` puts only spark_apps/ on sys.path
-    from airflow_provider_plgd.spark import app_args
-except ImportError:  # pragma: no cover - running from the folder without --py-files
-    import os
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd import delta_tables
-from airflow_provider_plgd.spark import snapshot_store
+from airflow_provider_plgd.spark import app_args, snapshot_store
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
 

@@ -60,16 +60,9 @@ Summary keys: ``input``, ``output``, ``within_batch_duplicates``, ``cross_batch_
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Sequence
 
-try:  # a plain ``spark-submit spark_apps/dedupe_events.py`` puts only spark_apps/ on sys.path
-    from airflow_provider_plgd.spark import app_args
-except ImportError:  # pragma: no cover - running from the folder without --py-files
-    import os
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from airflow_provider_plgd.spark import app_args
+from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd.spark.dedupe_job import DEFAULT_LOOKBACK, run
 from airflow_provider_plgd.spark.session import run_app
 

@@ -1,5 +1,8 @@
-"""Ground truth of a (published) simulation, and its directory format.
+"""Ground truth of a (published) simulation, and its directory format: the test oracle of
+``plgd-simulate --ground-truth`` (which loads this module on demand), the tests, the benchmarks and
+the demo. Not part of the provider's wheel.
 
+``GroundTruth.of(sim, publish(sim, ...))`` (or ``GroundTruth(sim)`` when not published);
 ``GroundTruth.write(directory)`` writes:
 
 * ``messages.parquet``: one row per message in publish order. Columns: ``stream_seq`` int64
@@ -28,8 +31,9 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .generator import Simulation
-from .messages import FAULT_CODE, FAULTS
+from airflow_provider_plgd.simulator.generator import Simulation
+from airflow_provider_plgd.simulator.messages import FAULT_CODE, FAULTS
+from airflow_provider_plgd.simulator.publisher import PublishResult
 
 __all__ = ["GroundTruth", "MESSAGES_SCHEMA"]
 
@@ -81,6 +85,16 @@ class GroundTruth:
     wait_for_intervals: bool | None = None
     windows: list[dict[str, Any]] = field(default_factory=list)
     publish_seconds: float | None = None
+
+    @classmethod
+    def of(cls, sim: Simulation, published: PublishResult | None = None) -> GroundTruth:
+        """The ground truth of ``sim``, published as ``published`` (the result of
+        ``simulator.publish``/``apublish``), or not published (None)."""
+        if published is None:
+            return cls(sim)
+        return cls(sim, stream=published.stream, first_seq=published.first_seq,
+                   wait_for_intervals=published.wait_for_intervals, windows=list(published.windows),
+                   publish_seconds=published.publish_seconds)
 
     @property
     def last_seq(self) -> int | None:
