@@ -4,7 +4,7 @@ Usage::
 
     PATH=.venv/bin:$PATH .venv/bin/python bench/bench_rebuild.py \\
         [--events 1000000] [--devices 10000] [--batch-devices 1000] [--buckets 32] [--json out.json]
-        [--skip-throughput | --skip-history]
+        [--skip-throughput | --skip-history | --dedupe-only] [--master local[2]]
 
 Input is synthetic decoded ``events`` rows (the ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA`` columns,
 realistic sizes: CBOR resource content with its JSON, links, connection and twin state, pendings
@@ -20,6 +20,10 @@ not timed. Figures (processing time as measured inside one Spark driver, JVM sta
    (same devices, 10x more events per resource), *10x devices* (10x devices, 10x events). The
    ratio t(10x) / t(1x) is the growth (goal < 1.5). *10x devices* runs twice: with the same
    ``--buckets`` and with 10x as many buckets (to show what more, smaller buckets cost).
+
+``--dedupe-only``: figure 1's dedupe runs alone, with the peak RSS of the driver's Python process
+(``getrusage``) after the first run of the big interval: what ``docs/operations.md`` ("Sizing")
+quotes for 1M and 4M rows.
 
 The Spark part holds an exclusive ``flock`` on ``--lock`` (default ``/tmp/spark.lock``).
 """
@@ -217,14 +221,17 @@ def interval(k: int) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------------------
 
 DRIVER = r'''
-import json, sys, time
+import json, resource, sys, time
 from airflow_provider_plgd.spark import session
 from airflow_provider_plgd.spark_apps import dedupe_events, rebuild_snapshots
 cfg = json.load(open(sys.argv[1]))
 spark = session.build_spark_session("plgd-bench-rebuild")
 results = {}
 def timed(name, fn):
-    t = time.perf_counter(); summary = fn(); results[name] = {"seconds": time.perf_counter() - t, "summary": summary}
+    t = time.perf_counter(); summary = fn()
+    # the driver's (this Python process's) peak RSS so far; Linux reports KiB
+    results[name] = {"seconds": time.perf_counter() - t, "summary": summary,
+                     "driver_peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     print("BENCH", name, round(results[name]["seconds"], 2), flush=True)
 for step in cfg["steps"]:
     if step["app"] == "dedupe":
@@ -263,7 +270,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--skip-throughput", action="store_true", help="skip figure 1 (dedupe/rebuild events/s)")
     parser.add_argument("--skip-history", action="store_true", help="skip figure 2 (history scaling)")
+    parser.add_argument("--dedupe-only", action="store_true",
+                        help="figure 1 without the rebuild, and no figure 2: dedupe's time and the driver's peak RSS")
+    parser.add_argument("--master", default="local[2]", help="spark-submit --master (default local[2])")
     args = parser.parse_args(argv)
+    if args.dedupe_only:
+        args.skip_history = True
 
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
@@ -304,6 +316,8 @@ def main(argv: list[str] | None = None) -> dict:
              "buckets": args.buckets},
         ]
         del rows, dups, prev
+        if args.dedupe_only:
+            steps = [s for s in steps if s["app"] == "dedupe"]
 
     # 2. history scaling: the same batch of devices on histories of different size
     batch_devices = sorted(random.Random(args.seed + 1).sample(range(args.devices), args.batch_devices))
@@ -347,7 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYSPARK_PYTHON"] = sys.executable
-    cmd = ["spark-submit", "--master", "local[2]", "--driver-memory", args.driver_memory, "--py-files", py_files,
+    cmd = ["spark-submit", "--master", args.master, "--driver-memory", args.driver_memory, "--py-files", py_files,
            "--conf", "spark.ui.enabled=false", str(driver), str(cfg)]
     with exclusive_lock(args.lock):
         t = time.perf_counter()
@@ -362,20 +376,26 @@ def main(argv: list[str] | None = None) -> dict:
     figures: dict = {"sizes": sizes, "spark_wall_seconds": round(wall, 1), "runs": {}}
     for name, r in res.items():
         s = r["summary"]
-        figures["runs"][name] = {"seconds": round(r["seconds"], 2),
+        figures["runs"][name] = {"seconds": round(r["seconds"], 2), "driver_peak_rss": r.get("driver_peak_rss"),
                                  "input": s.get("input", s.get("events")),
                                  "touched_buckets": s.get("touched_buckets"), "buckets": s.get("buckets")}
-    print(f"\nbench_rebuild (spark-submit local[2], one driver; total wall incl. JVM start {wall:.0f} s)")
+    print(f"\nbench_rebuild (spark-submit {args.master}, one driver; total wall incl. JVM start {wall:.0f} s)")
     if "dedupe_1M" in res:
-        d, rb = res["dedupe_1M"], res["rebuild_1M"]
-        n_in, n_rb = d["summary"]["input"], rb["summary"]["events"]
+        d = res["dedupe_1M"]
+        n_in = d["summary"]["input"]
         figures["dedupe_events_per_s"] = round(n_in / d["seconds"])
-        figures["rebuild_events_per_s"] = round(n_rb / rb["seconds"])
+        figures["dedupe_driver_peak_rss"] = d["driver_peak_rss"]
+        print(f"  dedupe : the driver's peak RSS (Python) after the first {n_in:,}-row run: "
+              f"{d['driver_peak_rss'] / 2**20:,.0f} MiB")
         d2 = res["dedupe_1M_rerun"]
         figures["dedupe_rerun_events_per_s"] = round(n_in / d2["seconds"])
         print(f"  dedupe : {n_in:>9,} rows in {d['seconds']:6.1f} s = {n_in / d['seconds']:>9,.0f} events/s "
               f"(within {d['summary']['within_batch_duplicates']:,}, cross {d['summary']['cross_batch_duplicates']:,}); "
               f"rerun {d2['seconds']:.1f} s = {n_in / d2['seconds']:,.0f} events/s")
+    if "rebuild_1M" in res:
+        rb = res["rebuild_1M"]
+        n_rb = rb["summary"]["events"]
+        figures["rebuild_events_per_s"] = round(n_rb / rb["seconds"])
         print(f"  rebuild: {n_rb:>9,} rows in {rb['seconds']:6.1f} s = {n_rb / rb['seconds']:>9,.0f} events/s "
               f"(first snapshot on a small base; {rb['summary']['devices_refolded']:,} devices)")
     if not scenarios:
