@@ -204,10 +204,21 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
         records.append(delta_tables.file_record(rel, rows=part.num_rows, size=size,
                                                 partition={"interval_id": interval_id, "event_type": event_type},
                                                 stats=delta_tables.parquet_stats(meta)))
-    app = "decode" if table_dir == delta_tables.EVENTS else "dedupe"
-    delta_tables.commit_files(uri, records, schema=schemas.EVENTS_SCHEMA, partition_by=partitions,
-                              replace=delta_tables.interval_filter(interval_id), metadata={"interval_id": interval_id},
-                              app_id=f"plgd.{app}.{table_dir}/{interval_id}", run_version=_time.time_ns() // 1_000_000)
+    from airflow_provider_plgd.spark.dedupe_job import MSGID_INDEX_SCHEMA
+
+    # the next stage takes an interval only when one run committed all of the app's tables
+    # (delta_tables.run_committed): the companion table (quarantine, msgid_index) gets an empty
+    # commit of the same run
+    app, companion, companion_schema = (("decode", delta_tables.QUARANTINE, schemas.QUARANTINE_SCHEMA)
+                                        if table_dir == delta_tables.EVENTS else
+                                        ("dedupe", delta_tables.MSGID_INDEX, MSGID_INDEX_SCHEMA))
+    run_version = _time.time_ns() // 1_000_000
+    for name, schema, files in ((table_dir, schemas.EVENTS_SCHEMA, records), (companion, companion_schema, [])):
+        delta_tables.commit_files(delta_tables.table_uri(str(root), name), files, schema=schema,
+                                  partition_by=delta_tables.INTERVAL_TABLES[name],
+                                  replace=delta_tables.interval_filter(interval_id),
+                                  metadata={"interval_id": interval_id}, app_id=f"plgd.{app}.{name}/{interval_id}",
+                                  run_version=run_version)
 
 
 def interval(k: int) -> tuple[str, str]:
