@@ -86,19 +86,23 @@ class FetchPipeline:
         self.plan = plan
         self.ledger_dir = ledger_dir
 
-    async def run(self, stream: str, root: Any, targets: list[Target], mode: str, bounds: dict[str, Any], *,
-                  owner_wide: bool) -> dict[str, Any]:
+    async def run(self, stream: str, root: Any, targets: list[Target], mode: str,
+                  bounds: times.Interval | dict[str, Any], *, owner_wide: bool) -> dict[str, Any]:
         """Fetch every target and commit its batches; return the XCom summary (see the operator).
 
         :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
         :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
-        :param bounds: the bounds of that mode (JSON; they go into the manifests).
+        :param bounds: the :class:`~airflow_provider_plgd.times.Interval` of a time read, else the bounds
+            of that mode (JSON); the manifests keep them as JSON (``Interval.bounds``).
         :param owner_wide: read each owner through one consumer (``owner_ids`` /
             ``unrouted``) and account per owner.
         """
         hook = self.hook
+        if isinstance(bounds, times.Interval):
+            bounds = bounds.bounds()
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
-            await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
+            window = times.Interval.from_bounds(bounds)
+            await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                                   settle_seconds=self.settings.settle_seconds,
                                                   source_wait_seconds=self.settings.source_wait_seconds)
         info = await hook.astream_info(stream)
@@ -183,7 +187,8 @@ class FetchPipeline:
         if plan["stream"] != stream:
             raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan['stream']!r}, not {stream!r}")
         bounds, interval = plan["bounds"], plan["interval_id"]
-        await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
+        window = times.Interval.from_bounds(bounds)
+        await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
                                               source_wait_seconds=settings.source_wait_seconds)
         info = await hook.astream_info(stream)
@@ -511,8 +516,8 @@ def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, d
     """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
     ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
     if mode == "time":
-        return (times.interval_id(bounds["start_ns"], bounds["end_ns"]),
-                {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]})
+        window = times.Interval.from_bounds(bounds)
+        return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
     return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
             {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
 

@@ -392,8 +392,9 @@ class JetStreamToStagingOperator(BaseOperator):
         owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
         return Selection.of(owners, types).targets(owner_wide=True), True
 
-    def _bounds(self, context: Context) -> tuple[str, dict[str, Any]]:
-        """Return ``(mode, bounds)``; ``bounds`` is JSON-able and goes into the manifest."""
+    def _bounds(self, context: Context) -> tuple[str, dict[str, Any] | times.Interval]:
+        """Return ``(mode, bounds)``: the checked :class:`~airflow_provider_plgd.times.Interval` of a
+        time read, else the JSON-able bounds of a sequence or durable read (they go into the manifest)."""
         explicit_time = self.start_time not in (None, "") or self.end_time not in (None, "")
         explicit_seq = self.start_seq not in (None, "") or self.end_seq not in (None, "")
         durable = self.durable not in (None, "")
@@ -434,7 +435,7 @@ class JetStreamToStagingOperator(BaseOperator):
                 )
             if start == end:
                 raise ValueError(zero_width_interval_message(self.task_id, start))
-        return "time", times.time_bounds(start, end)  # type: ignore[arg-type]  # both checked set above
+        return "time", times.Interval.of(start, end)  # type: ignore[arg-type]  # both checked set above
 
     def _hook(self) -> JetStreamHook:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
