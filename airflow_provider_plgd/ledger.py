@@ -40,6 +40,7 @@ from typing import Any
 
 from airflow_provider_plgd import staging, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, LedgerError, NarrowerRerunError
+from airflow_provider_plgd.plgd.subjects import owner_filter
 
 #: Folder under the storage root that holds the ledgers.
 LEDGER_DIR = "_ledger"
@@ -63,12 +64,11 @@ SKIP_OWNED = "staged_by_owner_fetch"
 SKIP_OWNER_NOT_REQUESTED = "owner_not_requested"
 
 
-def owner_filter(owner_id: str) -> str:
-    """The subject filter of every event of one owner: ``plgd.owners.{owner_id}.>`` (docs/wire-format.md §1)."""
-    from airflow_provider_plgd.plgd.subjects import subject_filters
-
-    (f,) = subject_filters(owner_id)
-    return f
+def read_filter(owner_id: str) -> str:
+    """The filter subject a fetch reads one owner partition with: :data:`SCOPE_FILTER` for
+    :data:`UNROUTED_OWNER` (the messages no owner's fetch reads), else the owner's
+    ``plgd.owners.{owner_id}.>`` (``plgd.subjects.owner_filter``)."""
+    return SCOPE_FILTER if owner_id == UNROUTED_OWNER else owner_filter(owner_id)
 
 
 def interval_dir(root: str, stream: str, interval_id: str) -> str:
@@ -255,15 +255,15 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
         if fs.exists(f"{base}/{name}/stream.json"):
             if end_ns == start_ns:
                 return
-            gap = (times.ns_to_rfc3339(end_ns), times.ns_to_rfc3339(start_ns))
+            gap_start, gap_end = times.ns_to_rfc3339(end_ns), times.ns_to_rfc3339(start_ns)
             raise IntervalGapError(
                 f"interval {interval_id}:\n"
-                f"no interval of [{gap[0]}, {gap[1]}) was ever planned,\n"
+                f"no interval of [{gap_start}, {gap_end}) was ever planned,\n"
                 "so processing this one would build its snapshot without those events.\n"
-                f"The latest planned interval before it ends at {gap[0]}. Nothing was written.\n"
+                f"The latest planned interval before it ends at {gap_start}. Nothing was written.\n"
                 "Run the missing intervals and this one (empty intervals are processed too), oldest first:\n"
                 f"  airflow backfill create --dag-id {dag_id} \\\n"
-                f"    --from-date {gap[0]} --to-date {gap[1]} \\\n"
+                f"    --from-date {gap_start} --to-date {gap_end} \\\n"
                 "    --reprocess-behavior failed --max-active-runs 1\n"
                 "See docs/operations.md, \"Holes in the interval chain\".",
                 interval_id=interval_id, gap_start_ns=end_ns, gap_end_ns=start_ns)

@@ -148,9 +148,10 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     :return: the record (``ledger.plan_record`` plus ``spark_skip``).
     """
     from airflow_provider_plgd import ledger
+    from airflow_provider_plgd.plgd.subjects import owner_filter
 
     interval = window.id
-    read_filters = [ledger.SCOPE_FILTER] if owners is None else [ledger.owner_filter(o) for o in owners]
+    read_filters = [ledger.SCOPE_FILTER] if owners is None else [owner_filter(o) for o in owners]
     counted = hook.count_ranges(read_filters, start_time=window.start_ns, end_time=window.end_ns,
                                 range_messages=range_messages, max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
     record = ledger.plan_record(counted, interval_id=interval, owners=owners, event_types=event_types,

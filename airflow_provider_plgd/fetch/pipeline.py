@@ -241,7 +241,7 @@ class FetchPipeline:
                                 continue
                             routed = router.route(batch)
                             await worker.submit(write, routed)
-                            buffered += sum(len(m[4]) for rows in routed.values() for m in rows)
+                            buffered += sum(len(m.data) for rows in routed.values() for m in rows)
                             if buffered > settings.range_buffer_bytes:
                                 buffered = await worker.call(spill)
                             progress.update(batch)
@@ -288,25 +288,23 @@ class FetchPipeline:
         keys = {_group_key(g, owner_wide): g for g in groups}
         if mode == "durable":
             return dict.fromkeys(keys)
-        filters = {k: ([ledger.SCOPE_FILTER] if k == ledger.UNROUTED_OWNER else [ledger.owner_filter(k)])
-                   if owner_wide else g[0][2] for k, g in keys.items()}
-        read = ({"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]} if mode == "time"
-                else {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+        filters = {k: [ledger.read_filter(k)] if owner_wide else g[0].filters for k, g in keys.items()}
+        _, read = _interval_and_read_kwargs(mode, bounds)
         counted = await self.hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
 
     def _refuse_fewer(self, root, stream, group, bounds, mode, expected) -> None:
         """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
         interval, _ = _interval_and_read_kwargs(mode, bounds)
-        owner = group[0][0]
+        owner = group[0].owner
         committed = staging.list_committed(root, stream, interval_id=interval, owner_ids=[owner],
-                                           event_types=[t[1] for t in group])
+                                           event_types=[t.event_type for t in group])
         before = sum(int(m["count"]) for m in committed)
         if expected is None or expected >= before or self.settings.accept_fewer:
             return
         raise FewerMessagesError(
             f"interval {interval}: the stream {stream!r} now holds {expected} messages for "
-            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0][2]}, but {before} are committed in "
+            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0].filters}, but {before} are committed in "
             f"staging ({_counts_text(committed)}); a rerun "
             "would replace them with fewer (the stream was re-created, purged, or messages were deleted). Nothing "
             "was changed. Set accept_fewer_messages=True to replace them anyway.",
@@ -372,9 +370,9 @@ class FetchPipeline:
         Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
         """
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
-        owner = group[0][0]
+        owner = group[0].owner
         unrouted = owner == ledger.UNROUTED_OWNER
-        owner_filter = ledger.SCOPE_FILTER if unrouted else ledger.owner_filter(owner)
+        owner_filter = ledger.read_filter(owner)
         progress = Progress(self.log, f"{owner}/{len(group)} event types", head,
                             self.settings.progress_interval_seconds, self.settings.progress_every_messages)
         with contextlib.ExitStack() as stack, WriterThread() as worker:
@@ -454,9 +452,9 @@ class FetchPipeline:
             return _batch_summary(manifest)
 
 
-def _group_key(group: Sequence[tuple[str, str, list[str]]], owner_wide: bool) -> str:
+def _group_key(group: Sequence[Target], owner_wide: bool) -> str:
     """What a group of targets is accounted as: its owner (owner-wide reads) or its batch's event type."""
-    return group[0][0] if owner_wide else group[0][1]
+    return group[0].owner if owner_wide else group[0].event_type
 
 
 def _check_accounted(interval: str, what: str, expected: int | None, staged: int, skipped: dict[str, int]) -> None:
@@ -570,10 +568,10 @@ class Progress:
         self.seq = 0
         self.time_ns = 0
 
-    def update(self, batch: Sequence[Sequence[Any]]) -> None:
+    def update(self, batch: Sequence[StreamMessage]) -> None:
         self.count += len(batch)
-        self.bytes += sum(len(m[4]) for m in batch)
-        self.seq, self.time_ns = batch[-1][0], batch[-1][2]
+        self.bytes += sum(len(m.data) for m in batch)
+        self.seq, self.time_ns = batch[-1].stream_seq, batch[-1].time_ns
         now = time.monotonic()
         if now - self.last_time >= self.interval or self.count - self.last_count >= self.every:
             self._log(now)
