@@ -18,8 +18,8 @@ from airflow_provider_plgd import ledger, staging
 from airflow_provider_plgd.plgd.event_types import event_type_info
 from airflow_provider_plgd.plgd.subjects import (
     check_filter_subject,
+    owner_event_filters,
     owner_filter,
-    subject_filters,
     validate_owner_id,
     validate_token,
 )
@@ -67,7 +67,7 @@ class Selection:
         unknown = (lambda o: [Target(o, ledger.UNKNOWN_EVENT_TYPE, [owner_filter(o)])]) if owner_wide \
             else (lambda o: [])
         return [t for o in self.owners
-                for t in [Target(o, e, subject_filters(o, e)) for e in self.event_types] + unknown(o)]
+                for t in [Target(o, e, owner_event_filters(o, e)) for e in self.event_types] + unknown(o)]
 
 
 def filter_targets(filters: list[str]) -> list[Target]:

@@ -41,6 +41,7 @@ __all__ = [
     "Subject",
     "lead_resource_type_token",
     "links_subject",
+    "owner_event_filters",
     "owner_filter",
     "metadata_subject",
     "parse_subject",
@@ -487,6 +488,15 @@ def subject_filters(owner_id: str = "*", event_type: str | None = None) -> list[
     """
     if owner_id != _WILDCARD:
         validate_token(owner_id, "owner_id")
+    return owner_event_filters(owner_id, event_type)
+
+
+def owner_event_filters(owner_id: str, event_type: str | None = None) -> list[str]:
+    """:func:`subject_filters` of an owner ID checked where it entered (:func:`validate_owner_id`,
+    the fetch's ``Selection``): the owner ID is not checked again.
+
+    :raises ValueError: ``event_type`` is not one of ``EVENT_TYPES``.
+    """
     if event_type is None:
         return [owner_filter(owner_id)]
     base = f"{_PREFIX}{owner_id}"
