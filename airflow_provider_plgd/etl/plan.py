@@ -6,6 +6,7 @@ context (the run's data interval, the lineage report).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -154,26 +155,26 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     read_filters = [ledger.SCOPE_FILTER] if owners is None else [owner_filter(o) for o in owners]
     counted = hook.count_ranges(read_filters, start_time=window.start_ns, end_time=window.end_ns,
                                 range_messages=range_messages, max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
-    record = ledger.plan_record(counted, interval_id=interval, owners=owners, event_types=event_types,
+    plan = ledger.PlanRecord.of(counted, interval_id=interval, owners=owners, event_types=event_types,
                                 read_filters=read_filters, bounds=window.bounds())
-    record["spark_skip"] = spark_skip_reason(root, record, window.end_ns)
-    base = ledger.interval_dir(root, counted["stream"], interval)
-    previous, previous_records = ledger.read_records(root, counted["stream"], interval)
+    plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(root, plan.as_dict(), window.end_ns))
+    record = plan.as_dict()
+    base = ledger.interval_dir(root, plan.stream, interval)
+    previous, previous_records = ledger.read_records(root, plan.stream, interval)
     ledger.check_selection_covers(previous, record, previous_records)
     lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
                      "; ".join(lost))
-    if record["deleted_in_range"]:
+    if plan.deleted_in_range:
         _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
                      "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
-                     interval, record["deleted_in_range"], record["first_seq"], record["end_seq_exclusive"])
+                     interval, plan.deleted_in_range, plan.first_seq, plan.end_seq_exclusive)
     ledger.write_json(f"{base}/stream.json", record)
-    ledger.clear_fetch_records(root, counted["stream"], interval)
+    ledger.clear_fetch_records(root, plan.stream, interval)
     _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "
-              "%s of %s", interval, record["total"], "every owner" if owners is None else f"{len(owners)} owner(s)",
-              record["first_seq"], record["end_seq_exclusive"] - 1, record["fetch_ranges"],
-              record["scope_total"], ledger.SCOPE_FILTER)
+              "%s of %s", interval, plan.total, "every owner" if owners is None else f"{len(owners)} owner(s)",
+              plan.first_seq, plan.end_seq_exclusive - 1, len(plan.ranges), plan.scope_total, ledger.SCOPE_FILTER)
     return record
 
 

@@ -73,12 +73,12 @@ class FetchPipeline:
     :param hook: the ``JetStreamHook`` (all NATS access goes through it).
     :param log: a logger (the operator's ``self.log``).
     :param settings: :class:`FetchSettings`.
-    :param plan: the interval ledger's plan record (``ledger.plan_record``): :meth:`run_range`.
+    :param plan: the interval ledger's plan record (``ledger.PlanRecord``): :meth:`run_range`.
     :param ledger_dir: the interval's ledger folder: :meth:`run_range` writes its record to
         ``{ledger_dir}/fetch/`` and returns a small XCom.
     """
 
-    def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: dict[str, Any] | None = None,
+    def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: ledger.PlanRecord | None = None,
                  ledger_dir: str | None = None) -> None:
         self.hook = hook
         self.log = log
@@ -183,10 +183,10 @@ class FetchPipeline:
         plan, hook, settings = self.plan, self.hook, self.settings
         if plan is None or not self.ledger_dir:
             raise ValueError("a range fetch needs the interval ledger's plan and folder (ledger argument)")
-        rng = ledger.plan_range(plan, range_index)
-        if plan["stream"] != stream:
-            raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan['stream']!r}, not {stream!r}")
-        bounds, interval = plan["bounds"], plan["interval_id"]
+        rng = plan.range(range_index)
+        if plan.stream != stream:
+            raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan.stream!r}, not {stream!r}")
+        bounds, interval = dict(plan.bounds), plan.interval_id
         window = times.Interval.from_bounds(bounds)
         await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
@@ -196,14 +196,13 @@ class FetchPipeline:
         check_retained(_state(info), stream, bounds, when="before the fetch")
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
-        fragment = staging.fragment_name(int(rng["index"]))
-        first, stop = int(rng["first_seq"]), int(rng["end_seq_exclusive"])
+        fragment = staging.fragment_name(rng.index)
+        first, stop = rng.first_seq, rng.end_seq_exclusive
         self.log.info("Fetching range %s of interval %s: stream %s sequences [%s, %s), %s messages of %s, into %s",
-                      rng["index"], interval, stream, first, stop, rng["count"],
-                      _filters_text(plan["read_filters"]), root_url)
-        router = RangeRouter(plan["event_types"], plan["owners"])
+                      rng.index, interval, stream, first, stop, rng.count, _filters_text(plan.read_filters), root_url)
+        router = RangeRouter(plan.event_types, plan.owners)
         writers: dict[tuple[str, int], staging.StagingWriter] = {}
-        progress = Progress(self.log, f"range {rng['index']}", head, settings.progress_interval_seconds,
+        progress = Progress(self.log, f"range {rng.index}", head, settings.progress_interval_seconds,
                             settings.progress_every_messages)
         buffered = 0
 
@@ -231,8 +230,8 @@ class FetchPipeline:
 
         try:
             with WriterThread() as worker:
-                if stop > first and rng["count"]:
-                    read = plan["read_filters"][0] if len(plan["read_filters"]) == 1 else plan["read_filters"]
+                if stop > first and rng.count:
+                    read = plan.read_filters[0] if len(plan.read_filters) == 1 else list(plan.read_filters)
                     batches = hook.aiter_batches(read, start_seq=first, end_seq=stop - 1,
                                                  batch_size=settings.batch_size)
                     async with contextlib.aclosing(batches):  # deletes the consumer on errors too
@@ -267,19 +266,19 @@ class FetchPipeline:
                                      "files": [f["path"] for f in m["files"]], "fragment": fragment})
         for entry in owners.values():
             entry["batches"].sort(key=lambda b: b["event_type"])
-        record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(int(rng["index"])))
+        record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(rng.index))
         ledger.write_json(record_path, ledger.fetch_record(interval_id=interval, stream=stream, range_=rng,
                                                            staged=staged, skipped=skipped, owners=owners))
         seqs = [m for m in manifests if m["count"]]
         summary = {
-            "stream": stream, "mode": "range", "root": root_url, "interval_id": interval, "range": rng,
+            "stream": stream, "mode": "range", "root": root_url, "interval_id": interval, "range": rng.as_dict(),
             "count": staged, "bytes": sum(int(m["bytes"]) for m in manifests),
             "first_seq": min((m["first_seq"] for m in seqs), default=None),
             "last_seq": max((m["last_seq"] for m in seqs), default=None),
             "owners": len(owners), "batches": len(manifests), "skipped": skipped, "record": record_path,
         }
         self.log.info("Committed range %s of interval %s: %s messages staged in %s batch(es) of %s owner(s), "
-                      "skipped %s, seq %s..%s", rng["index"], interval, staged, len(manifests), len(owners),
+                      "skipped %s, seq %s..%s", rng.index, interval, staged, len(manifests), len(owners),
                       skipped or 0, summary["first_seq"], summary["last_seq"])
         return summary
 
