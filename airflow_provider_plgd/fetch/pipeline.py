@@ -26,6 +26,7 @@ from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.fetch.router import Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import Spool, default_spool_dir, remove_stale_spools
+from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.plgd.subjects import subject_matches
 
@@ -105,8 +106,8 @@ class FetchPipeline:
             await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                                   settle_seconds=self.settings.settle_seconds,
                                                   source_wait_seconds=self.settings.source_wait_seconds)
-        info = await hook.astream_info(stream)
-        head = int(_state(info).get("last_seq", 0))
+        state = StreamState.of_info(await hook.astream_info(stream))
+        head = state.head
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
@@ -114,7 +115,7 @@ class FetchPipeline:
         if mode == "seq" and bounds["end_seq"] is None:
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
-            check_retained(_state(info), stream, bounds, when="before the fetch")
+            check_retained(state, stream, bounds, when="before the fetch")
         groups = owner_groups(targets) if mode != "durable" else [[t] for t in targets]
         expected = await self._expected_counts(stream, groups, mode, bounds, owner_wide)
         results = []
@@ -191,9 +192,9 @@ class FetchPipeline:
         await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
                                               source_wait_seconds=settings.source_wait_seconds)
-        info = await hook.astream_info(stream)
-        head = int(_state(info).get("last_seq", 0))
-        check_retained(_state(info), stream, bounds, when="before the fetch")
+        state = StreamState.of_info(await hook.astream_info(stream))
+        head = state.head
+        check_retained(state, stream, bounds, when="before the fetch")
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
         fragment = staging.fragment_name(rng.index)
@@ -244,7 +245,7 @@ class FetchPipeline:
                             if buffered > settings.range_buffer_bytes:
                                 buffered = await worker.call(spill)
                             progress.update(batch)
-                check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+                check_retained(StreamState.of_info(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
                 staged = await worker.call(lambda: sum(w.count for w in writers.values()))
                 skipped = router.skipped
                 problems = ledger.range_problems(rng, staged, skipped)
@@ -346,7 +347,7 @@ class FetchPipeline:
                             progress.update(batch)
             # Messages of the bounds may have aged out while this batch was read: check again
             # before the commit (a short batch is never committed silently).
-            check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: writer.count)
             _check_accounted(writer.interval_id, f"{owner}/{event_type}", expected, staged, {})
             manifest = await worker.call(writer.commit)
@@ -386,7 +387,7 @@ class FetchPipeline:
                     for (target, index), rows in router.route(batch).items():
                         await worker.submit(writers[target].write, rows, index)
                     progress.update(batch)
-            check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: sum(w.count for w in writers))
             _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
             manifests = [await worker.call(writer.commit) for writer in writers]
@@ -492,11 +493,6 @@ def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
         "files": len(manifest["files"]),
         "path": manifest["folder"],
     }
-
-
-def _state(info: dict[str, Any]) -> dict[str, Any]:
-    """The ``state`` part of a stream info answer (``JetStreamHook.astream_info``)."""
-    return info.get("state") or {}
 
 
 def _filter_index(filters: Sequence[str], subject: str) -> int:
