@@ -88,19 +88,21 @@ class FetchPipeline:
         self.ledger_dir = ledger_dir
 
     async def run(self, stream: str, root: Any, targets: list[Target], mode: str,
-                  bounds: times.Interval | dict[str, Any], *, owner_wide: bool) -> dict[str, Any]:
+                  read_bounds: times.Interval | dict[str, Any], *, owner_wide: bool) -> dict[str, Any]:
         """Fetch every target and commit its batches; return the XCom summary (see the operator).
 
         :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
         :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
-        :param bounds: the :class:`~airflow_provider_plgd.times.Interval` of a time read, else the bounds
-            of that mode (JSON); the manifests keep them as JSON (``Interval.bounds``).
+        :param read_bounds: the :class:`~airflow_provider_plgd.times.Interval` of a time read, else the
+            bounds of that mode (JSON); the manifests keep them as JSON (``Interval.bounds``).
         :param owner_wide: read each owner through one consumer (``owner_ids`` /
             ``unrouted``) and account per owner.
         """
         hook = self.hook
-        if isinstance(bounds, times.Interval):
-            bounds = bounds.bounds()
+        if isinstance(read_bounds, times.Interval):
+            bounds = read_bounds.bounds()  # as the manifests keep them
+        else:
+            bounds = read_bounds
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
             window = times.Interval.from_bounds(bounds)
             await hook.arequire_interval_complete(window.start_ns, window.end_ns,
