@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
@@ -161,7 +161,7 @@ class PlanRecord:
     ranges: tuple[PlanRange, ...]
     scope_filter: str = SCOPE_FILTER
     spark_skip: str | None = None
-    version: int = field(default=LEDGER_VERSION)
+    version: int = LEDGER_VERSION
 
     @classmethod
     def of(cls, counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
