@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, LedgerError, NarrowerRerunError
+from airflow_provider_plgd.plgd.subjects import owner_filter
 
 #: Folder under the storage root that holds the ledgers.
 LEDGER_DIR = "_ledger"
@@ -63,12 +65,11 @@ SKIP_OWNED = "staged_by_owner_fetch"
 SKIP_OWNER_NOT_REQUESTED = "owner_not_requested"
 
 
-def owner_filter(owner_id: str) -> str:
-    """The subject filter of every event of one owner: ``plgd.owners.{owner_id}.>`` (docs/wire-format.md §1)."""
-    from airflow_provider_plgd.plgd.subjects import subject_filters
-
-    (f,) = subject_filters(owner_id)
-    return f
+def read_filter(owner_id: str) -> str:
+    """The filter subject a fetch reads one owner partition with: :data:`SCOPE_FILTER` for
+    :data:`UNROUTED_OWNER` (the messages no owner's fetch reads), else the owner's
+    ``plgd.owners.{owner_id}.>`` (``plgd.subjects.owner_filter``)."""
+    return SCOPE_FILTER if owner_id == UNROUTED_OWNER else owner_filter(owner_id)
 
 
 def interval_dir(root: str, stream: str, interval_id: str) -> str:
@@ -105,6 +106,177 @@ def read_json(path: str) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------------------------
 # plan
 # ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanRange:
+    """One stream-sequence range of the plan (one fetch task): ``[first_seq, end_seq_exclusive)``
+    holds ``count`` messages of the read filters.
+
+    :ivar index: the range's number (0-based; the fetch task's ``ledger_range``).
+    """
+
+    index: int
+    first_seq: int
+    end_seq_exclusive: int
+    count: int
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> PlanRange:
+        """Read the JSON form (:meth:`as_dict`)."""
+        return cls(int(value["index"]), int(value["first_seq"]), int(value["end_seq_exclusive"]), int(value["count"]))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form, as ``stream.json`` and the fetch records keep it."""
+        return {"index": self.index, "first_seq": self.first_seq, "end_seq_exclusive": self.end_seq_exclusive,
+                "count": self.count}
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """The plan record ``stream.json`` of ledger version :data:`LEDGER_VERSION` (:meth:`of`).
+
+    :ivar bounds: the interval's bounds as the staging manifests keep them (``times.Interval.bounds``).
+    :ivar stream_state: the stream info's ``state`` when counted.
+    :ivar read_filters: the filters the fetch reads with (``[SCOPE_FILTER]`` or one per owner).
+    :ivar total: what the fetch must account for (the sum of the ranges' counts).
+    :ivar owners: the owners the user selected, or None (every owner).
+    :ivar not_requested: messages of other owners than a selection's (0 without a selection).
+    :ivar spark_skip: why the Spark tasks may skip the interval (``etl.spark_skip_reason``), or None.
+    """
+
+    interval_id: str
+    stream: str
+    stream_created: str | None
+    bounds: Mapping[str, Any]
+    first_seq: int
+    end_seq_exclusive: int
+    seq_span: int
+    deleted_in_range: int
+    stream_state: Mapping[str, Any]
+    scope_total: int
+    read_filters: tuple[str, ...]
+    total: int
+    owners: tuple[str, ...] | None
+    event_types: tuple[str, ...]
+    not_requested: int
+    ranges: tuple[PlanRange, ...]
+    scope_filter: str = SCOPE_FILTER
+    spark_skip: str | None = None
+    version: int = LEDGER_VERSION
+
+    @classmethod
+    def of(cls, counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
+           owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str]) -> PlanRecord:
+        """Build the record from ``JetStreamHook.acount_ranges`` (see :func:`plan_record`)."""
+        span = int(counted["end_seq_exclusive"]) - int(counted["first_seq"])
+        ranges = tuple(PlanRange(i, int(r["first_seq"]), int(r["end_seq_exclusive"]), int(r["count"]))
+                       for i, r in enumerate(counted["ranges"]))
+        total = sum(r.count for r in ranges)
+        return cls(
+            interval_id=interval_id, stream=counted["stream"], stream_created=counted.get("created"),
+            bounds=dict(bounds), first_seq=int(counted["first_seq"]),
+            end_seq_exclusive=int(counted["end_seq_exclusive"]), seq_span=span,
+            # sequences of the range that hold no message of any subject: deleted (num_deleted) or never used
+            deleted_in_range=max(0, span - int(counted["total"])),
+            stream_state=dict(counted.get("state") or {}), scope_total=int(counted["scope_total"]),
+            read_filters=tuple(read_filters), total=total, owners=None if owners is None else tuple(owners),
+            event_types=tuple(event_types),
+            not_requested=0 if owners is None else max(0, int(counted["scope_total"]) - total), ranges=ranges,
+        )
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> PlanRecord:
+        """Read ``stream.json`` (:meth:`as_dict`).
+
+        :raises ValueError: a record of another ledger version (names the interval and the version).
+        """
+        if int(value.get("version") or 0) != LEDGER_VERSION:
+            raise ValueError(f"the plan of interval {value.get('interval_id')} has ledger version "
+                             f"{value.get('version')}, expected {LEDGER_VERSION}: run its plan task again")
+        owners = value.get("owners")
+        return cls(
+            interval_id=value["interval_id"], stream=value["stream"], stream_created=value.get("stream_created"),
+            bounds=dict(value["bounds"]), first_seq=int(value["first_seq"]),
+            end_seq_exclusive=int(value["end_seq_exclusive"]), seq_span=int(value["seq_span"]),
+            deleted_in_range=int(value["deleted_in_range"]), stream_state=dict(value.get("stream_state") or {}),
+            scope_total=int(value["scope_total"]), read_filters=tuple(value["read_filters"]),
+            total=int(value["total"]), owners=None if owners is None else tuple(owners),
+            event_types=tuple(value["event_types"]), not_requested=int(value["not_requested"]),
+            ranges=tuple(PlanRange.from_dict(r) for r in value["ranges"]),
+            scope_filter=value.get("scope_filter", SCOPE_FILTER), spark_skip=value.get("spark_skip"),
+            version=int(value["version"]),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form ``stream.json`` keeps (``fetch_ranges``: the number of ranges)."""
+        return {
+            "version": self.version,
+            "interval_id": self.interval_id,
+            "stream": self.stream,
+            "stream_created": self.stream_created,
+            "bounds": dict(self.bounds),
+            "first_seq": self.first_seq,
+            "end_seq_exclusive": self.end_seq_exclusive,
+            "seq_span": self.seq_span,
+            "deleted_in_range": self.deleted_in_range,
+            "stream_state": dict(self.stream_state),
+            "scope_filter": self.scope_filter,
+            "scope_total": self.scope_total,
+            "read_filters": list(self.read_filters),
+            "total": self.total,
+            "owners": None if self.owners is None else list(self.owners),
+            "event_types": list(self.event_types),
+            "not_requested": self.not_requested,
+            "ranges": [r.as_dict() for r in self.ranges],
+            "fetch_ranges": len(self.ranges),
+            "spark_skip": self.spark_skip,
+        }
+
+    def range(self, index: Any) -> PlanRange:
+        """Range ``index`` (0-based; an int or its text, e.g. a rendered ``ledger_range``).
+
+        :raises ValueError: ``index`` not an integer in ``0 .. len(ranges) - 1`` (names both).
+        """
+        try:
+            i = int(str(index).strip())
+        except ValueError:
+            raise ValueError(f"ledger_range must be an integer >= 0, got {index!r}") from None
+        if not 0 <= i < len(self.ranges):
+            raise ValueError(f"ledger range {index!r} does not exist: the plan of interval {self.interval_id} has "
+                             f"{len(self.ranges)} range(s)")
+        return self.ranges[i]
+
+
+@dataclass(frozen=True)
+class FetchRecord:
+    """A fetch task's record ``fetch/range-NNNNN.json`` (:func:`fetch_record`).
+
+    :ivar range: the plan's range the task read. :ivar staged: messages staged.
+    :ivar skipped: ``{reason: n}``. :ivar owners: per owner with messages, ``{"staged": n,
+        "batches": [{"event_type", "count", "bytes", "first_seq", "last_seq", "files", "fragment"}]}``.
+    """
+
+    interval_id: str
+    stream: str
+    range: PlanRange
+    staged: int
+    skipped: Mapping[str, int]
+    owners: Mapping[str, Mapping[str, Any]]
+    version: int = LEDGER_VERSION
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> FetchRecord:
+        """Read a fetch record (:meth:`as_dict`)."""
+        return cls(interval_id=value["interval_id"], stream=value["stream"], range=PlanRange.from_dict(value["range"]),
+                   staged=int(value["staged"]), skipped=dict(value.get("skipped") or {}),
+                   owners=dict(value.get("owners") or {}), version=int(value["version"]))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form the record file keeps (``skipped`` and ``owners`` sorted by key)."""
+        return {"version": self.version, "interval_id": self.interval_id, "stream": self.stream,
+                "range": self.range.as_dict(), "staged": self.staged, "skipped": dict(sorted(self.skipped.items())),
+                "owners": dict(sorted(self.owners.items()))}
+
+
 def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
                 owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str]) -> dict[str, Any]:
     """Build ``stream.json`` from ``JetStreamHook.acount_ranges``.
@@ -120,52 +292,17 @@ def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping
         the selection), "event_types", "not_requested" (other owners' messages of a selection),
         "ranges": [{"index", "first_seq", "end_seq_exclusive", "count"}], "fetch_ranges"}``.
     """
-    span = int(counted["end_seq_exclusive"]) - int(counted["first_seq"])
-    ranges = [{"index": i, "first_seq": int(r["first_seq"]), "end_seq_exclusive": int(r["end_seq_exclusive"]),
-               "count": int(r["count"])} for i, r in enumerate(counted["ranges"])]
-    total = sum(r["count"] for r in ranges)
-    return {
-        "version": LEDGER_VERSION,
-        "interval_id": interval_id,
-        "stream": counted["stream"],
-        "stream_created": counted.get("created"),
-        "bounds": dict(bounds),
-        "first_seq": int(counted["first_seq"]),
-        "end_seq_exclusive": int(counted["end_seq_exclusive"]),
-        "seq_span": span,
-        # sequences of the range that hold no message of any subject: deleted (num_deleted) or never used
-        "deleted_in_range": max(0, span - int(counted["total"])),
-        "stream_state": dict(counted.get("state") or {}),
-        "scope_filter": SCOPE_FILTER,
-        "scope_total": int(counted["scope_total"]),
-        "read_filters": list(read_filters),
-        "total": total,
-        "owners": None if owners is None else list(owners),
-        "event_types": list(event_types),
-        "not_requested": 0 if owners is None else max(0, int(counted["scope_total"]) - total),
-        "ranges": ranges,
-        "fetch_ranges": len(ranges),
-    }
+    return PlanRecord.of(counted, interval_id=interval_id, bounds=bounds, owners=owners, event_types=event_types,
+                         read_filters=read_filters).as_dict()
 
 
-def plan_range(plan: Mapping[str, Any], index: Any) -> dict[str, Any]:
-    """Range ``index`` (0-based) of a plan record.
+def plan_range(plan: Mapping[str, Any], index: Any) -> PlanRange:
+    """Range ``index`` (0-based) of a plan record (:meth:`PlanRecord.range`).
 
     :raises ValueError: ``index`` not an integer in ``0 .. fetch_ranges - 1`` (names both), or a
         plan record of another ledger version.
     """
-    if int(plan.get("version") or 0) != LEDGER_VERSION:
-        raise ValueError(f"the plan of interval {plan.get('interval_id')} has ledger version {plan.get('version')}, "
-                         f"expected {LEDGER_VERSION}: run its plan task again")
-    try:
-        i = int(str(index).strip())
-    except ValueError:
-        raise ValueError(f"ledger_range must be an integer >= 0, got {index!r}") from None
-    ranges = plan["ranges"]
-    if not 0 <= i < len(ranges):
-        raise ValueError(f"ledger range {index!r} does not exist: the plan of interval {plan['interval_id']} has "
-                         f"{len(ranges)} range(s)")
-    return dict(ranges[i])
+    return PlanRecord.from_dict(plan).range(index)
 
 
 def _owners_with_messages(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -255,15 +392,15 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
         if fs.exists(f"{base}/{name}/stream.json"):
             if end_ns == start_ns:
                 return
-            gap = (times.ns_to_rfc3339(end_ns), times.ns_to_rfc3339(start_ns))
+            gap_start, gap_end = times.ns_to_rfc3339(end_ns), times.ns_to_rfc3339(start_ns)
             raise IntervalGapError(
                 f"interval {interval_id}:\n"
-                f"no interval of [{gap[0]}, {gap[1]}) was ever planned,\n"
+                f"no interval of [{gap_start}, {gap_end}) was ever planned,\n"
                 "so processing this one would build its snapshot without those events.\n"
-                f"The latest planned interval before it ends at {gap[0]}. Nothing was written.\n"
+                f"The latest planned interval before it ends at {gap_start}. Nothing was written.\n"
                 "Run the missing intervals and this one (empty intervals are processed too), oldest first:\n"
                 f"  airflow backfill create --dag-id {dag_id} \\\n"
-                f"    --from-date {gap[0]} --to-date {gap[1]} \\\n"
+                f"    --from-date {gap_start} --to-date {gap_end} \\\n"
                 "    --reprocess-behavior failed --max-active-runs 1\n"
                 "See docs/operations.md, \"Holes in the interval chain\".",
                 interval_id=interval_id, gap_start_ns=end_ns, gap_end_ns=start_ns)
@@ -327,7 +464,7 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 # fetch
 # ------------------------------------------------------------------------------------------------
-def fetch_record(*, interval_id: str, stream: str, range_: Mapping[str, Any], staged: int,
+def fetch_record(*, interval_id: str, stream: str, range_: PlanRange | Mapping[str, Any], staged: int,
                  skipped: Mapping[str, int], owners: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Build a fetch task's record (``fetch/range-NNNNN.json``).
 
@@ -336,8 +473,9 @@ def fetch_record(*, interval_id: str, stream: str, range_: Mapping[str, Any], st
     :param owners: per owner with messages, ``{"staged": n, "batches": [{"event_type", "count",
         "bytes", "first_seq", "last_seq", "files" (the fragment's part file names), "fragment"}]}``.
     """
-    return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "range": dict(range_),
-            "staged": int(staged), "skipped": dict(sorted(skipped.items())), "owners": dict(sorted(owners.items()))}
+    rng = range_ if isinstance(range_, PlanRange) else PlanRange.from_dict(range_)
+    return FetchRecord(interval_id=interval_id, stream=stream, range=rng, staged=int(staged), skipped=skipped,
+                       owners=owners).as_dict()
 
 
 def account_problems(what: str, expected: int, staged: int, skipped: Mapping[str, int]) -> list[str]:
@@ -349,10 +487,10 @@ def account_problems(what: str, expected: int, staged: int, skipped: Mapping[str
             f"(staged {staged}, skipped {dict(skipped) or 0})"]
 
 
-def range_problems(range_: Mapping[str, Any], staged: int, skipped: Mapping[str, int]) -> list[str]:
+def range_problems(range_: PlanRange, staged: int, skipped: Mapping[str, int]) -> list[str]:
     """:func:`account_problems` of one range of the plan against its ``count``."""
-    what = f"range {range_['index']} (sequences [{range_['first_seq']}, {range_['end_seq_exclusive']}))"
-    return account_problems(what, range_["count"], staged, skipped)
+    what = f"range {range_.index} (sequences [{range_.first_seq}, {range_.end_seq_exclusive}))"
+    return account_problems(what, range_.count, staged, skipped)
 
 
 def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -405,7 +543,7 @@ def staged_batches(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
                             f"{got['range']['end_seq_exclusive']}), the plan has [{rng['first_seq']}, "
                             f"{rng['end_seq_exclusive']})")
             continue
-        problems += range_problems(rng, got["staged"], got.get("skipped") or {})
+        problems += range_problems(PlanRange.from_dict(rng), got["staged"], got.get("skipped") or {})
         mine = [{"owner_id": owner, "event_type": b["event_type"], "count": int(b["count"]),
                  "fragment": b.get("fragment"), "files": list(b.get("files") or [])}
                 for owner, o in (got.get("owners") or {}).items() for b in o.get("batches") or []]

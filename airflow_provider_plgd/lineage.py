@@ -218,8 +218,7 @@ def fetch_subject_filters(targets: Sequence[tuple[str, str, Sequence[str]]], *, 
     from airflow_provider_plgd import ledger
 
     if owner_wide:
-        return sorted({ledger.SCOPE_FILTER if owner == ledger.UNROUTED_OWNER else ledger.owner_filter(owner)
-                       for owner, _event_type, _filters in targets})
+        return sorted({ledger.read_filter(owner) for owner, _event_type, _filters in targets})
     return sorted({f for _owner, _event_type, filters in targets for f in filters})
 
 

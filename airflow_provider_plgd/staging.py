@@ -508,7 +508,7 @@ class StagingWriter:
         filters = [self._parts[i].stats if i in self._parts else _FilterPart(i, sf).stats
                    for i, sf in enumerate(self.subject_filters)]
         files = [info for i in sorted(self._parts) for info in self._parts[i].files]
-        seqs = [(f["first_seq"], f["last_seq"]) for f in filters if f["count"]]
+        nonempty = [f for f in filters if f["count"]]
         manifest: dict[str, Any] = {
             "version": MANIFEST_VERSION,
             "stream": self.stream,
@@ -518,8 +518,8 @@ class StagingWriter:
             "subject_filters": list(self.subject_filters),
             "fragment": self.fragment,
             "bounds": self.bounds,
-            "first_seq": min(s[0] for s in seqs) if seqs else None,
-            "last_seq": max(s[1] for s in seqs) if seqs else None,
+            "first_seq": min(f["first_seq"] for f in nonempty) if nonempty else None,
+            "last_seq": max(f["last_seq"] for f in nonempty) if nonempty else None,
             "count": self.count,
             "bytes": self.data_bytes,
             "filters": [dict(f) for f in filters],

@@ -12,10 +12,12 @@ Pure Python (no Airflow, no pyarrow): the Spark library imports it on executors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
+    "Interval",
     "compact_time",
     "durable_interval_id",
     "interval_end_epoch",
@@ -160,14 +162,72 @@ def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
 
 
 def time_bounds(start: datetime | int | str, end: datetime | int | str) -> dict[str, Any]:
-    """The bounds of a time interval ``[start, end)`` as the manifests and the ledger store them:
-    ``{"kind": "time", "start_ns", "end_ns" (unix ns), "start", "end" (RFC 3339 UTC)}``.
+    """The bounds of a time interval ``[start, end)`` as the manifests and the ledger store them
+    (:meth:`Interval.bounds`).
 
     :raises ValueError: naive datetimes, unparseable strings, or ``end <= start``.
     """
-    start_ns, end_ns = _ordered_ns(start, end, ("start_time", "end_time"))
-    return {"kind": "time", "start_ns": start_ns, "end_ns": end_ns, "start": ns_to_rfc3339(start_ns),
-            "end": ns_to_rfc3339(end_ns)}
+    return Interval.of(start, end).bounds()
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A time interval ``[start_ns, end_ns)`` in unix ns, checked when built: the one value the
+    ETL's plan, the fetch and the rebuild pass around (instead of bounds dicts or ID strings).
+
+    :ivar start_ns: inclusive start (unix ns, >= 0). :ivar end_ns: exclusive end (> ``start_ns``).
+    """
+
+    start_ns: int
+    end_ns: int
+
+    def __post_init__(self) -> None:
+        for name in ("start_ns", "end_ns"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"Interval.{name} must be int unix ns, got {type(value).__name__}: {value!r}")
+        _ordered_ns(self.start_ns, self.end_ns, ("start", "end"))
+
+    @classmethod
+    def of(cls, start: datetime | int | str, end: datetime | int | str) -> Interval:
+        """The interval ``[start, end)`` (aware datetimes, ISO strings or unix ns; :func:`to_ns`).
+
+        :raises ValueError: naive datetimes, unparseable strings, or ``end <= start``.
+        """
+        return cls(*_ordered_ns(start, end, ("start_time", "end_time")))
+
+    @classmethod
+    def from_id(cls, value: str) -> Interval:
+        """The interval of a time interval ID ``{start}_{end}`` (:func:`interval_id`).
+
+        :raises ValueError: not a time interval ID (sequence and durable IDs name no times).
+        """
+        parsed = parse_interval_id(value)
+        if parsed["kind"] != "time":
+            raise ValueError(f"interval ID {value!r} names a {parsed['kind']} range, not a time interval "
+                             "(expected <start>_<end>)")
+        return cls(parsed["start_ns"], parsed["end_ns"])
+
+    @classmethod
+    def from_bounds(cls, bounds: Any) -> Interval:
+        """The interval of stored time bounds (:meth:`bounds`: a manifest's or the ledger's ``bounds``).
+
+        :raises ValueError: bounds of another kind (sequence, durable).
+        """
+        if bounds.get("kind") != "time":
+            raise ValueError(f"bounds {dict(bounds)!r} are not time bounds")
+        return cls(int(bounds["start_ns"]), int(bounds["end_ns"]))
+
+    @property
+    def id(self) -> str:
+        """The folder ID ``{start}_{end}`` (:func:`interval_id`)."""
+        return f"{compact_time(self.start_ns)}_{compact_time(self.end_ns)}"
+
+    def bounds(self) -> dict[str, Any]:
+        """The bounds as the staging manifests and the ledger store them: ``{"kind": "time",
+        "start_ns", "end_ns" (unix ns), "start", "end" (RFC 3339 UTC)}``."""
+        return {"kind": "time", "start_ns": self.start_ns, "end_ns": self.end_ns,
+                "start": ns_to_rfc3339(self.start_ns), "end": ns_to_rfc3339(self.end_ns)}
 
 
 def _check_seq_range(first_seq: int, last_seq: int) -> None:

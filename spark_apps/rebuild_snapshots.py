@@ -4,7 +4,7 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
 
     spark-submit --master local[2] --py-files plgd_py_files.zip spark_apps/rebuild_snapshots.py \\
         --root /data/plgd --interval-id 20260101T000000Z_20260101T010000Z \\
-        --snapshot-time 2026-01-01T01:00:00Z [--buckets 32] [--vacuum-retention-hours 168] \\
+        [--buckets 32] [--vacuum-retention-hours 168] \\
         [--snapshots-root /data/other] [--summary-path ...]
 
 Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`airflow_provider_plgd.spark.fold` (pure Python, one
@@ -16,7 +16,7 @@ explains the design.
 Steps
 -----
 1. **Base.** The latest snapshot record (the newest commit of ``snapshots/_device_state``). If its
-   version is older than this snapshot's (``--snapshot-time`` = the interval end), it is the base.
+   version is older than this snapshot's (the snapshot time is the end of ``--interval-id``), it is the base.
    If it *is* this version (a rerun), its parent is the base, so a rerun gives the same result. If
    it is newer (a cleared past interval), nothing is rebuilt when the interval's events are what
    its snapshot folded, and the run fails otherwise (``rebuild_job.check_older_interval``;
@@ -58,15 +58,15 @@ from airflow_provider_plgd.spark.session import run_app
 
 
 def parse_snapshot_time(value: str) -> int:
-    """``--snapshot-time``: unix ns (digits) or an ISO-8601 date-time with a zone -> unix ns.
+    """``--snapshot-time``: unix ns (digits) or an ISO-8601 date-time with a zone -> unix ns
+    (``times.to_ns``).
 
     :raises argparse.ArgumentTypeError: anything else.
     """
     from airflow_provider_plgd import times
 
-    text = str(value).strip()
     try:
-        return int(text) if text.lstrip("-").isdigit() else times.to_ns(text, "--snapshot-time")
+        return times.to_ns(str(value), "--snapshot-time")
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(
             f"--snapshot-time {value!r} is neither unix nanoseconds nor an ISO-8601 date-time with a zone ({exc})"
@@ -79,8 +79,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="rebuild_snapshots", description="Fold deduplicated plgd events onto the latest snapshot."
     )
     parser.add_argument("--root", required=True, help="storage root holding events_deduped/ (path or URL)")
-    parser.add_argument("--snapshot-time", required=True, type=parse_snapshot_time,
-                        help="snapshot time = data interval end (ISO-8601 with zone, or unix ns)")
+    parser.add_argument("--snapshot-time", default=None, type=parse_snapshot_time,
+                        help="optional check: the snapshot time is the end of --interval-id; when given "
+                             "(ISO-8601 with zone, or unix ns) it must equal that end")
     parser.add_argument("--snapshots-root", default=None,
                         help="root for snapshots/ and _runs/ (default --root)")
     parser.add_argument("--buckets", type=int, default=snapshot_store.DEFAULT_BUCKETS,
@@ -96,6 +97,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--buckets must be in [1, 65536], got {args.buckets}")
     if args.vacuum_retention_hours < -1:
         parser.error(f"--vacuum-retention-hours must be -1 (no vacuum) or >= 0, got {args.vacuum_retention_hours}")
+    try:  # the snapshot time is the interval end: one value, from the interval ID
+        args.interval = app_args.time_interval(args.interval_id)
+    except ValueError as err:
+        parser.error(f"--interval-id: {err}")
+    if args.snapshot_time is not None and args.snapshot_time != args.interval.end_ns:
+        parser.error(f"--snapshot-time {args.snapshot_time} is not the end of --interval-id {args.interval_id} "
+                     f"({args.interval.end_ns}); leave --snapshot-time out (the end of the interval ID is the "
+                     "snapshot time)")
+    args.snapshot_time = args.interval.end_ns
     return args
 
 

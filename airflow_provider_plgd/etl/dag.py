@@ -310,8 +310,7 @@ def build_etl_dag(
         )
         rebuild = spark_task(
             "rebuild", "rebuild_snapshots", "plgd-rebuild-snapshots",
-            ["--root", root_arg, "--interval-id", interval_arg,
-             "--snapshot-time", "{{ " + x + "['snapshot_time'] }}"],
+            ["--root", root_arg, "--interval-id", interval_arg],
             [assets["snapshots"]], "Rebuild snapshots (Spark)", depends_on_past=True,
         )
 

@@ -6,6 +6,7 @@ context (the run's data interval, the lineage report).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -88,7 +89,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
                                  _token_list(p["event_types"], "event_type") or EVENT_TYPES)
     except ValueError as err:  # a triggering user's input: fails without retries
         raise run_params.UntrustedRunParamError(str(err)) from None
-    interval = times.interval_id(start, end)
+    window = times.Interval.of(start, end)
+    interval = window.id
     # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
     # its events would be missing from this interval's snapshot
     ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
@@ -103,7 +105,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     owners = list(selection.owners) or None  # None: every owner, read through plgd.>
     try:
         record = write_interval_ledger(
-            hook, root, interval, start, end, owners, list(selection.event_types),
+            hook, root, window, owners, list(selection.event_types),
             accept_fewer=checked.accept_fewer_messages,
             max_ranges=int(checked.numbers["max_fetch_tasks"]), range_messages=fetch_range_messages,
         )
@@ -128,8 +130,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     }
 
 
-def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, end: datetime,
-                          owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
+def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
                           max_ranges: int = 1, range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES) -> dict[str, Any]:
     """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
 
@@ -143,38 +144,42 @@ def write_interval_ledger(hook: Any, root: str, interval: str, start: datetime, 
     (``ledger.check_selection_covers``). The interval's old fetch records are removed, so the
     rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
 
+    :param window: the interval (its ID names the ledger folder). :param owners: checked owner IDs
+        (``fetch.selection.Selection``), or None for every owner.
     :return: the record (``ledger.plan_record`` plus ``spark_skip``).
     """
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import ledger
+    from airflow_provider_plgd.plgd.subjects import owner_filter
 
-    read_filters = [ledger.SCOPE_FILTER] if owners is None else [ledger.owner_filter(o) for o in owners]
-    counted = hook.count_ranges(read_filters, start_time=start, end_time=end, range_messages=range_messages,
-                                max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
-    record = ledger.plan_record(counted, interval_id=interval, owners=owners, event_types=event_types,
-                                read_filters=read_filters, bounds=times.time_bounds(start, end))
-    record["spark_skip"] = spark_skip_reason(root, record, end)
-    base = ledger.interval_dir(root, counted["stream"], interval)
-    previous, previous_records = ledger.read_records(root, counted["stream"], interval)
+    interval = window.id
+    read_filters = [ledger.SCOPE_FILTER] if owners is None else [owner_filter(o) for o in owners]
+    counted = hook.count_ranges(read_filters, start_time=window.start_ns, end_time=window.end_ns,
+                                range_messages=range_messages, max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
+    plan = ledger.PlanRecord.of(counted, interval_id=interval, owners=owners, event_types=event_types,
+                                read_filters=read_filters, bounds=window.bounds())
+    plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(root, plan.as_dict(), window.end_ns))
+    record = plan.as_dict()
+    base = ledger.interval_dir(root, plan.stream, interval)
+    previous, previous_records = ledger.read_records(root, plan.stream, interval)
     ledger.check_selection_covers(previous, record, previous_records)
     lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
                      "; ".join(lost))
-    if record["deleted_in_range"]:
+    if plan.deleted_in_range:
         _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
                      "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
-                     interval, record["deleted_in_range"], record["first_seq"], record["end_seq_exclusive"])
+                     interval, plan.deleted_in_range, plan.first_seq, plan.end_seq_exclusive)
     ledger.write_json(f"{base}/stream.json", record)
-    ledger.clear_fetch_records(root, counted["stream"], interval)
+    ledger.clear_fetch_records(root, plan.stream, interval)
     _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "
-              "%s of %s", interval, record["total"], "every owner" if owners is None else f"{len(owners)} owner(s)",
-              record["first_seq"], record["end_seq_exclusive"] - 1, record["fetch_ranges"],
-              record["scope_total"], ledger.SCOPE_FILTER)
+              "%s of %s", interval, plan.total, "every owner" if owners is None else f"{len(owners)} owner(s)",
+              plan.first_seq, plan.end_seq_exclusive - 1, len(plan.ranges), plan.scope_total, ledger.SCOPE_FILTER)
     return record
 
 
 
-def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime) -> str | None:
+def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime | int) -> str | None:
     """Why ``decode``, ``dedupe`` and ``rebuild`` may skip the interval of a plan record, or None.
 
     They skip only when all of these hold, so skipping changes no table:
@@ -190,7 +195,7 @@ def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime) -> st
     reaches further back in time, never less; rebuild folds every interval with rows after its
     base snapshot, so the next non-empty interval builds on the last snapshot.
 
-    :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware).
+    :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware, or unix ns).
     """
     from airflow_provider_plgd.run_summary import APPS, read_app_summary
     from airflow_provider_plgd.spark import snapshot_store

@@ -26,6 +26,7 @@ from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.fetch.router import Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import Spool, default_spool_dir, remove_stale_spools
+from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.plgd.subjects import subject_matches
 
@@ -73,12 +74,12 @@ class FetchPipeline:
     :param hook: the ``JetStreamHook`` (all NATS access goes through it).
     :param log: a logger (the operator's ``self.log``).
     :param settings: :class:`FetchSettings`.
-    :param plan: the interval ledger's plan record (``ledger.plan_record``): :meth:`run_range`.
+    :param plan: the interval ledger's plan record (``ledger.PlanRecord``): :meth:`run_range`.
     :param ledger_dir: the interval's ledger folder: :meth:`run_range` writes its record to
         ``{ledger_dir}/fetch/`` and returns a small XCom.
     """
 
-    def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: dict[str, Any] | None = None,
+    def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: ledger.PlanRecord | None = None,
                  ledger_dir: str | None = None) -> None:
         self.hook = hook
         self.log = log
@@ -86,23 +87,29 @@ class FetchPipeline:
         self.plan = plan
         self.ledger_dir = ledger_dir
 
-    async def run(self, stream: str, root: Any, targets: list[Target], mode: str, bounds: dict[str, Any], *,
-                  owner_wide: bool) -> dict[str, Any]:
+    async def run(self, stream: str, root: Any, targets: list[Target], mode: str,
+                  read_bounds: times.Interval | dict[str, Any], *, owner_wide: bool) -> dict[str, Any]:
         """Fetch every target and commit its batches; return the XCom summary (see the operator).
 
         :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
         :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
-        :param bounds: the bounds of that mode (JSON; they go into the manifests).
+        :param read_bounds: the :class:`~airflow_provider_plgd.times.Interval` of a time read, else the
+            bounds of that mode (JSON); the manifests keep them as JSON (``Interval.bounds``).
         :param owner_wide: read each owner through one consumer (``owner_ids`` /
             ``unrouted``) and account per owner.
         """
         hook = self.hook
+        if isinstance(read_bounds, times.Interval):
+            bounds = read_bounds.bounds()  # as the manifests keep them
+        else:
+            bounds = read_bounds
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
-            await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
+            window = times.Interval.from_bounds(bounds)
+            await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                                   settle_seconds=self.settings.settle_seconds,
                                                   source_wait_seconds=self.settings.source_wait_seconds)
-        info = await hook.astream_info(stream)
-        head = int(_state(info).get("last_seq", 0))
+        state = StreamState.of_info(await hook.astream_info(stream))
+        head = state.head
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
@@ -110,7 +117,7 @@ class FetchPipeline:
         if mode == "seq" and bounds["end_seq"] is None:
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
-            check_retained(_state(info), stream, bounds, when="before the fetch")
+            check_retained(state, stream, bounds, when="before the fetch")
         groups = owner_groups(targets) if mode != "durable" else [[t] for t in targets]
         expected = await self._expected_counts(stream, groups, mode, bounds, owner_wide)
         results = []
@@ -179,26 +186,26 @@ class FetchPipeline:
         plan, hook, settings = self.plan, self.hook, self.settings
         if plan is None or not self.ledger_dir:
             raise ValueError("a range fetch needs the interval ledger's plan and folder (ledger argument)")
-        rng = ledger.plan_range(plan, range_index)
-        if plan["stream"] != stream:
-            raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan['stream']!r}, not {stream!r}")
-        bounds, interval = plan["bounds"], plan["interval_id"]
-        await hook.arequire_interval_complete(bounds["start_ns"], bounds["end_ns"],
+        rng = plan.range(range_index)
+        if plan.stream != stream:
+            raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan.stream!r}, not {stream!r}")
+        bounds, interval = dict(plan.bounds), plan.interval_id
+        window = times.Interval.from_bounds(bounds)
+        await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
                                               source_wait_seconds=settings.source_wait_seconds)
-        info = await hook.astream_info(stream)
-        head = int(_state(info).get("last_seq", 0))
-        check_retained(_state(info), stream, bounds, when="before the fetch")
+        state = StreamState.of_info(await hook.astream_info(stream))
+        head = state.head
+        check_retained(state, stream, bounds, when="before the fetch")
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
-        fragment = staging.fragment_name(int(rng["index"]))
-        first, stop = int(rng["first_seq"]), int(rng["end_seq_exclusive"])
+        fragment = staging.fragment_name(rng.index)
+        first, stop = rng.first_seq, rng.end_seq_exclusive
         self.log.info("Fetching range %s of interval %s: stream %s sequences [%s, %s), %s messages of %s, into %s",
-                      rng["index"], interval, stream, first, stop, rng["count"],
-                      _filters_text(plan["read_filters"]), root_url)
-        router = RangeRouter(plan["event_types"], plan["owners"])
+                      rng.index, interval, stream, first, stop, rng.count, _filters_text(plan.read_filters), root_url)
+        router = RangeRouter(plan.event_types, plan.owners)
         writers: dict[tuple[str, int], staging.StagingWriter] = {}
-        progress = Progress(self.log, f"range {rng['index']}", head, settings.progress_interval_seconds,
+        progress = Progress(self.log, f"range {rng.index}", head, settings.progress_interval_seconds,
                             settings.progress_every_messages)
         buffered = 0
 
@@ -226,8 +233,8 @@ class FetchPipeline:
 
         try:
             with WriterThread() as worker:
-                if stop > first and rng["count"]:
-                    read = plan["read_filters"][0] if len(plan["read_filters"]) == 1 else plan["read_filters"]
+                if stop > first and rng.count:
+                    read = plan.read_filters[0] if len(plan.read_filters) == 1 else list(plan.read_filters)
                     batches = hook.aiter_batches(read, start_seq=first, end_seq=stop - 1,
                                                  batch_size=settings.batch_size)
                     async with contextlib.aclosing(batches):  # deletes the consumer on errors too
@@ -236,11 +243,11 @@ class FetchPipeline:
                                 continue
                             routed = router.route(batch)
                             await worker.submit(write, routed)
-                            buffered += sum(len(m[4]) for rows in routed.values() for m in rows)
+                            buffered += sum(len(m.data) for rows in routed.values() for m in rows)
                             if buffered > settings.range_buffer_bytes:
                                 buffered = await worker.call(spill)
                             progress.update(batch)
-                check_retained(_state(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+                check_retained(StreamState.of_info(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
                 staged = await worker.call(lambda: sum(w.count for w in writers.values()))
                 skipped = router.skipped
                 problems = ledger.range_problems(rng, staged, skipped)
@@ -262,19 +269,19 @@ class FetchPipeline:
                                      "files": [f["path"] for f in m["files"]], "fragment": fragment})
         for entry in owners.values():
             entry["batches"].sort(key=lambda b: b["event_type"])
-        record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(int(rng["index"])))
+        record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(rng.index))
         ledger.write_json(record_path, ledger.fetch_record(interval_id=interval, stream=stream, range_=rng,
                                                            staged=staged, skipped=skipped, owners=owners))
         seqs = [m for m in manifests if m["count"]]
         summary = {
-            "stream": stream, "mode": "range", "root": root_url, "interval_id": interval, "range": rng,
+            "stream": stream, "mode": "range", "root": root_url, "interval_id": interval, "range": rng.as_dict(),
             "count": staged, "bytes": sum(int(m["bytes"]) for m in manifests),
             "first_seq": min((m["first_seq"] for m in seqs), default=None),
             "last_seq": max((m["last_seq"] for m in seqs), default=None),
             "owners": len(owners), "batches": len(manifests), "skipped": skipped, "record": record_path,
         }
         self.log.info("Committed range %s of interval %s: %s messages staged in %s batch(es) of %s owner(s), "
-                      "skipped %s, seq %s..%s", rng["index"], interval, staged, len(manifests), len(owners),
+                      "skipped %s, seq %s..%s", rng.index, interval, staged, len(manifests), len(owners),
                       skipped or 0, summary["first_seq"], summary["last_seq"])
         return summary
 
@@ -283,25 +290,23 @@ class FetchPipeline:
         keys = {_group_key(g, owner_wide): g for g in groups}
         if mode == "durable":
             return dict.fromkeys(keys)
-        filters = {k: ([ledger.SCOPE_FILTER] if k == ledger.UNROUTED_OWNER else [ledger.owner_filter(k)])
-                   if owner_wide else g[0][2] for k, g in keys.items()}
-        read = ({"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]} if mode == "time"
-                else {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+        filters = {k: [ledger.read_filter(k)] if owner_wide else g[0].filters for k, g in keys.items()}
+        _, read = _interval_and_read_kwargs(mode, bounds)
         counted = await self.hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
 
     def _refuse_fewer(self, root, stream, group, bounds, mode, expected) -> None:
         """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
         interval, _ = _interval_and_read_kwargs(mode, bounds)
-        owner = group[0][0]
+        owner = group[0].owner
         committed = staging.list_committed(root, stream, interval_id=interval, owner_ids=[owner],
-                                           event_types=[t[1] for t in group])
+                                           event_types=[t.event_type for t in group])
         before = sum(int(m["count"]) for m in committed)
         if expected is None or expected >= before or self.settings.accept_fewer:
             return
         raise FewerMessagesError(
             f"interval {interval}: the stream {stream!r} now holds {expected} messages for "
-            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0][2]}, but {before} are committed in "
+            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0].filters}, but {before} are committed in "
             f"staging ({_counts_text(committed)}); a rerun "
             "would replace them with fewer (the stream was re-created, purged, or messages were deleted). Nothing "
             "was changed. Set accept_fewer_messages=True to replace them anyway.",
@@ -344,7 +349,7 @@ class FetchPipeline:
                             progress.update(batch)
             # Messages of the bounds may have aged out while this batch was read: check again
             # before the commit (a short batch is never committed silently).
-            check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: writer.count)
             _check_accounted(writer.interval_id, f"{owner}/{event_type}", expected, staged, {})
             manifest = await worker.call(writer.commit)
@@ -367,9 +372,9 @@ class FetchPipeline:
         Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
         """
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
-        owner = group[0][0]
+        owner = group[0].owner
         unrouted = owner == ledger.UNROUTED_OWNER
-        owner_filter = ledger.SCOPE_FILTER if unrouted else ledger.owner_filter(owner)
+        owner_filter = ledger.read_filter(owner)
         progress = Progress(self.log, f"{owner}/{len(group)} event types", head,
                             self.settings.progress_interval_seconds, self.settings.progress_every_messages)
         with contextlib.ExitStack() as stack, WriterThread() as worker:
@@ -384,7 +389,7 @@ class FetchPipeline:
                     for (target, index), rows in router.route(batch).items():
                         await worker.submit(writers[target].write, rows, index)
                     progress.update(batch)
-            check_retained(_state(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: sum(w.count for w in writers))
             _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
             manifests = [await worker.call(writer.commit) for writer in writers]
@@ -449,9 +454,9 @@ class FetchPipeline:
             return _batch_summary(manifest)
 
 
-def _group_key(group: Sequence[tuple[str, str, list[str]]], owner_wide: bool) -> str:
+def _group_key(group: Sequence[Target], owner_wide: bool) -> str:
     """What a group of targets is accounted as: its owner (owner-wide reads) or its batch's event type."""
-    return group[0][0] if owner_wide else group[0][1]
+    return group[0].owner if owner_wide else group[0].event_type
 
 
 def _check_accounted(interval: str, what: str, expected: int | None, staged: int, skipped: dict[str, int]) -> None:
@@ -492,11 +497,6 @@ def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _state(info: dict[str, Any]) -> dict[str, Any]:
-    """The ``state`` part of a stream info answer (``JetStreamHook.astream_info``)."""
-    return info.get("state") or {}
-
-
 def _filter_index(filters: Sequence[str], subject: str) -> int:
     """Index of the first filter that matches ``subject`` (0 when only one filter)."""
     if len(filters) == 1:
@@ -511,8 +511,8 @@ def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, d
     """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
     ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
     if mode == "time":
-        return (times.interval_id(bounds["start_ns"], bounds["end_ns"]),
-                {"start_time": bounds["start_ns"], "end_time": bounds["end_ns"]})
+        window = times.Interval.from_bounds(bounds)
+        return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
     return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
             {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
 
@@ -565,10 +565,10 @@ class Progress:
         self.seq = 0
         self.time_ns = 0
 
-    def update(self, batch: Sequence[Sequence[Any]]) -> None:
+    def update(self, batch: Sequence[StreamMessage]) -> None:
         self.count += len(batch)
-        self.bytes += sum(len(m[4]) for m in batch)
-        self.seq, self.time_ns = batch[-1][0], batch[-1][2]
+        self.bytes += sum(len(m.data) for m in batch)
+        self.seq, self.time_ns = batch[-1].stream_seq, batch[-1].time_ns
         now = time.monotonic()
         if now - self.last_time >= self.interval or self.count - self.last_count >= self.every:
             self._log(now)

@@ -7,13 +7,16 @@ tells from the stream state alone whether messages of the bounds may be gone (do
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_plgd.exceptions import MessagesExpiredError
+from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.times import ns_to_rfc3339, parse_rfc3339_ns
 
 
-def check_retained(state: dict[str, Any], stream: str, bounds: dict[str, Any], *, when: str) -> None:
+def check_retained(state: StreamState | Mapping[str, Any], stream: str, bounds: Mapping[str, Any], *,
+                   when: str) -> None:
     """Fail when the stream no longer holds every message of ``bounds`` (time or seq bounds).
 
     Rule (``state`` = the ``state`` of ``$JS.API.STREAM.INFO``: ``first_seq``, ``first_ts``,
@@ -28,14 +31,16 @@ def check_retained(state: dict[str, Any], stream: str, bounds: dict[str, Any], *
     * sequence bounds ``[start_seq, end_seq]``: missing exactly when ``start_seq < first_seq``:
       sequences ``start_seq .. min(end_seq, first_seq - 1)``.
 
-    :param state: the stream state dict (as from ``JetStreamHook.astream_info``).
+    :param state: the stream state (``hooks.api.StreamState``, or its dict as in ``JetStreamHook.astream_info``).
     :param stream: the stream name (for the message).
     :param bounds: the operator's bounds (``kind`` ``"time"`` with ``start_ns``/``end_ns``, or
         ``"seq"`` with ``start_seq``/``end_seq``); other kinds are not checked.
     :param when: ``"before the fetch"`` / ``"during the fetch"``, for the message.
     :raises MessagesExpiredError: messages of the bounds may have been removed.
     """
-    first_seq = int(state.get("first_seq") or 0)
+    if not isinstance(state, StreamState):
+        state = StreamState.from_dict(state)
+    first_seq = int(state.first_seq or 0)
     if first_seq <= 1 or bounds.get("kind") not in ("time", "seq"):
         return
     removed_last = first_seq - 1
@@ -53,14 +58,14 @@ def check_retained(state: dict[str, Any], stream: str, bounds: dict[str, Any], *
             stream=stream, first_seq=first_seq, missing_first_seq=start_seq, missing_last_seq=last_missing,
         )
     start_ns, end_ns = int(bounds["start_ns"]), int(bounds["end_ns"])
-    messages = int(state.get("messages") or 0)
+    messages = int(state.messages or 0)
     if messages > 0:
-        horizon = parse_rfc3339_ns(state.get("first_ts"))
+        horizon = parse_rfc3339_ns(state.first_ts)
         if horizon is None or start_ns >= horizon:
             return
         oldest = f"its oldest retained message (seq {first_seq}) is from {ns_to_rfc3339(horizon)}"
     else:
-        horizon = parse_rfc3339_ns(state.get("last_ts"))
+        horizon = parse_rfc3339_ns(state.last_ts)
         if horizon is None or start_ns > horizon:
             return
         horizon += 1  # the last removed message itself may be in the interval

@@ -9,9 +9,10 @@ design choices", M17). Routing gives each batch the same rows as its own consume
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from airflow_provider_plgd import ledger
+from airflow_provider_plgd.fetch.selection import Target
+from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.plgd.subjects import (
     TOKEN_OWNERS,
     TOKEN_PLGD,
@@ -42,12 +43,12 @@ class Router:
     are skipped as ``ledger.SKIP_OWNED`` (their owner's fetch stages them).
     """
 
-    def __init__(self, group: Sequence[tuple[str, str, list[str]]], *, unrouted: bool = False) -> None:
+    def __init__(self, group: Sequence[Target], *, unrouted: bool = False) -> None:
         from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
         self.group = group
         self.unrouted = unrouted
-        self.by_type: dict[str | None, int] = {event_type: i for i, (_, event_type, _) in enumerate(group)}
+        self.by_type: dict[str | None, int] = {t.event_type: i for i, t in enumerate(group)}
         self.unknown = self.by_type.get(ledger.UNKNOWN_EVENT_TYPE)
         self.requested = [i for i in range(len(group)) if i != self.unknown]
         self.known_types = EVENT_TYPES
@@ -63,7 +64,7 @@ class Router:
         else:
             target = self.by_type.get(event_type)
             if target is not None and target != self.unknown:
-                filters = self.group[target][2]
+                filters = self.group[target].filters
                 if len(filters) == 1:
                     return target, 0
                 candidates = [target]
@@ -73,7 +74,7 @@ class Router:
             else:
                 candidates = []
         for t in candidates:
-            for index, subject_filter in enumerate(self.group[t][2]):
+            for index, subject_filter in enumerate(self.group[t].filters):
                 if subject_matches(subject_filter, subject):
                     return t, index
         if self.unknown is not None:
@@ -81,12 +82,12 @@ class Router:
         self.skipped["unroutable"] = self.skipped.get("unroutable", 0) + 1
         return None
 
-    def route(self, batch: Sequence[Sequence[Any]]) -> dict[tuple[int, int], list]:
+    def route(self, batch: Sequence[StreamMessage]) -> dict[tuple[int, int], list[StreamMessage]]:
         """``{(target, filter index): [messages in stream order]}`` of one fetched batch; skipped
         messages are counted in :attr:`skipped` (``{reason: count}``)."""
-        out: dict[tuple[int, int], list] = {}
+        out: dict[tuple[int, int], list[StreamMessage]] = {}
         for msg in batch:
-            place = self._place(msg[1])
+            place = self._place(msg.subject)
             if place is not None:
                 out.setdefault(place, []).append(msg)
             elif self.unrouted:
@@ -144,12 +145,12 @@ class RangeRouter:
             self.routers[owner] = router
         return router
 
-    def route(self, batch: Sequence[Sequence[Any]]) -> dict[tuple[str, int, int], list]:
+    def route(self, batch: Sequence[StreamMessage]) -> dict[tuple[str, int, int], list[StreamMessage]]:
         """``{(owner, target index, filter index): [messages in stream order]}`` of one fetched batch."""
-        by_owner: dict[str, list] = {}
+        by_owner: dict[str, list[StreamMessage]] = {}
         for msg in batch:
-            by_owner.setdefault(self.owner_of(msg[1]), []).append(msg)
-        out: dict[tuple[str, int, int], list] = {}
+            by_owner.setdefault(self.owner_of(msg.subject), []).append(msg)
+        out: dict[tuple[str, int, int], list[StreamMessage]] = {}
         for owner, msgs in by_owner.items():
             if self.owners is not None and owner not in self.owners:
                 self._skipped[ledger.SKIP_OWNER_NOT_REQUESTED] = (

@@ -16,7 +16,13 @@ from typing import NamedTuple
 
 from airflow_provider_plgd import ledger, staging
 from airflow_provider_plgd.plgd.event_types import event_type_info
-from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_filters, validate_owner_id, validate_token
+from airflow_provider_plgd.plgd.subjects import (
+    check_filter_subject,
+    owner_event_filters,
+    owner_filter,
+    validate_owner_id,
+    validate_token,
+)
 
 
 class Target(NamedTuple):
@@ -58,10 +64,10 @@ class Selection:
     def targets(self, *, owner_wide: bool) -> list[Target]:
         """One target per (owner, event type), owners first; ``owner_wide`` adds each owner's
         ``ledger.UNKNOWN_EVENT_TYPE`` batch (messages of event types we do not know)."""
-        unknown = (lambda o: [Target(o, ledger.UNKNOWN_EVENT_TYPE, [ledger.owner_filter(o)])]) if owner_wide \
+        unknown = (lambda o: [Target(o, ledger.UNKNOWN_EVENT_TYPE, [owner_filter(o)])]) if owner_wide \
             else (lambda o: [])
         return [t for o in self.owners
-                for t in [Target(o, e, subject_filters(o, e)) for e in self.event_types] + unknown(o)]
+                for t in [Target(o, e, owner_event_filters(o, e)) for e in self.event_types] + unknown(o)]
 
 
 def filter_targets(filters: list[str]) -> list[Target]:

@@ -16,7 +16,8 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from airflow_provider_plgd.exceptions import (
@@ -37,6 +38,46 @@ _ERR_JS_NOT_ENABLED = (10039, 10076)  # for the account / on the server
 RequestFn = Callable[[str, "dict | None"], Awaitable[dict]]
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """The ``state`` of a ``$JS.API.STREAM.INFO`` answer, the fields the fetch and the ledger use,
+    as the server gave them (None when it left one out; the plan record keeps :meth:`as_dict`).
+
+    :ivar messages: messages stored. :ivar bytes: their bytes.
+    :ivar first_seq: the first retained stream sequence. :ivar last_seq: the last one.
+    :ivar first_ts: RFC 3339 server time of the first retained message (``last_ts``: of the last).
+    :ivar num_deleted: sequences inside ``[first_seq, last_seq]`` that were deleted.
+    """
+
+    messages: int | None = None
+    bytes: int | None = None
+    first_seq: int | None = None
+    last_seq: int | None = None
+    first_ts: str | None = None
+    last_ts: str | None = None
+    num_deleted: int | None = None
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any] | None) -> StreamState:
+        """The state of a stream info answer's ``state`` (other fields left out)."""
+        value = value or {}
+        return cls(**{f.name: value.get(f.name) for f in fields(cls)})
+
+    @classmethod
+    def of_info(cls, info: Mapping[str, Any]) -> StreamState:
+        """The state of a whole stream info answer (``JetStreamHook.astream_info``)."""
+        return cls.from_dict(info.get("state"))
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{messages, bytes, first_seq, last_seq, first_ts, last_ts, num_deleted}`` (the ledger's ``stream_state``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def head(self) -> int:
+        """The last stream sequence (0 for a stream that never held a message)."""
+        return int(self.last_seq or 0)
 
 
 class JetStreamApi:

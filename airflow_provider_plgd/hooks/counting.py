@@ -21,14 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_plgd.exceptions import JetStreamTimeoutError
-from airflow_provider_plgd.hooks.api import JetStreamApi
+from airflow_provider_plgd.hooks.api import JetStreamApi, StreamState
 
 #: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
 COUNT_INACTIVE_THRESHOLD_S = 10.0
 #: Readings of a count before it gives up (``JetStreamTimeoutError``).
 MAX_READINGS = 20
 #: Stream state fields a count reports (``state`` of ``$JS.API.STREAM.INFO``).
-STATE_KEYS = ("messages", "bytes", "first_seq", "last_seq", "first_ts", "last_ts", "num_deleted")
+STATE_KEYS = tuple(StreamState().as_dict())
 
 
 async def seq_at(api: JetStreamApi, stream: str, ns: int | None, default: int) -> int:
@@ -74,8 +74,7 @@ async def count_boundaries(api: JetStreamApi, stream: str, subject_filter: str |
 
 def _range_head(stream: str, info: dict, first: int, stop: int) -> dict[str, Any]:
     """The fields every count reports: the stream, its ``created`` time and state (from ``info``), the range."""
-    state = info.get("state") or {}
-    return {"stream": stream, "created": info.get("created"), "state": {k: state.get(k) for k in STATE_KEYS},
+    return {"stream": stream, "created": info.get("created"), "state": StreamState.of_info(info).as_dict(),
             "first_seq": first, "end_seq_exclusive": stop}
 
 

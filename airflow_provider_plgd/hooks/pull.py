@@ -17,6 +17,7 @@ import asyncio
 import collections
 import contextlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd.exceptions import (
@@ -40,11 +41,20 @@ ITER_INACTIVE_THRESHOLD_S = 120.0
 _DONE = object()
 
 
+@dataclass(slots=True, eq=False)
+class _Pull:
+    """One pull request in flight: its ``id`` (the last token of its reply subject) and the
+    messages it may still receive (``remaining``)."""
+
+    id: str
+    remaining: int
+
+
 class PullReader:
     """Pull-request pipeline of one consumer into one inbox subscription (``JetStreamHook.aiter_batches``).
 
-    Pull requests are served by the server in order; ``self._pulls`` holds ``[id, remaining]``
-    of the pulls in flight, the head receives the messages. A full pull, or a pull ended by a
+    Pull requests are served by the server in order; ``self._pulls`` holds the pulls
+    in flight (:class:`_Pull`), the head receives the messages. A full pull, or a pull ended by a
     status, becomes one batch in ``self._queue``. New pulls are sent only by :meth:`next_batch`
     so that pulls in flight + batches waiting <= ``PREFETCH_PULLS``.
     """
@@ -67,7 +77,7 @@ class PullReader:
             {"batch": batch_size, "max_bytes": self.max_bytes, "expires": int(PULL_EXPIRES_S * NS_PER_S)}
         ).encode()
         self.sub = None
-        self._pulls: collections.deque[list] = collections.deque()
+        self._pulls: collections.deque[_Pull] = collections.deque()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._batch: list[StreamMessage] = []
         self._batch_bytes = 0
@@ -96,7 +106,7 @@ class PullReader:
 
         while not self._done and len(self._pulls) + self._queue.qsize() < PREFETCH_PULLS:
             self._pull_id += 1
-            self._pulls.append([str(self._pull_id), self.batch_size])
+            self._pulls.append(_Pull(str(self._pull_id), self.batch_size))
             try:
                 await self.nc.publish(self.next_subject, self.pull_body, reply=f"{self.inbox}.{self._pull_id}")
             except nats.errors.Error as exc:  # e.g. ConnectionClosedError when the server goes away
@@ -192,8 +202,8 @@ class PullReader:
             pulls = self._pulls
             if pulls:
                 head = pulls[0]
-                head[1] -= 1
-                if head[1] <= 0:
+                head.remaining -= 1
+                if head.remaining <= 0:
                     pulls.popleft()
                     self._flush()
         except BaseException as exc:  # surfaces in next_batch()
@@ -231,14 +241,14 @@ class PullReader:
                 code=int(status) if status.isdigit() else None, description=desc,
             )
 
-    def _end_pull(self, pull_id: str, undelivered: int | None) -> list | None:
+    def _end_pull(self, pull_id: str, undelivered: int | None) -> _Pull | None:
         """A status ended pull ``pull_id`` early. Fix the message attribution (the status may
         arrive after messages of the next pull, or before the last of its own) and flush."""
-        entry = next((p for p in self._pulls if p[0] == pull_id), None)
+        entry = next((p for p in self._pulls if p.id == pull_id), None)
         if entry is None:  # already complete by count
             return None
         self._pulls.remove(entry)
-        counted = self.batch_size - entry[1]
+        counted = self.batch_size - entry.remaining
         actual = counted if undelivered is None else self.batch_size - undelivered
         if actual > counted:  # some of its messages are still on the way
             self._owed += actual - counted
@@ -247,10 +257,10 @@ class PullReader:
             for nxt in self._pulls:
                 if not excess:
                     break
-                take = min(excess, nxt[1])
-                nxt[1] -= take
+                take = min(excess, nxt.remaining)
+                nxt.remaining -= take
                 excess -= take
         self._flush()
-        while self._pulls and self._pulls[0][1] <= 0:
+        while self._pulls and self._pulls[0].remaining <= 0:
             self._pulls.popleft()
         return entry

@@ -182,7 +182,7 @@ class JetStreamToStagingOperator(BaseOperator):
     :param ledger: the interval's ledger folder (templated; ``ledger.interval_dir``, written by the
         ETL's ``plan``), with ``ledger_range``.
     :param ledger_range: fetch stream-sequence range N (0-based, templated) of the ledger's plan
-        (``ledger.plan_range``): its bounds, count, read filters, owners and event types all come
+        (``ledger.PlanRecord.range``): its bounds, count, read filters, owners and event types all come
         from the plan. The ETL maps its fetch tasks over the ranges, so the XCom that drives the
         mapping stays small at any number of owners.
     :param accept_fewer_messages: allow a rerun to replace committed batches with fewer messages
@@ -344,7 +344,7 @@ class JetStreamToStagingOperator(BaseOperator):
             raise ValueError(f"ledger_range takes its range, owners and event types from the ledger's plan; "
                              f"got also {sorted(others) + (['unrouted'] if self.unrouted else [])}")
         plan = self._plan_record()
-        ledger.plan_range(plan, self.ledger_range)  # ValueError naming the index, before any NATS call
+        plan.range(self.ledger_range)  # ValueError naming the index, before any NATS call
         hook = self._hook()
         pipeline = FetchPipeline(hook, self.log, self._settings(), plan=plan, ledger_dir=str(self.ledger))
         return asyncio.run(pipeline.run_range(hook.stream, self._destination(context), self.ledger_range))
@@ -356,7 +356,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
         done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
         if self._from_ledger():
-            filters = list(self._plan_record()["read_filters"])
+            filters = list(self._plan_record().read_filters)
         else:
             targets, owner_wide = self._targets()
             filters = lineage.fetch_subject_filters(targets, owner_wide=owner_wide)
@@ -392,8 +392,9 @@ class JetStreamToStagingOperator(BaseOperator):
         owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
         return Selection.of(owners, types).targets(owner_wide=True), True
 
-    def _bounds(self, context: Context) -> tuple[str, dict[str, Any]]:
-        """Return ``(mode, bounds)``; ``bounds`` is JSON-able and goes into the manifest."""
+    def _bounds(self, context: Context) -> tuple[str, dict[str, Any] | times.Interval]:
+        """Return ``(mode, bounds)``: the checked :class:`~airflow_provider_plgd.times.Interval` of a
+        time read, else the JSON-able bounds of a sequence or durable read (they go into the manifest)."""
         explicit_time = self.start_time not in (None, "") or self.end_time not in (None, "")
         explicit_seq = self.start_seq not in (None, "") or self.end_seq not in (None, "")
         durable = self.durable not in (None, "")
@@ -434,7 +435,7 @@ class JetStreamToStagingOperator(BaseOperator):
                 )
             if start == end:
                 raise ValueError(zero_width_interval_message(self.task_id, start))
-        return "time", times.time_bounds(start, end)  # type: ignore[arg-type]  # both checked set above
+        return "time", times.Interval.of(start, end)  # type: ignore[arg-type]  # both checked set above
 
     def _hook(self) -> JetStreamHook:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
@@ -460,20 +461,21 @@ class JetStreamToStagingOperator(BaseOperator):
         """True for a range of the ledger's plan (``ledger_range``)."""
         return self.ledger_range not in (None, "")
 
-    def _plan_record(self) -> dict[str, Any]:
+    def _plan_record(self) -> ledger.PlanRecord:
         """The plan record (``stream.json``) of ``self.ledger``, read once per task.
 
-        :raises ValueError: no ``ledger`` argument. :raises LedgerError: no record there.
+        :raises ValueError: no ``ledger`` argument, or a record of another ledger version.
+        :raises LedgerError: no record there.
         """
-        plan = getattr(self, "_plan_cache", None)
-        if plan is not None:
-            return plan
+        cached: ledger.PlanRecord | None = getattr(self, "_plan_cache", None)
+        if cached is not None:
+            return cached
         if self.ledger in (None, ""):
             raise ValueError("ledger_range needs the ledger argument (the interval's ledger folder)")
-        plan = ledger.read_json(storage.join_path(self.ledger, "stream.json"))
-        if plan is None:
+        stored = ledger.read_json(storage.join_path(self.ledger, "stream.json"))
+        if stored is None:
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
-        self._plan_cache = plan
+        plan = self._plan_cache = ledger.PlanRecord.from_dict(stored)
         return plan
 
 

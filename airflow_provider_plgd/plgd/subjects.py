@@ -41,6 +41,8 @@ __all__ = [
     "Subject",
     "lead_resource_type_token",
     "links_subject",
+    "owner_event_filters",
+    "owner_filter",
     "metadata_subject",
     "parse_subject",
     "registrations_subject",
@@ -458,6 +460,16 @@ def parse_subject(subject: str, *, check_event_type: bool = True) -> Subject:
     return _parse(subject, check_event_type)
 
 
+def owner_filter(owner_id: str) -> str:
+    """The filter subject of every event of one owner: ``plgd.owners.{owner_id}.>`` (S1-S6 all start
+    with ``plgd.owners.{owner_id}.``). The one place this filter is built.
+
+    :param owner_id: an owner ID checked where it entered (:func:`validate_owner_id`; the fetch's
+        ``Selection``), or ``"*"``; not checked again here.
+    """
+    return f"{_PREFIX}{owner_id}.{_FULL_WILDCARD}"
+
+
 def subject_filters(owner_id: str = "*", event_type: str | None = None) -> list[str]:
     """JetStream filter subjects that together match exactly one owner's events of one type.
 
@@ -476,9 +488,18 @@ def subject_filters(owner_id: str = "*", event_type: str | None = None) -> list[
     """
     if owner_id != _WILDCARD:
         validate_token(owner_id, "owner_id")
-    base = f"{_PREFIX}{owner_id}"
+    return owner_event_filters(owner_id, event_type)
+
+
+def owner_event_filters(owner_id: str, event_type: str | None = None) -> list[str]:
+    """:func:`subject_filters` of an owner ID checked where it entered (:func:`validate_owner_id`,
+    the fetch's ``Selection``): the owner ID is not checked again.
+
+    :raises ValueError: ``event_type`` is not one of ``EVENT_TYPES``.
+    """
     if event_type is None:
-        return [f"{base}.{_FULL_WILDCARD}"]
+        return [owner_filter(owner_id)]
+    base = f"{_PREFIX}{owner_id}"
     info = event_type_info(event_type)
     if info.family == FAMILY_REGISTRATIONS:
         return [f"{base}.{FAMILY_REGISTRATIONS}.{event_type}"]

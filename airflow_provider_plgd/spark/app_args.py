@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
+from airflow_provider_plgd import times
+
 
 def name_list(value: str) -> list[str]:
     """argparse ``type`` for a comma-separated list: ``"a,b, c"`` -> ``["a", "b", "c"]`` (empties dropped)."""
@@ -27,3 +29,16 @@ def add_interval_args(parser: argparse.ArgumentParser) -> None:
                         help="where to write the run summary JSON "
                              "(default {output_root}/_runs/{app}/interval={interval_id}.json)")
     parser.add_argument("--log-level", default="INFO", help="Python log level (default INFO)")
+
+
+def time_interval(interval_id: str) -> times.Interval:
+    """The :class:`~airflow_provider_plgd.times.Interval` of a time ``--interval-id``, checked once where
+    the arguments enter: a time interval ID in its one spelling (``times.interval_id``; so also safe
+    in a path).
+
+    :raises ValueError: a sequence or durable ID, or not an interval ID in its one spelling.
+    """
+    window = times.Interval.from_id(interval_id)
+    if window.id != interval_id:
+        raise ValueError(f"interval ID {interval_id!r} is not in its one spelling {window.id!r}")
+    return window

@@ -94,7 +94,7 @@ def choose_base(out_root: str, latest: Mapping[str, Any] | None, version: str,
     if base is not None and base.get("interval_id") and base["interval_id"] >= interval_id:
         raise RuntimeError(
             f"snapshot {base['version']} already includes interval {base['interval_id']}, which is not before "
-            f"--interval-id {interval_id}; check --snapshot-time"
+            f"--interval-id {interval_id}"
         )
     return base
 
@@ -137,22 +137,26 @@ def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
 
 
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
-    """Build and commit the snapshot of ``args.snapshot_time``; return the run summary.
+    """Build and commit the snapshot of ``args.interval`` (its end is the snapshot time); return the run summary.
+
+    :param args: the parsed command line (``rebuild_snapshots.parse_args``: ``args.interval`` is the
+        checked :class:`~airflow_provider_plgd.times.Interval` of ``--interval-id``).
 
     :raises RuntimeError: see :func:`choose_base` and :func:`check_older_interval`.
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
     :raises TableCommitError: another rebuild committed to a snapshot table meanwhile.
     """
-    from airflow_provider_plgd import staging, times
+    from airflow_provider_plgd import times
 
     started = time.time()
     run_version = time.time_ns() // 1_000_000
-    interval_id = staging.validate_partition_value(args.interval_id, "interval_id")
+    window: times.Interval = args.interval  # checked once by parse_args (app_args.time_interval)
+    interval_id = window.id
     root = str(args.root).rstrip("/")
     out_root = str(args.snapshots_root or root).rstrip("/")
     delta_tables.check_layout(root)
     delta_tables.check_layout(out_root)
-    t_ns = args.snapshot_time
+    t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
     latest = snapshot_store.latest(out_root)
     if latest is not None and latest["version"] > version:  # a cleared past interval

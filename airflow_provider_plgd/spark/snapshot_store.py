@@ -313,12 +313,11 @@ def read_snapshot(root: str, table: str, version: str | None = None, *, as_of: d
 
 
 def interval_kind(interval_id: str) -> str:
-    """``"time"`` for ``<start>_<end>`` IDs, else the prefix (``"seq"``/``"durable"``): IDs of one
-    kind sort in stream order; IDs of different kinds are not comparable."""
-    for prefix in ("seq-", "durable-"):
-        if interval_id.startswith(prefix):
-            return prefix[:-1]
-    return "time"
+    """``"time"`` for ``<start>_<end>`` IDs, else ``"seq"``/``"durable"`` (``times.parse_interval_id``):
+    IDs of one kind sort in stream order; IDs of different kinds are not comparable.
+
+    :raises ValueError: not an interval ID."""
+    return str(times.parse_interval_id(interval_id)["kind"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,8 +53,7 @@ def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None 
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
     start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    interval = times.interval_id(start, end)
-    return write_interval_ledger(JetStreamHook(), root, interval, start, end, owners, list(event_types),
+    return write_interval_ledger(JetStreamHook(), root, times.Interval.of(start, end), owners, list(event_types),
                                  accept_fewer=accept_fewer, max_ranges=max_ranges, range_messages=range_messages)
 
 

@@ -189,8 +189,8 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
     hook.require_interval_complete(start_ns, end_ns, settle_seconds=SETTLE)
     # the plan's ledger counts the mirror: every message of the interval, per owner
     start, end = utc(start_ns), utc(end_ns)
-    record = write_interval_ledger(hook, os.path.join(storage_root, "plan"), times.interval_id(start, end), start,
-                                   end, list(OWNERS), ["devicesregistered"], accept_fewer=False)
+    record = write_interval_ledger(hook, os.path.join(storage_root, "plan"), times.Interval.of(start, end),
+                                   list(OWNERS), ["devicesregistered"], accept_fewer=False)
     assert (record["stream"], record["total"], record["first_seq"], record["end_seq_exclusive"]) == (MIRROR, 7, 1, 8)
     assert record["owners"] == list(OWNERS) and [r["count"] for r in record["ranges"]] == [7]
     out = fetch(os.path.join(storage_root, "fetch"), start_ns, end_ns)

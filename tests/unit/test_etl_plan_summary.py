@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_plgd import ledger, spark_deps
+from airflow_provider_plgd import ledger, spark_deps, times
 from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval, run_params_used, summarize_interval
 from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
@@ -109,7 +109,8 @@ def test_plan_interval_writes_the_ledger_builds_the_zip_and_returns_the_plan_xco
     assert hook.calls[0] == ("require_interval_complete", (START, END), {"settle_seconds": 30.0})
     name, filters, kwargs = hook.calls[1]
     assert (name, filters) == ("count_ranges", [ledger.SCOPE_FILTER])
-    assert kwargs == {"start_time": START, "end_time": END, "range_messages": 5, "max_ranges": 4,
+    # the interval's bounds as unix ns (times.Interval)
+    assert kwargs == {"start_time": times.to_ns(START), "end_time": times.to_ns(END), "range_messages": 5, "max_ranges": 4,
                       "scope_filter": ledger.SCOPE_FILTER}
     assert lineage == [(["nats://fake:4222"], "EVENTS", root)]
     record = stream_json(root)

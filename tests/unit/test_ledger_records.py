@@ -1,0 +1,57 @@
+"""ledger.PlanRecord / PlanRange / FetchRecord: typed records whose JSON is the stored files' JSON,
+byte for byte (``ledger.write_json``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_plgd import ledger, times
+
+START_NS = 1_767_225_600 * 10**9
+COUNTED = {"stream": "EVENTS", "created": "2026-01-01T00:00:00Z", "state": {"messages": 100, "last_seq": 100},
+           "first_seq": 41, "end_seq_exclusive": 60, "total": 17, "scope_total": 15, "read_total": 12,
+           "ranges": [{"first_seq": 41, "end_seq_exclusive": 50, "count": 7},
+                      {"first_seq": 50, "end_seq_exclusive": 60, "count": 5}]}
+
+
+def stored(value) -> bytes:
+    return (json.dumps(value, indent=1, sort_keys=True) + "\n").encode()
+
+
+def test_plan_record_round_trips_byte_for_byte(tmp_path):
+    window = times.Interval(START_NS, START_NS + 3600 * 10**9)
+    plan = ledger.PlanRecord.of(COUNTED, interval_id=window.id, bounds=window.bounds(), owners=["o1", "o2"],
+                                event_types=["devicesregistered"], read_filters=["plgd.owners.o1.>", "plgd.owners.o2.>"])
+    as_dict = plan.as_dict()
+    assert as_dict == {**ledger.plan_record(COUNTED, interval_id=window.id, bounds=window.bounds(),
+                                            owners=["o1", "o2"], event_types=["devicesregistered"],
+                                            read_filters=["plgd.owners.o1.>", "plgd.owners.o2.>"])}
+    assert (as_dict["total"], as_dict["fetch_ranges"], as_dict["not_requested"], as_dict["deleted_in_range"],
+            as_dict["seq_span"]) == (12, 2, 3, 2, 19)
+    assert as_dict["ranges"][1] == {"index": 1, "first_seq": 50, "end_seq_exclusive": 60, "count": 5}
+    path = tmp_path / "stream.json"
+    ledger.write_json(str(path), as_dict)
+    again = ledger.PlanRecord.from_dict(ledger.read_json(str(path)))
+    assert again == plan and stored(again.as_dict()) == path.read_bytes()
+    assert plan.range("1") == ledger.PlanRange(1, 50, 60, 5) == ledger.plan_range(as_dict, 1)
+    with pytest.raises(ValueError, match="does not exist"):
+        plan.range(2)
+    with pytest.raises(ValueError, match="ledger version 1"):
+        ledger.PlanRecord.from_dict({**as_dict, "version": 1})
+
+
+def test_fetch_record_round_trips_byte_for_byte(tmp_path):
+    rng = ledger.PlanRange(3, 41, 50, 7)
+    owners = {"o2": {"staged": 2, "batches": []}, "o1": {"staged": 4, "batches": []}}
+    as_dict = ledger.fetch_record(interval_id="i", stream="EVENTS", range_=rng, staged=6,
+                                  skipped={"b": 1, "a": 0}, owners=owners)
+    assert as_dict == ledger.fetch_record(interval_id="i", stream="EVENTS", range_=rng.as_dict(), staged=6,
+                                          skipped={"b": 1, "a": 0}, owners=owners)
+    assert list(as_dict["owners"]) == ["o1", "o2"] and list(as_dict["skipped"]) == ["a", "b"]
+    assert as_dict["range"] == {"index": 3, "first_seq": 41, "end_seq_exclusive": 50, "count": 7}
+    path = tmp_path / ledger.range_record_name(3)
+    ledger.write_json(str(path), as_dict)
+    again = ledger.FetchRecord.from_dict(ledger.read_json(str(path)))
+    assert again.range == rng and stored(again.as_dict()) == path.read_bytes()
