@@ -211,7 +211,7 @@ def make_copy_task(*, source: str, target: str, files: Sequence[delta_tables.Dat
                 pf = pq.ParquetFile(fh)
                 metadata = pf.metadata
                 table = pf.read() if gone else None
-            if gone:
+            if table is not None:
                 row_group = max((metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)), default=1)
                 keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
                                           value_set=pa.array(gone, pa.int64())))
