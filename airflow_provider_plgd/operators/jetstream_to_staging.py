@@ -18,14 +18,13 @@ from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.compat import BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError, MissingDataIntervalError
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
+from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
-#: Default fetch batch (messages per pull request).
-DEFAULT_BATCH_SIZE = 1000
 
 
 def zero_width_interval_message(task_id: str, moment: Any) -> str:
@@ -167,7 +166,7 @@ class JetStreamToStagingOperator(BaseOperator):
         (server clock) after which a mirror that is still not current
         fails the task with ``StreamSourceStaleError`` (templated; default
         ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
-    :param batch_size: messages per JetStream pull request (default 1000).
+    :param batch_size: messages per JetStream pull request (default ``hooks.pull.DEFAULT_BATCH_SIZE``, 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
     :param max_rows_per_file: rows per part file (default 1,000,000).
@@ -201,7 +200,9 @@ class JetStreamToStagingOperator(BaseOperator):
     :class:`~airflow_provider_plgd.exceptions.FewerMessagesError` before anything is touched,
     unless ``accept_fewer_messages``.
     :raises ValueError: (in ``execute``) invalid owner IDs or event types (before any subject or
-        path is built), conflicting or missing target/bounds, no data interval.
+        path is built), conflicting or missing target/bounds.
+    :raises MissingDataIntervalError: (in ``execute``, a ``ValueError``) neither explicit bounds nor
+        a data interval, or an empty data interval (start == end); no retries.
     :raises MessagesExpiredError: the stream no longer holds all messages of the bounds (see
         "Expired messages"); nothing is committed for the batch.
     :raises IntervalNotCompleteError: time bounds not complete on the server's clock (see
@@ -433,7 +434,7 @@ class JetStreamToStagingOperator(BaseOperator):
                     "start_time/end_time, start_seq/end_seq, or durable"
                 )
             if start == end:
-                raise ValueError(zero_width_interval_message(self.task_id, start))
+                raise MissingDataIntervalError(zero_width_interval_message(self.task_id, start))
         return "time", times.time_bounds(start, end)  # type: ignore[arg-type]  # both checked set above
 
     def _hook(self) -> JetStreamHook:
