@@ -117,17 +117,3 @@ def run_params_used(params: Mapping[str, Any], storage_root: str) -> dict[str, A
     ``params``: the DAG's defaults updated with the run's conf), for the summary's log line and XCom."""
     return {"storage_root": storage_root, **{k: params.get(k) for k in SUMMARY_PARAMS}}
 
-
-def _token_list(value: Any, what: str) -> list[str]:
-    """A DAG param of owner IDs or event types as a list (checked by ``fetch.selection.Selection.of``).
-
-    A single string is one value (not a list of characters); ``""``/``None``/``[]`` give ``[]``.
-
-    :raises ValueError: a param that is neither a string nor a list (names ``what`` and the value).
-    """
-    if isinstance(value, str):
-        return [value] if value else []
-    if value is None or isinstance(value, (list, tuple)):
-        return list(value or [])
-    raise ValueError(f"{what} param must be a list of strings, got {value!r}")
-
