@@ -300,14 +300,8 @@ _AIRFLOW_ERRORS = ("UntrustedRunParamError", "MissingDataIntervalError", "OffSch
 
 
 def _define_airflow_errors() -> dict[str, Any]:
-    try:  # Airflow 3.x
-        from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
-    try:  # Airflow 3.x
-        from airflow.sdk.exceptions import AirflowTaskTimeout
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
+    from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
+    from airflow_provider_plgd.compat import AirflowTaskTimeout
 
     class UntrustedRunParamError(_FailWithoutRetry, ValueError):
         """A run param is outside what the DAG author allows (:mod:`airflow_provider_plgd.run_params`).

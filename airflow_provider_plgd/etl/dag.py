@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_provider_plgd.compat import AIRFLOW_V_3, CronDataIntervalTimetable, DeltaDataIntervalTimetable
+from airflow_provider_plgd.compat import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, task
 from airflow_provider_plgd.etl.assets import (
     emit_app_asset_events,
     etl_assets,
@@ -156,12 +156,6 @@ def build_etl_dag(
 
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
     from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
-
-    if AIRFLOW_V_3:
-        from airflow.sdk import DAG, task
-    else:  # pragma: no cover
-        from airflow import DAG
-        from airflow.decorators import task  # type: ignore[no-redef,attr-defined]  # Airflow 2.11
 
     from airflow_provider_plgd import run_params
 

@@ -95,10 +95,7 @@ def etl_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
     A key without a schema (a caller's own param) is passed through as given.
     """
-    try:  # Airflow 3.x
-        from airflow.sdk import Param
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.models.param import Param  # type: ignore[no-redef]
+    from airflow_provider_plgd.compat import Param
 
     schemas = param_schemas()
     merged = {**DEFAULT_PARAMS, **(overrides or {})}

@@ -16,10 +16,7 @@ from airflow_provider_plgd.coerce import token_list
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 
-try:  # Airflow 3.x
-    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 
 #: Messages per fetch task that ``plan`` aims at (``build_etl_dag(fetch_range_messages=...)``).
 DEFAULT_FETCH_RANGE_MESSAGES = 100_000

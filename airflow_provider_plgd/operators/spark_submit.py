@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_provider_plgd.compat import AirflowTaskTimeout
 from airflow_provider_plgd.exceptions import (
     PyFilesIntegrityError,
     SparkApplicationTimeoutError,
@@ -30,11 +31,6 @@ from airflow_provider_plgd.exceptions import (
 )
 from airflow_provider_plgd.spark_conf import merge_spark_conf
 from airflow_provider_plgd.spark_deps import verified_py_files_zip
-
-try:  # Airflow 3.x
-    from airflow.sdk.exceptions import AirflowTaskTimeout
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
 
 #: Spark's setting of the executors' Python (Spark docs, "Configuration", "Runtime Environment").
 PYSPARK_PYTHON = "spark.pyspark.python"
