@@ -14,8 +14,9 @@
   retries): :class:`UntrustedRunParamError`, :class:`MissingDataIntervalError`,
   :class:`OffScheduleIntervalError`, :class:`UntrustedPyFilesError`; and
   :class:`SparkApplicationTimeoutError` (an ``AirflowTaskTimeout``). These five are defined on
-  first use, so this module imports no Airflow: the Spark applications and their executors
-  (which have no Airflow) import it for the errors above.
+  first use (their Airflow base classes come from :mod:`airflow_provider_plgd.compat`), so
+  importing this module imports no Airflow: the Spark applications and their executors (which
+  have no Airflow) import it for the errors above.
 """
 
 from __future__ import annotations
