@@ -1,16 +1,29 @@
-"""The one place that imports Airflow APIs that moved between Airflow 2.11 and 3.x.
+"""The one place that knows which Airflow it runs on: every Airflow API that moved between
+Airflow 2.11 and 3.x is imported here, with the 3.x location first and the 2.11 one as fallback.
 
-On Airflow 3 the public Task SDK (``airflow.sdk``) is used; on Airflow 2.11 the same names
-come from their 2.x modules. The provider's modules import these names from here; a few other
-moved names are imported, with the same 3.x-then-2.11 fallback, where they are used: Airflow's
-exceptions (``exceptions.py``, ``etl/plan.py``, ``operators/spark_submit.py``), ``AssetAlias``,
-``Param``, ``AssetWatcher`` and ``mask_secret``; ``etl/dag.py`` imports ``DAG`` and ``task`` inside
-``build_etl_dag``.
+On Airflow 3 the public Task SDK (``airflow.sdk``) is used; on Airflow 2.11 the same names come
+from their 2.x modules. The provider's modules (and the example DAGs) import these names from
+here and nowhere else switch on the Airflow version:
+
+* classes: ``BaseHook``, ``BaseOperator``, ``BaseSensorOperator``, ``BaseTrigger``,
+  ``BaseEventTrigger`` (Airflow 2: ``BaseTrigger``, there is no event-driven scheduling),
+  ``Context``, ``PokeReturnValue``, ``TriggerEvent``, ``DAG``, ``task``, ``Param``, ``Asset``,
+  the data-interval timetables; Airflow's ``AirflowFailException`` and ``AirflowTaskTimeout``
+  (used by ``exceptions.py``, ``etl/plan.py`` and ``operators/spark_submit.py``);
+* what Airflow 2.11 lacks: ``AssetAlias`` is None there, and :data:`ASSET_EVENT_EXTRAS` (asset
+  events carry the ``extra`` our tasks set) is False;
+* lazy names (imported on first use, module ``__getattr__``): ``ObjectStoragePath``, and
+  ``mask_secret`` / ``amask_secret`` (None where that Airflow has none).
+
 ``Asset`` on Airflow 2.x is a function that returns a ``Dataset`` (2.x datasets have no name).
 Source: Airflow 3 migration guide ("Public Interface of Airflow", ``airflow.sdk``).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 try:  # Airflow 3.x
     from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator, Context, PokeReturnValue
@@ -25,10 +38,30 @@ except ImportError:  # pragma: no cover - Airflow 2.11
     AIRFLOW_V_3 = False
 
 try:  # Airflow 3.x
-    from airflow.sdk import DAG, task
+    from airflow.sdk import DAG, Param, task
 except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.decorators import task  # type: ignore[no-redef,attr-defined]
     from airflow.models.dag import DAG  # type: ignore[no-redef]
+    from airflow.models.param import Param  # type: ignore[no-redef]
+
+try:  # Airflow 3.x
+    from airflow.sdk.exceptions import AirflowFailException
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.exceptions import AirflowFailException  # type: ignore[no-redef]
+try:  # Airflow 3.x
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
+
+#: Asset events carry the ``extra`` a task sets through ``outlet_events`` (Airflow 3; on Airflow
+#: 2.11 our dataset events are emitted without it).
+ASSET_EVENT_EXTRAS = AIRFLOW_V_3
+
+AssetAlias: Any
+if AIRFLOW_V_3:
+    from airflow.sdk import AssetAlias
+else:  # pragma: no cover - Airflow 2.11: no asset aliases here
+    AssetAlias = None
 
 try:  # Airflow 3.x
     from airflow.sdk import Asset
@@ -79,23 +112,49 @@ except ImportError:  # pragma: no cover - Airflow 2.x
         DeltaDataIntervalTimetable,
     )
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+try:  # Airflow 3: triggers that AssetWatchers accept
+    from airflow.triggers.base import BaseEventTrigger
+except ImportError:  # pragma: no cover - Airflow 2.x has no event-driven scheduling; a plain trigger
+    BaseEventTrigger = BaseTrigger  # type: ignore[misc,assignment]
 
 
 def __getattr__(name: str):
-    """Lazy names (their import is heavier): ``ObjectStoragePath`` (Airflow 3 ``airflow.sdk``,
-    Airflow 2.x ``airflow.io.path``)."""
+    """Lazy names (imported on first use): ``ObjectStoragePath`` (Airflow 3 ``airflow.sdk``,
+    Airflow 2.x ``airflow.io.path``); ``mask_secret`` (Airflow 3 ``airflow.sdk.log``, Airflow 2.x
+    ``airflow.utils.log.secrets_masker``, else None); ``amask_secret`` (its async form, Airflow 3
+    ``airflow.sdk.log`` only, else None)."""
     if name == "ObjectStoragePath":
         try:  # Airflow 3.x
             from airflow.sdk import ObjectStoragePath
         except ImportError:  # pragma: no cover - Airflow 2.x
             from airflow.io.path import ObjectStoragePath  # type: ignore[no-redef]
         return ObjectStoragePath
+    if name == "mask_secret":
+        try:  # Airflow 3.x
+            from airflow.sdk.log import mask_secret
+        except ImportError:  # pragma: no cover - Airflow 2.11
+            try:
+                from airflow.utils.log.secrets_masker import mask_secret  # type: ignore[no-redef]
+            except ImportError:
+                return None
+        return mask_secret
+    if name == "amask_secret":
+        try:  # Airflow 3.x
+            from airflow.sdk.log import amask_secret
+        except ImportError:  # pragma: no cover - Airflow 2.11 / older 3.x
+            return None
+        return amask_secret
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AIRFLOW_V_3",
+    "ASSET_EVENT_EXTRAS",
+    "AirflowFailException",
+    "AirflowTaskTimeout",
     "Asset",
+    "AssetAlias",
+    "BaseEventTrigger",
     "BaseHook",
     "BaseOperator",
     "BaseSensorOperator",
@@ -105,7 +164,10 @@ __all__ = [
     "CronDataIntervalTimetable",
     "DeltaDataIntervalTimetable",
     "ObjectStoragePath",  # noqa: F822 - a lazy name (module __getattr__)
+    "Param",
     "PokeReturnValue",
     "TriggerEvent",
+    "amask_secret",  # noqa: F822 - a lazy name
+    "mask_secret",  # noqa: F822 - a lazy name
     "task",
 ]

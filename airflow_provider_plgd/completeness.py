@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_plgd.coerce import non_negative_seconds
 from airflow_provider_plgd.times import parse_rfc3339_ns
 
 __all__ = [
@@ -85,24 +86,12 @@ DEFAULT_SOURCE_WAIT_SECONDS = 3600.0
 CONFIRM_SECONDS = 2.0
 
 
-def _seconds(value: Any, name: str) -> float:
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}") from None
-    if not 0 <= seconds < float("inf"):  # also NaN
-        raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
-    return seconds
-
-
 def check_settle_seconds(value: Any) -> float:
     """Return ``value`` as seconds (float >= 0).
 
     :raises ValueError: not a number, or negative (the message names the value).
     """
-    return _seconds(value, "settle_seconds")
+    return non_negative_seconds(value, "settle_seconds")
 
 
 def check_source_wait_seconds(value: Any) -> float:
@@ -110,7 +99,7 @@ def check_source_wait_seconds(value: Any) -> float:
 
     :raises ValueError: not a number, or negative (the message names the value).
     """
-    return DEFAULT_SOURCE_WAIT_SECONDS if value is None else _seconds(value, "source_wait_seconds")
+    return DEFAULT_SOURCE_WAIT_SECONDS if value is None else non_negative_seconds(value, "source_wait_seconds")
 
 
 def server_time_ns(info: dict[str, Any]) -> int:

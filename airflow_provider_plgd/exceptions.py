@@ -8,13 +8,15 @@
 * The interval ledger and the tables: :class:`LedgerError` and its subclasses,
   :class:`TableCommitError`, :class:`OldLayoutError`.
 * Decoding plgd messages: :class:`PlgdDecodeError` (reasons :data:`DECODE_ERROR_REASONS`).
-* Spark's code: :class:`PyFilesIntegrityError`; the simulator: :class:`PublishError`.
+* Spark's code: :class:`PyFilesIntegrityError`; Spark settings: :class:`SparkConfError`; the
+  simulator: :class:`PublishError`.
 * Bad input of a run (Airflow ``AirflowFailException`` subclasses, so the task fails without
   retries): :class:`UntrustedRunParamError`, :class:`MissingDataIntervalError`,
   :class:`OffScheduleIntervalError`, :class:`UntrustedPyFilesError`; and
   :class:`SparkApplicationTimeoutError` (an ``AirflowTaskTimeout``). These five are defined on
-  first use, so this module imports no Airflow: the Spark applications and their executors
-  (which have no Airflow) import it for the errors above.
+  first use (their Airflow base classes come from :mod:`airflow_provider_plgd.compat`), so
+  importing this module imports no Airflow: the Spark applications and their executors (which
+  have no Airflow) import it for the errors above.
 """
 
 from __future__ import annotations
@@ -221,6 +223,14 @@ class OldLayoutError(ValueError):
         self.path = path
 
 
+class SparkConfError(TypeError, ValueError):
+    """Spark settings to merge (``build_etl_dag(spark_conf=...)``, a run's ``spark_conf`` param
+    reaching ``PlgdSparkSubmitOperator``) are not an object of setting name -> string, number,
+    boolean or null (:func:`~airflow_provider_plgd.spark_conf.merge_spark_conf`). Both a
+    ``TypeError`` and a ``ValueError``: the value has the wrong shape. The message names where the
+    settings came from and the offending value."""
+
+
 class TlsDowngradeError(ConnectionError):
     """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
     require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
@@ -291,14 +301,8 @@ _AIRFLOW_ERRORS = ("UntrustedRunParamError", "MissingDataIntervalError", "OffSch
 
 
 def _define_airflow_errors() -> dict[str, Any]:
-    try:  # Airflow 3.x
-        from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
-    try:  # Airflow 3.x
-        from airflow.sdk.exceptions import AirflowTaskTimeout
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
+    from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
+    from airflow_provider_plgd.compat import AirflowTaskTimeout
 
     class UntrustedRunParamError(_FailWithoutRetry, ValueError):
         """A run param is outside what the DAG author allows (:mod:`airflow_provider_plgd.run_params`).
@@ -318,8 +322,10 @@ def _define_airflow_errors() -> dict[str, Any]:
         ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
         the ETL DAG's first task (``wait_for_interval``, through its ``interval_check``), and by the
         interval sensor and the fetch operator when they have neither a data interval nor explicit
-        bounds. An ``AirflowFailException``, so the task fails at once without retries. Also a
-        ``ValueError``.
+        bounds. Also the error of an empty data interval (start == end, e.g. the one-point runs
+        of Airflow 3's trigger timetables), in ``wait_for_interval`` and the fetch operator: the one
+        error of a run without an interval to process. An ``AirflowFailException``, so the task
+        fails at once without retries. Also a ``ValueError``.
         """
 
         __qualname__ = "MissingDataIntervalError"
@@ -388,6 +394,7 @@ __all__ = [
     "PublishError",
     "PyFilesIntegrityError",
     "SparkApplicationTimeoutError",  # noqa: F822
+    "SparkConfError",
     "StreamNotFoundError",
     "StreamSourceStaleError",
     "TableCommitError",

@@ -34,7 +34,6 @@ Airflow, no Spark): the decode application reads it on the driver.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,8 +89,7 @@ def range_record_name(index: int) -> str:
 
 def write_json(path: str, value: Mapping[str, Any]) -> None:
     """Write ``value`` as JSON to ``path`` atomically (temp name + rename locally, one PUT on object stores)."""
-    fs, p = storage.to_fs(path)
-    storage.write_bytes_atomic(fs, p, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+    storage.write_json(path, value, indent=1)
 
 
 def read_json(path: str) -> dict[str, Any] | None:

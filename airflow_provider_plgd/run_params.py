@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_plgd.coerce import parse_bool
 from airflow_provider_plgd.exceptions import UntrustedRunParamError
 
 __all__ = [
@@ -222,7 +223,6 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
     :raises UntrustedRunParamError: the first param that fails, named with its value.
     """
     from airflow_provider_plgd.hooks.connection import check_stream_name
-    from airflow_provider_plgd.operators.jetstream_to_staging import parse_bool
 
     try:
         stream = check_stream_name(params.get("stream"), "run param 'stream'")

@@ -68,7 +68,6 @@ files and manifest, so a rerun replaces the folder with identical content.
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import unicodedata
 import uuid
@@ -92,7 +91,7 @@ from airflow_provider_plgd.storage import (  # the storage layer, one home
     location_url,
     read_json_document,
     to_fs,
-    write_bytes_atomic,
+    write_json,
     younger_than,
 )
 
@@ -527,10 +526,9 @@ class StagingWriter:
             "schema": [f"{field.name}:{field.type}" for field in SCHEMA],
             "created_by": CREATED_BY,
         }
-        text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
         target = join_path(self.folder, self.manifest_name)
         with io_error_with_path(self.fs, target, "write the manifest"):
-            write_bytes_atomic(self.fs, target, text.encode())
+            write_json(target, manifest, fs=self.fs)
         self._committed = True
         keep = {self.manifest_name} | {f["path"] for f in files}
         with io_error_with_path(self.fs, self.folder, "remove stray files from"):

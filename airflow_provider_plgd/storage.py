@@ -17,7 +17,7 @@ import json
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -197,6 +197,24 @@ def write_text(url: str, text: str) -> None:
     """
     fs, path = to_fs(url)
     write_bytes_atomic(fs, path, text.encode("utf-8"))
+
+
+def write_json(target: str, value: Any, *, fs: fsspec.AbstractFileSystem | None = None, indent: int = 2,
+               default: Callable[[Any], Any] | None = None) -> None:
+    """The one writer of our JSON files (staging manifests, ledger records, run summaries): ``value``
+    as key-sorted JSON indented by ``indent`` with a trailing newline, written atomically
+    (:func:`write_bytes_atomic`).
+
+    :param target: the file's URL, or its path on ``fs`` when ``fs`` is given.
+    :param indent: spaces per level (the ledger's records use 1, manifests and summaries 2).
+    :param default: ``json.dumps``' ``default`` (e.g. ``str`` for summaries); None: a value that is
+        not JSON raises ``TypeError``.
+    :raises OSError: the write failed (names the path).
+    """
+    data = (json.dumps(value, indent=indent, sort_keys=True, default=default) + "\n").encode("utf-8")
+    if fs is None:
+        fs, target = to_fs(target)
+    write_bytes_atomic(fs, target, data)
 
 
 def remove(url: str) -> bool:

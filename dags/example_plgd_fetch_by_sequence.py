@@ -34,14 +34,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_provider_plgd.compat import DAG, Asset, task
+from airflow_provider_plgd.compat import DAG, Asset, Param, task
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.run_params import env_storage_roots
-
-try:  # Airflow 3.x
-    from airflow.sdk import Param
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.models.param import Param  # type: ignore[no-redef]
 
 JETSTREAM_CONN_ID = "plgd_jetstream_default"
 #: The roots a run's storage_root param may name: set by the deployment (PLGD_ETL_STORAGE_ROOTS).

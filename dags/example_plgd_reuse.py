@@ -25,14 +25,10 @@ from typing import Any
 
 # On Airflow 3 these are `from airflow.sdk import DAG, DeltaDataIntervalTimetable, Param, task`;
 # the compat module also gives them on Airflow 2.11, where every file in dags/ must import too.
-from airflow_provider_plgd.compat import DAG, DeltaDataIntervalTimetable, task
+from airflow_provider_plgd.compat import DAG, DeltaDataIntervalTimetable, Param, task
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
 
-try:
-    from airflow.sdk import Param
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.models.param import Param  # type: ignore[no-redef]
 
 INTERVAL = timedelta(hours=1)
 

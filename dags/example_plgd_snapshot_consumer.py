@@ -31,13 +31,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_plgd.compat import DAG, task
+from airflow_provider_plgd.compat import DAG, Param, task
 from airflow_provider_plgd.etl import etl_assets
-
-try:  # Airflow 3.x
-    from airflow.sdk import Param
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.models.param import Param  # type: ignore[no-redef]
 
 #: The ETL DAG whose snapshot asset schedules this DAG.
 ETL_DAG_ID = "plgd_events_etl"

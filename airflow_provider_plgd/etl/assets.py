@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_plgd.compat import AIRFLOW_V_3, Asset
+from airflow_provider_plgd.compat import ASSET_EVENT_EXTRAS, Asset, AssetAlias
 
 
 #: The ETL's output datasets, in task order; each is an Airflow Asset (see :func:`etl_assets`).
@@ -34,10 +34,8 @@ def quarantine_outlets(dag_id: str) -> list[Any]:
     quarantined (a declared asset outlet always gets an event). Airflow 2.11: the Dataset itself.
     """
     quarantine = etl_assets(dag_id)["quarantine"]
-    if not AIRFLOW_V_3:  # pragma: no cover
+    if AssetAlias is None:  # pragma: no cover - Airflow 2.11
         return [quarantine]
-    from airflow.sdk import AssetAlias
-
     return [AssetAlias(name=f"{quarantine.name}.nonempty")]
 
 
@@ -45,7 +43,7 @@ def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, 
     """Attach ``extra`` (JSON values) to this task's event of the outlet ``asset`` (Airflow 3;
     a no-op on Airflow 2.11, whose dataset events are emitted without it)."""
     events = context.get("outlet_events")
-    if events is not None and AIRFLOW_V_3:
+    if events is not None and ASSET_EVENT_EXTRAS:
         events[asset].extra.update(extra)
 
 
@@ -105,9 +103,7 @@ def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[
         raise ValueError(f"{app} wrote no run summary for interval {planned['interval_id']} under "
                          f"{planned['storage_root']}/_runs/{app}/")
     for name, extra in app_asset_extras(app, summary, planned["interval_id"]).items():
-        if name == "quarantine" and AIRFLOW_V_3:
-            from airflow.sdk import AssetAlias
-
+        if name == "quarantine" and AssetAlias is not None:
             alias = AssetAlias(name=f"{assets[name].name}.nonempty")
             context["outlet_events"][alias].add(assets[name], extra=extra)
         else:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_provider_plgd.compat import AIRFLOW_V_3, CronDataIntervalTimetable, DeltaDataIntervalTimetable
+from airflow_provider_plgd.compat import DAG, CronDataIntervalTimetable, DeltaDataIntervalTimetable, task
 from airflow_provider_plgd.etl.assets import (
     emit_app_asset_events,
     etl_assets,
@@ -23,7 +23,7 @@ from airflow_provider_plgd.etl.intervals import require_data_interval
 from airflow_provider_plgd.etl.params import etl_params
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
 from airflow_provider_plgd.etl.summary import summarize_interval
-from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF
+from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
 
 #: One-line DAG description (the DAG list and the DAG page header show it).
@@ -71,24 +71,6 @@ DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
 
 
-def _merge_spark_conf(spark_conf: Mapping[str, str | None] | None) -> dict[str, str]:
-    """:data:`DEFAULT_SPARK_CONF` updated with ``spark_conf`` (``None`` values remove keys).
-
-    :raises TypeError: when ``spark_conf`` is not a mapping of string keys to string (or None) values.
-    """
-    merged = dict(DEFAULT_SPARK_CONF)
-    if spark_conf is None:
-        return merged
-    if not isinstance(spark_conf, Mapping):
-        raise TypeError(f"spark_conf must be a mapping of Spark setting -> string, got {type(spark_conf).__name__}")
-    for key, value in spark_conf.items():
-        if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
-            raise TypeError(f"spark_conf entry {key!r}: {value!r} must be a string setting name and a string value")
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return merged
 
 
 
@@ -156,7 +138,7 @@ def build_etl_dag(
         stream-sequence range into ``min(max_fetch_tasks, ceil(messages / fetch_range_messages))``
         ranges, one mapped ``fetch`` task each (default :data:`DEFAULT_FETCH_RANGE_MESSAGES`).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
-    :raises TypeError: when ``spark_conf`` is not a mapping of strings.
+    :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
     """
     from airflow_provider_plgd import lineage
     from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
@@ -164,16 +146,10 @@ def build_etl_dag(
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
     from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
 
-    if AIRFLOW_V_3:
-        from airflow.sdk import DAG, task
-    else:  # pragma: no cover
-        from airflow import DAG
-        from airflow.decorators import task  # type: ignore[no-redef,attr-defined]  # Airflow 2.11
-
     from airflow_provider_plgd import run_params
 
     merged_params = etl_params(params)
-    conf = _merge_spark_conf(spark_conf)
+    conf = merge_spark_conf(DEFAULT_SPARK_CONF, spark_conf, source="build_etl_dag(spark_conf=...)")
     spark_conf_policy = run_params.run_spark_conf_policy(run_spark_conf_keys)
     default_root = merged_params["storage_root"]
     allowed_roots = [getattr(default_root, "value", default_root) or "", *storage_roots]

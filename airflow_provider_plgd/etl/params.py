@@ -95,10 +95,7 @@ def etl_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
     A key without a schema (a caller's own param) is passed through as given.
     """
-    try:  # Airflow 3.x
-        from airflow.sdk import Param
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.models.param import Param  # type: ignore[no-redef]
+    from airflow_provider_plgd.compat import Param
 
     schemas = param_schemas()
     merged = {**DEFAULT_PARAMS, **(overrides or {})}
@@ -116,18 +113,4 @@ def run_params_used(params: Mapping[str, Any], storage_root: str) -> dict[str, A
     """``{"storage_root": the resolved root, **the values of SUMMARY_PARAMS}`` of one run (its
     ``params``: the DAG's defaults updated with the run's conf), for the summary's log line and XCom."""
     return {"storage_root": storage_root, **{k: params.get(k) for k in SUMMARY_PARAMS}}
-
-
-def _token_list(value: Any, what: str) -> list[str]:
-    """A DAG param of owner IDs or event types as a list (checked by ``fetch.selection.Selection.of``).
-
-    A single string is one value (not a list of characters); ``""``/``None``/``[]`` give ``[]``.
-
-    :raises ValueError: a param that is neither a string nor a list (names ``what`` and the value).
-    """
-    if isinstance(value, str):
-        return [value] if value else []
-    if value is None or isinstance(value, (list, tuple)):
-        return list(value or [])
-    raise ValueError(f"{what} param must be a list of strings, got {value!r}")
 

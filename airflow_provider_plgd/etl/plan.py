@@ -13,14 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_plgd import delta_tables, times
-from airflow_provider_plgd.etl.params import _token_list
+from airflow_provider_plgd.coerce import token_list
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 
-try:  # Airflow 3.x
-    from airflow.sdk.exceptions import AirflowFailException as _FailWithoutRetry
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.exceptions import AirflowFailException as _FailWithoutRetry  # type: ignore[no-redef]
+from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 
 #: Messages per fetch task that ``plan`` aims at (``build_etl_dag(fetch_range_messages=...)``).
 DEFAULT_FETCH_RANGE_MESSAGES = 100_000
@@ -85,8 +82,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         raise _FailWithoutRetry(str(err)) from None
     # check the owners and event types once, before anything is counted, built or written
     try:
-        selection = Selection.of(_token_list(p["owners"], "owner_id"),
-                                 _token_list(p["event_types"], "event_type") or EVENT_TYPES)
+        selection = Selection.of(token_list(p["owners"], "owner_id"),
+                                 token_list(p["event_types"], "event_type") or EVENT_TYPES)
     except ValueError as err:  # a triggering user's input: fails without retries
         raise run_params.UntrustedRunParamError(str(err)) from None
     window = times.Interval.of(start, end)

@@ -28,6 +28,7 @@ from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import Spool, default_spool_dir, remove_stale_spools
 from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.plgd.subjects import subject_matches
 
 
@@ -53,7 +54,7 @@ class FetchSettings:
         before the largest buffers are written out early (bytes; bounds memory at many owners).
     """
 
-    batch_size: int = 1000
+    batch_size: int = DEFAULT_BATCH_SIZE
     row_group_size: int = 50_000
     row_group_bytes: int = 32 * 1024 * 1024
     max_rows_per_file: int = 1_000_000

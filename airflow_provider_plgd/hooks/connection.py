@@ -105,13 +105,10 @@ def mask_settings_secrets(s: JetStreamSettings) -> None:
     values = s.secret_values()
     if not values:
         return
-    try:
-        from airflow.sdk.log import mask_secret
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        try:
-            from airflow.utils.log.secrets_masker import mask_secret  # type: ignore[no-redef]
-        except ImportError:
-            return
+    from airflow_provider_plgd.compat import mask_secret
+
+    if mask_secret is None:  # pragma: no cover - no secrets masker in this Airflow
+        return
     for value in values:
         mask_secret(value)
 
@@ -122,9 +119,9 @@ async def amask_settings_secrets(s: JetStreamSettings) -> None:
     values = s.secret_values()
     if not values:
         return
-    try:
-        from airflow.sdk.log import amask_secret
-    except ImportError:  # pragma: no cover - Airflow 2.11 / older 3.x
+    from airflow_provider_plgd.compat import amask_secret
+
+    if amask_secret is None:  # pragma: no cover - Airflow 2.11 / older 3.x
         mask_settings_secrets(s)
         return
     for value in values:

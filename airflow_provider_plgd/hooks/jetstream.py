@@ -58,7 +58,7 @@ from airflow_provider_plgd.hooks.api import API_TIMEOUT_S, JetStreamApi, page_su
 from airflow_provider_plgd.hooks.counting import COUNT_INACTIVE_THRESHOLD_S
 from airflow_provider_plgd.hooks.durable import DurableConsumer
 from airflow_provider_plgd.hooks.messages import StreamMessage
-from airflow_provider_plgd.hooks.pull import ITER_INACTIVE_THRESHOLD_S, PullReader
+from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE, ITER_INACTIVE_THRESHOLD_S, PullReader
 from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
 from airflow_provider_plgd.times import to_ns
 
@@ -74,8 +74,6 @@ __all__ = [
     "StreamNotFoundError",
 ]
 
-#: Default messages per pull request (= per yielded batch) of :meth:`JetStreamHook.aiter_batches`.
-DEFAULT_BATCH_SIZE = 2000
 # --------------------------------------------------------------------------------------------
 # the hook
 

@@ -29,6 +29,9 @@ from airflow_provider_plgd.exceptions import (
 from airflow_provider_plgd.hooks.messages import StreamMessage, parse_ack_reply
 from airflow_provider_plgd.times import NS_PER_S
 
+#: Default messages per pull request (= per batch): :meth:`JetStreamHook.aiter_batches`,
+#: ``FetchSettings.batch_size`` and ``JetStreamToStagingOperator(batch_size=...)``.
+DEFAULT_BATCH_SIZE = 1000
 #: Pull requests kept in flight (or answered and not yet taken by the caller) while iterating.
 PREFETCH_PULLS = 3
 #: Bytes cap per pull request (raised to 2x the server's max_payload if that is larger).

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.compat import BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError, MissingDataIntervalError
+from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
+from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
-#: Default fetch batch (messages per pull request).
-DEFAULT_BATCH_SIZE = 1000
 
 
 def zero_width_interval_message(task_id: str, moment: Any) -> str:
@@ -167,7 +167,7 @@ class JetStreamToStagingOperator(BaseOperator):
         (server clock) after which a mirror that is still not current
         fails the task with ``StreamSourceStaleError`` (templated; default
         ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
-    :param batch_size: messages per JetStream pull request (default 1000).
+    :param batch_size: messages per JetStream pull request (default ``hooks.pull.DEFAULT_BATCH_SIZE``, 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
     :param max_rows_per_file: rows per part file (default 1,000,000).
@@ -201,7 +201,9 @@ class JetStreamToStagingOperator(BaseOperator):
     :class:`~airflow_provider_plgd.exceptions.FewerMessagesError` before anything is touched,
     unless ``accept_fewer_messages``.
     :raises ValueError: (in ``execute``) invalid owner IDs or event types (before any subject or
-        path is built), conflicting or missing target/bounds, no data interval.
+        path is built), conflicting or missing target/bounds.
+    :raises MissingDataIntervalError: (in ``execute``, a ``ValueError``) neither explicit bounds nor
+        a data interval, or an empty data interval (start == end); no retries.
     :raises MessagesExpiredError: the stream no longer holds all messages of the bounds (see
         "Expired messages"); nothing is committed for the batch.
     :raises IntervalNotCompleteError: time bounds not complete on the server's clock (see
@@ -389,7 +391,7 @@ class JetStreamToStagingOperator(BaseOperator):
                     f"event_type={self.event_type!r}); use subject_filter for other selections"
                 )
             return Selection.of([self.owner_id], [self.event_type]).targets(owner_wide=False), False
-        owners, types = _as_list(self.owner_ids, "owner_ids"), _as_list(self.event_types, "event_types")
+        owners, types = as_list(self.owner_ids, "owner_ids"), as_list(self.event_types, "event_types")
         return Selection.of(owners, types).targets(owner_wide=True), True
 
     def _bounds(self, context: Context) -> tuple[str, dict[str, Any] | times.Interval]:
@@ -408,14 +410,14 @@ class JetStreamToStagingOperator(BaseOperator):
             name = str(self.durable)
             if not name.replace("-", "").replace("_", "").isalnum():
                 raise ValueError(f"durable consumer name {name!r} may only contain letters, digits, '-' and '_'")
-            max_messages = _positive_int(self.max_messages if self.max_messages not in (None, "") else 100_000,
+            max_messages = positive_int(self.max_messages if self.max_messages not in (None, "") else 100_000,
                                          "max_messages")
             return "durable", {"kind": "durable", "consumer": name, "max_messages": max_messages}
         if explicit_seq:
             if self.start_seq in (None, ""):
                 raise ValueError(f"start_seq is required with end_seq={self.end_seq!r}")
-            start_seq = _positive_int(self.start_seq, "start_seq")
-            end_seq = None if self.end_seq in (None, "") else _positive_int(self.end_seq, "end_seq")
+            start_seq = positive_int(self.start_seq, "start_seq")
+            end_seq = None if self.end_seq in (None, "") else positive_int(self.end_seq, "end_seq")
             if end_seq is not None and end_seq < start_seq:
                 raise ValueError(f"end_seq {end_seq} must not be below start_seq {start_seq}")
             return "seq", {"kind": "seq", "start_seq": start_seq, "end_seq": end_seq}
@@ -434,7 +436,7 @@ class JetStreamToStagingOperator(BaseOperator):
                     "start_time/end_time, start_seq/end_seq, or durable"
                 )
             if start == end:
-                raise ValueError(zero_width_interval_message(self.task_id, start))
+                raise MissingDataIntervalError(zero_width_interval_message(self.task_id, start))
         return "time", times.Interval.of(start, end)  # type: ignore[arg-type]  # both checked set above
 
     def _hook(self) -> JetStreamHook:
@@ -477,49 +479,3 @@ class JetStreamToStagingOperator(BaseOperator):
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
         plan = self._plan_cache = ledger.PlanRecord.from_dict(stored)
         return plan
-
-
-# ----------------------------------------------------------------------------------------------
-# argument parsing
-# ----------------------------------------------------------------------------------------------
-def parse_bool(value: Any, what: str) -> bool:
-    """A bool from a bool or a rendered template or DAG param (``"True"``/``"false"``/``"1"``/``"0"``).
-
-    :raises ValueError: anything else (names ``what`` and the value).
-    """
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off", "", "none"):
-        return False
-    raise ValueError(f"{what} must be true or false, got {value!r}")
-
-
-def _as_list(value: Any, what: str) -> list[str]:
-    """A list from a list, a single string, or a rendered list (``"['a', 'b']"``, without native rendering)."""
-    if isinstance(value, str) and value.strip().startswith("["):
-        import ast
-
-        try:
-            value = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            raise ValueError(f"{what} must be a list of strings, got {value!r}") from None
-    elif isinstance(value, str):
-        value = [value]
-    if not value or not isinstance(value, (list, tuple)):
-        raise ValueError(f"{what} must be a non-empty list, got {value!r}")
-    return [v for v in value]
-
-
-def _positive_int(value: Any, what: str) -> int:
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(str(value).strip()) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a positive integer, got {value!r}") from None
-    if number < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return number

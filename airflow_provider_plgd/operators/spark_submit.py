@@ -17,60 +17,26 @@ Spark cluster").
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_provider_plgd.compat import AirflowTaskTimeout
 from airflow_provider_plgd.exceptions import (
     PyFilesIntegrityError,
     SparkApplicationTimeoutError,
     UntrustedPyFilesError,
 )
+from airflow_provider_plgd.spark_conf import merge_spark_conf
 from airflow_provider_plgd.spark_deps import verified_py_files_zip
-
-try:  # Airflow 3.x
-    from airflow.sdk.exceptions import AirflowTaskTimeout
-except ImportError:  # pragma: no cover - Airflow 2.11
-    from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
 
 #: Spark's setting of the executors' Python (Spark docs, "Configuration", "Runtime Environment").
 PYSPARK_PYTHON = "spark.pyspark.python"
 #: Spark's setting of the driver's Python; it wins over ``PYSPARK_DRIVER_PYTHON``, and when it is
 #: unset ``spark.pyspark.python`` wins over the environment for the driver too.
 PYSPARK_DRIVER_PYTHON = "spark.pyspark.driver.python"
-
-
-def merge_spark_conf(base: Mapping[str, str], overrides: Any, *, source: str) -> dict[str, str]:
-    """``base`` updated with ``overrides`` (a ``None`` value removes a key); values become strings
-    (booleans ``true``/``false``).
-
-    :param overrides: a mapping of Spark setting -> string/number/bool/None, a JSON string of
-        such an object, or ``None``/``""``/``{}`` (nothing to merge).
-    :param source: names the origin in errors (e.g. ``DAG param 'spark_conf'``).
-    :raises ValueError: ``overrides`` is not such a mapping (the message names ``source`` and the value).
-    """
-    merged = dict(base)
-    if overrides is None or overrides == "":
-        return merged
-    if isinstance(overrides, str):
-        try:
-            overrides = json.loads(overrides)
-        except ValueError:
-            raise ValueError(f"{source} must be a JSON object of Spark settings, got {overrides!r}") from None
-    if not isinstance(overrides, Mapping):
-        raise ValueError(f"{source} must be an object of Spark setting -> string, got {overrides!r}")
-    for key, value in overrides.items():
-        if not isinstance(key, str) or not key or not (value is None or isinstance(value, (str, int, float, bool))):
-            raise ValueError(f"{source} entry {key!r}: {value!r} must be a setting name and a string, number, "
-                             "boolean or null (null removes the setting)")
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return merged
 
 
 def with_driver_python(conf: Mapping[str, str], driver_python: str | None = None) -> dict[str, str]:

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
 
 
-#: The deferred wait ended without the interval being complete (e.g. the stream does not exist).
-JetStreamIntervalNotCompleteError = IntervalNotCompleteError
-
-
 def _default_deferrable() -> bool:
     from airflow.configuration import conf
 
@@ -52,8 +48,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     check, unix ns).
 
     Errors: a missing stream raises ``ValueError`` (poke mode) or
-    :class:`~airflow_provider_plgd.exceptions.IntervalNotCompleteError` (deferrable mode; also
-    importable here as ``JetStreamIntervalNotCompleteError``). A mirror's link
+    :class:`~airflow_provider_plgd.exceptions.IntervalNotCompleteError` (deferrable mode). A mirror's link
     still not current past ``end + settle_seconds + source_wait_seconds`` on the server's clock
     raises :class:`~airflow_provider_plgd.exceptions.StreamSourceStaleError` (both modes), naming
     the origin, its lag and its last contact. Any other failed check

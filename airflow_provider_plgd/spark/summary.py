@@ -1,12 +1,11 @@
 """The run summary each application writes last: ``{root}/_runs/{app}/interval={interval_id}.json``.
 
 The path rule and the readers live in ``airflow_provider_plgd.run_summary``; this module writes
-(one atomic write through ``storage.write_text``).
+(one atomic write through ``storage.write_json``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Mapping
 
@@ -26,7 +25,7 @@ def write_summary(path: str, summary: Mapping[str, Any]) -> str:
 
     :raises OSError: the summary cannot be written.
     """
-    storage.write_text(path, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    storage.write_json(path, summary, default=str)
     log.info("run summary written to %s", path)
     return path
 

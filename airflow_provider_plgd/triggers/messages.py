@@ -22,13 +22,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow_provider_plgd.compat import TriggerEvent
+from airflow_provider_plgd.compat import BaseEventTrigger, TriggerEvent
 from airflow_provider_plgd.triggers.interval_complete import raise_if_cancelling
-
-try:  # Airflow 3: triggers that AssetWatchers accept
-    from airflow.triggers.base import BaseEventTrigger
-except ImportError:  # pragma: no cover - Airflow 2.x has no event-driven scheduling; a plain trigger
-    from airflow_provider_plgd.compat import BaseTrigger as BaseEventTrigger  # type: ignore[assignment]
 
 CLASSPATH = "airflow_provider_plgd.triggers.messages.JetStreamMessageTrigger"
 #: Key of the cursor in the watched asset's state store (Airflow 3.3+), so a restarted triggerer resumes.

@@ -10,11 +10,9 @@ import time
 import pytest
 
 from airflow_provider_plgd import staging
+from airflow_provider_plgd.exceptions import IntervalNotCompleteError
 from airflow_provider_plgd.plgd.subjects import registrations_subject
-from airflow_provider_plgd.sensors.interval_complete import (
-    JetStreamIntervalCompleteSensor,
-    JetStreamIntervalNotCompleteError,
-)
+from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
 from airflow_provider_plgd.triggers.interval_complete import JetStreamIntervalCompleteTrigger
 from airflow_provider_plgd.triggers.messages import JetStreamMessageTrigger
 from tests.integration.conftest import load_dag, publish_messages, xcom_value
@@ -106,7 +104,7 @@ def test_sensor_missing_stream_and_missing_interval(jetstream):
         sensor.poke({})
     with pytest.raises(ValueError, match="has no data interval"):
         JetStreamIntervalCompleteSensor(task_id="s2").poke({"data_interval_end": None})
-    with pytest.raises(JetStreamIntervalNotCompleteError, match="not found"):
+    with pytest.raises(IntervalNotCompleteError, match="not found"):
         sensor.execute_complete({}, {"status": "error", "reason": "missing_stream", "message": "stream 'NOSUCH' not found"})
 
 

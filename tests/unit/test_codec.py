@@ -465,3 +465,18 @@ def test_encode_errors():
         codec.encode_identity_store_event(ra.ResourceChanged())
     with pytest.raises(TypeError):
         codec.encode_event(ra.ServiceMetadataUpdated())
+
+
+def test_event_types_docstring_states_the_tables_counts():
+    """The module docstring of ``plgd/event_types.py`` is the one place that writes the counts
+    out; they follow the table (live resource-aggregate + identity-store, snapshot, all)."""
+    import re
+
+    infos = event_types.EVENT_TYPES.values()
+    live_ra = sum(1 for i in infos if i.live and i.aggregate is not None)
+    live_is = sum(1 for i in infos if i.live and i.aggregate is None)
+    snapshot = sum(1 for i in infos if i.snapshot)
+    doc = " ".join((event_types.__doc__ or "").split())
+    assert f"``live``; {live_ra} + {live_is})" in doc and f"``snapshot``; {snapshot}): " in doc, doc
+    assert re.search(rf"\b{len(event_types.EVENT_TYPES)} in all\b", doc), doc
+    assert live_ra + live_is == len(event_types.LIVE_EVENT_TYPES)

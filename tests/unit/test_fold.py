@@ -1,4 +1,4 @@
-"""Unit tests of spark/fold.py: plgd's own state-test scenarios, written as our own data.
+"""Unit tests of airflow_provider_plgd/spark/fold/: plgd's own state-test scenarios, written as our own data.
 
 The scenarios follow the cases of plgd's ``resource-aggregate/events/*_test.go`` (create/update/
 delete pending then confirmation, device metadata online/offline and twin sync, links publish
@@ -816,7 +816,7 @@ def test_spark_apps_run_from_the_py_files_zip_alone(tmp_path):
 
 @pytest.mark.parametrize("event_type", sorted(event_types.EVENT_TYPES))
 def test_every_event_type_has_a_fold_rule(event_type):
-    """Every type of ``plgd/event_types.py`` reaches a rule of fold.py's chains; a type added
+    """Every type of ``plgd/event_types.py`` reaches a rule of the fold's chains (spark/fold/rules.py); a type added
     there without its rule fails here with "no fold rule for event type …"."""
     info = event_types.EVENT_TYPES[event_type]
     if info.aggregate is None:
@@ -832,7 +832,9 @@ def test_every_event_type_has_a_fold_rule(event_type):
                                   "devicesregistered"])
 def test_an_event_type_without_a_fold_rule_is_an_error(monkeypatch, like):
     new = dataclasses.replace(event_types.EVENT_TYPES[like], name="somethingnew")
-    monkeypatch.setattr(fold, "EVENT_TYPES", {**fold.EVENT_TYPES, "somethingnew": new})
+    patched = {**fold.EVENT_TYPES, "somethingnew": new}
+    monkeypatch.setattr(fold, "EVENT_TYPES", patched)  # the test's own helpers read it here
+    monkeypatch.setattr(fold.device, "EVENT_TYPES", patched)  # the fold's chains read it there
     ev = reg("somethingnew", T0 + SEC) if new.aggregate is None else ra("somethingnew", 1)
     with pytest.raises(ValueError, match="no fold rule for event type 'somethingnew'"):
         run([ev])

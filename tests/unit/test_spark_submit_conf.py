@@ -17,12 +17,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_plgd.exceptions import SparkConfError
 from airflow_provider_plgd.operators.spark_submit import (
     PYSPARK_DRIVER_PYTHON,
     PYSPARK_PYTHON,
-    merge_spark_conf,
     with_driver_python,
 )
+from airflow_provider_plgd.spark_conf import merge_spark_conf
 
 FAKE_SPARK_SUBMIT = """#!{python}
 import json, os, sys, time
@@ -43,6 +44,7 @@ def test_merge_spark_conf_overrides_removes_and_names_bad_values():
         with pytest.raises(ValueError, match="DAG param 'spark_conf'") as err:
             merge_spark_conf(base, bad, source="DAG param 'spark_conf'")
         assert named in str(err.value)
+        assert isinstance(err.value, SparkConfError) and isinstance(err.value, TypeError)  # one error type
 
 
 def test_driver_python_defaults_to_this_interpreter_only_when_executors_python_is_set_alone():
