@@ -22,12 +22,14 @@ tasks and no ``spark-submit`` runs. The user backfills I2. What Airflow 3 does (
    ``IntervalGapError`` naming I1's start and the backfill that fills the hole; the ``plan`` of I2
    fails the same way when it runs after I0's (else I2 runs, and I3's ``plan`` finds the hole
    between I0 and I2: ``plan.check_no_hole_before``). Nothing is written for a refused interval.
+5. The backfill the message names (I1 to I3) fills the hole: every interval then has a successful run.
 
-About 60-90 s on a busy 2-core machine. Airflow 3 only.
+About 2 minutes on a busy 2-core machine. Airflow 3 only.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -166,6 +168,23 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
             # the latest planned interval (I2) ends where I3 starts: the hole between I0 and I2 is found
             assert f"no interval of [{rfc[1]}, {rfc[2]}) was ever planned" in log, log[-3000:]
             assert "--reprocess-behavior completed" in log, log[-3000:]
+
+        # 5. The backfill the message names fills the hole: every interval then has a successful run.
+        assert f"--to-date {rfc[3]}" in log, log[-3000:]
+        behavior = re.search(r"--reprocess-behavior (completed|failed)", log)
+        assert behavior, log[-3000:]
+        _poll("the first backfill completed", stack, lambda: stack.query(
+            "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL", DAG_ID) == [(0,)])
+        stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", rfc[1], "--to-date", rfc[3],
+                  "--reprocess-behavior", behavior.group(1), "--max-active-runs", "1")
+
+        def all_succeeded() -> dict[datetime, tuple] | None:
+            runs = runs_by_start()
+            return runs if len(runs) == 4 and all(r[1] == "success" for r in runs.values()) else None
+
+        runs = _poll("every interval's run succeeded", stack, all_succeeded, every=2.0)
+        assert sorted(runs) == starts and all(planned(k) for k in range(4)), stack.runs()
+        assert runs[starts[1]][2] == "backfill", stack.runs()
     finally:
         stack.stop()
         print(f"[test_backfill_gap_scheduler] {time.monotonic() - t_start:.1f} s")
