@@ -157,15 +157,14 @@ def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: st
     start_ns = bounds["start_ns"]
     fs, base = storage.to_fs(storage.join_path(str(root), ledger.LEDGER_DIR,
                                                staging.validate_partition_value(stream, "stream")))
-    try:
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)]
+    try:  # one listing for the whole history (not one request per interval: object stores)
+        names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/stream.json")]
     except FileNotFoundError:
         return
     planned = []
     for name in names:
         parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
-        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns \
-                and fs.exists(f"{base}/{name}/stream.json"):
+        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
             planned.append((parsed["start_ns"], parsed["end_ns"]))
     if not planned:
         return
