@@ -24,7 +24,10 @@ tasks and no ``spark-submit`` runs. The user backfills I2. What Airflow 3 does (
    between I0 and I2: ``plan.check_no_hole_before``). Nothing is written for a refused interval.
 5. The backfill the message names (I1 to I3) fills the hole: every interval then has a successful run.
 
-About 2 minutes on a busy 2-core machine. Airflow 3 only.
+The test unpauses first and waits for I0's run before it creates the backfill (the UI sends both
+requests at once; the scheduler creates I0 within a second, the dag-processor parses only every
+30 s), and lets the dag-processor parse every 5 s; I0's run (seven task starts) outlasts that
+parse. About 2 minutes on a busy 2-core machine. Airflow 3 only.
 """
 
 from __future__ import annotations
