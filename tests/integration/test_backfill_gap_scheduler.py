@@ -26,7 +26,7 @@ tasks and no ``spark-submit`` runs. The user backfills I2. What Airflow 3 does (
 
 The test unpauses first and waits for I0's run before it creates the backfill (the UI sends both
 requests at once; the scheduler creates I0 within a second, the dag-processor parses only every
-30 s), and lets the dag-processor parse every 5 s; I0's run (seven task starts) outlasts that
+30 s), and lets the dag-processor parse every 5 s; I0's run (six task starts) outlasts that
 parse. About 2 minutes on a busy 2-core machine. Airflow 3 only.
 """
 
