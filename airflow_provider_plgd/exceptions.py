@@ -181,15 +181,16 @@ class NarrowerRerunError(LedgerError):
 
 
 class IntervalGapError(LedgerError):
-    """The ledger has intervals before this one, but none that ends where this one starts: an
-    earlier stretch of the stream was never planned (no run, e.g. a backfill of a later interval
-    moved the schedule past it). Processing this interval now would build its snapshot without the
-    missing events. Raised by ``plan`` before anything is written; it is retried (a run of the
-    missing interval may still be starting in a parallel backfill), then fails.
+    """An earlier stretch of the stream was never planned (no run, e.g. a backfill of a later
+    interval moved the schedule past it): the ledger has intervals before this one, but none that
+    ends where this one starts (``ledger.check_no_gap_before``), or a hole between two planned
+    intervals further back (``etl.plan.check_no_hole_before``: runs planned out of order).
+    Processing this interval now would build its snapshot without the missing events. Raised by
+    ``plan`` before anything is written; it is retried (a run of the missing interval may still be
+    starting in a parallel backfill), then fails.
 
-    :ivar gap_start_ns: start of the stretch without a planned interval (unix ns, the end of the
-        latest planned interval before this one).
-    :ivar gap_end_ns: its end (unix ns, this interval's start).
+    :ivar gap_start_ns: start of the stretch without a planned interval (unix ns).
+    :ivar gap_end_ns: its end (unix ns).
     """
 
     def __init__(self, message: str, *, interval_id: str, gap_start_ns: int, gap_end_ns: int) -> None:
