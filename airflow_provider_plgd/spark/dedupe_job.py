@@ -8,8 +8,9 @@ rows):
    files with pyarrow, add each row's file number and position, and send each row to its msg-ID
    bucket (:func:`msgid_bucket`, Spark's ``pmod(xxhash64(msg_id), MSGID_BUCKETS)``) through a
    Python RDD shuffle.
-2. **Decide** (:func:`make_decide_task`): one task per bucket reads the bucket's files of the
-   lookback intervals' ``msgid_index`` (the index is partitioned by the same bucket), decides with
+2. **Decide** (:func:`make_decide_task`): each task takes whole buckets (:func:`decide_partitions`
+   tasks); per bucket it reads the bucket's files of the lookback intervals' ``msgid_index`` (the
+   index is partitioned by the same bucket), decides with
    :func:`dedupe_decision.decide`, writes the bucket's index file and emits its counts and the
    positions of its dropped rows.
 3. **Copy** (:func:`make_copy_task`): the dropped positions are shuffled to the task that copies
@@ -46,7 +47,7 @@ MSGID_INDEX_SCHEMA = pa.schema([("msg_id", pa.string()), (delta_tables.INTERVAL_
 _READ_COLUMNS = ["msg_id", "stream", "stream_seq", "subject"]
 _KEY_SCHEMA = pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
                          ("subject", pa.string()), ("event_type", pa.string()), ("_file", pa.int32()),
-                         ("_row", pa.int64())])
+                         ("_row", pa.int64()), ("_bucket", pa.int32())])
 log = logging.getLogger("plgd.spark.dedupe")
 
 
@@ -93,10 +94,21 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def make_key_task(buckets: int = MSGID_BUCKETS):
+def decide_partitions(slots: int) -> int:
+    """Decide tasks for ``slots`` task slots: a divisor of :data:`MSGID_BUCKETS` near ``2 * slots``
+    (each task decides ``MSGID_BUCKETS / n`` buckets one after the other; fewer, larger tasks on a
+    small cluster, one per bucket on a large one)."""
+    n = 1
+    while n * 2 <= min(MSGID_BUCKETS, 2 * max(1, int(slots))):
+        n *= 2
+    return n
+
+
+def make_key_task(buckets: int = MSGID_BUCKETS, partitions: int = MSGID_BUCKETS):
     """``RDD.mapPartitions`` function, step 1: lists of ``(file URL, file number, rows, partition
-    values)`` units -> ``(bucket, Arrow IPC stream bytes)`` pairs of :data:`_KEY_SCHEMA` rows
-    (``_file`` = file number, ``_row`` = position in the file)."""
+    values)`` units -> ``(decide partition, Arrow IPC stream bytes)`` pairs of :data:`_KEY_SCHEMA`
+    rows (``_file`` = file number, ``_row`` = position in the file, ``_bucket`` = msg-ID bucket;
+    partition = bucket % ``partitions``)."""
 
     def task(unit_lists: Iterable[list[tuple[str, int, int, Mapping[str, Any]]]]) -> Iterator[tuple[int, bytes]]:
         import pyarrow.compute as pc
@@ -109,23 +121,25 @@ def make_key_task(buckets: int = MSGID_BUCKETS):
                 with fs.open(path, "rb") as fh:
                     table = pq.read_table(fh, columns=_READ_COLUMNS)
                 n = table.num_rows
+                bucket = pa.array([msgid_bucket(m, buckets) for m in table.column("msg_id").to_pylist()], pa.int32())
                 table = table.append_column("event_type", pa.array([partition.get("event_type")] * n, pa.string())) \
                     .append_column("_file", pa.array([number] * n, pa.int32())) \
-                    .append_column("_row", pa.array(range(n), pa.int64()))
+                    .append_column("_row", pa.array(range(n), pa.int64())) \
+                    .append_column("_bucket", bucket)
                 parts.append(table.cast(_KEY_SCHEMA))
             if not parts:
                 continue
             keys = pa.concat_tables(parts)
-            bucket = pa.array([msgid_bucket(m, buckets) for m in keys.column("msg_id").to_pylist()], pa.int32())
-            for b in pc.unique(bucket).to_pylist():
-                yield int(b), _ipc_bytes(keys.filter(pc.equal(bucket, b)))
+            target = pc.remainder(keys.column("_bucket"), partitions)
+            for p in pc.unique(target).to_pylist():
+                yield int(p), _ipc_bytes(keys.filter(pc.equal(target, p)))
 
     return task
 
 
 def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previous: Mapping[int, Sequence[str]]):
-    """``RDD.mapPartitions`` function, step 2: the ``(bucket, IPC bytes)`` pairs of one bucket
-    (partition ``b`` = bucket ``b``) -> records ``(key, (kind, value))``:
+    """``RDD.mapPartitions`` function, step 2: the ``(partition, IPC bytes)`` pairs of one decide
+    partition -> for each of its buckets, one after the other, records ``(key, (kind, value))``:
 
     * ``(-1, ("counts", {"per_type", "null_ids", "exact_copies", "index_rows"}))``;
     * ``(-1, ("index", file record))``: the bucket's ``msgid_index`` file (its distinct IDs, sorted),
@@ -139,14 +153,18 @@ def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previou
 
     def task(pairs: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, tuple[str, Any]]]:
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-        from pyspark import TaskContext
 
-        ctx = TaskContext.get()
-        bucket = ctx.partitionId() if ctx is not None else 0
         tables = [pa.ipc.open_stream(data).read_all() for _, data in pairs]
-        keys = pa.concat_tables(tables) if tables else _KEY_SCHEMA.empty_table()
-        keys = keys.sort_by([("_file", "ascending"), ("_row", "ascending")])
+        if not tables:
+            return
+        gathered = pa.concat_tables(tables)
+        for bucket in sorted(pc.unique(gathered.column("_bucket")).to_pylist()):
+            keys = gathered.filter(pc.equal(gathered.column("_bucket"), bucket))
+            yield from decide_bucket(int(bucket), keys.sort_by([("_file", "ascending"), ("_row", "ascending")]))
+
+    def decide_bucket(bucket: int, keys: pa.Table) -> Iterator[tuple[int, tuple[str, Any]]]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
 
         def lookback() -> Iterator[Any]:
             for url in previous.get(bucket, ()):
@@ -155,7 +173,7 @@ def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previou
                     yield pq.read_table(fh, columns=["msg_id"]).column("msg_id")
 
         seen = None
-        if previous.get(bucket) and keys.num_rows:
+        if previous.get(bucket):
             seen = dedupe_decision.seen_ids(pc.unique(keys.column("msg_id").drop_null()), lookback())
         decision = dedupe_decision.decide(keys.select(list(dedupe_decision.KEY_COLUMNS)), seen)
         if len(decision.index):
@@ -248,8 +266,9 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     key_tasks = plan_tasks(units, slots)
     copy_of = {u[1]: t for t, task in enumerate(plan_tasks(units, slots)) for u in task}
     copy_tasks = max(copy_of.values()) + 1
-    decided = (sc.parallelize(key_tasks, len(key_tasks)).mapPartitions(make_key_task())
-               .partitionBy(MSGID_BUCKETS, lambda b: b)
+    partitions = decide_partitions(slots)
+    decided = (sc.parallelize(key_tasks, len(key_tasks)).mapPartitions(make_key_task(partitions=partitions))
+               .partitionBy(partitions, lambda p: p)
                .mapPartitions(make_decide_task(interval_id=interval_id, index_uri=index_uri, write_id=write_id,
                                                previous=previous_index_files(root, previous))))
     copies = sc.parallelize([(i, ("file", None)) for i in range(len(files))], copy_tasks)
