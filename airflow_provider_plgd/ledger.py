@@ -356,6 +356,51 @@ def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], 
     )
 
 
+def _planned_before(root: str, stream: str, start_ns: int) -> list[tuple[int, int]]:
+    """``(start_ns, end_ns)`` of the time intervals of ``{root}/_ledger/{stream}/`` that end at or
+    before ``start_ns`` and hold a ``stream.json`` (their ``plan`` ran), sorted; one listing of the
+    ledger (not one request per interval: object stores)."""
+    from airflow_provider_plgd import times
+
+    fs, base = storage.to_fs(storage.join_path(str(root), LEDGER_DIR, staging.validate_partition_value(stream,
+                                                                                                    "stream")))
+    try:
+        names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/stream.json")]
+    except FileNotFoundError:
+        return []
+    planned = []
+    for name in names:
+        parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
+        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
+            planned.append((parsed["start_ns"], parsed["end_ns"]))
+    return sorted(planned)
+
+
+def _gap_error(interval_id: str, dag_id: str, gap: tuple[int, int], start_ns: int, *, hole: bool) -> IntervalGapError:
+    """The :class:`IntervalGapError` of ``gap`` (unix ns): right before the interval (``hole``
+    False: backfill the gap and this interval) or further back (True: backfill from the gap to
+    this interval's start and rerun what was processed after the gap)."""
+    from airflow_provider_plgd import times
+
+    begin, end = times.ns_to_rfc3339(gap[0]), times.ns_to_rfc3339(gap[1])
+    lines = [f"interval {interval_id}:", f"no interval of [{begin}, {end}) was ever planned,",
+             "so processing this one would build its snapshot without those events."]
+    if hole:
+        lines += ["Intervals before and after that stretch were planned. Nothing was written.",
+                  "Run the missing intervals, then rerun every interval after them, oldest first:",
+                  f"  airflow backfill create --dag-id {dag_id} \\",
+                  f"    --from-date {begin} --to-date {times.ns_to_rfc3339(start_ns)} \\",
+                  "    --reprocess-behavior completed --max-active-runs 1"]
+    else:
+        lines += [f"The latest planned interval before it ends at {begin}. Nothing was written.",
+                  "Run the missing intervals and this one (empty intervals are processed too), oldest first:",
+                  f"  airflow backfill create --dag-id {dag_id} \\",
+                  f"    --from-date {begin} --to-date {end} \\",
+                  "    --reprocess-behavior failed --max-active-runs 1"]
+    lines.append('See docs/operations.md, "Holes in the interval chain".')
+    return IntervalGapError("\n".join(lines), interval_id=interval_id, gap_start_ns=gap[0], gap_end_ns=gap[1])
+
+
 def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
     """Refuse an interval when the ledger has earlier time intervals but none ending at its start.
 
@@ -375,33 +420,42 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
     if bounds["kind"] != "time":
         return
     start_ns = bounds["start_ns"]
-    fs, base = storage.to_fs(storage.join_path(str(root), LEDGER_DIR, staging.validate_partition_value(stream,
-                                                                                                    "stream")))
-    try:
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)]
-    except FileNotFoundError:
+    planned = _planned_before(root, stream, start_ns)
+    latest = max((end for _, end in planned), default=None)
+    if latest is not None and latest != start_ns:
+        raise _gap_error(interval_id, dag_id, (latest, start_ns), start_ns, hole=False)
+
+
+def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
+    """Refuse an interval when the planned intervals before it leave a hole anywhere since the earliest.
+
+    :func:`check_no_gap_before` compares this interval with the latest planned one before it.
+    This check walks every planned time interval that ends at or before this one's start, oldest
+    first, from the earliest one: each must start where the ones before it end. It finds the hole
+    that the latest-only rule misses when the runs planned out of order, e.g. a backfill of 12:00
+    planned before the scheduled run of 10:00, then the scheduled run of 13:00 (11:00 never ran:
+    docs/operations.md, "Holes in the interval chain"). Nothing before the earliest planned
+    interval is checked (the first interval on the root).
+
+    :param interval_id: a time interval ID (``times.interval_id``); others are not checked.
+    :param dag_id: named in the backfill command of the message.
+    :raises IntervalGapError: the oldest hole ``[end of the intervals before it, start of the next
+        planned one)``; the message names it and the backfill that fills it and reruns the
+        intervals after it.
+    """
+    from airflow_provider_plgd import times
+
+    bounds = times.parse_interval_id(interval_id)
+    if bounds["kind"] != "time":
         return
-    ends = []
-    for name in names:
-        parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
-        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
-            ends.append((parsed["end_ns"], name))
-    for end_ns, name in sorted(ends, reverse=True):  # the latest planned one (its stream.json exists)
-        if fs.exists(f"{base}/{name}/stream.json"):
-            if end_ns == start_ns:
-                return
-            gap_start, gap_end = times.ns_to_rfc3339(end_ns), times.ns_to_rfc3339(start_ns)
-            raise IntervalGapError(
-                f"interval {interval_id}:\n"
-                f"no interval of [{gap_start}, {gap_end}) was ever planned,\n"
-                "so processing this one would build its snapshot without those events.\n"
-                f"The latest planned interval before it ends at {gap_start}. Nothing was written.\n"
-                "Run the missing intervals and this one (empty intervals are processed too), oldest first:\n"
-                f"  airflow backfill create --dag-id {dag_id} \\\n"
-                f"    --from-date {gap_start} --to-date {gap_end} \\\n"
-                "    --reprocess-behavior failed --max-active-runs 1\n"
-                "See docs/operations.md, \"Holes in the interval chain\".",
-                interval_id=interval_id, gap_start_ns=end_ns, gap_end_ns=start_ns)
+    planned = _planned_before(root, stream, bounds["start_ns"])
+    if not planned:
+        return
+    covered = planned[0][1]
+    for begin_ns, end_ns in planned[1:]:  # the stretch right before this one: check_no_gap_before
+        if begin_ns > covered:
+            raise _gap_error(interval_id, dag_id, (covered, begin_ns), bounds["start_ns"], hole=True)
+        covered = max(covered, end_ns)
 
 
 def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any],

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_plgd import delta_tables, times
 from airflow_provider_plgd.coerce import token_list
-from airflow_provider_plgd.exceptions import IntervalGapError, OldLayoutError
+from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.storage_root import resolve_storage_root
 
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
@@ -37,7 +37,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     a triggering user may set is checked (``run_params.check_run_params``); the storage root is
     resolved and its layout checked; the owners and event types are checked
     (``fetch.selection.Selection``); no unplanned stretch may precede the interval
-    (``ledger.check_no_gap_before``, :func:`check_no_hole_before`); the interval must be complete on the server
+    (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``); the interval must be complete on the server
     (``require_interval_complete``); the ledger's ``stream.json`` is written
     (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
 
@@ -63,7 +63,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         that would narrow the selection or lose messages (``NarrowerRerunError``,
         ``FewerMessagesError``): the same answer on every retry.
     :raises IntervalGapError: an interval before this one that no run planned
-        (``ledger.check_no_gap_before``, :func:`check_no_hole_before`).
+        (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``).
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
     from airflow_provider_plgd import ledger, run_params
@@ -94,7 +94,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
     # and no hole further back, between intervals planned in another order (a backfill run's plan
     # may run before the scheduled run of an earlier interval): the scheduler's skip of a backfill
-    check_no_hole_before(root, checked.stream, interval, dag_id=dag_id)
+    ledger.check_no_hole_before(root, checked.stream, interval, dag_id=dag_id)
     if hook_factory is None:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
@@ -129,61 +129,6 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         "py_files": str(py_files),
         "spark_skip": record.get("spark_skip"),
     }
-
-
-def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
-    """Refuse an interval when the planned intervals before it leave a hole anywhere since the earliest.
-
-    ``ledger.check_no_gap_before`` compares this interval with the latest planned one before it.
-    This check walks every time interval of the ledger that ends at or before this one's start and
-    holds a ``stream.json`` (its ``plan`` ran), oldest first, from the earliest one: each must start
-    where the ones before it end. It finds the hole that the latest-only rule misses when the runs
-    planned out of order, e.g. a backfill of 12:00 planned before the scheduled run of 10:00, then
-    the scheduled run of 13:00 (11:00 never ran: docs/operations.md, "Holes in the interval chain").
-    Nothing before the earliest planned interval is checked (the first interval on the root).
-
-    :param interval_id: a time interval ID (``times.interval_id``); others are not checked.
-    :param dag_id: named in the backfill command of the message.
-    :raises IntervalGapError: the oldest hole ``[end of the intervals before it, start of the next
-        planned one)``; the message names it and the backfill that fills it and reruns the
-        intervals after it.
-    """
-    from airflow_provider_plgd import ledger, staging, storage
-
-    bounds = times.parse_interval_id(interval_id)
-    if bounds["kind"] != "time":
-        return
-    start_ns = bounds["start_ns"]
-    fs, base = storage.to_fs(storage.join_path(str(root), ledger.LEDGER_DIR,
-                                               staging.validate_partition_value(stream, "stream")))
-    try:  # one listing for the whole history (not one request per interval: object stores)
-        names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/stream.json")]
-    except FileNotFoundError:
-        return
-    planned = []
-    for name in names:
-        parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
-        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
-            planned.append((parsed["start_ns"], parsed["end_ns"]))
-    if not planned:
-        return
-    planned.sort()
-    covered = planned[0][1]
-    for begin_ns, end_ns in planned[1:]:  # the stretch right before this one: ledger.check_no_gap_before
-        if begin_ns > covered:
-            gap = (times.ns_to_rfc3339(covered), times.ns_to_rfc3339(begin_ns))
-            raise IntervalGapError(
-                f"interval {interval_id}:\n"
-                f"no interval of [{gap[0]}, {gap[1]}) was ever planned,\n"
-                "so processing this one would build its snapshot without those events.\n"
-                "Intervals before and after that stretch were planned. Nothing was written.\n"
-                "Run the missing intervals, then rerun every interval after them, oldest first:\n"
-                f"  airflow backfill create --dag-id {dag_id} \\\n"
-                f"    --from-date {gap[0]} --to-date {times.ns_to_rfc3339(start_ns)} \\\n"
-                "    --reprocess-behavior completed --max-active-runs 1\n"
-                "See docs/operations.md, \"Holes in the interval chain\".",
-                interval_id=interval_id, gap_start_ns=covered, gap_end_ns=begin_ns)
-        covered = max(covered, end_ns)
 
 
 def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,

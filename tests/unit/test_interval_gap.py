@@ -59,10 +59,10 @@ def test_a_hole_is_refused_naming_the_missing_stretch_and_the_backfill(tmp_path)
 
 
 def test_a_hole_between_earlier_intervals_planned_out_of_order_is_refused(tmp_path):
-    """``plan.check_no_hole_before``: what the scheduler leaves after a backfill of a later interval
+    """``ledger.check_no_hole_before``: what the scheduler leaves after a backfill of a later interval
     (0 scheduled, 2 backfilled and planned first, 1 never run): 3 passes the latest-only rule but
     is refused naming 1's hour and the backfill that fills it and reruns 2 and 3."""
-    from airflow_provider_plgd.etl.plan import check_no_hole_before
+    from airflow_provider_plgd.ledger import check_no_hole_before
 
     check_no_hole_before(str(tmp_path), "EVENTS", _iid(3))  # no ledger at all
     _plan(tmp_path, 2)
