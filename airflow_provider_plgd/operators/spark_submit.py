@@ -138,8 +138,8 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
 
     def _push_spark_application(self, *, finished: bool) -> None:
         """Push the application to XCom (:data:`~airflow_provider_plgd.links.SPARK_APP_XCOM_KEY`);
-        while it runs, also the link itself under the link's ``xcom_key`` (the Airflow 3 UI shows
-        it before the task ends). A failed push is logged, never fails the task."""
+        while it runs, on Airflow 3 also the link itself under the link's ``xcom_key`` (the UI
+        shows it before the task ends; Airflow 2.11's webserver calls ``get_link`` itself). A failed push is logged, never fails the task."""
         ti = (self._link_context or {}).get("ti")
         if ti is None or not self._spark_app or not self._spark_app.get("app_id"):
             return
@@ -147,8 +147,9 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
                  "history_url": history_url(self.spark_ui_url_template, self._spark_app["app_id"])}
         try:
             ti.xcom_push(key=SPARK_APP_XCOM_KEY, value=value)
-            if not finished:
-                ti.xcom_push(key=PlgdSparkApplicationLink().xcom_key, value=spark_application_url(value))
+            link_key = getattr(PlgdSparkApplicationLink(), "xcom_key", None)  # Airflow 3 only
+            if link_key and not finished:
+                ti.xcom_push(key=link_key, value=spark_application_url(value))
         except Exception:  # noqa: BLE001 - a link is not worth failing the Spark task
             self.log.warning("Could not push the Spark application %s to XCom", value["app_id"], exc_info=True)
 
