@@ -236,3 +236,48 @@ def test_the_etl_dag_serializes_its_links():
     assert loaded.get_task("summary").extra_links == ["Tables"]
     assert loaded.get_task("rebuild").extra_links == ["Spark application"]
     assert loaded.get_task("plan").extra_links == []
+
+
+# --- the Spark side: what the application logs and writes --------------------------------------
+
+class FakeSpark:
+    class sparkContext:  # noqa: N801 - stands in for SparkSession.sparkContext
+        applicationId = "app-20261127120000-0003"
+        uiWebUrl = "http://worker-1.example:4041"
+
+
+def test_the_application_log_line_is_what_the_operator_parses(caplog):
+    from airflow_provider_plgd.spark import session
+
+    assert session.spark_application_info(FakeSpark()) == {"app_id": "app-20261127120000-0003",
+                                                          "ui_web_url": "http://worker-1.example:4041"}
+    with caplog.at_level("INFO", logger="plgd.spark"):
+        session.log_spark_application(FakeSpark())
+    (line,) = [r.getMessage() for r in caplog.records if session.SPARK_APP_LOG_MARKER in r.getMessage()]
+    assert links.parse_spark_application_line(f"2026-11-27 12:00:00,000 INFO plgd.spark: {line}") == {
+        "app_id": "app-20261127120000-0003", "ui_web_url": "http://worker-1.example:4041"}
+
+
+def test_the_run_summary_records_the_spark_application(tmp_path, monkeypatch):
+    from airflow_provider_plgd.spark import session, summary
+
+    monkeypatch.setattr(session, "spark_application_info", lambda spark=None: {"app_id": "local-1", "ui_web_url": None})
+    result = summary.finish_run({"rows": 1}, output_root=str(tmp_path), app="rebuild", interval_id="i1")
+    assert result["spark_application"] == {"app_id": "local-1", "ui_web_url": None}
+    monkeypatch.setattr(session, "spark_application_info", lambda spark=None: None)  # no SparkSession
+    assert "spark_application" not in summary.finish_run({"rows": 1}, output_root=str(tmp_path), app="rebuild",
+                                                         interval_id="i2")
+
+
+def test_the_shipped_dag_takes_the_history_server_from_the_environment(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    monkeypatch.setenv("PLGD_ETL_SPARK_HISTORY_URL", "https://spark-history.example:18080/history/{app_id}/")
+    path = Path(__file__).resolve().parents[2] / "dags" / "plgd_events_etl.py"
+    spec = importlib.util.spec_from_file_location("plgd_events_etl_links_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for app in ("decode", "dedupe", "rebuild"):
+        assert module.dag.get_task(app).spark_ui_url_template == "https://spark-history.example:18080/history/{app_id}/"
