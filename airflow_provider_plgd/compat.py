@@ -5,9 +5,9 @@ On Airflow 3 the public Task SDK (``airflow.sdk``) is used; on Airflow 2.11 the 
 from their 2.x modules. The provider's modules (and the example DAGs) import these names from
 here and nowhere else switch on the Airflow version:
 
-* classes: ``BaseHook``, ``BaseOperator``, ``BaseSensorOperator``, ``BaseTrigger``,
+* classes: ``BaseHook``, ``BaseOperator``, ``BaseOperatorLink``, ``BaseSensorOperator``, ``BaseTrigger``,
   ``BaseEventTrigger`` (Airflow 2: ``BaseTrigger``, there is no event-driven scheduling),
-  ``Context``, ``PokeReturnValue``, ``TriggerEvent``, ``DAG``, ``task``, ``Param``, ``Asset``,
+  ``Context``, ``PokeReturnValue``, ``TriggerEvent``, ``XCom``, ``DAG``, ``task``, ``Param``, ``Asset``,
   the data-interval timetables; Airflow's ``AirflowFailException`` and ``AirflowTaskTimeout``
   (used by ``exceptions.py``, ``etl/plan.py`` and ``operators/spark_submit.py``);
 * what Airflow 2.11 lacks: ``AssetAlias`` is None there, and :data:`ASSET_EVENT_EXTRAS` (asset
@@ -43,6 +43,13 @@ except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.decorators import task  # type: ignore[no-redef,attr-defined]
     from airflow.models.dag import DAG  # type: ignore[no-redef]
     from airflow.models.param import Param  # type: ignore[no-redef]
+
+try:  # Airflow 3.x: operator extra links; XCom as seen from a task (links read their XCom)
+    from airflow.sdk import BaseOperatorLink
+    from airflow.sdk.execution_time.xcom import XCom
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.models.baseoperatorlink import BaseOperatorLink  # type: ignore[no-redef,assignment]
+    from airflow.models.xcom import XCom  # type: ignore[no-redef,assignment]
 
 try:  # Airflow 3.x
     from airflow.sdk.exceptions import AirflowFailException
@@ -157,6 +164,7 @@ __all__ = [
     "BaseEventTrigger",
     "BaseHook",
     "BaseOperator",
+    "BaseOperatorLink",
     "BaseSensorOperator",
     "BaseTrigger",
     "Context",
@@ -167,6 +175,7 @@ __all__ = [
     "Param",
     "PokeReturnValue",
     "TriggerEvent",
+    "XCom",
     "amask_secret",  # noqa: F822 - a lazy name
     "mask_secret",  # noqa: F822 - a lazy name
     "task",

@@ -77,12 +77,20 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 }
 
 
+#: Operator extra links (``airflow_provider_plgd.links``); Airflow 2.11 deserializes a task's links
+#: only from classes listed here (or in a plugin).
+EXTRA_LINKS = (
+    "airflow_provider_plgd.links.PlgdSparkApplicationLink",
+    "airflow_provider_plgd.links.PlgdTablesLink",
+)
+
+
 def get_provider_info() -> dict[str, Any]:
     """Return the provider description that Airflow's ProvidersManager loads.
 
     :return: a dict following Airflow's ``provider_info.schema.json``: ``package-name`` (the
-        distribution name), hooks, operators, sensors, triggers, connection types and the
-        ``nats`` message queue for the common.messaging provider.
+        distribution name), hooks, operators, sensors, triggers, connection types, the
+        ``nats`` message queue for the common.messaging provider and the operator extra links.
     """
     return {
         "package-name": DISTRIBUTION_NAME,
@@ -133,4 +141,5 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "queues": ["airflow_provider_plgd.queues.nats.NatsMessageQueueProvider"],
+        "extra-links": list(EXTRA_LINKS),
     }

@@ -41,7 +41,11 @@ that parses DAGs, workers included; production usually keeps the defaults):
 * `PLGD_ETL_SPARK_CONF`: JSON object of Spark settings for the Spark tasks (`build_etl_dag(spark_conf=…)`);
 * `PLGD_ETL_STORAGE_ROOTS`: JSON list of storage roots a run may choose with the `storage_root`
   param, each with the folders below it (`build_etl_dag(storage_roots=…)`; default none: a run may
-  use the default root only). Run params are untrusted: docs/operations.md, "Who may set what".
+  use the default root only). Run params are untrusted: docs/operations.md, "Who may set what";
+* `PLGD_ETL_SPARK_HISTORY_URL`: the Spark History Server page of an application with `{app_id}`,
+  e.g. `https://spark-history.example:18080/history/{app_id}/`: where the Spark tasks' "Spark
+  application" link leads once the application ended (`build_etl_dag(spark_ui_url_template=…)`;
+  default none: no link then).
 
 More: docs/operations.md ("DAG parameters", "Manual runs", "Backfill and reruns").
 """
@@ -97,5 +101,6 @@ dag = build_etl_dag(
     params=_env_json_object("PLGD_ETL_PARAMS"),
     spark_conf=_env_json_object("PLGD_ETL_SPARK_CONF"),
     storage_roots=env_storage_roots(),  # PLGD_ETL_STORAGE_ROOTS
+    spark_ui_url_template=os.environ.get("PLGD_ETL_SPARK_HISTORY_URL", "").strip() or None,
     doc_md=__doc__,  # the user docs above: the DAG's docs panel shows them
 )

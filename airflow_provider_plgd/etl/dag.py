@@ -23,6 +23,7 @@ from airflow_provider_plgd.etl.intervals import require_data_interval
 from airflow_provider_plgd.etl.params import etl_params
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
 from airflow_provider_plgd.etl.summary import summarize_interval
+from airflow_provider_plgd.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
 
@@ -93,6 +94,7 @@ def build_etl_dag(
     run_spark_conf_keys: Mapping[str, str | None] | Iterable[str] | None = None,
     storage_roots: Iterable[str] = (),
     fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
+    spark_ui_url_template: str | None = None,
 ):
     """Build the plgd ETL DAG.
 
@@ -137,6 +139,11 @@ def build_etl_dag(
     :param fetch_range_messages: messages per fetch task aimed at: ``plan`` cuts the interval's
         stream-sequence range into ``min(max_fetch_tasks, ceil(messages / fetch_range_messages))``
         ranges, one mapped ``fetch`` task each (default :data:`DEFAULT_FETCH_RANGE_MESSAGES`).
+    :param spark_ui_url_template: the Spark History Server page of an application, with
+        ``{app_id}``, e.g. ``https://spark-history.example:18080/history/{app_id}/``: the "Spark
+        application" link of the Spark tasks after their application ended (default: none; while
+        it runs the link is the driver's Spark UI). The ``summary`` task's "Tables" link needs
+        nothing (``airflow_provider_plgd.links``).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
     """
@@ -250,6 +257,7 @@ def build_etl_dag(
             "run_conf_param": "spark_conf",
             "run_conf_keys": spark_conf_policy,
             "execution_timeout": spark_execution_timeout,
+        "spark_ui_url_template": spark_ui_url_template,
             **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
         }
         root_arg = "{{ " + x + "['storage_root'] }}"
@@ -297,13 +305,17 @@ def build_etl_dag(
             and return its numbers (bounded XCom: no per-owner lists)."""
             # the work: summarize_interval; here only plan's XCom and the lineage report
             planned_value = context["ti"].xcom_pull(task_ids="plan")
+            PlgdTablesLink.persist(context, planned_value["storage_root"])  # before a LedgerError
             lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
                                         planned_value["storage_root"])
             return summarize_interval(planned_value["storage_root"], context["params"]["stream"],
                                       planned_value["interval_id"], context["params"])
 
         wait >> planned
-        fetch >> spark_needed() >> decode >> dedupe >> rebuild >> summary()
+        summarize = summary()
+        # a TaskFlow task: its operator gets the link here (the DAG serializes the instance's links)
+        summarize.operator.operator_extra_links = (PlgdTablesLink(),)  # type: ignore[attr-defined]  # PlainXComArg
+        fetch >> spark_needed() >> decode >> dedupe >> rebuild >> summarize
 
     return dag
 

@@ -12,7 +12,8 @@ otherwise. Trust boundary: ``docs/operations.md``, "Shipping the plgd code to ex
 It also takes Spark settings of the DAG run from a DAG param (``run_conf_param``), gives the driver
 the Airflow worker's Python when only ``spark.pyspark.python`` is set, and turns an
 ``execution_timeout`` into :class:`SparkApplicationTimeoutError` (``docs/operations.md``, "Run on a
-Spark cluster").
+Spark cluster"). Its "Spark application" link (:class:`~airflow_provider_plgd.links.PlgdSparkApplicationLink`)
+leads to the driver's Spark UI while the application runs, then to the History Server if configured.
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_plgd.compat import AirflowTaskTimeout
+from airflow_provider_plgd.links import (
+    SPARK_APP_XCOM_KEY,
+    PlgdSparkApplicationLink,
+    history_url,
+    parse_spark_application_line,
+    spark_application_url,
+)
+from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 from airflow_provider_plgd.exceptions import (
     PyFilesIntegrityError,
     SparkApplicationTimeoutError,
@@ -80,17 +89,82 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
     :raises UntrustedRunParamError: (from ``execute``, before ``spark-submit`` starts) the
         ``run_conf_param`` value is not an object of settings, holds a setting outside
         ``run_conf_keys`` or a value that does not match its pattern; no retries.
+    :param spark_ui_url_template: the Spark History Server page of an application, with
+        ``{app_id}``, e.g. ``https://spark-history.example:18080/history/{app_id}/``. The
+        "Spark application" link leads to the driver's Spark UI while ``spark-submit`` runs (the
+        application logs its ID and UI URL, :func:`~airflow_provider_plgd.spark.session.log_spark_application`;
+        YARN and Kubernetes cluster mode: the ID ``SparkSubmitHook`` found), and after it ended to
+        this page; without a template, no link then. ``None`` (default): no History Server.
+    :raises ValueError: ``spark_ui_url_template`` has another field than ``{app_id}``.
     :raises SparkApplicationTimeoutError: the task's ``execution_timeout`` passed before
         ``spark-submit`` ended (Airflow kills it; retries apply).
     """
 
+    operator_extra_links = (PlgdSparkApplicationLink(),)
+
     def __init__(self, *, run_conf_param: str | None = None,
-                 run_conf_keys: Mapping[str, str | None] | None = None, **kwargs: Any) -> None:
+                 run_conf_keys: Mapping[str, str | None] | None = None,
+                 spark_ui_url_template: str | None = None, **kwargs: Any) -> None:
         from airflow_provider_plgd.run_params import run_spark_conf_policy
 
         super().__init__(**kwargs)
         self.run_conf_param = run_conf_param
         self.run_conf_keys = run_spark_conf_policy(run_conf_keys)
+        history_url(spark_ui_url_template, "app-check")  # a bad template fails the DAG's parse
+        self.spark_ui_url_template = spark_ui_url_template
+        self._spark_app: dict[str, Any] | None = None
+        self._link_context: Any = None
+
+    def _get_hook(self) -> Any:
+        """The provider's hook, whose ``spark-submit`` output also goes through
+        :meth:`_watch_submit_log` (the "Spark application" link)."""
+        hook = super()._get_hook()
+        process = getattr(hook, "_process_spark_submit_log", None)
+        if process is not None:
+            setattr(hook, "_process_spark_submit_log",  # noqa: B010 - wraps the hook's own method
+                    lambda itr: process(self._watch_submit_log(itr)))
+        return hook
+
+    def _watch_submit_log(self, lines: Any) -> Any:
+        """Yield ``lines`` unchanged; the first :data:`SPARK_APP_LOG_MARKER` line sets the link
+        (:meth:`_push_spark_application`)."""
+        for line in lines:
+            if self._spark_app is None and SPARK_APP_LOG_MARKER in line:
+                application = parse_spark_application_line(line)
+                if application is not None:
+                    self._spark_app = application
+                    self._push_spark_application(finished=False)
+            yield line
+
+    def _push_spark_application(self, *, finished: bool) -> None:
+        """Push the application to XCom (:data:`~airflow_provider_plgd.links.SPARK_APP_XCOM_KEY`);
+        while it runs, on Airflow 3 also the link itself under the link's ``xcom_key`` (the UI
+        shows it before the task ends; Airflow 2.11's webserver calls ``get_link`` itself). A failed push is logged, never fails the task."""
+        ti = (self._link_context or {}).get("ti")
+        if ti is None or not self._spark_app or not self._spark_app.get("app_id"):
+            return
+        value = {**self._spark_app, "finished": finished,
+                 "history_url": history_url(self.spark_ui_url_template, self._spark_app["app_id"])}
+        try:
+            ti.xcom_push(key=SPARK_APP_XCOM_KEY, value=value)
+            link_key = getattr(PlgdSparkApplicationLink(), "xcom_key", None)  # Airflow 3 only
+            if link_key and not finished:
+                ti.xcom_push(key=link_key, value=spark_application_url(value))
+        except Exception:  # noqa: BLE001 - a link is not worth failing the Spark task
+            self.log.warning("Could not push the Spark application %s to XCom", value["app_id"], exc_info=True)
+
+    def _finish_spark_application(self) -> None:
+        """After ``spark-submit``: the application ID (logged by the app, else the one the hook
+        found in YARN/Kubernetes cluster mode) goes to XCom as finished."""
+        if self._spark_app is None:
+            hook = self._hook
+            app_id = (getattr(hook, "_yarn_application_id", None)
+                      or getattr(hook, "_kubernetes_application_id", None))
+            if app_id:
+                self._spark_app = {"app_id": app_id, "ui_web_url": None}
+        if self._spark_app is not None:
+            self.log.info("Spark application %s", self._spark_app["app_id"])
+            self._push_spark_application(finished=True)
 
     def execute(self, context: Any) -> None:
         from airflow_provider_plgd.run_params import check_run_spark_conf
@@ -115,6 +189,7 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
         self.log.info("Spark settings (--conf) of this run: %s", ", ".join(sorted(run_conf)))
         self.conf = run_conf  # this run's settings; the DAG's are restored after spark-submit
         self._hook = None  # a hook built earlier would carry the unverified path and other settings
+        self._spark_app, self._link_context = None, context
         try:
             return super().execute(context)
         except AirflowTaskTimeout as err:
@@ -130,6 +205,8 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
             ) from err
         finally:
             self.conf = dag_conf
+            self._finish_spark_application()
+            self._link_context = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the application's input and output tables

@@ -3,6 +3,9 @@
 * :func:`build_spark_session` -- a SparkSession with the settings every app needs (UTC session
   time zone, Parquet ``TIMESTAMP_MICROS``; never INT96).
 * :func:`run_app`: each app's ``main`` (arguments, logging, session, run, stop).
+* :func:`spark_application_info` / :func:`log_spark_application`: the application ID and the
+  driver's Spark UI URL (the run summary's ``spark_application``; the operator's "Spark
+  application" link reads the log line).
 
 Only the functions import pyspark, so the module imports without it.
 """
@@ -14,6 +17,10 @@ import logging
 from typing import Any, Callable, Mapping, Sequence
 
 log = logging.getLogger("plgd.spark")
+
+#: The start of the line :func:`log_spark_application` logs; ``PlgdSparkSubmitOperator`` looks for
+#: it in the ``spark-submit`` output (``airflow_provider_plgd.links``).
+SPARK_APP_LOG_MARKER = "plgd spark application:"
 
 #: Spark SQL settings every application sets (the Airflow DAG passes the same ones with --conf).
 BASE_CONF: dict[str, str] = {
@@ -55,12 +62,35 @@ def build_spark_session(app_name: str, conf: Mapping[str, str] | None = None):
     return spark
 
 
+def spark_application_info(spark: Any = None) -> dict[str, Any] | None:
+    """``{"app_id": ..., "ui_web_url": ...}`` of ``spark`` (default: the active SparkSession), or
+    None without one. ``ui_web_url`` is None when the UI is off (``spark.ui.enabled=false``)."""
+    if spark is None:
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError:
+            return None
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            return None
+    context = spark.sparkContext
+    return {"app_id": context.applicationId, "ui_web_url": context.uiWebUrl}
+
+
+def log_spark_application(spark: Any) -> None:
+    """Log the application ID and the driver's Spark UI URL on one line starting with
+    :data:`SPARK_APP_LOG_MARKER` (``PlgdSparkSubmitOperator`` turns it into its link)."""
+    info = spark_application_info(spark) or {}
+    log.info("%s app_id=%s ui_web_url=%s", SPARK_APP_LOG_MARKER, info.get("app_id"), info.get("ui_web_url"))
+
+
 def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
             run: Callable[[Any, argparse.Namespace], dict[str, Any]],
             argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command-line entry of every app (its ``main``): parse ``argv`` (default
     ``sys.argv[1:]``), set up logging (``--log-level``), build the SparkSession
-    (:func:`build_spark_session`), ``run(spark, args)``, stop Spark, return the summary.
+    (:func:`build_spark_session`), log the application (:func:`log_spark_application`),
+    ``run(spark, args)``, stop Spark, return the summary.
 
     An exception from ``run`` stops Spark and propagates, so ``spark-submit`` exits non-zero
     (Airflow's ``SparkSubmitOperator`` then fails the task); bad arguments exit with argparse's
@@ -73,6 +103,7 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argp
     setup_logging(args.log_level)
     spark = build_spark_session(session_name)
     try:
+        log_spark_application(spark)
         return run(spark, args)
     finally:
         spark.stop()

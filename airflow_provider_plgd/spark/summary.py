@@ -35,6 +35,9 @@ def finish_run(summary: dict[str, Any], *, output_root: str, app: str, interval_
     """The common end of every app's ``run``: write ``summary`` (:func:`write_summary` at
     :func:`summary_path`), add its location as ``summary["summary_path"]`` and return it.
 
+    With an active SparkSession the summary also gets ``spark_application``: the application ID
+    and the driver's Spark UI URL (:func:`airflow_provider_plgd.spark.session.spark_application_info`).
+
     :param summary: JSON-serialisable dict (the app's documented summary keys).
     :param output_root: storage root of the app's outputs (path or fsspec URL).
     :param app: ``decode`` / ``dedupe`` / ``rebuild`` (the ``_runs/{app}`` folder).
@@ -42,6 +45,11 @@ def finish_run(summary: dict[str, Any], *, output_root: str, app: str, interval_
     :param explicit_path: the app's ``--summary-path`` (wins when given).
     :raises OSError: the summary cannot be written.
     """
+    from airflow_provider_plgd.spark.session import spark_application_info
+
+    application = spark_application_info()
+    if application is not None:
+        summary.setdefault("spark_application", application)
     path = summary_path(output_root, app, interval_id, explicit_path)
     write_summary(path, summary)
     summary["summary_path"] = path

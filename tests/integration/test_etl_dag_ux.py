@@ -188,6 +188,11 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
     for table in ("events", "quarantine", "events_deduped", "msgid_index", "snapshots", "_runs"):
         assert not (root / table).exists(), table  # no Spark output, no snapshot version
 
+    # The "Tables" link: a local root has none (a file:// URL does not open from a browser); the
+    # summary task pushed nothing for it, and Airflow 3 stored the link's empty value when it ended.
+    assert xcom_value(dr, "summary", "plgd_tables") is None
+    assert xcom_value(dr, "summary", "_link_PlgdTablesLink") == ""
+
     # Asset events: one staging event with the interval's numbers; none for the Spark datasets.
     assert asset_events(dr) == {"plgd_ux_empty.staging": [{"interval_id": interval, "messages": 0, "owners": "all", "fetch_ranges": 1}]}
 
