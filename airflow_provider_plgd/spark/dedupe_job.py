@@ -96,12 +96,19 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def decide_partitions(slots: int) -> int:
-    """Decide tasks for ``slots`` task slots: a divisor of :data:`MSGID_BUCKETS` near ``2 * slots``
-    (each task decides ``MSGID_BUCKETS / n`` buckets one after the other; fewer, larger tasks on a
-    small cluster, one per bucket on a large one)."""
+#: Key rows per task below which more tasks cost more than they save (a Python task's start and
+#: shuffle are ~0.1 s; one core reads and hashes ~600k key rows per second).
+ROWS_PER_TASK = 250_000
+
+
+def decide_partitions(slots: int, rows: int) -> int:
+    """Decide tasks: a power of two that divides :data:`MSGID_BUCKETS`, at most ``2 * slots`` and
+    at most one per :data:`ROWS_PER_TASK` key rows (at least 1). Each task decides
+    ``MSGID_BUCKETS / n`` buckets one after the other: few tasks for a small interval or cluster,
+    one per bucket on a large one."""
+    limit = min(MSGID_BUCKETS, 2 * max(1, int(slots)), max(1, int(rows) // ROWS_PER_TASK))
     n = 1
-    while n * 2 <= min(MSGID_BUCKETS, 2 * max(1, int(slots))):
+    while n * 2 <= limit:
         n *= 2
     return n
 
@@ -265,10 +272,10 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     names = [posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id)) for i, f in enumerate(files)]
     units = [(f.url, i, f.rows, f.partition) for i, f in enumerate(files)]
     slots = sc.defaultParallelism
-    key_tasks = plan_tasks(units, slots)
+    key_tasks = plan_tasks(units, slots, min_rows=ROWS_PER_TASK)
     copy_of = {u[1]: t for t, task in enumerate(plan_tasks(units, slots)) for u in task}
     copy_tasks = max(copy_of.values()) + 1
-    partitions = decide_partitions(slots)
+    partitions = decide_partitions(slots, sum(max(0, f.rows) for f in files))
     decided = (sc.parallelize(key_tasks, len(key_tasks)).mapPartitions(make_key_task(partitions=partitions))
                .partitionBy(partitions, lambda p: p)
                .mapPartitions(make_decide_task(interval_id=interval_id, index_uri=index_uri, write_id=write_id,

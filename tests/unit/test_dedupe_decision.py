@@ -108,3 +108,20 @@ def test_dropped_rows_name_exact_copies_by_position():
     assert d.exact_copies is True
     assert d.dropped_rows.to_pylist() == [2, 3]
     assert d.totals() == {"input": 4, "output": 2, "within_batch": 2, "cross_batch": 0}
+
+
+def test_decide_partitions_divide_the_buckets_and_follow_slots_and_rows():
+    """A power of two that divides the 16 msg-ID buckets: 1 for a small interval, at most 2 per
+    task slot, at most one per ROWS_PER_TASK rows, never more than the buckets."""
+    from airflow_provider_plgd.spark.dedupe_job import MSGID_BUCKETS, ROWS_PER_TASK, decide_partitions
+
+    assert decide_partitions(2, 0) == 1
+    assert decide_partitions(2, 100_000) == 1
+    assert decide_partitions(2, 1_000_000) == 4
+    assert decide_partitions(1, 10_000_000) == 2
+    assert decide_partitions(3, 10_000_000) == 4
+    assert decide_partitions(64, 100_000_000) == MSGID_BUCKETS
+    assert decide_partitions(64, 3 * ROWS_PER_TASK) == 2
+    for slots in range(1, 40):
+        for rows in (0, ROWS_PER_TASK, 7 * ROWS_PER_TASK, 10**9):
+            assert MSGID_BUCKETS % decide_partitions(slots, rows) == 0
