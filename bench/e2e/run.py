@@ -186,8 +186,9 @@ def load_messages(config, cache_dir: str | None) -> tuple[list[str], list[bytes]
 
 
 async def _apublish(url: str, subjects: list[str], data: list[bytes], stream: str = "EVENTS") -> int:
-    """Core-NATS publish in order (flush every 10k; wait when the stream lags > 200k), then wait
-    until the stream holds them all; return the stream's last sequence.
+    """Core-NATS publish in order (flush every 10k; wait when the stream lags > 20k: a larger
+    backlog of core publishes can overflow the server's ingest queue on a busy machine, which then
+    drops them), then wait until the stream holds them all; return the stream's last sequence.
 
     :raises RuntimeError: the stream does not hold exactly ``len(subjects)`` messages within 120 s.
     """
@@ -200,7 +201,7 @@ async def _apublish(url: str, subjects: list[str], data: list[bytes], stream: st
             await nc.publish(subject, payload)
             if i % 10_000 == 0:
                 await nc.flush()
-                while i - (await js.stream_info(stream)).state.last_seq > 200_000:
+                while i - (await js.stream_info(stream)).state.last_seq > 20_000:
                     await asyncio.sleep(0.01)
         await nc.flush()
         deadline = time.monotonic() + 120
