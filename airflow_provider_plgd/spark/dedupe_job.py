@@ -365,6 +365,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             f"{done['index_rows']}; nothing committed"
         )
     timings["decide_and_write"] = round(time.time() - phase, 3)
+    phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id}
     commits = {}
     for name, uri, schema, records, rows in (
@@ -374,6 +375,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             uri, records, schema=schema, partition_by=delta_tables.INTERVAL_TABLES[name],
             replace=delta_tables.interval_filter(interval_id), metadata={**meta, "rows": rows},
             app_id=f"plgd.{APP}.{name}/{interval_id}", run_version=run_version)
+    timings["commit"] = round(time.time() - phase, 3)
     log.info("committed %s version %s (%d rows; %d within-batch and %d cross-batch duplicates dropped; "
              "phase seconds %s)", deduped_uri, commits[delta_tables.EVENTS_DEDUPED].version, totals["output"],
              totals["within_batch"], totals["cross_batch"], timings)
