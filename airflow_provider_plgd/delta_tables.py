@@ -54,14 +54,15 @@ MSGID_INDEX = "msgid_index"
 SNAPSHOTS_DIR = "snapshots"
 #: The partition column of every interval table (``interval`` is a keyword of delta-rs's predicates).
 INTERVAL_COLUMN = "interval_id"
-#: The partition column of the snapshot tables: ``pmod(xxhash64(device_id), buckets)``.
+#: The partition column of the snapshot tables (``pmod(xxhash64(device_id), buckets)``) and of
+#: ``msgid_index`` (``pmod(xxhash64(msg_id), dedupe_job.MSGID_BUCKETS)``).
 BUCKET_COLUMN = "bucket"
 #: Partition columns of the interval tables, outermost first.
 INTERVAL_TABLES: dict[str, tuple[str, ...]] = {
     EVENTS: (INTERVAL_COLUMN, "event_type"),
     QUARANTINE: (INTERVAL_COLUMN,),
     EVENTS_DEDUPED: (INTERVAL_COLUMN, "event_type"),
-    MSGID_INDEX: (INTERVAL_COLUMN, "bucket"),  # dedupe_job.MSGID_BUCKETS buckets of the msg-ID hash
+    MSGID_INDEX: (INTERVAL_COLUMN, BUCKET_COLUMN),  # dedupe_job.MSGID_BUCKETS buckets of the msg-ID hash
 }
 #: The key under which our metadata sits in a commit's ``commitInfo``.
 METADATA_KEY = "plgd"
@@ -296,6 +297,28 @@ def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, part
     if version is None:
         version = fresh.version()
     return Commit(uri, version, len(records), rows, dict(metadata))
+
+
+def commit_interval(app: str, interval_id: str, tables: Sequence[tuple[str, str, Any, Sequence[Mapping[str, Any]], int]],
+                    *, run_version: int, metadata: Mapping[str, Any]) -> dict[str, Commit]:
+    """Commit one run's files of an interval to each of ``tables``, in order, each in its own Delta
+    transaction that replaces the interval's rows (:func:`commit_files`, idempotency key
+    ``plgd.{app}.{table}/{interval_id}``, so :func:`run_committed` can tell that one run committed
+    them all).
+
+    :param tables: ``(name, uri, schema, records, rows)`` per table (``name`` of
+        :data:`INTERVAL_TABLES`).
+    :param metadata: stored in each commit, with ``rows`` of that table added.
+    :return: ``{name: Commit}``.
+    :raises TableCommitError: as :func:`commit_files`; the tables before it stay committed (the
+        next stage waits for a rerun: :func:`run_committed`).
+    """
+    commits = {}
+    for name, uri, schema, records, rows in tables:
+        commits[name] = commit_files(
+            uri, records, schema=schema, partition_by=INTERVAL_TABLES[name], replace=interval_filter(interval_id),
+            metadata={**metadata, "rows": rows}, app_id=f"plgd.{app}.{name}/{interval_id}", run_version=run_version)
+    return commits
 
 
 def commit_metadata(entry: Mapping[str, Any]) -> dict[str, Any]:

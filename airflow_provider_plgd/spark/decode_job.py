@@ -219,14 +219,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
             "stream": args.stream}
-    commits = {}
-    for name, uri, schema, records, rows in (
-            (delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),
-            (delta_tables.QUARANTINE, quarantine_uri, schemas.QUARANTINE_SCHEMA, quarantine_files, quarantined)):
-        commits[name] = delta_tables.commit_files(
-            uri, records, schema=schema, partition_by=delta_tables.INTERVAL_TABLES[name],
-            replace=delta_tables.interval_filter(interval_id), metadata={**meta, "rows": rows},
-            app_id=f"plgd.{APP}.{name}/{interval_id}", run_version=run_version)
+    commits = delta_tables.commit_interval(APP, interval_id, (
+        (delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),
+        (delta_tables.QUARANTINE, quarantine_uri, schemas.QUARANTINE_SCHEMA, quarantine_files, quarantined)),
+        run_version=run_version, metadata=meta)
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed %s (version %s) and %s (version %s) (phase seconds: %s)", events_uri,
              commits[delta_tables.EVENTS].version, quarantine_uri, commits[delta_tables.QUARANTINE].version, timings)

@@ -39,7 +39,7 @@ DEFAULT_LOOKBACK = 24
 #: partitioned by the same bucket (its ``bucket`` column), so a bucket's lookback reads only its own
 #: index files. Part of the table layout: a ``msgid_index`` written with another count is refused.
 MSGID_BUCKETS = 16
-BUCKET_COLUMN = "bucket"
+BUCKET_COLUMN = delta_tables.BUCKET_COLUMN
 #: The internal ``msgid_index`` table: the distinct message IDs of each interval, per bucket.
 MSGID_INDEX_SCHEMA = pa.schema([("msg_id", pa.string()), (delta_tables.INTERVAL_COLUMN, pa.string()),
                                 (BUCKET_COLUMN, pa.int32())])
@@ -367,14 +367,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     timings["decide_and_write"] = round(time.time() - phase, 3)
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id}
-    commits = {}
-    for name, uri, schema, records, rows in (
-            (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
-            (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)):
-        commits[name] = delta_tables.commit_files(
-            uri, records, schema=schema, partition_by=delta_tables.INTERVAL_TABLES[name],
-            replace=delta_tables.interval_filter(interval_id), metadata={**meta, "rows": rows},
-            app_id=f"plgd.{APP}.{name}/{interval_id}", run_version=run_version)
+    commits = delta_tables.commit_interval(APP, interval_id, (
+        (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
+        (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),
+        run_version=run_version, metadata=meta)
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed %s version %s (%d rows; %d within-batch and %d cross-batch duplicates dropped; "
              "phase seconds %s)", deduped_uri, commits[delta_tables.EVENTS_DEDUPED].version, totals["output"],
