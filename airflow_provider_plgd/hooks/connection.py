@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, TlsDowngradeError
-from airflow_provider_plgd.get_provider_info import CONN_TYPE, NKEY_SEED_EXTRA
+from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, NKEY_SEED_EXTRA
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +83,12 @@ class JetStreamSettings:
         hidden = len(self.secret_values())
         return f"JetStreamSettings(servers={self.safe_servers()!r}, {fields}, hidden_secrets={hidden})"
 
+
+
+def field_name(key: str) -> str:
+    """How errors name a connection field: the connection form's label and the extra's key, e.g.
+    ``Credentials file ('creds_file')`` (labels from ``get_provider_info.CONN_FIELDS``)."""
+    return f"{CONN_FIELDS[key]['label']} ({key!r})"
 
 def _strip_userinfo(url: str) -> str:
     """``url`` without a ``user:password@`` / ``token@`` part: everything between ``://`` and the
@@ -204,7 +210,7 @@ def _check_user_seed(seed: str, conn_id: str) -> None:
             ok = False
     if not ok:
         raise JetStreamAuthError(
-            f"connection {conn_id!r}: {NKEY_SEED_EXTRA!r} is not a valid NKEY user seed (expected the 58-character "
+            f"connection {conn_id!r}: {field_name(NKEY_SEED_EXTRA)} is not a valid NKEY user seed (expected the 58-character "
             "seed starting with 'SU' that nsc or 'nk -gen user' prints); the value is not shown"
         )
 
@@ -220,7 +226,7 @@ def _check_creds_file(path: str, conn_id: str) -> None:
             text = f.read(1 << 20).decode("utf-8", errors="replace")
     except OSError as exc:
         raise JetStreamAuthError(
-            f"connection {conn_id!r}: cannot read 'creds_file' {path!r}: {exc.strerror or type(exc).__name__}"
+            f"connection {conn_id!r}: cannot read {field_name('creds_file')} {path!r}: {exc.strerror or type(exc).__name__}"
         ) from None
     lines = text.splitlines()
     try:
@@ -230,14 +236,14 @@ def _check_creds_file(path: str, conn_id: str) -> None:
         jwt_line = seed_line = ""
     if jwt_line.count(".") != 2 or not seed_line:
         raise JetStreamAuthError(
-            f"connection {conn_id!r}: 'creds_file' {path!r} is not a NATS .creds file (expected the "
+            f"connection {conn_id!r}: {field_name('creds_file')} {path!r} is not a NATS .creds file (expected the "
             "'BEGIN NATS USER JWT' and 'BEGIN USER NKEY SEED' sections that nsc writes)"
         )
     try:
         _check_user_seed(seed_line, conn_id)
     except JetStreamAuthError:
         raise JetStreamAuthError(
-            f"connection {conn_id!r}: 'creds_file' {path!r} holds no valid NKEY user seed"
+            f"connection {conn_id!r}: {field_name('creds_file')} {path!r} holds no valid NKEY user seed"
         ) from None
 
 
@@ -267,9 +273,9 @@ def _normalize_server(value: str, *, tls: bool, conn_id: str | None = None) -> s
     if "@" in after_scheme:
         raise ValueError(
             f"{where}server URL {_strip_userinfo(value)!r} carries credentials before '@' (not shown); "
-            "Airflow shows the Host field and the 'servers' extra in clear text in its UI and REST API, so "
-            "put the user and password in the connection's Login/Password fields (a token in the 'token' "
-            "extra) and list the server without them"
+            f"Airflow shows the Host field and the {field_name('servers')} field in clear text in its UI and "
+            "REST API, so put the user and password in the connection's User and Password fields (a token in "
+            f"{field_name('token')}) and list the server without them"
         )
     try:
         port = parts.port  # ValueError for a non-numeric port
@@ -315,18 +321,19 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
         servers = ()
     if not servers:
         raise ValueError(
-            f"connection {conn_id!r} has neither a host nor a 'servers' extra; expected e.g. host 127.0.0.1"
+            f"connection {conn_id!r} has neither a Host nor {field_name('servers')}; expected e.g. host 127.0.0.1"
         )
     schemes = [urlsplit(u).scheme for u in servers]
     if "ws" in schemes and (use_tls or "tls" in schemes or "wss" in schemes):
         plain = ", ".join(u for u, scheme in zip(servers, schemes) if scheme == "ws")
         raise ValueError(
             f"connection {conn_id!r}: server {plain} is a plain websocket (ws://) but TLS is configured "
-            "(tls_ca/tls_cert or a tls:// / wss:// server); nats-py never switches a ws:// connection to TLS, "
-            "so the credentials would travel in clear text: use wss:// (or remove the TLS settings)"
+            f"({field_name('tls_ca')}, {field_name('tls_cert')} or a tls:// / wss:// server); nats-py never "
+            "switches a ws:// connection to TLS, so the credentials would travel in clear text: use wss:// (or remove the TLS settings)"
         )
     if tls_key and not tls_cert:
-        raise ValueError(f"connection {conn_id!r}: 'tls_key' is set but 'tls_cert' is not; set both or neither")
+        raise ValueError(f"connection {conn_id!r}: {field_name('tls_key')} is set but {field_name('tls_cert')} is not; "
+                         "set both or neither")
     nkey_seed, legacy_seed = _extra(extras, NKEY_SEED_EXTRA), _extra(extras, _LEGACY_NKEY_SEED_EXTRA)
     if nkey_seed and legacy_seed:
         raise ValueError(
@@ -344,7 +351,8 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
         nkey_seed = legacy_seed
     creds_file = _extra(extras, "creds_file")
     if nkey_seed and creds_file:
-        raise ValueError(f"connection {conn_id!r}: set either {NKEY_SEED_EXTRA!r} or 'creds_file', not both")
+        raise ValueError(f"connection {conn_id!r}: set either {field_name(NKEY_SEED_EXTRA)} or "
+                         f"{field_name('creds_file')}, not both")
     return JetStreamSettings(
         servers=servers,
         stream=check_stream_name(stream or _extra(extras, "stream") or DEFAULT_STREAM),
@@ -384,13 +392,14 @@ def _describe_connect_error(exc: BaseException, s: JetStreamSettings) -> str:
     """A one-line reason for a failed connect, with a hint for TLS problems (no secrets)."""
     text = f"{type(exc).__name__}: {exc or 'timed out'}"
     if isinstance(exc, ssl.SSLCertVerificationError):
-        hint = ("the server's certificate is not trusted: set 'tls_ca' to the CA that signed it"
-                if not s.tls_ca else f"the server's certificate is not signed by tls_ca {s.tls_ca!r} "
+        hint = (f"the server's certificate is not trusted: set {field_name('tls_ca')} to the CA that signed it"
+                if not s.tls_ca else f"the server's certificate is not signed by {field_name('tls_ca')} {s.tls_ca!r} "
                 "or does not name this host")
         return f"TLS verification failed ({hint}): {text}"
     lowered = str(exc).lower()
     if isinstance(exc, ssl.SSLError) and "certificate required" in lowered:
-        return f"the server requires a client certificate: set 'tls_cert' and 'tls_key': {text}"
+        return (f"the server requires a client certificate: set {field_name('tls_cert')} and "
+                f"{field_name('tls_key')}: {text}")
     if isinstance(exc, ssl.SSLError) or "tls" in lowered or "ssl" in lowered:
         return f"TLS handshake failed: {text}"
     return text
@@ -414,7 +423,7 @@ def connect_options(s: JetStreamSettings, conn_id: str) -> dict[str, Any]:
             importlib.import_module("nkeys")  # nats-py needs it for NKEY/JWT auth
         except ImportError:
             raise JetStreamAuthError(
-                f"{NKEY_SEED_EXTRA!r}/'creds_file' authentication needs the 'nkeys' package: "
+                f"{field_name(NKEY_SEED_EXTRA)} / {field_name('creds_file')} authentication needs the 'nkeys' package: "
                 "pip install 'nats-py[nkeys]'"
             ) from None
         if s.creds_file:
@@ -501,7 +510,8 @@ async def connect(s: JetStreamSettings, conn_id: str) -> AsyncIterator[Any]:
             if "authorization" in text.lower() or "authentication" in text.lower():
                 raise JetStreamAuthError(
                     f"authentication to NATS {_strip_userinfo(url)} failed (server said {text!r}); "
-                    f"check login/password, token, {NKEY_SEED_EXTRA} or creds_file"
+                    f"check User and Password, {field_name('token')}, {field_name(NKEY_SEED_EXTRA)} or "
+                    f"{field_name('creds_file')}"
                 ) from None
             errors.append(f"{_strip_userinfo(url)}: {text or type(exc).__name__}")
         except TlsDowngradeError as exc:

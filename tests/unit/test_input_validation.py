@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -324,7 +325,7 @@ def test_credentials_inside_a_server_url_are_refused_without_showing_them(url):
             settings_from_connection(conn)
         text = str(err.value)
         assert URL_SECRET not in text and "etl" not in text
-        assert "connection 'c': server URL '" in text and "Login/Password" in text and "'token'" in text
+        assert "connection 'c': server URL '" in text and "User and Password fields" in text and "Token ('token')" in text
 
 
 def test_ws_servers_under_tls_settings_are_refused_and_wss_is_accepted():
@@ -362,5 +363,5 @@ def test_former_nkey_seed_extra_is_still_read_with_a_warning(caplog):
     assert new.nkey_seed == seed
     with pytest.raises(ValueError, match="set the NKEY seed once, in 'nkey_seed_secret'"):
         settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed_secret": seed, "nkey_seed": seed}))
-    with pytest.raises(ValueError, match="set either 'nkey_seed_secret' or 'creds_file', not both"):
+    with pytest.raises(ValueError, match=re.escape("set either NKEY seed ('nkey_seed_secret') or Credentials file ('creds_file'), not both")):
         settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed": seed, "creds_file": "/x"}))
