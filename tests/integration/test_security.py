@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import ssl
 from pathlib import Path
 
@@ -205,7 +204,7 @@ def test_unknown_nkey_fails_with_auth_error_without_seed(tls_server, pki, monkey
 def test_malformed_nkey_seed_fails_before_connecting_without_seed(tls_server, pki, monkeypatch, seed, no_leak):
     files = pki["good"]
     set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed_secret": seed, "tls_ca": files.ca})
-    expect_error(JetStreamAuthError, seed, match=r"NKEY seed \('nkey_seed_secret'\) is not a valid NKEY user seed")
+    expect_error(JetStreamAuthError, seed, match="NKEY seed ('nkey_seed_secret') is not a valid NKEY user seed")
     no_leak(seed)
 
 
@@ -282,7 +281,7 @@ def test_missing_or_malformed_creds_file_fails_fast_naming_the_path(operator_ser
         path.write_text(content)
     set_conn(monkeypatch, host=operator_server.host, port=operator_server.port, extra={"creds_file": str(path)})
     # nats-py alone loops forever on a file without the JWT marker: the hook checks the file first
-    expect_error(JetStreamAuthError, match=re.escape(f"Credentials file ('creds_file') {str(path)!r}"))
+    expect_error(JetStreamAuthError, match=f"Credentials file ('creds_file') {str(path)!r}")
 
 
 def test_settings_repr_and_errors_hold_no_secret():
