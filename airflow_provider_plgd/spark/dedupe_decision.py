@@ -49,6 +49,16 @@ class Decision:
     dropped_rows: Any = None
     index: Any = None
 
+    def merge(self, other: dict[str, Any]) -> None:
+        """Add the counts of another decision (its ``per_type``, ``null_ids`` and ``exact_copies``,
+        e.g. one msg-ID bucket's) to this one."""
+        for event_type, counts in other["per_type"].items():
+            entry = self.per_type.setdefault(event_type, dict.fromkeys(counts, 0))
+            for key, n in counts.items():
+                entry[key] += n
+        self.null_ids += other["null_ids"]
+        self.exact_copies = self.exact_copies or other["exact_copies"]
+
     def totals(self) -> dict[str, int]:
         """``{"input", "output", "within_batch", "cross_batch"}`` summed over the event types."""
         keys = ("input", "output", "within_batch", "cross_batch")

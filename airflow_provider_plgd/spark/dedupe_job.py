@@ -29,15 +29,15 @@ import pyarrow as pa
 
 from airflow_provider_plgd import delta_tables, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
-from airflow_provider_plgd.spark.parquet_io import data_file_name, new_write_id, write_parquet_file
+from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
 APP = "dedupe"
 DEFAULT_LOOKBACK = 24
-#: Buckets of the msg-ID hash. The decision runs as one task per bucket, and ``msgid_index`` is
-#: partitioned by the same bucket (its ``bucket`` column), so a bucket's lookback reads only its own
-#: index files. Part of the table layout: a ``msgid_index`` written with another count is refused.
+#: Buckets of the msg-ID hash. The decision runs bucket by bucket in executor tasks
+#: (:func:`decide_partitions`), and ``msgid_index`` is partitioned by the same bucket (its
+#: ``bucket`` column), so a bucket's lookback reads only its own index files. Part of the table layout: a ``msgid_index`` written with another count is refused.
 MSGID_BUCKETS = 16
 BUCKET_COLUMN = delta_tables.BUCKET_COLUMN
 #: The internal ``msgid_index`` table: the distinct message IDs of each interval, per bucket.
@@ -87,15 +87,6 @@ def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[s
     return by_bucket
 
 
-def _ipc_bytes(table: pa.Table) -> bytes:
-    """``table`` as an Arrow IPC stream, zstd-compressed (the key columns shrink ~4.5x: less to
-    pickle, hand to the JVM and shuffle)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 #: Key rows per task below which more tasks cost more than they save (a Python task's start and
 #: shuffle are ~0.1 s; one core reads and hashes ~600k key rows per second).
 ROWS_PER_TASK = 250_000
@@ -141,7 +132,8 @@ def make_key_task(buckets: int = MSGID_BUCKETS, partitions: int = MSGID_BUCKETS)
             keys = pa.concat_tables(parts)
             target = pc.remainder(keys.column("_bucket"), partitions)
             for p in pc.unique(target).to_pylist():
-                yield int(p), _ipc_bytes(keys.filter(pc.equal(target, p)))
+                # zstd: the key columns shrink ~4.5x, less to pickle, hand to the JVM and shuffle
+                yield int(p), ipc_bytes(keys.filter(pc.equal(target, p)), compression="zstd")
 
     return task
 
@@ -286,14 +278,7 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
                .collect())
     for _, (kind, value) in records:
         if kind == "counts":
-            for event_type, counts in value["per_type"].items():
-                for row_class in dedupe_decision.CLASSES:
-                    n = counts["output" if row_class == "kept" else row_class]
-                    if n:
-                        dedupe_decision.add_count(decision.per_type, None if event_type == "_none" else event_type,
-                                                  row_class, n)
-            decision.null_ids += value["null_ids"]
-            decision.exact_copies = decision.exact_copies or value["exact_copies"]
+            decision.merge(value)
             result["index_rows"] += value["index_rows"]
         elif kind == "index":
             result["index_records"].append(value)

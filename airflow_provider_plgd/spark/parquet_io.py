@@ -210,3 +210,15 @@ def read_events_files(files: Iterable[tuple[str, Mapping[str, Any]]], columns: S
                 table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
         tables.append(table.select([c for c in columns if c in table.column_names]))
     return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+
+def ipc_bytes(table, *, compression: str | None = None) -> bytes:
+    """``table`` (pyarrow) as one Arrow IPC stream, the unit the Python RDD shuffles of dedupe and
+    rebuild carry (``compression``: None, ``"lz4"`` or ``"zstd"``; readers need no option).
+    """
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()

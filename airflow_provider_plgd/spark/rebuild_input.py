@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from airflow_provider_plgd import delta_tables
 from airflow_provider_plgd.spark import fold, snapshot_store
-from airflow_provider_plgd.spark.parquet_io import read_events_files
+from airflow_provider_plgd.spark.parquet_io import ipc_bytes, read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
 BUCKET_COLUMN = "_bucket"
@@ -105,11 +105,7 @@ def make_map_task(buckets: int, partitions: int):
             rows = rows.append_column(DEVICE_COLUMN, devices).append_column(BUCKET_COLUMN, bucket)
             target = pc.remainder(bucket, partitions) if partitions > 1 else pa.array([0] * len(bucket), pa.int32())
             for p in pc.unique(target).to_pylist():
-                part = rows.filter(pc.equal(target, p))
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, part.schema) as writer:
-                    writer.write_table(part)
-                yield int(p), sink.getvalue().to_pybytes()
+                yield int(p), ipc_bytes(rows.filter(pc.equal(target, p)))
 
     return task
 

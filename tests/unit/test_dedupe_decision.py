@@ -125,3 +125,27 @@ def test_decide_partitions_divide_the_buckets_and_follow_slots_and_rows():
     for slots in range(1, 40):
         for rows in (0, ROWS_PER_TASK, 7 * ROWS_PER_TASK, 10**9):
             assert MSGID_BUCKETS % decide_partitions(slots, rows) == 0
+
+
+def test_merge_adds_the_counts_of_bucket_decisions():
+    """``Decision.merge``: the decision of an interval split by msg-ID bucket adds up to the
+    decision of the whole interval (counts, null IDs, exact copies)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from airflow_provider_plgd.spark import dedupe_job
+    from airflow_provider_plgd.spark.dedupe_decision import Decision, decide
+
+    keys = pa.table({"msg_id": ["a", "a", "b", None, "c", "c", "d"], "stream": ["S"] * 7,
+                     "stream_seq": [1, 2, 3, 4, 5, 5, 6], "subject": ["x"] * 7,
+                     "event_type": ["t1", "t1", "t2", "t2", None, None, "t1"]})
+    whole = decide(keys, pa.array(["d"]))
+    merged = Decision()
+    bucket = pa.array([dedupe_job.msgid_bucket(m, 4) for m in keys.column("msg_id").to_pylist()])
+    for b in range(4):
+        part = keys.filter(pc.equal(bucket, b))
+        one = decide(part, pa.array(["d"]))
+        merged.merge({"per_type": one.per_type, "null_ids": one.null_ids, "exact_copies": one.exact_copies})
+    assert dict(sorted(merged.per_type.items())) == whole.per_type
+    assert merged.totals() == whole.totals() == {"input": 7, "output": 4, "within_batch": 2, "cross_batch": 1}
+    assert (merged.null_ids, merged.exact_copies) == (whole.null_ids, whole.exact_copies) == (1, True)
