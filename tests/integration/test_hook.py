@@ -516,7 +516,7 @@ def test_settings_from_connection():
         settings_from_connection(SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
                                                  extra_dejson={"servers": "nats://u:secret@h:1"}))
     assert "secret" not in str(err.value)
-    with pytest.raises(ValueError, match="neither a host nor a 'servers' extra"):
+    with pytest.raises(ValueError, match=r"neither a Host nor Servers \('servers'\)"):
         settings_from_connection(SimpleNamespace(conn_id="c", host=None, port=None, login=None, password=None,
                                                  extra_dejson={}))
     with pytest.raises(ValueError, match="invalid NATS server URL 'http://h:1'"):
