@@ -394,12 +394,18 @@ class StagingWriter:
         """Payload bytes buffered for row groups not written yet."""
         return sum(p.p_bytes for p in self._parts.values())
 
-    def flush(self) -> None:
+    def flush(self, *, close: bool = False) -> None:
         """Write the pending rows now, as row groups (for a caller's memory budget over many writers:
-        the rows and their order are unchanged, only row groups are cut earlier)."""
+        the rows and their order are unchanged, only row groups are cut earlier).
+
+        :param close: also close the open part files (the next rows start a new part file), so a
+            caller with many writers holds no file open between flushes.
+        """
         self._require_open()
         for part in self._parts.values():
             self._flush_row_group(part)
+            if close:
+                self._close_file(part)
 
     def open(self) -> None:
         """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now

@@ -154,7 +154,7 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     counts.start()
     t0 = time.perf_counter()
     record = write_interval_ledger(JetStreamHook(jetstream_conn_id="plgd_jetstream_default", stream="EVENTS"),
-                                   root, interval, start, end, None, list(EVENT_TYPES), accept_fewer=False,
+                                   root, times.Interval.of(start, end), None, list(EVENT_TYPES), accept_fewer=False,
                                    max_ranges=args.max_fetch_tasks, range_messages=args.fetch_range_messages)
     t_plan = time.perf_counter() - t0
     if record["total"] != published:

@@ -175,7 +175,8 @@ class FetchPipeline:
         committed). Then the task's record ``{ledger_dir}/fetch/range-NNNNN.json`` is written.
         Memory: the messages buffered for row groups, at most about ``range_buffer_bytes`` of
         payload over all batches (the largest buffers are written out first) plus one row group
-        per batch larger than ``row_group_bytes``.
+        per batch larger than ``row_group_bytes``. Open part files: only those of batches that
+        filled a row group (``row_group_size`` rows or ``row_group_bytes``), never one per batch.
 
         :return: the XCom summary ``{"stream", "mode": "range", "root", "interval_id", "range",
             "count", "bytes", "first_seq", "last_seq", "owners", "batches", "skipped", "record"}``.
@@ -221,14 +222,15 @@ class FetchPipeline:
                 writer.write(rows, index)
 
         def spill() -> int:
-            """Write the largest buffers out until at most half the budget stays buffered."""
+            """Write the largest buffers out until at most half the budget stays buffered; their part
+            files are closed, so the open files do not grow with the batches of the range."""
             pending = sorted(((w.pending_bytes, key) for key, w in writers.items() if w.pending_bytes),
                              reverse=True)
             left = sum(p for p, _ in pending)
             for size, key in pending:
                 if left <= settings.range_buffer_bytes // 2:
                     break
-                writers[key].flush()
+                writers[key].flush(close=True)
                 left -= size
             return left
 

@@ -171,6 +171,9 @@ class JetStreamToStagingOperator(BaseOperator):
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
     :param max_rows_per_file: rows per part file (default 1,000,000).
+    :param range_buffer_bytes: ``ledger_range`` only: payload bytes buffered over all batches of the
+        range before the largest buffers are written out and their part files closed (default
+        64 MiB; bounds memory and open files at many owners).
     :param compression: Parquet codec (default ``"snappy"``).
     :param progress_interval_seconds: log progress at most this often (default 5 s) ...
     :param progress_every_messages: ... or after this many messages (default 100,000).
@@ -265,6 +268,7 @@ class JetStreamToStagingOperator(BaseOperator):
         row_group_size: int = 50_000,
         row_group_bytes: int = 32 * 1024 * 1024,
         max_rows_per_file: int = 1_000_000,
+        range_buffer_bytes: int = 64 * 1024 * 1024,
         compression: str = "snappy",
         progress_interval_seconds: float = 5.0,
         progress_every_messages: int = 100_000,
@@ -298,6 +302,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.row_group_size = row_group_size
         self.row_group_bytes = row_group_bytes
         self.max_rows_per_file = max_rows_per_file
+        self.range_buffer_bytes = range_buffer_bytes
         self.compression = compression
         self.progress_interval_seconds = progress_interval_seconds
         self.progress_every_messages = progress_every_messages
@@ -329,6 +334,7 @@ class JetStreamToStagingOperator(BaseOperator):
         return FetchSettings(
             batch_size=self.batch_size, row_group_size=self.row_group_size, row_group_bytes=self.row_group_bytes,
             max_rows_per_file=self.max_rows_per_file, compression=self.compression,
+            range_buffer_bytes=positive_int(self.range_buffer_bytes, "range_buffer_bytes"),
             progress_interval_seconds=self.progress_interval_seconds,
             progress_every_messages=self.progress_every_messages, settle_seconds=self.settle_seconds,
             source_wait_seconds=None if self.source_wait_seconds in (None, "") else self.source_wait_seconds,

@@ -384,6 +384,46 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
         run_op(ledger_range=2, ledger=ledger.interval_dir(other, "EVENTS", chosen["interval_id"]), destination=other)
 
 
+def test_a_range_of_many_owners_over_a_small_buffer_stages_everything_without_a_file_open_per_batch(
+        jetstream, storage_root):
+    """``range_buffer_bytes`` far below the range's payload: the largest buffers are written out
+    early, many times. Every message is still staged once with its payload, and the task never
+    holds a part file open per batch (a low open-files limit, below the number of batches, holds:
+    before, each written-out batch kept its file open until the commit, and the task failed with
+    "Too many open files")."""
+    import os
+    import resource
+
+    from airflow_provider_plgd.spark.decode_job import ledger_manifests
+
+    owners = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(300)]
+    publish_messages(jetstream.url, [(registrations_subject(o, "devicesregistered"), bytes([r, i % 251]) * 1000, None)
+                                     for r in range(2) for i, o in enumerate(owners)])
+    start_ns, end_ns = bounds_around(jetstream.url)
+    truth = read_stream(jetstream.url)
+    record = plan_ledger(storage_root, start_ns, end_ns, event_types=("devicesregistered",))
+    base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 150, hard))
+    try:
+        out = run_op(ledger_range="0", ledger=base, destination=storage_root, range_buffer_bytes=64 * 1024,
+                     batch_size=20)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (out["count"], out["owners"], out["batches"]) == (600, 300, 300)
+    named = ledger_manifests(storage_root, "EVENTS", record["interval_id"])
+    assert max(len(m["files"]) for m in named) == 2  # written out early: a new part file after each
+    staged = {}
+    for m in named:
+        rows = staging.read_batch(m).select(["stream_seq", "subject", "data"]).to_pylist()
+        for row in rows:
+            assert row["stream_seq"] not in staged
+            staged[row["stream_seq"]] = (row["subject"], row["data"])
+    assert staged == {seq: (subject, data) for seq, (subject, _t, _h, data) in truth.items()}
+    with pytest.raises(ValueError, match="range_buffer_bytes must be a positive integer, got 0"):
+        run_op(ledger_range="0", ledger=base, destination=storage_root, range_buffer_bytes=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Odd owner tokens and our reserved names (docs/reliability.md, "Owner tokens that are not owner IDs")
 # ---------------------------------------------------------------------------------------------
