@@ -36,7 +36,6 @@ class Decision:
     :ivar exact_copies: True when ``(msg_id, stream, stream_seq)`` does not single out every row
         with a ``msg_id`` (a repeated key, or a null ``stream``/``stream_seq``): the rows to drop
         cannot be named by ``(stream, stream_seq)`` then.
-    :ivar drops: ``{stream: [stream_seq, ...]}`` of the dropped rows (ascending).
     :ivar dropped_rows: ``pyarrow.Array`` (int64) of the positions in ``keys`` of the dropped rows
         (ascending): names every dropped row, exact copies too.
     :ivar index: ``pyarrow.Array`` (string) of the distinct non-null message IDs, sorted.
@@ -45,7 +44,6 @@ class Decision:
     per_type: dict[str, dict[str, int]] = field(default_factory=dict)
     null_ids: int = 0
     exact_copies: bool = False
-    drops: dict[str, list[int]] = field(default_factory=dict)
     dropped_rows: Any = None
     index: Any = None
 
@@ -146,9 +144,4 @@ def decide(keys, seen=None) -> Decision:
     dropped = pc.or_(cross, within)
     positions = pc.filter(order, dropped).cast(pa.int64())  # ``order`` maps sorted rows to ``keys`` rows
     decision.dropped_rows = pc.take(positions, pc.array_sort_indices(positions))
-    gone = pa.table({"stream": stream, "stream_seq": seq}).filter(dropped)
-    for s, q in zip(gone.column("stream").to_pylist(), gone.column("stream_seq").to_pylist()):
-        decision.drops.setdefault(s, []).append(q)
-    for seqs in decision.drops.values():
-        seqs.sort()
     return decision
