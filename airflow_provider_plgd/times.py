@@ -26,7 +26,6 @@ __all__ = [
     "parse_interval_id",
     "parse_rfc3339_ns",
     "seq_interval_id",
-    "time_bounds",
     "to_ns",
 ]
 
@@ -159,15 +158,6 @@ def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
     """
     start_ns, end_ns = _ordered_ns(start, end, ("start", "end"))
     return f"{compact_time(start_ns)}_{compact_time(end_ns)}"
-
-
-def time_bounds(start: datetime | int | str, end: datetime | int | str) -> dict[str, Any]:
-    """The bounds of a time interval ``[start, end)`` as the manifests and the ledger store them
-    (:meth:`Interval.bounds`).
-
-    :raises ValueError: naive datetimes, unparseable strings, or ``end <= start``.
-    """
-    return Interval.of(start, end).bounds()
 
 
 @dataclass(frozen=True)

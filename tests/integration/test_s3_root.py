@@ -290,7 +290,7 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
     with staging.StagingWriter(storage_root, stream="EVENTS", owner_id=owner, event_type="resourcechanged",
                                interval_id=interval, subject_filters=[f"plgd.owners.{owner}.>"],
-                               bounds=times.time_bounds(0, 1)) as writer:
+                               bounds=times.Interval.of(0, 1).bounds()) as writer:
         writer.start_filter(f"plgd.owners.{owner}.>")
         committed = writer.commit()
     folder = storage.to_fs(committed["folder"])[1]

@@ -54,12 +54,12 @@ def test_interval_end_epoch():
     assert times.interval_end_epoch("not-an-id") is None
 
 
-def test_time_bounds():
-    assert times.time_bounds(T0, T0_NS + 1) == {"kind": "time", "start_ns": T0_NS, "end_ns": T0_NS + 1,
-                                                 "start": "2026-01-01T00:00:00Z",
-                                                 "end": "2026-01-01T00:00:00.000000001Z"}
+def test_interval_bounds():
+    assert times.Interval.of(T0, T0_NS + 1).bounds() == {
+        "kind": "time", "start_ns": T0_NS, "end_ns": T0_NS + 1,
+        "start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:00:00.000000001Z"}
     with pytest.raises(ValueError, match="must be after"):
-        times.time_bounds(T0, T0)
+        times.Interval.of(T0, T0)
 
 
 def test_times_imports_no_airflow_and_no_pyarrow():
