@@ -18,13 +18,15 @@ server saw during plan + fetch, counted on a separate nats-py connection: consum
 one audit advisory per request; pull requests ``$JS.API.CONSUMER.MSG.NEXT.*`` are not audited and
 are counted apart by subscribing to them). Then the ratio of the last case to the first.
 Figures, not a test. Usage:
-``python -m bench.bench_owners [--owners 8,100000] [--messages 200000] [--max-fetch-tasks 16]``.
+``python -m bench.bench_owners [--owners 8,100000] [--messages 200000] [--max-fetch-tasks 16] [--s3]``
+(``--s3``: the storage root on a moto S3 server started here, ``plgd_devtools.s3_server``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
@@ -33,6 +35,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from plgd_devtools.nats_server import NatsServer, recreate_stream
+from plgd_devtools.s3_server import S3Server
 
 #: Subjects counted by :class:`ServerCounts` (name -> subject).
 COUNTED = {
@@ -120,7 +123,17 @@ class ServerCounts:
 
 
 def _fragments(folder: str) -> int:
-    return sum(1 for _d, _s, files in os.walk(folder) for f in files if f.startswith("_manifest-r"))
+    from airflow_provider_plgd import storage
+
+    fs, path = storage.to_fs(folder)
+    return len(fs.glob(f"{path}/*/*/*/*/_manifest-r*"))
+
+
+def _sizes(folder: str, pattern: str) -> int:
+    from airflow_provider_plgd import storage
+
+    fs, path = storage.to_fs(folder)
+    return sum(int(info["size"]) for info in fs.glob(f"{path}/{pattern}", detail=True).values())
 
 
 def _rss_mb(pid: int | None) -> float:
@@ -132,7 +145,7 @@ def _rss_mb(pid: int | None) -> float:
         return float("nan")
 
 
-def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespace) -> dict:
+def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespace, s3: S3Server | None) -> dict:
     """Publish, plan and fetch one case; return its figures."""
     from airflow_provider_plgd import ledger, times
     from airflow_provider_plgd.etl import write_interval_ledger
@@ -148,7 +161,7 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     t_pub = time.perf_counter() - t0
     end = datetime.now(timezone.utc) + timedelta(milliseconds=1)
     time.sleep(0.1)  # the interval is complete on the server's clock
-    root = f"{tmp}/root-{n_owners}"
+    root = s3.root_url(f"root-{n_owners}") if s3 else f"{tmp}/root-{n_owners}"
     interval = times.interval_id(start, end)
     counts = ServerCounts(server.url)
     counts.start()
@@ -175,8 +188,7 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
         raise SystemExit(f"the fetch staged {staged}, published {published}")
     return {"owners": n_owners, "messages": published, "publish_s": t_pub, "plan_s": t_plan, "fetch_s": t_fetch,
             "ranges": record["fetch_ranges"], "fragments": _fragments(f"{root}/staging"),
-            "records_bytes": sum(os.path.getsize(f"{base}/fetch/{n}") for n in os.listdir(f"{base}/fetch")),
-            "stream_json_bytes": os.path.getsize(f"{base}/stream.json"),
+            "records_bytes": _sizes(base, "fetch/range-*.json"), "stream_json_bytes": _sizes(base, "stream.json"),
             "plan_counts": at_plan, "counts": total, "rss_mb": _rss_mb(server.pid)}
 
 
@@ -201,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=200_000, help="messages per case")
     parser.add_argument("--max-fetch-tasks", type=int, default=16)
     parser.add_argument("--fetch-range-messages", type=int, default=100_000)
+    parser.add_argument("--s3", action="store_true",
+                        help="the storage root on a moto S3 server started here (default: a local folder)")
     parser.add_argument("--log-level", default="WARNING", help="level of the provider's loggers")
     args = parser.parse_args(argv)
     import logging
@@ -211,12 +225,17 @@ def main(argv: list[str] | None = None) -> None:
 
     cases = [int(n) for n in args.owners.split(",")]
     results = []
-    with tempfile.TemporaryDirectory(prefix="bench-owners-") as tmp, NatsServer(store_dir=f"{tmp}/js") as server:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-owners-"))
+        server = stack.enter_context(NatsServer(store_dir=f"{tmp}/js"))
+        s3 = stack.enter_context(S3Server()) if args.s3 else None
+        if s3:
+            os.environ.update(s3.env())
         host, port = server.url.removeprefix("nats://").rsplit(":", 1)
         os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = json.dumps(
             {"conn_type": "plgd_jetstream", "host": host, "port": int(port), "extra": {"stream": "EVENTS"}})
         for n in cases:
-            results.append(run_case(server, tmp, n, args))
+            results.append(run_case(server, tmp, n, args, s3))
             _print_case(results[-1])
     if len(results) > 1:
         a, b = results[0], results[-1]
