@@ -401,22 +401,30 @@ class StagingWriter:
         :param close: also close the open part files (the next rows start a new part file), so a
             caller with many writers holds no file open between flushes.
         """
-        self._require_open()
+        self._require_uncommitted()
         for part in self._parts.values():
             self._flush_row_group(part)
             if close:
                 self._close_file(part)
 
     def open(self) -> None:
-        """Start the batch: create the folder and delete an old ``_manifest.json`` (the folder is now
-        uncommitted), or only the fragment's own manifest."""
+        """Start the batch on storage: create the folder (where folders exist) and delete an old
+        ``_manifest.json`` (the folder is now uncommitted), or only the fragment's own manifest.
+
+        Called by the ``with`` block; without it, the first part file or :meth:`commit` calls it,
+        so a writer whose rows stay buffered until the commit touches storage only then (one
+        delete, the part files, the manifest and one listing on an object store).
+        """
         if self._opened:
             return
         manifest = join_path(self.folder, self.manifest_name)
         with io_error_with_path(self.fs, self.folder, "create the staging folder"):
-            self.fs.makedirs(self.folder, exist_ok=True)
-            if self.fs.exists(manifest):
-                self.fs.rm(manifest)
+            if self._rename:  # a file system with folders; object stores have none to create
+                self.fs.makedirs(self.folder, exist_ok=True)
+            try:
+                self.fs.rm_file(manifest)  # one request; deleting a missing key is no error on S3
+            except FileNotFoundError:
+                pass
         self._opened = True
 
     def start_filter(self, subject_filter: str) -> None:
@@ -424,7 +432,7 @@ class StagingWriter:
 
         :raises ValueError: the filter is not the next one of ``subject_filters``.
         """
-        self._require_open()
+        self._require_uncommitted()
         index = 0 if self._current is None else self._current + 1
         if index >= len(self.subject_filters) or self.subject_filters[index] != subject_filter:
             raise ValueError(
@@ -444,7 +452,7 @@ class StagingWriter:
         :raises ValueError: no filter given or started when a batch has several; a bad index;
             sequences not strictly increasing within a filter.
         """
-        self._require_open()
+        self._require_uncommitted()
         if filter_index is None:
             if self._current is None:
                 if len(self.subject_filters) == 1:
@@ -507,7 +515,8 @@ class StagingWriter:
 
         :return: the manifest (see :func:`read_manifest`), plus ``"folder"`` (where it was written).
         """
-        self._require_open()
+        self._require_uncommitted()
+        self.open()
         for part in self._parts.values():
             self._finish_part(part)
         filters = [self._parts[i].stats if i in self._parts else _FilterPart(i, sf).stats
@@ -568,9 +577,7 @@ class StagingWriter:
                     pass
 
     # -- internals ------------------------------------------------------------------------------
-    def _require_open(self) -> None:
-        if not self._opened:
-            raise ValueError("StagingWriter.open() (or a with block) is required before writing")
+    def _require_uncommitted(self) -> None:
         if self._committed:
             raise ValueError(f"batch {self.url} is already committed")
 
@@ -585,6 +592,7 @@ class StagingWriter:
         self._close_file(part)
 
     def _open_file(self, part: _FilterPart) -> None:
+        self.open()
         name = part_name(len(part.files), part.index, self.fragment)
         tmp = join_path(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else join_path(self.folder, name)
         with io_error_with_path(self.fs, tmp, "open the part file"):
@@ -618,14 +626,16 @@ class StagingWriter:
         info, tmp = part.file_info, part.tmp_path
         assert info is not None  # set together with part.writer by _open_file
         final = join_path(self.folder, info["path"])
+        size = None
         with io_error_with_path(self.fs, tmp, "close the part file"):
             part.writer.close()
             if part.sink is not None:
+                size = part.sink.tell()  # the bytes written, without asking the object store
                 part.sink.close()
         with io_error_with_path(self.fs, final, "rename the part file to"):
             if tmp != final:
                 self.fs.mv(tmp, final)
-            info["bytes"] = int(self.fs.size(final))
+            info["bytes"] = int(self.fs.size(final) if size is None else size)
         part.files.append(info)
         part.writer = part.sink = part.tmp_path = part.file_info = None
 

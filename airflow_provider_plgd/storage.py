@@ -124,9 +124,9 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
     """
     with io_error_with_path(fs, path, "write"):
         parent = posixpath.dirname(path)
-        if parent:
-            fs.makedirs(parent, exist_ok=True)
-        if atomic_rename_ok(fs):
+        if atomic_rename_ok(fs):  # a file system with folders (object stores have none to create)
+            if parent:
+                fs.makedirs(parent, exist_ok=True)
             tmp = join_path(parent, f".{posixpath.basename(path)}.{uuid.uuid4().hex}.inprogress")
             fs.pipe_file(tmp, data)
             fs.mv(tmp, path)

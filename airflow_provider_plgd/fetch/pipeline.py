@@ -52,6 +52,8 @@ class FetchSettings:
     :ivar spool_dir: durable mode: the spool folder (None: :func:`~.spool.default_spool_dir`).
     :ivar range_buffer_bytes: range mode: payload bytes buffered over all batches of the range
         before the largest buffers are written out early (bytes; bounds memory at many owners).
+    :ivar commit_threads: range mode: batches committed at once (each commit is a few storage
+        requests; on an object store they wait on the network).
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -67,6 +69,7 @@ class FetchSettings:
     ack_wait_seconds: float = 300.0
     spool_dir: str | None = None
     range_buffer_bytes: int = 64 * 1024 * 1024
+    commit_threads: int = 8
 
 
 class FetchPipeline:
@@ -218,8 +221,7 @@ class FetchPipeline:
                     _, event_type, filters = router.router(owner).group[target]
                     writer = writers[(owner, target)] = self._writer(root, stream, owner, event_type, interval,
                                                                      filters, bounds, fragment=fragment)
-                    writer.open()
-                writer.write(rows, index)
+                writer.write(rows, index)  # storage is touched at its first part file or its commit
 
         def spill() -> int:
             """Write the largest buffers out until at most half the budget stays buffered; their part
@@ -257,7 +259,7 @@ class FetchPipeline:
                 if problems:
                     raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed",
                                       interval_id=interval, problems=problems)
-                manifests = await worker.call(lambda: [w.commit() for w in writers.values()])
+                manifests = await worker.call(commit_all, list(writers.values()), settings.commit_threads)
         except BaseException:
             for w in writers.values():  # nothing of the range is committed: remove the part files written
                 w.abort()
@@ -518,6 +520,19 @@ def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, d
         return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
     return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
             {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
+
+
+def commit_all(writers: Sequence[staging.StagingWriter], threads: int) -> list[dict[str, Any]]:
+    """Commit ``writers`` with up to ``threads`` at once; return their manifests in order.
+
+    :raises Exception: the first commit error (after the other commits have finished).
+    """
+    if threads <= 1 or len(writers) <= 1:
+        return [w.commit() for w in writers]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="plgd-staging-commit") as pool:
+        return list(pool.map(staging.StagingWriter.commit, writers))
 
 
 #: Batches handed to the writer thread and not yet written, at most.
