@@ -120,7 +120,10 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
         :meth:`_watch_submit_log` (the "Spark application" link)."""
         hook = super()._get_hook()
         process = getattr(hook, "_process_spark_submit_log", None)
-        if process is not None:
+        if process is None:  # a private method of the apache-spark provider's hook
+            self.log.warning("%s has no _process_spark_submit_log: the \"Spark application\" link "
+                             "appears only after the application ends", type(hook).__name__)
+        else:
             setattr(hook, "_process_spark_submit_log",  # noqa: B010 - wraps the hook's own method
                     lambda itr: process(self._watch_submit_log(itr)))
         return hook

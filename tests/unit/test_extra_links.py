@@ -186,6 +186,14 @@ def test_operator_hook_output_goes_through_the_watch(monkeypatch):
     assert seen and ti.pushed[SPARK_APP_XCOM_KEY]["app_id"] == "local-1"
 
 
+def test_the_installed_spark_provider_has_the_log_method_that_the_live_link_wraps():
+    """The live link wraps a private method of the apache-spark provider's hook: a provider
+    release that renames it fails here, not silently in users' runs."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    assert callable(getattr(SparkSubmitHook, "_process_spark_submit_log", None))
+
+
 def test_a_failed_push_does_not_fail_the_task():
     class BrokenTI:
         def xcom_push(self, key, value):
