@@ -358,8 +358,9 @@ def main(argv: list[str] | None = None) -> dict:
     for name, n_devices, changes, buckets in scenarios:
         root = work / f"history_{name}"
         same = generated.get((n_devices, changes))
-        if same is not None:  # same input as an earlier scenario: copy it
-            shutil.copytree(same / "events_deduped", root / "events_deduped", dirs_exist_ok=True)
+        if same is not None:  # same input as an earlier scenario: copy it, with its companion table
+            for table in ("events_deduped", "msgid_index"):
+                shutil.copytree(same / table, root / table, dirs_exist_ok=True)
             sizes[f"history_{name}_rows"] = sizes[f"history_{same.name[len('history_'):]}_rows"]
         else:
             f = EventFactory(args.seed)
