@@ -17,7 +17,7 @@ import json
 import os
 import posixpath
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -113,6 +113,24 @@ def younger_than(fs: fsspec.AbstractFileSystem, path: str, seconds: float) -> bo
     if modified.tzinfo is None:
         modified = modified.replace(tzinfo=timezone.utc)
     return (datetime.now(timezone.utc) - modified).total_seconds() < seconds
+
+
+#: Storage calls run at once by :func:`map_io` (each waits on the network on an object store).
+IO_THREADS = 8
+
+
+def map_io(fn: Callable[[Any], Any], items: Sequence[Any], threads: int = IO_THREADS) -> list[Any]:
+    """``[fn(item) for item in items]`` with up to ``threads`` calls at once, in order: for
+    independent storage calls (one per file or folder) whose time is mostly waiting.
+
+    :raises Exception: the first error in ``items`` order (after the calls under way have ended).
+    """
+    if threads <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="plgd-io") as pool:
+        return list(pool.map(fn, items))
 
 
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:

@@ -69,7 +69,7 @@ class FetchSettings:
     ack_wait_seconds: float = 300.0
     spool_dir: str | None = None
     range_buffer_bytes: int = 64 * 1024 * 1024
-    commit_threads: int = 8
+    commit_threads: int = storage.IO_THREADS
 
 
 class FetchPipeline:
@@ -259,7 +259,8 @@ class FetchPipeline:
                 if problems:
                     raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed",
                                       interval_id=interval, problems=problems)
-                manifests = await worker.call(commit_all, list(writers.values()), settings.commit_threads)
+                manifests = await worker.call(storage.map_io, staging.StagingWriter.commit, list(writers.values()),
+                                              settings.commit_threads)
         except BaseException:
             for w in writers.values():  # nothing of the range is committed: remove the part files written
                 w.abort()
@@ -520,19 +521,6 @@ def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, d
         return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
     return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
             {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
-
-
-def commit_all(writers: Sequence[staging.StagingWriter], threads: int) -> list[dict[str, Any]]:
-    """Commit ``writers`` with up to ``threads`` at once; return their manifests in order.
-
-    :raises Exception: the first commit error (after the other commits have finished).
-    """
-    if threads <= 1 or len(writers) <= 1:
-        return [w.commit() for w in writers]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="plgd-staging-commit") as pool:
-        return list(pool.map(staging.StagingWriter.commit, writers))
 
 
 #: Batches handed to the writer thread and not yet written, at most.

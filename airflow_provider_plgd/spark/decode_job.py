@@ -32,19 +32,19 @@ def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
     """``[(url, row_group, rows)]`` of the staging files (footers read with pyarrow + fsspec).
 
     Ordered by rows (largest first), then url and row group, so the order is deterministic.
-    Cost: one footer read per file (docs/performance.md, M10).
+    Cost: one footer read per file (docs/performance.md, M10), ``storage.IO_THREADS`` at once.
     """
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.storage import map_io, to_fs
 
-    units = []
-    for url in files:
+    def row_groups(url: str) -> list[tuple[str, int, int]]:
         fs, path = to_fs(url)
         with fs.open(path, "rb") as fh:
             meta = pq.ParquetFile(fh).metadata
-        for i in range(meta.num_row_groups):
-            units.append((url, i, meta.row_group(i).num_rows))
+        return [(url, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
+
+    units = [unit for per_file in map_io(row_groups, files) for unit in per_file]
     units.sort(key=lambda u: (-u[2], u[0], u[1]))
     return units
 

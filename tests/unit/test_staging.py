@@ -402,3 +402,28 @@ def test_flush_writes_pending_rows_without_changing_them(tmp_path):
     table = staging.read_batch(manifest)
     assert table.column("stream_seq").to_pylist() == [m[0] for m in msgs]
     assert [f["rows"] for f in manifest["files"]] == [40]
+
+
+def test_map_io_keeps_the_order_runs_calls_at_once_and_raises_the_first_error():
+    import threading
+
+    names: set[str] = set()
+    gate = threading.Barrier(4, timeout=10)  # passes only when 4 calls run at the same time
+
+    def call(i: int) -> int:
+        names.add(threading.current_thread().name)
+        if i < 4:
+            gate.wait()
+        return i * i
+
+    assert storage.map_io(call, list(range(20))) == [i * i for i in range(20)]
+    assert len(names) > 1 and all(n.startswith("plgd-io") for n in names)
+    assert storage.map_io(lambda i: i + 1, [1, 2], threads=1) == [2, 3]
+
+    def fail_on_odd(i: int) -> int:
+        if i % 2:
+            raise ValueError(f"item {i}")
+        return i
+
+    with pytest.raises(ValueError, match="item 1"):
+        storage.map_io(fail_on_odd, list(range(10)))
