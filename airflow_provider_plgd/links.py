@@ -12,7 +12,7 @@ Both are XCom-backed, like the Amazon provider's links: the task pushes what the
 XCom (:data:`SPARK_APP_XCOM_KEY`, :data:`TABLES_XCOM_KEY`) and ``get_link`` formats it. Airflow 3
 calls ``get_link`` on the worker when the task ends and stores the result under the link's
 ``xcom_key`` (the API server reads that); Airflow 2.11's webserver calls ``get_link`` itself. No
-link and no XCom value carries credentials (:func:`strip_userinfo`). Both classes are listed in the
+link and no XCom value carries credentials (``hooks.connection.strip_userinfo``). Both classes are listed in the
 provider info's ``extra-links``. Documented in ``docs/operations.md``, "Links to Spark and the
 tables".
 """
@@ -23,9 +23,10 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit
 
 from airflow_provider_plgd.compat import BaseOperatorLink, XCom
+from airflow_provider_plgd.hooks.connection import strip_userinfo
 # what every plgd Spark application logs once its SparkContext is up (log_spark_application)
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 
@@ -36,14 +37,6 @@ TABLES_XCOM_KEY = "plgd_tables"
 _SPARK_APP_LINE = re.compile(re.escape(SPARK_APP_LOG_MARKER) + r" app_id=(\S+) ui_web_url=(\S+)")
 #: The AWS console page of a bucket, opened at a prefix.
 S3_CONSOLE_URL = "https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={prefix}"
-
-
-def strip_userinfo(url: str) -> str:
-    """``url`` without ``user:password@`` in its authority (a link never carries credentials)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def _http_url(value: Any) -> str:
@@ -105,10 +98,10 @@ def tables_location(root: str, environ: Mapping[str, str] | None = None) -> dict
     ``s3a://``) root on AWS S3, None otherwise (a local root, another store, an S3-compatible
     endpoint: :func:`s3_endpoint_is_aws`). Credentials in the root are dropped.
     """
-    parts = urlsplit(str(root))
+    parts = urlsplit(strip_userinfo(str(root)))
     if parts.scheme not in ("s3", "s3a") or not s3_endpoint_is_aws(environ):
         return None
-    bucket = parts.netloc.rsplit("@", 1)[-1]
+    bucket = parts.netloc
     if not bucket:
         return None
     return {"bucket": bucket, "prefix": parts.path.strip("/")}

@@ -257,7 +257,7 @@ def build_etl_dag(
             "run_conf_param": "spark_conf",
             "run_conf_keys": spark_conf_policy,
             "execution_timeout": spark_execution_timeout,
-        "spark_ui_url_template": spark_ui_url_template,
+            "spark_ui_url_template": spark_ui_url_template,
             **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
         }
         root_arg = "{{ " + x + "['storage_root'] }}"

@@ -63,7 +63,7 @@ class JetStreamSettings:
 
     def safe_servers(self) -> str:
         """The server URLs, comma-separated, without any ``user:password@`` part."""
-        return ", ".join(_strip_userinfo(s) for s in self.servers)
+        return ", ".join(strip_userinfo(s) for s in self.servers)
 
     def secret_values(self) -> list[str]:
         """Every secret of the connection: password, token, nkey_seed, and the password (or the
@@ -84,15 +84,16 @@ class JetStreamSettings:
         return f"JetStreamSettings(servers={self.safe_servers()!r}, {fields}, hidden_secrets={hidden})"
 
 
-
 def field_name(key: str) -> str:
     """How errors name a connection field: the connection form's label and the extra's key, e.g.
     ``Credentials file ('creds_file')`` (labels from ``get_provider_info.CONN_FIELDS``)."""
     return f"{CONN_FIELDS[key]['label']} ({key!r})"
 
-def _strip_userinfo(url: str) -> str:
+
+def strip_userinfo(url: str) -> str:
     """``url`` without a ``user:password@`` / ``token@`` part: everything between ``://`` and the
-    last ``@`` is dropped, so a password that contains ``/``, ``#``, ``?`` or ``@`` is removed too."""
+    last ``@`` is dropped, so a password that contains ``/``, ``#``, ``?`` or ``@`` is removed too
+    (the one credential stripper: NATS server URLs here, the UI links of ``links.py``)."""
     scheme, sep, rest = url.rpartition("://") if "://" in url else ("", "", url)
     if "@" not in rest:
         return url
@@ -272,7 +273,7 @@ def _normalize_server(value: str, *, tls: bool, conn_id: str | None = None) -> s
     where = f"connection {conn_id!r}: " if conn_id else ""
     if "@" in after_scheme:
         raise ValueError(
-            f"{where}server URL {_strip_userinfo(value)!r} carries credentials before '@' (not shown); "
+            f"{where}server URL {strip_userinfo(value)!r} carries credentials before '@' (not shown); "
             f"Airflow shows the Host field and the {field_name('servers')} field in clear text in its UI and "
             "REST API, so put the user and password in the connection's User and Password fields (a token in "
             f"{field_name('token')}) and list the server without them"
@@ -501,23 +502,23 @@ async def connect(s: JetStreamSettings, conn_id: str) -> AsyncIterator[Any]:
             nc = client
             break
         except (nats.errors.AuthorizationError, nats.errors.InvalidUserCredentialsError) as exc:
-            raise JetStreamAuthError(f"authentication to NATS {_strip_userinfo(url)} failed: {exc}") from None
+            raise JetStreamAuthError(f"authentication to NATS {strip_userinfo(url)} failed: {exc}") from None
         except nats.errors.NoServersError:
             last = seen[-1] if seen else None
-            errors.append(f"{_strip_userinfo(url)}: {_describe_connect_error(last, s) if last else 'no server'}")
+            errors.append(f"{strip_userinfo(url)}: {_describe_connect_error(last, s) if last else 'no server'}")
         except nats.errors.Error as exc:
             text = str(exc)
             if "authorization" in text.lower() or "authentication" in text.lower():
                 raise JetStreamAuthError(
-                    f"authentication to NATS {_strip_userinfo(url)} failed (server said {text!r}); "
+                    f"authentication to NATS {strip_userinfo(url)} failed (server said {text!r}); "
                     f"check User and Password, {field_name('token')}, {field_name(NKEY_SEED_EXTRA)} or "
                     f"{field_name('creds_file')}"
                 ) from None
-            errors.append(f"{_strip_userinfo(url)}: {text or type(exc).__name__}")
+            errors.append(f"{strip_userinfo(url)}: {text or type(exc).__name__}")
         except TlsDowngradeError as exc:
-            errors.append(f"{_strip_userinfo(url)}: {exc}")
+            errors.append(f"{strip_userinfo(url)}: {exc}")
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
-            errors.append(f"{_strip_userinfo(url)}: {_describe_connect_error(exc, s)}")
+            errors.append(f"{strip_userinfo(url)}: {_describe_connect_error(exc, s)}")
     if nc is None:
         raise JetStreamConnectionError(
             f"cannot connect to NATS server(s) {s.safe_servers()} (timeout {CONNECT_TIMEOUT_S}s each): "

@@ -25,6 +25,11 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_plgd.compat import AirflowTaskTimeout
+from airflow_provider_plgd.exceptions import (
+    PyFilesIntegrityError,
+    SparkApplicationTimeoutError,
+    UntrustedPyFilesError,
+)
 from airflow_provider_plgd.links import (
     SPARK_APP_XCOM_KEY,
     PlgdSparkApplicationLink,
@@ -32,13 +37,8 @@ from airflow_provider_plgd.links import (
     parse_spark_application_line,
     spark_application_url,
 )
-from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
-from airflow_provider_plgd.exceptions import (
-    PyFilesIntegrityError,
-    SparkApplicationTimeoutError,
-    UntrustedPyFilesError,
-)
 from airflow_provider_plgd.spark_conf import merge_spark_conf
+from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 from airflow_provider_plgd.spark_deps import verified_py_files_zip
 
 #: Spark's setting of the executors' Python (Spark docs, "Configuration", "Runtime Environment").
@@ -142,7 +142,8 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
     def _push_spark_application(self, *, finished: bool) -> None:
         """Push the application to XCom (:data:`~airflow_provider_plgd.links.SPARK_APP_XCOM_KEY`);
         while it runs, on Airflow 3 also the link itself under the link's ``xcom_key`` (the UI
-        shows it before the task ends; Airflow 2.11's webserver calls ``get_link`` itself). A failed push is logged, never fails the task."""
+        shows it before the task ends; Airflow 2.11's webserver calls ``get_link`` itself). A
+        failed push is logged, never fails the task."""
         ti = (self._link_context or {}).get("ti")
         if ti is None or not self._spark_app or not self._spark_app.get("app_id"):
             return

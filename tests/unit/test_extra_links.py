@@ -51,6 +51,8 @@ def xcom(monkeypatch):
 def test_strip_userinfo_drops_credentials_only():
     assert links.strip_userinfo("https://user:pw@history.example:18080/x?y=1") == "https://history.example:18080/x?y=1"
     assert links.strip_userinfo("http://driver:4040") == "http://driver:4040"
+    # a password with "/" (urlsplit would end the authority there and keep it)
+    assert links.strip_userinfo("https://u:p/ss@history.example:18080/x") == "https://history.example:18080/x"
 
 
 def test_tables_location_of_s3_roots_only():
@@ -59,6 +61,7 @@ def test_tables_location_of_s3_roots_only():
     assert links.tables_location("s3://bucket", environ={}) == {"bucket": "bucket", "prefix": ""}
     # never a credential, even if a root carried one
     assert links.tables_location("s3://KEY:SECRET@bucket/p", environ={}) == {"bucket": "bucket", "prefix": "p"}
+    assert links.tables_location("s3://KEY:SE/CRET@bucket/p", environ={}) == {"bucket": "bucket", "prefix": "p"}
     assert links.tables_location("/var/lib/plgd", environ={}) is None
     assert links.tables_location("file:///var/lib/plgd", environ={}) is None
     assert links.tables_location("gs://bucket/p", environ={}) is None
