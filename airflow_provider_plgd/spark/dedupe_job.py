@@ -37,7 +37,8 @@ APP = "dedupe"
 DEFAULT_LOOKBACK = 24
 #: Buckets of the msg-ID hash. The decision runs bucket by bucket in executor tasks
 #: (:func:`decide_partitions`), and ``msgid_index`` is partitioned by the same bucket (its
-#: ``bucket`` column), so a bucket's lookback reads only its own index files. Part of the table layout: a ``msgid_index`` written with another count is refused.
+#: ``bucket`` column), so a bucket's lookback reads only its own index files. Part of the table
+#: layout: a ``msgid_index`` written with another count is refused.
 MSGID_BUCKETS = 16
 BUCKET_COLUMN = delta_tables.BUCKET_COLUMN
 #: The internal ``msgid_index`` table: the distinct message IDs of each interval, per bucket.
