@@ -43,6 +43,7 @@ __all__ = [
     "STORAGE_ROOTS_ENV",
     "UntrustedRunParamError",
     "check_identity_params",
+    "check_run",
     "check_run_params",
     "check_run_spark_conf",
     "check_run_storage_root",
@@ -307,3 +308,23 @@ def check_identity_params(run: RunParams, author: RunParams) -> None:
             found, where="the DAG author's", what="A user who may trigger the DAG may not change them"
             + (" (on this root; on another root the DAG author allows, a run may select fewer owners or event "
                "types)." if own_root else " (on another root, only the owners and event types may be narrower)."))
+
+
+def check_run(params: Mapping[str, Any], author: RunParams, *, spark_conf_policy: Mapping[str, str | None],
+              storage_roots: Iterable[str], jetstream_conn_id: str) -> RunParams:
+    """:func:`check_run_params`, then :func:`check_identity_params` against the DAG author's: the
+    checks of the ETL DAG's first task (``wait_for_interval``) and of ``plan``, before any I/O.
+
+    :raises UntrustedRunParamError: a param outside what the DAG author allows; also (its message
+        starting with ``PipelineIdentityError:``, the cause kept) a param that changes the
+        pipeline's identity. No retries.
+    """
+    from airflow_provider_plgd.exceptions import PipelineIdentityError
+
+    checked = check_run_params(params, spark_conf_policy=spark_conf_policy, storage_roots=storage_roots,
+                               jetstream_conn_id=jetstream_conn_id)
+    try:
+        check_identity_params(checked, author)
+    except PipelineIdentityError as err:
+        raise UntrustedRunParamError(f"PipelineIdentityError: {err}") from err
+    return checked

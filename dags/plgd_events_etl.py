@@ -14,7 +14,9 @@ Turns the plgd hub's event stream (NATS JetStream, subjects `plgd.>`) into analy
 | `summary` | checks that every message the stream holds is in the tables or in quarantine (fails the run otherwise) and logs the counts |
 
 Runs are chained (`catchup`, one active run, `depends_on_past` on `dedupe` and `rebuild`): each
-snapshot builds on the one before, and backfills run oldest first. Outputs are assets
+snapshot builds on the one before, and backfills run oldest first. The tasks also check the chain
+from the data: after a failed interval, the later ones stop in `dedupe` and `summary` naming it
+until it has run (docs/operations.md, "Holes in the interval chain"). Outputs are assets
 `plgd_events_etl.{staging, events, quarantine, events_deduped, snapshots}`; their events carry the
 interval ID and the counts.
 
@@ -25,7 +27,9 @@ option (or `airflow backfill create … --reprocess-behavior completed`), or cle
 run. A run without a logical date fails at once too.
 
 **Params** (Trigger form): each one has its description there. `owners` and `event_types` empty
-mean "all".
+mean "all". `stream`, `owners`, `event_types`, `lookback_intervals`, `max_content_bytes` and the
+storage root are the pipeline's identity: a run may not change them (it fails at once, naming the
+setting); the DAG's values come from `PLGD_ETL_PARAMS` and are recorded with the tables.
 
 **Environment variables** of this DAG file, read when it is parsed (set them on every component
 that parses DAGs, workers included; production usually keeps the defaults):

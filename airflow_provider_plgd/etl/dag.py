@@ -75,27 +75,6 @@ _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider
 
 
 
-def check_run_identity(params: Mapping[str, Any], author: Any, *, spark_conf_policy: Mapping[str, str | None],
-                       allowed_roots: Iterable[str], jetstream_conn_id: str) -> None:
-    """Refuse a run whose params are not allowed or change the pipeline's identity, before any I/O
-    (``run_params.check_run_params``, ``run_params.check_identity_params``): the first check of
-    ``wait_for_interval``; ``plan`` checks again.
-
-    :raises UntrustedRunParamError: a param outside what the DAG author allows.
-    :raises AirflowFailException: the identity differs (``PipelineIdentityError``'s message; no retries).
-    """
-    from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.compat import AirflowFailException
-    from airflow_provider_plgd.exceptions import PipelineIdentityError
-
-    checked = run_params.check_run_params(params, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
-                                          jetstream_conn_id=jetstream_conn_id)
-    try:
-        run_params.check_identity_params(checked, author)
-    except PipelineIdentityError as err:
-        raise AirflowFailException(f"PipelineIdentityError: {err}") from err
-
-
 def build_etl_dag(
     *,
     dag_id: str = "plgd_events_etl",
@@ -173,6 +152,8 @@ def build_etl_dag(
         nothing (``airflow_provider_plgd.links``).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
+    :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
+        type, a relative storage root, a number out of bounds; names the param).
     """
     from airflow_provider_plgd import lineage
     from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
@@ -220,8 +201,8 @@ def build_etl_dag(
         def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
             """The run's data interval, and its params against the pipeline's identity (no I/O)."""
             window = require_data_interval(context, schedule=schedule, start_date=start_date)
-            check_run_identity(context.get("params") or {}, author, spark_conf_policy=spark_conf_policy,
-                               allowed_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
+            run_params.check_run(context.get("params") or {}, author, spark_conf_policy=spark_conf_policy,
+                                 storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
             return window
 
         wait = JetStreamIntervalCompleteSensor(

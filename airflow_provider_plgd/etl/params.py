@@ -1,7 +1,8 @@
 """The ETL DAG's params: their defaults, their JSON schemas (the trigger form) and what a run used.
 
-Every param is untrusted input of a triggering user: ``plan`` checks them again
-(``run_params.check_run_params``, ``fetch.selection.Selection.of``) before anything is read.
+Every param is untrusted input of a triggering user: ``wait_for_interval`` and ``plan`` check them
+again (``run_params.check_run``) before anything is read; those of the pipeline's identity must
+equal the DAG author's.
 """
 
 from __future__ import annotations
@@ -52,18 +53,23 @@ def param_schemas() -> dict[str, dict[str, Any]]:
     event_types = list(EVENT_TYPES)
     return {
         "stream": {"type": "string", "minLength": 1, "pattern": STREAM_NAME_PATTERN, "title": "Stream",
-                   "description": "JetStream stream that holds the plgd events (subjects plgd.>)."},
+                   "description": "JetStream stream that holds the plgd events (subjects plgd.>)."
+                                  " Part of the pipeline's identity: fixed by the DAG author; a run with another"
+                                  " value fails at once."},
         # optional params: null (a cleared field) is their default, so the Trigger form submits them empty
         "owners": {"type": ["null", "array"], "items": {"type": "string", "pattern": OWNER_ID_PATTERN},
                    "uniqueItems": True, "title": "Owners",
                    "description": "Owner IDs to process (the <owner> of plgd.owners.<owner>.>, one per line; no "
                                   "'.', '*', '>', '/', '\\', '=', '?', '[', ']' or spaces, not starting with '_'). "
                                   "Empty: every owner with messages in the interval, and messages outside any "
-                                  "owner are staged as unrouted."},
+                                  "owner are staged as unrouted. Part of the pipeline's identity: the DAG "
+                                  "author's, or a subset written to another storage root the author allows."},
         "event_types": {"type": ["null", "array"], "items": {"type": "string", "enum": event_types}, "uniqueItems": True,
                         "examples": event_types, "title": "Event types",
                         "description": "plgd event types to stage; the others are skipped and counted in the "
-                                       "ledger. Empty: every event type."},
+                                       "ledger. Empty: every event type. Part of the pipeline's identity: the "
+                                       "DAG author's, or a subset written to another storage root the author "
+                                       "allows."},
         "storage_root": {"type": ["null", "string"], "title": "Storage root",
                          "description": "Root of staging and tables: a local path or an fsspec URL such as "
                                         "s3://bucket/plgd, one the DAG author allows (the DAG's default, "
@@ -77,14 +83,16 @@ def param_schemas() -> dict[str, dict[str, Any]]:
                                            "stream-sequence range of the interval."},
         "lookback_intervals": {"type": "integer", "minimum": 0, "title": "Dedupe lookback (intervals)",
                                "description": "Dedupe drops message IDs seen in this many earlier processed "
-                                              "intervals (intervals without messages are not counted)."},
+                                              "intervals (intervals without messages are not counted). Part of "
+                                              "the pipeline's identity: fixed by the DAG author."},
         "accept_fewer_messages": {"type": "boolean", "title": "Accept fewer messages",
                                   "description": "Let a rerun replace committed data although the stream now "
                                                  "holds fewer messages for the interval (purged or re-created "
                                                  "stream). Off: such a rerun fails."},
         "max_content_bytes": {"type": "integer", "minimum": 1, "title": "Max content size (bytes)",
                               "description": "Decoded events larger than this go to quarantine "
-                                             "(reason content_too_large)."},
+                                             "(reason content_too_large). Part of the pipeline's identity: "
+                                             "fixed by the DAG author."},
         "spark_conf": {"type": ["null", "object"], "title": "Spark settings",
                        "description": SPARK_CONF_PARAM_DESCRIPTION},
     }

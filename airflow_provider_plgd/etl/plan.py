@@ -34,8 +34,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
 
     The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
-    a triggering user may set is checked (``run_params.check_run_params``), and those of the
-    pipeline's identity against the DAG author's (``run_params.check_identity_params``); the storage
+    a triggering user may set is checked, and those of the pipeline's identity against the DAG
+    author's (``run_params.check_run``); the storage
     root is resolved and its layout checked; the identity is compared with the one recorded at the
     root (``pipeline.check_recorded``); a new interval older than the chain's head is refused
     (``chain.check_not_behind_head``); no unplanned stretch may precede the interval
@@ -62,9 +62,10 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         "ledger" (the interval's ledger folder), "owners" ("all" or the number selected),
         "messages" (what the stream holds for the selection), "fetch_ranges" ([{"ledger_range": i}]),
         "py_files" (the zip's path), "spark_skip" (:func:`spark_skip_reason`)}``.
-    :raises UntrustedRunParamError: a run param that fails its check (no retries).
+    :raises UntrustedRunParamError: a run param that fails its check or differs from the DAG
+        author's identity (no retries).
     :raises AirflowFailException: a storage root of the old layout (``OldLayoutError``), settings
-        other than the pipeline's identity (``PipelineIdentityError``), a new interval older than
+        other than the identity recorded at the root (``PipelineIdentityError``), a new interval older than
         the chain's head (``OutOfOrderIntervalError``), a rerun that would narrow the selection or
         lose messages (``NarrowerRerunError``, ``FewerMessagesError``): the same answer on every retry.
     :raises IntervalGapError: an interval before this one that no run planned
@@ -81,12 +82,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
     # the trust boundary: every param a triggering user may set, checked before anything is read
-    checked = run_params.check_run_params(params, spark_conf_policy=spark_conf_policy,
-                                          storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
-    try:
-        run_params.check_identity_params(checked, author)
-    except PipelineIdentityError as err:
-        raise _FailWithoutRetry(f"PipelineIdentityError: {err}") from err
+    checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
+                                   jetstream_conn_id=jetstream_conn_id)
     root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
     try:  # tables of the layout before Delta Lake: refused before anything is fetched
         delta_tables.check_layout(root)
