@@ -169,10 +169,10 @@ def build_etl_dag(
     default_root = merged_params["storage_root"]
     allowed_roots = [getattr(default_root, "value", default_root) or "", *storage_roots]
     # the pipeline's identity: the author's stream, selection, lookback, decode limit and root
+    defaults = {k: getattr(v, "value", v) for k, v in merged_params.items()}
     try:
-        author = run_params.check_run_params({k: getattr(v, "value", v) for k, v in merged_params.items()},
-                                             spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
-                                             jetstream_conn_id=jetstream_conn_id)
+        author = run_params.check_run_params(defaults, spark_conf_policy=spark_conf_policy,
+                                             storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
     except ValueError as err:
         raise ValueError(f"build_etl_dag(params=...): {err}") from None
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
@@ -201,7 +201,7 @@ def build_etl_dag(
         def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
             """The run's data interval, and its params against the pipeline's identity (no I/O)."""
             window = require_data_interval(context, schedule=schedule, start_date=start_date)
-            run_params.check_run(context.get("params") or {}, author, spark_conf_policy=spark_conf_policy,
+            run_params.check_run(context.get("params", defaults), author, spark_conf_policy=spark_conf_policy,
                                  storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
             return window
 

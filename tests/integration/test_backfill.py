@@ -24,12 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -40,179 +35,14 @@ import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
-REPO = Path(__file__).resolve().parents[2]
-DAG_ID = "plgd_events_etl"
 INTERVALS = 3
 INTERVAL_SECONDS = 6.0
 #: Output tables compared between the scheduled runs and the backfill (folders under the root).
 TABLE_DIRS = ("staging", "events", "quarantine", "events_deduped", "msgid_index")
-RUN_TIMEOUT_S = 900  # a busy 2-core CI machine: 3 runs of 9 tasks each took 510 s beside other jobs
 
 airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create needs Airflow 3")
 
-
-def _free_port() -> int:
-    from plgd_devtools.nats_server import free_port
-
-    return free_port()
-
-
-class AirflowStack:
-    """The Airflow 3 components of one temporary ``AIRFLOW_HOME``, each in its own process group.
-
-    ``env`` is the environment of every component and CLI call; ``db_url`` the libpq URL of the
-    PostgreSQL metadata database (read by :meth:`query`).
-    :meth:`stop` terminates every process group (SIGTERM, then SIGKILL after 20 s).
-    """
-
-    COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-
-    def __init__(self, *, home: Path, env: dict[str, str], db_url: str) -> None:
-        self.home = home
-        self.env = env
-        self.db_url = db_url
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def cli(self, *args: str, timeout: float = 180) -> str:
-        """Run ``airflow <args>``; return stdout; AssertionError with the output on failure."""
-        proc = subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True,
-                              text=True, timeout=timeout, cwd=self.home)
-        assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        return proc.stdout
-
-    def start(self, names: tuple[str, ...] | None = None) -> None:
-        for name in names or self.COMPONENTS:
-            args = [name]
-            if name == "api-server":
-                args += ["--host", "127.0.0.1", "--port", self.env["_PLGD_API_PORT"], "--workers", "1",
-                         "--apps", "execution"]
-            log = (self.home / f"{name}.log").open("ab")
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "airflow", *args], env=self.env, cwd=self.home,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-            log.close()
-
-    def check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            assert proc.poll() is None, f"airflow {name} exited with {proc.returncode}:\n{self.log_tail(name)}"
-
-    def log_tail(self, name: str, lines: int = 60) -> str:
-        path = self.home / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 20
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:  # the whole group: executor workers, task processes, spark-submit and its JVM
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
-
-    # -- metadata DB (SELECT queries on PostgreSQL, ``%s`` parameters) -----------------------------
-    def query(self, sql: str, *params: Any) -> list[tuple]:
-        import psycopg
-
-        with psycopg.connect(self.db_url, autocommit=True, connect_timeout=30) as con:
-            return con.execute(sql, params).fetchall()
-
-    def runs(self) -> list[tuple]:
-        """``(run_id, state, run_type, logical_date, end_date, backfill_id)`` of the DAG's runs, oldest first."""
-        return self.query("SELECT run_id, state, run_type, logical_date, end_date, backfill_id FROM dag_run "
-                          "WHERE dag_id = %s ORDER BY logical_date", DAG_ID)
-
-    def failed_tasks(self) -> list[tuple]:
-        return self.query("SELECT run_id, task_id, map_index, state, try_number FROM task_instance "
-                          "WHERE dag_id = %s AND state IN ('failed', 'up_for_retry', 'upstream_failed')", DAG_ID)
-
-    def wait_for_run_end(self, run_id: str, timeout: float) -> list[tuple]:
-        """Poll until the run ``run_id`` is failed or successful (or ``timeout`` s passed); return ``[(state,)]``."""
-        deadline = time.monotonic() + timeout
-        state: list[tuple] = []
-        while time.monotonic() < deadline:
-            state = self.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", DAG_ID, run_id)
-            if state and state[0][0] in ("failed", "success"):
-                break
-            time.sleep(1)
-        return state
-
-    def task_log(self, run_id: str, task_id: str) -> str:
-        logs = sorted((self.home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/**/*.log"))
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in logs[-2:])
-
-    def wait_for_runs(self, *, count: int, done: Any, what: str, timeout: float = RUN_TIMEOUT_S) -> list[tuple]:
-        """Poll until ``done(runs)`` holds for ``count`` runs; fail fast on a failed or retrying task."""
-        deadline = time.monotonic() + timeout
-        runs: list[tuple] = []
-        while time.monotonic() < deadline:
-            self.check_alive()
-            runs = self.runs()
-            bad = self.failed_tasks()
-            if bad:
-                run_id, task_id = bad[0][0], bad[0][1]
-                pytest.fail(f"{what}: task {bad} did not succeed; its log:\n{self.task_log(run_id, task_id)}\n"
-                            f"scheduler:\n{self.log_tail('scheduler', 30)}")
-            if any(r[1] == "failed" for r in runs):
-                pytest.fail(f"{what}: a DAG run failed: {runs}\nscheduler:\n{self.log_tail('scheduler')}")
-            if len(runs) >= count and done(runs):
-                return runs
-            time.sleep(2)
-        pytest.fail(f"{what}: not done after {timeout:.0f} s; runs {runs}\nscheduler:\n"
-                    f"{self.log_tail('scheduler')}\ndag-processor:\n{self.log_tail('dag-processor', 30)}")
-
-
-def _airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datetime,
-                 database: dict[str, str]) -> dict[str, str]:
-    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    port = str(_free_port())
-    env.update({
-        "PATH": str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        **database,  # AIRFLOW__DATABASE__SQL_ALCHEMY_CONN(_ASYNC): the PostgreSQL database
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": json.dumps({
-            "conn_type": "plgd_jetstream", "host": nats_server.host, "port": nats_server.port,
-            "extra": {"stream": "EVENTS", "storage_root": str(root)},
-        }),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "PLGD_ETL_SCHEDULE_SECONDS": str(INTERVAL_SECONDS),
-        "PLGD_ETL_START_DATE": start.isoformat(),
-        # the last scheduled interval starts at start + (INTERVALS - 1) intervals
-        "PLGD_ETL_END_DATE": (start + timedelta(seconds=INTERVAL_SECONDS * (INTERVALS - 1))).isoformat(),
-        "PLGD_ETL_PARAMS": json.dumps({"settle_seconds": 2}),
-        "PLGD_ETL_SPARK_CONF": json.dumps(FAST_LOCAL_SPARK_CONF),
-        "_PLGD_API_PORT": port,
-    })
-    return env
+from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env  # noqa: E402
 
 
 # -- canonical form of the outputs -------------------------------------------------------------------
@@ -314,8 +144,9 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
         steps_per_interval=30, interval_seconds=step, start_time_ns=int(start_s * 1e9),
         duplicates=0.05, corrupt=2, unregister=True,
     ))
-    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=start,
-                       database=airflow_postgres_db.airflow_env())
+    env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=start,
+                      database=airflow_postgres_db.airflow_env(), schedule_seconds=INTERVAL_SECONDS,
+                      intervals=INTERVALS)
     stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
 
     published: dict[str, Any] = {}

@@ -39,14 +39,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_backfill import DAG_ID, AirflowStack, _airflow_env
+from tests.integration.airflow_stack import DAG_ID, AirflowStack, airflow_env
 
 pytestmark = [pytest.mark.airflow]
 
 airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create needs Airflow 3")
 
 STEP = 30  # seconds per interval
-TIMEOUT_S = 600
 
 DAG_FILE = """\
 from datetime import datetime, timedelta
@@ -64,19 +63,6 @@ dag = build_etl_dag(
 """
 
 
-def _poll(what: str, stack: AirflowStack, check, *, timeout: float = TIMEOUT_S, every: float = 1.0):
-    """Call ``check()`` until it returns a truthy value; fail with the scheduler's log after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stack.check_alive()
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    pytest.fail(f"{what}: not after {timeout:.0f} s; runs {stack.runs()}\nscheduler:\n{stack.log_tail('scheduler')}"
-                f"\ndag-processor:\n{stack.log_tail('dag-processor', 30)}")
-
-
 def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_reports_the_hole(
         jetstream, airflow_postgres_db, tmp_path: Path) -> None:
     from airflow_provider_plgd import ledger, times
@@ -91,7 +77,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
     rfc = [times.ns_to_rfc3339(times.to_ns(s)) for s in starts]
     ids = [times.interval_id(s, s + timedelta(seconds=STEP)) for s in starts]
     (dags / "plgd_events_etl.py").write_text(DAG_FILE.format(dag_id=DAG_ID, step=STEP, start=iso[0], end=iso[3]))
-    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=starts[0],
+    env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=starts[0],
                        database=airflow_postgres_db.airflow_env())
     env.update({
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # Airflow's default
@@ -118,18 +104,18 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
         stack.cli("db", "migrate", timeout=300)
         stack.start()
         # the paused DAG as parsed: no run yet, so its next run is the first interval
-        row = _poll("the DAG parsed", stack, dag_row)
+        row = stack.poll("the DAG parsed", dag_row)
         assert row == (True, starts[0]), row
 
         # "Unpause on trigger": the scheduler at once creates the run of next_dagrun (I0) ...
         stack.cli("dags", "unpause", DAG_ID)
-        _poll("the scheduled run of I0", stack, lambda: starts[0] in runs_by_start())
+        stack.poll("the scheduled run of I0", lambda: starts[0] in runs_by_start())
         # ... and the backfill of I2 creates its run
         stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", iso[2], "--to-date", iso[2],
                   "--reprocess-behavior", "failed", "--max-active-runs", "1")
         # The dag-processor's next parse moves next_dagrun past the latest scheduled-or-backfill run
         # (I2), while I0 still runs: I1 is skipped.
-        _poll("next_dagrun after the backfilled interval", stack, lambda: dag_row()[1] == starts[3])
+        stack.poll("next_dagrun after the backfilled interval", lambda: dag_row()[1] == starts[3])
         assert starts[1] not in runs_by_start(), stack.runs()
 
         def all_ended() -> dict[datetime, tuple] | None:
@@ -139,7 +125,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
                 return runs
             return None
 
-        runs = _poll("the runs of I0, I2 and I3 ended", stack, all_ended, every=2.0)
+        runs = stack.poll("the runs of I0, I2 and I3 ended", all_ended, every=2.0)
         # No run of I1 was ever created: the hole is Airflow's (catchup does not go back)
         assert sorted(runs) == [starts[0], starts[2], starts[3]], stack.runs()
         assert [runs[s][2] for s in sorted(runs)] == ["scheduled", "backfill", "scheduled"], stack.runs()
@@ -176,7 +162,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
         assert f"--to-date {rfc[3]}" in log, log[-3000:]
         behavior = re.search(r"--reprocess-behavior (completed|failed)", log)
         assert behavior, log[-3000:]
-        _poll("the first backfill completed", stack, lambda: stack.query(
+        stack.poll("the first backfill completed", lambda: stack.query(
             "SELECT count(*) FROM backfill WHERE dag_id = %s AND completed_at IS NULL", DAG_ID) == [(0,)])
         stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", rfc[1], "--to-date", rfc[3],
                   "--reprocess-behavior", behavior.group(1), "--max-active-runs", "1")
@@ -185,7 +171,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
             runs = runs_by_start()
             return runs if len(runs) == 4 and all(r[1] == "success" for r in runs.values()) else None
 
-        runs = _poll("every interval's run succeeded", stack, all_succeeded, every=2.0)
+        runs = stack.poll("every interval's run succeeded", all_succeeded, every=2.0)
         assert sorted(runs) == starts and all(planned(k) for k in range(4)), stack.runs()
         assert runs[starts[1]][2] == "backfill", stack.runs()
     finally:

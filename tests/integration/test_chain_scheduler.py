@@ -32,14 +32,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_backfill import DAG_ID, REPO, AirflowStack, _airflow_env
+from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create needs Airflow 3")
 
 STEP = 6.0
-TIMEOUT_S = 900
 
 DAG_FILE = """\
 from datetime import datetime, timedelta
@@ -63,17 +62,6 @@ OUTAGE_WRAPPER = """#!/bin/sh
 if [ -e {flag} ]; then echo "spark-submit: the Spark cluster is unreachable (test outage)" >&2; exit 1; fi
 exec {real} "$@"
 """
-
-
-def _poll(what: str, stack: AirflowStack, check, *, timeout: float = TIMEOUT_S, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stack.check_alive()
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    pytest.fail(f"{what}: not after {timeout:.0f} s; runs {stack.runs()}\nscheduler:\n{stack.log_tail('scheduler')}")
 
 
 def _devices(root: Path) -> set[str]:
@@ -103,7 +91,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
     real = shutil.which("spark-submit", path=str(Path(REPO, ".venv", "bin"))) or shutil.which("spark-submit")
     wrapper.write_text(OUTAGE_WRAPPER.format(flag=flag, real=real))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=starts[0],
+    env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=starts[0],
                        database=airflow_postgres_db.airflow_env())
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
     env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = "5"
@@ -144,14 +132,14 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
             timings["lock"] = time.monotonic() - t_start
             stack.start()
             # 1. A's decode fails (the outage)
-            _poll("A's run failed", stack, lambda: starts[0] in runs() and runs()[starts[0]][1] == "failed")
+            stack.poll("A's run failed", lambda: starts[0] in runs() and runs()[starts[0]][1] == "failed")
             got = states(starts[0])
             assert got["decode"] == "failed" and got["dedupe"] == "upstream_failed", got
             assert "test outage" in stack.task_log(runs()[starts[0]][0], "decode")
             flag.unlink()  # the outage ends
             # 2. B holds no message: its Spark tasks skip (Airflow 3.3's scheduler skips dedupe by its trigger
             #    rule without waiting for the past), and its summary does not reconcile: the chain has a hole
-            _poll("B's and C's runs ended", stack, lambda: len(runs()) == 3
+            stack.poll("B's and C's runs ended", lambda: len(runs()) == 3
                   and all(r[1] in ("failed", "success") for r in runs().values()), every=2.0)
             timings["outage"] = time.monotonic() - t_start
             got = states(starts[1])
@@ -168,10 +156,10 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
 
             # 4. A and B are cleared, then C (docs/operations.md, "Holes in the interval chain")
             stack.cli("tasks", "clear", DAG_ID, "--start-date", iso[0], "--end-date", iso[1], "--only-failed", "--yes")
-            _poll("A and B succeeded", stack, lambda: runs()[starts[0]][1] == "success"
+            stack.poll("A and B succeeded", lambda: runs()[starts[0]][1] == "success"
                   and runs()[starts[1]][1] == "success", every=2.0)
             stack.cli("tasks", "clear", DAG_ID, "--start-date", iso[2], "--end-date", iso[2], "--only-failed", "--yes")
-            _poll("C succeeded", stack, lambda: runs()[starts[2]][1] == "success", every=2.0)
+            stack.poll("C succeeded", lambda: runs()[starts[2]][1] == "success", every=2.0)
             timings["recovered"] = time.monotonic() - t_start
         expected = set()
         for sim in sims:
@@ -196,8 +184,8 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
                 return False
             return before in runs()
 
-        _poll("the backfill of the interval before A", stack, backfilled, timeout=120, every=5.0)
-        _poll("its run ended", stack, lambda: runs()[before][1] in ("failed", "success"))
+        stack.poll("the backfill of the interval before A", backfilled, timeout=120, every=5.0)
+        stack.poll("its run ended", lambda: runs()[before][1] in ("failed", "success"))
         got = states(before)
         assert runs()[before][1] == "failed" and got["plan"] == "failed", (stack.runs(), got)
         log = stack.task_log(runs()[before][0], "plan")

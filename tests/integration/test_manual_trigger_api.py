@@ -32,7 +32,7 @@ from urllib.parse import quote
 import pytest
 
 from airflow_provider_plgd.etl import DEFAULT_PARAMS
-from tests.integration.test_backfill import DAG_ID, REPO, AirflowStack, _airflow_env
+from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
 from tests.integration.test_connection_ui import CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS
 
 pytestmark = [
@@ -71,8 +71,8 @@ def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with
         path.mkdir()
     shutil.copy(REPO / "dags" / "plgd_events_etl.py", dags / "plgd_events_etl.py")
     hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
-    env = _airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=hour - timedelta(hours=1),
-                       database=airflow_postgres_db.airflow_env())
+    env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=hour - timedelta(hours=1),
+                      database=airflow_postgres_db.airflow_env())
     env.update({"PLGD_ETL_SCHEDULE_SECONDS": "3600", "PLGD_ETL_END_DATE": ""})
     stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
     url = env["AIRFLOW__API__BASE_URL"]

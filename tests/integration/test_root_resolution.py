@@ -2,41 +2,18 @@
 
 A real S3 API (moto's server), written and read with both layers of the ETL: delta-rs (``deltalake``,
 the Delta commits) and fsspec (``s3fs``: staging, the ledger). The first test shows why a root must
-not be compared as a string: the two layers put ``s3://lake/sandbox/%2e%2e/prod`` in two different
+not be compared as a string: the two layers put ``s3://<bucket>/sandbox/%2e%2e/prod`` in two different
 places. The others show that ``run_params.check_run_storage_root`` refuses every such spelling and
 that each spelling it accepts is one place for both layers.
 """
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 import pytest
 
-BUCKET = "lake"
+BUCKET = "plgd-test"  # the bucket of the shared ``s3`` fixture (tests/conftest.py), emptied for each test
 SANDBOX = f"s3://{BUCKET}/sandbox"
-
-
-@pytest.fixture(scope="module")
-def s3():
-    import fsspec
-
-    from plgd_devtools.s3_server import S3Server
-
-    with S3Server(bucket=BUCKET) as server:
-        saved = {k: os.environ.get(k) for k in server.env()}
-        os.environ.update(server.env())
-        fsspec.filesystem("s3").clear_instance_cache()
-        try:
-            yield server
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            fsspec.filesystem("s3").clear_instance_cache()
 
 
 def write_delta(uri: str, rows: int) -> None:
@@ -62,8 +39,6 @@ def test_the_two_layers_resolve_a_percent_escaped_dot_segment_to_two_places(s3):
     assert any(k.startswith(f"{BUCKET}/prod/events/_delta_log/") for k in found), found
     assert f"{BUCKET}/sandbox/%2e%2e/prod/_ledger/x.json" in found, found
     assert not any(k.startswith(f"{BUCKET}/sandbox/%2e%2e/prod/events") for k in found), found
-    fs.rm(f"{BUCKET}/prod", recursive=True)
-    fs.rm(f"{BUCKET}/sandbox", recursive=True)
 
 
 @pytest.mark.parametrize("value", [
@@ -83,7 +58,7 @@ def test_a_root_the_layers_could_resolve_differently_is_refused_before_any_io(s3
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    (f"{SANDBOX}/a", f"{SANDBOX}/a"), ("S3://LAKE//sandbox/b/", f"{SANDBOX}/b"), (f"s3a://{BUCKET}/sandbox/c", f"{SANDBOX}/c"),
+    (f"{SANDBOX}/a", f"{SANDBOX}/a"), (f"S3://{BUCKET.upper()}//sandbox/b/", f"{SANDBOX}/b"), (f"s3a://{BUCKET}/sandbox/c", f"{SANDBOX}/c"),
 ])
 def test_an_accepted_root_is_one_place_for_delta_rs_and_fsspec(s3, value, expected):
     import fsspec
