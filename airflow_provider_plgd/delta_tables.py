@@ -445,9 +445,10 @@ def table_files(uri: str, *, version: int | None = None, dt: Any = None,
     return sorted(files, key=lambda f: f.path)
 
 
-def committed_intervals(uri: str) -> list[str]:
-    """The interval IDs that the latest version of an interval table holds files of, sorted."""
-    return sorted({i for f in table_files(uri) if (i := f.partition.get(INTERVAL_COLUMN))})
+def committed_intervals(uri: str, *, dt: Any = None) -> list[str]:
+    """The interval IDs that the latest version of an interval table (``dt``, when opened already)
+    holds files of, sorted."""
+    return sorted({i for f in table_files(uri, dt=dt) if (i := f.partition.get(INTERVAL_COLUMN))})
 
 
 def run_committed(root: str, app: str, tables: Sequence[str], interval_id: str) -> bool:

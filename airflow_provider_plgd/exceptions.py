@@ -5,8 +5,9 @@
   of the JetStream error codes: NATS server ``server/errors.json`` (``err_code`` 10059 stream not
   found, 10039/10076 JetStream not enabled), as returned in the ``error`` object of
   ``$JS.API.*`` responses. :class:`TlsDowngradeError` guards the TLS handshake.
-* The interval ledger and the tables: :class:`LedgerError` and its subclasses,
-  :class:`TableCommitError`, :class:`OldLayoutError`.
+* The interval ledger and the tables: :class:`LedgerError` and its subclasses (among them the
+  chain's :class:`ChainHoleError` and :class:`OutOfOrderIntervalError`), :class:`TableCommitError`,
+  :class:`OldLayoutError`; the pipeline's identity: :class:`PipelineIdentityError`.
 * Decoding plgd messages: :class:`PlgdDecodeError` (reasons :data:`DECODE_ERROR_REASONS`).
 * Spark's code: :class:`PyFilesIntegrityError`; Spark settings: :class:`SparkConfError`; the
   simulator: :class:`PublishError`.
@@ -199,6 +200,50 @@ class IntervalGapError(LedgerError):
         self.gap_end_ns = gap_end_ns
 
 
+class ChainHoleError(LedgerError):
+    """A stage that builds on earlier intervals (dedupe, rebuild) found an earlier interval whose
+    stream held messages but that no dedupe run committed (a failed or unfinished interval), after
+    the last one that did: building now would lose its messages for good (``chain.check_no_hole``).
+    Nothing is read or written; the task fails (retries apply: the missing interval may still be
+    running). The message names the interval(s) and what to run.
+
+    :ivar holes: the interval IDs, oldest first.
+    """
+
+    def __init__(self, message: str, *, interval_id: str, holes: list[str]) -> None:
+        super().__init__(message, interval_id=interval_id, problems=[message.splitlines()[0]])
+        self.holes = list(holes)
+
+
+class OutOfOrderIntervalError(LedgerError):
+    """An interval older than the chain's head (the latest interval the tables built on) that was
+    never processed: dedupe and the snapshots of the later intervals are built without it, so
+    processing it now would keep its duplicates and leave it out of every later snapshot.
+    Raised by ``plan`` before anything is written, and by dedupe before it reads anything
+    (``chain.check_not_behind_head``). Replay is not built: write the stream again to a new root.
+
+    :ivar head: the chain's head interval ID.
+    """
+
+    def __init__(self, message: str, *, interval_id: str, head: str) -> None:
+        super().__init__(message, interval_id=interval_id, problems=[message.splitlines()[0]])
+        self.head = head
+
+
+class PipelineIdentityError(ValueError):
+    """A run's settings differ from the pipeline's identity (``airflow_provider_plgd.pipeline``): the
+    stream, the selection, the lookback, the decode limit or the storage root that the DAG author
+    fixed and that the tables record. Raised before anything is read or written; in an Airflow task
+    it fails the task without retries (the same settings would fail again).
+
+    :ivar differences: ``[(setting, recorded or DAG author's value, this run's value)]``.
+    """
+
+    def __init__(self, message: str, *, differences: list[tuple[str, Any, Any]]) -> None:
+        super().__init__(message)
+        self.differences = list(differences)
+
+
 class TableCommitError(OSError):
     """A Delta commit of one run was refused: a newer run of the same interval committed first, or a
     concurrent writer changed the rows the commit replaces (Delta's conflict check). Nothing of the
@@ -388,6 +433,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ChainHoleError",
     "DECODE_ERROR_REASONS",
     "FewerMessagesError",
     "IntervalNotCompleteError",
@@ -404,6 +450,8 @@ __all__ = [
     "NarrowerRerunError",
     "OffScheduleIntervalError",  # noqa: F822
     "OldLayoutError",
+    "OutOfOrderIntervalError",
+    "PipelineIdentityError",
     "PlgdDecodeError",
     "PublishError",
     "PyFilesIntegrityError",

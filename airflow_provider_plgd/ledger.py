@@ -356,9 +356,9 @@ def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], 
     )
 
 
-def _planned_before(root: str, stream: str, start_ns: int) -> list[tuple[int, int]]:
-    """``(start_ns, end_ns)`` of the time intervals of ``{root}/_ledger/{stream}/`` that end at or
-    before ``start_ns`` and hold a ``stream.json`` (their ``plan`` ran), sorted; one listing of the
+def planned_before(root: str, stream: str, start_ns: int) -> list[Any]:
+    """The time intervals (``times.Interval``) of ``{root}/_ledger/{stream}/`` that end at or before
+    ``start_ns`` and hold a ``stream.json`` (their ``plan`` ran), oldest first; one listing of the
     ledger (not one request per interval: object stores)."""
     from airflow_provider_plgd import times
 
@@ -372,8 +372,8 @@ def _planned_before(root: str, stream: str, start_ns: int) -> list[tuple[int, in
     for name in names:
         parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
         if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
-            planned.append((parsed["start_ns"], parsed["end_ns"]))
-    return sorted(planned)
+            planned.append(times.Interval(parsed["start_ns"], parsed["end_ns"]))
+    return sorted(planned, key=lambda i: (i.start_ns, i.end_ns))
 
 
 def _gap_error(interval_id: str, dag_id: str, gap: tuple[int, int], start_ns: int, *, hole: bool) -> IntervalGapError:
@@ -420,8 +420,8 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
     if bounds["kind"] != "time":
         return
     start_ns = bounds["start_ns"]
-    planned = _planned_before(root, stream, start_ns)
-    latest = max((end for _, end in planned), default=None)
+    planned = planned_before(root, stream, start_ns)
+    latest = max((i.end_ns for i in planned), default=None)
     if latest is not None and latest != start_ns:
         raise _gap_error(interval_id, dag_id, (latest, start_ns), start_ns, hole=False)
 
@@ -448,14 +448,14 @@ def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: st
     bounds = times.parse_interval_id(interval_id)
     if bounds["kind"] != "time":
         return
-    planned = _planned_before(root, stream, bounds["start_ns"])
+    planned = planned_before(root, stream, bounds["start_ns"])
     if not planned:
         return
-    covered = planned[0][1]
-    for begin_ns, end_ns in planned[1:]:  # the stretch right before this one: check_no_gap_before
-        if begin_ns > covered:
-            raise _gap_error(interval_id, dag_id, (covered, begin_ns), bounds["start_ns"], hole=True)
-        covered = max(covered, end_ns)
+    covered = planned[0].end_ns
+    for earlier in planned[1:]:  # the stretch right before this one: check_no_gap_before
+        if earlier.start_ns > covered:
+            raise _gap_error(interval_id, dag_id, (covered, earlier.start_ns), bounds["start_ns"], hole=True)
+        covered = max(covered, earlier.end_ns)
 
 
 def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any],
@@ -612,10 +612,13 @@ def staged_batches(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
 # ------------------------------------------------------------------------------------------------
 # the whole chain
 # ------------------------------------------------------------------------------------------------
-def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None],
+              holes: Sequence[str] = ()) -> dict[str, Any]:
     """Check the whole chain of one interval and write ``summary.json``.
 
     :param apps: the run summaries of ``decode``, ``dedupe`` and ``rebuild`` (``run_summary``).
+    :param holes: one line per earlier interval with messages that is not in the tables
+        (``chain.holes_before``): each is a problem.
     :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "per_owner":
         {owner: {event_type: staged}} (non-zero only), "problems": [str], "reconciled": bool}``;
         ``reconciled`` is False when any problem was found (the caller fails the run).
@@ -655,6 +658,7 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         if int(decode.get("decoded", 0)) + int(decode.get("quarantined", 0)) != int(decode.get("fetched", -1)):
             problems.append(f"decode: {decode.get('fetched')} read != {decode.get('decoded')} decoded + "
                             f"{decode.get('quarantined')} quarantined")
+    problems += [f"the chain has a hole before this interval: {h}" for h in holes]
     if not dedupe:
         problems.append("dedupe: no run summary")
     elif decode:
@@ -663,7 +667,10 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         if int(dedupe.get("output", 0)) + int(dedupe.get("duplicates", 0)) != int(dedupe.get("input", -1)):
             problems.append(f"dedupe: {dedupe.get('input')} read != {dedupe.get('output')} kept + "
                             f"{dedupe.get('duplicates')} duplicates dropped")
+    if not plan.get("spark_skip") and not apps.get("rebuild"):
+        problems.append("rebuild: no run summary (no snapshot includes this interval)")
     chain = {
+        "holes": list(holes),
         "stream_total": plan["total"],
         "fetch_ranges": len(plan.get("ranges") or []),
         "owners": len([o for o in per_owner if o != UNROUTED_OWNER]),

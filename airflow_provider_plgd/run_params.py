@@ -14,11 +14,12 @@ here that the DAG author controls, in ``plan`` (before anything is read or writt
   ``spark.executorEnv.*``, …) could run code in the Airflow worker or the executors.
 * ``storage_root``: ``""`` (the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), the
   DAG's own default, the connection's root, or a root of ``build_etl_dag(storage_roots=…)`` or a
-  folder below one.
-* ``stream``: a JetStream stream name (a token of ``$JS.API`` subjects and a staging folder).
-* ``owners``, ``event_types``: ``fetch.selection.Selection.of`` (subject tokens, path-safe).
-* the numbers (``settle_seconds``, ``max_fetch_tasks``, ``lookback_intervals``,
-  ``max_content_bytes``) and ``accept_fewer_messages``: integers within bounds, a boolean.
+  folder below one, compared as fsspec and delta-rs resolve them.
+* the pipeline's identity (``airflow_provider_plgd.pipeline``): ``stream``, ``lookback_intervals``
+  and ``max_content_bytes`` only with the DAG author's value; ``owners`` and ``event_types`` the
+  author's too, or on another allowed root a subset of them (:func:`check_identity_params`); each
+  also checked in form (stream name, ``fetch.selection.Selection.of``, bounds).
+* ``settle_seconds``, ``max_fetch_tasks`` and ``accept_fewer_messages``: numbers within bounds, a boolean.
 
 The table of who may set what: ``docs/operations.md``, "Who may set what".
 """
@@ -36,10 +37,12 @@ from airflow_provider_plgd.exceptions import UntrustedRunParamError
 
 __all__ = [
     "DEFAULT_RUN_SPARK_CONF_KEYS",
+    "IDENTITY_PARAMS",
     "NUMBER_BOUNDS",
     "RunParams",
     "STORAGE_ROOTS_ENV",
     "UntrustedRunParamError",
+    "check_identity_params",
     "check_run_params",
     "check_run_spark_conf",
     "check_run_storage_root",
@@ -138,10 +141,6 @@ def check_run_spark_conf(value: Any, policy: Mapping[str, str | None], *,
     return checked
 
 
-def _within(root: str, base: str) -> bool:
-    return root == base or root.startswith(base.rstrip("/") + "/")
-
-
 #: Environment variable of the shipped DAG files (the ETL DAG and the examples): a JSON list of the
 #: storage roots a run may choose with the ``storage_root`` param. The deployment manager sets it.
 STORAGE_ROOTS_ENV = "PLGD_ETL_STORAGE_ROOTS"
@@ -168,16 +167,19 @@ def env_storage_roots(variable: str = STORAGE_ROOTS_ENV) -> list[str]:
 
 def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id: str) -> str:
     """The ``storage_root`` run param, checked: ``""``, a root the DAG author or the connection
-    names, or a folder below one of ``allowed`` (compared in their one spelling,
-    ``storage_root.normalize_storage_root``; no ``..`` segment).
+    names, or a folder below one of ``allowed``, compared in the one spelling that fsspec and
+    delta-rs both resolve to the same place (``storage_root.normalize_storage_root``: no percent
+    escape, no ``.`` or ``..`` segment, scheme and bucket in lowercase).
 
     :param allowed: the DAG's default root and ``build_etl_dag(storage_roots=…)`` (each also
         allows the folders below it).
     :param jetstream_conn_id: its ``storage_root`` extra is allowed too.
     :return: the value to resolve (``""`` or the normalized root).
-    :raises UntrustedRunParamError: not a string, or a root nobody allowed (named, with the allowed ones).
+    :raises UntrustedRunParamError: not a string, a root the storage layers would resolve
+        differently (``normalize_storage_root``'s refusals), or a root nobody allowed (named, with
+        the allowed ones).
     """
-    from airflow_provider_plgd.storage_root import connection_storage_root, normalize_storage_root
+    from airflow_provider_plgd.storage_root import connection_storage_root, normalize_storage_root, same_or_below
 
     if value is None or value == "":
         return ""
@@ -188,9 +190,7 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
     except ValueError as err:
         raise UntrustedRunParamError(f"run param 'storage_root': {err}") from None
     roots = {normalize_storage_root(r) for r in allowed if r}
-    if ".." in root.split("/"):
-        raise UntrustedRunParamError(f"run param 'storage_root' {root!r} has a '..' segment; give the root itself")
-    if any(_within(root, base) for base in roots):
+    if any(same_or_below(root, base) for base in roots):
         return root
     conn_root = connection_storage_root(jetstream_conn_id)
     if conn_root and normalize_storage_root(conn_root) == root:
@@ -206,26 +206,43 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
 
 @dataclass(frozen=True)
 class RunParams:
-    """The checked run params that ``plan`` uses (the others reach tasks through their own checks)."""
+    """The checked run params (``plan`` uses them; the others reach tasks through their own checks).
+
+    :ivar owners: checked owner IDs; ``()`` every owner.
+    :ivar event_types: checked event types (every one when the param is empty).
+    """
 
     stream: str
     storage_root: str  # "" (resolve the default) or an allowed root
     spark_conf: dict[str, str | None]
     numbers: dict[str, float]  # NUMBER_BOUNDS: settle_seconds a float, the others ints
     accept_fewer_messages: bool
+    owners: tuple[str, ...] = ()
+    event_types: tuple[str, ...] = ()
+
+    def identity(self) -> dict[str, Any]:
+        """The values of :data:`IDENTITY_PARAMS` (``owners`` None for every owner)."""
+        return {"stream": self.stream, "owners": list(self.owners) or None, "event_types": list(self.event_types),
+                "lookback_intervals": int(self.numbers["lookback_intervals"]),
+                "max_content_bytes": int(self.numbers["max_content_bytes"])}
 
 
 def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[str, str | None],
                      storage_roots: Iterable[str], jetstream_conn_id: str) -> RunParams:
     """Check every run param of the ETL DAG that reaches a command line, a setting, a path or a
-    subject (see the module; ``owners`` and ``event_types`` go through ``Selection.of``).
+    subject (see the module; ``owners`` and ``event_types`` through ``Selection.of``).
 
     :raises UntrustedRunParamError: the first param that fails, named with its value.
     """
+    from airflow_provider_plgd.coerce import token_list
+    from airflow_provider_plgd.fetch.selection import Selection
     from airflow_provider_plgd.hooks.connection import check_stream_name
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
     try:
         stream = check_stream_name(params.get("stream"), "run param 'stream'")
+        selection = Selection.of(token_list(params.get("owners"), "owner_id"),
+                                 token_list(params.get("event_types"), "event_type") or EVENT_TYPES)
     except ValueError as err:
         raise UntrustedRunParamError(str(err)) from None
     numbers: dict[str, float] = {}
@@ -251,4 +268,42 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
         spark_conf=check_run_spark_conf(params.get("spark_conf"), spark_conf_policy),
         numbers=numbers,
         accept_fewer_messages=accept_fewer,
+        owners=tuple(dict.fromkeys(selection.owners)),
+        event_types=tuple(dict.fromkeys(selection.event_types)),
     )
+
+
+#: The run params that are part of the pipeline's identity (``pipeline.SETTINGS``; the storage
+#: root has its own rule, :func:`check_run_storage_root`).
+IDENTITY_PARAMS = ("stream", "owners", "event_types", "lookback_intervals", "max_content_bytes")
+
+
+def check_identity_params(run: RunParams, author: RunParams) -> None:
+    """Refuse a run whose identity params (:data:`IDENTITY_PARAMS`) differ from the DAG author's.
+
+    On the DAG's own storage root (``""`` or the DAG's default) each must equal the author's value.
+    On another root the author allows (``build_etl_dag(storage_roots=…)``) a run may write a
+    narrower view: a subset of the author's owners and event types; the stream, the lookback and
+    the decode limit stay the author's. No I/O: it runs first in ``wait_for_interval``, again in ``plan``.
+
+    :param run: the run's checked params; ``author``: the DAG's own (``check_run_params`` of its defaults).
+    :raises PipelineIdentityError: names each setting, the DAG author's value and the run's.
+    """
+    from airflow_provider_plgd import pipeline
+
+    mine, theirs = run.identity(), author.identity()
+    own_root = run.storage_root in ("", author.storage_root)
+    found = []
+    for name in IDENTITY_PARAMS:
+        if name in ("owners", "event_types") and not own_root:
+            allowed = theirs[name]
+            if allowed is None or (mine[name] is not None and set(mine[name]) <= set(allowed)):
+                continue
+            found.append((name, allowed, mine[name]))
+        elif pipeline.differences({name: theirs[name]}, {name: mine[name]}):
+            found.append((name, theirs[name], mine[name]))
+    if found:
+        raise pipeline.identity_error(
+            found, where="the DAG author's", what="A user who may trigger the DAG may not change them"
+            + (" (on this root; on another root the DAG author allows, a run may select fewer owners or event "
+               "types)." if own_root else " (on another root, only the owners and event types may be narrower)."))

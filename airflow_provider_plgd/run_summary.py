@@ -36,7 +36,8 @@ def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | 
 
 
 def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, Any]:
-    """Check the interval ledger's chain (``ledger.reconcile``) and gather the Spark summaries.
+    """Check the interval ledger's chain (``ledger.reconcile``), with the holes before the
+    interval (``chain.holes_before``), and gather the Spark summaries.
 
     :param root: the storage root (local path or fsspec URL).
     :param stream: the stream name.
@@ -46,10 +47,12 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, A
         str), "reconciled" (bool: every stage accounted for every message), "decode", "dedupe",
         "rebuild" (the apps' summaries or None), "lag_seconds" (now minus the interval end, s)}``.
     """
-    from airflow_provider_plgd import ledger
+    from airflow_provider_plgd import chain, ledger
 
     apps = {app: read_app_summary(root, app, interval_id) for app in APPS}
-    checked = ledger.reconcile(root, stream, interval_id, apps)
+    holes = [f"interval {h.interval_id} ({h.messages} messages) was never deduplicated"
+             for h in chain.holes_before(root, stream, interval_id)]
+    checked = ledger.reconcile(root, stream, interval_id, apps, holes)
     interval_end = interval_end_epoch(interval_id)
     return {
         "interval_id": interval_id,

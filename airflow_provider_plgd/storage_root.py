@@ -14,6 +14,11 @@ one spelling in the ledger, the manifests and the logs (docs/operations.md, "Obj
 Credentials and the endpoint are never part of the root: botocore reads them itself
 (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, config
 files, instance roles). A root with credentials in it (``s3://KEY:SECRET@bucket``) is refused.
+
+A root is compared (with the DAG author's allowlist, and with the root recorded with the tables)
+only in the spelling of :func:`normalize_storage_root`, and that spelling is what fsspec and
+delta-rs are given: anything that the two layers would resolve differently (percent escapes, dot
+segments) is refused before any I/O.
 """
 
 from __future__ import annotations
@@ -25,37 +30,85 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-#: Hadoop's spelling of an S3 URL; rewritten to :data:`S3_PREFIX`.
-S3A_PREFIX = "s3a://"
-#: The one spelling of an S3 (or S3-compatible) storage root.
-S3_PREFIX = "s3://"
-
 # scheme://user[:password]@… (credentials in the authority part of a URL)
 _URL_WITH_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*@")
 
 
+#: Characters that the two storage layers read differently, or that no root needs: a percent escape
+#: (delta-rs decodes ``%2e%2e`` in a URL path, fsspec keeps it as three characters of a key), a
+#: query or fragment (a URL parser drops them, fsspec keeps them), a backslash, white space and
+#: control characters.
+_AMBIGUOUS = re.compile(r"[%?#\\\s\x00-\x1f\x7f]")
+#: Schemes whose authority is a bucket (or container): its name is case-insensitive to a URL parser
+#: (delta-rs lowercases the host) and lowercase in every store that has them.
+_BUCKET_SCHEMES = ("s3", "gs", "gcs")
+
+
 def normalize_storage_root(value: str) -> str:
-    """Return the one spelling of a storage root: no trailing slash, ``s3a://`` rewritten to ``s3://``.
+    """Return the one spelling of a storage root, the same for fsspec and delta-rs, or refuse it.
+
+    The root is compared with allowlists and recorded with the tables in this spelling, and every
+    storage layer gets this exact string, so a check of the string is a check of where the data goes:
+
+    * the scheme in lowercase, ``s3a://`` rewritten to ``s3://``, ``file://`` to the plain path;
+      the bucket of ``s3://``/``gs://`` in lowercase;
+    * no trailing slash; repeated slashes folded into one; a local path must be absolute;
+    * refused: a ``.`` or ``..`` segment (a URL parser removes dot segments, an object store key
+      keeps them: ``s3://lake/sandbox/../prod`` is ``s3://lake/prod`` to delta-rs), a percent
+      escape (``%2e%2e``: delta-rs decodes it, fsspec does not), ``?``, ``#``, ``\\``, white space,
+      control characters, credentials in the authority, an empty value or bucket.
 
     :param value: a local path or an fsspec URL (``s3://bucket/prefix``, ``gs://…``, ``file://…``).
-    :return: the root as the ETL uses it (ledger, manifests, Spark arguments, logs).
-    :raises ValueError: the URL carries credentials in its authority part (``s3://KEY:SECRET@bucket``);
-        the message does not repeat the value (it names the scheme and the fix).
+    :return: the root as the ETL uses it (ledger, tables, Spark arguments, logs).
+    :raises ValueError: one of the refusals above; the message names the value (never a credential:
+        with one, it names only the scheme) and what is expected.
     """
-    root = str(value).strip().rstrip("/")
-    if _URL_WITH_USERINFO.match(root):
-        scheme = root.split("://", 1)[0]
+    text = str(value).strip()
+    if _URL_WITH_USERINFO.match(text):
+        scheme = text.split("://", 1)[0]
         raise ValueError(
             f"the storage root ({scheme}://…) has credentials in the URL; give the bucket URL only "
             "(s3://bucket/prefix) and the credentials through the AWS_* environment or AWS config "
             "files (docs/operations.md, 'Object storage')"
         )
-    if root.lower().startswith(S3A_PREFIX):
-        normalized = S3_PREFIX + root[len(S3A_PREFIX):]
-        log.info("storage root %s: s3a:// is Hadoop's spelling; plgd reads S3 through fsspec (s3fs) "
-                 "and uses %s", root, normalized)
-        return normalized
-    return root
+    if not text:
+        raise ValueError("the storage root is empty; expected a local path or a URL such as s3://bucket/prefix")
+    found = _AMBIGUOUS.search(text)
+    if found:
+        raise ValueError(f"the storage root {text!r} has {found.group()!r}, which fsspec and delta-rs resolve "
+                         "differently (percent escapes, '?', '#', '\\\\', white space); give the plain path")
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    scheme = scheme.lower()
+    if scheme == "s3a":
+        log.info("storage root %s: s3a:// is Hadoop's spelling; plgd reads S3 through fsspec (s3fs) and uses "
+                 "s3://", text)
+        scheme = "s3"
+    if scheme == "file":
+        scheme = ""
+    absolute = rest.startswith("/")
+    segments = [s for s in rest.split("/") if s]
+    if any(s in (".", "..") for s in segments):
+        raise ValueError(f"the storage root {text!r} has a '.' or '..' segment, which a URL parser removes and an "
+                         "object store keeps; give the root itself")
+    if scheme:
+        if not segments:
+            raise ValueError(f"the storage root {text!r} names no bucket or folder; expected e.g. s3://bucket/prefix")
+        if scheme in _BUCKET_SCHEMES:
+            segments[0] = segments[0].lower()
+        return f"{scheme}://" + "/".join(segments)
+    if not absolute:
+        raise ValueError(f"the storage root {text!r} is a relative path, which each process resolves from its own "
+                         "working directory; expected an absolute path or a URL such as s3://bucket/prefix")
+    if not segments:
+        raise ValueError(f"the storage root {text!r} is the file system's root; give a folder")
+    return "/" + "/".join(segments)
+
+
+def same_or_below(root: str, base: str) -> bool:
+    """True when ``root`` is ``base`` or a folder below it (both in :func:`normalize_storage_root`'s spelling)."""
+    return root == base or root.startswith(base + "/")
 
 
 def resolve_storage_root(value: str | None, jetstream_conn_id: str) -> str:
@@ -73,7 +126,7 @@ def resolve_storage_root(value: str | None, jetstream_conn_id: str) -> str:
     if root:
         return normalize_storage_root(root)
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return str(Path(home) / "plgd")
+    return normalize_storage_root(str(Path(home).absolute() / "plgd"))
 
 
 def connection_storage_root(jetstream_conn_id: str) -> str | None:

@@ -75,6 +75,27 @@ _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider
 
 
 
+def check_run_identity(params: Mapping[str, Any], author: Any, *, spark_conf_policy: Mapping[str, str | None],
+                       allowed_roots: Iterable[str], jetstream_conn_id: str) -> None:
+    """Refuse a run whose params are not allowed or change the pipeline's identity, before any I/O
+    (``run_params.check_run_params``, ``run_params.check_identity_params``): the first check of
+    ``wait_for_interval``; ``plan`` checks again.
+
+    :raises UntrustedRunParamError: a param outside what the DAG author allows.
+    :raises AirflowFailException: the identity differs (``PipelineIdentityError``'s message; no retries).
+    """
+    from airflow_provider_plgd import run_params
+    from airflow_provider_plgd.compat import AirflowFailException
+    from airflow_provider_plgd.exceptions import PipelineIdentityError
+
+    checked = run_params.check_run_params(params, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
+                                          jetstream_conn_id=jetstream_conn_id)
+    try:
+        run_params.check_identity_params(checked, author)
+    except PipelineIdentityError as err:
+        raise AirflowFailException(f"PipelineIdentityError: {err}") from err
+
+
 def build_etl_dag(
     *,
     dag_id: str = "plgd_events_etl",
@@ -99,10 +120,16 @@ def build_etl_dag(
 ):
     """Build the plgd ETL DAG.
 
-    Runs are chained: ``max_active_runs=1``, and ``depends_on_past=True`` on ``dedupe`` (it reads the
-    message-ID index of the earlier intervals) and ``rebuild`` (each snapshot is the previous one
-    plus the new events), so scheduled runs and backfills process the intervals oldest first and a
-    failed interval stops the chain until it is cleared or fixed. Runs without a data interval
+    Runs are chained: ``max_active_runs=1``, and ``depends_on_past=True`` with
+    ``wait_for_past_depends_before_skipping=True`` on ``dedupe`` (it reads the message-ID index of
+    the earlier intervals) and ``rebuild`` (each snapshot is the previous one plus the new events),
+    so scheduled runs and backfills process the intervals oldest first, and a failed interval stops
+    the chain until it is cleared or fixed, also across empty intervals. The tasks check the chain
+    from the data too (``airflow_provider_plgd.chain``): a hole fails dedupe, rebuild and summary.
+    The params ``stream``, ``owners``, ``event_types``, ``lookback_intervals``, ``max_content_bytes``
+    and the storage root are the pipeline's identity: their values here are fixed, a run whose
+    conf differs fails in ``wait_for_interval`` (``PipelineIdentityError``), and the root records
+    them (``airflow_provider_plgd.pipeline``). Runs without a data interval
     (Airflow 3 runs without a logical date) fail in ``wait_for_interval`` with
     :class:`MissingDataIntervalError`, manual runs whose interval is not one of the schedule with
     :class:`OffScheduleIntervalError`, both without retries. An interval for which the stream holds
@@ -165,6 +192,13 @@ def build_etl_dag(
     spark_conf_policy = run_params.run_spark_conf_policy(run_spark_conf_keys)
     default_root = merged_params["storage_root"]
     allowed_roots = [getattr(default_root, "value", default_root) or "", *storage_roots]
+    # the pipeline's identity: the author's stream, selection, lookback, decode limit and root
+    try:
+        author = run_params.check_run_params({k: getattr(v, "value", v) for k, v in merged_params.items()},
+                                             spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
+                                             jetstream_conn_id=jetstream_conn_id)
+    except ValueError as err:
+        raise ValueError(f"build_etl_dag(params=...): {err}") from None
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
     assets = etl_assets(dag_id)
 
@@ -189,13 +223,17 @@ def build_etl_dag(
         doc_md=doc_md or DEFAULT_DOC_MD,
     ) as dag:
         def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
-            return require_data_interval(context, schedule=schedule, start_date=start_date)
+            """The run's data interval, and its params against the pipeline's identity (no I/O)."""
+            window = require_data_interval(context, schedule=schedule, start_date=start_date)
+            check_run_identity(context.get("params") or {}, author, spark_conf_policy=spark_conf_policy,
+                               allowed_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
+            return window
 
         wait = JetStreamIntervalCompleteSensor(
             task_id="wait_for_interval",
             jetstream_conn_id=jetstream_conn_id,
             subject_filter="plgd.>",
-            stream="{{ params.stream }}",
+            stream=author.stream,
             settle_seconds="{{ params.settle_seconds }}",
             deferrable=True,
             poke_interval=5,
@@ -219,7 +257,7 @@ def build_etl_dag(
 
             return plan_interval(context["params"], start=start, end=end, dag_id=dag_id,
                                  jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
-                                 allowed_roots=allowed_roots, fetch_range_messages=fetch_range_messages,
+                                 allowed_roots=allowed_roots, author=author, fetch_range_messages=fetch_range_messages,
                                  report_lineage=report_lineage)
 
         @task(task_display_name="Sequence ranges of the fetch")
@@ -232,7 +270,7 @@ def build_etl_dag(
         fetch = JetStreamToStagingOperator.partial(
             task_id="fetch",
             jetstream_conn_id=jetstream_conn_id,
-            stream="{{ params.stream }}",
+            stream=author.stream,
             destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
             ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
@@ -288,21 +326,23 @@ def build_etl_dag(
 
         decode = spark_task(
             "decode", "decode_events", "plgd-decode-events",
-            ["--staging-root", root_arg, "--stream", "{{ params.stream }}",
+            ["--staging-root", root_arg, "--stream", author.stream,
              "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
-             "--max-content-bytes", "{{ params.max_content_bytes }}"],
+             "--max-content-bytes", str(author.identity()["max_content_bytes"])],
             [assets["events"], *quarantine_outlets(dag_id)], "Decode events (Spark)",
         )
         dedupe = spark_task(
             "dedupe", "dedupe_events", "plgd-dedupe-events",
             ["--root", root_arg, "--interval-id", interval_arg,
-             "--lookback-intervals", "{{ params.lookback_intervals }}"],
+             "--lookback-intervals", str(author.identity()["lookback_intervals"])],
             [assets["events_deduped"]], "Deduplicate events (Spark)", depends_on_past=True,
+            wait_for_past_depends_before_skipping=True,
         )
         rebuild = spark_task(
             "rebuild", "rebuild_snapshots", "plgd-rebuild-snapshots",
             ["--root", root_arg, "--interval-id", interval_arg],
             [assets["snapshots"]], "Rebuild snapshots (Spark)", depends_on_past=True,
+            wait_for_past_depends_before_skipping=True,
         )
 
         # none_failed: runs after skipped Spark tasks (an empty interval) and reconciles 0 = 0.
@@ -313,9 +353,9 @@ def build_etl_dag(
             # the work: summarize_interval; here only plan's XCom and the lineage report
             planned_value = context["ti"].xcom_pull(task_ids="plan")
             PlgdTablesLink.persist(context, planned_value["storage_root"])  # before a LedgerError
-            lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
+            lineage.report_task_lineage(context, lineage.summary_lineage, author.stream,
                                         planned_value["storage_root"])
-            return summarize_interval(planned_value["storage_root"], context["params"]["stream"],
+            return summarize_interval(planned_value["storage_root"], author.stream,
                                       planned_value["interval_id"], context["params"])
 
         wait >> planned

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_plgd import delta_tables, times
-from airflow_provider_plgd.coerce import token_list
+from airflow_provider_plgd import delta_tables, storage, times
 from airflow_provider_plgd.exceptions import OldLayoutError
+from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.storage_root import resolve_storage_root
 
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
@@ -28,17 +28,20 @@ _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider
 
 def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, dag_id: str,
                   jetstream_conn_id: str, spark_conf_policy: Mapping[str, str | None], allowed_roots: Iterable[str],
-                  fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
+                  author: Any, fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
                   hook_factory: Callable[[str], Any] | None = None,
                   report_lineage: Callable[[Sequence[str], str, str], None] | None = None) -> dict[str, Any]:
     """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
 
     The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
-    a triggering user may set is checked (``run_params.check_run_params``); the storage root is
-    resolved and its layout checked; the owners and event types are checked
-    (``fetch.selection.Selection``); no unplanned stretch may precede the interval
+    a triggering user may set is checked (``run_params.check_run_params``), and those of the
+    pipeline's identity against the DAG author's (``run_params.check_identity_params``); the storage
+    root is resolved and its layout checked; the identity is compared with the one recorded at the
+    root (``pipeline.check_recorded``); a new interval older than the chain's head is refused
+    (``chain.check_not_behind_head``); no unplanned stretch may precede the interval
     (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``); the interval must be complete on the server
-    (``require_interval_complete``); the ledger's ``stream.json`` is written
+    (``require_interval_complete``); the identity is recorded when the root has none
+    (``pipeline.record``) and the ledger's ``stream.json`` is written
     (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
 
     :param params: the run's params (the DAG's :data:`~airflow_provider_plgd.etl.params.DEFAULT_PARAMS`
@@ -48,6 +51,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :param jetstream_conn_id: the ``plgd_jetstream`` connection.
     :param spark_conf_policy: the Spark settings a run may set (``run_params.run_spark_conf_policy``).
     :param allowed_roots: storage roots a run may choose besides the connection's.
+    :param author: the DAG author's params, checked (``run_params.RunParams``): the pipeline's identity.
     :param fetch_range_messages: messages per fetch range aimed at.
     :param hook_factory: called with the checked stream name, returns the hook that checks
         completeness and counts (``require_interval_complete``, ``count_ranges``, ``get_settings``);
@@ -59,36 +63,48 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         "messages" (what the stream holds for the selection), "fetch_ranges" ([{"ledger_range": i}]),
         "py_files" (the zip's path), "spark_skip" (:func:`spark_skip_reason`)}``.
     :raises UntrustedRunParamError: a run param that fails its check (no retries).
-    :raises AirflowFailException: a storage root of the old layout (``OldLayoutError``), a rerun
-        that would narrow the selection or lose messages (``NarrowerRerunError``,
-        ``FewerMessagesError``): the same answer on every retry.
+    :raises AirflowFailException: a storage root of the old layout (``OldLayoutError``), settings
+        other than the pipeline's identity (``PipelineIdentityError``), a new interval older than
+        the chain's head (``OutOfOrderIntervalError``), a rerun that would narrow the selection or
+        lose messages (``NarrowerRerunError``, ``FewerMessagesError``): the same answer on every retry.
     :raises IntervalGapError: an interval before this one that no run planned
         (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``).
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
-    from airflow_provider_plgd import ledger, run_params
-    from airflow_provider_plgd.exceptions import FewerMessagesError, NarrowerRerunError
-    from airflow_provider_plgd.fetch.selection import Selection
-    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+    from airflow_provider_plgd import chain, ledger, pipeline, run_params
+    from airflow_provider_plgd.exceptions import (
+        FewerMessagesError,
+        NarrowerRerunError,
+        OutOfOrderIntervalError,
+        PipelineIdentityError,
+    )
     from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
-    p = params
     # the trust boundary: every param a triggering user may set, checked before anything is read
-    checked = run_params.check_run_params(p, spark_conf_policy=spark_conf_policy,
+    checked = run_params.check_run_params(params, spark_conf_policy=spark_conf_policy,
                                           storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
+    try:
+        run_params.check_identity_params(checked, author)
+    except PipelineIdentityError as err:
+        raise _FailWithoutRetry(f"PipelineIdentityError: {err}") from err
     root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
     try:  # tables of the layout before Delta Lake: refused before anything is fetched
         delta_tables.check_layout(root)
     except OldLayoutError as err:
         raise _FailWithoutRetry(str(err)) from None
-    # check the owners and event types once, before anything is counted, built or written
-    try:
-        selection = Selection.of(token_list(p["owners"], "owner_id"),
-                                 token_list(p["event_types"], "event_type") or EVENT_TYPES)
-    except ValueError as err:  # a triggering user's input: fails without retries
-        raise run_params.UntrustedRunParamError(str(err)) from None
+    identity = pipeline.PipelineIdentity.of(storage_root=root, **checked.identity())
     window = times.Interval.of(start, end)
     interval = window.id
+    try:
+        pipeline.check_recorded(root, identity.as_dict())
+        # a new interval older than what the tables already built on (refused, never replayed)
+        chain.check_not_behind_head(
+            interval, chain.dedupe_log(root), stage="plan",
+            processed_before=storage.exists(storage.join_path(ledger.interval_dir(root, checked.stream, interval),
+                                                              "stream.json")))
+    except (PipelineIdentityError, OutOfOrderIntervalError) as err:
+        raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
+    selection = Selection(checked.owners, checked.event_types)  # checked once, in check_run_params
     # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
     # its events would be missing from this interval's snapshot
     ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
@@ -105,12 +121,13 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
     owners = list(selection.owners) or None  # None: every owner, read through plgd.>
     try:
+        pipeline.record(identity)  # the first plan on a root records it (checked above)
         record = write_interval_ledger(
             hook, root, window, owners, list(selection.event_types),
             accept_fewer=checked.accept_fewer_messages,
             max_ranges=int(checked.numbers["max_fetch_tasks"]), range_messages=fetch_range_messages,
         )
-    except (NarrowerRerunError, FewerMessagesError) as err:  # the same answer on every retry
+    except (NarrowerRerunError, FewerMessagesError, PipelineIdentityError) as err:  # the same on every retry
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     # Never on the storage root: the Spark driver runs this code inside the worker
     # (docs/operations.md, "Shipping the plgd code to executors").

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd import delta_tables, pipeline
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
 from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter, new_write_id
@@ -163,6 +163,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :raises RuntimeError: the counts do not reconcile (nothing is committed then).
     :raises TableCommitError: another run of the interval committed meanwhile (``delta_tables.commit_files``).
     :raises OldLayoutError: the output root holds tables of the layout before Delta Lake.
+    :raises PipelineIdentityError: ``--stream`` or ``--max-content-bytes`` differs from the identity
+        recorded at the output root (``pipeline.check_app``); nothing read.
     """
     from airflow_provider_plgd import staging
 
@@ -170,6 +172,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id
     staging.validate_partition_value(interval_id, "interval_id")
+    identity = pipeline.check_app(args.output_root, stream=args.stream, max_content_bytes=args.max_content_bytes)
     delta_tables.check_layout(args.output_root)
     if args.ledger:
         manifests = ledger_manifests(args.staging_root, args.stream, interval_id)
@@ -218,6 +221,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
+            "pipeline": identity,
             "stream": args.stream}
     commits = delta_tables.commit_interval(APP, interval_id, (
         (delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_plgd import delta_tables, storage
+from airflow_provider_plgd import chain, delta_tables, pipeline, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
 from airflow_provider_plgd.spark.summary import finish_run
@@ -58,11 +58,10 @@ def msgid_bucket(msg_id: str | None, buckets: int = MSGID_BUCKETS) -> int:
     return 0 if msg_id is None else snapshot_store.device_bucket(msg_id, buckets)
 
 
-def previous_intervals(root: str, interval_id: str, lookback: int) -> list[str]:
-    """The last ``lookback`` intervals of the same kind as ``interval_id`` that sort before it and
-    have rows in ``msgid_index`` (oldest first)."""
+def previous_intervals(done: Sequence[str], interval_id: str, lookback: int) -> list[str]:
+    """The last ``lookback`` intervals of ``done`` (those with rows in ``msgid_index``, sorted:
+    ``chain.DedupeLog.with_ids``) of the same kind as ``interval_id`` that sort before it (oldest first)."""
     kind = snapshot_store.interval_kind(interval_id)
-    done = delta_tables.committed_intervals(delta_tables.table_uri(root, delta_tables.MSGID_INDEX))
     before = [i for i in done if i < interval_id and snapshot_store.interval_kind(i) == kind]
     return before[-lookback:] if lookback else []
 
@@ -301,6 +300,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     """Deduplicate one interval and commit ``msgid_index``, ``events_deduped`` and the summary.
 
     :return: the run summary dict (also written as JSON).
+    :raises PipelineIdentityError: ``--lookback-intervals`` differs from the identity recorded at
+        the root (``pipeline.check_app``; not checked with ``--previous-intervals``).
+    :raises OutOfOrderIntervalError: a new interval older than the chain's head (``chain``).
+    :raises ChainHoleError: an earlier planned interval with messages is not deduplicated (``chain``).
     :raises FileNotFoundError: decode has not committed the interval's ``events``.
     :raises RuntimeError: the written rows do not match the decision (nothing is committed then).
     :raises TableCommitError: another run of the interval committed meanwhile.
@@ -311,6 +314,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     run_version = time.time_ns() // 1_000_000
     interval_id = staging.validate_partition_value(args.interval_id, "interval_id")
     root = str(args.root).rstrip("/")
+    identity = pipeline.check_app(root, **({} if args.previous_intervals is not None
+                                           else {"lookback_intervals": args.lookback_intervals}))
     delta_tables.check_layout(root)
     source = delta_tables.table_uri(root, delta_tables.EVENTS)
     if not decoded(root, interval_id):
@@ -318,11 +323,16 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             f"events of interval {interval_id} are not committed (no decode run committed both {source} and its "
             "quarantine); run decode_events first"
         )
+    # the chain, from the data: no new interval behind the head, no hole before this one
+    log_ = chain.dedupe_log(root)
+    chain.check_not_behind_head(interval_id, log_, processed_before=log_.started(interval_id), stage="dedupe")
+    if identity is not None:
+        chain.check_no_hole(root, identity["stream"], interval_id, stage="dedupe", log=log_)
     if args.previous_intervals is not None:
         previous = [staging.validate_partition_value(i, "previous interval") for i in args.previous_intervals
                     if i != interval_id]
     else:
-        previous = previous_intervals(root, interval_id, args.lookback_intervals)
+        previous = previous_intervals(log_.with_ids, interval_id, args.lookback_intervals)
     files = delta_tables.table_files(source, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
     log.info("interval %s: %d rows in %d files; looking back at %d previous intervals%s",
              interval_id, sum(f.rows for f in files), len(files), len(previous),
@@ -352,7 +362,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         )
     timings["decide_and_write"] = round(time.time() - phase, 3)
     phase = time.time()
-    meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id}
+    meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
+            "pipeline": identity}
     commits = delta_tables.commit_interval(APP, interval_id, (
         (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
         (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),

@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any, Mapping
 
-from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd import chain, delta_tables, pipeline
 from airflow_provider_plgd.spark import rebuild_input, snapshot_store
 from airflow_provider_plgd.spark.summary import finish_run
 
@@ -143,6 +143,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         checked :class:`~airflow_provider_plgd.times.Interval` of ``--interval-id``).
 
     :raises RuntimeError: see :func:`choose_base` and :func:`check_older_interval`.
+    :raises PipelineIdentityError: the root differs from the identity recorded there (``pipeline.check_app``).
+    :raises ChainHoleError: an earlier planned interval with messages is not deduplicated (``chain``).
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
     :raises TableCommitError: another rebuild committed to a snapshot table meanwhile.
     """
@@ -154,8 +156,11 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     interval_id = window.id
     root = str(args.root).rstrip("/")
     out_root = str(args.snapshots_root or root).rstrip("/")
+    identity = pipeline.check_app(root)
     delta_tables.check_layout(root)
     delta_tables.check_layout(out_root)
+    if identity is not None:  # the chain, from the data: every earlier interval with messages is deduplicated
+        chain.check_no_hole(root, identity["stream"], interval_id, stage="rebuild")
     t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
     latest = snapshot_store.latest(out_root)
@@ -233,6 +238,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "run_id": run_id,
         "run_version": run_version,
         "interval_id": interval_id,
+        "pipeline": identity,
     }
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}

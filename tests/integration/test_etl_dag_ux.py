@@ -362,11 +362,11 @@ def test_a_hole_before_the_interval_fails_plan_naming_it(dags_folder, jetstream,
         ti = session.query(TaskInstance).filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="plan").one()
         assert ti.try_number == 1  # retries=0 here; the DAG's default retries it twice
     assert _states(dag.test(logical_date=b))["summary"] == "success"
-    dr = dag.test(logical_date=c, run_conf={"lookback_intervals": 3})
+    dr = dag.test(logical_date=c, run_conf={"max_fetch_tasks": 3})
     assert _states(dr)["summary"] == "success"
     # the summary names the params the run used (the DAG's defaults with the run's conf)
     assert xcom_value(dr, "summary")["params"] == {
-        "storage_root": str(root), "stream": "EVENTS", "settle_seconds": 0, "max_fetch_tasks": 16,
-        "lookback_intervals": 3, "accept_fewer_messages": False, "max_content_bytes": 4 * 1024 * 1024,
+        "storage_root": str(root), "stream": "EVENTS", "settle_seconds": 0, "max_fetch_tasks": 3,
+        "lookback_intervals": 24, "accept_fewer_messages": False, "max_content_bytes": 4 * 1024 * 1024,
         "spark_conf": {}}
     print(f"[gap] 4 runs in {time.monotonic() - t0:.1f} s")

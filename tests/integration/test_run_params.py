@@ -57,7 +57,8 @@ def etl_dag(dags_folder, name: str, root) -> object:
 @pytest.mark.spark
 def test_spark_conf_injection_through_run_conf_runs_nothing(jetstream, dags_folder, tmp_path, monkeypatch):
     """The attack: a Spark setting that makes the driver JVM (inside the Airflow worker) run a shell
-    command. The run fails in ``plan``, before anything is read, written or started."""
+    command. The run fails in its first task (``wait_for_interval``'s check of the params), before
+    anything is read, written or started."""
     from plgd_devtools.spark import spark_lock
 
     use_local_spark(monkeypatch)
@@ -68,22 +69,46 @@ def test_spark_conf_injection_through_run_conf_runs_nothing(jetstream, dags_fold
     with spark_lock():
         dr = dag.test(logical_date=end, run_conf={"spark_conf": attack})
     got = states(dr)
-    assert got["wait_for_interval"] == "success" and got["plan"] == "failed", got
+    assert got["wait_for_interval"] == "failed" and got["plan"] == "upstream_failed", got
     assert all(got[t] == "upstream_failed" for t in ("fetch_ranges", "decode", "dedupe", "rebuild")), got
     assert not marker.exists(), "the driver JVM ran the injected command"
     assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))  # nothing read or written
 
 
 def test_storage_root_outside_the_allowed_roots_is_refused(jetstream, dags_folder, tmp_path):
-    """A triggering user points the run at another folder: refused in ``plan``; nothing written anywhere."""
+    """A triggering user points the run at another folder: refused in the first task; nothing written anywhere."""
     root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
     dag = etl_dag(dags_folder, "plgd_test_params_root", root)
     end = one_message_interval(jetstream.url)
     dr = dag.test(logical_date=end, run_conf={"storage_root": str(elsewhere)})
     got = states(dr)
-    assert got["plan"] == "failed" and got["fetch_ranges"] == "upstream_failed", got
+    assert got["wait_for_interval"] == "failed" and got["plan"] == "upstream_failed", got
     assert not elsewhere.exists()
     assert not root.exists() or not any(root.rglob("*")), sorted(root.rglob("*"))
+
+
+@pytest.mark.parametrize("conf", [
+    {"stream": "KV_settings"}, {"max_content_bytes": 1}, {"owners": [OWNER]}, {"storage_root": "ROOT/%2e%2e/prod"},
+], ids=["stream", "max_content_bytes", "owners", "root-escaped"])  # the others: unit tests (test_etl_plan_summary)
+def test_a_run_that_changes_the_pipeline_identity_is_refused_before_any_io(jetstream, dags_folder, tmp_path,
+                                                                           capfd, conf):
+    """Cases 1-4 of "No silent loss, round 4": a triggering user's conf that would change what the
+    tables mean (another stream, decode limit, lookback, a selection on the DAG's own root, a root
+    that delta-rs resolves elsewhere) fails the first task, without retries, before the server or
+    the storage root is touched."""
+    root = tmp_path / "root"
+    conf = {k: (v.replace("ROOT", str(root)) if isinstance(v, str) else v) for k, v in conf.items()}
+    dag = etl_dag(dags_folder, "plgd_test_params_identity", root)
+    end = datetime.fromtimestamp((int(time.time() // INTERVAL) - 1) * INTERVAL, tz=UTC)  # a past interval
+    dr = dag.test(logical_date=end, run_conf=conf)
+    logged = "".join(capfd.readouterr())  # the task's log (dag.test writes it to the console)
+    got = states(dr)
+    assert got["wait_for_interval"] == "failed" and got["plan"] == "upstream_failed", got
+    assert not root.exists() and not (tmp_path / "prod").exists()
+    name = next(iter(conf))
+    expected = (f"\n  {name}: the DAG author's" if name != "storage_root"
+                else "run param 'storage_root': the storage root")
+    assert expected in logged, logged[-3000:]
 
 
 def test_run_param_checks_name_the_value_and_the_way_to_allow_it(jetstream, tmp_path, monkeypatch):

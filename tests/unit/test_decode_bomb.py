@@ -190,7 +190,9 @@ def test_decode_app_cli_setting():
             parse_args(base + ["--max-content-bytes", bad])
 
 
-def test_etl_dag_passes_the_param_to_the_decode_app():
+def test_etl_dag_passes_the_dag_authors_limit_to_the_decode_app():
+    """The limit is part of the pipeline's identity: the author's value, fixed in the command line
+    (a run's conf cannot change it; ``run_params.check_identity_params``)."""
     from datetime import datetime, timezone
 
     from airflow_provider_plgd.etl import DEFAULT_PARAMS, build_etl_dag
@@ -198,4 +200,8 @@ def test_etl_dag_passes_the_param_to_the_decode_app():
     assert DEFAULT_PARAMS["max_content_bytes"] == codec.DEFAULT_MAX_DECODED_BYTES
     dag = build_etl_dag(start_date=datetime(2026, 1, 1, tzinfo=timezone.utc))
     args = dag.get_task("decode").application_args
-    assert args[args.index("--max-content-bytes") + 1] == "{{ params.max_content_bytes }}"
+    assert args[args.index("--max-content-bytes") + 1] == str(codec.DEFAULT_MAX_DECODED_BYTES)
+    dag = build_etl_dag(dag_id="small", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                        params={"max_content_bytes": 1000})
+    args = dag.get_task("decode").application_args
+    assert args[args.index("--max-content-bytes") + 1] == "1000"

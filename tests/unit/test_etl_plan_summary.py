@@ -21,7 +21,7 @@ from airflow_provider_plgd import ledger, spark_deps, times
 from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval, run_params_used, summarize_interval
 from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-from airflow_provider_plgd.run_params import run_spark_conf_policy
+from airflow_provider_plgd.run_params import RunParams, check_run_params, run_spark_conf_policy
 from airflow_provider_plgd.spark.summary import summary_path, write_summary
 
 try:  # Airflow 3.x
@@ -68,7 +68,16 @@ def root(tmp_path, monkeypatch) -> str:
     return str(tmp_path / "root")
 
 
-def plan(root: str, hook: FakeHook, lineage: list | None = None, **params: Any) -> dict[str, Any]:
+def author(root: str, **params: Any) -> RunParams:
+    """The DAG author's checked params (``build_etl_dag`` computes them from its ``params``)."""
+    return check_run_params({**DEFAULT_PARAMS, "storage_root": root, **params},
+                            spark_conf_policy=run_spark_conf_policy(None), storage_roots=[root],
+                            jetstream_conn_id="plgd_jetstream_default")
+
+
+def plan(root: str, hook: FakeHook, lineage: list | None = None, dag_params: dict[str, Any] | None = None,
+         **params: Any) -> dict[str, Any]:
+    """Plan with the run's ``params``; the DAG author's are ``dag_params`` (default: the same as the run's)."""
     made: list[str] = []
 
     def hook_factory(stream: str) -> FakeHook:
@@ -78,6 +87,7 @@ def plan(root: str, hook: FakeHook, lineage: list | None = None, **params: Any) 
     result = plan_interval({**DEFAULT_PARAMS, "storage_root": root, **params}, start=START, end=END,
                            dag_id="plgd_events_etl", jetstream_conn_id="plgd_jetstream_default",
                            spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[root],
+                           author=author(root, **(params if dag_params is None else dag_params)),
                            fetch_range_messages=5, hook_factory=hook_factory,
                            report_lineage=None if lineage is None else lambda *a: lineage.append(a))
     assert made == [params.get("stream", "EVENTS")]
@@ -157,7 +167,7 @@ def test_plan_interval_refuses_a_hostile_owner_before_reading_or_writing(root, t
     with pytest.raises(UntrustedRunParamError, match=r"owner_id.*'a\.\*'"):
         plan_interval({**DEFAULT_PARAMS, "storage_root": root, "owners": ["a.*"]}, start=START, end=END,
                       dag_id="d", jetstream_conn_id="plgd_jetstream_default",
-                      spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[root],
+                      spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[root], author=author(root),
                       hook_factory=lambda stream: hook)
     assert hook.calls == [] and list(Path(root).iterdir()) == []
 
@@ -166,9 +176,54 @@ def test_plan_interval_refuses_a_storage_root_nobody_allowed(root, tmp_path):
     with pytest.raises(UntrustedRunParamError, match="is not a root this DAG allows"):
         plan_interval({**DEFAULT_PARAMS, "storage_root": str(tmp_path / "elsewhere")}, start=START, end=END,
                       dag_id="d", jetstream_conn_id="no_such_connection",
-                      spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[root],
+                      spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[root], author=author(root),
                       hook_factory=lambda stream: pytest.fail("no hook before the params are checked"))
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize(("setting", "value", "dag", "shown"), [
+    ("stream", "KV_settings", "'EVENTS'", "'KV_settings'"), ("lookback_intervals", 0, "24", "0"),
+    ("max_content_bytes", 1, "4194304", "1"), ("owners", [OWNER_A], "all owners", repr([OWNER_A])),
+    ("event_types", ["devicesregistered"], "all event types", "['devicesregistered']"),
+])
+def test_plan_interval_refuses_a_run_that_changes_the_pipeline_identity_before_any_io(root, setting, value, dag,
+                                                                                      shown):
+    """Cases 2-4 of "No silent loss, round 4": another stream, decode limit, lookback or a selection on
+    the DAG's own root; refused without retries, before the hook or the storage root is touched."""
+    import re
+
+    hook = FakeHook("EVENTS", [(1, 2, 1)])
+    with pytest.raises(AirflowFailException, match=rf"^PipelineIdentityError: .*\n  {setting}: the DAG author's "
+                                                   rf"{re.escape(dag)}, this run {re.escape(shown)}\n"):
+        plan(root, hook, dag_params={}, **{setting: value})
+    assert hook.calls == [] and list(Path(root).iterdir()) == []
+
+
+def test_plan_interval_records_the_identity_and_refuses_a_dag_that_changed_it(root):
+    plan(root, FakeHook("EVENTS", [(1, 3, 2)]))
+    recorded = json.loads(Path(root, "_ledger", "pipeline.json").read_text())
+    assert recorded == {"version": 1, "storage_root": root, "stream": "EVENTS", "owners": None,
+                        "event_types": sorted(EVENT_TYPES), "lookback_intervals": 24, "max_content_bytes": 4194304}
+    before = stream_json(root)
+    hook = FakeHook("EVENTS", [(1, 3, 2)])
+    # the DAG author edits the DAG file (lookback 6) and the root keeps the tables of lookback 24
+    with pytest.raises(AirflowFailException, match=r"^PipelineIdentityError: .*recorded in .*pipeline.json.*\n"
+                                                   r"  lookback_intervals: recorded .*24, this run 6"):
+        plan(root, hook, lookback_intervals=6)
+    assert hook.calls == [] and stream_json(root) == before
+
+
+def test_plan_interval_lets_a_run_write_a_narrower_view_to_another_allowed_root(tmp_path, monkeypatch):
+    monkeypatch.setenv(spark_deps.PY_FILES_DIR_ENV, str(tmp_path / "py_files"))
+    own, views = str(tmp_path / "lake"), str(tmp_path / "views")
+    view = f"{views}/owner-a"
+    planned = plan_interval({**DEFAULT_PARAMS, "storage_root": view, "owners": [OWNER_A]}, start=START, end=END,
+                            dag_id="d", jetstream_conn_id="plgd_jetstream_default",
+                            spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[own, views],
+                            author=author(own), hook_factory=lambda stream: FakeHook("EVENTS", [(1, 3, 2)]))
+    assert planned["storage_root"] == view and planned["owners"] == 1
+    assert json.loads(Path(view, "_ledger", "pipeline.json").read_text())["owners"] == [OWNER_A]
+    assert not Path(own).exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,169 @@
+"""The pipeline's identity: the settings that decide what the tables mean, fixed by the DAG author
+and recorded with the tables.
+
+The tables of a storage root are one chain (dedupe drops what earlier intervals kept, each snapshot
+is the one before plus an interval), so every run that writes them must use the same:
+
+* ``storage_root``: where the tables are (:func:`storage_root.normalize_storage_root`'s spelling);
+* ``stream``: the JetStream stream read;
+* ``owners`` (``None``: every owner) and ``event_types``: the selection;
+* ``lookback_intervals``: dedupe's lookback;
+* ``max_content_bytes``: decode's limit of one event's decoded size (bytes).
+
+The first ``plan`` on a root records them in ``{root}/_ledger/pipeline.json`` (:data:`IDENTITY_FILE`);
+every later ``plan``, and each Spark application before it reads anything, compares its own
+settings with the record (:func:`check_recorded`) and is refused with
+:class:`~airflow_provider_plgd.exceptions.PipelineIdentityError`, which names each setting, the
+recorded value and the run's. Each Delta commit carries the identity in its ``plgd`` metadata
+too (:meth:`PipelineIdentity.as_dict`, key ``pipeline``). docs/reliability.md, "One pipeline identity".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_plgd import storage
+from airflow_provider_plgd.exceptions import PipelineIdentityError
+
+#: The identity's file, below the storage root.
+IDENTITY_FILE = "_ledger/pipeline.json"
+#: Version of :data:`IDENTITY_FILE`'s format.
+IDENTITY_VERSION = 1
+#: The settings of the identity, in the order errors name them.
+SETTINGS = ("storage_root", "stream", "owners", "event_types", "lookback_intervals", "max_content_bytes")
+
+
+@dataclass(frozen=True)
+class PipelineIdentity:
+    """What the tables of one storage root mean (the module's list).
+
+    :ivar owners: sorted owner IDs, or None for every owner.
+    :ivar event_types: sorted event types.
+    """
+
+    storage_root: str
+    stream: str
+    owners: tuple[str, ...] | None
+    event_types: tuple[str, ...]
+    lookback_intervals: int
+    max_content_bytes: int
+
+    @classmethod
+    def of(cls, *, storage_root: str, stream: str, owners: Sequence[str] | None, event_types: Sequence[str],
+           lookback_intervals: int, max_content_bytes: int) -> PipelineIdentity:
+        """The identity of checked values (owners and event types are sorted; ``[]`` owners is None)."""
+        return cls(storage_root=storage_root, stream=stream,
+                   owners=tuple(sorted(set(owners))) if owners else None,
+                   event_types=tuple(sorted(set(event_types))), lookback_intervals=int(lookback_intervals),
+                   max_content_bytes=int(max_content_bytes))
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> PipelineIdentity:
+        """Read :meth:`as_dict`'s form."""
+        return cls.of(storage_root=value["storage_root"], stream=value["stream"], owners=value.get("owners"),
+                      event_types=value["event_types"], lookback_intervals=value["lookback_intervals"],
+                      max_content_bytes=value["max_content_bytes"])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (also in each Delta commit's ``plgd`` metadata, key ``pipeline``)."""
+        return {"storage_root": self.storage_root, "stream": self.stream,
+                "owners": None if self.owners is None else list(self.owners), "event_types": list(self.event_types),
+                "lookback_intervals": self.lookback_intervals, "max_content_bytes": self.max_content_bytes}
+
+
+def differences(recorded: Mapping[str, Any], run: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``[(setting, recorded value, run's value)]`` for each setting of ``run`` that ``recorded`` holds
+    with another value (settings only one side has are not compared)."""
+    found = []
+    for name in SETTINGS:
+        if name in recorded and name in run and _canonical(name, recorded[name]) != _canonical(name, run[name]):
+            found.append((name, recorded[name], run[name]))
+    return found
+
+
+def _canonical(name: str, value: Any) -> Any:
+    if name in ("owners", "event_types"):
+        return tuple(sorted(set(value))) if value else None
+    if name in ("lookback_intervals", "max_content_bytes"):
+        return int(value)
+    return value
+
+
+def show(name: str, value: Any) -> str:
+    """A setting's value as errors and logs name it: ``all owners``, ``all event types``, a list
+    cut after 10 names, else ``repr``."""
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+    if name == "owners" and not value:
+        return "all owners"
+    if name == "event_types" and set(value or ()) >= set(EVENT_TYPES):
+        return "all event types"
+    if isinstance(value, (list, tuple)) and len(value) > 10:
+        return repr(sorted(value)[:10])[:-1] + f", ... ({len(value)} in all)]"
+    return repr(sorted(value) if isinstance(value, (list, tuple)) else value)
+
+
+def identity_error(found: Sequence[tuple[str, Any, Any]], *, where: str, what: str) -> PipelineIdentityError:
+    """The error of :func:`differences`' answer: one line per setting, with both values (:func:`show`)."""
+    lines = [f"  {name}: {where} {show(name, recorded)}, this run {show(name, run)}" for name, recorded, run in found]
+    return PipelineIdentityError(
+        f"this run's settings differ from the pipeline's identity ({where}):\n" + "\n".join(lines) + "\n"
+        f"{what} Nothing was read or written. These settings decide what the tables mean (docs/reliability.md, "
+        "\"One pipeline identity\"): write with other settings to another storage root.",
+        differences=list(found))
+
+
+def recorded(root: str) -> dict[str, Any] | None:
+    """The identity recorded at ``root`` (:data:`IDENTITY_FILE`), or None.
+
+    :raises ValueError: the file is not an identity of a known version (names the path).
+    """
+    fs, path = storage.to_fs(storage.join_path(root, IDENTITY_FILE))
+    return storage.read_json_document(fs, path, "pipeline identity", (IDENTITY_VERSION,))
+
+
+def check_recorded(root: str, run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Compare the settings of ``run`` (a subset of :data:`SETTINGS`) with the identity recorded at ``root``.
+
+    :return: the recorded identity, or None when none is recorded (a root no ``plan`` wrote).
+    :raises PipelineIdentityError: a setting differs (each named with both values).
+    """
+    found = recorded(root)
+    if found is not None:
+        diff = differences(found, run)
+        if diff:
+            raise identity_error(diff, where=f"recorded in {storage.join_path(root, IDENTITY_FILE)}",
+                                 what="The tables were written with the recorded settings.")
+    return found
+
+
+def record(identity: PipelineIdentity) -> dict[str, Any]:
+    """Check ``identity`` against the one recorded at its root (:func:`check_recorded`) and record
+    it there when none is.
+
+    :raises PipelineIdentityError: as :func:`check_recorded`.
+    """
+    found = check_recorded(identity.storage_root, identity.as_dict())
+    if found is not None:
+        return found
+    value = {"version": IDENTITY_VERSION, **identity.as_dict()}
+    storage.write_json(storage.join_path(identity.storage_root, IDENTITY_FILE), value, indent=1)
+    return value
+
+
+def check_app(root: str, **settings: Any) -> dict[str, Any] | None:
+    """A Spark application's check, first thing: its root and ``settings`` (of :data:`SETTINGS`)
+    against the identity recorded at the root (:func:`check_recorded`). A root that no ``plan``
+    wrote (an application run by hand) records nothing and passes.
+
+    :return: the recorded identity (the application puts it into its commits' metadata), or None.
+    :raises ValueError: a root the storage layers would resolve differently
+        (``storage_root.normalize_storage_root``).
+    :raises PipelineIdentityError: a setting differs from the recorded one.
+    """
+    from airflow_provider_plgd.storage_root import normalize_storage_root
+
+    normalized = normalize_storage_root(root)
+    return check_recorded(normalized, {"storage_root": normalized, **settings})
