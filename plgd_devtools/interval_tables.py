@@ -97,10 +97,11 @@ def _by_type(uri: str, rows: pa.Table, interval_id: str, files: int, write_id: s
 
 
 def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quarantine: pa.Table, *,
-                           files_per_partition: int = 2, run_version: int | None = None) -> dict[str, int | None]:
-    """Commit one interval to ``events`` + ``quarantine`` (app ``decode``) and ``msgid_index`` +
-    ``events_deduped`` (app ``dedupe``: the first row of each message ID kept), as the Spark
-    applications lay them out. :return: ``{table: Delta version}``."""
+                           files_per_partition: int = 2, run_version: int | None = None,
+                           dedupe: bool = True) -> dict[str, int | None]:
+    """Commit one interval to ``events`` + ``quarantine`` (app ``decode``) and, when ``dedupe``,
+    to ``msgid_index`` + ``events_deduped`` (app ``dedupe``: the first row of each message ID
+    kept), as the Spark applications lay them out. :return: ``{table: Delta version}``."""
     from airflow_provider_plgd.spark.dedupe_job import MSGID_BUCKETS, MSGID_INDEX_SCHEMA, msgid_bucket
 
     run_version = time.time_ns() // 1000 if run_version is None else run_version
@@ -114,6 +115,8 @@ def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quaran
         (delta_tables.EVENTS, uri[delta_tables.EVENTS], schemas.EVENTS_SCHEMA, ev, events.num_rows),
         (delta_tables.QUARANTINE, uri[delta_tables.QUARANTINE], schemas.QUARANTINE_SCHEMA, q, quarantine.num_rows),
     ], run_version=run_version, metadata=meta)
+    if not dedupe:
+        return {name: c.version for name, c in commits.items()}
     seen: set[str] = set()
     keep = []
     for i, msg_id in enumerate(events.column("msg_id").to_pylist()):
