@@ -39,6 +39,7 @@ def build_maintenance_dag(
     expire_staging: StagingExpiry | None = None,
     default_args: Mapping[str, Any] | None = None,
     tags: list[str] | None = None,
+    doc_md: str | None = None,
 ):
     """Build the table-maintenance DAG of one pipeline (one storage root and stream).
 
@@ -55,6 +56,7 @@ def build_maintenance_dag(
         tables (the staging expiry of the Delta staging table); its summary goes into the XCom.
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.
+    :param doc_md: the DAG docs (Markdown; default this module's docstring).
     :return: the ``DAG``: one task, ``maintain`` (XCom: ``MaintenanceReport.as_dict()`` plus ``status``).
     :raises ValueError: ``settings`` of another type.
     """
@@ -71,7 +73,7 @@ def build_maintenance_dag(
         default_args=args,
         tags=tags or ["plgd", "delta", "maintenance"],
         description="plgd tables: compact passed intervals, vacuum, checkpoints, log cleanup",
-        doc_md=__doc__,
+        doc_md=doc_md or __doc__,
     ) as dag:
 
         @task(task_display_name="Compact, vacuum, checkpoint", doc_md=MAINTAIN_DOC)

@@ -204,3 +204,32 @@ def test_passed_intervals_are_older_than_the_head_and_of_its_kind():
     assert maintenance.passed_intervals([a], None) == []
     assert maintenance.passed_intervals(["seq-000000000001-000000000009", "seq-000000000010-000000000019"],
                                         "seq-000000000010-000000000019") == ["seq-000000000001-000000000009"]
+
+
+@pytest.mark.airflow
+def test_the_maintenance_dag_compacts_through_airflow(tmp_path, sim, decoded, dags_folder, monkeypatch):
+    """``dags/plgd_table_maintenance.py`` run by Airflow (``dag.test()``): its XCom reports what it
+    compacted and the status view; the tables hold the same rows in fewer files."""
+    import shutil
+
+    from tests.integration.conftest import load_dag, xcom_value
+
+    root = tmp_path / "root"
+    ids = build(root, sim, decoded, range(4), head=3)
+    before = rows(root, "events_deduped")
+    monkeypatch.setenv("PLGD_MAINTENANCE_STORAGE_ROOT", str(root))
+    monkeypatch.setenv("PLGD_MAINTENANCE_VACUUM_RETENTION_HOURS", "0")
+    target = dags_folder / "plgd_table_maintenance.py"
+    shutil.copyfile(Path(__file__).resolve().parents[2] / "dags" / "plgd_table_maintenance.py", target)
+    dag = load_dag(target, "plgd_table_maintenance")
+    run = dag.test()
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    report = xcom_value(run, "maintain")
+    assert report["head_interval"] == ids[3]
+    assert report["tables"]["events_deduped"]["compacted"] == {"intervals": 3, "first": ids[0], "last": ids[2]}
+    assert report["tables"]["events_deduped"]["vacuumed"] > 0
+    assert report["status"]["chain"]["snapshot"]["interval_id"] == ids[3]
+    assert report["status"]["tables"]["events_deduped"]["files"] == report["tables"]["events_deduped"]["files_after"]
+    assert rows(root, "events_deduped") == before
+    for interval in ids[:3]:
+        assert partitions_with_many_files(root, "events_deduped", interval) == 0
