@@ -29,8 +29,9 @@ passed, checkpoints, log cleanup and vacuum (``deltalake``; no Spark, no Airflow
   commits by itself. Time travel, and snapshot records read from the log (``read_snapshot(as_of=...)``),
   reach back as far as the log retention.
 * **Vacuum** (``delta_tables.vacuum``, full) of files removed more than
-  ``vacuum_retention_hours`` ago, and of files no commit names (killed runs). Keep the retention
-  longer than the longest Spark job: a job reads the files of the version it started on.
+  ``vacuum_retention_hours`` ago, and of files no commit names (killed runs, and a running job's
+  files not committed yet). Keep the retention longer than the longest Spark job: a job reads the
+  files of the version it started on, and commits the files it wrote at its end.
 * **Staging** is expired by a callable the caller passes (:func:`maintain_tables`'s ``expire_staging``).
 """
 
