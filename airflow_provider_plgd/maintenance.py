@@ -41,7 +41,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_provider_plgd import delta_tables, times
@@ -133,7 +133,6 @@ class MaintenanceReport:
     tables: tuple[TableMaintenance, ...] = ()
     staging: Mapping[str, Any] | None = None
     seconds: float = 0.0
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (bounded: no interval lists)."""
@@ -223,7 +222,7 @@ def compact_table(uri: str, head: str | None, settings: MaintenanceSettings = Ma
     if dt is None:
         return TableMaintenance(name, uri, seconds=time.monotonic() - t0)
     files = delta_tables.table_files(uri, dt=dt)
-    todo = [i for i in passed_intervals(needs_compaction(files), head)][: int(settings.max_intervals)]
+    todo = passed_intervals(needs_compaction(files), head)[: int(settings.max_intervals)]
     files_before = len(files)
     compacted: list[str] = []
     skipped = None
@@ -240,8 +239,7 @@ def compact_table(uri: str, head: str | None, settings: MaintenanceSettings = Ma
             skipped = f"a concurrent writer changed intervals {chunk[0]} .. {chunk[-1]} meanwhile ({exc}); retried at the next run"
             log.warning("%s: compaction skipped: %s", uri, skipped)
             break
-        dt = delta_tables.open_table(uri)
-        files = delta_tables.table_files(uri, dt=dt)
+        files = delta_tables.table_files(uri, dt=dt)  # dt is at the compaction's commit now
         after = _rows_by_interval([f for f in files if f.partition.get(delta_tables.INTERVAL_COLUMN) in chunk])
         if after != before:
             changed = sorted(i for i in set(before) | set(after) if before.get(i) != after.get(i))

@@ -17,9 +17,9 @@ Usage::
 3. ``maintain_tables`` (compaction of the intervals before the head, vacuum with retention 0,
    checkpoint, log cleanup): its time, and per interval compacted (the catch-up after 48
    intervals without maintenance).
-4. Steady state, ``--steady`` times: one more interval committed, the head moved to it, maintenance
+4. After: files per table, the same queries.
+5. Steady state, ``--steady`` times: one more interval committed, the head moved to it, maintenance
    again (one interval passes per run): time of that run.
-5. After: files per table, the same queries.
 6. For the choice of ``compact``: ``optimize.z_order(["device_id"])`` on a copy of the table of
    step 1 (time, files, the same queries).
 
@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         out["catch_up"] = {"seconds": round(catch_up, 2), "intervals": compacted,
                            "per_interval_s": round(catch_up / max(1, compacted), 3),
                            "per_table_s": {t.table: round(t.seconds, 2) for t in report.tables}}
+        out["after"] = {"files": files_per_table(root), "query": query_times(uri, device, args.repeat)}
         steady = []
         for k in range(args.intervals, total):
             interval_tables.commit_interval_tables(root, ids[k], *decoded[k],
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             assert max(len(t.compacted) for t in run.tables) == 1
         out["steady_state_run_s"] = {"median": round(statistics.median(steady), 3) if steady else None,
                                      "runs": [round(s, 3) for s in steady]}
-        out["after"] = {"files": files_per_table(root), "query": query_times(uri, device, args.repeat)}
+        out["after_steady_state"] = {"files": files_per_table(root)}
         passed = maintenance.passed_intervals(ids[:args.intervals], ids[args.intervals - 1])
         t0 = time.perf_counter()
         DeltaTable(copy).optimize.z_order(["device_id"], partition_filters=[("interval_id", "in", passed)])
@@ -163,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"maintenance catch-up: {c['seconds']:.1f} s for {c['intervals']} intervals = {c['per_interval_s']:.3f} s per "
           f"interval (per table: {c['per_table_s']})")
     print(f"maintenance steady state (one new interval passed): median {out['steady_state_run_s']['median']} s per run "
-          f"{out['steady_state_run_s']['runs']}")
+          f"{out['steady_state_run_s']['runs']}; files then ({args.intervals + args.steady} intervals): "
+          f"{out['after_steady_state']['files']}")
     print(f"z_order(device_id) of events_deduped's passed intervals instead: {z['seconds']:.1f} s, {z['files']} files")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
