@@ -12,6 +12,8 @@ here and nowhere else switch on the Airflow version:
   (used by ``exceptions.py``, ``etl/plan.py`` and ``operators/spark_submit.py``);
 * what Airflow 2.11 lacks: ``AssetAlias`` is None there, and :data:`ASSET_EVENT_EXTRAS` (asset
   events carry the ``extra`` our tasks set) is False;
+* partitioned assets: ``PartitionedAssetTimetable`` (None before Airflow 3.2) and
+  :data:`ASSET_EVENT_PARTITIONS` (a task sets its asset events' partition keys: Airflow >= 3.3);
 * lazy names (imported on first use, module ``__getattr__``): ``ObjectStoragePath``, and
   ``mask_secret`` / ``amask_secret`` (None where that Airflow has none).
 
@@ -69,6 +71,18 @@ if AIRFLOW_V_3:
     from airflow.sdk import AssetAlias
 else:  # pragma: no cover - Airflow 2.11: no asset aliases here
     AssetAlias = None
+
+#: Asset events of a task carry partition keys of its choosing (``outlet_events[asset].add_partitions``:
+#: Airflow >= 3.3; Airflow 3.2 gives an event only the partition key of a partitioned run).
+ASSET_EVENT_PARTITIONS = False
+PartitionedAssetTimetable: Any = None
+try:  # Airflow >= 3.2: partitioned assets
+    from airflow.sdk import PartitionedAssetTimetable
+    from airflow.sdk.execution_time.context import OutletEventAccessor as _OutletEventAccessor
+
+    ASSET_EVENT_PARTITIONS = hasattr(_OutletEventAccessor, "add_partitions")
+except ImportError:  # pragma: no cover - Airflow 2.11, 3.0, 3.1
+    pass
 
 try:  # Airflow 3.x
     from airflow.sdk import Asset
@@ -157,6 +171,7 @@ def __getattr__(name: str):
 __all__ = [
     "AIRFLOW_V_3",
     "ASSET_EVENT_EXTRAS",
+    "ASSET_EVENT_PARTITIONS",
     "AirflowFailException",
     "AirflowTaskTimeout",
     "Asset",
@@ -173,6 +188,7 @@ __all__ = [
     "DeltaDataIntervalTimetable",
     "ObjectStoragePath",  # noqa: F822 - a lazy name (module __getattr__)
     "Param",
+    "PartitionedAssetTimetable",
     "PokeReturnValue",
     "TriggerEvent",
     "XCom",

@@ -296,7 +296,57 @@ def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, part
             break
     if version is None:
         version = fresh.version()
+    if replace is not None:
+        version = _remove_rewritten_leftovers(uri, version, records, replace, app_id, metadata,
+                                              fresh) or version
     return Commit(uri, version, len(records), rows, dict(metadata))
+
+
+def _remove_rewritten_leftovers(uri: str, version: int, records: Sequence[Mapping[str, Any]],
+                                replace: Sequence[tuple[str, str, Any]], app_id: str,
+                                metadata: Mapping[str, Any], loaded: Any = None) -> int | None:
+    """After the ``overwrite`` commit ``version``: remove the files of the replaced partitions that
+    it did not add. There are such files only when a compaction (``OPTIMIZE``, table maintenance)
+    rewrote those partitions between this commit's read of the log and its commit: delta-rs then
+    commits the overwrite without a conflict, and its removes name the files the compaction had
+    already replaced, so the compacted file stays beside the new rows (deltalake 1.6.6). One more
+    commit, carrying the run's ``metadata`` plus ``repair_of``, removes those of them still in
+    the table; readers of the version in between see the interval twice, never without its rows.
+
+    :param loaded: the table already loaded at some version (read again when not at ``version``).
+    :return: the repair's Delta version, or None when there was nothing to remove.
+    :raises TableCommitError: the repair conflicted three times.
+    """
+    from deltalake.transaction import CommitProperties, RemoveAction
+
+    from airflow_provider_plgd.exceptions import TableCommitError
+
+    where = {column: ([value] if op == "=" else list(value)) for column, op, value in replace}
+    ours = {unquote(str(r["path"])) for r in records}
+    at = loaded if loaded is not None and loaded.version() == version else None
+    leftovers = {f.path for f in table_files(uri, version=version, dt=at, where=where)} - ours
+    if not leftovers:
+        return None
+    log.warning("%s: a compaction rewrote %s while commit %d (%s) replaced them; removing the %d file(s) it left",
+                uri, where, version, app_id, len(leftovers))
+    props = CommitProperties(custom_metadata={METADATA_KEY: json.dumps({**metadata, "repair_of": app_id},
+                                                                      sort_keys=True, default=str)})
+    for _attempt in range(3):
+        dt = open_table(uri)
+        still = [f for f in table_files(uri, dt=dt, where=where) if f.path in leftovers]
+        if not still:
+            return None
+        now_ms = int(time.time() * 1000)
+        removes = [RemoveAction(f.path, True, now_ms, f.size, dict(f.partition)) for f in still]
+        try:
+            dt.create_write_transaction(removes, mode="append", schema=dt.schema(),  # type: ignore[arg-type]
+                                        commit_properties=props)
+        except Exception as exc:  # noqa: BLE001 - another writer meanwhile: look again
+            log.info("%s: removing the rewritten files conflicted (%s); looking again", uri, exc)
+            continue
+        return int(open_table(uri).version())
+    raise TableCommitError(f"{uri}: files of {where} that commit {version} ({app_id}) replaced are still in the "
+                           "table after 3 attempts to remove them; rerun the interval", table=uri)
 
 
 def commit_interval(app: str, interval_id: str, tables: Sequence[tuple[str, str, Any, Sequence[Mapping[str, Any]], int]],

@@ -257,6 +257,18 @@ class TableCommitError(OSError):
         self.table = table
 
 
+class MaintenanceError(RuntimeError):
+    """Table maintenance found a compaction commit that changed the rows of an interval (it must
+    never): the message names the table, the intervals, both counts and the version to restore.
+
+    :ivar table: the table's URI.
+    """
+
+    def __init__(self, message: str, *, table: str) -> None:
+        super().__init__(message)
+        self.table = table
+
+
 class OldLayoutError(ValueError):
     """The storage root holds tables in the layout before Delta Lake (``_manifest.json`` folders,
     ``snapshots/_latest.json``).
@@ -432,6 +444,7 @@ __all__ = [
     "JetStreamNotEnabledError",
     "JetStreamTimeoutError",
     "LedgerError",
+    "MaintenanceError",
     "MessagesExpiredError",
     "MissingDataIntervalError",  # noqa: F822 - defined on first use (module __getattr__)
     "NarrowerRerunError",

@@ -16,6 +16,7 @@ BENCHMARKS = [
     ("bench.bench_owners", [], ["--owners", "8,1000", "--messages", "2000"]),  # 8 vs 100k owners by default
     ("bench.bench_decode", [], ["--messages", "100000"]),
     ("bench.bench_rebuild", [], ["--events", "100000"]),
+    ("bench.bench_maintenance", [], ["--intervals", "8", "--steady", "1", "--repeat", "3"]),
     ("bench.e2e.run", [], ["--events", "100000", "--also"]),  # the whole DAG; 1M + 100k take ~15 min
 ]
 

@@ -4,7 +4,8 @@ One concept per module: :mod:`.params` (the DAG params and their trigger-form sc
 :mod:`.intervals` (a run's data interval and the schedule's grid), :mod:`.assets` (the output
 Assets and their event extras), :mod:`.plan` (the ``plan`` step: ledger, empty intervals),
 :mod:`.summary` (the ``summary`` step: reconcile and log), :mod:`.dag` (the factory
-:func:`build_etl_dag` and its task docs). The names below are the package's public face.
+:func:`build_etl_dag` and its task docs), :mod:`.maintenance` (the table-maintenance DAG,
+:func:`build_maintenance_dag`). The names below are the package's public face.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from airflow_provider_plgd.etl.dag import (
     build_etl_dag,
     spark_app_path,
 )
+from airflow_provider_plgd.etl.maintenance import build_maintenance_dag
 from airflow_provider_plgd.etl.intervals import require_data_interval, schedule_interval_ending_by
 from airflow_provider_plgd.etl.params import (
     DEFAULT_PARAMS,
@@ -64,6 +66,7 @@ __all__ = [
     "OffScheduleIntervalError",
     "app_asset_extras",
     "build_etl_dag",
+    "build_maintenance_dag",
     "emit_app_asset_events",
     "etl_assets",
     "etl_params",

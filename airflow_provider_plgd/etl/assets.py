@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_plgd.compat import ASSET_EVENT_EXTRAS, Asset, AssetAlias
+from airflow_provider_plgd.compat import ASSET_EVENT_EXTRAS, ASSET_EVENT_PARTITIONS, Asset, AssetAlias
 
 
 #: The ETL's output datasets, in task order; each is an Airflow Asset (see :func:`etl_assets`).
 ASSET_NAMES = ("staging", "events", "quarantine", "events_deduped", "snapshots")
+
+#: The datasets whose asset events carry ``partition_key`` = the interval ID on Airflow >= 3.3
+#: (:data:`~airflow_provider_plgd.compat.ASSET_EVENT_PARTITIONS`): each event is exactly one
+#: interval's rows. Not ``snapshots`` (a snapshot is the whole state, and a partitioned event would
+#: no longer schedule the DAGs that wait for every new snapshot, which are not partitioned) nor
+#: ``quarantine`` (emitted through an asset alias, whose events carry only the run's partition key).
+PARTITIONED_ASSETS = ("staging", "events", "events_deduped")
 
 
 def etl_assets(dag_id: str = "plgd_events_etl") -> dict[str, Any]:
@@ -39,12 +46,20 @@ def quarantine_outlets(dag_id: str) -> list[Any]:
     return [AssetAlias(name=f"{quarantine.name}.nonempty")]
 
 
-def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, Any]) -> None:
+def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, Any], *,
+                    partition_key: str | None = None) -> None:
     """Attach ``extra`` (JSON values) to this task's event of the outlet ``asset`` (Airflow 3;
-    a no-op on Airflow 2.11, whose dataset events are emitted without it)."""
+    a no-op on Airflow 2.11, whose dataset events are emitted without it).
+
+    :param partition_key: the event's partition key (e.g. the interval ID) on Airflow >= 3.3
+        (``add_partitions``); ignored before. An event with a partition key schedules only DAGs
+        with a ``PartitionedAssetTimetable`` (Airflow's rule), others wait for unpartitioned ones.
+    """
     events = context.get("outlet_events")
     if events is not None and ASSET_EVENT_EXTRAS:
         events[asset].extra.update(extra)
+        if partition_key and ASSET_EVENT_PARTITIONS:
+            events[asset].add_partitions(partition_key)
 
 
 def staging_extra(planned: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,9 +105,12 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
     raise ValueError(f"unknown Spark application {app!r}, expected decode, dedupe or rebuild")
 
 
-def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[str, Any]) -> None:
+def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[str, Any], *,
+                          partitioned: bool = True) -> None:
     """``post_execute`` of a Spark task: put the application's run summary into its asset events.
 
+    :param partitioned: the events of :data:`PARTITIONED_ASSETS` carry ``partition_key`` = the
+        interval ID (Airflow >= 3.3).
     :raises ValueError: the application wrote no run summary (``{root}/_runs/{app}/...``).
     """
     from airflow_provider_plgd.run_summary import read_app_summary
@@ -107,5 +125,6 @@ def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[
             alias = AssetAlias(name=f"{assets[name].name}.nonempty")
             context["outlet_events"][alias].add(assets[name], extra=extra)
         else:
-            set_asset_extra(context, assets[name], extra)
+            key = planned["interval_id"] if partitioned and name in PARTITIONED_ASSETS else None
+            set_asset_extra(context, assets[name], extra, partition_key=key)
 

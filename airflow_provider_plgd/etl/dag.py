@@ -95,6 +95,7 @@ def build_etl_dag(
     storage_roots: Iterable[str] = (),
     fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
     spark_ui_url_template: str | None = None,
+    partitioned_asset_events: bool = True,
 ):
     """Build the plgd ETL DAG.
 
@@ -150,6 +151,10 @@ def build_etl_dag(
         application" link of the Spark tasks after their application ended (default: none; while
         it runs the link is the driver's Spark UI). The ``summary`` task's "Tables" link needs
         nothing (``airflow_provider_plgd.links``).
+    :param partitioned_asset_events: on Airflow >= 3.3 the asset events of ``staging``,
+        ``events`` and ``events_deduped`` carry ``partition_key`` = the interval ID, for consumers
+        scheduled with ``PartitionedAssetTimetable`` (default True). Such events do not schedule
+        DAGs on those assets that are not partitioned: False keeps them unpartitioned.
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
     :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
@@ -261,7 +266,8 @@ def build_etl_dag(
         def spark_needed(**context) -> bool:
             """False (skip decode, dedupe, rebuild) when ``plan`` found the interval empty (``spark_skip``)."""
             planned_value = context["ti"].xcom_pull(task_ids="plan")
-            set_asset_extra(context, assets["staging"], staging_extra(planned_value))
+            set_asset_extra(context, assets["staging"], staging_extra(planned_value),
+                            partition_key=planned_value["interval_id"] if partitioned_asset_events else None)
             if planned_value.get("spark_skip"):
                 _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned_value["interval_id"],
                           planned_value["spark_skip"])
@@ -291,7 +297,8 @@ def build_etl_dag(
                 application=spark_app_path(application),
                 application_args=args,
                 outlets=outlets,
-                post_execute=lambda context, result=None: emit_app_asset_events(context, app, assets),
+                post_execute=lambda context, result=None: emit_app_asset_events(
+                    context, app, assets, partitioned=partitioned_asset_events),
                 task_display_name=display_name,
                 doc_md=TASK_DOCS[app],
                 **kwargs,

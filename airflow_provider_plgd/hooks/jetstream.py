@@ -107,6 +107,14 @@ class JetStreamHook(BaseHook):
         self._stream_override = stream
         self._settings: JetStreamSettings | None = None
 
+    @classmethod
+    def from_settings(cls, settings: JetStreamSettings) -> JetStreamHook:
+        """A hook on ``settings`` instead of an Airflow connection (command-line tools,
+        ``plgd-etl status --servers``): nothing is looked up, no secret is registered."""
+        hook = cls(stream=settings.stream)
+        hook._settings = settings
+        return hook
+
     # ---- Airflow UI ---------------------------------------------------------------------
 
     @classmethod

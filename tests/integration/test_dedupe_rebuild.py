@@ -530,3 +530,33 @@ def test_cli_rerun_gives_identical_output(pipeline):
     assert rebuild["run_id"] != pipeline.out["rebuild"][-1]["run_id"]
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root, table) == before_tables[table], table
+
+
+def test_maintenance_of_the_spark_tables_keeps_every_row(pipeline, tmp_path):
+    """Table maintenance (``maintenance.maintain_tables``) on a copy of the tables the Spark
+    applications wrote: the intervals before the latest snapshot's are compacted to one file per
+    partition; every table reads the same rows (deltalake), the snapshot tables too."""
+    import shutil
+
+    from airflow_provider_plgd import delta_tables, maintenance
+    from tests.integration.delta_read import delta_rows
+
+    root = tmp_path / "data"
+    shutil.copytree(pipeline.root, root)
+    tables = ("events", "quarantine", "events_deduped", "msgid_index")
+    canonical = lambda rows: sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows)  # noqa: E731
+    before = {t: canonical(delta_rows(str(root / t))) for t in tables if (root / t).exists()}
+    snapshots = {t: table_rows(root, t) for t in snapshot_store.PUBLIC_TABLES}
+    report = maintenance.maintain_tables(str(root))
+    ids = [iid for iid, _, _ in pipeline.intervals]
+    assert report.head_interval == ids[-1]
+    for t in before:
+        assert canonical(delta_rows(str(root / t))) == before[t], t
+    files = delta_tables.table_files(str(root / "events_deduped"))
+    per_partition: dict[tuple, int] = {}
+    for f in files:
+        if f.partition["interval_id"] in ids[:-1]:
+            key = tuple(sorted(f.partition.items()))
+            per_partition[key] = per_partition.get(key, 0) + 1
+    assert per_partition and set(per_partition.values()) == {1}
+    assert {t: table_rows(root, t) for t in snapshot_store.PUBLIC_TABLES} == snapshots

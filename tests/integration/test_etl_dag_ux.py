@@ -195,6 +195,15 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
 
     # Asset events: one staging event with the interval's numbers; none for the Spark datasets.
     assert asset_events(dr) == {"plgd_ux_empty.staging": [{"interval_id": interval, "messages": 0, "owners": "all", "fetch_ranges": 1}]}
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    from airflow_provider_plgd.compat import ASSET_EVENT_PARTITIONS
+
+    if ASSET_EVENT_PARTITIONS:  # Airflow >= 3.3: the event is the interval's partition
+        with create_session() as session:
+            keys = session.query(AssetEvent.partition_key).filter(AssetEvent.source_run_id == dr.run_id).all()
+        assert [k[0] for k in keys] == [interval]
 
 
 def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(tmp_path):

@@ -1,0 +1,276 @@
+"""The status view of a pipeline's tables: the chain, each table, and the lag behind the stream.
+
+Read only from the data, like every check of the chain (``airflow_provider_plgd.chain``):
+
+* the ledger: one listing of ``{root}/_ledger/{stream}/interval=*/`` (which intervals ``plan``
+  recorded, which have a ``summary.json``), ``stream.json`` of the intervals not in the chain and of
+  the head, ``summary.json`` of the newest ``recent`` intervals;
+* the Delta logs: dedupe's commits per interval (``chain.dedupe_log``: the chain and its head), the
+  latest snapshot's record (``snapshot_store.latest``), each table's version, files and rows
+  (``numRecords`` of its files);
+* the server, when given: the stream's last sequence and time, and an exact count of the
+  ``plgd.>`` messages after the head's sequence range (``JetStreamHook.acount_messages``).
+
+Classes of the time intervals the ledger holds (sequence and durable IDs are not chained):
+
+* **committed**: dedupe committed them (``msgid_index`` and ``events_deduped``, one run);
+* **empty**: the stream held no message for them (nothing to commit);
+* **holes**: the stream held messages, they are not committed, and a later interval is (``chain``'s rule);
+* **unfinished**: the same, after the chain's head (running, failed, or not run yet);
+* **failed**: their ``summary.json`` says they do not reconcile (``reconciled: false``);
+* **never planned**: stretches between planned intervals that no ``plan`` recorded.
+
+``plgd-etl status`` (:mod:`airflow_provider_plgd.cli`) prints :func:`format_status`; the
+maintenance DAG logs it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_provider_plgd import delta_tables, ledger, staging, storage, times
+
+#: How many of the newest intervals' ``summary.json`` are read for failed intervals.
+DEFAULT_RECENT = 48
+#: Entries of each list in :meth:`ChainStatus.as_dict` ``(brief=True)`` (XCom, logs).
+BRIEF_ITEMS = 20
+
+
+@dataclass(frozen=True)
+class IntervalCount:
+    """An interval and its messages in the stream (the ledger's ``total``; -1: no plan record)."""
+
+    interval_id: str
+    messages: int
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One Delta table: ``version`` (None: no table yet), ``files``, ``rows`` (sum of the files'
+    ``numRecords``), ``intervals`` (distinct ``interval_id`` values; None for snapshot tables)."""
+
+    table: str
+    uri: str
+    version: int | None
+    files: int
+    rows: int
+    intervals: int | None
+
+
+@dataclass(frozen=True)
+class StreamLag:
+    """How far the chain's head is behind the stream (server values).
+
+    :ivar last_seq: the stream's last sequence. :ivar last_time: its last message's time (RFC 3339).
+    :ivar messages: ``plgd.>`` messages after the head's sequence range (all of them without a head).
+    :ivar seconds: the last message's time minus the head interval's end (0 when not after it).
+    """
+
+    servers: str
+    stream: str
+    last_seq: int
+    last_time: str | None
+    messages: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ChainStatus:
+    """The status view (module docstring). ``head``: the chain's newest interval with message IDs;
+    ``snapshot``: ``{"version", "interval_id"}`` of the latest snapshot, or None."""
+
+    root: str
+    stream: str
+    planned: int
+    committed: int
+    empty: int
+    head: str | None
+    snapshot: Mapping[str, Any] | None
+    holes: tuple[IntervalCount, ...]
+    unfinished: tuple[IntervalCount, ...]
+    failed: tuple[tuple[str, str], ...]
+    never_planned: tuple[tuple[str, str], ...]
+    tables: tuple[TableStatus, ...]
+    lag: StreamLag | None = None
+    seconds: float = 0.0
+
+    def as_dict(self, *, brief: bool = False) -> dict[str, Any]:
+        """JSON form; ``brief`` keeps the first :data:`BRIEF_ITEMS` of each list (and their counts)."""
+        cut = BRIEF_ITEMS if brief else None
+
+        def items(values: Sequence[Any]) -> list[Any]:
+            return [asdict(v) if hasattr(v, "__dataclass_fields__") else list(v) for v in values[:cut]]
+
+        return {
+            "root": self.root, "stream": self.stream,
+            "chain": {"head": self.head, "snapshot": dict(self.snapshot) if self.snapshot else None,
+                      "planned": self.planned, "committed": self.committed, "empty": self.empty,
+                      "holes": items(self.holes), "holes_count": len(self.holes),
+                      "unfinished": items(self.unfinished), "unfinished_count": len(self.unfinished),
+                      "failed": [{"interval_id": i, "problem": p} for i, p in self.failed[:cut]],
+                      "failed_count": len(self.failed),
+                      "never_planned": [{"start": a, "end": b} for a, b in self.never_planned[:cut]],
+                      "never_planned_count": len(self.never_planned)},
+            "tables": {t.table: {k: v for k, v in asdict(t).items() if k != "table"} for t in self.tables},
+            "lag": asdict(self.lag) if self.lag else None,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[str]]:
+    """The planned time intervals (oldest first) and the IDs with a ``summary.json``: one listing."""
+    fs, base = storage.to_fs(storage.join_path(str(root), ledger.LEDGER_DIR, stream))
+    try:
+        paths = [str(p).rstrip("/") for p in fs.glob(f"{base}/interval=*/*.json")]
+    except FileNotFoundError:
+        return [], set()
+    planned, summarized = [], set()
+    for path in paths:
+        folder, name = path.rsplit("/", 2)[-2:]
+        interval_id = folder[len("interval="):]
+        try:
+            parsed = times.parse_interval_id(interval_id)
+        except ValueError:
+            continue
+        if parsed["kind"] != "time":
+            continue
+        if name == "stream.json":
+            planned.append(times.Interval(parsed["start_ns"], parsed["end_ns"]))
+        elif name == "summary.json":
+            summarized.add(interval_id)
+    return sorted(planned, key=lambda i: (i.start_ns, i.end_ns)), summarized
+
+
+def _plan(root: str, stream: str, interval_id: str) -> dict[str, Any] | None:
+    return ledger.read_json(storage.join_path(ledger.interval_dir(root, stream, interval_id), "stream.json"))
+
+
+def table_status(name: str, uri: str) -> TableStatus:
+    """Version, files and rows of the Delta table at ``uri`` (from its log; no data file is read)."""
+    dt = delta_tables.open_table(uri)
+    if dt is None:
+        return TableStatus(name, uri, None, 0, 0, None)
+    files = delta_tables.table_files(uri, dt=dt)
+    intervals = {f.partition.get(delta_tables.INTERVAL_COLUMN) for f in files} - {None}
+    is_interval_table = name in delta_tables.INTERVAL_TABLES
+    return TableStatus(name, uri, int(dt.version()), len(files), sum(max(f.rows, 0) for f in files),
+                       len(intervals) if is_interval_table else None)
+
+
+def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: int | None) -> StreamLag:
+    """The lag of the chain behind the stream on the server of ``hook`` (a ``JetStreamHook``).
+
+    :param head_end_seq: the first sequence after the head's range (``stream.json``'s
+        ``end_seq_exclusive``); None: no head, every message counts.
+    :param head_end_ns: the head interval's end (unix ns), or None.
+    :raises JetStreamError: the server cannot be reached or has no such stream (the hook's errors).
+    """
+    from airflow_provider_plgd.hooks.api import StreamState
+
+    info = hook.stream_info(stream)
+    state = StreamState.of_info(info)
+    last_seq = state.head
+    start = int(head_end_seq or 1)
+    messages = hook.count_messages(ledger.SCOPE_FILTER, start_seq=start) if last_seq >= start else 0
+    last_ns = times.parse_rfc3339_ns(state.last_ts)
+    seconds = 0.0
+    if messages and last_ns is not None:
+        seconds = max(0.0, (last_ns - int(head_end_ns or 0)) / 1e9) if head_end_ns is not None else 0.0
+    return StreamLag(hook.get_settings().safe_servers(), stream, last_seq, state.last_ts if last_ns else None,
+                     int(messages), round(seconds, 3))
+
+
+def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent: int = DEFAULT_RECENT) -> ChainStatus:
+    """Read the status view of the tables at ``root`` (module docstring).
+
+    :param root: the storage root (path or fsspec URL).
+    :param stream: the stream whose ledger is read (``_ledger/{stream}``).
+    :param hook: a ``JetStreamHook`` for the lag (None: no lag).
+    :param recent: the newest intervals whose ``summary.json`` is read for failed intervals.
+    :raises ValueError: a stream name that is not safe in a path.
+    """
+    from airflow_provider_plgd import chain
+    from airflow_provider_plgd.spark import snapshot_store
+
+    t0 = time.monotonic()
+    stream = staging.validate_partition_value(stream, "stream")
+    planned, summarized = _ledger_listing(root, stream)
+    ids = [times.interval_id(i.start_ns, i.end_ns) for i in planned]
+    log = chain.dedupe_log(root)
+    committed = [i for i in ids if log.committed(i)]
+    head = log.head("time")
+    head_start = times.Interval.from_id(head).start_ns if head else None
+    holes, unfinished, empty = [], [], 0
+    for interval, interval_id in zip(planned, ids):
+        if interval_id in committed:
+            continue
+        plan = _plan(root, stream, interval_id)
+        messages = int(plan.get("total") or 0) if plan else -1
+        if messages == 0:
+            empty += 1
+        elif head_start is not None and interval.start_ns < head_start:
+            holes.append(IntervalCount(interval_id, messages))
+        else:
+            unfinished.append(IntervalCount(interval_id, messages))
+    failed = []
+    for interval_id in [i for i in ids if i in summarized][-max(0, int(recent)):]:
+        summary = ledger.read_json(storage.join_path(ledger.interval_dir(root, stream, interval_id), "summary.json"))
+        if summary is not None and not summary.get("reconciled", True):
+            problems = list(summary.get("problems") or [])
+            failed.append((interval_id, str(problems[0]) if problems else "does not reconcile"))
+    never = []
+    covered = planned[0].end_ns if planned else None
+    for interval in planned[1:]:
+        if covered is not None and interval.start_ns > covered:
+            never.append((times.ns_to_rfc3339(covered), times.ns_to_rfc3339(interval.start_ns)))
+        covered = max(covered or 0, interval.end_ns)
+    record = snapshot_store.latest(root)
+    snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
+    tables = [table_status(name, delta_tables.table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
+    tables += [table_status(f"snapshots/{t}", snapshot_store.table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
+    lag = None
+    if hook is not None:
+        head_plan = _plan(root, stream, head) if head else None
+        lag = stream_lag(hook, stream, int(head_plan["end_seq_exclusive"]) if head_plan else None,
+                         times.Interval.from_id(head).end_ns if head else None)
+    return ChainStatus(root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
+                       tuple(failed), tuple(never), tuple(tables), lag, time.monotonic() - t0)
+
+
+def format_status(status: ChainStatus, *, limit: int = BRIEF_ITEMS) -> str:
+    """The status view as text (``plgd-etl status``), each list cut after ``limit`` entries."""
+
+    def listed(title: str, values: Sequence[str]) -> list[str]:
+        lines = [f"  {title} ({len(values)})" + (":" if values else "")]
+        lines += [f"    {v}" for v in values[:limit]]
+        if len(values) > limit:
+            lines.append(f"    ... {len(values) - limit} more (--json lists all)")
+        return lines
+
+    snap = status.snapshot
+    lines = [f"plgd tables at {status.root} (stream {status.stream})",
+             f"chain: head {status.head or '-'}; latest snapshot "
+             + (f"{snap['version']} (through {snap['interval_id']})" if snap else "-"),
+             f"  intervals planned {status.planned}, committed {status.committed}, empty {status.empty}"]
+    lines += listed("holes", [f"{h.interval_id} ({h.messages} messages)" for h in status.holes])
+    lines += listed("unfinished", [f"{h.interval_id} ({h.messages if h.messages >= 0 else '?'} messages)"
+                                   for h in status.unfinished])
+    lines += listed("failed", [f"{i}: {p}" for i, p in status.failed])
+    lines += listed("never planned", [f"[{a}, {b})" for a, b in status.never_planned])
+    lines.append("tables:")
+    width = max(len(t.table) for t in status.tables) if status.tables else 5
+    lines.append(f"  {'table':<{width}}  {'version':>7}  {'files':>7}  {'rows':>10}  {'intervals':>9}")
+    for t in status.tables:
+        lines.append(f"  {t.table:<{width}}  {'-' if t.version is None else t.version:>7}  {t.files:>7}  "
+                     f"{t.rows:>10}  {'' if t.intervals is None else t.intervals:>9}")
+    lag = status.lag
+    if lag is not None:
+        lines.append(f"stream {lag.stream} at {lag.servers}: last sequence {lag.last_seq}"
+                     + (f" ({lag.last_time})" if lag.last_time else "")
+                     + f"; lag {lag.messages} messages, {lag.seconds:g} s behind the chain's head")
+    return "\n".join(lines)
