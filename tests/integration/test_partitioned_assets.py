@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.integration.test_backfill import AirflowStack, _airflow_env
+from tests.integration.airflow_stack import AirflowStack, airflow_env
 
 pytestmark = [pytest.mark.airflow]
 
@@ -64,8 +64,8 @@ def test_each_partition_event_runs_the_consumer_on_exactly_its_interval(nats_ser
     ids = interval_tables.build_chain(str(root), sim)
     shutil.copy(REPO / "dags" / f"{CONSUMER}.py", dags / f"{CONSUMER}.py")
     (dags / f"{PRODUCER}.py").write_text(PRODUCER_DAG)
-    env = _airflow_env(home=home, dags=dags, root=root, nats_server=nats_server, start=datetime.now(timezone.utc),
-                       database=airflow_postgres_db.airflow_env())
+    env = airflow_env(home=home, dags=dags, root=root, nats_server=nats_server, start=datetime.now(timezone.utc),
+                      database=airflow_postgres_db.airflow_env())
     stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
     emitted = [ids[2], ids[0]]
     try:
