@@ -79,10 +79,22 @@ def spark(tmp_path_factory):
         session = builder.getOrCreate()
         session.dataSource.register(JetStreamDataSource)
         session.eventlog_dir = str(eventlog)
+        assert session.range(1).mapInArrow(_import_airflow, "r string").first()["r"].startswith(
+            "Airflow is not installed on Spark executors")
         try:
             yield session
         finally:
             session.stop()
+
+
+def _import_airflow(batches):
+    for _ in batches:
+        try:
+            import airflow  # noqa: F401
+            result = "imported"
+        except ImportError as exc:
+            result = str(exc)
+        yield pa.RecordBatch.from_pydict({"r": [result]})
 
 
 def reader(spark, server, **options):
@@ -246,6 +258,30 @@ def test_incomplete_interval_and_bad_options_are_refused(spark, jetstream):
         reader(spark, jetstream, pasword="x").load().collect()
     with pytest.raises(Exception, match="maxmessagespertrigger.*only for spark.readStream"):
         reader(spark, jetstream, maxMessagesPerTrigger=5).load().collect()
+
+
+def test_decode_on_executors(spark, jetstream):
+    """docs/spark-datasource.md "Decoding": decode_batches in mapInArrow, and decode_message on one
+    row, give the simulator's message IDs (a corrupt payload is quarantined, not dropped)."""
+    from airflow_provider_plgd import decode_message
+    from airflow_provider_plgd.simulator import SimulationConfig, generate
+    from airflow_provider_plgd.spark import decode_batch, schemas
+
+    sim = generate(SimulationConfig(seed=5, owners=1, devices_per_owner=2, resources_per_device=1, intervals=1,
+                                    steps_per_interval=4, corrupt=1))
+    publish_messages(jetstream.url, [(m.subject, m.data, None) for m in sim.messages])
+    df = reader(spark, jetstream, max_partition_messages=5).load()
+    decoded = df.mapInArrow(lambda batches: decode_batch.decode_batches(batches, "i0"),
+                            schemas.union_spark_schema())
+    rows = decoded.select("stream_seq", "msg_id", "reason", "interval_id").collect()
+    assert len(rows) == len(sim.messages) and {r["interval_id"] for r in rows} == {"i0"}
+    by_seq = {r["stream_seq"]: r for r in rows}
+    for seq, m in enumerate(sim.messages, start=1):
+        assert (by_seq[seq]["reason"] is None) == (m.fault != "corrupt")
+        if m.fault != "corrupt":
+            assert by_seq[seq]["msg_id"] == m.msg_id
+    first = df.where("stream_seq = 1").first()
+    assert decode_message(first.subject, first.data, msg_id=first.msg_id)["msg_id"] == sim.messages[0].msg_id
 
 
 # ------------------------------------------------------------------------------------------------ credentials
