@@ -79,22 +79,21 @@ def spark(tmp_path_factory):
         session = builder.getOrCreate()
         session.dataSource.register(JetStreamDataSource)
         session.eventlog_dir = str(eventlog)
-        assert session.range(1).mapInArrow(_import_airflow, "r string").first()["r"].startswith(
+        def import_airflow(batches):  # defined here: pickled by value (the workers cannot import tests/)
+            for _ in batches:
+                try:
+                    import airflow  # noqa: F401
+                    result = "imported"
+                except ImportError as exc:
+                    result = str(exc)
+                yield pa.RecordBatch.from_pydict({"r": [result]})
+
+        assert session.range(1).mapInArrow(import_airflow, "r string").first()["r"].startswith(
             "Airflow is not installed on Spark executors")
         try:
             yield session
         finally:
             session.stop()
-
-
-def _import_airflow(batches):
-    for _ in batches:
-        try:
-            import airflow  # noqa: F401
-            result = "imported"
-        except ImportError as exc:
-            result = str(exc)
-        yield pa.RecordBatch.from_pydict({"r": [result]})
 
 
 def reader(spark, server, **options):
