@@ -454,8 +454,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin = int(start["next_seq"])
 
         async def work(api: JetStreamApi, info: dict) -> dict:
-            _check_created(opts, info, start.get("created"), begin, begin, 0)
             state = StreamState.of_info(info)
+            _check_created(opts, info, start.get("created"), begin, max(begin, state.head + 1), 0)
             stop = state.head + 1 if self._target is None else self._target
             if isinstance(limit, ReadMaxRows):
                 stop = min(stop, begin + int(limit.max_rows))

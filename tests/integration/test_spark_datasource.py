@@ -217,6 +217,11 @@ def test_purge_between_plan_and_read_fails_naming_the_range(spark, jetstream):
     # a new read plans on what the stream holds now
     assert sorted(rows_by_seq(reader(spark, jetstream, start_seq=1, end_seq=30).load())) == \
         [s for s in seqs if s not in gone]
+    # the same sequences in a re-created stream are other messages: refused, even with the same counts
+    recreate_stream(jetstream.url)
+    publish_messages(jetstream.url, messages(30, "r"))
+    with pytest.raises(Exception, match="RangeChangedError.*was re-created"):
+        df.collect()
 
 
 def test_purge_in_the_middle_of_a_partition(jetstream, caplog, monkeypatch):
