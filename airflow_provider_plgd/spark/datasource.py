@@ -33,10 +33,10 @@ starts. Partitions are planned and checked as in batch, against the offset's cou
 query replays a logged micro-batch exactly or fails.
 
 **Secrets** (``password``, ``token``, ``nkey_seed_secret``) are Spark options: Spark does not put
-a Python data source's options in the query plan, and redacts options whose name matches
-``spark.redaction.regex`` (default ``(?i)secret|password|token|access[.]?key``, which every
-secret option name here matches) where it shows them (``DESCRIBE``, ``SHOW CREATE TABLE``). This
-module logs options only through :func:`redacted_options`, and its errors never contain them.
+a Python data source's options in the query plan or the event log, and redacts options whose name
+matches ``spark.redaction.regex`` (default ``(?i)secret|password|token|access[.]?key``, which every
+secret option name here matches) where it prints options. This module logs options only through
+:func:`redacted_options`, and its errors never contain them.
 """
 
 from __future__ import annotations
