@@ -61,6 +61,8 @@ refuses to commit a time-bounded batch of an incomplete interval), all through
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from airflow_provider_plgd.coerce import non_negative_seconds
@@ -73,6 +75,7 @@ __all__ = [
     "check_source_wait_seconds",
     "confirm_status",
     "interval_status",
+    "read_interval_status",
     "require_interval_complete",
     "server_time_ns",
     "upstreams",
@@ -207,6 +210,22 @@ def confirm_status(first: dict[str, Any], second: dict[str, Any]) -> dict[str, A
     if second["complete"] and second["last_seq"] == first["last_seq"]:
         return second
     return {**second, "complete": False, "reason": None}
+
+
+async def read_interval_status(stream_info: Callable[[], Awaitable[dict[str, Any]]], *, end_ns: int,
+                               settle_seconds: float, source_wait_seconds: float | None = None) -> dict[str, Any]:
+    """Read the stream info with ``stream_info()`` and judge it (:func:`interval_status`); a
+    ``settled`` decision on a mirror is confirmed by a second reading :data:`CONFIRM_SECONDS`
+    later (:func:`confirm_status`). Same arguments, return value and errors as :func:`interval_status`.
+    """
+    status = interval_status(await stream_info(), end_ns=end_ns, settle_seconds=settle_seconds,
+                             source_wait_seconds=source_wait_seconds)
+    if status["reason"] == "settled" and any(up["required"] for up in status["upstreams"]):
+        await asyncio.sleep(CONFIRM_SECONDS)
+        status = confirm_status(status, interval_status(await stream_info(), end_ns=end_ns,
+                                                        settle_seconds=settle_seconds,
+                                                        source_wait_seconds=source_wait_seconds))
+    return status
 
 
 def _upstreams_text(status: dict[str, Any]) -> str:

@@ -1,6 +1,7 @@
 """Every exception class of the provider, in one place.
 
-* JetStream access: all derive from :class:`JetStreamError` so callers can catch one type.
+* JetStream access (the hook and the Spark data source): all derive from :class:`JetStreamError`
+  so callers can catch one type.
   Messages name the servers, stream or consumer involved and never contain credentials. Source
   of the JetStream error codes: NATS server ``server/errors.json`` (``err_code`` 10059 stream not
   found, 10039/10076 JetStream not enabled), as returned in the ``error`` object of
@@ -98,6 +99,29 @@ class MessagesExpiredError(JetStreamError):
         self.missing_last_seq = missing_last_seq
         self.missing_start_ns = missing_start_ns
         self.missing_end_ns = missing_end_ns
+
+
+class RangeChangedError(JetStreamError):
+    """A stream-sequence range no longer holds what was counted when the read was planned: a
+    partition of the Spark data source ``plgd-jetstream`` read another number of messages than the
+    server counted for its range and subject filters (messages purged, deleted or expired
+    during the read), or the stream was deleted and re-created (its ``created`` time differs).
+    The Spark task fails, so the job commits nothing; a new read plans again.
+
+    :ivar stream: the stream name.
+    :ivar first_seq: the range's first stream sequence. :ivar end_seq_exclusive: its end (exclusive).
+    :ivar expected: messages counted when planned. :ivar found: messages read, or None when the
+        stream itself changed.
+    """
+
+    def __init__(self, message: str, *, stream: str, first_seq: int, end_seq_exclusive: int, expected: int,
+                 found: int | None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.first_seq = first_seq
+        self.end_seq_exclusive = end_seq_exclusive
+        self.expected = expected
+        self.found = found
 
 
 class IntervalNotCompleteError(JetStreamError):
@@ -455,6 +479,7 @@ __all__ = [
     "PlgdDecodeError",
     "PublishError",
     "PyFilesIntegrityError",
+    "RangeChangedError",
     "SparkApplicationTimeoutError",  # noqa: F822
     "SparkConfError",
     "StreamNotFoundError",

@@ -81,6 +81,18 @@ def _hook_read(batch: int) -> tuple[int, int]:
     return count, nbytes
 
 
+def _fill(server: NatsServer, n: int, size: int) -> None:
+    """Create the stream on ``server``, point the default connection at it, publish ``n`` messages."""
+    recreate_stream(server.url)
+    os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = json.dumps(
+        {"conn_type": "plgd_jetstream", "host": server.host, "port": server.port, "extra": {"stream": "EVENTS"}}
+    )
+    t0 = time.perf_counter()
+    asyncio.run(_publish(server.url, n, size))
+    print(f"published {n:,} x {size} B in {time.perf_counter() - t0:.1f}s; load average {os.getloadavg()[0]:.2f}",
+          flush=True)
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark and print the figures; return them as a dict."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -91,13 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     with NatsServer() as server:
-        recreate_stream(server.url)
-        os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = json.dumps(
-            {"conn_type": "plgd_jetstream", "host": server.host, "port": server.port, "extra": {"stream": "EVENTS"}}
-        )
-        t0 = time.perf_counter()
-        asyncio.run(_publish(server.url, args.messages, args.size))
-        print(f"published {args.messages} x {args.size} B in {time.perf_counter() - t0:.1f}s")
+        _fill(server, args.messages, args.size)
 
         from airflow_provider_plgd.hooks.jetstream import DEFAULT_BATCH_SIZE
 

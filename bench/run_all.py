@@ -13,6 +13,7 @@ import sys
 BENCHMARKS = [
     ("bench.bench_hook_read", [], ["--messages", "50000"]),
     ("bench.bench_fetch", [], ["--sizes", "100000"]),
+    ("bench.bench_datasource", [], ["--messages", "100000", "--repeat", "1"]),
     ("bench.bench_owners", [], ["--owners", "8,1000", "--messages", "2000"]),  # 8 vs 100k owners by default
     ("bench.bench_decode", [], ["--messages", "100000"]),
     ("bench.bench_rebuild", [], ["--events", "100000"]),

@@ -12,6 +12,9 @@ One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the A
   last boundary, until those agree (no matching message arrived in between), so each difference
   is exact; deleted messages are not counted — :func:`count_boundaries`. Cost: one consumer per
   boundary, never one per owner or subject.
+* A range is cut into pieces of at most a number of matching messages by equal sequence widths,
+  counted as above, cutting again only the pieces still too large, then merging neighbours
+  that fit together — :func:`split_range` (the partitions of the Spark data source).
 """
 
 from __future__ import annotations
@@ -78,16 +81,59 @@ def _range_head(stream: str, info: dict, first: int, stop: int) -> dict[str, Any
             "first_seq": first, "end_seq_exclusive": stop}
 
 
+async def resolve_range(api: JetStreamApi, stream: str, info: dict, *, start_ns: int | None, end_ns: int | None,
+                        start_seq: int | None, end_seq: int | None) -> tuple[int, int]:
+    """The stream-sequence range ``[first, stop)`` of the bounds ``[start_ns, end_ns)`` (server time,
+    unix ns) and ``[start_seq, end_seq]`` (both given: their intersection), never past the stream's
+    last sequence in ``info`` (its ``$JS.API.STREAM.INFO`` answer); ``stop >= first``."""
+    last = int((info.get("state") or {}).get("last_seq") or 0)
+    first = max(start_seq or 1, await seq_at(api, stream, start_ns, 1))
+    stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1, await seq_at(api, stream, end_ns, last + 1))
+    return first, max(stop, first)
+
+
+async def split_range(api: JetStreamApi, stream: str, subject_filter: str | Sequence[str] | None, first: int,
+                      stop: int, max_messages: int) -> list[tuple[int, int, int]]:
+    """Cut ``[first, stop)`` into contiguous ranges that each hold at most ``max_messages`` (>= 1)
+    stored messages matching ``subject_filter``, each with its exact count (see the module
+    docstring). Counts only fall while a range is cut (JetStream never stores a message at an
+    earlier sequence), so the bound holds even if messages are removed meanwhile.
+
+    :return: ``[(first_seq, end_seq_exclusive, count)]`` in sequence order, covering ``[first,
+        stop)`` (empty when ``stop <= first``); neighbours are merged while together they hold at
+        most ``max_messages``, so a range without a matching message is alone.
+    :raises JetStreamTimeoutError: as :func:`count_boundaries`.
+    """
+    if stop <= first:
+        return []
+    total = (await count_boundaries(api, stream, subject_filter, [first, stop]))[0]
+    ranges = [(first, stop, total)]
+    while any(c > max_messages for _, _, c in ranges):
+        cuts: set[int] = set()
+        for a, b, c in ranges:
+            cuts.update((a, b))
+            if c > max_messages:
+                n = min(b - a, -(-c // max_messages))
+                cuts.update(a + (b - a) * i // n for i in range(1, n))
+        bounds = sorted(cuts)
+        counts = await count_boundaries(api, stream, subject_filter, bounds)
+        ranges = list(zip(bounds, bounds[1:], counts))
+    merged: list[tuple[int, int, int]] = []
+    for a, b, c in ranges:
+        if merged and merged[-1][2] + c <= max_messages:
+            merged[-1] = (merged[-1][0], b, merged[-1][2] + c)
+        else:
+            merged.append((a, b, c))
+    return merged
+
+
 async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str], *, start_ns: int | None,
                          end_ns: int | None, start_seq: int | None, end_seq: int | None, concurrency: int,
                          with_total: bool) -> dict[str, Any]:
     """The body of ``JetStreamHook.acount_interval`` (arguments checked there; same return value)."""
     info = await api.stream_info(stream)
-    state = info.get("state") or {}
-    last = int(state.get("last_seq") or 0)
-    first = max(start_seq or 1, await seq_at(api, stream, start_ns, 1))
-    stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1, await seq_at(api, stream, end_ns, last + 1))
-    stop = max(stop, first)
+    first, stop = await resolve_range(api, stream, info, start_ns=start_ns, end_ns=end_ns, start_seq=start_seq,
+                                      end_seq=end_seq)
     gate = asyncio.Semaphore(max(1, int(concurrency)))
 
     async def count(subject_filter: str) -> int:
@@ -109,10 +155,8 @@ async def count_ranges(api: JetStreamApi, stream: str, read_filters: Sequence[st
                        range_messages: int, max_ranges: int, scope_filter: str) -> dict[str, Any]:
     """The body of ``JetStreamHook.acount_ranges`` (arguments checked there; same return value)."""
     info = await api.stream_info(stream)
-    state = info.get("state") or {}
-    last = int(state.get("last_seq") or 0)
-    first = await seq_at(api, stream, start_ns, 1)
-    stop = max(first, min(last + 1, await seq_at(api, stream, end_ns, last + 1)))
+    first, stop = await resolve_range(api, stream, info, start_ns=start_ns, end_ns=end_ns, start_seq=None,
+                                      end_seq=None)
     read: str | list[str] = read_filters[0] if len(read_filters) == 1 else list(read_filters)
     if stop <= first:
         total = scope_total = 0

@@ -58,7 +58,7 @@ from airflow_provider_plgd.hooks.api import API_TIMEOUT_S, JetStreamApi, page_su
 from airflow_provider_plgd.hooks.counting import COUNT_INACTIVE_THRESHOLD_S
 from airflow_provider_plgd.hooks.durable import DurableConsumer
 from airflow_provider_plgd.hooks.messages import StreamMessage
-from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE, ITER_INACTIVE_THRESHOLD_S, PullReader
+from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE, iterate_in_loop, read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
 from airflow_provider_plgd.times import to_ns
 
@@ -288,21 +288,16 @@ class JetStreamHook(BaseHook):
         :raises StreamNotFoundError: missing stream. :raises JetStreamAPIError: no server time
             in the answer (nats-server older than 2.10). :raises ValueError: bad arguments.
         """
-        from airflow_provider_plgd.completeness import CONFIRM_SECONDS, confirm_status, interval_status
+        from airflow_provider_plgd.completeness import read_interval_status
 
         end_ns = to_ns(end_time, "end_time", text=False)
         if subject_filter is not None:
             check_filter_subject(subject_filter)
         s = await self.aget_settings()
         async with self.aconnect() as nc:
-            info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
-            status = interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds,
-                                     source_wait_seconds=source_wait_seconds)
-            if status["reason"] == "settled" and any(up["required"] for up in status["upstreams"]):
-                await asyncio.sleep(CONFIRM_SECONDS)
-                info = await self._api(nc, f"$JS.API.STREAM.INFO.{s.stream}")
-                status = confirm_status(status, interval_status(info, end_ns=end_ns, settle_seconds=settle_seconds,
-                                                                source_wait_seconds=source_wait_seconds))
+            status = await read_interval_status(lambda: self._client(nc).stream_info(s.stream), end_ns=end_ns,
+                                                settle_seconds=settle_seconds,
+                                                source_wait_seconds=source_wait_seconds)
             status["newer_messages"] = 0
             if status["reason"] == "newer_message" and subject_filter is not None:
                 consumer = await self._acreate_consumer(
@@ -538,42 +533,12 @@ class JetStreamHook(BaseHook):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         s = await self.aget_settings()
-        stream = s.stream
         async with self.aconnect() as nc:
-            state = (await self._api(nc, f"$JS.API.STREAM.INFO.{stream}"))["state"]
-            last = state["last_seq"] if end_seq is None else min(end_seq, state["last_seq"])
-            if state["messages"] == 0 or (start_seq or 1) > last:
-                return
-            info = await self._acreate_consumer(
-                nc, stream, filter, start_ns=start_ns, start_seq=start_seq,
-                inactive_threshold_s=ITER_INACTIVE_THRESHOLD_S, kind="iter",
-            )
-            consumer = info["name"]
-            reader = PullReader(
-                nc, stream, consumer,
-                last_seq=last,
-                start_seq=start_seq or 0,
-                start_ns=start_ns or 0,
-                end_ns=end_ns if end_ns is not None else float("inf"),
-                batch_size=batch_size,
-                where=s.safe_servers(),
-            )
-            self.log.info(
-                "Reading %s of stream %s up to seq %s with consumer %s (%s pending)",
-                filter, stream, last, consumer, info.get("num_pending"),
-            )
-            try:
-                if info.get("num_pending", 1) == 0:
-                    return
-                await reader.start()
-                while True:
-                    batch = await reader.next_batch()
-                    if batch is None:
-                        return
+            batches = read_batches(self._client(nc), s.stream, filter, start_ns=start_ns, end_ns=end_ns,
+                                   start_seq=start_seq, end_seq=end_seq, batch_size=batch_size)
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
                     yield batch
-            finally:
-                await reader.stop()
-                await self._adelete_consumer(nc, stream, consumer)
 
     @contextlib.asynccontextmanager
     async def adurable_consumer(self, name: str, filters: Sequence[str], *,
@@ -725,24 +690,10 @@ class JetStreamHook(BaseHook):
         consumer, and the next batch then fails with :class:`JetStreamAPIError`.
         """
         _no_running_loop("iter_batches")
-        loop = asyncio.new_event_loop()
-        agen = self.aiter_batches(
+        yield from iterate_in_loop(self.aiter_batches(
             filter, start_time=start_time, end_time=end_time, start_seq=start_seq, end_seq=end_seq,
             batch_size=batch_size,
-        )
-        try:
-            while True:
-                try:
-                    batch = loop.run_until_complete(agen.__anext__())
-                except StopAsyncIteration:
-                    return
-                yield batch
-        finally:
-            try:
-                loop.run_until_complete(agen.aclose())
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
+        ))
 
     def test_connection(self) -> tuple[bool, str]:
         """Connect and read the stream state (Airflow's "Test connection" button).

@@ -5,7 +5,10 @@ Up to ``PREFETCH_PULLS`` ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`` pull 
 comes from its reply subject (:func:`~airflow_provider_plgd.hooks.messages.parse_ack_reply`); status
 messages ``100`` (heartbeat), ``404``/``408`` (no messages / request expired), ``409`` (max bytes
 reached, batch completed, consumer deleted, ...) and ``503`` (no responders) end pulls or the read.
-Used by :meth:`JetStreamHook.aiter_batches`, which creates and deletes the consumer.
+:func:`read_batches` creates the consumer, reads it with :class:`PullReader` and deletes it: the
+body of :meth:`JetStreamHook.aiter_batches` and of the Spark data source's partition reads
+(``spark/datasource.py``, on executors without Airflow); :func:`iterate_in_loop` drives such an
+async generator from sync code.
 
 Source: NATS docs, "JetStream wire API reference" (pull ``MSG.NEXT`` requests and their status
 codes) and ADR-13 (pull requests).
@@ -17,8 +20,9 @@ import asyncio
 import collections
 import contextlib
 import json
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_plgd.exceptions import (
     JetStreamAPIError,
@@ -26,6 +30,7 @@ from airflow_provider_plgd.exceptions import (
     JetStreamError,
     JetStreamTimeoutError,
 )
+from airflow_provider_plgd.hooks.api import JetStreamApi
 from airflow_provider_plgd.hooks.messages import StreamMessage, parse_ack_reply
 from airflow_provider_plgd.times import NS_PER_S
 
@@ -42,6 +47,80 @@ PULL_EXPIRES_S = 30.0
 ITER_INACTIVE_THRESHOLD_S = 120.0
 
 _DONE = object()
+_T = TypeVar("_T")
+
+
+async def read_batches(
+    api: JetStreamApi,
+    stream: str,
+    subject_filter: str | Sequence[str] | None,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    start_seq: int | None = None,
+    end_seq: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> AsyncGenerator[list[StreamMessage], None]:
+    """Read the stored messages matching ``subject_filter`` within the bounds, in stream order,
+    as lists of :class:`StreamMessage` (arguments checked by the caller).
+
+    Bounds: ``[start_ns, end_ns)`` by server timestamp (unix ns), ``[start_seq, end_seq]`` by
+    sequence, and never past the stream's last sequence when the read starts. One ephemeral
+    consumer (ack none; ``filter_subject``, ``filter_subjects`` for a list, none for None) read by
+    :class:`PullReader`; deleted at the end, on errors and on cancellation (close the generator,
+    e.g. with ``contextlib.aclosing``, when leaving early).
+    The errors are :meth:`JetStreamHook.aiter_batches`' (its docstring).
+    """
+    state = (await api.stream_info(stream))["state"]
+    last = state["last_seq"] if end_seq is None else min(end_seq, state["last_seq"])
+    if state["messages"] == 0 or (start_seq or 1) > last:
+        return
+    info = await api.create_consumer(stream, subject_filter, start_ns=start_ns, start_seq=start_seq,
+                                     inactive_threshold_s=ITER_INACTIVE_THRESHOLD_S, kind="iter")
+    consumer = info["name"]
+    reader = PullReader(
+        api.nc, stream, consumer,
+        last_seq=last,
+        start_seq=start_seq or 0,
+        start_ns=start_ns or 0,
+        end_ns=end_ns if end_ns is not None else float("inf"),
+        batch_size=batch_size,
+        where=api.where,
+    )
+    api.log.info("Reading %s of stream %s up to seq %s with consumer %s (%s pending)",
+                 subject_filter or "every subject", stream, last, consumer, info.get("num_pending"))
+    try:
+        if info.get("num_pending", 1) == 0:
+            return
+        await reader.start()
+        while True:
+            batch = await reader.next_batch()
+            if batch is None:
+                return
+            yield batch
+    finally:
+        await reader.stop()
+        await api.delete_consumer(stream, consumer)
+
+
+def iterate_in_loop(agen: AsyncGenerator[_T, None]) -> Iterator[_T]:
+    """Iterate the async generator ``agen`` from sync code, one item at a time, on a private event
+    loop (none may be running in this thread). Memory stays that of one item; closing this
+    generator (or leaving a ``for`` loop) closes ``agen`` (and so deletes its consumer)."""
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                item = loop.run_until_complete(agen.__anext__())
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        try:
+            loop.run_until_complete(agen.aclose())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 @dataclass(slots=True, eq=False)
