@@ -22,8 +22,7 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     :param stream: the stream name; ``interval_id``: the interval (``times.interval_id``).
     :param params: the run's params (their :data:`~airflow_provider_plgd.etl.params.SUMMARY_PARAMS`
         go into ``params`` of the result, :func:`run_params_used`).
-    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s dict plus ``params``,
-        without ``fetched`` (per owner: logged, too large for XCom at many owners).
+    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s dict plus ``params``.
     :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
         names the interval and the first 20).
     """
@@ -32,7 +31,6 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     result = collect_run_summary(root, stream, interval_id)
     result["params"] = run_params_used(params, root)
     log_run_summary(result)
-    result.pop("fetched")  # per owner: logged above, too large for XCom at many owners
     if not result["reconciled"]:
         from airflow_provider_plgd.exceptions import LedgerError
 
@@ -46,7 +44,7 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
 
     Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
-    owner and event type (non-zero counts); the owners and event types covered and the other params
+    event type (non-zero counts); the owners and event types covered and the other params
     the run used (``params``: :func:`run_params_used`); decoded and quarantined rows (per reason);
     duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
     per table; every problem of the ledger's chain (ERROR); whether it reconciled; lag in seconds
@@ -57,21 +55,12 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     """
     log = log or _log
     chain = result.get("chain") or {}
-    log.info("Interval %s: the stream holds %s messages (%s owners, %s unrouted, %s of owners not requested); "
-             "%s staged, skipped %s", result.get("interval_id"), chain.get("stream_total"), chain.get("owners"),
-             chain.get("unrouted"), chain.get("not_requested_owners_messages"), result.get("fetched_total"),
-             chain.get("skipped") or {})
-    idle = []
-    for owner, counts in (result.get("fetched") or {}).items():
-        if not any(counts.values()):
-            idle.append(owner)
-            continue
-        for event_type, count in counts.items():
-            if count:
-                log.info("  fetched owner=%s event_type=%s count=%s", owner, event_type, count)
-    if idle:
-        log.info("  %s owners without messages in this interval: %s", len(idle), ", ".join(idle[:20])
-                 + (", ..." if len(idle) > 20 else ""))
+    log.info("Interval %s: the stream holds %s messages (owners with messages per fetch range %s, %s unrouted, "
+             "%s of owners not requested); %s staged, skipped %s", result.get("interval_id"),
+             chain.get("stream_total"), chain.get("owners_per_range"), chain.get("unrouted"),
+             chain.get("not_requested_owners_messages"), result.get("fetched_total"), chain.get("skipped") or {})
+    for event_type, count in (result.get("fetched") or {}).items():
+        log.info("  fetched event_type=%s count=%s", event_type, count)
     decode = result.get("decode") or {}
     selection = chain.get("selection") or {}
     log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))
