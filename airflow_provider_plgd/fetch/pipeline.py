@@ -276,22 +276,23 @@ class FetchPipeline:
         _check_committed_counts(interval, rng.index, stager, done.files)
         progress.done()
         event_types = {et: summary.as_dict() for et, summary in sorted(stager.summaries.items()) if summary.count}
+        owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none
         record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(rng.index))
         ledger.write_json(record_path, ledger.fetch_record(
             interval_id=interval, stream=stream, range_=rng, staged=staged, skipped=skipped, event_types=event_types,
-            run_version=run_version, owners=stager.owners, unrouted=unrouted, delta_version=done.version))
+            run_version=run_version, owners=owners, unrouted=unrouted, delta_version=done.version))
         nonempty = [v for v in event_types.values() if v["count"]]
         summary = {
             "stream": stream, "mode": "range", "root": root_url, "table": uri, "interval_id": interval,
             "range": rng.as_dict(), "count": staged, "bytes": sum(v["bytes"] for v in nonempty),
             "first_seq": min((v["first_seq"] for v in nonempty), default=None),
             "last_seq": max((v["last_seq"] for v in nonempty), default=None),
-            "owners": stager.owners, "batches": sum(v["batches"] for v in nonempty),
+            "owners": owners, "batches": sum(v["batches"] for v in nonempty),
             "files": len(done.files), "skipped": skipped, "delta_version": done.version, "record": record_path,
         }
         self.log.info("Committed range %s of interval %s: %s messages staged in %s file(s) (%s batch(es) of %s "
                       "owner(s)), skipped %s, seq %s..%s, staging table version %s", rng.index, interval, staged,
-                      summary["files"], summary["batches"], stager.owners, skipped or 0, summary["first_seq"],
+                      summary["files"], summary["batches"], owners, skipped or 0, summary["first_seq"],
                       summary["last_seq"], done.version)
         return summary
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,18 +232,23 @@ class Stager:
             lengths = pc.binary_length(table.column("data"))
             if order is not None:
                 lengths = lengths.take(order)
-            groups = _row_groups(lengths, self.row_group_rows, self.row_group_bytes)
+            cum = list(accumulate(lengths.to_pylist()))
             folder = staging.partition_folder(interval_id, event_type)
             fs, base = storage.to_fs(table_uri)
             records: list[dict[str, Any]] = []
             file = None
-            for start, stop, size in groups:
+            i, n = 0, len(cum)
+            while i < n:
                 if file is None:
                     name = f"{folder}/{prefix}-{len(records):05d}.parquet"
                     file = _File(fs, storage.join_path(base, name), name, self.compression)
                     self.written.append(storage.location_url(fs, file.path))
-                chunk = table.slice(start, stop - start) if order is None else table.take(order[start:stop])
-                file.write(chunk, size)
+                start = cum[i - 1] if i else 0
+                j = _group_end(cum, i, start, min(self.row_group_rows, self.max_rows_per_file - file.rows),
+                               self.row_group_bytes, self.target_file_bytes - file.bytes)
+                chunk = table.slice(i, j - i) if order is None else table.take(order[i:j])
+                file.write(chunk, cum[j - 1] - start)
+                i = j
                 if file.bytes >= self.target_file_bytes or file.rows >= self.max_rows_per_file:
                     records.append(file.close(delta_tables, interval_id, event_type))
                     file = None
@@ -325,20 +331,15 @@ def _sorted(table: pa.Table) -> pa.Table:
     return table.take(_sort_order(table))
 
 
-def _row_groups(lengths: pa.Array | pa.ChunkedArray, max_rows: int, max_bytes: int) -> list[tuple[int, int, int]]:
-    """``[(start, stop, payload bytes)]`` row groups of rows with payload ``lengths`` (in order):
-    at most ``max_rows`` rows, and at most ``max_bytes`` of payload unless one row is larger."""
+def _group_end(cum: Sequence[int], i: int, start: int, max_rows: int, max_bytes: int, file_room: int) -> int:
+    """End (exclusive) of the row group that starts at row ``i``: at most ``max_rows`` rows and
+    ``max_bytes`` of payload (``cum``: cumulative payload, ``start`` the payload before row ``i``);
+    within the file's room ``file_room`` (payload bytes to its target), plus the one row that
+    fills it, so every file but the last holds at least the target. At least one row."""
     from bisect import bisect_right
-    from itertools import accumulate
 
-    cum = list(accumulate(lengths.to_pylist()))
-    n = len(cum)
-    groups = []
-    i = 0
-    while i < n:
-        base = cum[i - 1] if i else 0
-        j = bisect_right(cum, base + max_bytes, lo=i, hi=min(n, i + max_rows))
-        j = max(j, i + 1)
-        groups.append((i, j, cum[j - 1] - base))
-        i = j
-    return groups
+    hi = min(len(cum), i + max(1, max_rows))
+    j = bisect_right(cum, start + min(max_bytes, file_room), lo=i, hi=hi)
+    if j < hi and file_room < max_bytes and cum[j] - start <= max_bytes:
+        j += 1  # the row that passes the file's target: the file ends with it
+    return max(j, i + 1)
