@@ -104,6 +104,8 @@ PARTITION_COLUMNS: tuple[str, ...] = (INTERVAL_COLUMN, EVENT_TYPE_COLUMN)
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 #: Tries of a commit that Delta's conflict check refused because of another writer's commit.
 COMMIT_TRIES = 8
+#: Commits of the table's history searched for a range's earlier commit (:func:`committed_range`).
+HISTORY_SEARCH = 200
 #: Default age (hours) of unreferenced and removed files that :func:`expire_intervals` vacuums: a
 #: fetch task writes its files before it commits them, and must not lose them to a vacuum.
 DEFAULT_VACUUM_RETENTION_HOURS = 24
@@ -524,7 +526,8 @@ def range_files(dt: Any, uri: str, interval_id: str, range_index: int, run_versi
 def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
                     run_version: int) -> StagingCommit | None:
     """The range's commit of plan ``run_version`` when it is in the log (a retried task's check
-    before it reads anything), else None.
+    before it reads anything), else None. Its ``version`` is found among the latest
+    :data:`HISTORY_SEARCH` commits (else None).
 
     :raises TableCommitError: a newer plan began the interval, or committed the range.
     :raises LedgerError: the plan's run is not recorded in the table (its ``plan`` did not run
@@ -537,7 +540,14 @@ def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
     _check_plan(dt, uri, interval_id, run_version)
     if _check_newer(uri, range_app_id(interval_id, range_index), dt.transaction_version(
             range_app_id(interval_id, range_index)), run_version, f"range {range_index} of interval {interval_id}"):
-        return StagingCommit(None, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
+        version = None
+        for entry in dt.history(limit=HISTORY_SEARCH):  # the commit's version, when it is recent
+            meta = delta_tables.commit_metadata(entry)
+            if (meta.get("operation"), meta.get("interval_id"), meta.get("range"), meta.get("run_version")) == (
+                    "fetch_range", interval_id, range_index, run_version):
+                version = int(entry["version"])
+                break
+        return StagingCommit(version, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
     return None
 
 

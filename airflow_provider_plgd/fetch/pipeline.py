@@ -266,6 +266,7 @@ class FetchPipeline:
                                                   {"staged": staged, "skipped": skipped})
                     if committed.version is None:  # another attempt of this range committed meanwhile
                         stager.remove_written()
+                        committed = staging.committed_range(root, stream, interval, rng.index, run_version)
                     done = committed
                 else:
                     await worker.call(stager.summarize)
@@ -273,6 +274,7 @@ class FetchPipeline:
             if committed is None:  # nothing of the range is committed: remove the files written
                 stager.remove_written()
             raise
+        assert done is not None  # committed by this task, an earlier attempt, or a concurrent one
         _check_committed_counts(interval, rng.index, stager, done.files)
         progress.done()
         event_types = {et: summary.as_dict() for et, summary in sorted(stager.summaries.items()) if summary.count}
