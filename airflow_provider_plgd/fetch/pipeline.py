@@ -276,6 +276,8 @@ class FetchPipeline:
             raise
         assert done is not None  # committed by this task, an earlier attempt, or a concurrent one
         _check_committed_counts(interval, rng.index, stager, done.files)
+        for et, summary in stager.summaries.items():  # the committed files (a retry counted only)
+            summary.files = sum(1 for f in done.files if f.event_type == et)
         progress.done()
         event_types = {et: summary.as_dict() for et, summary in sorted(stager.summaries.items()) if summary.count}
         owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none

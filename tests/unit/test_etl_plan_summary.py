@@ -184,14 +184,12 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
     record["spark_skip"] = None
     base = ledger.interval_dir(root, "EVENTS", INTERVAL)
     ledger.write_json(f"{base}/stream.json", record)
-    batch = {"bytes": 10, "files": ["part-0.parquet"], "fragment": "f0"}
-    owners = {OWNER_A: {"staged": 2, "batches": [{**batch, "event_type": "devicesregistered", "count": 2,
-                                                  "first_seq": 1, "last_seq": 2}]},
-              OWNER_B: {"staged": 1, "batches": [{**batch, "event_type": "resourcechanged", "count": 1,
-                                                  "first_seq": 3, "last_seq": 3}]}}
+    event_types = {"devicesregistered": {"count": 2, "bytes": 10, "batches": 1, "files": 1, "first_seq": 1,
+                                         "last_seq": 2},
+                   "resourcechanged": {"count": 1, "bytes": 5, "batches": 1, "files": 1, "first_seq": 3, "last_seq": 3}}
     ledger.write_json(f"{base}/fetch/{ledger.range_record_name(0)}",
                       ledger.fetch_record(interval_id=INTERVAL, stream="EVENTS", range_=record["ranges"][0],
-                                          staged=3, skipped={}, owners=owners))
+                                          staged=3, skipped={}, event_types=event_types, run_version=None, owners=2))
     for app, summary in {
         "decode": {"fetched": 3, "decoded": decoded, "quarantined": 3 - decoded,
                    "per_reason": {"bad_cbor": 3 - decoded} if decoded < 3 else {}},
@@ -202,26 +200,27 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
         write_summary(summary_path(root, app, INTERVAL), summary)
 
 
-def test_summarize_interval_returns_the_reconciled_chain_without_per_owner_counts(root, caplog):
+def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_type(root, caplog):
     write_interval(root, decoded=2, kept=1, duplicates=1)
     params = {**DEFAULT_PARAMS, "owners": [OWNER_A], "max_fetch_tasks": 3}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
         result = summarize_interval(root, "EVENTS", INTERVAL, params)
 
-    assert "fetched" not in result and result["reconciled"] is True and result["problems"] == []
+    assert result["fetched"] == {"devicesregistered": 2, "resourcechanged": 1}  # nothing per owner
+    assert result["reconciled"] is True and result["problems"] == []
     assert result["interval_id"] == INTERVAL and result["fetched_total"] == 3
     assert result["params"] == run_params_used(params, root)
     assert result["params"]["max_fetch_tasks"] == 3 and result["params"]["storage_root"] == root
     chain = result["chain"]
-    assert (chain["stream_total"], chain["staged"], chain["owners"], chain["decoded"], chain["quarantined"],
-            chain["kept"], chain["duplicates_within_interval"]) == (3, 3, 2, 2, 1, 1, 1)
+    assert (chain["stream_total"], chain["staged"], chain["owners_per_range"], chain["decoded"], chain["quarantined"],
+            chain["kept"], chain["duplicates_within_interval"]) == (3, 3, [2], 2, 1, 1, 1)
     assert result["decode"]["per_reason"] == {"bad_cbor": 1}
     assert result["rebuild"]["version"] == "20260301T110000Z"
     written = json.loads(Path(ledger.interval_dir(root, "EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is True and written["chain"] == chain
     lines = [r.getMessage() for r in caplog.records if r.name == "airflow_provider_plgd.etl"]
-    assert f"  fetched owner={OWNER_A} event_type=devicesregistered count=2" in lines
-    assert f"  fetched owner={OWNER_B} event_type=resourcechanged count=1" in lines
+    assert "  fetched event_type=devicesregistered count=2" in lines
+    assert "  fetched event_type=resourcechanged count=1" in lines
     assert "Snapshot 20260301T110000Z rows: {'resources': 1}" in lines
     assert "Reconciled: True; lag " in lines[-1]
 
