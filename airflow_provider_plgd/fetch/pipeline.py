@@ -276,10 +276,10 @@ class FetchPipeline:
             raise
         assert done is not None  # committed by this task, an earlier attempt, or a concurrent one
         _check_committed_counts(interval, rng.index, stager, done.files)
-        for et, summary in stager.summaries.items():  # the committed files (a retry counted only)
-            summary.files = sum(1 for f in done.files if f.event_type == et)
+        for et, per_type in stager.summaries.items():  # the committed files (a retry counted only)
+            per_type.files = sum(1 for f in done.files if f.event_type == et)
         progress.done()
-        event_types = {et: summary.as_dict() for et, summary in sorted(stager.summaries.items()) if summary.count}
+        event_types = {et: s.as_dict() for et, s in sorted(stager.summaries.items()) if s.count}
         owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none
         record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(rng.index))
         ledger.write_json(record_path, ledger.fetch_record(

@@ -360,6 +360,7 @@ def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, 
     assert time.monotonic() - started < 20  # was: ~43 s per attempt, then JetStreamTimeoutError
 
     want = [(seq, truth[seq][0], truth[seq][1]) for seq in (2, 4, 6)]
+    assert single["count"] == durable["count"] == 3 and grouped["count"] == 5
     for where in ("single", "grouped", "durable"):
         rows = [r for r in staging_rows(f"{storage_root}/{where}") if r["event_type"] == "resourcechanged"]
         assert [(r["stream_seq"], r["subject"], r["data"]) for r in rows] == want
