@@ -724,6 +724,13 @@ def staged_owners(root: str, stream: str, interval_id: str,
 # ------------------------------------------------------------------------------------------------
 # the whole chain
 # ------------------------------------------------------------------------------------------------
+def is_reconciled(root: str, stream: str, interval_id: str) -> bool:
+    """True when the interval's ``summary.json`` says its whole chain reconciled (the interval is
+    committed, so its staging may expire: ``staging.expire_intervals``)."""
+    summary = read_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"))
+    return bool(summary and summary.get("reconciled") is True)
+
+
 def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
     """Check the whole chain of one interval and write ``summary.json``.
 

@@ -22,7 +22,7 @@ from airflow_provider_plgd.etl.assets import (
 from airflow_provider_plgd.etl.intervals import require_data_interval
 from airflow_provider_plgd.etl.params import etl_params
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
-from airflow_provider_plgd.etl.summary import summarize_interval
+from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summarize_interval
 from airflow_provider_plgd.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
@@ -95,6 +95,7 @@ def build_etl_dag(
     storage_roots: Iterable[str] = (),
     fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
     spark_ui_url_template: str | None = None,
+    staging_retention: timedelta | None = DEFAULT_STAGING_RETENTION,
 ):
     """Build the plgd ETL DAG.
 
@@ -144,6 +145,11 @@ def build_etl_dag(
         application" link of the Spark tasks after their application ended (default: none; while
         it runs the link is the driver's Spark UI). The ``summary`` task's "Tables" link needs
         nothing (``airflow_provider_plgd.links``).
+    :param staging_retention: how long the staging of a reconciled interval is kept (default
+        :data:`DEFAULT_STAGING_RETENTION`, 7 days; ``None``: forever). After an interval
+        reconciles, ``summary`` removes the staging of every reconciled interval staged longer ago
+        and vacuums the staging table (``staging.expire_intervals``; a failure there is logged,
+        not raised: the next run tries again).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
     """
@@ -309,7 +315,9 @@ def build_etl_dag(
             lineage.report_task_lineage(context, lineage.summary_lineage, context["params"]["stream"],
                                         planned_value["storage_root"])
             return summarize_interval(planned_value["storage_root"], context["params"]["stream"],
-                                      planned_value["interval_id"], context["params"])
+                                      planned_value["interval_id"], context["params"],
+                                      staging_retention_seconds=None if staging_retention is None
+                                      else staging_retention.total_seconds())
 
         wait >> planned
         summarize = summary()

@@ -242,3 +242,32 @@ def test_summarize_interval_without_a_ledger_names_where_the_plan_writes_it(root
     with pytest.raises(LedgerError, match=rf"interval {INTERVAL} does not reconcile: no ledger at "
                                           rf"{root}/_ledger/EVENTS/interval={INTERVAL} \(the plan task writes it\)"):
         summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS)
+
+
+def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the_retention(root, caplog):
+    """``build_etl_dag(staging_retention=…)``: after an interval reconciles, the staging of every
+    reconciled interval staged longer ago than the retention is removed (a Delta commit) and
+    vacuumed; an interval that did not reconcile keeps its staging, and so does another DAG's batch."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.fetch.stager import Stager
+
+    failed = "20260301T090000Z_20260301T100000Z"
+    other = "seq-000000000001-000000000009"  # a batch of another DAG (no ledger)
+    for iid in (INTERVAL, failed, other):
+        stager = Stager(stream="EVENTS", spill_dir=None)
+        stager.add(OWNER_A, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
+        records = stager.write(staging.table_uri(root, "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
+        staging.commit_batches(root, "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
+    ledger.write_json(f"{ledger.interval_dir(root, 'EVENTS', failed)}/summary.json",
+                      {"version": ledger.LEDGER_VERSION, "reconciled": False})
+    write_interval(root, decoded=2, kept=1, duplicates=1)
+    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600)
+    assert kept["staging_expired"] is None and len(staging.staged_intervals(root, "EVENTS")) == 3
+    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
+        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0)
+    assert done["staging_expired"]["intervals"] == [INTERVAL] and done["staging_expired"]["rows"] == 2
+    rows = DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
+    assert sorted({r["interval_id"] for r in rows}) == sorted([failed, other])
+    assert any("Expired the staging of 1 reconciled interval(s)" in r.getMessage() for r in caplog.records)
