@@ -232,9 +232,9 @@ class FetchPipeline:
         unrouted = 0
         committed = None
 
-        def stage(routed: dict[tuple[str, int, int], list]) -> None:
-            for (owner, target, _), rows in routed.items():
-                stager.add(owner, router.router(owner).group[target].event_type, rows)
+        def stage(routed: dict[tuple[str, str], list]) -> None:
+            for (owner, event_type), rows in routed.items():
+                stager.add(owner, event_type, rows)
 
         try:
             with stager, WriterThread() as worker:
@@ -247,7 +247,7 @@ class FetchPipeline:
                             if not batch:
                                 continue
                             routed = router.route(batch)
-                            unrouted += sum(len(rows) for (owner, _, _), rows in routed.items()
+                            unrouted += sum(len(rows) for (owner, _), rows in routed.items()
                                             if owner == ledger.UNROUTED_OWNER)
                             await worker.submit(stage, routed)
                             progress.update(batch)
