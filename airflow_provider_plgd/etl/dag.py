@@ -49,8 +49,8 @@ TASK_DOCS: dict[str, str] = {
         "docs/operations.md, \"Manual runs\"."),
     "fetch": (
         "Copies one stream-sequence range of the interval from JetStream into staging (one consumer per task; "
-        "every message goes to its owner and event type: Parquet parts and a `_manifest-rNNNN.json` per "
-        "non-empty batch) and records in the interval ledger what it staged and skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
+        "every message goes to its owner and event type batch; a few files per event type, rows ordered by owner, "
+        "one Delta commit per range) and records in the interval ledger what it staged and skipped per event type. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
         "`FewerMessagesError`). docs/architecture.md, \"Staging contract\"."),
     "decode": (
         "Spark: decodes the interval's staged messages (snappy, protobuf, CBOR/JSON content) into the `events` "
