@@ -213,7 +213,7 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
     loaded the table at the same version; the first commits, the second's commit is refused
     (Delta's conflict check over S3 conditional puts, no lock service) and the table holds exactly
     the first one's rows, never a mix. The one thing faked: the second writer's table is loaded
-    before the first commits (``delta_tables._ensure_table`` returns that earlier load)."""
+    before the first commits (``delta_tables.ensure_table`` returns that earlier load)."""
     import pyarrow as pa
 
     from airflow_provider_plgd import delta_tables
@@ -237,9 +237,9 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
                                          app_id="test/I", run_version=version)
 
     commit("old", 3, 1)
-    stale = delta_tables._ensure_table(uri, schema, ("interval_id",))  # the second writer's load
+    stale = delta_tables.ensure_table(uri, schema, ("interval_id",))  # the second writer's load
     commit("a", 4, 2)
-    monkeypatch.setattr(delta_tables, "_ensure_table", lambda *a, **k: stale)
+    monkeypatch.setattr(delta_tables, "ensure_table", lambda *a, **k: stale)
     with pytest.raises(TableCommitError, match="another writer committed"):
         commit("b", 5, 3)
     rows = read_both(uri, "msg_id", interval_id="I")
