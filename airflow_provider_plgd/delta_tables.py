@@ -11,10 +11,10 @@ Tables (``{root}`` is a local path or an fsspec URL; all written with ``deltalak
     {root}/snapshots/{table}           resources, device_metadata, device_links, owner_devices and the
                                        internal _device_state; partitioned by bucket
 
-    {root}/staging/{stream}            raw messages (``airflow_provider_plgd.staging``, its own commit
-                                       protocol: one append per fetch range)     partitioned by interval_id, event_type
-
-The interval ledger stays JSON (``airflow_provider_plgd.ledger``).
+The staging table ``{root}/staging/{stream}`` is a Delta table too, with its own home and commit
+protocol (``airflow_provider_plgd.staging``: one append per fetch range); it uses
+:func:`ensure_table`, :func:`add_actions`, :func:`parquet_stats`, :func:`file_record` and
+:func:`vacuum` from here. The interval ledger stays JSON (``airflow_provider_plgd.ledger``).
 
 The commit rule (Delta protocol: https://github.com/delta-io/delta/blob/master/PROTOCOL.md):
 
