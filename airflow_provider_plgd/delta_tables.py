@@ -11,9 +11,10 @@ Tables (``{root}`` is a local path or an fsspec URL; all written with ``deltalak
     {root}/snapshots/{table}           resources, device_metadata, device_links, owner_devices and the
                                        internal _device_state; partitioned by bucket
 
-Staging (``airflow_provider_plgd.staging``) and the interval ledger stay Parquet + JSON manifests:
-they are the Airflow side's input contract, written by many fetch tasks per interval and read
-only by our own code.
+The staging table ``{root}/staging/{stream}`` is a Delta table too, with its own home and commit
+protocol (``airflow_provider_plgd.staging``: one append per fetch range); it uses
+:func:`ensure_table`, :func:`add_actions`, :func:`parquet_stats`, :func:`file_record` and
+:func:`vacuum` from here. The interval ledger stays JSON (``airflow_provider_plgd.ledger``).
 
 The commit rule (Delta protocol: https://github.com/delta-io/delta/blob/master/PROTOCOL.md):
 
@@ -199,9 +200,10 @@ def file_record(path: str, *, rows: int, size: int, partition: Mapping[str, Any]
 # Commits (on the driver)
 # ---------------------------------------------------------------------------------------------
 
-def _ensure_table(uri: str, schema, partition_by: Sequence[str]):
-    """The table at ``uri``, created empty with ``schema`` when missing; new columns of ``schema``
-    are added to an existing table (schema evolution: older files read them as null)."""
+def ensure_table(uri: str, schema, partition_by: Sequence[str]):
+    """The table at ``uri`` (a ``deltalake.DeltaTable``), created empty with ``schema`` when
+    missing; new columns of ``schema`` are added to an existing table (schema evolution: older
+    files read them as null)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
@@ -225,6 +227,14 @@ def _ensure_table(uri: str, schema, partition_by: Sequence[str]):
         log.info("%s: added columns %s", uri, [f.name for f in missing])
         dt = DeltaTable(target, storage_options=options)
     return dt
+
+
+def add_actions(records: Sequence[Mapping[str, Any]], now_ms: int) -> list:
+    """One ``deltalake`` ``AddAction`` per :func:`file_record` (modification time ``now_ms``, unix ms)."""
+    from deltalake.transaction import AddAction
+
+    return [AddAction(str(r["path"]), int(r["size"]), dict(r["partition"]), int(now_ms), True, str(r["stats"]))
+            for r in records]
 
 
 @dataclass
@@ -259,12 +269,12 @@ def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, part
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, CommitProperties, Transaction
+    from deltalake.transaction import CommitProperties, Transaction
 
     from airflow_provider_plgd.exceptions import TableCommitError
 
     target = _delta_uri(uri)
-    dt = _ensure_table(uri, schema, partition_by)
+    dt = ensure_table(uri, schema, partition_by)
     done = dt.transaction_version(app_id)
     rows = sum(int(r["rows"]) for r in records)
     if done is not None and int(done) >= run_version:
@@ -274,9 +284,7 @@ def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, part
         raise TableCommitError(
             f"{uri}: a newer run of the same interval committed first ({app_id}: version {done} > this run's "
             f"{run_version}); nothing committed by this run", table=uri)
-    now_ms = int(time.time() * 1000)
-    adds = [AddAction(str(r["path"]), int(r["size"]), dict(r["partition"]), now_ms, True, str(r["stats"]))
-            for r in records]
+    adds = add_actions(records, int(time.time() * 1000))
     props = CommitProperties(custom_metadata={METADATA_KEY: json.dumps(dict(metadata), sort_keys=True, default=str)},
                              app_transactions=[Transaction(app_id, int(run_version))])
     try:

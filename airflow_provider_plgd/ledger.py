@@ -11,9 +11,11 @@ the whole chain (:func:`reconcile`)::
     D                                   =  kept K + dropped (duplicates)           dedupe
 
 Owners are not the unit of counting or reading: a range's fetch routes each message to its
-(owner, event type) batch, and records per owner only the batches it staged, so a quiet owner
-costs nothing. Messages without a valid owner (``_unrouted``) and of event types we do not know
-(``_unknown``) are staged and then quarantined by decode, never dropped.
+(owner, event type) batch and stages it in the staging table (``staging``: files per range and
+event type, rows ordered by owner), and its record holds the counts per event type, so a quiet
+owner costs nothing and nothing in the ledger grows with the owners. Messages without a valid
+owner (``_unrouted``) and of event types we do not know (``_unknown``) are staged and then
+quarantined by decode, never dropped.
 
 A stage that cannot account for every message raises
 :class:`~airflow_provider_plgd.exceptions.LedgerError` naming the interval, the range and the
@@ -23,9 +25,9 @@ from what a stage happened to read.
 Layout (``{root}`` a local path or fsspec URL; small JSON files, never XCom)::
 
     {root}/_ledger/{stream}/interval={interval_id}/
-        stream.json              plan: stream identity, the ranges and their counts (no per-owner data)
+        stream.json              plan: stream identity, the ranges and their counts, the run version
         fetch/range-00003.json   one per fetch task: the range's count, staged, skipped, and per
-                                 owner with messages the batches (fragments) it committed
+                                 event type the rows, bytes, batches and files it committed
         summary.json             the summary task: the whole chain and whether it adds up
 
 Format of each file: ``docs/reliability.md`` ("The interval ledger"). Pure Python + fsspec (no
@@ -34,7 +36,7 @@ Airflow, no Spark): the decode application reads it on the driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +47,11 @@ from airflow_provider_plgd.plgd.subjects import owner_filter
 #: Folder under the storage root that holds the ledgers.
 LEDGER_DIR = "_ledger"
 #: Version of the ledger files (bump on an incompatible change). 1: per-owner counts and owner
-#: groups (read, for the checks of a rerun of an interval planned before; never written).
-LEDGER_VERSION = 2
+#: groups; 2: fetch records per owner and batch fragment (both read, for the checks of a rerun of
+#: an interval planned before; never written). 3: the plan's run version, fetch records per event type.
+LEDGER_VERSION = 3
 #: Ledger versions this code reads.
-READ_VERSIONS = (1, 2)
+READ_VERSIONS = (1, 2, 3)
 #: The subject filter whose messages the ETL accounts for (plgd publishes only under it; docs/wire-format.md §1).
 SCOPE_FILTER = "plgd.>"
 #: Owner partition of the messages whose subject is not under ``plgd.owners.<valid owner ID>.``.
@@ -139,6 +142,8 @@ class PlanRecord:
     :ivar owners: the owners the user selected, or None (every owner).
     :ivar not_requested: messages of other owners than a selection's (0 without a selection).
     :ivar spark_skip: why the Spark tasks may skip the interval (``etl.spark_skip_reason``), or None.
+    :ivar run_version: the run of the interval this plan started (unix ms at ``plan``): the
+        staging table records it (``staging.begin_interval``) and every fetch commit carries it.
     """
 
     interval_id: str
@@ -159,11 +164,13 @@ class PlanRecord:
     ranges: tuple[PlanRange, ...]
     scope_filter: str = SCOPE_FILTER
     spark_skip: str | None = None
+    run_version: int | None = None
     version: int = LEDGER_VERSION
 
     @classmethod
     def of(cls, counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
-           owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str]) -> PlanRecord:
+           owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str],
+           run_version: int | None = None) -> PlanRecord:
         """Build the record from ``JetStreamHook.acount_ranges`` (see :func:`plan_record`)."""
         span = int(counted["end_seq_exclusive"]) - int(counted["first_seq"])
         ranges = tuple(PlanRange(i, int(r["first_seq"]), int(r["end_seq_exclusive"]), int(r["count"]))
@@ -179,6 +186,7 @@ class PlanRecord:
             read_filters=tuple(read_filters), total=total, owners=None if owners is None else tuple(owners),
             event_types=tuple(event_types),
             not_requested=0 if owners is None else max(0, int(counted["scope_total"]) - total), ranges=ranges,
+            run_version=None if run_version is None else int(run_version),
         )
 
     @classmethod
@@ -201,6 +209,7 @@ class PlanRecord:
             event_types=tuple(value["event_types"]), not_requested=int(value["not_requested"]),
             ranges=tuple(PlanRange.from_dict(r) for r in value["ranges"]),
             scope_filter=value.get("scope_filter", SCOPE_FILTER), spark_skip=value.get("spark_skip"),
+            run_version=None if value.get("run_version") is None else int(value["run_version"]),
             version=int(value["version"]),
         )
 
@@ -227,6 +236,7 @@ class PlanRecord:
             "ranges": [r.as_dict() for r in self.ranges],
             "fetch_ranges": len(self.ranges),
             "spark_skip": self.spark_skip,
+            "run_version": self.run_version,
         }
 
     def range(self, index: Any) -> PlanRange:
@@ -248,9 +258,12 @@ class PlanRecord:
 class FetchRecord:
     """A fetch task's record ``fetch/range-NNNNN.json`` (:func:`fetch_record`).
 
-    :ivar range: the plan's range the task read. :ivar staged: messages staged.
-    :ivar skipped: ``{reason: n}``. :ivar owners: per owner with messages, ``{"staged": n,
-        "batches": [{"event_type", "count", "bytes", "first_seq", "last_seq", "files", "fragment"}]}``.
+    :ivar range: the plan's range the task read. :ivar run_version: the plan's run version it
+        committed under. :ivar staged: messages staged. :ivar skipped: ``{reason: n}``.
+    :ivar event_types: per event type with messages, ``{"count", "bytes", "batches" (owners with
+        messages of it), "files", "first_seq", "last_seq"}``.
+    :ivar owners: owners with messages in the range (a number). :ivar unrouted: messages staged as
+        ``_unrouted``. :ivar delta_version: the staging table version of the range's commit.
     """
 
     interval_id: str
@@ -258,21 +271,33 @@ class FetchRecord:
     range: PlanRange
     staged: int
     skipped: Mapping[str, int]
-    owners: Mapping[str, Mapping[str, Any]]
+    event_types: Mapping[str, Mapping[str, Any]]
+    run_version: int | None = None
+    owners: int = 0
+    unrouted: int = 0
+    delta_version: int | None = None
     version: int = LEDGER_VERSION
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> FetchRecord:
-        """Read a fetch record (:meth:`as_dict`)."""
+        """Read a fetch record (:meth:`as_dict`). :raises ValueError: another ledger version."""
+        if int(value.get("version") or 0) != LEDGER_VERSION:
+            raise ValueError(f"a fetch record of interval {value.get('interval_id')} has ledger version "
+                             f"{value.get('version')}, expected {LEDGER_VERSION}")
         return cls(interval_id=value["interval_id"], stream=value["stream"], range=PlanRange.from_dict(value["range"]),
                    staged=int(value["staged"]), skipped=dict(value.get("skipped") or {}),
-                   owners=dict(value.get("owners") or {}), version=int(value["version"]))
+                   event_types=dict(value.get("event_types") or {}),
+                   run_version=None if value.get("run_version") is None else int(value["run_version"]),
+                   owners=int(value.get("owners") or 0), unrouted=int(value.get("unrouted") or 0),
+                   delta_version=value.get("delta_version"), version=int(value["version"]))
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON form the record file keeps (``skipped`` and ``owners`` sorted by key)."""
+        """The JSON form the record file keeps (``skipped`` and ``event_types`` sorted by key)."""
         return {"version": self.version, "interval_id": self.interval_id, "stream": self.stream,
-                "range": self.range.as_dict(), "staged": self.staged, "skipped": dict(sorted(self.skipped.items())),
-                "owners": dict(sorted(self.owners.items()))}
+                "range": self.range.as_dict(), "run_version": self.run_version, "staged": self.staged,
+                "skipped": dict(sorted(self.skipped.items())),
+                "event_types": {k: dict(v) for k, v in sorted(self.event_types.items())},
+                "owners": self.owners, "unrouted": self.unrouted, "delta_version": self.delta_version}
 
 
 def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
@@ -303,18 +328,30 @@ def plan_range(plan: Mapping[str, Any], index: Any) -> PlanRange:
     return PlanRecord.from_dict(plan).range(index)
 
 
-def _owners_with_messages(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """``{owner: messages}`` an earlier run of the interval staged or counted (either ledger version)."""
+def _owners_with_messages(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+                          staged_owners: Callable[[], Mapping[str, int]] | None = None) -> dict[str, int]:
+    """``{owner: messages}`` an earlier run of the interval staged or counted (every ledger
+    version). Version 3 records hold no owners: the unrouted messages come from their counts, the
+    owners from ``staged_owners()`` (:func:`staged_owners`), called only when given."""
     if int(plan.get("version") or 0) == 1:  # per-owner counts in the plan; unrouted as its own number
         found = {o: int(n) for o, n in (plan.get("owners") or {}).items() if int(n)}
         if int(plan.get("unrouted") or 0):
             found[UNROUTED_OWNER] = int(plan["unrouted"])
         return found
     found = {}
+    per_event_type = False
     for record in records:
-        for owner, got in (record.get("owners") or {}).items():
-            if int(got.get("staged") or 0):
-                found[owner] = found.get(owner, 0) + int(got["staged"])
+        owners = record.get("owners")
+        if isinstance(owners, Mapping):  # version 2: per owner
+            for owner, got in owners.items():
+                if int(got.get("staged") or 0):
+                    found[owner] = found.get(owner, 0) + int(got["staged"])
+            continue
+        per_event_type = True
+        if int(record.get("unrouted") or 0):
+            found[UNROUTED_OWNER] = found.get(UNROUTED_OWNER, 0) + int(record["unrouted"])
+    if per_event_type and staged_owners is not None:
+        found.update((o, int(n)) for o, n in staged_owners().items() if o != UNROUTED_OWNER and int(n))
     return found
 
 
@@ -459,22 +496,25 @@ def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: st
 
 
 def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any],
-                           previous_records: Sequence[Mapping[str, Any]] = ()) -> None:
+                           previous_records: Sequence[Mapping[str, Any]] = (), *,
+                           staged_owners: Callable[[], Mapping[str, int]] | None = None) -> None:
     """Refuse a plan record whose selection is narrower than the interval's previous run.
 
     A run replaces the interval's rows in ``events``, ``events_deduped`` and the snapshot, so it
     must select every owner the earlier run staged messages for (``previous_records``: its fetch
-    records; a version-1 plan: its per-owner counts), the unrouted messages when the earlier run
-    staged some (they are read only when every owner is selected), and every event type it
-    covered. A wider or equal selection passes. Cost: the earlier run's owners with messages.
+    records, with ``staged_owners()`` for the owners of version-3 records, :func:`staged_owners`;
+    a version-1 plan: its per-owner counts), the unrouted messages when the earlier run staged some
+    (they are read only when every owner is selected), and every event type it covered. A wider or
+    equal selection passes. ``staged_owners`` is called only when this run selects owners. Cost:
+    the earlier run's staged messages (a column scan), only for a run that selects owners.
 
     :raises NarrowerRerunError: naming the interval and what this run would leave out (at most 20
         names of each, with the counts).
     """
     if previous is None:
         return
-    staged = _owners_with_messages(previous, previous_records)
     selected = None if new.get("owners") is None else set(new["owners"])
+    staged = _owners_with_messages(previous, previous_records, staged_owners if selected is not None else None)
     missing_owners = [] if selected is None else sorted(o for o in staged if o != UNROUTED_OWNER and o not in selected)
     unrouted_lost = staged.get(UNROUTED_OWNER, 0) if selected is not None else 0
     missing_types = sorted(set(previous.get("event_types") or []) - set(new.get("event_types") or []))
@@ -517,17 +557,20 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
 # fetch
 # ------------------------------------------------------------------------------------------------
 def fetch_record(*, interval_id: str, stream: str, range_: PlanRange | Mapping[str, Any], staged: int,
-                 skipped: Mapping[str, int], owners: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Build a fetch task's record (``fetch/range-NNNNN.json``).
+                 skipped: Mapping[str, int], event_types: Mapping[str, Mapping[str, Any]],
+                 run_version: int | None, owners: int = 0, unrouted: int = 0,
+                 delta_version: int | None = None) -> dict[str, Any]:
+    """Build a fetch task's record (``fetch/range-NNNNN.json``; fields: :class:`FetchRecord`).
 
     :param range_: the plan's range (``index``, ``first_seq``, ``end_seq_exclusive``, ``count``).
     :param staged: messages staged; ``skipped``: ``{reason: n}``.
-    :param owners: per owner with messages, ``{"staged": n, "batches": [{"event_type", "count",
-        "bytes", "first_seq", "last_seq", "files" (the fragment's part file names), "fragment"}]}``.
+    :param event_types: per event type with messages, ``{"count", "bytes", "batches", "files",
+        "first_seq", "last_seq"}``.
     """
     rng = range_ if isinstance(range_, PlanRange) else PlanRange.from_dict(range_)
     return FetchRecord(interval_id=interval_id, stream=stream, range=rng, staged=int(staged), skipped=skipped,
-                       owners=owners).as_dict()
+                       event_types=event_types, run_version=run_version, owners=int(owners), unrouted=int(unrouted),
+                       delta_version=delta_version).as_dict()
 
 
 def account_problems(what: str, expected: int, staged: int, skipped: Mapping[str, int]) -> list[str]:
@@ -565,25 +608,27 @@ def clear_fetch_records(root: str, stream: str, interval_id: str) -> None:
         fs.rm(p, recursive=True)
 
 
-def staged_batches(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The batch fragments the ledger names, checked against the plan:
-    ``[{owner_id, event_type, count, fragment, files}]`` (``files``: part file names in the batch folder).
+def staged_counts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str], int]:
+    """What the ledger says each fetch range staged, checked against the plan:
+    ``{(range index, event type): rows}`` (event types with messages only).
 
-    :raises LedgerError: a range of the plan has no fetch record or one for other sequences, a
-        record does not add up (staged + skipped != the range's count, or its batches do not sum
-        to its staged count), or a record names a range the plan does not have (names the
-        interval, ranges and numbers).
+    :raises LedgerError: a plan of another ledger version, a range of the plan without a fetch
+        record or with one for other sequences or another run of the plan, a record that does not
+        add up (staged + skipped != the range's count, or its event types do not sum to its
+        staged count), or a record of a range the plan does not have (names the interval, ranges
+        and numbers).
     """
     interval_id = plan["interval_id"]
     if int(plan.get("version") or 0) != LEDGER_VERSION:
         raise LedgerError(f"interval {interval_id}: the plan has ledger version {plan.get('version')}, expected "
                           f"{LEDGER_VERSION}; run the interval again from its plan task", interval_id=interval_id)
     ranges = {int(r["index"]): r for r in plan["ranges"]}
-    by_range = {int(r["range"]["index"]): r for r in records if "range" in r}
+    current = [r for r in records if int(r.get("version") or 0) == LEDGER_VERSION]
+    by_range = {int(r["range"]["index"]): r for r in current}
     problems = [f"a fetch record names range {i}, which the plan does not have" for i in sorted(set(by_range) - set(ranges))]
     problems += [f"a fetch record of ledger version {r.get('version')} (expected {LEDGER_VERSION})"
-                 for r in records if "range" not in r]
-    batches: list[dict[str, Any]] = []
+                 for r in records if int(r.get("version") or 0) != LEDGER_VERSION]
+    counts: dict[tuple[int, str], int] = {}
     for index, rng in sorted(ranges.items()):
         got = by_range.get(index)
         if got is None:
@@ -595,23 +640,97 @@ def staged_batches(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]
                             f"{got['range']['end_seq_exclusive']}), the plan has [{rng['first_seq']}, "
                             f"{rng['end_seq_exclusive']})")
             continue
+        if got.get("run_version") != plan.get("run_version"):
+            problems.append(f"range {index}: its fetch record is of the plan's run {got.get('run_version')}, the plan "
+                            f"is run {plan.get('run_version')}")
+            continue
         problems += range_problems(PlanRange.from_dict(rng), got["staged"], got.get("skipped") or {})
-        mine = [{"owner_id": owner, "event_type": b["event_type"], "count": int(b["count"]),
-                 "fragment": b.get("fragment"), "files": list(b.get("files") or [])}
-                for owner, o in (got.get("owners") or {}).items() for b in o.get("batches") or []]
-        if sum(b["count"] for b in mine) != int(got["staged"]):
-            problems.append(f"range {index}: its batches hold {sum(b['count'] for b in mine)} messages, "
+        mine = {et: int(v["count"]) for et, v in (got.get("event_types") or {}).items() if int(v["count"])}
+        if sum(mine.values()) != int(got["staged"]):
+            problems.append(f"range {index}: its event types hold {sum(mine.values())} messages, "
                             f"its record says {got['staged']} staged")
-        batches += mine
+        counts.update(((index, et), n) for et, n in mine.items())
     if problems:
         raise LedgerError(f"interval {interval_id}: the fetch does not account for every message: "
                           + "; ".join(problems[:20]), interval_id=interval_id, problems=problems)
-    return batches
+    return counts
+
+
+def check_staged_files(plan: Mapping[str, Any], counts: Mapping[tuple[int, str], int],
+                       files: Sequence[Any]) -> None:
+    """Check the staging table's files of an interval against the ledger (decode, before it reads).
+
+    Every file must be a range file (``staging.file_range``) of the plan's run version and of a
+    range of the plan, and its rows (``numRecords`` of the Delta log) per (range, event type) must
+    equal :func:`staged_counts`; so decode reads every staged row and nothing else.
+
+    :param files: ``staging.StagedFile`` of the interval (``path``, ``rows``, ``event_type``).
+    :raises LedgerError: naming the interval, the files and the numbers (at most 20 problems).
+    """
+    interval_id = plan["interval_id"]
+    run_version = plan.get("run_version")
+    ranges = {int(r["index"]) for r in plan["ranges"]}
+    problems: list[str] = []
+    found: dict[tuple[int, str], int] = {}
+    for f in files:
+        place = staging.file_range(f.path)
+        if place is None or place[1] != run_version or place[0] not in ranges:
+            problems.append(f"staging file {f.path} ({f.rows} rows) is not of a range of the plan's run {run_version}")
+            continue
+        key = (place[0], f.event_type)
+        found[key] = found.get(key, 0) + int(f.rows)
+    for key in sorted(set(found) | set(counts)):
+        if found.get(key, 0) != counts.get(key, 0):
+            problems.append(f"range {key[0]}, event type {key[1]}: the staging table holds {found.get(key, 0)} rows, "
+                            f"the fetch record {counts.get(key, 0)}")
+    if problems:
+        raise LedgerError(f"interval {interval_id}: the staging table does not hold what the fetch recorded: "
+                          + "; ".join(problems[:20]), interval_id=interval_id, problems=problems)
+
+
+def staged_owners(root: str, stream: str, interval_id: str,
+                  records: Sequence[Mapping[str, Any]] = ()) -> dict[str, int]:
+    """``{owner: messages}`` of an interval's latest run, for :func:`check_selection_covers`.
+
+    From the staging table (``staging.owners_with_messages``: its ``owner_id`` column, bounded by
+    the interval's messages). When its staging was expired (fewer rows than ``records`` staged),
+    from the interval's output rows: ``events`` (``owner_id``) and ``quarantine`` (the owner of the
+    ``subject``; ``_unrouted`` when it has none).
+    """
+    found = staging.owners_with_messages(root, stream, interval_id)
+    recorded = sum(int(r.get("staged") or 0) for r in records)
+    if sum(found.values()) >= recorded:
+        return found
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.plgd.subjects import subject_owner
+
+    outputs: dict[str, int] = {}
+    for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
+        for f in delta_tables.table_files(delta_tables.table_uri(root, name),
+                                          where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
+            fs, path = storage.to_fs(f.url)
+            with fs.open(path, "rb") as fh:
+                values = pc.value_counts(pq.read_table(fh, columns=[column]).column(column))
+            for value, n in zip(values.field("values").to_pylist(), values.field("counts").to_pylist()):
+                owner = value if column == "owner_id" else subject_owner(value or "")
+                owner = owner or UNROUTED_OWNER
+                outputs[owner] = outputs.get(owner, 0) + int(n)
+    return outputs if sum(outputs.values()) > sum(found.values()) else found
 
 
 # ------------------------------------------------------------------------------------------------
 # the whole chain
 # ------------------------------------------------------------------------------------------------
+def is_reconciled(root: str, stream: str, interval_id: str) -> bool:
+    """True when the interval's ``summary.json`` says its whole chain reconciled (the interval is
+    committed, so its staging may expire: ``staging.expire_intervals``)."""
+    summary = read_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"))
+    return bool(summary and summary.get("reconciled") is True)
+
+
 def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None],
               holes: Sequence[str] = ()) -> dict[str, Any]:
     """Check the whole chain of one interval and write ``summary.json``.
@@ -619,26 +738,27 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     :param apps: the run summaries of ``decode``, ``dedupe`` and ``rebuild`` (``run_summary``).
     :param holes: one line per earlier interval with messages that is not in the tables
         (``chain.holes_before``): each is a problem.
-    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "per_owner":
-        {owner: {event_type: staged}} (non-zero only), "problems": [str], "reconciled": bool}``;
+    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "per_event_type":
+        {event_type: staged} (non-zero only), "problems": [str], "reconciled": bool}``;
         ``reconciled`` is False when any problem was found (the caller fails the run).
     """
     plan, records = read_records(root, stream, interval_id)
     if plan is None:
         return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
-                "per_owner": {}, "reconciled": False,
+                "per_event_type": {}, "reconciled": False,
                 "problems": [f"no ledger at {interval_dir(root, stream, interval_id)} (the plan task writes it)"]}
     problems: list[str] = []
     try:
-        batches = staged_batches(plan, records)
+        counts = staged_counts(plan, records)
     except LedgerError as exc:
         problems += exc.problems
-        batches = []
-    staged = sum(b["count"] for b in batches)
-    per_owner: dict[str, dict[str, int]] = {}
-    for b in batches:
-        if b["count"]:
-            per_owner.setdefault(b["owner_id"], {})[b["event_type"]] = b["count"]
+        counts = {}
+    staged = sum(counts.values())
+    per_event_type: dict[str, int] = {}
+    for (_, event_type), n in sorted(counts.items()):
+        per_event_type[event_type] = per_event_type.get(event_type, 0) + n
+    current = sorted((r for r in records if int(r.get("version") or 0) == LEDGER_VERSION),
+                     key=lambda r: int(r["range"]["index"]))
     skipped: dict[str, int] = {}
     for record in records:
         for reason, n in (record.get("skipped") or {}).items():
@@ -673,8 +793,8 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         "holes": list(holes),
         "stream_total": plan["total"],
         "fetch_ranges": len(plan.get("ranges") or []),
-        "owners": len([o for o in per_owner if o != UNROUTED_OWNER]),
-        "unrouted": sum(per_owner.get(UNROUTED_OWNER, {}).values()),
+        "owners_per_range": [int(r.get("owners") or 0) for r in current],
+        "unrouted": sum(int(r.get("unrouted") or 0) for r in current),
         "not_requested_owners_messages": plan.get("not_requested", 0),
         "deleted_in_range": plan.get("deleted_in_range", 0),
         "staged": staged,
@@ -693,4 +813,4 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}
     write_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"), result)
-    return {**result, "per_owner": per_owner}
+    return {**result, "per_event_type": dict(sorted(per_event_type.items()))}

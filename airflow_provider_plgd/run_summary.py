@@ -42,8 +42,7 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, A
     :param root: the storage root (local path or fsspec URL).
     :param stream: the stream name.
     :param interval_id: the staging interval ID.
-    :return: ``{"interval_id", "fetched": {owner: {event_type: staged count}} (non-zero; for the
-        log, not for XCom), "fetched_total", "chain" (the ledger's numbers), "problems" (list of
+    :return: ``{"interval_id", "fetched": {event_type: staged count}} (non-zero), "fetched_total", "chain" (the ledger's numbers), "problems" (list of
         str), "reconciled" (bool: every stage accounted for every message), "decode", "dedupe",
         "rebuild" (the apps' summaries or None), "lag_seconds" (now minus the interval end, s)}``.
     """
@@ -56,7 +55,7 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, A
     interval_end = interval_end_epoch(interval_id)
     return {
         "interval_id": interval_id,
-        "fetched": checked["per_owner"],
+        "fetched": checked["per_event_type"],
         "fetched_total": checked["chain"].get("staged"),
         "chain": checked["chain"],
         "problems": checked["problems"],

@@ -1,46 +1,52 @@
-"""The staging layout and manifest contract: raw JetStream messages as Parquet, one folder per batch.
+"""The staging contract: raw JetStream messages as one Delta table per stream.
 
-This module is the one home of the staging contract (``docs/architecture.md``, "Staging contract").
-The fetch operator writes it and the Spark applications read it, so it imports only pyarrow and
-fsspec (no Airflow, no Spark) and can ship to Spark executors with ``--py-files``.
+This module is the one home of the staging contract (``docs/architecture.md``, "Staging contract"):
+the table's layout, schema, file names, commit protocol and readers. The fetch writes it
+(:mod:`airflow_provider_plgd.fetch.stager` writes the files, the commits are here) and decode reads
+the files its Delta log names. Importing it loads pyarrow and fsspec only (``deltalake`` is
+imported by the functions that read or commit the log, on the Airflow worker and the Spark driver;
+the Spark tasks read the Parquet files with pyarrow).
 
-Layout (``{root}`` is a local path or any fsspec URL: ``/data/plgd``, ``file:///…``, ``memory://…``,
+Layout (``{root}`` a local path or a URL that delta-rs and fsspec both read: ``/data/plgd``,
 ``s3://bucket/plgd``)::
 
-    {root}/staging/{stream}/owner_id={owner_id}/event_type={event_type}/interval={interval_id}/
-        part-00000.parquet
-        part-00001.parquet
-        part-00000-f1.parquet   <- files of the second subject filter (part_name)
-        _manifest.json          <- the commit marker, written last
+    {root}/staging/{stream}/                       a Delta table (deltalake), partitioned by
+        _delta_log/…                               interval_id, event_type
+        interval_id={interval_id}/event_type={event_type}/
+            r0003-v1767229200123-3f2a9c1d0b7e-00000.parquet   ETL: range 3 of the plan of run version …
+            b.{owner_id}.5d1e07a4c2b9-00000.parquet           other uses: one (owner, event type) batch
 
-A batch fetched in several stream-sequence ranges (the ETL's fetch tasks, one per range) is
-committed in **fragments**, one per range, in the same folder: fragment ``r0003`` has its own
-``_manifest-r0003.json`` and part files ``part-r0003-00000.parquet``, … (:func:`fragment_name`),
-and its writer touches only its own files. The interval ledger names the fragments each fetch
-task committed; the ETL's decode reads exactly those::
+The unit of counting and selection is the **batch**: the messages of one (owner, event type) in
+an interval. Within each file, rows are ordered by ``owner_id`` then ``stream_seq``, so a batch is
+a sorted run of rows, found through the Delta file statistics (``minValues``/``maxValues`` of
+``owner_id``) and the row groups' statistics, never through a file or a JSON entry per owner.
 
-    {root}/staging/{stream}/owner_id={owner_id}/event_type={event_type}/interval={interval_id}/
-        part-r0000-00000.parquet
-        _manifest-r0000.json
-        part-r0003-00000.parquet
-        _manifest-r0003.json
+* **ETL** (``fetch/pipeline.py::FetchPipeline.run_range``): each fetch task reads one
+  stream-sequence range of the interval ledger's plan and writes it as a few files per event type
+  (cut at ``target_file_bytes`` of payload), named :func:`range_file_prefix` (range index, the
+  plan's run version, a write ID), and commits them in **one** Delta append
+  (:func:`commit_range`) that carries the app transaction ``plgd.staging.fetch/{interval}/r{NNNN}``
+  with the plan's run version: a retried task is a no-op, an older plan's task is refused, and
+  two tasks of the same range at once cannot both commit (Delta refuses the second: the same app
+  ID in a concurrent commit). ``plan`` starts each run of an interval with :func:`begin_interval`:
+  one commit that removes the interval's files and records the run version
+  (``plgd.staging.plan/{interval}``), which every fetch commit checks, so a rerun replaces exactly
+  the interval's staging and a task of an older plan commits nothing.
+* **Other uses** (the operator's ``owner_id``/``owner_ids``/``subject_filter``/``unrouted``/
+  ``durable`` modes): each (owner, event type) batch is written as files :func:`batch_file_prefix`
+  and committed by :func:`commit_batches`: one Delta commit per owner that removes the batch's earlier
+  files and adds the new ones, so a rerun replaces exactly that batch.
 
-Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder
-owner ``_filter`` and, as event type, a key derived from the filters (:func:`filter_key`,
-``f`` + 16 hex digits of a SHA-256), so every batch folder has the same depth and two different
-filters never share a folder::
+Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder owner
+``_filter`` and, as event type, a key derived from the filters (:func:`filter_key`, ``f`` + 16 hex
+digits of a SHA-256), so two different filters never share a partition.
 
-    {root}/staging/{stream}/owner_id=_filter/event_type=f0123456789abcdef/interval={interval_id}/
+Interval IDs (:mod:`airflow_provider_plgd.times`): time bounds ``20260101T000000Z_20260101T010000Z``
+(a fraction only when needed), stream-sequence range ``seq-000000000001-000000001000``, durable
+consumer batch ``durable-{first_seq:012d}-{last_seq:012d}``.
 
-Interval IDs (:mod:`airflow_provider_plgd.times`: ``interval_id``, ``seq_interval_id``, ``durable_interval_id``):
-
-* time bounds ``[start, end)``: ``20260101T000000Z_20260101T010000Z``; a fraction is added only
-  when needed: ``.ffffff`` (microseconds) or ``.fffffffff`` (nanoseconds, int bounds only).
-* stream-sequence range ``[first, last]``: ``seq-000000000001-000000001000``.
-* durable-consumer batch: ``durable-{first_seq:012d}-{last_seq:012d}`` (the sequences read).
-
-Parquet schema (:data:`SCHEMA`, exact; ``published_at`` is microseconds because Spark 4 cannot read
-``TIMESTAMP(NANOS)``; the exact nanosecond bounds live in the manifest):
+Columns (:data:`TABLE_SCHEMA`; the data files hold :data:`FILE_SCHEMA`, the partition columns come
+from the log; ``published_at`` is microseconds because Spark 4 cannot read ``TIMESTAMP(NANOS)``):
 
 =============  ===========================  =====================================================
 column         Arrow type                   meaning
@@ -52,63 +58,59 @@ published_at   timestamp[us, tz=UTC]        JetStream server timestamp, truncate
 msg_id         string, nullable             the ``Nats-Msg-Id`` header (plgd sets none)
 headers        map<string, string>, null    all NATS headers, null when the message has none
 data           binary, not null             the payload exactly as stored (docs/wire-format.md §2)
+owner_id       string, not null             the batch's owner (``_unrouted``, ``_filter``: see above)
+interval_id    string (partition)           the interval ID
+event_type     string (partition)           the batch's event type (``_unknown``, ``f…``: see above)
 =============  ===========================  =====================================================
 
-Commit protocol (:class:`StagingWriter`): (1) a rerun first deletes the folder's old
-``_manifest.json``, so the folder is uncommitted while it is rewritten; (2) each part file is
-written under a temporary name (``.part-NNNNN.parquet.inprogress``) and renamed; on object stores
-(s3, gcs, azure, …) where one PUT is atomic and a rename is a copy, it is written under its final
-name; (3) ``_manifest.json`` is written last and atomically (temporary name + rename locally, one
-PUT on object stores); (4) files in the folder that the manifest does not list are deleted.
-Readers (:func:`list_committed`, :func:`read_manifest`) see only folders with a manifest, and only
-the files that manifest lists. Output is deterministic: the same messages give byte-identical part
-files and manifest, so a rerun replaces the folder with identical content.
+Retention: staging is transient. :func:`expire_intervals` deletes the files of intervals older
+than a retention (one Delta commit) and vacuums the table; the ETL calls it after an interval
+reconciled (``build_etl_dag(staging_retention_hours=…)``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import posixpath
+import json
+import logging
+import time
 import unicodedata
-import uuid
-from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import accumulate
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
-from airflow_provider_plgd.storage import (  # the storage layer, one home
-    STALE_INPROGRESS_S,
-    atomic_rename_ok,
-    io_error_with_path,
-    is_local,
-    join_path,
-    location_url,
-    read_json_document,
-    to_fs,
-    write_json,
-    younger_than,
-)
+from airflow_provider_plgd.storage import join_path, location_url, map_io, to_fs
 
-#: Folder under the storage root that holds all staging datasets.
+log = logging.getLogger("plgd.staging")
+
+#: Folder under the storage root that holds the staging tables (one per stream).
 STAGING_DIR = "staging"
-#: Name of the commit marker in each batch folder.
-MANIFEST_NAME = "_manifest.json"
-#: Version of the manifest format (bump on an incompatible change).
-MANIFEST_VERSION = 1
-#: Fragment names: ``r`` and the range index, at least 4 digits (:func:`fragment_name`).
-FRAGMENT_PREFIX = "r"
-#: ``owner_id`` partition value of a batch fetched with an arbitrary subject filter.
+#: ``owner_id`` of a batch fetched with an arbitrary subject filter.
 FILTER_OWNER = "_filter"
-#: ``created_by`` of every manifest (no timestamps, so reruns are byte-identical).
+#: Written into every commit's metadata (``created_by``).
 CREATED_BY = f"{DISTRIBUTION_NAME} {__version__}"
+#: NATS header that carries the message ID (JetStream de-duplication).
+MSG_ID_HEADER = "Nats-Msg-Id"
+#: The column of the batch's owner, in every data file.
+OWNER_COLUMN = "owner_id"
+#: The partition columns, outermost first (``interval`` is a keyword of delta-rs's predicates).
+INTERVAL_COLUMN = "interval_id"
+EVENT_TYPE_COLUMN = "event_type"
+PARTITION_COLUMNS: tuple[str, ...] = (INTERVAL_COLUMN, EVENT_TYPE_COLUMN)
+#: Payload bytes per data file before the next file starts (a file may pass it by one row group).
+DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+#: Tries of a commit that Delta's conflict check refused because of another writer's commit.
+COMMIT_TRIES = 8
+#: Commits of the table's history searched for a range's earlier commit (:func:`committed_range`).
+HISTORY_SEARCH = 200
+#: Default age (hours) of unreferenced and removed files that :func:`expire_intervals` vacuums: a
+#: fetch task writes its files before it commits them, and must not lose them to a vacuum.
+DEFAULT_VACUUM_RETENTION_HOURS = 24
 
-#: The staging Parquet schema (see the module docstring for the meaning of each column).
+#: The message columns (what JetStream holds; decode reads these).
 SCHEMA = pa.schema(
     [
         pa.field("stream", pa.string(), nullable=False),
@@ -120,20 +122,21 @@ SCHEMA = pa.schema(
         pa.field("data", pa.binary(), nullable=False),
     ]
 )
+#: The columns of every data file: the message columns and the batch's owner.
+FILE_SCHEMA = SCHEMA.append(pa.field(OWNER_COLUMN, pa.string(), nullable=False))
+#: The table's columns: the data files' and the partition columns.
+TABLE_SCHEMA = FILE_SCHEMA.append(pa.field(INTERVAL_COLUMN, pa.string(), nullable=False)).append(
+    pa.field(EVENT_TYPE_COLUMN, pa.string(), nullable=False))
 
-#: NATS header that carries the message ID (JetStream de-duplication).
-MSG_ID_HEADER = "Nats-Msg-Id"
-
-# Path separators, the partition key/value separator, parent references, and glob characters
-# (list_committed globs with these values).
+# Path separators, the partition key/value separator, parent references, glob characters.
 _FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..", "*", "?", "[", "]")
 
 
 # --------------------------------------------------------------------------------------------------
-# Interval IDs and paths
+# Names and paths
 # --------------------------------------------------------------------------------------------------
 def filter_key(subject_filters: Sequence[str]) -> str:
-    """Return the ``event_type`` partition value of a batch with arbitrary subject filters.
+    """Return the ``event_type`` of a batch with arbitrary subject filters.
 
     ``"f"`` + the first 16 hex digits of SHA-256 over the filters joined by ``"\\n"`` (order kept).
 
@@ -152,9 +155,8 @@ def as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
 
 
 def validate_partition_value(value: object, what: str) -> str:
-    """Check that ``value`` is safe as one path segment under the storage root: a partition folder
-    value (``owner_id=…``, ``event_type=…``, ``interval=…``), the ``{stream}`` folder, or a file name
-    listed in a manifest.
+    """Check that ``value`` is safe as one path segment under the storage root: a partition value
+    (``interval_id=…``, ``event_type=…``), the ``{stream}`` folder, an owner ID in a file name.
 
     :return: the value unchanged.
     :raises ValueError: (naming ``what`` and the value) not a non-empty str, ``"."``, or contains
@@ -175,614 +177,527 @@ def validate_partition_value(value: object, what: str) -> str:
     return value
 
 
-def stream_path(root: str, stream: str) -> str:
-    """Return ``{root}/staging/{stream}`` (string join; works for paths and URLs)."""
-    return join_path(str(root), STAGING_DIR, validate_partition_value(stream, "stream"))
+def table_uri(root: Any, stream: str) -> str:
+    """The staging table of ``stream``: ``{root}/staging/{stream}`` (a path, or a URL for object
+    stores; ``root`` may also be an ``ObjectStoragePath``).
 
-
-def batch_path(root: str, stream: str, owner_id: str, event_type: str, interval: str) -> str:
-    """Return the folder of one batch: ``{root}/staging/{stream}/owner_id=…/event_type=…/interval=…``.
-
-    :raises ValueError: a value that is not safe in a path (:func:`validate_partition_value`).
+    :raises ValueError: a stream name that is not safe in a path.
     """
-    return join_path(
-        stream_path(root, stream),
-        f"owner_id={validate_partition_value(owner_id, 'owner_id')}",
-        f"event_type={validate_partition_value(event_type, 'event_type')}",
-        f"interval={validate_partition_value(interval, 'interval_id')}",
-    )
+    fs, path = to_fs(root)
+    return join_path(location_url(fs, path), STAGING_DIR, validate_partition_value(stream, "stream"))
 
 
-def fragment_name(range_index: int) -> str:
-    """The fragment of a batch fetched in stream-sequence range ``range_index`` (>= 0): ``r0003``.
+def partition_folder(interval_id: str, event_type: str) -> str:
+    """``interval_id={interval_id}/event_type={event_type}`` (relative to the table)."""
+    return (f"{INTERVAL_COLUMN}={validate_partition_value(interval_id, 'interval_id')}/"
+            f"{EVENT_TYPE_COLUMN}={validate_partition_value(event_type, 'event_type')}")
 
-    :raises ValueError: not an int >= 0.
+
+def range_file_prefix(range_index: int, run_version: int, write_id: str) -> str:
+    """File name prefix of the ETL's range ``range_index`` of the plan ``run_version``:
+    ``r0003-v1767229200123-{write_id}`` (files ``{prefix}-00000.parquet``, …).
+
+    :raises ValueError: a negative or non-int index or version.
     """
-    if isinstance(range_index, bool) or not isinstance(range_index, int) or range_index < 0:
-        raise ValueError(f"range index must be an int >= 0, got {range_index!r}")
-    return f"{FRAGMENT_PREFIX}{range_index:04d}"
+    for value, what in ((range_index, "range index"), (run_version, "run version")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{what} must be an int >= 0, got {value!r}")
+    return f"r{range_index:04d}-v{run_version}-{validate_partition_value(write_id, 'write_id')}"
 
 
-def _check_fragment(fragment: str | None) -> str | None:
-    if fragment is None:
-        return None
-    digits = fragment[len(FRAGMENT_PREFIX):] if isinstance(fragment, str) else ""
-    if not (fragment.startswith(FRAGMENT_PREFIX) and len(digits) >= 4 and digits.isdigit() and digits.isascii()):
-        raise ValueError(f"fragment must be 'r' and at least 4 digits (fragment_name), got {fragment!r}")
-    return fragment
+def batch_file_prefix(owner_id: str, write_id: str) -> str:
+    """File name prefix of one owner's batches (other uses than the ETL): ``b.{owner_id}.{write_id}``
+    (an owner ID holds no ``.``: ``plgd.subjects.validate_owner_id``)."""
+    owner = validate_partition_value(owner_id, "owner_id")
+    if "." in owner:
+        raise ValueError(f"owner_id {owner_id!r} cannot hold '.' in a staging file name")
+    return f"b.{owner}.{validate_partition_value(write_id, 'write_id')}"
 
 
-def manifest_name(fragment: str | None = None) -> str:
-    """``_manifest.json``, or ``_manifest-{fragment}.json`` for a fragment (:func:`fragment_name`)."""
-    return MANIFEST_NAME if fragment is None else f"_manifest-{_check_fragment(fragment)}.json"
-
-
-def _fragment_of(name: str) -> str | None:
-    """The fragment a file name of a batch folder belongs to (None: the unfragmented batch)."""
-    for prefix in ("_manifest-", "part-", ".part-"):
-        if name.startswith(prefix + FRAGMENT_PREFIX):
-            head = name[len(prefix):].split("-", 1)[0].split(".", 1)[0]
-            try:
-                return _check_fragment(head)
-            except ValueError:
-                return None
+def file_range(path: str) -> tuple[int, int] | None:
+    """``(range index, run version)`` of an ETL range file (:func:`range_file_prefix`), else None."""
+    name = path.rsplit("/", 1)[-1]
+    head, _, rest = name.partition("-")
+    version = rest.split("-", 1)[0]
+    if len(head) >= 5 and head[0] == "r" and head[1:].isdigit() and version[:1] == "v" and version[1:].isdigit():
+        return int(head[1:]), int(version[1:])
     return None
 
 
-def part_name(index: int, filter_index: int = 0, fragment: str | None = None) -> str:
-    """Return the name of part file ``index`` of the batch's filter ``filter_index``:
-    ``part-00000.parquet`` for the first filter (the only one of most batches),
-    ``part-00000-f1.parquet`` for the second, and so on; a fragment's files start with
-    ``part-{fragment}-`` (``part-r0003-00000.parquet``)."""
-    suffix = f"-f{int(filter_index)}" if filter_index else ""
-    head = f"{_check_fragment(fragment)}-" if fragment is not None else ""
-    return f"part-{head}{int(index):05d}{suffix}.parquet"
+def file_batch_owner(path: str) -> str | None:
+    """The owner of a batch file (:func:`batch_file_prefix`), else None."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.startswith("b."):
+        return None
+    owner, dot, _ = name[2:].partition(".")
+    return owner if dot and owner else None
+
+
+def new_write_id() -> str:
+    """A random ID for the file names of one writer (12 hex digits)."""
+    import uuid
+
+    return uuid.uuid4().hex[:12]
+
+
+def plan_app_id(interval_id: str) -> str:
+    """App transaction of the plan that started the interval's current run (:func:`begin_interval`)."""
+    return f"plgd.staging.plan/{interval_id}"
+
+
+def range_app_id(interval_id: str, range_index: int) -> str:
+    """App transaction of one fetch range's commit (:func:`commit_range`)."""
+    return f"plgd.staging.fetch/{interval_id}/r{int(range_index):04d}"
+
+
+def batch_app_id(interval_id: str, owner_id: str, event_type: str) -> str:
+    """App transaction of one (owner, event type) batch's commit (:func:`commit_batches`)."""
+    return f"plgd.staging.batch/{interval_id}/{owner_id}/{event_type}"
 
 
 # --------------------------------------------------------------------------------------------------
-# Writer
+# Reading the log
 # --------------------------------------------------------------------------------------------------
-class _FilterPart:
-    """Writing state of one subject filter of a batch: its statistics, pending row group and open part file."""
+@dataclass(frozen=True)
+class StagedFile:
+    """One data file that the staging table's log names, with its statistics from the log.
 
-    def __init__(self, index: int, subject_filter: str) -> None:
-        self.index = index
-        self.stats: dict[str, Any] = {"subject_filter": subject_filter, "count": 0, "bytes": 0,
-                                      "first_seq": None, "last_seq": None}
-        self.files: list[dict[str, Any]] = []  # closed part files, in order
-        self.writer: pq.ParquetWriter | None = None
-        self.sink: Any = None
-        self.tmp_path: str | None = None
-        self.file_info: dict[str, Any] | None = None
-        self.reset_pending()
-
-    def reset_pending(self) -> None:
-        self.p_seq: list[int] = []
-        self.p_subject: list[str] = []
-        self.p_time: list[int] = []
-        self.p_headers: list[Mapping[str, str] | None] = []
-        self.p_data: list[bytes] = []
-        self.p_rows = 0
-        self.p_bytes = 0
-
-    def file_rows(self) -> int:
-        return self.file_info["rows"] if self.file_info else 0
-
-
-class StagingWriter:
-    """Stream the messages of one batch into Parquet part files of one staging folder and commit it.
-
-    Usage (one writer per batch folder), filter after filter::
-
-        with StagingWriter(root, stream="EVENTS", owner_id=o, event_type=et, interval_id=iid,
-                           subject_filters=filters, bounds=bounds) as writer:
-            for subject_filter in filters:
-                writer.start_filter(subject_filter)
-                for batch in batches_of(subject_filter):
-                    writer.write(batch)
-            manifest = writer.commit()
-
-    or with the messages of all filters as they come (one consumer for several filters):
-    ``writer.write(batch, filter_index=i)`` for the messages of ``subject_filters[i]``, in any
-    interleaving. Both give the same files: each filter has its own sequence of part files
-    (:func:`part_name`), and its cut points depend only on its own messages.
-
-    ``write`` takes a sequence of messages, each a 5-tuple in the field order of
-    ``hooks.jetstream.StreamMessage``: ``(stream_seq: int, subject: str, time_ns: int (server time,
-    unix ns), headers: dict[str, str] | None, data: bytes)``; sequences strictly increase within
-    a filter. Rows are buffered only up to one row group per filter (``row_group_size`` rows or
-    ``row_group_bytes`` payload bytes, whichever comes first), then written, so memory stays flat
-    however large the batch: at most one row group per filter that has pending rows. A part file
-    is closed after ``max_rows_per_file`` rows, at :meth:`start_filter` (the previous filter's
-    last file) and at :meth:`commit`. The manifest lists the files filter by filter.
-
-    Leaving the ``with`` block with an exception (or calling :meth:`abort`) leaves the folder
-    uncommitted: no manifest; :meth:`commit` of a later run cleans up.
-
-    :param root: storage root (path, fsspec URL or ``ObjectStoragePath``); see :func:`to_fs`.
-    :param stream: stream name (the ``stream`` column and the ``{stream}`` folder).
-    :param owner_id: ``owner_id`` partition value (``FILTER_OWNER`` for arbitrary filters).
-    :param event_type: ``event_type`` partition value (:func:`filter_key` for arbitrary filters).
-    :param interval_id: the interval folder ID (:func:`interval_id` and friends).
-    :param subject_filters: the JetStream filter subjects of the batch, in fetch order.
-    :param bounds: JSON-able description of the bounds, stored in the manifest as is
-        (e.g. ``{"kind": "time", "start_ns", "end_ns", "start", "end"}``).
-    :param row_group_size: rows per Parquet row group (default 50,000).
-    :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
-    :param max_rows_per_file: rows per part file (default 1,000,000).
-    :param compression: Parquet codec (default ``"snappy"``; payloads are already snappy-compressed).
-    :param fragment: commit this writer's rows as one fragment of the batch (:func:`fragment_name`;
-        the fetch of one stream-sequence range); None: the whole batch.
-    :raises ValueError: bad partition values or fragment, sizes below 1.
-    :raises OSError: (from any method) a file system error; the message names the path
-        (:func:`io_error_with_path`).
+    :ivar path: relative to the table. :ivar url: absolute. :ivar rows: ``numRecords``.
+    :ivar size: bytes. :ivar min_owner, max_owner: ``owner_id`` bounds. :ivar min_seq, max_seq:
+    ``stream_seq`` bounds. :ivar modified_ms: the add action's modification time (unix ms).
     """
 
-    def __init__(
-        self,
-        root: Any,
-        *,
-        stream: str,
-        owner_id: str,
-        event_type: str,
-        interval_id: str,
-        subject_filters: Sequence[str],
-        bounds: Mapping[str, Any],
-        row_group_size: int = 50_000,
-        row_group_bytes: int = 32 * 1024 * 1024,
-        max_rows_per_file: int = 1_000_000,
-        compression: str = "snappy",
-        fragment: str | None = None,
-    ) -> None:
-        for name, value in (
-            ("row_group_size", row_group_size),
-            ("row_group_bytes", row_group_bytes),
-            ("max_rows_per_file", max_rows_per_file),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.fs, self.root_path = to_fs(root)
-        self.stream = stream
-        self.owner_id = owner_id
-        self.event_type = event_type
-        self.interval_id = interval_id
-        self.subject_filters = as_filter_list(subject_filters)
-        self.bounds = dict(bounds)
-        self.folder = batch_path(self.root_path, stream, owner_id, event_type, interval_id)
-        self.fragment = _check_fragment(fragment)
-        self.manifest_name = manifest_name(self.fragment)
-        self.row_group_size = row_group_size
-        self.row_group_bytes = row_group_bytes
-        self.max_rows_per_file = max_rows_per_file
-        self.compression = compression
-        self._local = is_local(self.fs)
-        self._rename = atomic_rename_ok(self.fs)
-        self._stream_scalar = pa.scalar(stream, pa.string())
-        #: names this writer's temporary files, so two writers of one folder never share one
-        self._writer_id = uuid.uuid4().hex[:12]
-        self._opened = False
-        self._committed = False
-        self._parts: dict[int, _FilterPart] = {}  # by filter index
-        self._current: int | None = None  # filter of start_filter()/write() without filter_index
+    path: str
+    url: str
+    rows: int
+    size: int
+    interval_id: str
+    event_type: str
+    min_owner: str | None
+    max_owner: str | None
+    min_seq: int | None
+    max_seq: int | None
+    modified_ms: int
 
-    # -- context manager ----------------------------------------------------------------------
-    def __enter__(self) -> StagingWriter:
-        self.open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None or not self._committed:
-            self.abort()
-
-    @property
-    def url(self) -> str:
-        """The batch folder as a path (local) or URL (other file systems)."""
-        return location_url(self.fs, self.folder)
-
-    @property
-    def count(self) -> int:
-        """Rows written so far (including pending row groups)."""
-        return sum(p.stats["count"] for p in self._parts.values())
-
-    @property
-    def data_bytes(self) -> int:
-        """Payload bytes written so far (sum of ``len(data)``)."""
-        return sum(p.stats["bytes"] for p in self._parts.values())
-
-    @property
-    def pending_bytes(self) -> int:
-        """Payload bytes buffered for row groups not written yet."""
-        return sum(p.p_bytes for p in self._parts.values())
-
-    def flush(self, *, close: bool = False) -> None:
-        """Write the pending rows now, as row groups (for a caller's memory budget over many writers:
-        the rows and their order are unchanged, only row groups are cut earlier).
-
-        :param close: also close the open part files (the next rows start a new part file), so a
-            caller with many writers holds no file open between flushes.
-        """
-        self._require_uncommitted()
-        for part in self._parts.values():
-            self._flush_row_group(part)
-            if close:
-                self._close_file(part)
-
-    def open(self) -> None:
-        """Start the batch on storage: create the folder (where folders exist) and delete an old
-        ``_manifest.json`` (the folder is now uncommitted), or only the fragment's own manifest.
-
-        Called by the ``with`` block; without it, the first part file or :meth:`commit` calls it,
-        so a writer whose rows stay buffered until the commit touches storage only then (one
-        delete, the part files, the manifest and one listing on an object store).
-        """
-        if self._opened:
-            return
-        manifest = join_path(self.folder, self.manifest_name)
-        with io_error_with_path(self.fs, self.folder, "create the staging folder"):
-            if self._rename:  # a file system with folders; object stores have none to create
-                self.fs.makedirs(self.folder, exist_ok=True)
-            try:
-                self.fs.rm_file(manifest)  # one request; deleting a missing key is no error on S3
-            except FileNotFoundError:
-                pass
-        self._opened = True
-
-    def start_filter(self, subject_filter: str) -> None:
-        """Begin the rows of the next subject filter (closes the previous filter's part file).
-
-        :raises ValueError: the filter is not the next one of ``subject_filters``.
-        """
-        self._require_uncommitted()
-        index = 0 if self._current is None else self._current + 1
-        if index >= len(self.subject_filters) or self.subject_filters[index] != subject_filter:
-            raise ValueError(
-                f"filter {subject_filter!r} is not the next subject filter of this batch "
-                f"(expected order {self.subject_filters})"
-            )
-        if self._current is not None:
-            self._finish_part(self._parts[self._current])
-        self._current = index
-        self._part(index)
-
-    def write(self, messages: Sequence[Sequence[Any]], filter_index: int | None = None) -> None:
-        """Append messages of one filter (5-tuples, see the class docstring).
-
-        :param filter_index: index of their filter in ``subject_filters``; default the filter of
-            the last :meth:`start_filter` (the only filter, when there is one).
-        :raises ValueError: no filter given or started when a batch has several; a bad index;
-            sequences not strictly increasing within a filter.
-        """
-        self._require_uncommitted()
-        if filter_index is None:
-            if self._current is None:
-                if len(self.subject_filters) == 1:
-                    self.start_filter(self.subject_filters[0])
-                else:
-                    raise ValueError("call start_filter() before write() when a batch has several subject filters")
-            filter_index = self._current
-            assert filter_index is not None  # start_filter() set it
-        elif isinstance(filter_index, bool) or not 0 <= filter_index < len(self.subject_filters):
-            raise ValueError(f"filter_index {filter_index!r} is not an index of {self.subject_filters}")
-        if not messages:
-            return
-        part = self._part(filter_index)
-        seqs, subjects, times, headers, datas = zip(*messages)
-        stats = part.stats
-        last = stats["last_seq"]
-        if (last is not None and seqs[0] <= last) or any(a >= b for a, b in zip(seqs, seqs[1:])):
-            raise ValueError(
-                f"stream sequences must strictly increase within filter {stats['subject_filter']!r} "
-                f"(got {seqs[0]} after {last})"
-            )
-        lens = [len(d) for d in datas]
-        cum = list(accumulate(lens))
-        n = len(seqs)
-        stats["count"] += n
-        stats["bytes"] += cum[-1]
-        if stats["first_seq"] is None:
-            stats["first_seq"] = seqs[0]
-        stats["last_seq"] = seqs[-1]
-
-        i = 0
-        while i < n:
-            # rows the pending row group may hold: a full group, or what is left of the part file
-            limit_rows = min(self.row_group_size, self.max_rows_per_file - part.file_rows())
-            room_rows = limit_rows - part.p_rows
-            base = cum[i - 1] if i else 0
-            budget = self.row_group_bytes - part.p_bytes
-            # take the messages that fit the byte budget (a row group always gets >= 1 row)
-            k = bisect_right(cum, base + budget, lo=i, hi=min(n, i + room_rows)) - i
-            if k == 0 and part.p_rows == 0:
-                k = 1
-            if k:
-                j = i + k
-                part.p_seq.extend(seqs[i:j])
-                part.p_subject.extend(subjects[i:j])
-                part.p_time.extend(times[i:j])
-                part.p_headers.extend(headers[i:j])
-                part.p_data.extend(datas[i:j])
-                part.p_rows += k
-                part.p_bytes += cum[j - 1] - base
-                i = j
-            # a cut inside this batch, or a full group: write it (cut points depend only on content)
-            if i < n or part.p_rows >= limit_rows or part.p_bytes >= self.row_group_bytes:
-                self._flush_row_group(part)
-                if part.file_rows() >= self.max_rows_per_file:
-                    self._close_file(part)
-
-    def commit(self) -> dict[str, Any]:
-        """Close the last part files, write ``_manifest.json`` atomically, and delete stray files.
-
-        :return: the manifest (see :func:`read_manifest`), plus ``"folder"`` (where it was written).
-        """
-        self._require_uncommitted()
-        self.open()
-        for part in self._parts.values():
-            self._finish_part(part)
-        filters = [self._parts[i].stats if i in self._parts else _FilterPart(i, sf).stats
-                   for i, sf in enumerate(self.subject_filters)]
-        files = [info for i in sorted(self._parts) for info in self._parts[i].files]
-        nonempty = [f for f in filters if f["count"]]
-        manifest: dict[str, Any] = {
-            "version": MANIFEST_VERSION,
-            "stream": self.stream,
-            "owner_id": self.owner_id,
-            "event_type": self.event_type,
-            "interval_id": self.interval_id,
-            "subject_filters": list(self.subject_filters),
-            "fragment": self.fragment,
-            "bounds": self.bounds,
-            "first_seq": min(f["first_seq"] for f in nonempty) if nonempty else None,
-            "last_seq": max(f["last_seq"] for f in nonempty) if nonempty else None,
-            "count": self.count,
-            "bytes": self.data_bytes,
-            "filters": [dict(f) for f in filters],
-            "files": [dict(f) for f in files],
-            "schema": [f"{field.name}:{field.type}" for field in SCHEMA],
-            "created_by": CREATED_BY,
-        }
-        target = join_path(self.folder, self.manifest_name)
-        with io_error_with_path(self.fs, target, "write the manifest"):
-            write_json(target, manifest, fs=self.fs)
-        self._committed = True
-        keep = {self.manifest_name} | {f["path"] for f in files}
-        with io_error_with_path(self.fs, self.folder, "remove stray files from"):
-            for entry in self.fs.ls(self.folder, detail=False):
-                name = posixpath.basename(str(entry).rstrip("/"))
-                if _fragment_of(name) != self.fragment:
-                    continue  # another fragment's file: its own writer cleans it up
-                if name in keep or (name.endswith(".inprogress") and self._writer_id not in name
-                                    and younger_than(self.fs, entry, STALE_INPROGRESS_S)):
-                    continue  # another writer's file in progress (a concurrent run of this batch)
-                self.fs.rm(entry, recursive=True)
-        return {**manifest, "folder": self.url}
-
-    def abort(self) -> None:
-        """Stop without committing: close and delete the part files in progress (best effort)."""
-        for part in self._parts.values():
-            writer, sink, tmp = part.writer, part.sink, part.tmp_path
-            part.writer = part.sink = part.tmp_path = part.file_info = None
-            part.reset_pending()
-            try:
-                if writer is not None:
-                    writer.close()
-                if sink is not None:
-                    sink.close()
-            except Exception:  # noqa: BLE001 - best effort on the error path
-                pass
-            if tmp is not None:
-                try:
-                    self.fs.rm(tmp)
-                except Exception:  # noqa: BLE001
-                    pass
-
-    # -- internals ------------------------------------------------------------------------------
-    def _require_uncommitted(self) -> None:
-        if self._committed:
-            raise ValueError(f"batch {self.url} is already committed")
-
-    def _part(self, index: int) -> _FilterPart:
-        part = self._parts.get(index)
-        if part is None:
-            part = self._parts[index] = _FilterPart(index, self.subject_filters[index])
-        return part
-
-    def _finish_part(self, part: _FilterPart) -> None:
-        self._flush_row_group(part)
-        self._close_file(part)
-
-    def _open_file(self, part: _FilterPart) -> None:
-        self.open()
-        name = part_name(len(part.files), part.index, self.fragment)
-        tmp = join_path(self.folder, f".{name}.{self._writer_id}.inprogress") if self._rename else join_path(self.folder, name)
-        with io_error_with_path(self.fs, tmp, "open the part file"):
-            if self._local:
-                part.sink = None
-                where: Any = tmp
-            else:
-                part.sink = self.fs.open(tmp, "wb")
-                where = part.sink
-            part.writer = pq.ParquetWriter(
-                where,
-                SCHEMA,
-                compression=self.compression,
-                use_dictionary=["stream", "subject", "msg_id"],
-                write_statistics=["stream", "stream_seq", "subject", "published_at"],
-            )
-        part.tmp_path = tmp
-        part.file_info = {
-            "path": name,
-            "rows": 0,
-            "bytes": 0,
-            "data_bytes": 0,
-            "subject_filter": part.stats["subject_filter"],
-            "first_seq": None,
-            "last_seq": None,
-        }
-
-    def _close_file(self, part: _FilterPart) -> None:
-        if part.writer is None:
-            return
-        info, tmp = part.file_info, part.tmp_path
-        assert info is not None  # set together with part.writer by _open_file
-        final = join_path(self.folder, info["path"])
-        size = None
-        with io_error_with_path(self.fs, tmp, "close the part file"):
-            part.writer.close()
-            if part.sink is not None:
-                size = part.sink.tell()  # the bytes written, without asking the object store
-                part.sink.close()
-        with io_error_with_path(self.fs, final, "rename the part file to"):
-            if tmp != final:
-                self.fs.mv(tmp, final)
-            info["bytes"] = int(self.fs.size(final) if size is None else size)
-        part.files.append(info)
-        part.writer = part.sink = part.tmp_path = part.file_info = None
-
-    def _flush_row_group(self, part: _FilterPart) -> None:
-        if part.p_rows == 0:
-            return
-        if part.writer is None:
-            self._open_file(part)
-        writer, info = part.writer, part.file_info
-        assert writer is not None and info is not None  # _open_file set them
-        n = part.p_rows
-        headers = part.p_headers
-        if any(h for h in headers):
-            msg_ids = [h.get(MSG_ID_HEADER) if h else None for h in headers]
-            header_arr = pa.array([list(h.items()) if h else None for h in headers], SCHEMA.field("headers").type)
-            msg_arr = pa.array(msg_ids, pa.string())
-        else:
-            header_arr = pa.nulls(n, SCHEMA.field("headers").type)
-            msg_arr = pa.nulls(n, pa.string())
-        # ns -> us, truncated (times are positive, so Arrow's integer division truncates like //)
-        times_us = pc.divide(pa.array(part.p_time, pa.int64()), pa.scalar(1000, pa.int64())).cast(
-            SCHEMA.field("published_at").type
-        )
-        table = pa.Table.from_arrays(
-            [
-                pa.repeat(self._stream_scalar, n),
-                pa.array(part.p_seq, pa.int64()),
-                pa.array(part.p_subject, pa.string()),
-                times_us,
-                msg_arr,
-                header_arr,
-                pa.array(part.p_data, pa.binary()),
-            ],
-            schema=SCHEMA,
-        )
-        with io_error_with_path(self.fs, part.tmp_path, "write the part file"):
-            writer.write_table(table, row_group_size=n)
-        info["rows"] += n
-        info["data_bytes"] += part.p_bytes
-        if info["first_seq"] is None:
-            info["first_seq"] = part.p_seq[0]
-        info["last_seq"] = part.p_seq[-1]
-        part.reset_pending()
+    def may_hold(self, owners: Iterable[str]) -> bool:
+        """True when the file's ``owner_id`` bounds do not exclude every owner of ``owners``."""
+        if self.min_owner is None or self.max_owner is None:
+            return True
+        return any(self.min_owner <= o <= self.max_owner for o in owners)
 
 
-# --------------------------------------------------------------------------------------------------
-# Readers
-# --------------------------------------------------------------------------------------------------
-def read_manifest(path: Any, fragment: str | None = None) -> dict[str, Any]:
-    """Read one ``_manifest.json`` (or a fragment's ``_manifest-{fragment}.json``).
+def open_table(root: Any, stream: str, version: int | None = None):
+    """The staging table's ``deltalake.DeltaTable`` (at ``version``), or None when there is none."""
+    from airflow_provider_plgd import delta_tables
 
-    :param path: the manifest file, or its batch folder (path, fsspec URL or ``ObjectStoragePath``).
-    :param fragment: with a folder: read this fragment's manifest (:func:`fragment_name`).
-    :return: the manifest dict (fields: ``version``, ``stream``, ``owner_id``, ``event_type``,
-        ``interval_id``, ``subject_filters``, ``fragment`` (None or the fragment name), ``bounds``, ``first_seq``, ``last_seq`` (int or None),
-        ``count`` (rows), ``bytes`` (sum of payload lengths), ``filters`` (per filter: count, bytes,
-        first/last seq), ``files`` (``[{path, rows, bytes (file size), data_bytes, subject_filter,
-        first_seq, last_seq}]``, paths relative to the folder), ``schema``, ``created_by``), plus
-        ``"folder"``: where the batch lives (path or URL; not stored in the file).
-    :raises FileNotFoundError: no manifest there (the folder is not committed).
-    :raises ValueError: not valid JSON, or a manifest version this code does not know.
+    return delta_tables.open_table(table_uri(root, stream), version)
+
+
+def _files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> list[StagedFile]:
+    """The data files of table ``dt`` (at ``uri``), of ``interval_ids`` only when given, sorted by path."""
+    import pyarrow.compute as pc
+    from urllib.parse import unquote
+
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if interval_ids is not None:
+        wanted = pa.array(sorted(set(interval_ids)), pa.string())
+        actions = actions.filter(pc.is_in(actions.column(f"partition.{INTERVAL_COLUMN}").cast(pa.string()), wanted))
+
+    def col(name: str) -> list[Any]:
+        return actions.column(name).to_pylist() if name in actions.column_names else [None] * actions.num_rows
+
+    modified = actions.column("modification_time")
+    if pa.types.is_timestamp(modified.type):
+        modified = modified.cast(pa.timestamp("ms")).cast(pa.int64())
+    base = uri.rstrip("/")
+    files = [
+        StagedFile(unquote(p), f"{base}/{unquote(p)}", int(n if n is not None else -1), int(s), str(i), str(e),
+                   lo_o, hi_o, lo_s, hi_s, int(m or 0))
+        for p, n, s, i, e, lo_o, hi_o, lo_s, hi_s, m in zip(
+            col("path"), col("num_records"), col("size_bytes"), col(f"partition.{INTERVAL_COLUMN}"),
+            col(f"partition.{EVENT_TYPE_COLUMN}"), col(f"min.{OWNER_COLUMN}"), col(f"max.{OWNER_COLUMN}"),
+            col("min.stream_seq"), col("max.stream_seq"), modified.to_pylist())
+    ]
+    return sorted(files, key=lambda f: f.path)
+
+
+def staged_files(root: Any, stream: str, *, interval_id: str | None = None, event_types: Iterable[str] | None = None,
+                 owners: Iterable[str] | None = None, version: int | None = None) -> list[StagedFile]:
+    """The data files of the staging table (its latest version, or ``version``), from the Delta log
+    only (no data file is opened), sorted by path; ``[]`` when there is no table.
+
+    :param interval_id: only this interval. :param event_types: only these event types.
+    :param owners: only files whose ``owner_id`` statistics may hold one of these owners.
     """
-    fs, p = to_fs(path)
-    name = posixpath.basename(p)
-    if not (name == MANIFEST_NAME or (name.startswith("_manifest-") and name.endswith(".json"))):
-        p = join_path(p, manifest_name(fragment))
-    return _read_manifest(fs, p)
+    dt = open_table(root, stream, version)
+    if dt is None:
+        return []
+    types = None if event_types is None else set(event_types)
+    wanted = None if owners is None else sorted(set(owners))
+    return [f for f in _files(dt, table_uri(root, stream), None if interval_id is None else [interval_id])
+            if (types is None or f.event_type in types) and (wanted is None or f.may_hold(wanted))]
 
 
-def _read_manifest(fs: fsspec.AbstractFileSystem, p: str) -> dict[str, Any]:
-    where = location_url(fs, p)
-    manifest = read_json_document(fs, p, "manifest", MANIFEST_VERSION)
-    if manifest is None:
-        raise FileNotFoundError(f"no committed manifest at {where}")
-    for entry in manifest.get("files") or []:  # a tampered manifest must not point outside its folder
-        path = entry.get("path") if isinstance(entry, dict) else None
+def read_staged(root: Any, stream: str, interval_id: str, *, owners: Iterable[str] | None = None,
+                event_types: Iterable[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read committed staging rows of one interval into one Arrow table (for DAGs, tests and small
+    selections; decode reads the files in Spark tasks).
+
+    Files come from the Delta log and are pruned by their ``owner_id`` statistics, row groups by
+    theirs; rows are filtered to ``owners`` and ``event_types`` when given.
+
+    :param columns: columns to return (default every column of :data:`TABLE_SCHEMA`).
+    :return: rows ordered by ``event_type``, ``owner_id``, ``stream_seq`` (a batch is a run of it).
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    wanted = None if owners is None else sorted(set(owners))
+    names = list(columns or TABLE_SCHEMA.names)
+    file_cols = [c for c in FILE_SCHEMA.names if c in names or c in (OWNER_COLUMN, "stream_seq")]
+    files = staged_files(root, stream, interval_id=interval_id, event_types=event_types, owners=wanted)
+
+    def read(f: StagedFile) -> pa.Table:
+        fs, path = to_fs(f.url)
+        with fs.open(path, "rb") as fh:
+            table = pq.read_table(fh, columns=file_cols, schema=FILE_SCHEMA,
+                                  filters=None if wanted is None else [(OWNER_COLUMN, "in", wanted)])
+        n = table.num_rows
+        return table.append_column(TABLE_SCHEMA.field(INTERVAL_COLUMN), pa.repeat(pa.scalar(f.interval_id), n)) \
+            .append_column(TABLE_SCHEMA.field(EVENT_TYPE_COLUMN), pa.repeat(pa.scalar(f.event_type), n))
+
+    parts = map_io(read, files)
+    schema = pa.schema([TABLE_SCHEMA.field(c) for c in file_cols + [INTERVAL_COLUMN, EVENT_TYPE_COLUMN]])
+    table = pa.concat_tables([t.cast(schema) for t in parts]) if parts else schema.empty_table()
+    if table.num_rows:
+        order = pc.sort_indices(table, sort_keys=[(EVENT_TYPE_COLUMN, "ascending"), (OWNER_COLUMN, "ascending"),
+                                                  ("stream_seq", "ascending")])
+        table = table.take(order)
+    return table.select(names)
+
+
+def owners_with_messages(root: Any, stream: str, interval_id: str) -> dict[str, int]:
+    """``{owner_id: rows}`` of one interval's staging: a scan of the ``owner_id`` column only
+    (dictionary-encoded and sorted in each file, so cheap; bounded by the interval's messages,
+    never by the owners without any). ``{}`` when nothing is staged for it."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    def count(f: StagedFile) -> dict[str, int]:
+        fs, path = to_fs(f.url)
+        with fs.open(path, "rb") as fh:
+            column = pq.read_table(fh, columns=[OWNER_COLUMN]).column(OWNER_COLUMN)
+        counts = pc.value_counts(column)
+        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+
+    found: dict[str, int] = {}
+    for part in map_io(count, staged_files(root, stream, interval_id=interval_id)):
+        for owner, n in part.items():
+            found[owner] = found.get(owner, 0) + int(n)
+    return found
+
+
+def staged_intervals(root: Any, stream: str) -> dict[str, dict[str, int]]:
+    """``{interval_id: {"files", "rows", "modified_ms" (newest file)}}`` of the staging table, from its log."""
+    found: dict[str, dict[str, int]] = {}
+    for f in staged_files(root, stream):
+        entry = found.setdefault(f.interval_id, {"files": 0, "rows": 0, "modified_ms": 0})
+        entry["files"] += 1
+        entry["rows"] += f.rows
+        entry["modified_ms"] = max(entry["modified_ms"], f.modified_ms)
+    return found
+
+
+# --------------------------------------------------------------------------------------------------
+# Commits
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StagingCommit:
+    """What a staging commit did: the Delta ``version`` it created (None: nothing new, the same run
+    had committed already) and the files of the batches or range now committed."""
+
+    version: int | None
+    files: tuple[StagedFile, ...]
+
+
+def _table(root: Any, stream: str):
+    from airflow_provider_plgd import delta_tables
+
+    return delta_tables.ensure_table(table_uri(root, stream), TABLE_SCHEMA, PARTITION_COLUMNS)
+
+
+def _remove(f: StagedFile, now_ms: int):
+    from deltalake.transaction import RemoveAction
+
+    return RemoveAction(f.path, True, now_ms, f.size, {INTERVAL_COLUMN: f.interval_id, EVENT_TYPE_COLUMN: f.event_type})
+
+
+def _commit(dt: Any, actions: list, apps: Mapping[str, int], metadata: Mapping[str, Any],
+            now_ms: int) -> tuple[int, Any]:
+    """One Delta commit (``append`` mode: adds and removes as given) with app transactions.
+
+    :return: ``(its version, the table at the latest version)``.
+    :raises CommitFailedError: Delta's conflict check refused it (deltalake's exception).
+    """
+    from deltalake.transaction import CommitProperties, Transaction
+
+    from airflow_provider_plgd import delta_tables
+
+    commit_id = new_write_id()
+    props = CommitProperties(
+        custom_metadata={delta_tables.METADATA_KEY: json.dumps({**metadata, "commit_id": commit_id}, sort_keys=True,
+                                                               default=str)},
+        app_transactions=[Transaction(app, int(v), now_ms) for app, v in apps.items()])
+    dt.create_write_transaction(actions, mode="append", schema=TABLE_SCHEMA, partition_by=list(PARTITION_COLUMNS),
+                                commit_properties=props)
+    dt.update_incremental()
+    for entry in dt.history(limit=20):  # delta-rs may have committed after other writers' commits
+        if delta_tables.commit_metadata(entry).get("commit_id") == commit_id:
+            return int(entry["version"]), dt
+    return int(dt.version()), dt
+
+
+def _retrying(uri: str, what: str, attempt: Callable[[], StagingCommit]) -> StagingCommit:
+    """Run ``attempt`` (which reopens the table, re-checks and commits) until Delta accepts its
+    commit: a conflict with another writer's commit (another range's, an expiry's delete) is
+    retried on the new version; after :data:`COMMIT_TRIES` the last conflict is raised as
+    ``TableCommitError``."""
+    from deltalake.exceptions import CommitFailedError
+
+    from airflow_provider_plgd.exceptions import TableCommitError
+
+    last: Exception | None = None
+    for i in range(COMMIT_TRIES):
         try:
-            validate_partition_value(path, "file path")
-        except ValueError:
-            raise ValueError(f"manifest {where} lists file {path!r}, which is not a file name in its folder") from None
-    manifest["folder"] = location_url(fs, posixpath.dirname(p))
-    return manifest
+            return attempt()
+        except CommitFailedError as exc:
+            last = exc
+            log.info("%s: %s conflicted with another commit (%s); trying again on the new version", uri, what, exc)
+            time.sleep(min(0.05 * 2 ** i, 1.0))
+    raise TableCommitError(f"{uri}: {what} conflicted with other commits {COMMIT_TRIES} times ({last}); "
+                           "nothing committed by this task", table=uri) from last
 
 
-def manifest_file_urls(manifest: Mapping[str, Any]) -> list[str]:
-    """Return the data files of a manifest from :func:`read_manifest` as full paths/URLs, in order."""
-    return [join_path(manifest["folder"], f["path"]) for f in manifest["files"]]
+def _check_newer(uri: str, app: str, done: int | None, run_version: int, what: str) -> bool:
+    """True when ``app`` already holds ``run_version``; raise when it holds a newer one."""
+    from airflow_provider_plgd.exceptions import TableCommitError
+
+    if done is None or int(done) < run_version:
+        return False
+    if int(done) == run_version:
+        return True
+    raise TableCommitError(f"{uri}: a newer run committed {what} first ({app}: version {done} > this run's "
+                           f"{run_version}); nothing committed by this task", table=uri)
 
 
-def list_committed(
-    root: Any,
-    stream: str,
-    interval_id: str | None = None,
-    owner_ids: Iterable[str] | None = None,
-    event_types: Iterable[str] | None = None,
-) -> list[dict[str, Any]]:
-    """List the committed batches of a stream's staging dataset.
+def begin_interval(root: Any, stream: str, interval_id: str, run_version: int,
+                   metadata: Mapping[str, Any] | None = None) -> StagingCommit:
+    """Start run ``run_version`` of an interval (the ETL's ``plan``): one commit that removes every
+    staging file of the interval and records ``run_version`` (:func:`plan_app_id`). The fetch
+    commits of the run check it (:func:`commit_range`). A retry of the same run is a no-op.
 
-    A batch is committed when its folder holds ``_manifest.json``; only the files its manifest
-    lists belong to it (anything else in the folder is a leftover of an interrupted run). A batch
-    fetched in ranges is listed as its committed fragments, one manifest each; which fragments
-    belong to the current run of an interval only the interval ledger says (the ETL's decode
-    reads the ledger, not this listing).
-
-    :param root: storage root (path, fsspec URL or ``ObjectStoragePath``).
-    :param stream: stream name.
-    :param interval_id: only this interval folder (exact ID); None = all.
-    :param owner_ids: only these owners (partition values; ``"_filter"`` selects arbitrary-filter
-        batches); None = all, including arbitrary-filter batches.
-    :param event_types: only these event types; None = all.
-    :return: manifests (see :func:`read_manifest`) sorted by (owner_id, event_type, interval_id).
-        An empty list when nothing is committed (also when the dataset does not exist).
+    :return: the commit (``files``: the files removed; ``version`` None when the run had begun already).
+    :raises TableCommitError: a newer run of the interval began first.
     """
-    fs, base = to_fs(root)
-    base = stream_path(base, stream)
-    owners = None if owner_ids is None else {validate_partition_value(o, "owner_id") for o in owner_ids}
-    types = None if event_types is None else {validate_partition_value(e, "event_type") for e in event_types}
-    interval = "*" if interval_id is None else validate_partition_value(interval_id, "interval_id")
-    owner_glob = next(iter(owners)) if owners is not None and len(owners) == 1 else "*"
-    type_glob = next(iter(types)) if types is not None and len(types) == 1 else "*"
-    pattern = join_path(base, f"owner_id={owner_glob}", f"event_type={type_glob}", f"interval={interval}",
-                        "_manifest*.json")
-    results = []
-    for path in sorted(fs.glob(pattern)):
-        parts = str(path).rstrip("/").split("/")
-        owner, event_type = parts[-4].partition("=")[2], parts[-3].partition("=")[2]
-        if parts[-1] != MANIFEST_NAME and _fragment_of(parts[-1]) is None:
-            continue
-        if (owners is not None and owner not in owners) or (types is not None and event_type not in types):
-            continue
-        results.append(_read_manifest(fs, str(path)))
-    results.sort(key=lambda m: (m["owner_id"], m["event_type"], m["interval_id"], m.get("fragment") or ""))
-    return results
+    uri = table_uri(root, stream)
+    validate_partition_value(interval_id, "interval_id")
+
+    def attempt() -> StagingCommit:
+        dt = _table(root, stream)
+        app = plan_app_id(interval_id)
+        if _check_newer(uri, app, dt.transaction_version(app), run_version, f"the plan of interval {interval_id}"):
+            return StagingCommit(None, ())
+        old = _files(dt, uri, [interval_id])
+        now_ms = int(time.time() * 1000)
+        meta = {"operation": "begin_interval", "interval_id": interval_id, "run_version": run_version,
+                "removed_files": len(old), "removed_rows": sum(f.rows for f in old), "created_by": CREATED_BY,
+                **(metadata or {})}
+        return StagingCommit(_commit(dt, [_remove(f, now_ms) for f in old], {app: run_version}, meta, now_ms)[0],
+                             tuple(old))
+
+    return _retrying(uri, f"the start of interval {interval_id}'s run {run_version}", attempt)
 
 
-def read_batch(manifest: Mapping[str, Any], fs: fsspec.AbstractFileSystem | None = None) -> pa.Table:
-    """Read a committed batch into one Arrow table (for tests and small batches; Spark reads the files).
+def range_files(dt: Any, uri: str, interval_id: str, range_index: int, run_version: int) -> list[StagedFile]:
+    """The files of range ``range_index`` of plan ``run_version`` that table ``dt`` names."""
+    return [f for f in _files(dt, uri, [interval_id]) if file_range(f.path) == (range_index, run_version)]
 
-    :param manifest: a manifest from :func:`read_manifest` or :func:`list_committed`.
-    :param fs: the file system to read with (default: resolved from ``manifest["folder"]``; pass it
-        when the location needs credentials, e.g. an ``ObjectStoragePath`` root's ``.fs``).
-    :return: a table with :data:`SCHEMA` (zero rows for an empty batch), rows in file order.
+
+def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
+                    run_version: int) -> StagingCommit | None:
+    """The range's commit of plan ``run_version`` when it is in the log (a retried task's check
+    before it reads anything), else None. Its ``version`` is found among the latest
+    :data:`HISTORY_SEARCH` commits (else None).
+
+    :raises TableCommitError: a newer plan began the interval, or committed the range.
+    :raises LedgerError: the plan's run is not recorded in the table (its ``plan`` did not run
+        :func:`begin_interval`).
     """
-    folder_fs, folder = to_fs(manifest["folder"])
-    fs = fs or folder_fs
-    tables = []
-    for entry in manifest["files"]:
-        with fs.open(join_path(folder, entry["path"]), "rb") as fh:
-            tables.append(pq.read_table(fh, schema=SCHEMA))
-    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    from airflow_provider_plgd import delta_tables
+
+    uri = table_uri(root, stream)
+    dt = delta_tables.open_table(uri)
+    _check_plan(dt, uri, interval_id, run_version)
+    if _check_newer(uri, range_app_id(interval_id, range_index), dt.transaction_version(
+            range_app_id(interval_id, range_index)), run_version, f"range {range_index} of interval {interval_id}"):
+        version = None
+        for entry in dt.history(limit=HISTORY_SEARCH):  # the commit's version, when it is recent
+            meta = delta_tables.commit_metadata(entry)
+            if (meta.get("operation"), meta.get("interval_id"), meta.get("range"), meta.get("run_version")) == (
+                    "fetch_range", interval_id, range_index, run_version):
+                version = int(entry["version"])
+                break
+        return StagingCommit(version, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
+    return None
+
+
+def _check_plan(dt: Any, uri: str, interval_id: str, run_version: int) -> None:
+    from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
+
+    begun = None if dt is None else dt.transaction_version(plan_app_id(interval_id))
+    if begun is not None and int(begun) > run_version:
+        raise TableCommitError(f"{uri}: a newer plan of interval {interval_id} began its run ({begun} > this task's "
+                               f"plan {run_version}); nothing committed by this task", table=uri)
+    if begun is None or int(begun) != run_version:
+        raise LedgerError(f"interval {interval_id}: the staging table {uri} records no start of the plan's run "
+                          f"{run_version} (found {begun}); run the interval again from its plan task",
+                          interval_id=interval_id)
+
+
+def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run_version: int,
+                 records: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None) -> StagingCommit:
+    """Commit the files of one fetch range in **one** Delta append (the ETL's fetch task).
+
+    The commit carries the app transaction :func:`range_app_id` with the plan's ``run_version``.
+    Before it, in the version it commits on, the plan's run must be the interval's current one
+    (:func:`begin_interval`), and the range must not be committed yet: a retried task's commit is a
+    no-op (its files stay unnamed), two tasks of the range at once cannot both commit (the second
+    sees the first's transaction, or Delta refuses it), and an older plan's task is refused.
+    Conflicts with other writers' commits (other ranges, an expiry) are retried.
+
+    :param records: the files (``delta_tables.file_record`` dicts; paths relative to the table).
+    :return: the commit; ``version`` None when the range was committed already (``files``: the
+        files of that commit).
+    :raises TableCommitError: a newer plan began the interval or committed the range.
+    :raises LedgerError: the plan's run is not recorded in the table.
+    """
+    from airflow_provider_plgd import delta_tables
+
+    uri = table_uri(root, stream)
+    app = range_app_id(interval_id, range_index)
+
+    def attempt() -> StagingCommit:
+        dt = _table(root, stream)
+        _check_plan(dt, uri, interval_id, run_version)
+        if _check_newer(uri, app, dt.transaction_version(app), run_version, f"range {range_index} of {interval_id}"):
+            return StagingCommit(None, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
+        now_ms = int(time.time() * 1000)
+        meta = {"operation": "fetch_range", "interval_id": interval_id, "range": range_index,
+                "run_version": run_version, "files": len(records), "rows": sum(int(r["rows"]) for r in records),
+                "created_by": CREATED_BY, **(metadata or {})}
+        version, dt = _commit(dt, delta_tables.add_actions(records, now_ms), {app: run_version}, meta, now_ms)
+        return StagingCommit(version, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
+
+    return _retrying(uri, f"range {range_index} of interval {interval_id}", attempt)
+
+
+def commit_batches(root: Any, stream: str, interval_id: str, owner_id: str, event_types: Sequence[str],
+                   records: Sequence[Mapping[str, Any]], run_version: int,
+                   metadata: Mapping[str, Any] | None = None) -> StagingCommit:
+    """Replace the batches (``owner_id``, each of ``event_types``) of an interval in one Delta
+    commit (the operator's modes other than the ETL's range): the batches' earlier files
+    (:func:`file_batch_owner`) are removed and ``records`` added. Each batch's app transaction
+    (:func:`batch_app_id`) carries ``run_version`` (the task's start, ms): a retried commit of the
+    same task is a no-op, an older task's commit is refused. Other writers' commits are retried.
+
+    :return: the commit (``files``: the batches' files now).
+    :raises TableCommitError: a newer task committed one of the batches first.
+    """
+    from airflow_provider_plgd import delta_tables
+
+    uri = table_uri(root, stream)
+    types = sorted(set(event_types))
+    apps = {batch_app_id(interval_id, owner_id, t): run_version for t in types}
+    batch_file_prefix(owner_id, "x")  # the owner is safe in a file name
+
+    def mine(f: StagedFile) -> bool:
+        return f.event_type in types and file_batch_owner(f.path) == owner_id
+
+    def attempt() -> StagingCommit:
+        dt = _table(root, stream)
+        done = [_check_newer(uri, app, dt.transaction_version(app), run_version, f"batch {app}") for app in apps]
+        if done and all(done):
+            return StagingCommit(None, tuple(f for f in _files(dt, uri, [interval_id]) if mine(f)))
+        old = [f for f in _files(dt, uri, [interval_id]) if mine(f)]
+        now_ms = int(time.time() * 1000)
+        meta = {"operation": "fetch_batches", "interval_id": interval_id, "owner_id": owner_id, "event_types": types,
+                "run_version": run_version, "files": len(records), "rows": sum(int(r["rows"]) for r in records),
+                "replaced_files": len(old), "created_by": CREATED_BY, **(metadata or {})}
+        version, dt = _commit(dt, [_remove(f, now_ms) for f in old] + delta_tables.add_actions(records, now_ms),
+                              apps, meta, now_ms)
+        return StagingCommit(version, tuple(f for f in _files(dt, uri, [interval_id]) if mine(f)))
+
+    return _retrying(uri, f"the batches of owner {owner_id} in interval {interval_id}", attempt)
+
+
+# --------------------------------------------------------------------------------------------------
+# Retention
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Expiry:
+    """What :func:`expire_intervals` did: the intervals whose files it removed (one Delta
+    ``version``, None when none), the files and rows removed, and the files vacuum deleted."""
+
+    intervals: tuple[str, ...]
+    version: int | None
+    files: int
+    rows: int
+    vacuumed: int
+
+
+def expire_intervals(root: Any, stream: str, *, retention_seconds: float, now_s: float | None = None,
+                     committed: Callable[[str], bool] | None = None,
+                     vacuum_retention_hours: int = DEFAULT_VACUUM_RETENTION_HOURS) -> Expiry:
+    """Expire staging: remove the files of every interval staged more than ``retention_seconds``
+    ago (the newest file's commit time) for which ``committed(interval_id)`` is true (default:
+    every such interval), in one Delta commit, then ``vacuum`` the table (files removed, or never
+    committed, more than ``vacuum_retention_hours`` ago). Safe while fetch tasks commit other
+    intervals (their commits are retried on the new version) and while decode reads others.
+
+    The ETL calls it after each reconciled interval (``etl.summarize_interval``) with
+    ``committed`` = the interval's ledger reconciled; table maintenance may call it too.
+
+    :param retention_seconds: how long staging of a committed interval is kept (s, >= 0).
+    :param now_s: the current time (unix s; default the clock).
+    :param vacuum_retention_hours: vacuum's retention (>= 0; -1: no vacuum).
+    :return: :class:`Expiry`.
+    :raises ValueError: a negative retention.
+    """
+    from airflow_provider_plgd import delta_tables
+
+    if retention_seconds < 0:
+        raise ValueError(f"staging retention must be >= 0 seconds, got {retention_seconds!r}")
+    uri = table_uri(root, stream)
+    cutoff_ms = int(((time.time() if now_s is None else now_s) - retention_seconds) * 1000)
+    old_intervals = sorted(iid for iid, s in staged_intervals(root, stream).items() if s["modified_ms"] <= cutoff_ms)
+    chosen = tuple(iid for iid in old_intervals if committed is None or committed(iid))
+    result: list[StagingCommit] = []
+
+    def attempt() -> StagingCommit:
+        dt = _table(root, stream)
+        old = _files(dt, uri, chosen)
+        if not old:
+            return StagingCommit(None, ())
+        now_ms = int(time.time() * 1000)
+        meta = {"operation": "expire", "intervals": list(chosen), "retention_seconds": retention_seconds,
+                "removed_files": len(old), "created_by": CREATED_BY}
+        return StagingCommit(_commit(dt, [_remove(f, now_ms) for f in old], {}, meta, now_ms)[0], tuple(old))
+
+    if chosen:
+        result.append(_retrying(uri, f"the expiry of {len(chosen)} interval(s)", attempt))
+    vacuumed = delta_tables.vacuum(uri, vacuum_retention_hours)
+    done = result[0] if result else StagingCommit(None, ())
+    if chosen:
+        log.info("Staging %s: expired %s interval(s) (%s files, %s rows), vacuumed %s file(s)", uri, len(chosen),
+                 len(done.files), sum(f.rows for f in done.files), vacuumed)
+    return Expiry(chosen, done.version, len(done.files), sum(f.rows for f in done.files), vacuumed)

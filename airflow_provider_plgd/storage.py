@@ -6,8 +6,8 @@ A root is a local path or any fsspec URL: ``s3://bucket/prefix`` with ``s3fs`` (
 which reads ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and
 ``AWS_DEFAULT_REGION`` from the environment itself; nothing goes through the JVM, so Spark needs
 no Hadoop cloud connector. Object stores have no atomic rename: :func:`write_bytes_atomic` writes
-small documents with one PUT there, and the data folders commit with a manifest written last
-(:mod:`airflow_provider_plgd.staging`, :mod:`airflow_provider_plgd.spark.folders`).
+small documents with one PUT there; staging and the tables commit through their Delta logs
+(:mod:`airflow_provider_plgd.staging`, :mod:`airflow_provider_plgd.delta_tables`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import os
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import fsspec
@@ -98,21 +97,6 @@ def atomic_rename_ok(fs: fsspec.AbstractFileSystem) -> bool:
 def location_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """Render ``path`` on ``fs`` for humans and for :func:`to_fs`: a plain path locally, else a URL."""
     return path if is_local(fs) else fs.unstrip_protocol(path)
-
-
-#: A temporary part file of another writer younger than this (seconds) may still be written.
-STALE_INPROGRESS_S = 3600
-
-
-def younger_than(fs: fsspec.AbstractFileSystem, path: str, seconds: float) -> bool:
-    """True if ``path`` was modified less than ``seconds`` ago (False when unknown)."""
-    try:
-        modified = fs.modified(path)
-    except (NotImplementedError, FileNotFoundError, OSError):
-        return False
-    if modified.tzinfo is None:
-        modified = modified.replace(tzinfo=timezone.utc)
-    return (datetime.now(timezone.utc) - modified).total_seconds() < seconds
 
 
 #: Storage calls run at once by :func:`map_io` (each waits on the network on an object store).

@@ -8,15 +8,16 @@ Steps:
 
 1. Generate N plgd messages with the simulator (``airflow_provider_plgd.simulator.generate`` with
    ``target_messages=N``; a codec-built fallback mix is used if the simulator is unavailable).
-2. Write them to staging (one interval) with ``airflow_provider_plgd.staging.StagingWriter``,
-   one batch folder per (owner, event type).
+2. Write them to the staging table (one interval) the way the ETL's fetch does: the fetch's
+   writer (``fetch.stager.Stager``: files per event type, rows ordered by owner) and one commit
+   (``staging.begin_interval`` + ``staging.commit_range``).
 3. Single-core pure Python: read the staging files into Arrow batches of 10,000 rows (not timed),
    then time ``airflow_provider_plgd.spark.decode_batch.decode_batch`` over all of them in this process.
 4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging,
    with the DAG's settings for local runs (``--spark-conf fast-local``,
    ``plgd_devtools.spark.FAST_LOCAL_SPARK_CONF``: C1-only JIT and the serial GC for
    the JVM, which only schedules tasks). Rate = decoded events / the app's own processing time
-   (``seconds`` in its run summary: from listing the manifests to the committed output, so JVM
+   (``seconds`` in its run summary: from reading the staging log to the committed output, so JVM
    start-up is excluded; the end-to-end wall time including JVM start is printed too).
 5. ``--marginal``: the app again on 2/5 of the owners; (rows difference) / (time difference) is
    the steady-state rate without the fixed costs (first PySpark job: Python daemon and workers
@@ -155,20 +156,23 @@ def fallback_messages(n: int, seed: int) -> list[tuple[str, bytes, str, str]]:
 
 
 def write_staging(root: str, messages, stream: str = "EVENTS") -> int:
-    """Write the messages into one interval of staging; return how many rows were written."""
+    """Write the messages into one interval of staging as one fetch range; return how many rows were written."""
+    import tempfile
+
     from airflow_provider_plgd import staging
+    from airflow_provider_plgd.fetch.stager import Stager
 
     groups: dict[tuple[str, str], list] = collections.defaultdict(list)
     for seq, (subject, data, owner, event_type) in enumerate(messages, start=1):
         groups[(owner, event_type)].append((seq, subject, START_NS + seq * 1000, None, data))
-    total = 0
-    for (owner, event_type), rows in sorted(groups.items()):
-        with staging.StagingWriter(root, stream=stream, owner_id=owner, event_type=event_type,
-                                   interval_id=INTERVAL_ID, subject_filters=[f"plgd.owners.{owner}.>"],
-                                   bounds={"kind": "bench"}) as writer:
-            writer.write(rows)
-            total += writer.commit()["count"]
-    return total
+    staging.begin_interval(root, stream, INTERVAL_ID, 1)
+    with Stager(stream=stream, spill_dir=tempfile.gettempdir()) as stager:
+        for (owner, event_type), rows in sorted(groups.items()):
+            stager.add(owner, event_type, rows)
+        records = stager.write(staging.table_uri(root, stream), INTERVAL_ID,
+                               staging.range_file_prefix(0, 1, staging.new_write_id()))
+    staging.commit_range(root, stream, INTERVAL_ID, 0, 1, records)
+    return sum(int(r["rows"]) for r in records)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -183,9 +187,8 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     from airflow_provider_plgd.spark.decode_batch import decode_batch
 
     batches = []
-    for manifest in staging.list_committed(root, stream, interval_id=INTERVAL_ID):
-        for url in staging.manifest_file_urls(manifest):
-            batches.extend(pq.ParquetFile(url).iter_batches(batch_size=batch_rows))
+    for f in staging.staged_files(root, stream, interval_id=INTERVAL_ID):
+        batches.extend(pq.ParquetFile(f.url).iter_batches(batch_size=batch_rows, columns=staging.SCHEMA.names))
     rows = decoded = 0
     start = time.perf_counter()
     for batch in batches:
@@ -295,9 +298,9 @@ def main(argv=None) -> dict:
     shutil.rmtree(out_root, ignore_errors=True)
     from airflow_provider_plgd import staging
 
-    existing = staging.list_committed(root, "EVENTS", interval_id=INTERVAL_ID) if args.reuse else []
+    existing = staging.staged_files(root, "EVENTS", interval_id=INTERVAL_ID) if args.reuse else []
     if existing:
-        written = sum(m["count"] for m in existing)
+        written = sum(f.rows for f in existing)
         print(f"staging: reusing {written:,} messages in {root}")
     else:
         shutil.rmtree(root, ignore_errors=True)
@@ -311,7 +314,7 @@ def main(argv=None) -> dict:
     readers = [] if args.skip_spark else ["arrow"]  # the app's one read path (pyarrow in the tasks)
     subset = None
     if args.marginal:
-        owners = sorted({m["owner_id"] for m in staging.list_committed(root, "EVENTS", interval_id=INTERVAL_ID)})
+        owners = sorted(staging.owners_with_messages(root, "EVENTS", INTERVAL_ID))
         subset = owners[: max(1, len(owners) * 2 // 5)]
     try:
         with exclusive_lock(args.lock):

@@ -1,4 +1,4 @@
-"""Benchmark: does the ETL's plan + fetch cost grow with the number of owners? Same messages, few vs many owners.
+"""Benchmark: does the ETL's plan + fetch + decode cost grow with the number of owners? Same messages, few vs many owners.
 
 Starts its own nats-server (``plgd_devtools.nats_server``) with the plgd bundle stream. For each
 case of ``--owners`` (default ``8,100000``) it re-creates the stream, publishes ``--messages``
@@ -9,10 +9,16 @@ what the ETL DAG runs for the interval:
    stream-sequence range cut into at most ``--max-fetch-tasks`` ranges of about
    ``--fetch-range-messages`` messages, each counted on the server;
 2. ``fetch``: ``JetStreamToStagingOperator(ledger=..., ledger_range=i)`` for every range, one
-   after the other (the DAG maps them over workers).
+   after the other (the DAG maps them over workers);
+3. ``decode`` (unless ``--no-decode``): ``spark_apps/decode_events.py --ledger ...`` through a
+   real ``spark-submit --master local[2]`` (``FAST_LOCAL_SPARK_CONF``), under ``/tmp/spark.lock``
+   (the wait for the lock is not timed). Its wall time is the whole ``spark-submit`` (JVM start
+   included); its driver's peak RSS is the ``VmHWM`` of the Python driver process (the one that
+   runs ``decode_events.py``), polled every 50 ms until it exits.
 
-Prints per case the wall time of plan and fetch, the staging fragments committed, the sizes of
-the ledger's ``stream.json`` and fetch records, and what the
+Prints per case the wall time of plan, fetch and decode, the staging data files (every
+``*.parquet`` under ``{root}/staging``, whatever the layout) and their bytes, the decode driver's
+peak RSS, the sizes of the ledger's ``stream.json`` and fetch records, and what the
 server saw during plan + fetch, counted on a separate nats-py connection: consumers created
 (``$JS.EVENT.ADVISORY.CONSUMER.CREATED.>``), JetStream API requests (``$JS.EVENT.ADVISORY.API``:
 one audit advisory per request; pull requests ``$JS.API.CONSUMER.MSG.NEXT.*`` are not audited and
@@ -122,11 +128,66 @@ class ServerCounts:
         self.thread.join(10)
 
 
-def _fragments(folder: str) -> int:
+def _data_files(folder: str) -> tuple[int, int]:
+    """``(files, bytes)`` of every ``*.parquet`` below ``folder`` (any staging layout; not the Delta log)."""
     from airflow_provider_plgd import storage
 
     fs, path = storage.to_fs(folder)
-    return len(fs.glob(f"{path}/*/*/*/*/_manifest-r*"))
+    found = fs.find(path, detail=True)
+    sizes = [int(info["size"]) for name, info in found.items()
+             if name.endswith(".parquet") and "/_delta_log/" not in name]
+    return len(sizes), sum(sizes)
+
+
+def _peak_rss_of(proc, marker: str, period: float = 0.05) -> tuple[int, float]:
+    """Wait for ``proc`` (a ``subprocess.Popen``); return ``(returncode, peak RSS in MB)`` of its
+    descendant whose command line holds ``marker`` (``VmHWM``, read until the process ends)."""
+    import psutil
+
+    peak = 0
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            for child in root.children(recursive=True):
+                try:
+                    if any(marker in part for part in child.cmdline()):
+                        with open(f"/proc/{child.pid}/status") as fh:
+                            for line in fh:
+                                if line.startswith("VmHWM:"):
+                                    peak = max(peak, int(line.split()[1]) * 1024)
+                except (psutil.Error, OSError):
+                    pass
+        except psutil.Error:
+            pass
+        time.sleep(period)
+    return proc.returncode, peak / 1e6
+
+
+def run_decode(root: str, interval: str, log_path: str) -> tuple[float, float]:
+    """``decode_events.py --ledger`` through ``spark-submit --master local[2]``; return ``(wall s, driver peak RSS MB)``."""
+    import shutil
+    import subprocess
+
+    from airflow_provider_plgd.spark_deps import spark_app_path
+    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
+
+    app = str(spark_app_path("decode_events"))
+    cmd = [shutil.which("spark-submit") or "spark-submit", "--master", "local[2]"]
+    for key, value in FAST_LOCAL_SPARK_CONF.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += [app, "--staging-root", root, "--output-root", root, "--stream", "EVENTS", "--ledger",
+            "--interval-id", interval, "--log-level", "WARN"]
+    env = spark_submit_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+    with spark_lock(), open(log_path, "w") as log:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        code, peak = _peak_rss_of(proc, "decode_events.py")
+        wall = time.perf_counter() - t0
+    if code:
+        with open(log_path) as fh:
+            raise SystemExit(f"decode failed ({code}):\n" + "".join(fh.readlines()[-40:]))
+    return wall, peak
 
 
 def _sizes(folder: str, pattern: str) -> int:
@@ -186,8 +247,13 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     counts.close()
     if staged != published:
         raise SystemExit(f"the fetch staged {staged}, published {published}")
+    t_decode = peak = float("nan")
+    if args.decode:
+        t_decode, peak = run_decode(root, interval, f"{tmp}/decode-{n_owners}.log")
+    files, size = _data_files(f"{root}/staging")
     return {"owners": n_owners, "messages": published, "publish_s": t_pub, "plan_s": t_plan, "fetch_s": t_fetch,
-            "ranges": record["fetch_ranges"], "fragments": _fragments(f"{root}/staging"),
+            "decode_s": t_decode, "decode_driver_peak_mb": peak, "staging_files": files, "staging_bytes": size,
+            "ranges": record["fetch_ranges"],
             "records_bytes": _sizes(base, "fetch/range-*.json"), "stream_json_bytes": _sizes(base, "stream.json"),
             "plan_counts": at_plan, "counts": total, "rss_mb": _rss_mb(server.pid)}
 
@@ -201,8 +267,10 @@ def _print_case(c: dict) -> None:
     print(f"  fetch       {c['fetch_s']:8.2f} s   consumers {tc['consumers'] - pc['consumers']:,}, "
           f"API requests {tc['api'] - pc['api']:,}, pull requests {tc['pulls'] - pc['pulls']:,}")
     print(f"  plan+fetch  {c['plan_s'] + c['fetch_s']:8.2f} s   consumers {tc['consumers']:,}, "
-          f"API requests {tc['api']:,}, pull requests {tc['pulls']:,}; {c['fragments']:,} staging fragments; "
-          f"nats-server RSS {c['rss_mb']:.0f} MB")
+          f"API requests {tc['api']:,}, pull requests {tc['pulls']:,}; nats-server RSS {c['rss_mb']:.0f} MB")
+    print(f"  decode      {c['decode_s']:8.2f} s   driver peak RSS {c['decode_driver_peak_mb']:.0f} MB")
+    print(f"  total       {c['plan_s'] + c['fetch_s'] + c['decode_s']:8.2f} s   plan + fetch + decode")
+    print(f"  staging     {c['staging_files']:,} data files, {c['staging_bytes'] / 1e6:.1f} MB")
     if "records_bytes" in c:
         print(f"  ledger      stream.json {c['stream_json_bytes']:,} bytes, fetch records {c['records_bytes']:,} bytes")
 
@@ -215,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fetch-range-messages", type=int, default=100_000)
     parser.add_argument("--s3", action="store_true",
                         help="the storage root on a moto S3 server started here (default: a local folder)")
+    parser.add_argument("--no-decode", dest="decode", action="store_false",
+                        help="skip the decode step (spark-submit)")
+    parser.add_argument("--json", help="also write the figures of every case to this file")
     parser.add_argument("--log-level", default="WARNING", help="level of the provider's loggers")
     args = parser.parse_args(argv)
     import logging
@@ -224,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).setLevel(args.log_level)
 
     cases = [int(n) for n in args.owners.split(",")]
+    load_before = os.getloadavg()
+    print(f"load average at start: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
+          f"({os.cpu_count()} cores, shared)")
     results = []
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-owners-"))
@@ -237,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
         for n in cases:
             results.append(run_case(server, tmp, n, args, s3))
             _print_case(results[-1])
+    load = os.getloadavg()
+    print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if len(results) > 1:
         a, b = results[0], results[-1]
 
@@ -245,9 +321,16 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"ratio {b['owners']:,} owners / {a['owners']:,} owners: "
               f"plan {ratio(b['plan_s'], a['plan_s'])}, fetch {ratio(b['fetch_s'], a['fetch_s'])}, "
+              f"decode {ratio(b['decode_s'], a['decode_s'])}, "
               f"plan+fetch {ratio(b['plan_s'] + b['fetch_s'], a['plan_s'] + a['fetch_s'])}, "
+              f"plan+fetch+decode {ratio(b['plan_s'] + b['fetch_s'] + b['decode_s'], a['plan_s'] + a['fetch_s'] + a['decode_s'])}, "
+              f"decode driver peak RSS {ratio(b['decode_driver_peak_mb'], a['decode_driver_peak_mb'])}, "
+              f"staging files {ratio(b['staging_files'], a['staging_files'])}, "
               f"consumers {ratio(b['counts']['consumers'], a['counts']['consumers'])}, "
               f"API requests {ratio(b['counts']['api'], a['counts']['api'])}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"cases": results, "load_before": load_before, "load_after": os.getloadavg()}, fh, indent=1)
 
 
 if __name__ == "__main__":

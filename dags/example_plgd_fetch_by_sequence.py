@@ -3,22 +3,23 @@
 ``example_plgd_fetch_by_sequence`` (manual runs): fetches the stream-sequence range
 ``[start_seq, end_seq]`` of ``subject_filter`` into staging, then summarises what it committed.
 Useful to re-fetch a known range, e.g. the ``first_seq``/``last_seq`` of a
-``JetStreamMessageTrigger`` event or of a manifest. Trigger it with a conf::
+``JetStreamMessageTrigger`` event. Trigger it with a conf::
 
     airflow dags trigger example_plgd_fetch_by_sequence -c '{"start_seq": 1, "end_seq": 5000}'
 
 ``example_plgd_fetch_durable`` (every 15 minutes): a durable pull consumer (``durable`` param)
 fetches up to ``max_messages`` messages it has not acknowledged yet, commits them as one staging
-folder ``interval=durable-{first_seq}-{last_seq}`` and acknowledges them only after the commit
-(at-least-once; see the operator's docstring). A run with nothing new commits nothing.
+batch of ``interval_id`` ``durable-{first_seq}-{last_seq}`` and acknowledges them only after the
+commit (at-least-once; see the operator's docstring). A run with nothing new commits nothing.
 
 Params (both DAGs): ``stream`` (default ``EVENTS``), ``subject_filter`` (a JetStream filter subject,
 default ``plgd.>``), ``storage_root`` (``""``: the connection's ``storage_root`` extra, else
 ``$AIRFLOW_HOME/plgd``); sequence DAG: ``start_seq`` (>= 1), ``end_seq`` (``null``: the stream's
 last sequence when the task starts); durable DAG: ``durable`` (consumer name), ``max_messages``.
 
-Both end with ``staging_summary``, which reads the committed manifests and Parquet ``subject``
-column (pyarrow + fsspec, no Spark) and returns (XCom, JSON)::
+Both end with ``staging_summary``, which reads the ``subject`` column of the committed batch from
+the staging Delta table (``airflow_provider_plgd.staging.read_staged``: the files its log names,
+pyarrow + fsspec, no Spark) and returns (XCom, JSON)::
 
     {"mode": "seq" | "durable", "interval_ids": ["seq-000000000001-000000000120"],
      "count": 120, "bytes": 34567, "first_seq": 1, "last_seq": 120,
@@ -53,7 +54,7 @@ def common_params() -> dict[str, Any]:
                                 description="JetStream filter subject, e.g. plgd.> (every plgd event) or "
                                             "plgd.owners.<owner>.> (one owner)."),
         "storage_root": Param("", type="string",
-                              description="Root of the staging folders: empty for the connection's storage_root "
+                              description="Root of the staging table: empty for the connection's storage_root "
                                           "extra (else $AIRFLOW_HOME/plgd), or a root the deployment allows "
                                           "(PLGD_ETL_STORAGE_ROOTS, each with the folders below it)."),
     }
@@ -64,12 +65,8 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
     """Summarise the batches of a fetch task's XCom (see the module docstring for the shape).
 
     :param fetched: the fetch task's XCom (``JetStreamToStagingOperator`` return value).
-    :raises FileNotFoundError: a batch folder named in the XCom has no committed manifest.
     """
     import logging
-
-    from airflow_provider_plgd.storage import to_fs
-    import pyarrow.parquet as pq
 
     from airflow_provider_plgd import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
@@ -79,22 +76,20 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
     other = 0
     interval_ids = []
     for batch in fetched.get("batches", []):
-        if not batch.get("path"):  # durable mode with nothing pending
+        if not batch.get("interval_id"):  # durable mode with nothing pending
             continue
-        manifest = staging.read_manifest(batch["path"])
-        interval_ids.append(manifest["interval_id"])
-        for url in staging.manifest_file_urls(manifest):
-            fs, path = to_fs(url)
-            with fs.open(path, "rb") as fh:
-                subjects = pq.read_table(fh, columns=["subject"]).column("subject").to_pylist()
-            for subject in subjects:
-                try:
-                    parsed = parse_subject(subject)
-                except ValueError:
-                    other += 1
-                    continue
-                counts = per_owner.setdefault(parsed.owner_id, {})
-                counts[parsed.event_type] = counts.get(parsed.event_type, 0) + 1
+        interval_ids.append(batch["interval_id"])
+        subjects = staging.read_staged(fetched["root"], fetched["stream"], batch["interval_id"],
+                                       owners=[batch["owner_id"]], event_types=[batch["event_type"]],
+                                       columns=["subject"]).column("subject").to_pylist()
+        for subject in subjects:
+            try:
+                parsed = parse_subject(subject)
+            except ValueError:
+                other += 1
+                continue
+            counts = per_owner.setdefault(parsed.owner_id, {})
+            counts[parsed.event_type] = counts.get(parsed.event_type, 0) + 1
     result = {
         "mode": fetched.get("mode"),
         "interval_ids": interval_ids,
@@ -106,7 +101,7 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
         "other_subjects": other,
     }
     log.info("Staged %s messages (%s bytes), seq %s..%s, in %s", result["count"], result["bytes"],
-             result["first_seq"], result["last_seq"], interval_ids or "no folder (nothing new)")
+             result["first_seq"], result["last_seq"], interval_ids or "no batch (nothing new)")
     for owner_id, counts in result["per_owner"].items():
         log.info("owner %s: %s", owner_id, counts)
     return result

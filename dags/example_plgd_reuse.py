@@ -4,11 +4,12 @@ Each run covers its data interval `[data_interval_start, data_interval_end)`:
 
 1. `wait_for_interval` (`JetStreamIntervalCompleteSensor`, deferrable: needs a triggerer): the
    interval is complete in the stream;
-2. `fetch` (`JetStreamToStagingOperator`): every message of `plgd.>` in the interval into one
-   committed Parquet staging folder (no Spark);
+2. `fetch` (`JetStreamToStagingOperator`): every message of `plgd.>` in the interval into the
+   staging Delta table, one committed batch (no Spark);
 3. `count_event_types` (your own task): reads the committed batch with
-   `airflow_provider_plgd.staging.read_manifest` / `read_batch` and counts the messages per owner
-   and event type (`plgd.subjects.parse_subject`). XCom:
+   `airflow_provider_plgd.staging.read_staged` (or any Delta reader: `deltalake`, Polars'
+   `read_delta`) and counts the messages per owner and event type
+   (`plgd.subjects.parse_subject`). XCom:
    `{"interval_id", "count", "per_owner": {owner: {event_type: n}}, "other_subjects"}`.
 
 **The schedule must be a data-interval timetable.** On Airflow 3, `schedule=timedelta(hours=1)`
@@ -37,7 +38,8 @@ INTERVAL = timedelta(hours=1)
 def count_event_types(fetched: dict[str, Any]) -> dict[str, Any]:
     """Count the staged messages of the fetch task's XCom per owner and event type.
 
-    :param fetched: the ``JetStreamToStagingOperator`` XCom (``batches``: ``[{"path", ...}]``).
+    :param fetched: the ``JetStreamToStagingOperator`` XCom (``root``, ``stream``, ``batches``:
+        ``[{"owner_id", "event_type", "interval_id", ...}]``).
     """
     from airflow_provider_plgd import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
@@ -46,9 +48,10 @@ def count_event_types(fetched: dict[str, Any]) -> dict[str, Any]:
     other = count = 0
     interval_id = None
     for batch in fetched.get("batches", []):
-        manifest = staging.read_manifest(batch["path"])
-        interval_id = manifest["interval_id"]
-        for subject in staging.read_batch(manifest).column("subject").to_pylist():
+        interval_id = batch["interval_id"]
+        for subject in staging.read_staged(fetched["root"], fetched["stream"], interval_id, owners=[batch["owner_id"]],
+                                           event_types=[batch["event_type"]], columns=["subject"]
+                                           ).column("subject").to_pylist():
             count += 1
             try:
                 parsed = parse_subject(subject)

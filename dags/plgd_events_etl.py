@@ -8,10 +8,10 @@ Turns the plgd hub's event stream (NATS JetStream, subjects `plgd.>`) into analy
 | `wait_for_interval` | deferrable sensor: waits until the interval is complete in the stream (`settle_seconds` after its end). Refuses runs without a data interval and manual runs off the schedule (below) |
 | `plan` | resolves the storage root, counts what the stream holds for the interval (the interval ledger, `_ledger/`) and cuts its stream-sequence range into ranges (`plgd.>`, or the `owners` param's subjects) |
 | `fetch_ranges` | the ranges (at most `max_fetch_tasks`) the `fetch` task is mapped over |
-| `fetch` (mapped) | one task per sequence range, one consumer: owner × event type batches into Parquet staging |
+| `fetch` (mapped) | one task per sequence range, one consumer: owner × event type batches into the staging Delta table (one commit per range) |
 | `spark_needed` | skips the three Spark tasks when the stream holds no message for the interval (nothing changes), e.g. every interval before the stream's first message |
 | `decode` → `dedupe` → `rebuild` | Spark: typed events and quarantine, one row per message ID, the latest state per resource, device and owner (snapshot tables) |
-| `summary` | checks that every message the stream holds is in the tables or in quarantine (fails the run otherwise) and logs the counts |
+| `summary` | checks that every message the stream holds is in the tables or in quarantine (fails the run otherwise), logs the counts, and expires the staging of reconciled intervals older than the retention (7 days) |
 
 Runs are chained (`catchup`, one active run, `depends_on_past` on `dedupe` and `rebuild`): each
 snapshot builds on the one before, and backfills run oldest first. The tasks also check the chain

@@ -1,4 +1,4 @@
-"""Spark application: committed staging batches of one interval -> the Delta tables ``events`` + ``quarantine``.
+"""Spark application: one interval of the staging Delta table -> the Delta tables ``events`` + ``quarantine``.
 
 Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip``)::
 
@@ -13,13 +13,15 @@ quarantined as ``content_too_large`` before anything is decompressed (decode bom
 
 Steps:
 
-1. With ``--ledger`` (the ETL DAG): exactly the batch fragments the interval ledger's fetch
-   records name, with the part files they list (:func:`ledger_manifests`; records that do not
-   account for every message fail the run before anything is written). Without it: ``airflow_provider_plgd.staging.list_committed`` lists the committed
-   batch folders of the interval (those with ``_manifest.json``). Only the files the manifests
-   list are read.
-   The driver reads the footers and packs the row groups into a few tasks of decreasing size
-   (``task_plan.plan_tasks``); each task reads its row groups with pyarrow.
+1. The files of the interval come from the staging table's Delta log
+   (``airflow_provider_plgd.staging.staged_files``; ``--event-types`` by partition, ``--owners`` by
+   the files' ``owner_id`` statistics). With ``--ledger`` (the ETL DAG) they are checked against
+   the interval ledger first (:func:`decode_job.ledger_files`): the fetch records must account for
+   every message of the plan, and the files must be exactly the plan's run's with the recorded
+   rows per range and event type, else the run fails before anything is written.
+   The driver cuts each file into slices of about 50,000 rows by its row count in the log (no
+   data file is opened on the driver) and packs them into a few tasks of decreasing size
+   (``task_plan.plan_tasks``); each task reads its files' footers and its row groups with pyarrow.
 2. One pass (``RDD.mapPartitions`` with ``decode_job.make_rdd_task``): each task decodes its
    staging batches once (``airflow_provider_plgd.spark.decode_batch``) and writes the decoded rows
    and the quarantined rows itself with pyarrow (``parquet_io.ArrowPartitionedWriter``) into the
@@ -29,8 +31,9 @@ Steps:
    ``persist`` + two Spark writes: caching the wide union and Spark's Parquet writer for the ~180
    leaf columns together cost more JVM CPU per row than the decode itself, each several times
    pyarrow's write; figures: docs/performance.md, "Measurements behind design choices", M9.)
-3. The driver checks ``fetched`` (sum of manifest counts) ``== decoded + quarantined`` (sums of
-   the written files) and fails before committing if not; then commits each table in one Delta
+3. The driver checks ``fetched`` (the rows the log names; with ``--owners``: the rows of those
+   owners the tasks read) ``==`` the rows the tasks read ``== decoded + quarantined`` (sums of the
+   written files) and fails before committing if not; then commits each table in one Delta
    transaction that replaces the interval's rows (``delta_tables.commit_files``):
    ``{output_root}/events`` (files ``interval_id=../event_type=../part-*.parquet``) and
    ``{output_root}/quarantine`` (``interval_id=../part-*.parquet``). A rerun replaces both
@@ -57,21 +60,21 @@ from airflow_provider_plgd.spark.session import run_app
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line (see the module docstring)."""
     parser = argparse.ArgumentParser(
-        prog="decode_events", description="Decode committed plgd staging batches into events + quarantine."
+        prog="decode_events", description="Decode one interval of the plgd staging table into events + quarantine."
     )
     parser.add_argument("--staging-root", required=True,
-                        help="storage root that holds staging/{stream}/... (path or URL)")
+                        help="storage root that holds the staging table staging/{stream} (path or URL)")
     parser.add_argument("--stream", default="EVENTS", help="JetStream stream name (default EVENTS)")
     parser.add_argument("--output-root", required=True,
                         help="root for events/, quarantine/ and _runs/ (path or URL)")
     parser.add_argument("--owners", type=app_args.name_list, action="append", default=None,
-                        help="only these owner_id partitions (comma-separated; repeatable)")
+                        help="only the rows of these owners (comma-separated; repeatable)")
     parser.add_argument("--event-types", type=app_args.name_list, action="append", default=None,
                         help="only these event_type partitions (comma-separated; repeatable)")
     parser.add_argument("--ledger", action="store_true",
-                        help="read exactly the batches that the interval ledger under --staging-root names "
-                             "(airflow_provider_plgd.ledger; the ETL DAG passes it): a batch that is missing, "
-                             "uncommitted or holds another count fails the run before anything is written")
+                        help="check the interval's staging files against the interval ledger under "
+                             "--staging-root (airflow_provider_plgd.ledger; the ETL DAG passes it): files of another "
+                             "run, a missing range or another count fail the run before anything is written")
     parser.add_argument("--max-content-bytes", type=_positive_bytes, default=DEFAULT_MAX_CONTENT_BYTES,
                         help="cap on the decoded (snappy-decompressed) size of one event, and so of its "
                              "resource content, in bytes; over it the row is quarantined as "

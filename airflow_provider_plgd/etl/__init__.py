@@ -45,7 +45,12 @@ from airflow_provider_plgd.etl.plan import (
     spark_skip_reason,
     write_interval_ledger,
 )
-from airflow_provider_plgd.etl.summary import log_run_summary, summarize_interval
+from airflow_provider_plgd.etl.summary import (
+    DEFAULT_STAGING_RETENTION,
+    expire_staging,
+    log_run_summary,
+    summarize_interval,
+)
 from airflow_provider_plgd.exceptions import MissingDataIntervalError, OffScheduleIntervalError
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF
 
@@ -57,6 +62,7 @@ __all__ = [
     "DEFAULT_PARAMS",
     "DEFAULT_SPARK_CONF",
     "DEFAULT_SPARK_EXECUTION_TIMEOUT",
+    "DEFAULT_STAGING_RETENTION",
     "OWNER_ID_PATTERN",
     "SPARK_CONF_PARAM_DESCRIPTION",
     "STREAM_NAME_PATTERN",
@@ -70,6 +76,7 @@ __all__ = [
     "emit_app_asset_events",
     "etl_assets",
     "etl_params",
+    "expire_staging",
     "log_run_summary",
     "param_schemas",
     "plan_interval",

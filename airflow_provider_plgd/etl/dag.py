@@ -22,7 +22,7 @@ from airflow_provider_plgd.etl.assets import (
 from airflow_provider_plgd.etl.intervals import require_data_interval
 from airflow_provider_plgd.etl.params import etl_params
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
-from airflow_provider_plgd.etl.summary import summarize_interval
+from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summarize_interval
 from airflow_provider_plgd.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
@@ -49,8 +49,8 @@ TASK_DOCS: dict[str, str] = {
         "docs/operations.md, \"Manual runs\"."),
     "fetch": (
         "Copies one stream-sequence range of the interval from JetStream into staging (one consumer per task; "
-        "every message goes to its owner and event type: Parquet parts and a `_manifest-rNNNN.json` per "
-        "non-empty batch) and records in the interval ledger what it staged and skipped. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
+        "every message goes to its owner and event type batch; a few files per event type, rows ordered by owner, "
+        "one Delta commit per range) and records in the interval ledger what it staged and skipped per event type. A stream holding fewer messages than `plan` counted fails it (`MessagesExpiredError`, "
         "`FewerMessagesError`). docs/architecture.md, \"Staging contract\"."),
     "decode": (
         "Spark: decodes the interval's staged messages (snappy, protobuf, CBOR/JSON content) into the `events` "
@@ -96,6 +96,7 @@ def build_etl_dag(
     fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
     spark_ui_url_template: str | None = None,
     partitioned_asset_events: bool = True,
+    staging_retention: timedelta | None = DEFAULT_STAGING_RETENTION,
 ):
     """Build the plgd ETL DAG.
 
@@ -155,6 +156,11 @@ def build_etl_dag(
         ``events`` and ``events_deduped`` carry ``partition_key`` = the interval ID, for consumers
         scheduled with ``PartitionedAssetTimetable`` (default True). Such events do not schedule
         DAGs on those assets that are not partitioned: False keeps them unpartitioned.
+    :param staging_retention: how long the staging of a reconciled interval is kept (default
+        :data:`DEFAULT_STAGING_RETENTION`, 7 days; ``None``: forever). After an interval
+        reconciles, ``summary`` removes the staging of every reconciled interval staged longer ago
+        and vacuums the staging table (``staging.expire_intervals``; a failure there is logged,
+        not raised: the next run tries again).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
     :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
@@ -337,7 +343,9 @@ def build_etl_dag(
             lineage.report_task_lineage(context, lineage.summary_lineage, author.stream,
                                         planned_value["storage_root"])
             return summarize_interval(planned_value["storage_root"], author.stream,
-                                      planned_value["interval_id"], context["params"])
+                                      planned_value["interval_id"], context["params"],
+                                      staging_retention_seconds=None if staging_retention is None
+                                      else staging_retention.total_seconds())
 
         wait >> planned
         summarize = summary()

@@ -156,27 +156,35 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     record of the interval with more messages (a re-created or purged stream, deletes) raises
     :class:`FewerMessagesError` unless ``accept_fewer``; one whose run staged owners or event types
     this one does not select raises :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError`
-    (``ledger.check_selection_covers``). The interval's old fetch records are removed, so the
-    rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
+    (``ledger.check_selection_covers``; the earlier run's owners from its staging,
+    ``ledger.staged_owners``, only when this run selects owners). Then the run begins in the
+    staging table (``staging.begin_interval``: the interval's earlier staging removed, the run
+    version recorded, which every fetch commit of the run checks), and the interval's old fetch
+    records are removed, so the rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
 
     :param window: the interval (its ID names the ledger folder). :param owners: checked owner IDs
         (``fetch.selection.Selection``), or None for every owner.
     :return: the record (``ledger.plan_record`` plus ``spark_skip``).
     """
-    from airflow_provider_plgd import ledger
+    import time
+
+    from airflow_provider_plgd import ledger, staging
     from airflow_provider_plgd.plgd.subjects import owner_filter
 
     interval = window.id
+    run_version = time.time_ns() // 1_000_000
     read_filters = [ledger.SCOPE_FILTER] if owners is None else [owner_filter(o) for o in owners]
     counted = hook.count_ranges(read_filters, start_time=window.start_ns, end_time=window.end_ns,
                                 range_messages=range_messages, max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
     plan = ledger.PlanRecord.of(counted, interval_id=interval, owners=owners, event_types=event_types,
-                                read_filters=read_filters, bounds=window.bounds())
+                                read_filters=read_filters, bounds=window.bounds(), run_version=run_version)
     plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(root, plan.as_dict(), window.end_ns))
     record = plan.as_dict()
     base = ledger.interval_dir(root, plan.stream, interval)
     previous, previous_records = ledger.read_records(root, plan.stream, interval)
-    ledger.check_selection_covers(previous, record, previous_records)
+    ledger.check_selection_covers(
+        previous, record, previous_records,
+        staged_owners=lambda: ledger.staged_owners(root, plan.stream, interval, previous_records))
     lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
@@ -185,6 +193,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
         _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
                      "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
                      interval, plan.deleted_in_range, plan.first_seq, plan.end_seq_exclusive)
+    staging.begin_interval(root, plan.stream, interval, run_version, {"total": plan.total})
     ledger.write_json(f"{base}/stream.json", record)
     ledger.clear_fetch_records(root, plan.stream, interval)
     _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "

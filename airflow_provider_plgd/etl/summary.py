@@ -8,22 +8,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from airflow_provider_plgd.etl.params import run_params_used
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
 
+#: How long the staging of a reconciled interval is kept by default (``build_etl_dag(staging_retention=…)``).
+DEFAULT_STAGING_RETENTION = timedelta(days=7)
 
-def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping[str, Any]) -> dict[str, Any]:
+
+def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping[str, Any], *,
+                       staging_retention_seconds: float | None = None) -> dict[str, Any]:
     """Check the interval ledger's whole chain, log it (:func:`log_run_summary`) and return its numbers.
+
+    When it reconciles and ``staging_retention_seconds`` is given, expire staging: every reconciled
+    interval (:func:`ledger.is_reconciled`) staged more than that long ago loses its staging rows
+    (``staging.expire_intervals``: one Delta commit, then vacuum). That is housekeeping: a failure
+    there is logged as a warning and does not fail the run (the next run tries again).
 
     :param root: the storage root (``plan``'s ``storage_root``).
     :param stream: the stream name; ``interval_id``: the interval (``times.interval_id``).
     :param params: the run's params (their :data:`~airflow_provider_plgd.etl.params.SUMMARY_PARAMS`
         go into ``params`` of the result, :func:`run_params_used`).
-    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s dict plus ``params``,
-        without ``fetched`` (per owner: logged, too large for XCom at many owners).
+    :param staging_retention_seconds: how long a reconciled interval's staging is kept (s); None: forever.
+    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s dict plus ``params`` and
+        ``staging_expired`` (``{"intervals": [ids], "files", "rows", "vacuumed"}``, or None when
+        nothing was expired or no retention is set).
     :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
         names the interval and the first 20).
     """
@@ -32,21 +44,47 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     result = collect_run_summary(root, stream, interval_id)
     result["params"] = run_params_used(params, root)
     log_run_summary(result)
-    result.pop("fetched")  # per owner: logged above, too large for XCom at many owners
     if not result["reconciled"]:
         from airflow_provider_plgd.exceptions import LedgerError
 
         raise LedgerError(f"interval {result['interval_id']} does not reconcile: "
                           + "; ".join(result["problems"][:20]),
                           interval_id=result["interval_id"], problems=result["problems"])
+    result["staging_expired"] = None
+    if staging_retention_seconds is not None:
+        result["staging_expired"] = expire_staging(root, stream, staging_retention_seconds)
     return result
+
+
+def expire_staging(root: str, stream: str, retention_seconds: float) -> dict[str, Any] | None:
+    """Expire the staging of reconciled intervals staged more than ``retention_seconds`` ago
+    (``staging.expire_intervals`` with ``ledger.is_reconciled``); log what was done.
+
+    :return: ``{"intervals", "files", "rows", "vacuumed"}``, or None when nothing was expired or
+        the expiry failed (logged as a warning).
+    """
+    from airflow_provider_plgd import ledger, staging
+
+    try:
+        done = staging.expire_intervals(root, stream, retention_seconds=retention_seconds,
+                                        committed=lambda iid: ledger.is_reconciled(root, stream, iid))
+    except Exception as exc:  # noqa: BLE001 - housekeeping: the next run tries again
+        _log.warning("Staging of stream %s was not expired (the next run tries again): %s: %s", stream,
+                     type(exc).__name__, exc)
+        return None
+    if not done.intervals:
+        return None
+    _log.info("Expired the staging of %s reconciled interval(s) older than %s s: %s (%s files, %s rows; vacuum "
+              "deleted %s files)", len(done.intervals), retention_seconds, ", ".join(done.intervals[:20]),
+              done.files, done.rows, done.vacuumed)
+    return {"intervals": list(done.intervals), "files": done.files, "rows": done.rows, "vacuumed": done.vacuumed}
 
 
 def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None) -> None:
     """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
 
     Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
-    owner and event type (non-zero counts); the owners and event types covered and the other params
+    event type (non-zero counts); the owners and event types covered and the other params
     the run used (``params``: :func:`run_params_used`); decoded and quarantined rows (per reason);
     duplicates dropped by dedupe (within the interval / against earlier intervals); snapshot rows
     per table; every problem of the ledger's chain (ERROR); whether it reconciled; lag in seconds
@@ -57,21 +95,12 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
     """
     log = log or _log
     chain = result.get("chain") or {}
-    log.info("Interval %s: the stream holds %s messages (%s owners, %s unrouted, %s of owners not requested); "
-             "%s staged, skipped %s", result.get("interval_id"), chain.get("stream_total"), chain.get("owners"),
-             chain.get("unrouted"), chain.get("not_requested_owners_messages"), result.get("fetched_total"),
-             chain.get("skipped") or {})
-    idle = []
-    for owner, counts in (result.get("fetched") or {}).items():
-        if not any(counts.values()):
-            idle.append(owner)
-            continue
-        for event_type, count in counts.items():
-            if count:
-                log.info("  fetched owner=%s event_type=%s count=%s", owner, event_type, count)
-    if idle:
-        log.info("  %s owners without messages in this interval: %s", len(idle), ", ".join(idle[:20])
-                 + (", ..." if len(idle) > 20 else ""))
+    log.info("Interval %s: the stream holds %s messages (owners with messages per fetch range %s, %s unrouted, "
+             "%s of owners not requested); %s staged, skipped %s", result.get("interval_id"),
+             chain.get("stream_total"), chain.get("owners_per_range"), chain.get("unrouted"),
+             chain.get("not_requested_owners_messages"), result.get("fetched_total"), chain.get("skipped") or {})
+    for event_type, count in (result.get("fetched") or {}).items():
+        log.info("  fetched event_type=%s count=%s", event_type, count)
     decode = result.get("decode") or {}
     selection = chain.get("selection") or {}
     log.info("Covered owners: %s; event types: %s", selection.get("owners"), selection.get("event_types"))

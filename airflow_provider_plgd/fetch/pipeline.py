@@ -1,14 +1,16 @@
-"""The fetch pipeline: range, bounded, owner-wide and durable reads into committed staging batches.
+"""The fetch pipeline: range, bounded, owner-wide and durable reads into the staging Delta table.
 
 :class:`FetchPipeline` runs one fetch task's work: it checks the interval is complete (time
 bounds, :mod:`airflow_provider_plgd.completeness`) and retained (:mod:`.retention`), learns what the
 stream holds (the ledger's range count, or a server count per owner or batch), refuses a rerun that
 would commit fewer messages, reads through the hook (``JetStreamHook.aiter_batches`` or the durable
-consumer), writes each batch on one writer thread (:class:`WriterThread`) while the next is read,
+consumer), hands each message to its (owner, event type) batch in a :class:`~.stager.Stager` on one
+worker thread (:class:`WriterThread`) while the next is read, writes the files sorted by owner,
 and commits only when staged + skipped == expected (else ``LedgerError``, nothing committed).
 The ETL's fetch tasks each read one stream-sequence range of the ledger's plan
-(:meth:`FetchPipeline.run_range`) and commit one fragment per non-empty batch. Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval
-ledger"); the operator's docstring gives the user-facing rules.
+(:meth:`FetchPipeline.run_range`) and commit it in one Delta append (``staging.commit_range``).
+Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval ledger",
+"Staging contract"); the operator's docstring gives the user-facing rules.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.fetch.router import Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
-from airflow_provider_plgd.fetch.spool import Spool, default_spool_dir, remove_stale_spools
+from airflow_provider_plgd.fetch.spool import default_spool_dir, remove_stale_spools
+from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
-from airflow_provider_plgd.plgd.subjects import subject_matches
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,8 @@ class FetchSettings:
 
     :ivar batch_size: messages per JetStream pull request.
     :ivar row_group_size: rows per Parquet row group. :ivar row_group_bytes: payload bytes per row
-        group before it is cut early. :ivar max_rows_per_file: rows per part file.
+        group before it is cut early. :ivar max_rows_per_file: rows per staging file.
+    :ivar target_file_bytes: payload bytes per staging file before the next one starts.
     :ivar compression: Parquet codec.
     :ivar progress_interval_seconds: log progress at most this often (s) ...
     :ivar progress_every_messages: ... or after this many messages.
@@ -49,17 +52,16 @@ class FetchSettings:
         None: ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``).
     :ivar accept_fewer: let a rerun replace committed batches with fewer messages.
     :ivar ack_wait_seconds: durable mode: the consumer's ack wait (s).
-    :ivar spool_dir: durable mode: the spool folder (None: :func:`~.spool.default_spool_dir`).
-    :ivar range_buffer_bytes: range mode: payload bytes buffered over all batches of the range
-        before the largest buffers are written out early (bytes; bounds memory at many owners).
-    :ivar commit_threads: range mode: batches committed at once (each commit is a few storage
-        requests; on an object store they wait on the network).
+    :ivar spool_dir: the local spill folder (None: :func:`~.spool.default_spool_dir`).
+    :ivar range_buffer_bytes: payload bytes a task keeps in memory before it spills sorted runs to
+        ``spool_dir`` (bytes; bounds memory at any number of messages and owners).
     """
 
     batch_size: int = DEFAULT_BATCH_SIZE
     row_group_size: int = 50_000
     row_group_bytes: int = 32 * 1024 * 1024
     max_rows_per_file: int = 1_000_000
+    target_file_bytes: int = staging.DEFAULT_TARGET_FILE_BYTES
     compression: str = "snappy"
     progress_interval_seconds: float = 5.0
     progress_every_messages: int = 100_000
@@ -69,7 +71,6 @@ class FetchSettings:
     ack_wait_seconds: float = 300.0
     spool_dir: str | None = None
     range_buffer_bytes: int = 64 * 1024 * 1024
-    commit_threads: int = storage.IO_THREADS
 
 
 class FetchPipeline:
@@ -90,6 +91,17 @@ class FetchPipeline:
         self.settings = settings
         self.plan = plan
         self.ledger_dir = ledger_dir
+        #: this task's version of the batches it commits (other modes than the range): its start, ms
+        self.run_version = time.time_ns() // 1_000_000
+
+    def _stager(self, root: Any, stream: str) -> Stager:
+        settings = self.settings
+        spool_dir = settings.spool_dir or default_spool_dir(root)
+        remove_stale_spools(spool_dir, self.log)
+        return Stager(stream=stream, spill_dir=spool_dir, buffer_bytes=settings.range_buffer_bytes,
+                      target_file_bytes=settings.target_file_bytes, max_rows_per_file=settings.max_rows_per_file,
+                      row_group_rows=settings.row_group_size, row_group_bytes=settings.row_group_bytes,
+                      compression=settings.compression)
 
     async def run(self, stream: str, root: Any, targets: list[Target], mode: str,
                   read_bounds: times.Interval | dict[str, Any], *, owner_wide: bool) -> dict[str, Any]:
@@ -98,13 +110,13 @@ class FetchPipeline:
         :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
         :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
         :param read_bounds: the :class:`~airflow_provider_plgd.times.Interval` of a time read, else the
-            bounds of that mode (JSON); the manifests keep them as JSON (``Interval.bounds``).
+            bounds of that mode (JSON).
         :param owner_wide: read each owner through one consumer (``owner_ids`` /
             ``unrouted``) and account per owner.
         """
         hook = self.hook
         if isinstance(read_bounds, times.Interval):
-            bounds = read_bounds.bounds()  # as the manifests keep them
+            bounds = read_bounds.bounds()
         else:
             bounds = read_bounds
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
@@ -117,7 +129,7 @@ class FetchPipeline:
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
-                      len(targets), stream, head, bounds, root_url)
+                      len(targets), stream, head, bounds, staging.table_uri(root, stream))
         if mode == "seq" and bounds["end_seq"] is None:
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
@@ -125,7 +137,7 @@ class FetchPipeline:
         groups = owner_groups(targets) if mode != "durable" else [[t] for t in targets]
         expected = await self._expected_counts(stream, groups, mode, bounds, owner_wide)
         results = []
-        accounts: dict[str, dict[str, Any]] = {}
+        skipped_all: dict[str, int] = {}
         for group in groups:
             key = _group_key(group, owner_wide)
             if mode != "durable":
@@ -133,24 +145,19 @@ class FetchPipeline:
             skipped: dict[str, int] = {}
             if mode == "durable":
                 batches = [await self._durable_batch(stream, root, group[0], bounds, head)]
-            elif owner_wide:
-                owner_expected = expected[key]
-                assert owner_expected is not None  # counted in every mode but durable
-                batches, skipped = await self._owner_batches(stream, root, group, mode, bounds, head, owner_expected)
             else:
-                batches = [await self._bounded_batch(stream, root, group[0], mode, bounds, head, expected[key])]
+                batches, skipped = await self._read_group(stream, root, group, mode, bounds, head, expected[key],
+                                                          owner_wide=owner_wide)
             results.extend(batches)
-            if owner_wide:
-                accounts[key] = {"expected": expected[key], "staged": sum(b["count"] for b in batches),
-                                 "skipped": skipped,
-                                 "batches": [{k: b[k] for k in ("event_type", "count", "bytes", "first_seq",
-                                                                "last_seq", "files", "path")} for b in batches]}
+            for reason, n in skipped.items():
+                skipped_all[reason] = skipped_all.get(reason, 0) + n
         seqs = [r for r in results if r["count"]]
         interval_ids = {r["interval_id"] for r in results}
         summary = {
             "stream": stream,
             "mode": mode,
             "root": root_url,
+            "table": staging.table_uri(root, stream),
             "interval_id": interval_ids.pop() if len(interval_ids) == 1 else None,
             "bounds": bounds,
             "stream_last_seq": head,
@@ -158,33 +165,36 @@ class FetchPipeline:
             "bytes": sum(r["bytes"] for r in results),
             "first_seq": min((r["first_seq"] for r in seqs), default=None),
             "last_seq": max((r["last_seq"] for r in seqs), default=None),
-            "path": results[0]["path"] if len(results) == 1 else None,
+            "path": staging.table_uri(root, stream) if results and results[0]["interval_id"] else None,
             "batches": results,
         }
         self.log.info("Committed %s batch(es): %s messages, %s bytes, seq %s..%s", len(results), summary["count"],
                       summary["bytes"], summary["first_seq"], summary["last_seq"])
         if owner_wide:
-            summary["skipped"] = {r: sum(a["skipped"].get(r, 0) for a in accounts.values())
-                                  for r in sorted({r for a in accounts.values() for r in a["skipped"]})}
+            summary["skipped"] = dict(sorted(skipped_all.items()))
         return summary
 
     async def run_range(self, stream: str, root: Any, range_index: Any) -> dict[str, Any]:
-        """Fetch stream-sequence range ``range_index`` of the ledger's plan and commit its batches.
+        """Fetch stream-sequence range ``range_index`` of the ledger's plan and commit it.
 
         One consumer reads the range with the plan's ``read_filters``; a :class:`~.router.RangeRouter`
-        routes every message to its (owner, event type) batch; each non-empty batch is committed as
-        the fragment ``staging.fragment_name(range_index)`` of its folder. Before any commit,
-        staged + skipped must equal the range's count in the plan (else ``LedgerError``, nothing
-        committed). Then the task's record ``{ledger_dir}/fetch/range-NNNNN.json`` is written.
-        Memory: the messages buffered for row groups, at most about ``range_buffer_bytes`` of
-        payload over all batches (the largest buffers are written out first) plus one row group
-        per batch larger than ``row_group_bytes``. Open part files: only those of batches that
-        filled a row group (``row_group_size`` rows or ``row_group_bytes``), never one per batch.
+        routes every message to its (owner, event type) batch in a :class:`~.stager.Stager`. Before
+        anything is written, staged + skipped must equal the range's count in the plan (else
+        ``LedgerError``, nothing committed). Then the range's files (per event type, rows ordered
+        by owner and stream sequence) are written and committed in one Delta append
+        (``staging.commit_range``, under the plan's run version), and the task's record
+        ``{ledger_dir}/fetch/range-NNNNN.json`` is written (counts per event type). A retried task
+        whose range was committed already reads the range again, checks its counts against the
+        committed files and writes the record, committing nothing. Memory: about
+        ``range_buffer_bytes`` of payload; past it, sorted runs are spilled to ``spool_dir``.
 
-        :return: the XCom summary ``{"stream", "mode": "range", "root", "interval_id", "range",
-            "count", "bytes", "first_seq", "last_seq", "owners", "batches", "skipped", "record"}``.
+        :return: the XCom summary ``{"stream", "mode": "range", "root", "table", "interval_id",
+            "range", "count", "bytes", "first_seq", "last_seq", "owners", "batches", "files",
+            "skipped", "delta_version", "record"}``.
         :raises ValueError: no plan or ledger folder, or a range the plan does not have.
-        :raises LedgerError: staged + skipped differs from the range's count.
+        :raises LedgerError: staged + skipped differs from the range's count, or the plan's run is
+            not the one the staging table records.
+        :raises TableCommitError: a newer plan of the interval ran, or committed the range.
         """
         from airflow_provider_plgd.fetch.router import RangeRouter
 
@@ -195,6 +205,12 @@ class FetchPipeline:
         if plan.stream != stream:
             raise ValueError(f"the ledger {self.ledger_dir} is for stream {plan.stream!r}, not {stream!r}")
         bounds, interval = dict(plan.bounds), plan.interval_id
+        if plan.run_version is None:
+            raise LedgerError(f"interval {interval}: the plan in {self.ledger_dir} has no run version; run the "
+                              "interval again from its plan task", interval_id=interval)
+        run_version = int(plan.run_version)
+        # a newer plan, or a plan that never began its run: refused before anything is read
+        done = staging.committed_range(root, stream, interval, rng.index, run_version)
         window = times.Interval.from_bounds(bounds)
         await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
@@ -204,40 +220,24 @@ class FetchPipeline:
         check_retained(state, stream, bounds, when="before the fetch")
         fs, root_path = storage.to_fs(root)
         root_url = storage.location_url(fs, root_path)
-        fragment = staging.fragment_name(rng.index)
+        uri = staging.table_uri(root, stream)
         first, stop = rng.first_seq, rng.end_seq_exclusive
-        self.log.info("Fetching range %s of interval %s: stream %s sequences [%s, %s), %s messages of %s, into %s",
-                      rng.index, interval, stream, first, stop, rng.count, _filters_text(plan.read_filters), root_url)
+        self.log.info("Fetching range %s of interval %s: stream %s sequences [%s, %s), %s messages of %s, into %s%s",
+                      rng.index, interval, stream, first, stop, rng.count, _filters_text(plan.read_filters), uri,
+                      " (committed already by an earlier attempt: counting only)" if done else "")
         router = RangeRouter(plan.event_types, plan.owners)
-        writers: dict[tuple[str, int], staging.StagingWriter] = {}
         progress = Progress(self.log, f"range {rng.index}", head, settings.progress_interval_seconds,
                             settings.progress_every_messages)
-        buffered = 0
+        stager = self._stager(root, stream) if done is None else Stager(stream=stream, spill_dir=None, count_only=True)
+        unrouted = 0
+        committed = None
 
-        def write(rows_by_place: dict[tuple[str, int, int], list]) -> None:
-            for (owner, target, index), rows in rows_by_place.items():
-                writer = writers.get((owner, target))
-                if writer is None:
-                    _, event_type, filters = router.router(owner).group[target]
-                    writer = writers[(owner, target)] = self._writer(root, stream, owner, event_type, interval,
-                                                                     filters, bounds, fragment=fragment)
-                writer.write(rows, index)  # storage is touched at its first part file or its commit
-
-        def spill() -> int:
-            """Write the largest buffers out until at most half the budget stays buffered; their part
-            files are closed, so the open files do not grow with the batches of the range."""
-            pending = sorted(((w.pending_bytes, key) for key, w in writers.items() if w.pending_bytes),
-                             reverse=True)
-            left = sum(p for p, _ in pending)
-            for size, key in pending:
-                if left <= settings.range_buffer_bytes // 2:
-                    break
-                writers[key].flush(close=True)
-                left -= size
-            return left
+        def stage(routed: dict[tuple[str, str], list]) -> None:
+            for (owner, event_type), rows in routed.items():
+                stager.add(owner, event_type, rows)
 
         try:
-            with WriterThread() as worker:
+            with stager, WriterThread() as worker:
                 if stop > first and rng.count:
                     read = plan.read_filters[0] if len(plan.read_filters) == 1 else list(plan.read_filters)
                     batches = hook.aiter_batches(read, start_seq=first, end_seq=stop - 1,
@@ -247,48 +247,57 @@ class FetchPipeline:
                             if not batch:
                                 continue
                             routed = router.route(batch)
-                            await worker.submit(write, routed)
-                            buffered += sum(len(m.data) for rows in routed.values() for m in rows)
-                            if buffered > settings.range_buffer_bytes:
-                                buffered = await worker.call(spill)
+                            unrouted += sum(len(rows) for (owner, _), rows in routed.items()
+                                            if owner == ledger.UNROUTED_OWNER)
+                            await worker.submit(stage, routed)
                             progress.update(batch)
                 check_retained(StreamState.of_info(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
-                staged = await worker.call(lambda: sum(w.count for w in writers.values()))
+                staged = await worker.call(lambda: stager.count)
                 skipped = router.skipped
                 problems = ledger.range_problems(rng, staged, skipped)
                 if problems:
                     raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed",
                                       interval_id=interval, problems=problems)
-                manifests = await worker.call(storage.map_io, staging.StagingWriter.commit, list(writers.values()),
-                                              settings.commit_threads)
+                if done is None:
+                    prefix = staging.range_file_prefix(rng.index, run_version, staging.new_write_id())
+                    records = await worker.call(stager.write, uri, interval, prefix)
+                    committed = await worker.call(staging.commit_range, root, stream, interval, rng.index,
+                                                  run_version, records,
+                                                  {"staged": staged, "skipped": skipped})
+                    if committed.version is None:  # another attempt of this range committed meanwhile
+                        stager.remove_written()
+                        committed = staging.committed_range(root, stream, interval, rng.index, run_version)
+                    done = committed
+                else:
+                    await worker.call(stager.summarize)
         except BaseException:
-            for w in writers.values():  # nothing of the range is committed: remove the part files written
-                w.abort()
+            if committed is None:  # nothing of the range is committed: remove the files written
+                stager.remove_written()
             raise
+        assert done is not None  # committed by this task, an earlier attempt, or a concurrent one
+        _check_committed_counts(interval, rng.index, stager, done.files)
+        for et, per_type in stager.summaries.items():  # the committed files (a retry counted only)
+            per_type.files = sum(1 for f in done.files if f.event_type == et)
         progress.done()
-        owners: dict[str, dict[str, Any]] = {}
-        for m in manifests:
-            entry = owners.setdefault(m["owner_id"], {"staged": 0, "batches": []})
-            entry["staged"] += int(m["count"])
-            entry["batches"].append({"event_type": m["event_type"], "count": m["count"], "bytes": m["bytes"],
-                                     "first_seq": m["first_seq"], "last_seq": m["last_seq"],
-                                     "files": [f["path"] for f in m["files"]], "fragment": fragment})
-        for entry in owners.values():
-            entry["batches"].sort(key=lambda b: b["event_type"])
+        event_types = {et: s.as_dict() for et, s in sorted(stager.summaries.items()) if s.count}
+        owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none
         record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(rng.index))
-        ledger.write_json(record_path, ledger.fetch_record(interval_id=interval, stream=stream, range_=rng,
-                                                           staged=staged, skipped=skipped, owners=owners))
-        seqs = [m for m in manifests if m["count"]]
+        ledger.write_json(record_path, ledger.fetch_record(
+            interval_id=interval, stream=stream, range_=rng, staged=staged, skipped=skipped, event_types=event_types,
+            run_version=run_version, owners=owners, unrouted=unrouted, delta_version=done.version))
+        nonempty = [v for v in event_types.values() if v["count"]]
         summary = {
-            "stream": stream, "mode": "range", "root": root_url, "interval_id": interval, "range": rng.as_dict(),
-            "count": staged, "bytes": sum(int(m["bytes"]) for m in manifests),
-            "first_seq": min((m["first_seq"] for m in seqs), default=None),
-            "last_seq": max((m["last_seq"] for m in seqs), default=None),
-            "owners": len(owners), "batches": len(manifests), "skipped": skipped, "record": record_path,
+            "stream": stream, "mode": "range", "root": root_url, "table": uri, "interval_id": interval,
+            "range": rng.as_dict(), "count": staged, "bytes": sum(v["bytes"] for v in nonempty),
+            "first_seq": min((v["first_seq"] for v in nonempty), default=None),
+            "last_seq": max((v["last_seq"] for v in nonempty), default=None),
+            "owners": owners, "batches": sum(v["batches"] for v in nonempty),
+            "files": len(done.files), "skipped": skipped, "delta_version": done.version, "record": record_path,
         }
-        self.log.info("Committed range %s of interval %s: %s messages staged in %s batch(es) of %s owner(s), "
-                      "skipped %s, seq %s..%s", rng.index, interval, staged, len(manifests), len(owners),
-                      skipped or 0, summary["first_seq"], summary["last_seq"])
+        self.log.info("Committed range %s of interval %s: %s messages staged in %s file(s) (%s batch(es) of %s "
+                      "owner(s)), skipped %s, seq %s..%s, staging table version %s", rng.index, interval, staged,
+                      summary["files"], summary["batches"], owners, skipped or 0, summary["first_seq"],
+                      summary["last_seq"], done.version)
         return summary
 
     async def _expected_counts(self, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
@@ -305,102 +314,96 @@ class FetchPipeline:
         """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
         interval, _ = _interval_and_read_kwargs(mode, bounds)
         owner = group[0].owner
-        committed = staging.list_committed(root, stream, interval_id=interval, owner_ids=[owner],
-                                           event_types=[t.event_type for t in group])
-        before = sum(int(m["count"]) for m in committed)
+        types = {t.event_type for t in group}
+        committed = [f for f in staging.staged_files(root, stream, interval_id=interval, event_types=types)
+                     if staging.file_batch_owner(f.path) == owner]
+        before = sum(f.rows for f in committed)
         if expected is None or expected >= before or self.settings.accept_fewer:
             return
+        per_type: dict[str, int] = {}
+        for f in committed:
+            per_type[f.event_type] = per_type.get(f.event_type, 0) + f.rows
         raise FewerMessagesError(
             f"interval {interval}: the stream {stream!r} now holds {expected} messages for "
             f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0].filters}, but {before} are committed in "
-            f"staging ({_counts_text(committed)}); a rerun "
+            f"staging ({', '.join(f'{k}: {v}' for k, v in sorted(per_type.items()))}); a rerun "
             "would replace them with fewer (the stream was re-created, purged, or messages were deleted). Nothing "
             "was changed. Set accept_fewer_messages=True to replace them anyway.",
             interval_id=interval, problems=[f"owner {owner}: stream {expected}, committed {before}"],
         )
 
-    def _writer(self, root, stream, owner, event_type, interval, filters, bounds, *,
-                fragment: str | None = None) -> staging.StagingWriter:
-        return staging.StagingWriter(
-            root,
-            stream=stream,
-            owner_id=owner,
-            event_type=event_type,
-            interval_id=interval,
-            subject_filters=filters,
-            bounds=bounds,
-            row_group_size=self.settings.row_group_size,
-            row_group_bytes=self.settings.row_group_bytes,
-            max_rows_per_file=self.settings.max_rows_per_file,
-            compression=self.settings.compression,
-            fragment=fragment,
-        )
+    async def _commit_group(self, worker: WriterThread, stager: Stager, root: Any, stream: str, interval: str,
+                            group: Sequence[Target]) -> list[dict[str, Any]]:
+        """Write and commit one owner's batches (``staging.commit_batches``); return their XCom summaries."""
+        owner = group[0].owner
+        uri = staging.table_uri(root, stream)
+        committed = None
+        try:
+            records = await worker.call(stager.write, uri, interval,
+                                        staging.batch_file_prefix(owner, staging.new_write_id()))
+            committed = await worker.call(staging.commit_batches, root, stream, interval, owner,
+                                          [t.event_type for t in group], records, self.run_version,
+                                          {"staged": stager.count})
+        finally:
+            if committed is None:
+                stager.remove_written()
+        out = []
+        for target in group:
+            summary = stager.summaries.get(target.event_type)
+            files = [f for f in committed.files if f.event_type == target.event_type]
+            out.append({"owner_id": owner, "event_type": target.event_type, "interval_id": interval,
+                        "subject_filters": list(target.filters), "count": summary.count if summary else 0,
+                        "bytes": summary.bytes if summary else 0,
+                        "first_seq": summary.first_seq if summary else None,
+                        "last_seq": summary.last_seq if summary else None, "files": len(files), "path": uri,
+                        "delta_version": committed.version})
+        return out
 
-    async def _bounded_batch(self, stream, root, target: Target, mode, bounds, head, expected):
-        owner, event_type, filters = target
+    async def _read_group(self, stream, root, group: Sequence[Target], mode, bounds, head, expected, *,
+                          owner_wide: bool) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Read one owner's batches and commit them: one consumer per subject filter of a single
+        batch, or, ``owner_wide``, ONE consumer on ``plgd.owners.{owner}.>`` (or ``plgd.>`` for the
+        unrouted messages) whose messages are routed to their batch on the client
+        (:class:`~.router.Router`: unknown types to the ``_unknown`` batch, types not requested
+        skipped and counted). The server walks the stream once per consumer, so one consumer per
+        (owner, event type, filter) cut the read rate several times (docs/performance.md,
+        "Measurements behind design choices", M17). Before anything is written, staged + skipped
+        must equal ``expected``.
+        """
         interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
-        progress = Progress(self.log, f"{owner}/{event_type}", head, self.settings.progress_interval_seconds,
+        owner = group[0].owner
+        label = f"{owner}/{len(group)} event types" if owner_wide else f"{owner}/{group[0].event_type}"
+        progress = Progress(self.log, label, head, self.settings.progress_interval_seconds,
                             self.settings.progress_every_messages)
-        # The writer runs on one worker thread, fed in order, while the event loop keeps reading:
-        # Parquet encoding overlaps the network. At most WRITE_AHEAD batches wait (flat memory).
-        with self._writer(root, stream, owner, event_type, interval, filters, bounds) as writer, \
-                WriterThread() as worker:
-            for subject_filter in filters:
-                await worker.submit(writer.start_filter, subject_filter)
+        router = Router(group, unrouted=owner == ledger.UNROUTED_OWNER) if owner_wide else None
+        reads = [ledger.read_filter(owner)] if owner_wide else list(group[0].filters)
+
+        def stage(batch: Sequence[StreamMessage]) -> None:
+            if router is None:
+                stager.add(owner, group[0].event_type, batch)
+                return
+            for (target, _), rows in router.route(batch).items():
+                stager.add(owner, group[target].event_type, rows)
+
+        stager = self._stager(root, stream)
+        with stager, WriterThread() as worker:
+            for subject_filter in reads:
                 batches = self.hook.aiter_batches(subject_filter, batch_size=self.settings.batch_size, **read_kwargs)
                 async with contextlib.aclosing(batches):  # deletes the consumer on errors too
                     async for batch in batches:
                         if batch:
-                            await worker.submit(writer.write, batch)
+                            await worker.submit(stage, batch)
                             progress.update(batch)
             # Messages of the bounds may have aged out while this batch was read: check again
             # before the commit (a short batch is never committed silently).
             check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
-            staged = await worker.call(lambda: writer.count)
-            _check_accounted(writer.interval_id, f"{owner}/{event_type}", expected, staged, {})
-            manifest = await worker.call(writer.commit)
+            staged = await worker.call(lambda: stager.count)
+            skipped = dict(sorted(router.skipped.items())) if router is not None else {}
+            what = f"owner {owner}" if owner_wide else f"{owner}/{group[0].event_type}"
+            _check_accounted(interval, what, expected, staged, skipped)
+            results = await self._commit_group(worker, stager, root, stream, interval, group)
         progress.done()
-        return _batch_summary(manifest)
-
-    async def _owner_batches(self, stream, root, group, mode, bounds, head,
-                             expected: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
-        """Several event types of one owner through ONE consumer on ``plgd.owners.{owner}.>``.
-
-        The server walks the stream once per consumer to find the messages of its filter, so one
-        consumer per (owner, event type, filter) made it walk the stream once per event type and
-        filter of the owner, which cut the read rate several times (figures: docs/performance.md,
-        "Measurements behind design choices", M17).
-        Here each message is routed to its batch and filter on the client (:class:`~.router.Router`:
-        unknown types to the ``_unknown`` batch, types not requested skipped and counted). Before
-        any commit, staged + skipped must equal ``expected``. Each filter's rows are written as
-        they come, into that filter's own part files (``StagingWriter.write(rows, filter_index)``),
-        so each batch gets the same files as with its own consumers, and nothing is spooled.
-        Memory: up to one row group (``row_group_bytes``) per filter with pending rows.
-        """
-        interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
-        owner = group[0].owner
-        unrouted = owner == ledger.UNROUTED_OWNER
-        owner_filter = ledger.read_filter(owner)
-        progress = Progress(self.log, f"{owner}/{len(group)} event types", head,
-                            self.settings.progress_interval_seconds, self.settings.progress_every_messages)
-        with contextlib.ExitStack() as stack, WriterThread() as worker:
-            writers = [stack.enter_context(self._writer(root, stream, o, et, interval, filters, bounds))
-                       for o, et, filters in group]
-            router = Router(group, unrouted=unrouted)
-            batches = self.hook.aiter_batches(owner_filter, batch_size=self.settings.batch_size, **read_kwargs)
-            async with contextlib.aclosing(batches):  # deletes the consumer on errors too
-                async for batch in batches:
-                    if not batch:
-                        continue
-                    for (target, index), rows in router.route(batch).items():
-                        await worker.submit(writers[target].write, rows, index)
-                    progress.update(batch)
-            check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
-            staged = await worker.call(lambda: sum(w.count for w in writers))
-            _check_accounted(interval, f"owner {owner}", expected, staged, router.skipped)
-            manifests = [await worker.call(writer.commit) for writer in writers]
-        progress.done()
-        return [_batch_summary(m) for m in manifests], dict(sorted(router.skipped.items()))
+        return results, skipped
 
     async def _durable_batch(self, stream, root, target: Target, bounds, head):
         """Durable-consumer mode: fetch up to max_messages, commit, then acknowledge each staged
@@ -409,55 +412,54 @@ class FetchPipeline:
         name, max_messages = bounds["consumer"], bounds["max_messages"]
         progress = Progress(self.log, f"{owner}/{event_type} (durable {name})", head,
                             self.settings.progress_interval_seconds, self.settings.progress_every_messages)
-        spool_dir = self.settings.spool_dir or default_spool_dir(root, stream)
-        remove_stale_spools(spool_dir, self.log)
         async with self.hook.adurable_consumer(name, filters,
                                                ack_wait_seconds=self.settings.ack_wait_seconds) as consumer:
             outstanding = consumer.num_ack_pending
             todo = min(max_messages, consumer.num_pending + outstanding)
             #: stream sequence -> reply subject of its latest delivery (to acknowledge after the commit)
             replies: dict[int, str] = {}
-            # The folder ID needs the first and last sequence, known only at the end: spool the rows
-            # to local Arrow IPC files (one per filter, so each filter gets its own part files).
-            spools: list[Spool] = []
-            try:
-                spools.extend(Spool(spool_dir, name, i) for i in range(len(filters)))
+            # The interval ID needs the first and last sequence, known only at the end: the stager
+            # keeps the rows (spilling past range_buffer_bytes) until then.
+            stager = self._stager(root, stream)
+            with stager, WriterThread() as worker:
                 while len(replies) < todo:
                     delivered = await consumer.fetch(min(self.settings.batch_size, todo - len(replies)), timeout=5.0)
                     if not delivered:
                         break
-                    rows: list[list[StreamMessage]] = [[] for _ in filters]
+                    fresh = []
                     for msg, reply in delivered:
-                        fresh = msg.stream_seq not in replies  # else delivered again in this run (ack_wait passed)
+                        if msg.stream_seq not in replies:  # else delivered again in this run (ack_wait passed)
+                            fresh.append(msg)
                         replies[msg.stream_seq] = reply
-                        if fresh:
-                            rows[_filter_index(filters, msg.subject)].append(msg)
-                    for spool, part in zip(spools, rows):
-                        if part:
-                            spool.write(part)
-                            progress.update(part)
+                    if fresh:
+                        await worker.submit(stager.add, owner, event_type, fresh)
+                        progress.update(fresh)
                 if not replies:
                     self.log.info("Durable consumer %s delivered no message%s; nothing to commit", name,
                                   f" ({outstanding} delivered to an earlier attempt are not acknowledged; they are "
                                   "redelivered once its ack_wait has passed)" if outstanding else "")
                     return {"owner_id": owner, "event_type": event_type, "interval_id": None,
                             "subject_filters": list(filters), "count": 0, "bytes": 0, "first_seq": None,
-                            "last_seq": None, "files": 0, "path": None}
+                            "last_seq": None, "files": 0, "path": None, "delta_version": None}
                 interval = times.durable_interval_id(min(replies), max(replies))
-                with self._writer(root, stream, owner, event_type, interval, filters, bounds) as writer:
-                    for subject_filter, spool in zip(filters, spools):
-                        writer.start_filter(subject_filter)
-                        for chunk in spool.read(self.settings.batch_size):
-                            writer.write(chunk)
-                    manifest = writer.commit()
-            finally:
-                for spool in spools:
-                    spool.close()
+                [result] = await self._commit_group(worker, stager, root, stream, interval, [target])
             await consumer.ack(replies)
             progress.done()
             self.log.info("Acknowledged %s message(s) of durable consumer %s (stream seq %s..%s)", len(replies),
                           name, min(replies), max(replies))
-            return _batch_summary(manifest)
+            return result
+
+
+def _check_committed_counts(interval: str, index: int, stager: Stager, files: Sequence[staging.StagedFile]) -> None:
+    """The committed range's files hold what this task counted, per event type (else LedgerError)."""
+    committed: dict[str, int] = {}
+    for f in files:
+        committed[f.event_type] = committed.get(f.event_type, 0) + f.rows
+    counted = {et: s.count for et, s in stager.summaries.items() if s.count}
+    if committed != counted:
+        raise LedgerError(f"interval {interval}: range {index} was committed with {dict(sorted(committed.items()))} "
+                          f"rows per event type, this task read {dict(sorted(counted.items()))}; was the stream "
+                          "changed? Run the interval again from its plan task", interval_id=interval)
 
 
 def _group_key(group: Sequence[Target], owner_wide: bool) -> str:
@@ -481,36 +483,6 @@ def _check_accounted(interval: str, what: str, expected: int | None, staged: int
 def _filters_text(filters: Sequence[str]) -> str:
     """A list of subject filters for a log line: all of them, or the first 3 and how many more."""
     return ", ".join(filters) if len(filters) <= 3 else f"{', '.join(filters[:3])} and {len(filters) - 3} more"
-
-
-def _counts_text(manifests: list[dict[str, Any]]) -> str:
-    """``event_type: count, ...`` of the non-empty committed batches."""
-    return ", ".join(f"{m['event_type']}: {m['count']}" for m in manifests if m["count"]) or "none"
-
-
-def _batch_summary(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "owner_id": manifest["owner_id"],
-        "event_type": manifest["event_type"],
-        "interval_id": manifest["interval_id"],
-        "subject_filters": manifest["subject_filters"],
-        "count": manifest["count"],
-        "bytes": manifest["bytes"],
-        "first_seq": manifest["first_seq"],
-        "last_seq": manifest["last_seq"],
-        "files": len(manifest["files"]),
-        "path": manifest["folder"],
-    }
-
-
-def _filter_index(filters: Sequence[str], subject: str) -> int:
-    """Index of the first filter that matches ``subject`` (0 when only one filter)."""
-    if len(filters) == 1:
-        return 0
-    for i, subject_filter in enumerate(filters):
-        if subject_matches(subject_filter, subject):
-            return i
-    raise ValueError(f"subject {subject!r} matches none of the consumer's filters {list(filters)}")
 
 
 def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, dict[str, int]]:

@@ -96,24 +96,32 @@ class Router:
 
 
 class RangeRouter:
-    """Routes the messages of one stream-sequence range (every owner) to ``(owner, target, filter)``.
+    """Routes the messages of one stream-sequence range (every owner) to their (owner, event type) batch.
 
     The owner is the subject's owner token when it is a valid owner ID
-    (``plgd.subjects.subject_owner``), else ``ledger.UNROUTED_OWNER``; within an owner, a
-    :class:`Router` over the owner's targets (``Selection.targets(owner_wide=True)``: each
-    requested event type and ``_unknown``) places it, created when the owner's first message
-    comes, so quiet owners cost nothing. Skipped messages are counted (:attr:`skipped`): known
-    event types not requested, and with a selection of owners a message of another owner (the
-    consumer's filters make that impossible; counted, not dropped, if a server ever sends one).
+    (``plgd.subjects.subject_owner``), else ``ledger.UNROUTED_OWNER``. Within an owner, ONE
+    :class:`Router` shared by every owner places the message: its targets are the requested event
+    types and ``_unknown`` with the owner token a wildcard (``subject_filters("*", …)``), which
+    match exactly the subjects the owner's own filters match, since the owner token is the owner.
+    So nothing is built per owner: the cost follows the messages. Skipped messages are counted
+    (:attr:`skipped`): known event types not requested, and with a selection of owners a message
+    of another owner (the consumer's filters make that impossible; counted, not dropped, if a
+    server ever sends one).
 
     :param event_types: the requested event types (checked). :param owners: the selected owners,
         or None for every owner (then messages without a valid owner go to ``_unrouted``).
     """
 
     def __init__(self, event_types: Sequence[str], owners: Sequence[str] | None = None) -> None:
+        from airflow_provider_plgd.fetch.selection import unrouted_targets
+        from airflow_provider_plgd.plgd.subjects import subject_filters
+
         self.event_types = tuple(event_types)
         self.owners = None if owners is None else frozenset(owners)
-        self.routers: dict[str, Router] = {}
+        self.targets = [Target("*", e, subject_filters("*", e)) for e in self.event_types] + [
+            Target("*", ledger.UNKNOWN_EVENT_TYPE, subject_filters("*"))]
+        self.owned = Router(self.targets)
+        self.unrouted = Router(unrouted_targets(), unrouted=True)
         self._owner_of_token: dict[str, str] = {}
         self._skipped: dict[str, int] = {}
 
@@ -129,42 +137,35 @@ class RangeRouter:
                 owner = validate_owner_id(token)
             except (TypeError, ValueError):
                 owner = ledger.UNROUTED_OWNER
-            self._owner_of_token[token] = owner
+            if len(self._owner_of_token) < OWNER_CACHE:
+                self._owner_of_token[token] = owner
         return owner
 
-    def router(self, owner: str) -> Router:
-        """The owner's :class:`Router` (its ``group`` lists the owner's targets)."""
-        router = self.routers.get(owner)
-        if router is None:
-            from airflow_provider_plgd.fetch.selection import Selection, unrouted_targets
-
-            if owner == ledger.UNROUTED_OWNER:
-                router = Router(unrouted_targets(), unrouted=True)
-            else:
-                router = Router(Selection((owner,), self.event_types).targets(owner_wide=True))
-            self.routers[owner] = router
-        return router
-
-    def route(self, batch: Sequence[StreamMessage]) -> dict[tuple[str, int, int], list[StreamMessage]]:
-        """``{(owner, target index, filter index): [messages in stream order]}`` of one fetched batch."""
+    def route(self, batch: Sequence[StreamMessage]) -> dict[tuple[str, str], list[StreamMessage]]:
+        """``{(owner, event type): [messages in stream order]}`` of one fetched batch."""
         by_owner: dict[str, list[StreamMessage]] = {}
         for msg in batch:
             by_owner.setdefault(self.owner_of(msg.subject), []).append(msg)
-        out: dict[tuple[str, int, int], list[StreamMessage]] = {}
+        out: dict[tuple[str, str], list[StreamMessage]] = {}
         for owner, msgs in by_owner.items():
             if self.owners is not None and owner not in self.owners:
                 self._skipped[ledger.SKIP_OWNER_NOT_REQUESTED] = (
                     self._skipped.get(ledger.SKIP_OWNER_NOT_REQUESTED, 0) + len(msgs))
                 continue
-            for (target, index), rows in self.router(owner).route(msgs).items():
-                out[(owner, target, index)] = rows
+            router = self.unrouted if owner == ledger.UNROUTED_OWNER else self.owned
+            for (target, _), rows in router.route(msgs).items():
+                out.setdefault((owner, router.group[target].event_type), []).extend(rows)
         return out
 
     @property
     def skipped(self) -> dict[str, int]:
         """``{reason: count}`` over every owner."""
         total = dict(self._skipped)
-        for router in self.routers.values():
+        for router in (self.owned, self.unrouted):
             for reason, n in router.skipped.items():
                 total[reason] = total.get(reason, 0) + n
         return dict(sorted(total.items()))
+
+
+#: Owner tokens whose check :meth:`RangeRouter.owner_of` remembers (bounds its memory at any fleet size).
+OWNER_CACHE = 65_536

@@ -1,8 +1,9 @@
-"""Fetch one bounded batch of plgd events from JetStream into Parquet staging.
+"""Fetch bounded batches of plgd events from JetStream into the staging Delta table.
 
-The operator reads the messages of one owner and one event type (or of any subject filter)
-within bounds and writes them, unchanged, as one committed staging folder
-(:mod:`airflow_provider_plgd.staging`: layout, schema, manifest and commit protocol).
+The operator reads the messages of one owner and one event type (or of any subject filter, or a
+range of the interval ledger's plan) within bounds and writes them, unchanged, into the stream's
+staging table in one Delta commit (:mod:`airflow_provider_plgd.staging`: layout, schema and
+commit protocol).
 Source of the design: ``docs/architecture.md`` ("Bounded batches", "Staging contract");
 subjects: ``docs/wire-format.md`` §1.
 """
@@ -48,50 +49,54 @@ def zero_width_interval_message(task_id: str, moment: Any) -> str:
 
 
 class JetStreamToStagingOperator(BaseOperator):
-    """Write one bounded batch of JetStream messages into a committed Parquet staging folder.
+    """Write bounded batches of JetStream messages into the stream's staging Delta table.
+
+    A batch is the messages of one (owner, event type) in one interval: the rows of its
+    ``owner_id`` in the partition ``interval_id=…/event_type=…`` of ``{destination}/staging/{stream}``
+    (rows ordered by owner, then stream sequence; read them with ``deltalake``, Polars'
+    ``read_delta`` or :func:`airflow_provider_plgd.staging.read_staged`).
 
     **What** (exactly one of):
 
     * ``ledger`` + ``ledger_range``: stream-sequence range N of the interval ledger's plan (the ETL
       DAG's fetch tasks; :meth:`~airflow_provider_plgd.fetch.pipeline.FetchPipeline.run_range`): one
-      consumer reads the range, every message goes to its (owner, event type) batch, and each
-      non-empty batch is committed as the fragment ``r{N:04d}`` of its folder. Quiet owners cost
-      nothing. The task's record goes to ``{ledger}/fetch/range-NNNNN.json``; the XCom is small.
+      consumer reads the range, every message goes to its (owner, event type) batch, and the
+      range is written as a few files per event type and committed in one Delta append
+      (:func:`staging.commit_range`). Quiet owners cost nothing. The task's record (counts per
+      event type) goes to ``{ledger}/fetch/range-NNNNN.json``; the XCom is small.
 
     * ``owner_id`` + ``event_type``: one batch with the subject filters of
       ``plgd.subjects.subject_filters(owner_id, event_type)`` (two for resource event types, read
-      one after the other, each into its own part files), under
-      ``owner_id={owner_id}/event_type={event_type}/``.
+      one after the other).
     * ``owner_ids`` + ``event_types``: one batch per (owner, event type) pair, in that order,
-      by one task. With two or more event
-      types, each owner is read through ONE consumer on ``plgd.owners.{owner}.>`` and the
-      messages are routed to their batch and filter on the client: the server walks the stream
+      by one task. Each owner is read through ONE consumer on ``plgd.owners.{owner}.>`` and the
+      messages are routed to their batch on the client: the server walks the stream
       once per owner instead of once per (event type, filter), and the batches get the same
-      files as with one consumer per filter.
+      rows as with one consumer per filter.
     * ``subject_filter``: any JetStream filter subject (or a list of them, read in order) as one
-      batch under ``owner_id=_filter/event_type=f<key>/`` (see :func:`staging.filter_key`).
+      batch of owner ``_filter`` and event type ``f<key>`` (see :func:`staging.filter_key`).
 
     **Bounds** (exactly one of):
 
     * default: the run's data interval ``[data_interval_start, data_interval_end)`` applied to the
-      JetStream server timestamp; folder ``interval={times.interval_id(start, end)}``.
+      JetStream server timestamp; ``interval_id`` ``times.interval_id(start, end)``.
       Without a data interval (manual or asset-triggered runs on Airflow 3) the task fails with
       a ``ValueError`` unless explicit bounds are given.
     * ``start_time`` + ``end_time``: explicit time bounds ``[start, end)``.
     * ``start_seq`` (+ optional ``end_seq``, default: the stream's last sequence when the task
-      starts): a stream-sequence range ``[start_seq, end_seq]``; folder ``interval=seq-…``.
+      starts): a stream-sequence range ``[start_seq, end_seq]``; ``interval_id`` ``seq-…``.
     * ``durable``: a durable pull consumer of that name (created on first use: ack policy
       "explicit", ``max_ack_pending`` and ``max_deliver`` unlimited); reads up to ``max_messages``
       messages that the consumer has not had acknowledged, commits them as
-      ``interval=durable-{first_seq}-{last_seq}`` (sorted by stream sequence; redeliveries may
+      ``interval_id`` ``durable-{first_seq}-{last_seq}`` (sorted by stream sequence; redeliveries may
       come out of order) and acknowledges each of them only after the commit (at-least-once: a
       failed task leaves its messages unacknowledged; they are redelivered to a later run once
       ``ack_wait_seconds`` passed, also when a retry commits other messages before that; such
-      folders may overlap, and dedupe drops the copies). With nothing delivered no folder is
+      batches may overlap, and dedupe drops the copies). With nothing delivered nothing is
       written and the XCom ``count`` is 0. A consumer with another ack policy (ack policy "all"
       of earlier versions) or a ``max_deliver`` limit is refused with a ``ValueError`` that says
-      how to recreate it without a gap. The rows are spooled to local files until the folder
-      name is known (``spool_dir``).
+      how to recreate it without a gap. The rows stay in memory (past ``range_buffer_bytes``:
+      local spill files in ``spool_dir``) until the interval ID is known.
 
     Every read also stops at the stream's last sequence taken when the task starts, so a batch
     is bounded even when the stream keeps growing.
@@ -119,19 +124,23 @@ class JetStreamToStagingOperator(BaseOperator):
 
     **Where**: ``destination`` (a path, an fsspec URL or an ``ObjectStoragePath``); default the
     DAG param ``storage_root`` (only ``""``, the connection's root or one of ``storage_roots``),
-    else the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``. Staging lives under ``{destination}/staging/{stream}/``.
+    else the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``. Staging lives in
+    the Delta table ``{destination}/staging/{stream}`` (same storage rules as the output tables:
+    a local path or ``s3://``).
 
-    **Commit**: see :class:`staging.StagingWriter`. A rerun replaces the folder with identical
-    content; an empty batch commits a manifest with ``count`` 0 and no files.
+    **Commit**: one Delta commit per owner (:func:`staging.commit_batches`) that replaces that
+    owner's batches of the interval (their earlier files removed, the new ones added), so a rerun
+    replaces them with the same rows; a batch without messages leaves no row. A range of the
+    ledger: :func:`staging.commit_range`.
 
     **XCom** (return value, JSON)::
 
         {"stream": "EVENTS", "mode": "time" | "seq" | "durable", "root": "<destination>",
-         "interval_id": "<id>" | None, "bounds": {...}, "stream_last_seq": <int>,
-         "count": <int>, "bytes": <int>, "first_seq": <int|None>, "last_seq": <int|None>,
-         "path": "<folder of the only batch>" | None,
+         "table": "<staging table>", "interval_id": "<id>" | None, "bounds": {...},
+         "stream_last_seq": <int>, "count": <int>, "bytes": <int>, "first_seq": <int|None>,
+         "last_seq": <int|None>, "path": "<staging table>" | None,
          "batches": [{"owner_id", "event_type", "interval_id", "subject_filters", "count",
-                      "bytes", "first_seq", "last_seq", "files", "path"}, ...]}
+                      "bytes", "first_seq", "last_seq", "files", "path", "delta_version"}, ...]}
 
     :param jetstream_conn_id: Airflow connection of type ``plgd_jetstream``.
     :param stream: JetStream stream (templated); default the connection's ``stream`` extra, else ``EVENTS``.
@@ -148,12 +157,13 @@ class JetStreamToStagingOperator(BaseOperator):
     :param max_messages: most messages per durable batch (templated; default 100,000).
     :param ack_wait_seconds: durable consumer ack wait, in seconds: how long fetched but
         uncommitted messages stay invisible to the next run (default 300).
-    :param spool_dir: local folder for the spool files of durable mode
-        (``plgd-durable-spool-{consumer}-f{filter}-{pid}-{random}.arrow``, deleted when the run
-        ends; leftovers of killed runs older than ``fetch.spool.STALE_SPOOL_S`` (1 h) are deleted by the
-        next durable run). Default (:func:`airflow_provider_plgd.fetch.spool.default_spool_dir`):
-        ``{destination}/staging/{stream}/_spool`` for a local destination, else the system temp folder.
-        Needs room for one batch (``max_messages`` payloads). Other modes spool nothing.
+    :param spool_dir: local folder for the spill files of a task that buffers more than
+        ``range_buffer_bytes`` of payload (``plgd-stage-{pid}-{random}-{n}.arrow``: sorted runs,
+        deleted when the task ends; leftovers of killed runs older than ``fetch.spool.STALE_SPOOL_S``
+        (1 h) are deleted by the next task that spills there). Default
+        (:func:`airflow_provider_plgd.fetch.spool.default_spool_dir`): ``{destination}/staging/_spool``
+        for a local destination, else the system temp folder. Needs room for the task's payload
+        past the buffer. A task below the buffer writes nothing there.
     :param destination: storage root (templated); see above.
     :param storage_roots: without ``destination``: the roots (and folders below them) that the DAG
         param ``storage_root`` of a run may name, besides ``""`` and the connection's root. A run
@@ -170,17 +180,18 @@ class JetStreamToStagingOperator(BaseOperator):
     :param batch_size: messages per JetStream pull request (default ``hooks.pull.DEFAULT_BATCH_SIZE``, 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
-    :param max_rows_per_file: rows per part file (default 1,000,000).
-    :param range_buffer_bytes: ``ledger_range`` only: payload bytes buffered over all batches of the
-        range before the largest buffers are written out and their part files closed (default
-        64 MiB; bounds memory and open files at many owners).
+    :param max_rows_per_file: rows per staging file (default 1,000,000).
+    :param target_file_bytes: payload bytes per staging file before the next one starts (default
+        128 MiB; files are per event type, so a range of N bytes of one type gets ⌈N / target⌉ files).
+    :param range_buffer_bytes: payload bytes a task keeps in memory before it spills sorted runs to
+        ``spool_dir`` (default 64 MiB; bounds memory at any number of messages and owners).
     :param compression: Parquet codec (default ``"snappy"``).
     :param progress_interval_seconds: log progress at most this often (default 5 s) ...
     :param progress_every_messages: ... or after this many messages (default 100,000).
     :param unrouted: the target is the messages of ``ledger.SCOPE_FILTER`` (``plgd.>``) whose subject
         is not under ``plgd.owners.<valid owner ID>.`` (a malformed plgd subject, an owner token
-        that is no valid owner ID, a subject outside ``plgd.owners``): one batch under
-        ``owner_id=_unrouted/event_type=_unknown/`` that decode quarantines. (The ETL's range
+        that is no valid owner ID, a subject outside ``plgd.owners``): one batch of owner
+        ``_unrouted`` and event type ``_unknown`` that decode quarantines. (The ETL's range
         fetch stages these messages in each range's ``_unrouted`` batch instead.)
     :param ledger: the interval's ledger folder (templated; ``ledger.interval_dir``, written by the
         ETL's ``plan``), with ``ledger_range``.
@@ -200,7 +211,7 @@ class JetStreamToStagingOperator(BaseOperator):
     committed. With ``owner_ids``, messages of an event type we do not know and subjects that do
     not parse are staged in an extra batch ``event_type=_unknown`` (decode quarantines them);
     known event types that were not requested are skipped and counted. A count below what the
-    interval already committed (a re-created or purged stream) raises
+    batches of the interval already hold in staging (a re-created or purged stream) raises
     :class:`~airflow_provider_plgd.exceptions.FewerMessagesError` before anything is touched,
     unless ``accept_fewer_messages``.
     :raises ValueError: (in ``execute``) invalid owner IDs or event types (before any subject or
@@ -268,6 +279,7 @@ class JetStreamToStagingOperator(BaseOperator):
         row_group_size: int = 50_000,
         row_group_bytes: int = 32 * 1024 * 1024,
         max_rows_per_file: int = 1_000_000,
+        target_file_bytes: int = 128 * 1024 * 1024,
         range_buffer_bytes: int = 64 * 1024 * 1024,
         compression: str = "snappy",
         progress_interval_seconds: float = 5.0,
@@ -302,6 +314,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.row_group_size = row_group_size
         self.row_group_bytes = row_group_bytes
         self.max_rows_per_file = max_rows_per_file
+        self.target_file_bytes = target_file_bytes
         self.range_buffer_bytes = range_buffer_bytes
         self.compression = compression
         self.progress_interval_seconds = progress_interval_seconds
@@ -333,7 +346,8 @@ class JetStreamToStagingOperator(BaseOperator):
     def _settings(self) -> FetchSettings:
         return FetchSettings(
             batch_size=self.batch_size, row_group_size=self.row_group_size, row_group_bytes=self.row_group_bytes,
-            max_rows_per_file=self.max_rows_per_file, compression=self.compression,
+            max_rows_per_file=positive_int(self.max_rows_per_file, "max_rows_per_file"),
+            target_file_bytes=positive_int(self.target_file_bytes, "target_file_bytes"), compression=self.compression,
             range_buffer_bytes=positive_int(self.range_buffer_bytes, "range_buffer_bytes"),
             progress_interval_seconds=self.progress_interval_seconds,
             progress_every_messages=self.progress_every_messages, settle_seconds=self.settle_seconds,
@@ -402,7 +416,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
     def _bounds(self, context: Context) -> tuple[str, dict[str, Any] | times.Interval]:
         """Return ``(mode, bounds)``: the checked :class:`~airflow_provider_plgd.times.Interval` of a
-        time read, else the JSON-able bounds of a sequence or durable read (they go into the manifest)."""
+        time read, else the JSON-able bounds of a sequence or durable read."""
         explicit_time = self.start_time not in (None, "") or self.end_time not in (None, "")
         explicit_seq = self.start_seq not in (None, "") or self.end_seq not in (None, "")
         durable = self.durable not in (None, "")

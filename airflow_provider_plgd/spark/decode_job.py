@@ -1,9 +1,10 @@
-"""The decode job: committed staging batches of one interval -> the Delta tables ``events`` + ``quarantine``.
+"""The decode job: one interval of the staging Delta table -> the Delta tables ``events`` + ``quarantine``.
 
 The command line is ``airflow_provider_plgd/spark_apps/decode_events.py``; its module docstring
-describes the steps. Here: the planning (:func:`staging_units`, :func:`ledger_manifests`), the
-task (:func:`make_rdd_task`: read row groups with pyarrow, decode once, write both tables with
-pyarrow) and :func:`run` (plan -> one pass -> reconcile -> commit -> summary).
+describes the steps. Here: the planning (:func:`ledger_files`, :func:`staging_units`: from the
+staging table's Delta log, no data file opened on the driver), the task (:func:`make_rdd_task`:
+read slices of staging files with pyarrow, decode once, write both tables with pyarrow) and
+:func:`run` (plan -> one pass -> reconcile -> commit -> summary).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_plgd import delta_tables, pipeline
@@ -28,23 +30,23 @@ EVENTS_PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.EVENTS]
 QUARANTINE_PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.QUARANTINE]
 
 
-def staging_units(files: list[str]) -> list[tuple[str, int, int]]:
-    """``[(url, row_group, rows)]`` of the staging files (footers read with pyarrow + fsspec).
+#: Rows per unit of work: a staging file of more rows is read by several tasks, each a slice of
+#: its row groups (staging row groups hold at most 50,000 rows by default).
+SLICE_ROWS = 50_000
 
-    Ordered by rows (largest first), then url and row group, so the order is deterministic.
-    Cost: one footer read per file (docs/performance.md, M10), ``storage.IO_THREADS`` at once.
+
+def staging_units(files: Sequence[Any], slice_rows: int = SLICE_ROWS) -> list[tuple[str, int, int, int]]:
+    """``[(url, slice, rows, slices)]``: each staging file (``staging.StagedFile``: ``url`` and
+    ``rows`` from the Delta log) cut into ``ceil(rows / slice_rows)`` slices of its row groups
+    (the task reads the footer and takes slice ``slice`` of ``slices``). Nothing is read here.
+
+    Ordered by rows (largest first), then url and slice, so the order is deterministic.
     """
-    import pyarrow.parquet as pq
-
-    from airflow_provider_plgd.storage import map_io, to_fs
-
-    def row_groups(url: str) -> list[tuple[str, int, int]]:
-        fs, path = to_fs(url)
-        with fs.open(path, "rb") as fh:
-            meta = pq.ParquetFile(fh).metadata
-        return [(url, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
-
-    units = [unit for per_file in map_io(row_groups, files) for unit in per_file]
+    units = []
+    for f in files:
+        rows = max(int(f.rows), 0)
+        slices = max(1, -(-rows // max(1, int(slice_rows))))
+        units += [(f.url, i, rows * (i + 1) // slices - rows * i // slices, slices) for i in range(slices)]
     units.sort(key=lambda u: (-u[2], u[0], u[1]))
     return units
 
@@ -54,7 +56,7 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
     """Decode staging Arrow batches and write the data files of both tables; return one record per file.
 
     Records: ``{"table": "events" | "quarantine", "file": delta_tables.file_record, "reasons":
-    {reason: rows}}`` (quarantine only). Decoded rows go below the ``events`` table folder
+    {reason: rows}}`` (quarantine only), and ``{"table": "input", "rows": staging rows read}``. Decoded rows go below the ``events`` table folder
     ``events_dir`` (partitioned by ``interval_id/event_type``), quarantined rows below
     ``quarantine_dir`` (:class:`parquet_io.ArrowPartitionedWriter`, pyarrow; file names depend only
     on ``write_id`` and ``task_id``, so a retried task overwrites its own files).
@@ -70,7 +72,9 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
     quarantine = ArrowPartitionedWriter(quarantine_dir, task_id, schemas.QUARANTINE_SCHEMA, QUARANTINE_PARTITIONS,
                                         write_id=write_id, row_group_rows=row_group_rows)
     reasons: dict[str, int] = {}
+    read_rows = 0
     for batch in batches:
+        read_rows += batch.num_rows
         for part in decode_batch_parts(batch, interval_id, max_content_bytes=max_content_bytes):
             nulls = part.column("reason").null_count
             if nulls == part.num_rows:
@@ -87,6 +91,7 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
                 for r in q.column("reason").to_pylist():
                     reasons[r] = reasons.get(r, 0) + 1
     records: list[dict[str, Any]] = [{"table": "events", "file": f} for f in events.close()]
+    records.append({"table": "input", "rows": read_rows})
     for f in quarantine.close():  # one file per task (one interval)
         records.append({"table": "quarantine", "file": f, "reasons": dict(sorted(reasons.items()))})
     return records
@@ -94,15 +99,16 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
 
 def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_id: str, *,
                   batch_rows: int = 10_000, row_group_rows: int = 65_536,
-                  max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES):
+                  max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES, owners: Sequence[str] | None = None):
     """Build the ``RDD.mapPartitions`` function of the decode pass.
 
-    Input: the partition's elements, each a list of units (:func:`task_plan.plan_tasks`); the task reads
-    those row groups with pyarrow (``batch_rows`` rows per batch), runs :func:`_decode_task`
-    and yields its records (dicts, see :func:`_decode_task`). A plain Python RDD
-    task needs no SQL planning, no Arrow stream between JVM and worker and no second Python
-    worker, which is cheaper than ``spark.range(...).mapInArrow``, both for the first job and per
-    warm task (figures: docs/performance.md, "Measurements behind design choices", M11).
+    Input: the partition's elements, each a list of units (:func:`staging_units` packed by
+    :func:`task_plan.plan_tasks`); the task reads those slices with pyarrow (``batch_rows`` rows
+    per batch; only the rows of ``owners`` when given), runs :func:`_decode_task` and yields its
+    records (dicts, see :func:`_decode_task`). A plain Python RDD task needs no SQL planning, no
+    Arrow stream between JVM and worker and no second Python worker, which is cheaper than
+    ``spark.range(...).mapInArrow``, both for the first job and per warm task (figures:
+    docs/performance.md, "Measurements behind design choices", M11).
     """
 
     def task(unit_lists):
@@ -110,38 +116,75 @@ def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_
 
         ctx = TaskContext.get()
         task_id = ctx.partitionId() if ctx is not None else 0
-        yield from _decode_task(_read_units(unit_lists, batch_rows), task_id, interval_id,
+        yield from _decode_task(_read_units(unit_lists, batch_rows, owners), task_id, interval_id,
                                 events_dir, quarantine_dir, write_id, row_group_rows, max_content_bytes)
 
     return task
 
 
-def _read_units(unit_lists, batch_rows: int):
-    """Yield staging Arrow batches (``batch_rows`` rows) of the row groups of each list of units."""
+def _read_units(unit_lists, batch_rows: int, owners: Sequence[str] | None = None):
+    """Yield staging Arrow batches (``batch_rows`` rows) of each unit ``(url, slice, rows, slices)``:
+    the footer is read here, in the task, and the slice takes row groups ``[slice * G // slices,
+    (slice + 1) * G // slices)`` of the file's ``G``. With ``owners``, only their rows (the
+    row groups whose ``owner_id`` statistics exclude them are skipped)."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from airflow_provider_plgd import staging
     from airflow_provider_plgd.storage import to_fs
 
+    wanted = None if owners is None else pa_array(sorted(set(owners)))
+    columns = staging.SCHEMA.names + ([staging.OWNER_COLUMN] if wanted is not None else [])
     for units in unit_lists:
-        for url, row_group, _rows in units:
+        for url, part, _rows, slices in units:
             fs, path = to_fs(url)
             with fs.open(path, "rb") as fh:
                 pf = pq.ParquetFile(fh)
-                for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[row_group],
-                                             columns=staging.SCHEMA.names):
-                    yield batch
+                groups = pf.metadata.num_row_groups
+                chosen = list(range(part * groups // slices, (part + 1) * groups // slices))
+                if wanted is not None:
+                    chosen = [g for g in chosen if _may_hold(pf.metadata.row_group(g), wanted)]
+                if not chosen:
+                    continue
+                for batch in pf.iter_batches(batch_size=batch_rows, row_groups=chosen, columns=columns):
+                    if wanted is not None:
+                        batch = batch.filter(pc.is_in(batch.column(staging.OWNER_COLUMN), value_set=wanted))
+                        batch = batch.select(staging.SCHEMA.names)
+                    if batch.num_rows:
+                        yield batch
 
 
-def ledger_manifests(root: str, stream: str, interval_id: str) -> list[dict[str, Any]]:
-    """The batch fragments that the interval ledger names (``ledger.staged_batches``), as
-    manifest-like dicts ``{"owner_id", "event_type", "fragment", "count", "folder", "files": [{"path"}]}``.
+def pa_array(values: Sequence[str]):
+    import pyarrow as pa
 
-    The fetch records list each fragment's part files, so no manifest is read here: one small
-    JSON file per fetch range, whatever the number of batches.
+    return pa.array(values, pa.string())
 
-    :raises LedgerError: no ledger, or the fetch records do not account for every message (names
-        the interval, ranges and numbers).
+
+def _may_hold(row_group, owners) -> bool:
+    """False when the row group's ``owner_id`` statistics exclude every owner of ``owners``."""
+    from airflow_provider_plgd import staging
+
+    for i in range(row_group.num_columns):
+        column = row_group.column(i)
+        if column.path_in_schema == staging.OWNER_COLUMN:
+            stats = column.statistics
+            if stats is None or not stats.has_min_max:
+                return True
+            return any(stats.min <= o <= stats.max for o in owners.to_pylist())
+    return True
+
+
+def ledger_files(root: str, stream: str, interval_id: str) -> list[Any]:
+    """The staging files decode reads with ``--ledger``: every file of the interval the staging
+    table's Delta log names (``staging.staged_files``), checked against the interval ledger: the
+    fetch records account for every message of the plan (``ledger.staged_counts``), and the files
+    are exactly the plan's run's, with the recorded rows per range and event type
+    (``ledger.check_staged_files``). Reads the plan, one small record per fetch range and the log:
+    nothing per owner or per batch.
+
+    :return: ``staging.StagedFile`` list.
+    :raises LedgerError: no ledger, or the records or the files do not account for every message
+        (names the interval, ranges, files and numbers).
     """
     from airflow_provider_plgd import ledger, staging
     from airflow_provider_plgd.exceptions import LedgerError
@@ -150,10 +193,10 @@ def ledger_manifests(root: str, stream: str, interval_id: str) -> list[dict[str,
     if plan is None:
         raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(root, stream, interval_id)}",
                           interval_id=interval_id)
-    return [{"owner_id": b["owner_id"], "event_type": b["event_type"], "fragment": b["fragment"],
-             "count": b["count"], "files": [{"path": name} for name in b["files"]],
-             "folder": staging.batch_path(root, stream, b["owner_id"], b["event_type"], interval_id)}
-            for b in ledger.staged_batches(plan, records)]
+    counts = ledger.staged_counts(plan, records)
+    files = staging.staged_files(root, stream, interval_id=interval_id)
+    ledger.check_staged_files(plan, counts, files)
+    return files
 
 
 def run(spark, args: argparse.Namespace) -> dict[str, Any]:
@@ -174,19 +217,18 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     staging.validate_partition_value(interval_id, "interval_id")
     identity = pipeline.check_app(args.output_root, stream=args.stream, max_content_bytes=args.max_content_bytes)
     delta_tables.check_layout(args.output_root)
+    owners = None
     if args.ledger:
-        manifests = ledger_manifests(args.staging_root, args.stream, interval_id)
+        files = ledger_files(args.staging_root, args.stream, interval_id)
     else:
-        manifests = staging.list_committed(
-            args.staging_root, args.stream, interval_id=interval_id,
-            owner_ids=args.owners, event_types=args.event_types,
-        )
-    files = [url for m in manifests for url in staging.manifest_file_urls(m)]
-    fetched = sum(int(m["count"]) for m in manifests)
-    log.info("interval %s: %d committed staging batches, %d files, %d messages",
-             interval_id, len(manifests), len(files), fetched)
+        owners = sorted(set(args.owners)) if args.owners else None
+        files = staging.staged_files(args.staging_root, args.stream, interval_id=interval_id,
+                                     event_types=args.event_types, owners=owners)
+    staged = sum(f.rows for f in files)
+    log.info("interval %s: %d staging files, %d rows%s", interval_id, len(files), staged,
+             f" (of them, the rows of {len(owners)} owner(s) are read)" if owners else "")
 
-    # staging row groups (<= 50,000 rows) packed into a few tasks of decreasing size
+    # slices of the staging files (about SLICE_ROWS rows each) packed into a few tasks of decreasing size
     tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
     events_uri = delta_tables.table_uri(args.output_root, delta_tables.EVENTS)
     quarantine_uri = delta_tables.table_uri(args.output_root, delta_tables.QUARANTINE)
@@ -195,7 +237,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     phase = time.time()
     # one pass: every payload is decoded once, and both tables are written by the same tasks
-    task = make_rdd_task(interval_id, events_uri, quarantine_uri, write_id, max_content_bytes=args.max_content_bytes)
+    task = make_rdd_task(interval_id, events_uri, quarantine_uri, write_id, max_content_bytes=args.max_content_bytes,
+                         owners=owners)
     written = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(task).collect() if tasks else []
     timings["decode_and_write"] = round(time.time() - phase, 3)
 
@@ -211,12 +254,15 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             per_reason[reason] = per_reason.get(reason, 0) + n
     decoded = sum(per_event_type.values())
     quarantined = sum(per_reason.values())
-    log.info("fetched=%d decoded=%d quarantined=%d (fetched == decoded + quarantined: %s)",
-             fetched, decoded, quarantined, fetched == decoded + quarantined)
-    if fetched != decoded + quarantined or quarantined != sum(f["rows"] for f in quarantine_files):
+    read = sum(int(rec["rows"]) for rec in written if rec["table"] == "input")
+    # every staged row of the files is read (with --owners: the selected owners' rows)
+    fetched = read if owners else staged
+    log.info("fetched=%d read=%d decoded=%d quarantined=%d (fetched == read == decoded + quarantined: %s)",
+             fetched, read, decoded, quarantined, fetched == read == decoded + quarantined)
+    if not (fetched == read == decoded + quarantined) or quarantined != sum(f["rows"] for f in quarantine_files):
         raise RuntimeError(
-            f"counts do not reconcile for interval {interval_id}: fetched {fetched} (manifests) != "
-            f"decoded {decoded} + quarantined {quarantined}; nothing committed"
+            f"counts do not reconcile for interval {interval_id}: fetched {fetched} (the staging table's log) "
+            f"!= read {read} != decoded {decoded} + quarantined {quarantined}; nothing committed"
         )
 
     phase = time.time()
@@ -239,7 +285,6 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "output_root": str(args.output_root),
         "owners": args.owners,
         "event_types": args.event_types,
-        "batches": len(manifests),
         "files": len(files),
         "fetched": fetched,
         "decoded": decoded,

@@ -360,7 +360,7 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
             raise SystemExit(f"task instances not successful: {bad}; log {log}")
         apps = {app: read_app_summary(root, app, interval_id) for app in SPARK_STAGES}
         stages = stage_figures(tis, sampler, n, apps)
-        fetched = sum(m["count"] for m in staging.list_committed(root, "EVENTS", interval_id=interval_id))
+        fetched = sum(f.rows for f in staging.staged_files(root, "EVENTS", interval_id=interval_id))
         decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
         result["counts"] = {"fetched": fetched, "decoded": decode.get("decoded"),
                             "quarantined": decode.get("quarantined"),

@@ -51,3 +51,28 @@ def read_both(uri: str, key: str, *, interval_id: str | None = None, version: in
     assert frame.height == len(rows), (uri, frame.height, len(rows))
     assert sorted(map(repr, frame.get_column(key).to_list())) == sorted(repr(r[key]) for r in rows), uri
     return rows
+
+
+def staging_rows(root: Any, stream: str = "EVENTS", *, interval_id: str | None = None,
+                 columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of the staging table ``{root}/staging/{stream}`` read with ``deltalake`` (one
+    interval's when given), ordered by ``event_type``, ``owner_id``, ``stream_seq``; ``[]`` when
+    there is no table. Polars' ``read_delta`` must read as many rows."""
+    from deltalake.exceptions import TableNotFoundError
+
+    uri = f"{str(root).rstrip('/')}/staging/{stream}"
+    try:
+        rows = delta_rows(uri, interval_id=interval_id, columns=columns)
+    except TableNotFoundError:
+        return []
+    assert polars_frame(uri, interval_id=interval_id).height == len(rows), uri
+    key = [k for k in ("event_type", "owner_id", "stream_seq") if columns is None or k in columns]
+    return sorted(rows, key=lambda r: tuple(r[k] for k in key))
+
+
+def staging_batches(root: Any, stream: str = "EVENTS", *, interval_id: str | None = None) -> dict[tuple, list[dict]]:
+    """``{(owner_id, event_type, interval_id): [rows in stream order]}`` of the staging table (deltalake)."""
+    out: dict[tuple, list[dict]] = {}
+    for row in staging_rows(root, stream, interval_id=interval_id):
+        out.setdefault((row["owner_id"], row["event_type"], row["interval_id"]), []).append(row)
+    return out

@@ -1,16 +1,40 @@
-"""Simulated traffic staged the way the fetch operator stages it, for the Spark-side tests."""
+"""Staging written the way the fetch operator writes it, for the Spark-side tests."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd import staging, times
+from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.plgd import subjects
+
+
+def write_batches(root: Any, interval_id: str, batches: Mapping[tuple[str, str], Sequence[tuple]], *,
+                  stream: str = "EVENTS", commit: bool = True, **stager_kw: Any) -> list[dict]:
+    """Write ``{(owner, event type): [(stream_seq, subject, time_ns, headers, data)]}`` into the
+    staging table as the operator's batches (one ``staging.commit_batches`` per owner; with
+    ``commit=False`` the files are written and named by no commit). :return: the file records."""
+    by_owner: dict[str, dict[str, Sequence[tuple]]] = {}
+    for (owner, event_type), rows in batches.items():
+        by_owner.setdefault(owner, {})[event_type] = rows
+    records: list[dict] = []
+    for owner, types in sorted(by_owner.items()):
+        stager = Stager(stream=stream, spill_dir=None, **stager_kw)
+        for event_type, rows in sorted(types.items()):
+            stager.add(owner, event_type, list(rows))
+        mine = stager.write(staging.table_uri(root, stream), interval_id,
+                            staging.batch_file_prefix(owner, staging.new_write_id()))
+        if commit:
+            staging.commit_batches(root, stream, interval_id, owner, sorted(types), mine, time.time_ns() // 1_000_000)
+        records += mine
+    return records
 
 
 def stage_simulation(root: Any, sim) -> list[tuple[str, str, int]]:
     """Write every interval's messages of ``sim`` (``simulator.generate``) under ``root`` (a path or
-    fsspec URL) as committed staging batches, one per owner x event type, with the staging writer.
+    fsspec URL) as committed staging batches, one per owner x event type.
 
     Stream sequences are the publish order (1-based); server times lie inside the interval.
 
@@ -25,11 +49,6 @@ def stage_simulation(root: Any, sim) -> list[tuple[str, str, int]]:
                 subject = subjects.parse_subject(m.subject)
                 groups.setdefault((subject.owner_id, subject.event_type), []).append(
                     (seq, m.subject, start + seq, None, m.data))
-        for (owner, event_type), msgs in sorted(groups.items()):
-            with staging.StagingWriter(root, stream="EVENTS", owner_id=owner, event_type=event_type,
-                                       interval_id=iid, subject_filters=[f"plgd.owners.{owner}.>"],
-                                       bounds={"kind": "time", "start_ns": start, "end_ns": end}) as w:
-                w.write(msgs)
-                w.commit()
+        write_batches(root, iid, groups)
         out.append((iid, times.ns_to_rfc3339(end), end))
     return out

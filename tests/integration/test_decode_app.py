@@ -1,14 +1,14 @@
 """decode_events through real ``spark-submit --master local[2]`` (two runs, many assertions).
 
-Staging (written with ``airflow_provider_plgd.staging.StagingWriter``, the fetch operator's
-format) holds one interval with:
+The staging Delta table (written with the fetch's writer and commit, ``tests/integration/staging_data.py``)
+holds one interval with:
 
 * simulator traffic (``airflow_provider_plgd.simulator.generate``: lead resource types, old-hub
   snapshots, duplicates, version gaps, unregistrations and corrupt payloads),
 * hand-made messages of every event type with every field set (``tests/unit/test_decode_batch``),
 * corrupt rows for every quarantine reason, some with NATS headers,
-* things that must NOT be read: an uncommitted batch folder, a stray file in a committed folder,
-  and another interval.
+* things that must NOT be read: a file no commit names (a killed fetch's), a stray file in a
+  partition folder, and another interval.
 
 Run 1: the app's command line (``spark_apps/decode_events.py``) with the ``--py-files`` zip of
 ``spark_deps``. Run 2 (one more spark-submit): a small driver that reruns the app for the same
@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from plgd_devtools.spark import spark_submit_env
-from tests.integration.delta_read import delta_table, read_both
+from tests.integration.delta_read import delta_table, read_both, staging_rows
+from tests.integration.staging_data import write_batches
 
 from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd import subjects
@@ -111,13 +112,9 @@ spark.stop()
 '''
 
 
-def _write_batch(root, owner, event_type, iid, rows):
+def _write_batch(root, owner, event_type, iid, rows, *, commit=True):
     """rows: (seq, subject, time_ns, headers, data), sequences increasing."""
-    with staging.StagingWriter(root, stream=STREAM, owner_id=owner, event_type=event_type, interval_id=iid,
-                               subject_filters=[f"plgd.owners.{owner}.>"],
-                               bounds={"kind": "time", "start_ns": START_NS, "end_ns": END_NS}) as w:
-        w.write(rows)
-        return w.commit()
+    return write_batches(root, iid, {(owner, event_type): rows}, stream=STREAM, commit=commit)
 
 
 def read_table(uri: Path) -> list[dict]:
@@ -162,16 +159,16 @@ def run(tmp_path_factory):
     # ---- must not be read
     seq = len(published) + 1000
     _write_batch(root, cases.OWNER, "resourcechanged", OTHER_IID, [(seq, rc[1], END_NS + 5, None, rc[2])])
-    folder = Path(staging.batch_path(str(root), STREAM, cases.OWNER, "uncommitted", IID))
-    with staging.StagingWriter(root, stream=STREAM, owner_id=cases.OWNER, event_type="uncommitted", interval_id=IID,
-                               subject_filters=["x"], bounds={}) as w:
-        w.write([(seq + 1, rc[1], START_NS + 7, None, rc[2])])
-        w._finish_part(w._part(0))  # a finished part file, but no manifest: the folder is not committed
-    assert list(folder.glob("part-*.parquet")) and not (folder / staging.MANIFEST_NAME).exists()
-    committed = Path(staging.batch_path(str(root), STREAM, published[0][3], published[0][4], IID))
-    stray = pa.table({n: pa.array([v], staging.SCHEMA.field(n).type) for n, v in zip(
-        staging.SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2]])})
-    pq.write_table(stray.cast(staging.SCHEMA), committed / "part-99999.parquet")
+    # a fetch killed before its commit: its file is on disk, named by no commit
+    (uncommitted,) = _write_batch(root, cases.OWNER, "uncommitted", IID,
+                                  [(seq + 1, rc[1], START_NS + 7, None, rc[2])], commit=False)
+    table = Path(staging.table_uri(str(root), STREAM))
+    assert (table / uncommitted["path"]).exists()
+    # a stray file in a committed partition folder
+    committed = table / staging.partition_folder(IID, published[0][4])
+    stray = pa.table({n: pa.array([v], staging.FILE_SCHEMA.field(n).type) for n, v in zip(
+        staging.FILE_SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2], cases.OWNER])})
+    pq.write_table(stray.cast(staging.FILE_SCHEMA), committed / "part-99999.parquet")
 
     # ---- run 1: the command line, default reader
     py_files = build_py_files_zip(base / "py")
@@ -243,7 +240,8 @@ def test_counts_reconcile(run):
     assert sum(s["per_reason"].values()) == sum(expected_reasons.values()) + sim_corrupt
     for reason, count in expected_reasons.items():
         assert s["per_reason"][reason] >= count
-    assert "fetched=%d decoded=%d quarantined=%d" % (s["fetched"], s["decoded"], s["quarantined"]) in run.log1
+    assert "fetched=%d read=%d decoded=%d quarantined=%d" % (s["fetched"], s["fetched"], s["decoded"],
+                                                             s["quarantined"]) in run.log1
     seqs = [r["stream_seq"] for r in run.events1 + run.quarantine1]
     assert sorted(seqs) == list(range(1, n + 1))  # every row exactly once, nothing else
 
@@ -310,10 +308,9 @@ def test_simulated_messages_match_what_was_published(run):
 
 def test_spark_output_equals_pure_python_decoder(run):
     """Every column of every row equals decode_batch on the same staging rows (in-process)."""
-    tables = []
-    for manifest in staging.list_committed(str(run.root), STREAM, interval_id=IID):
-        tables.append(staging.read_batch(manifest))
-    staged = pa.concat_tables(tables).combine_chunks()
+    rows = staging_rows(run.root, STREAM, interval_id=IID)
+    staged = pa.Table.from_pylist([{n: r[n] for n in staging.SCHEMA.names} for r in rows],
+                                  schema=staging.SCHEMA).combine_chunks()
     expected = decode_batch(staged.to_batches()[0], IID).to_pylist()
     exp_events = {r["stream_seq"]: r for r in expected if r["reason"] is None}
     exp_q = {r["stream_seq"]: r for r in expected if r["reason"] is not None}

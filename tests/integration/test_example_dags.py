@@ -21,9 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from tests.integration.conftest import load_dag, publish_messages, xcom_value
+from tests.integration.delta_read import staging_rows
 
 pytestmark = pytest.mark.airflow
 
@@ -199,8 +200,9 @@ def test_fetch_by_sequence_stages_exactly_the_range(jetstream, dags_folder, tmp_
         "per_owner": _per_owner(published, first, last),
         "other_subjects": 0,
     }
-    (manifest,) = staging.list_committed(root, "EVENTS")
-    assert staging.read_batch(manifest).column("stream_seq").to_pylist() == list(range(first, last + 1))
+    rows = staging_rows(root)
+    assert sorted(r["stream_seq"] for r in rows) == list(range(first, last + 1))
+    assert {(r["owner_id"], r["interval_id"]) for r in rows} == {("_filter", times.seq_interval_id(first, last))}
 
     # end_seq null: up to the stream's last sequence when the task starts
     dr = dag.test(logical_date=None, run_conf={"start_seq": last + 1, "end_seq": None, "storage_root": root})
@@ -230,10 +232,9 @@ def test_fetch_durable_stages_each_message_once_across_runs(jetstream, dags_fold
     assert (summary["count"], summary["first_seq"], summary["last_seq"]) == (n2, n1 + 1, n1 + n2)
     assert summary["per_owner"] == _per_owner(second, n1 + 1, n1 + n2)
 
-    dr = dag.test(logical_date=None, run_conf=conf)  # nothing new: no folder, count 0
+    dr = dag.test(logical_date=None, run_conf=conf)  # nothing new: no batch, count 0
     assert _succeeded(dr), dr.state
     summary = xcom_value(dr, "staging_summary")
     assert (summary["count"], summary["interval_ids"], summary["per_owner"]) == (0, [], {})
-    staged = sorted(seq for m in staging.list_committed(root, "EVENTS")
-                    for seq in staging.read_batch(m).column("stream_seq").to_pylist())
+    staged = sorted(r["stream_seq"] for r in staging_rows(root))
     assert staged == list(range(1, n1 + n2 + 1))

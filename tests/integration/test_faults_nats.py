@@ -26,6 +26,7 @@ from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import registrations_subject, subject_filters, subject_matches
 from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
+from tests.integration.delta_read import staging_batches, staging_rows
 from tests.integration.conftest import load_dag, publish_messages, read_stream
 
 pytestmark = pytest.mark.airflow
@@ -41,20 +42,18 @@ def run_op(**kwargs):
     return JetStreamToStagingOperator(**kwargs).execute({"params": {}})
 
 
-def committed(root: str, interval_id: str) -> dict[tuple[str, str], list[int]]:
-    out = {}
-    for m in staging.list_committed(root, "EVENTS", interval_id=interval_id):
-        out[(m["owner_id"], m["event_type"])] = staging.read_batch(m).column("stream_seq").to_pylist()
-    return out
+def committed(root: str, interval_id: str | None = None) -> dict[tuple[str, str], list[int]]:
+    """``{(owner, event type): [stream_seq, …]}`` of the staging table (deltalake), in stream order."""
+    return {(o, e): [r["stream_seq"] for r in rows]
+            for (o, e, _i), rows in staging_batches(root, interval_id=interval_id).items()}
 
 
 def expected(truth: dict, owner: str, event_type: str, start_ns: int, end_ns: int) -> list[int]:
     if event_type == "_unknown":  # no message of the test traffic has an unknown type
         return []
-    seqs = []
-    for f in subject_filters(owner, event_type):
-        seqs += [s for s, (subj, ts, _h, _d) in sorted(truth.items()) if subject_matches(f, subj) and start_ns <= ts < end_ns]
-    return seqs
+    return sorted(s for s, (subj, ts, _h, _d) in truth.items()
+                  if any(subject_matches(f, subj) for f in subject_filters(owner, event_type))
+                  and start_ns <= ts < end_ns)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,15 +147,15 @@ def test_nats_killed_mid_fetch_airflow_retries_commit_exactly_the_published_mess
 
     s_ns, e_ns = int(start * 1e9), int((start + interval) * 1e9)
     got = committed(storage_root, times.interval_id(s_ns, e_ns))
-    assert set(got) == {(o, e) for o in owners for e in [*event_types, "_unknown"]}
+    assert set(got) == {(o, e) for o in owners for e in event_types}  # no _unknown message, no row
     for (owner, event_type), seqs in got.items():
         assert seqs == expected(truth, owner, event_type, s_ns, e_ns), (owner, event_type)
     all_seqs = sorted(s for seqs in got.values() for s in seqs)
     assert all_seqs == sorted(truth)  # every published message exactly once: no loss, no duplicate
-    folder = staging.list_committed(storage_root, "EVENTS")[0]["folder"]
-    leftovers = [p for p, _, files in os.walk(os.path.dirname(os.path.dirname(os.path.dirname(folder))))
-                 for f in files if f.endswith(".inprogress")]
-    assert leftovers == []
+    table = staging.table_uri(storage_root, "EVENTS")
+    on_disk = sorted(os.path.relpath(os.path.join(p, f), table) for p, _, files in os.walk(table)
+                     for f in files if f.endswith(".parquet"))
+    assert on_disk == sorted(f.path for f in staging.staged_files(storage_root, "EVENTS"))  # no leftover
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,8 +206,7 @@ def test_backfill_of_expired_messages_reports_the_missing_range(jetstream, stora
     state = hook.stream_info()["state"]
     assert info.value.first_seq == 21 == state["first_seq"]
     assert "its oldest retained message (seq 21) is from" in str(info.value)
-    assert staging.list_committed(storage_root, "EVENTS",
-                                  interval_id=times.interval_id(old_start, new_end)) == []
+    assert committed(storage_root, times.interval_id(old_start, new_end)) == {}
     # sequence bounds: exactly the missing sequences
     with pytest.raises(MessagesExpiredError, match=r"no longer holds stream sequences 5\.\.20 of the requested "
                                                    r"range \[5, 30\]") as info:
@@ -217,8 +215,8 @@ def test_backfill_of_expired_messages_reports_the_missing_range(jetstream, stora
     # intervals the stream still holds completely are fetched as usual
     after = run_op(start_seq=21, **kw)
     assert after["count"] == 10 and (after["first_seq"], after["last_seq"]) == (21, 30)
-    newer = staging.read_manifest(after["path"])
-    assert staging.read_batch(newer).column("data").to_pylist() == [f"new-{i}".encode() for i in range(10)]
+    newer = staging_rows(storage_root, interval_id=after["interval_id"])
+    assert [r["data"] for r in newer] == [f"new-{i}".encode() for i in range(10)]
 
 
 def test_expired_check_rule_without_a_server():
@@ -269,9 +267,8 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
     with pytest.raises(ConnectionResetError):
         run_op(**kw)  # batch 11..20 is committed, but not acknowledged
     monkeypatch.setattr(Msg, "ack_sync", real_ack)
-    lost_ack = staging.list_committed(storage_root, "EVENTS")
-    assert [m["interval_id"] for m in lost_ack] == [times.durable_interval_id(1, 10),
-                                                    times.durable_interval_id(11, 20)]
+    lost_ack = staging_batches(storage_root)
+    assert sorted(i for _o, _e, i in lost_ack) == [times.durable_interval_id(1, 10), times.durable_interval_id(11, 20)]
     publish_messages(jetstream.url, [(subj, f"d-{i}".encode(), None) for i in range(25, 30)])
     time.sleep(1.5)  # ack_wait: the unacknowledged messages are redelivered
     kw["max_messages"] = 15  # the retry's batch has other boundaries than the crashed one
@@ -279,8 +276,7 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
     while (out := run_op(**kw))["count"]:
         seqs.append((out["first_seq"], out["last_seq"]))
     assert seqs == [(11, 25), (26, 30)]
-    batches = staging.list_committed(storage_root, "EVENTS")
-    staged = Counter(s for m in batches for s in staging.read_batch(m).column("stream_seq").to_pylist())
+    staged = Counter(r["stream_seq"] for r in staging_rows(storage_root))
     assert sorted(staged) == list(range(1, 31))  # nothing lost
     assert sorted(s for s, n in staged.items() if n == 2) == list(range(11, 21))  # at-least-once overlap
     assert max(staged.values()) == 2
@@ -364,12 +360,13 @@ def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, 
     assert time.monotonic() - started < 20  # was: ~43 s per attempt, then JetStreamTimeoutError
 
     want = [(seq, truth[seq][0], truth[seq][1]) for seq in (2, 4, 6)]
-    for out in (single, durable, next(b for b in grouped["batches"] if b["event_type"] == "resourcechanged")):
-        table = staging.read_batch(staging.read_manifest(out["path"]))
-        assert list(zip(*(table.column(c).to_pylist() for c in ("stream_seq", "subject", "data")))) == want
-        assert table.column("headers").to_pylist()[1] == [("X-Bad", "\ufffd\ufffd")]
-    registered = next(b for b in grouped["batches"] if b["event_type"] == "devicesregistered")
-    assert staging.read_batch(staging.read_manifest(registered["path"])).column("stream_seq").to_pylist() == [1, 5]
+    assert single["count"] == durable["count"] == 3 and grouped["count"] == 5
+    for where in ("single", "grouped", "durable"):
+        rows = [r for r in staging_rows(f"{storage_root}/{where}") if r["event_type"] == "resourcechanged"]
+        assert [(r["stream_seq"], r["subject"], r["data"]) for r in rows] == want
+        assert rows[1]["headers"] == [("X-Bad", "\ufffd\ufffd")]
+    assert [r["stream_seq"] for r in staging_rows(f"{storage_root}/grouped")
+            if r["event_type"] == "devicesregistered"] == [1, 5]
     assert durable["interval_id"] == times.durable_interval_id(2, 6)
 
 
@@ -390,7 +387,7 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
         run_op(owner_ids=[O1], event_types=["devicesregistered", "resourcechanged"], start_seq=1,
                destination=storage_root)
     assert time.monotonic() - started < 10
-    assert staging.list_committed(storage_root, "EVENTS") == []
+    assert staging_rows(storage_root) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,30 +409,29 @@ def test_durable_retry_within_ack_wait_loses_no_message(jetstream, storage_root,
     kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root, durable="plgd_faults_retry",
               max_messages=12, ack_wait_seconds=2.0)
 
-    real_commit = staging.StagingWriter.commit
+    real_commit = staging.commit_batches
 
-    def failing_commit(self):
+    def failing_commit(*args, **kwargs):
         raise OSError("injected: the first attempt dies before its commit")
 
-    monkeypatch.setattr(staging.StagingWriter, "commit", failing_commit)
+    monkeypatch.setattr(staging, "commit_batches", failing_commit)
     with pytest.raises(OSError, match="injected"):
         run_op(**kw)  # run 1: pulls 1..12
-    monkeypatch.setattr(staging.StagingWriter, "commit", real_commit)
+    monkeypatch.setattr(staging, "commit_batches", real_commit)
     retry = run_op(**kw)  # the immediate retry (Airflow retry or manual rerun), within ack_wait
     assert (retry["first_seq"], retry["last_seq"], retry["count"]) == (13, 24, 12)
     time.sleep(2.5)  # ack_wait passed: 1..12 are redelivered
     for _ in range(10):
         if run_op(**kw)["count"] == 0:
             break
-    batches = staging.list_committed(storage_root, "EVENTS")
-    staged = Counter(s for m in batches for s in staging.read_batch(m).column("stream_seq").to_pylist())
-    assert sorted(staged) == sorted(truth)  # every published message is in a committed durable folder
+    batches = staging_batches(storage_root)
+    staged = Counter(r["stream_seq"] for rows in batches.values() for r in rows)
+    assert sorted(staged) == sorted(truth)  # every published message is in a committed durable batch
     assert max(staged.values()) == 1  # and here (no crash after a commit) exactly once
-    for m in batches:  # each filter's rows in stream order, the batch named by its sequence range
-        for f in m["files"]:
-            seqs = staging.read_batch({**m, "files": [f]}).column("stream_seq").to_pylist()
-            assert seqs == sorted(seqs) and all(subject_matches(f["subject_filter"], truth[s][0]) for s in seqs)
-        assert m["interval_id"] == times.durable_interval_id(m["first_seq"], m["last_seq"])
+    for (_owner, _type, interval_id), rows in batches.items():  # in stream order, named by its sequence range
+        seqs = [r["stream_seq"] for r in rows]
+        assert seqs == sorted(seqs) and interval_id == times.durable_interval_id(seqs[0], seqs[-1])
+        assert all(r["subject"] == truth[r["stream_seq"]][0] for r in rows)
 
 
 def test_durable_consumer_of_earlier_versions_is_refused_with_the_way_to_switch(jetstream, storage_root):
@@ -467,4 +463,4 @@ def test_durable_consumer_of_earlier_versions_is_refused_with_the_way_to_switch(
     with pytest.raises(ValueError, match=r"has ack policy 'all'.*ack floor, stream sequence 3.*"
                                          r"nats consumer add EVENTS plgd_old --pull --ack explicit --deliver 4"):
         run_op(**kw)
-    assert staging.list_committed(storage_root, "EVENTS") == []
+    assert staging_rows(storage_root) == []

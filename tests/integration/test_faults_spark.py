@@ -2,7 +2,8 @@
 
 One simulated dataset (2 intervals, publisher duplicates within and across the interval
 boundary, corrupt payloads, lead resource types, an unregistered and re-created device) is
-staged with the staging writer (the fetch operator's format). The output tables are Delta
+staged with the fetch's writer and commit (the staging Delta table). The fetch's own kill matrix is
+``tests/integration/test_faults_fetch.py``. The output tables are Delta
 tables (``airflow_provider_plgd.delta_tables``); every check below reads them with
 ``deltalake.DeltaTable`` (and Polars' ``read_delta``), never with the project's own readers.
 
@@ -57,7 +58,8 @@ import pytest
 from deltalake import DeltaTable
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
-from tests.integration.staging_data import stage_simulation
+from tests.integration.delta_read import staging_rows
+from tests.integration.staging_data import stage_simulation, write_batches
 
 from airflow_provider_plgd import staging, times
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
@@ -310,11 +312,8 @@ class Run:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
 
-def write_batch(root, owner, event_type, iid, rows, bounds):
-    with staging.StagingWriter(root, stream="EVENTS", owner_id=owner, event_type=event_type, interval_id=iid,
-                               subject_filters=[f"plgd.owners.{owner}.>"], bounds=bounds) as w:
-        w.write(rows)
-        return w.commit()
+def write_batch(root, owner, event_type, iid, rows):
+    return write_batches(root, iid, {(owner, event_type): rows})
 
 
 def fuzz_rows(sim, n: int = 400, seed: int = 99) -> list[tuple]:
@@ -356,8 +355,10 @@ def read_delta(folder: Path, interval_id: str | None = None) -> list[dict]:
 
 
 def staged_table(root: Path, iid: str) -> pa.Table:
-    tables = [staging.read_batch(m) for m in staging.list_committed(str(root), "EVENTS", interval_id=iid)]
-    return pa.concat_tables(tables).combine_chunks()
+    """The staged rows of an interval (deltalake), as a table of the message columns."""
+    rows = staging_rows(root, interval_id=iid)
+    return pa.Table.from_pylist([{n: r[n] for n in staging.SCHEMA.names} for r in rows],
+                                schema=staging.SCHEMA).combine_chunks()
 
 
 def expected_decode(root: Path, iid: str) -> tuple[list, list]:
@@ -422,12 +423,11 @@ def faults(tmp_path_factory):
     fuzz_root, durable_root = base / "fuzz", base / "durable"
     sim = generate(CONFIG)
     intervals = stage_simulation(chain[0], sim)
-    write_batch(fuzz_root, "fuzz", "mixed", FUZZ_IID, fuzz_rows(sim), {"kind": "seq"})
+    write_batch(fuzz_root, "fuzz", "mixed", FUZZ_IID, fuzz_rows(sim))
     for first, last in DURABLE_BATCHES:  # the first 30 published messages, as durable batches
         rows = [(seq, sim.messages[seq - 1].subject, 1_767_225_600_000_000_000 + seq, None, sim.messages[seq - 1].data)
                 for seq in range(first, last + 1)]
-        write_batch(durable_root, "_filter", "fdurable", times.durable_interval_id(first, last), rows,
-                    {"kind": "durable"})
+        write_batch(durable_root, "_filter", "fdurable", times.durable_interval_id(first, last), rows)
     py_files = build_py_files_zip(base / "py")
 
     state: dict = {"timings": {}, "kills": {}}

@@ -34,6 +34,7 @@ from airflow_provider_plgd.plgd.subjects import (
 )
 from plgd_devtools.nats_server import NatsServer, recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
+from tests.integration.delta_read import staging_batches, staging_rows
 
 pytestmark = pytest.mark.airflow
 
@@ -60,22 +61,26 @@ def make_messages(tag: str, n_per_kind: int = 20) -> list[tuple]:
 
 
 def expected_seqs(truth: dict, owner: str, event_type: str, start_ns: int, end_ns: int, last_seq: int | None = None):
-    """Stream sequences of one owner x event type in [start_ns, end_ns), filter by filter, as the operator orders them."""
+    """Stream sequences of one owner x event type in [start_ns, end_ns), over its filters, in stream order."""
     if event_type == "_unknown":  # no message of the test traffic goes there
         return []
-    out = []
-    for f in subject_filters(owner, event_type):
-        out.extend(seq for seq, (subj, ts, _h, _d) in sorted(truth.items())
-                   if subject_matches(f, subj) and start_ns <= ts < end_ns and (last_seq is None or seq <= last_seq))
-    return out
+    return sorted(seq for seq, (subj, ts, _h, _d) in truth.items()
+                  if any(subject_matches(f, subj) for f in subject_filters(owner, event_type))
+                  and start_ns <= ts < end_ns and (last_seq is None or seq <= last_seq))
 
 
-def committed_seqs(manifest: dict) -> list[int]:
-    return staging.read_batch(manifest).column("stream_seq").to_pylist()
+def batch_rows(root, owner: str, event_type: str, interval_id: str | None = None) -> list[dict]:
+    """The committed rows of one (owner, event type) batch (deltalake), in stream order."""
+    return [r for r in staging_rows(root, interval_id=interval_id) if (r["owner_id"], r["event_type"]) == (owner, event_type)]
 
 
-def digest(folder: str) -> dict[str, str]:
-    return {n: hashlib.sha256(Path(folder, n).read_bytes()).hexdigest() for n in sorted(os.listdir(folder))}
+def committed_seqs(root, owner: str, event_type: str, interval_id: str | None = None) -> list[int]:
+    return [r["stream_seq"] for r in batch_rows(root, owner, event_type, interval_id)]
+
+
+def file_digests(root) -> list[str]:
+    """SHA-256 of each data file the staging table's log names, sorted (file names differ per run)."""
+    return sorted(hashlib.sha256(Path(f.url).read_bytes()).hexdigest() for f in staging.staged_files(root, "EVENTS"))
 
 
 def run_op(**kwargs):
@@ -135,23 +140,19 @@ def test_dag_runs_write_exact_rows_per_owner_event_type_and_interval(jetstream, 
     for k in range(3):
         s_ns, e_ns = int((start + k * interval) * 1e9), int((start + (k + 1) * interval) * 1e9)
         iid = times.interval_id(s_ns, e_ns)
-        manifests = staging.list_committed(storage_root, "EVENTS", interval_id=iid)
-        assert len(manifests) == 8, [m["folder"] for m in manifests]
-        assert [m["count"] for m in manifests if m["event_type"] == "_unknown"] == [0, 0]
-        for m in (m for m in manifests if m["event_type"] != "_unknown"):
-            want = expected_seqs(truth, m["owner_id"], m["event_type"], s_ns, e_ns)
+        batches = staging_batches(storage_root, interval_id=iid)
+        assert sorted(batches) == sorted((o, e, iid) for o in (O1, O2) for e in EVENT_TYPES)  # no _unknown row
+        for (owner, event_type, _), rows in batches.items():
+            want = expected_seqs(truth, owner, event_type, s_ns, e_ns)
             assert want, "every owner x event type has traffic in every interval"
-            assert committed_seqs(m) == want
-            assert m["count"] == len(want) and (m["first_seq"], m["last_seq"]) == (min(want), max(want))
-            assert m["bytes"] == sum(len(truth[s][3]) for s in want)
-            assert m["bounds"] == {"kind": "time", "start_ns": s_ns, "end_ns": e_ns,
-                                   "start": times.ns_to_rfc3339(s_ns), "end": times.ns_to_rfc3339(e_ns)}
-            total += m["count"]
-        # resource event types: one part file per filter (S4, then the .leadrt forms)
-        rc = next(m for m in manifests if m["owner_id"] == O1 and m["event_type"] == "resourcechanged")
-        assert [f["subject_filter"] for f in rc["files"]] == subject_filters(O1, "resourcechanged")
-        single = staging.list_committed(storage_root + "/single", "EVENTS", interval_id=iid)
-        assert [committed_seqs(x) for x in single] == [committed_seqs(rc)]
+            assert [r["stream_seq"] for r in rows] == want
+            assert [r["data"] for r in rows] == [truth[s][3] for s in want]
+            assert all(s_ns <= int(r["published_at"].timestamp() * 1e6) * 1000 < e_ns for r in rows)
+            total += len(rows)
+        # resource event types: the messages of both filters (S4, then the .leadrt forms), in stream order
+        rc = batches[(O1, "resourcechanged", iid)]
+        assert {r["subject"].count(".leadrt") for r in rc} == {0, 1}
+        assert committed_seqs(storage_root + "/single", O1, "resourcechanged", iid) == [r["stream_seq"] for r in rc]
     assert total == len(truth)  # every message in exactly one interval
 
 
@@ -193,9 +194,9 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
                      start_time=s_ns, end_time=e_ns, batch_size=17)
         assert out["interval_id"] == times.interval_id(s_ns, e_ns)
         for batch in out["batches"]:
-            m = staging.read_manifest(batch["path"])
-            got = committed_seqs(m)
-            assert got == expected_seqs(truth, m["owner_id"], m["event_type"], s_ns, e_ns)
+            got = committed_seqs(storage_root, batch["owner_id"], batch["event_type"], out["interval_id"])
+            assert got == expected_seqs(truth, batch["owner_id"], batch["event_type"], s_ns, e_ns)
+            assert batch["count"] == len(got)
             for seq in got:
                 assert seq not in seen, f"seq {seq} in two intervals"
                 seen[seq] = out["interval_id"]
@@ -206,25 +207,30 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
     assert seen[ordered[36]] == times.interval_id(cuts[0], cuts[1])
 
 
-def test_rerun_gives_byte_identical_parquet(jetstream, storage_root):
+def test_rerun_gives_the_same_files_and_replaces_the_batch(jetstream, storage_root):
+    """A rerun of a batch with other pull batching writes byte-identical data files (under new
+    names) and replaces the batch's rows in one commit: the table holds them once."""
     publish_messages(jetstream.url, make_messages("rerun", 40))
     kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root,
               start_time="2020-01-01T00:00:00Z", end_time=time.time_ns(), row_group_size=10,
               max_rows_per_file=25)
     first = run_op(batch_size=1000, **kw)
-    before = digest(first["path"])
-    assert len([n for n in before if n.endswith(".parquet")]) > 2
+    before = file_digests(storage_root)
+    assert len(before) > 2 and first["batches"][0]["files"] == len(before)
     second = run_op(batch_size=3, **kw)  # different fetch batching
-    assert second == first
-    assert digest(second["path"]) == before
+    strip = lambda out: {**out, "batches": [{**b, "delta_version": None} for b in out["batches"]]}  # noqa: E731
+    assert strip(second) == strip(first) and second["batches"][0]["delta_version"] > first["batches"][0]["delta_version"]
+    assert file_digests(storage_root) == before
+    assert len(staging_rows(storage_root)) == first["count"] == 80
 
 
-def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstream, tmp_path):
+def test_owner_wide_consumer_gives_the_rows_of_one_consumer_per_filter(jetstream, tmp_path):
     """owner_ids x event_types reads each owner through one consumer and routes on the client; the
-    batches are byte-identical to single (owner, event type) fetches with a consumer per filter,
-    also for subjects that do not parse (kept where their filter matches) and types not asked.
-    Subjects that match no requested filter go to the owner's ``_unknown`` batch; known types that
-    were not requested are counted as skipped (nothing is dropped without a count)."""
+    batches hold the same rows as single (owner, event type) fetches with a consumer per filter
+    (byte-identical data files), also for subjects that do not parse (kept where their filter
+    matches) and types not asked. Subjects that match no requested filter go to the owner's
+    ``_unknown`` batch; known types that were not requested are counted as skipped (nothing is
+    dropped without a count)."""
     extra = [
         (resource_subject(O1, DEV, HREF, "resourcechanged") + ".leadrt", b"no lead type after leadrt", None),
         (resource_subject(O1, DEV, HREF, "resourcedeleted"), b"not requested", None),
@@ -233,33 +239,42 @@ def test_owner_wide_consumer_gives_the_files_of_one_consumer_per_filter(jetstrea
     publish_messages(jetstream.url, make_messages("wide", 12)[:40] + extra + make_messages("wide2", 6))
     kw = dict(start_time="2020-01-01T00:00:00Z", end_time=time.time_ns(), row_group_size=5,
               max_rows_per_file=11)
-    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=str(tmp_path / "grouped"),
-                     batch_size=7, **kw)
+    grouped_root = str(tmp_path / "grouped")
+    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=grouped_root, batch_size=7, **kw)
     assert [(b["owner_id"], b["event_type"]) for b in grouped["batches"]] == \
         [(o, e) for o in (O1, O2) for e in [*EVENT_TYPES, "_unknown"]]
     unknown = {b["owner_id"]: b for b in grouped["batches"] if b["event_type"] == "_unknown"}
     assert unknown[O1]["count"] == 0 and unknown[O2]["count"] == 1
-    assert [r["subject"] for r in staging.read_batch(staging.read_manifest(unknown[O2]["path"])).to_pylist()] == \
+    assert [r["subject"] for r in batch_rows(grouped_root, O2, "_unknown")] == \
         [f"plgd.owners.{O2}.registrations.devicesregistered.extra"]
     for batch in (b for b in grouped["batches"] if b["event_type"] != "_unknown"):
-        single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"],
-                        destination=str(tmp_path / "single"), **kw)
-        assert digest(batch["path"]) == digest(single["path"]), batch["event_type"]
-        assert single["count"] == batch["count"]
+        single_root = str(tmp_path / "single" / batch["owner_id"] / batch["event_type"])
+        single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"], destination=single_root, **kw)
+        assert batch_rows(grouped_root, batch["owner_id"], batch["event_type"]) == \
+            batch_rows(single_root, batch["owner_id"], batch["event_type"]), batch["event_type"]
+        mine = [f for f in staging.staged_files(grouped_root, "EVENTS", event_types=[batch["event_type"]])
+                if staging.file_batch_owner(f.path) == batch["owner_id"]]
+        assert sorted(hashlib.sha256(Path(f.url).read_bytes()).hexdigest() for f in mine) == file_digests(single_root)
+        assert single["count"] == batch["count"] == len(batch_rows(single_root, batch["owner_id"], batch["event_type"]))
     counts = {(b["owner_id"], b["event_type"]): b["count"] for b in grouped["batches"]}
     assert counts[(O1, "resourcechanged")] == 5 * 2 + 6 * 2 + 1  # 40 msgs = 5 rounds; + the unparsable one
-    assert grouped["count"] == sum(counts.values())
+    assert grouped["count"] == sum(counts.values()) == len(staging_rows(grouped_root))
     assert grouped["skipped"] == {"event_type_not_requested": 1}  # the resourcedeleted message
 
 
-def test_empty_interval_commits_an_empty_manifest(jetstream, storage_root):
+def test_empty_interval_commits_no_row_and_replaces_the_batch(jetstream, storage_root):
     publish_messages(jetstream.url, make_messages("x", 2))
-    out = run_op(owner_id=O2, event_type="resourcechanged", destination=storage_root,
-                 start_time="2020-01-01T00:00:00Z", end_time="2020-01-01T01:00:00Z")
+    kw = dict(owner_id=O2, event_type="resourcechanged", destination=storage_root, start_time="2020-01-01T00:00:00Z")
+    out = run_op(end_time="2020-01-01T01:00:00Z", **kw)
     assert out["count"] == 0 and out["first_seq"] is None and out["batches"][0]["files"] == 0
-    m = staging.read_manifest(out["path"])
-    assert m["count"] == 0 and m["files"] == [] and [f["count"] for f in m["filters"]] == [0, 0]
-    assert os.listdir(out["path"]) == ["_manifest.json"]
+    assert out["batches"][0]["delta_version"] is not None and staging_rows(storage_root) == []
+    # batches of other owners of the same interval and event type live side by side
+    end = time.time_ns()
+    assert run_op(end_time=end, **kw)["count"] == 4
+    assert run_op(end_time=end, **{**kw, "owner_id": O1})["count"] == 4
+    assert run_op(end_time=end, **kw)["count"] == 4  # a rerun replaces only O2's rows
+    assert sorted((r["owner_id"], r["stream_seq"]) for r in staging_rows(storage_root)) == sorted(
+        (o, s) for o in (O1, O2) for s in expected_seqs(read_stream(jetstream.url), o, "resourcechanged", 0, end))
 
 
 def test_seq_range_and_subject_filter_modes(jetstream, storage_root):
@@ -268,20 +283,22 @@ def test_seq_range_and_subject_filter_modes(jetstream, storage_root):
     out = run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq="5", end_seq="60")
     assert out["interval_id"] == "seq-000000000005-000000000060" and out["mode"] == "seq"
     want = [s for s in sorted(truth) if 5 <= s <= 60 and truth[s][0] == registrations_subject(O1, "devicesregistered")]
-    assert committed_seqs(staging.read_manifest(out["path"])) == want
+    assert committed_seqs(storage_root, O1, "devicesregistered", out["interval_id"]) == want
     # open end: the stream's last sequence at task start
     out = run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq=70)
     assert out["interval_id"] == f"seq-000000000070-{max(truth):012d}"
     # an arbitrary filter
     out = run_op(subject_filter="plgd.owners.*.devices.*.metadata.>", destination=storage_root,
                  start_seq=1, end_seq=max(truth))
-    m = staging.read_manifest(out["path"])
-    assert m["owner_id"] == "_filter" and m["event_type"] == staging.filter_key(["plgd.owners.*.devices.*.metadata.>"])
-    assert committed_seqs(m) == [s for s in sorted(truth) if ".metadata." in truth[s][0]]
+    key = staging.filter_key(["plgd.owners.*.devices.*.metadata.>"])
+    assert [(b["owner_id"], b["event_type"]) for b in out["batches"]] == [("_filter", key)]
+    assert committed_seqs(storage_root, "_filter", key, out["interval_id"]) == \
+        [s for s in sorted(truth) if ".metadata." in truth[s][0]]
     # content is the payload exactly as stored, with headers and msg_id
-    table = staging.read_batch(staging.read_manifest(
-        run_op(owner_id=O2, event_type="devicesregistered", destination=storage_root, start_seq=1)["path"]))
-    for row in table.to_pylist():
+    out = run_op(owner_id=O2, event_type="devicesregistered", destination=storage_root, start_seq=1)
+    rows = batch_rows(storage_root, O2, "devicesregistered", out["interval_id"])
+    assert len(rows) == out["count"] == 10
+    for row in rows:
         subj, ts, hdr, data = truth[row["stream_seq"]]
         assert (row["subject"], row["data"], row["stream"]) == (subj, data, "EVENTS")
         assert int(row["published_at"].timestamp() * 1_000_000) == ts // 1000
@@ -289,15 +306,14 @@ def test_seq_range_and_subject_filter_modes(jetstream, storage_root):
         assert (dict(row["headers"]) if row["headers"] else None) == hdr
 
 
-def test_destinations_object_storage_path_memory_url_and_defaults(jetstream, tmp_path, monkeypatch):
+def test_destinations_object_storage_path_and_defaults(jetstream, tmp_path, monkeypatch):
     from airflow.sdk import ObjectStoragePath
 
     publish_messages(jetstream.url, make_messages("dst", 3))
     kw = dict(owner_id=O1, event_type="devicesregistered", start_seq=1)
     out = run_op(destination=ObjectStoragePath(f"file://{tmp_path}/osp"), **kw)
-    assert out["path"].startswith(str(tmp_path / "osp")) and out["count"] == 3
-    out = run_op(destination="memory://plgd-it/root", **kw)
-    assert out["path"].startswith("memory://") and staging.read_batch(staging.read_manifest(out["path"])).num_rows == 3
+    assert out["path"] == str(tmp_path / "osp" / "staging" / "EVENTS") and out["count"] == 3
+    assert len(staging_rows(tmp_path / "osp")) == 3
     # DAG param storage_root (a root the operator's storage_roots allow), then the connection's
     # storage_root extra, then $AIRFLOW_HOME/plgd
     op = JetStreamToStagingOperator(task_id="f", storage_roots=[str(tmp_path / "param")], **kw)
@@ -378,6 +394,8 @@ def test_wrong_credentials_fail_cleanly_without_leaking_the_password(tmp_path, m
 # server restart in the middle of a fetch
 # ---------------------------------------------------------------------------------------------
 def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstream, storage_root, monkeypatch):
+    from airflow_provider_plgd.fetch.stager import Stager
+
     n = 6000
     subj = registrations_subject(O1, "devicesregistered")
     publish_messages(jetstream.url, [(subj, f"m{i}".encode() * 20, None) for i in range(n)], window=1000)
@@ -386,19 +404,19 @@ def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstre
               end_seq=max(truth), batch_size=50, row_group_size=500)
     # an earlier committed run of the same interval (e.g. before a clear + rerun)
     run_op(**kw)
-    folder = staging.batch_path(storage_root, "EVENTS", O1, "devicesregistered", f"seq-000000000001-{max(truth):012d}")
-    assert staging.read_manifest(folder)["count"] == n
+    before = staging_rows(storage_root)
+    assert [r["stream_seq"] for r in before] == sorted(truth)
 
-    # slow the writer down so the restart lands in the middle of the fetch
+    # slow the fetch down so the restart lands in the middle of it
     progress = {"rows": 0}
-    real_write = staging.StagingWriter.write
+    real_add = Stager.add
 
-    def slow_write(self, messages):
-        real_write(self, messages)
+    def slow_add(self, owner, event_type, messages):
+        real_add(self, owner, event_type, messages)
         progress["rows"] += len(messages)
         time.sleep(0.01)
 
-    monkeypatch.setattr(staging.StagingWriter, "write", slow_write)
+    monkeypatch.setattr(Stager, "add", slow_add)
     result: dict = {}
 
     def fetch():
@@ -414,21 +432,19 @@ def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstre
         time.sleep(0.01)
     assert 0 < progress["rows"] < n, progress
     jetstream.stop()
-    # while the server is down: the old commit is withdrawn, nothing half-written is visible
+    # while the server is down: readers see the earlier commit whole, nothing of the rerun
     time.sleep(0.5)
-    assert staging.list_committed(storage_root, "EVENTS") == []
+    assert staging_rows(storage_root) == before
     jetstream.start()
     thread.join(60)
     assert not thread.is_alive()
-    if "error" in result:  # failed cleanly: a typed error, no manifest, no temp file left
+    if "error" in result:  # failed cleanly: a typed error, the earlier commit still whole
         assert isinstance(result["error"], JetStreamError), repr(result["error"])
-        assert staging.list_committed(storage_root, "EVENTS") == []
-        assert not [f for f in os.listdir(folder) if f.endswith(".inprogress")]
-    monkeypatch.setattr(staging.StagingWriter, "write", real_write)
+        assert staging_rows(storage_root) == before
+    monkeypatch.setattr(Stager, "add", real_add)
     out = run_op(**kw)  # the retry
-    m = staging.read_manifest(folder)
-    assert committed_seqs(m) == sorted(truth)  # no gap, no duplicate
-    assert out["count"] == n and sorted(os.listdir(folder)) == ["_manifest.json"] + [f["path"] for f in m["files"]]
+    assert [r["stream_seq"] for r in staging_rows(storage_root)] == sorted(truth)  # no gap, no duplicate
+    assert out["count"] == n and len(staging.staged_files(storage_root, "EVENTS")) == out["batches"][0]["files"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,21 +459,23 @@ def test_durable_mode_batches_ack_after_commit_and_redeliver_on_failure(jetstrea
     first = run_op(**kw)
     assert first["count"] == 12 and first["interval_id"].startswith("durable-")
     # a failed commit does not ack: the next run (after ack_wait) gets the same messages again
-    real_commit = staging.StagingWriter.commit
-    monkeypatch.setattr(staging.StagingWriter, "commit", lambda self: (_ for _ in ()).throw(OSError("disk full")))
+    real_commit = staging.commit_batches
+    monkeypatch.setattr(staging, "commit_batches", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         run_op(**kw)
-    monkeypatch.setattr(staging.StagingWriter, "commit", real_commit)
+    monkeypatch.setattr(staging, "commit_batches", real_commit)
     time.sleep(1.5)
-    got = list(committed_seqs(staging.read_manifest(first["path"])))
+    intervals = [first["interval_id"]]
     while True:
         out = run_op(**kw)
         if out["count"] == 0:
             break
-        got.extend(committed_seqs(staging.read_manifest(out["path"])))
-    # at-least-once and, here, exactly once: every message of the selection once, per filter in order
-    assert sorted(got) == sorted(all_rc)
-    assert len(staging.list_committed(storage_root, "EVENTS")) == -(-len(all_rc) // 12)
+        intervals.append(out["interval_id"])
+    # at-least-once and, here, exactly once: every message of the selection once, in stream order per batch
+    batches = staging_batches(storage_root)
+    assert sorted(i for _o, _e, i in batches) == sorted(intervals) and len(intervals) == -(-len(all_rc) // 12)
+    got = [r["stream_seq"] for rows in batches.values() for r in rows]
+    assert sorted(got) == sorted(all_rc) and all(r["owner_id"] == O1 for rows in batches.values() for r in rows)
 
 
 def test_progress_is_logged_during_long_fetches(jetstream, storage_root, caplog, capfd):
@@ -473,13 +491,13 @@ def test_progress_is_logged_during_long_fetches(jetstream, storage_root, caplog,
 # ---------------------------------------------------------------------------------------------
 # spooling: none for bounded fetches, a documented folder for durable mode
 # ---------------------------------------------------------------------------------------------
-def test_nothing_spools_to_tmpdir_and_durable_spools_where_configured(jetstream, tmp_path, monkeypatch):
+def test_nothing_spills_to_tmpdir_and_spills_go_where_configured(jetstream, tmp_path, monkeypatch):
     """Before: the owner-wide fetch spooled every second filter to $TMPDIR, and durable mode too
-    (``plgd-durable-*.arrow``, left behind by a kill; a bare ENOSPC). Now the owner-wide fetch
-    spools nothing; durable mode spools under the destination (or ``spool_dir``), removes the
-    leftovers of killed runs, and a full disk names the spool file."""
+    (``plgd-durable-*.arrow``, left behind by a kill; a bare ENOSPC). Now a fetch keeps its rows
+    in memory up to ``range_buffer_bytes`` and writes nothing to $TMPDIR; past it, sorted runs go
+    to the spill folder under the destination (or ``spool_dir``), the leftovers of killed runs are
+    removed, and a full disk names the spill file."""
     import tempfile
-    import uuid
 
     publish_messages(jetstream.url, make_messages("spool", 12))
     truth = read_stream(jetstream.url)
@@ -488,35 +506,38 @@ def test_nothing_spools_to_tmpdir_and_durable_spools_where_configured(jetstream,
     grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=root, batch_size=7,
                      start_time="2020-01-01T00:00:00Z", end_time=time.time_ns())
     for batch in grouped["batches"]:
-        assert committed_seqs(staging.read_manifest(batch["path"])) == \
+        assert committed_seqs(root, batch["owner_id"], batch["event_type"]) == \
             expected_seqs(truth, batch["owner_id"], batch["event_type"], 0, 2**63)
-    assert any(f.endswith("-f1.parquet") for b in grouped["batches"] for f in os.listdir(b["path"]))
+    assert not Path(root, "staging", "_spool").exists()
 
-    spool = Path(root, "staging", "EVENTS", "_spool")  # the default spool folder of a local destination
+    spool = Path(root, "staging", "_spool")  # the default spill folder of a local destination
     spool.mkdir(parents=True)
-    stale = [spool / "plgd-durable-spool-c-f1-99-deadbeef.arrow", spool / "plgd-durable-k2j3x9.arrow"]
-    young = spool / "plgd-durable-spool-c-f0-98-feedf00d.arrow"  # may belong to a live run: kept
+    stale = [spool / "plgd-durable-spool-c-f1-99-deadbeef.arrow", spool / "plgd-stage-99-deadbeef-0.arrow"]
+    young = spool / "plgd-stage-98-feedf00d-0.arrow"  # may belong to a live run: kept
     for path in stale + [young]:
         path.write_bytes(b"x" * 1000)
     old = time.time() - 2 * 3600
     for path in stale:
         os.utime(path, (old, old))
-    out = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool", destination=root)
-    assert committed_seqs(staging.read_manifest(out["path"])) == expected_seqs(truth, O1, "resourcechanged", 0, 2**63)
-    assert os.listdir(spool) == [young.name]
+    out = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool", destination=root,
+                 range_buffer_bytes=200, batch_size=5)  # spills every few messages
+    assert committed_seqs(root, O1, "resourcechanged", out["interval_id"]) == \
+        expected_seqs(truth, O1, "resourcechanged", 0, 2**63)
+    assert os.listdir(spool) == [young.name]  # its runs were removed, and the stale files
 
-    # spool_dir: where the user says; a full disk (the spool file is a link to /dev/full) names the file
-    full = tmp_path / "spool-on-a-full-disk"
+    # spool_dir: where the user says; a full disk (the folder holds a link to /dev/full) names the file
+    full = tmp_path / "spill-on-a-full-disk"
     full.mkdir()
-    fixed = uuid.UUID("12345678123456781234567812345678")
-    monkeypatch.setattr(uuid, "uuid4", lambda: fixed)
-    spool_file = full / f"plgd-durable-spool-plgd_spool2-f0-{os.getpid()}-{fixed.hex[:8]}.arrow"
-    os.symlink("/dev/full", spool_file)
-    with pytest.raises(OSError, match=rf"cannot \w+ the durable-mode spool file {spool_file}: .*No space left") as info:
+    real_osfile = __import__("pyarrow").OSFile
+
+    def to_full(path, mode="r"):
+        return real_osfile("/dev/full" if str(path).startswith(str(full)) else path, mode)
+
+    monkeypatch.setattr("pyarrow.OSFile", to_full)
+    with pytest.raises(OSError, match=rf"cannot write the spill file {full}/plgd-stage-.*No space left") as info:
         run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool2", destination=root,
-               spool_dir=str(full))
+               spool_dir=str(full), range_buffer_bytes=200, batch_size=5)
     assert info.value.errno == 28
-    assert os.listdir(full) == []  # the run removed its spool files
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,11 +576,12 @@ def test_fetch_of_an_interval_not_complete_on_the_server_clock_fails_and_commits
     assert os.listdir(storage_root) == []
     # settle_seconds 0 (default): the server's clock passed the end, nothing older can be stored any more
     out = run_op(**kw)
-    data = staging.read_batch(staging.read_manifest(out["path"])).column("data").to_pylist()
+    data = [r["data"] for r in batch_rows(storage_root, O1, "devicesregistered", out["interval_id"])]
     assert data == [f"early-{i}".encode() for i in range(10)] + [f"late-{i}".encode() for i in range(5)]
     # a stored message at or after the end completes it under any settle time
     publish_messages(jetstream.url, [(subj, b"next interval", None)])
     again = run_op(settle_seconds=3600, **kw)
-    assert again["stream_last_seq"] == 16 and {**again, "stream_last_seq": 15} == out
+    strip = lambda x: {**x, "batches": [{**b, "delta_version": None} for b in x["batches"]]}  # noqa: E731
+    assert again["stream_last_seq"] == 16 and strip({**again, "stream_last_seq": 15}) == strip(out)
     with pytest.raises(ValueError, match="settle_seconds must be a number of seconds >= 0, got '-1'"):
         run_op(settle_seconds="-1", **kw)

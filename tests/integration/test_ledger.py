@@ -20,6 +20,7 @@ from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from plgd_devtools.nats_server import recreate_stream
 from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark
+from tests.integration.delta_read import staging_rows
 
 UTC = timezone.utc
 O1 = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
@@ -141,7 +142,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     assert summary["reconciled"] is True and summary["problems"] == []
     chain = summary["chain"]
     assert chain["stream_total"] == chain["staged"] == len(truth)
-    assert chain["unrouted"] == 2 and chain["owners"] == 2
+    assert chain["unrouted"] == 2 and chain["owners_per_range"] == [2] * record["fetch_ranges"]
     assert chain["skipped"] == {}
     assert chain["decoded"] + chain["quarantined"] == len(truth)
     assert sum(chain["quarantined_per_reason"].values()) == chain["quarantined"]
@@ -233,55 +234,78 @@ def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream,
     start_ns, end_ns = bounds_around(jetstream.url)
     kw = dict(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"], destination=storage_root,
               start_time=start_ns, end_time=end_ns)
+    plan_ledger(storage_root, start_ns, end_ns)
     first = run_op(**kw)
     assert first["count"] == 100
-    before = {m["folder"]: m for m in staging.list_committed(storage_root, "EVENTS")}
-    plan_ledger(storage_root, start_ns, end_ns)
+    before = staging_rows(storage_root)
+    assert len(before) == 100
 
     recreate_stream(jetstream.url)  # a lost NATS volume, or `nats stream rm/add`
     with pytest.raises(FewerMessagesError, match=r"now holds 0 messages for owner .* but 50 are committed"):
         run_op(**kw)
-    assert {m["folder"]: m for m in staging.list_committed(storage_root, "EVENTS")} == before  # untouched
+    assert staging_rows(storage_root) == before  # untouched
     with pytest.raises(FewerMessagesError, match="was re-created"):
         plan_ledger(storage_root, start_ns, end_ns)
+    assert staging_rows(storage_root) == before
 
     # asked for explicitly, the rerun replaces them
     plan_ledger(storage_root, start_ns, end_ns, accept_fewer=True)
     again = run_op(accept_fewer_messages="True", **kw)
     assert again["count"] == 0
-    assert sum(m["count"] for m in staging.list_committed(storage_root, "EVENTS")) == 0
+    assert staging_rows(storage_root) == []
 
 
 # ---------------------------------------------------------------------------------------------
-# Case 4: decode reads the batches the ledger names, not whatever manifests exist
+# Case 4: decode reads exactly the rows the ledger recorded, from the staging table's log
 # ---------------------------------------------------------------------------------------------
 def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream, storage_root):
-    from airflow_provider_plgd.spark.decode_job import ledger_manifests
+    from airflow_provider_plgd.spark.decode_job import ledger_files
 
     publish_messages(jetstream.url, traffic(10))
     start_ns, end_ns = bounds_around(jetstream.url)
     record = plan_ledger(storage_root, start_ns, end_ns)
     interval = record["interval_id"]
     (out,) = fetch_ranges(storage_root, record)
-    assert out["count"] == 40 and out["batches"] == 4 and out["record"].startswith(f"{storage_root}/_ledger/")
-    assert len(json.dumps(out)) < 1500  # small XCom
-    named = ledger_manifests(storage_root, "EVENTS", interval)
-    assert len(named) == 4 and {m["fragment"] for m in named} == {"r0000"}  # 2 owners x 2 types; no empty batch
-    assert sum(len(staging.read_batch(m)) for m in named) == 40
-
-    # a record whose batches do not sum to what it says it staged (changed afterwards)
+    assert (out["count"], out["batches"], out["owners"], out["files"]) == (40, 4, 2, 2)  # 2 owners x 2 types
+    assert out["record"].startswith(f"{storage_root}/_ledger/") and len(json.dumps(out)) < 1500  # small XCom
+    files = ledger_files(storage_root, "EVENTS", interval)
+    assert len(files) == 2 and {f.event_type for f in files} == {"devicesregistered", "resourcechanged"}
+    assert sum(f.rows for f in files) == 40 == len(staging_rows(storage_root, interval_id=interval))
     path = f"{ledger.interval_dir(storage_root, 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
-    doctored = ledger.read_json(path)
-    doctored["owners"][O2]["batches"][0]["count"] -= 1
+    good = ledger.read_json(path)
+    assert good["event_types"]["resourcechanged"]["count"] == 20 and good["event_types"]["resourcechanged"]["batches"] == 2
+    assert "owners" in good and not isinstance(good["owners"], dict)  # a number, nothing per owner
+
+    # a record whose event types do not sum to what it says it staged (changed afterwards)
+    doctored = json.loads(json.dumps(good))
+    doctored["event_types"]["resourcechanged"]["count"] -= 1
     ledger.write_json(path, doctored)
-    with pytest.raises(LedgerError, match=r"range 0: its batches hold 39 messages, its record says 40 staged"):
-        ledger_manifests(storage_root, "EVENTS", interval)
+    with pytest.raises(LedgerError, match=r"range 0: its event types hold 39 messages, its record says 40 staged"):
+        ledger_files(storage_root, "EVENTS", interval)
+    # a record that adds up but does not match the table's rows
+    doctored["staged"] -= 1
+    doctored["skipped"] = {"event_type_not_requested": 1}
+    ledger.write_json(path, doctored)
+    with pytest.raises(LedgerError, match=r"range 0, event type resourcechanged: the staging table holds 20 rows, "
+                                          r"the fetch record 19"):
+        ledger_files(storage_root, "EVENTS", interval)
+    # a record of another run of the plan
+    ledger.write_json(path, {**good, "run_version": good["run_version"] - 1})
+    with pytest.raises(LedgerError, match=r"range 0: its fetch record is of the plan's run"):
+        ledger_files(storage_root, "EVENTS", interval)
+    ledger.write_json(path, good)
+    assert len(ledger_files(storage_root, "EVENTS", interval)) == 2
+    # staging rows the ledger does not name (another DAG's batch of the same interval ID) are refused
+    run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_time=start_ns,
+           end_time=end_ns)
+    with pytest.raises(LedgerError, match=r"staging file .*/b\.[^ ]+ \(10 rows\) is not of a range of the plan's run"):
+        ledger_files(storage_root, "EVENTS", interval)
 
     # a range the plan counted but no fetch task recorded
     ledger.clear_fetch_records(storage_root, "EVENTS", interval)
     with pytest.raises(LedgerError, match=r"range 0 \(sequences \[1, 41\)\): the stream holds 40 messages, "
                                           "no fetch task recorded it"):
-        ledger_manifests(storage_root, "EVENTS", interval)
+        ledger_files(storage_root, "EVENTS", interval)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,14 +367,15 @@ def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream
     with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 10 messages, fetched 9"):
         run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=other,
                start_time=start_ns, end_time=end_ns)
-    assert staging.list_committed(other, "EVENTS") == []
+    assert staging_rows(other) == []
 
 
 def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetstream, storage_root):
     """The ETL's fetch by stream-sequence ranges: owners spread across range boundaries, each
-    range read by one task, every message staged exactly once into its (owner, event type) batch;
-    a selection of owners reads only theirs. Quiet owners have no batch at all."""
-    from airflow_provider_plgd.spark.decode_job import ledger_manifests
+    range read by one task and committed as its own files, every message staged exactly once
+    into its (owner, event type) batch; a selection of owners reads only theirs. Quiet owners
+    have no row at all."""
+    from airflow_provider_plgd.spark.decode_job import ledger_files
 
     o3 = "0f6c6a7e-0b1e-4c1b-9d0e-1a2b3c4d5e6f"
     extra = [(registrations_subject(o3, "devicesregistered"), b"x", None)]
@@ -363,15 +388,19 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
     outs = fetch_ranges(storage_root, record)
     assert [o["count"] for o in outs] == [8, 8, 9] and all(len(json.dumps(o)) < 2000 for o in outs)
     assert [o["owners"] for o in outs] == [2, 3, 2]  # owners O1 and O2 in every range, o3 in one
-    named = ledger_manifests(storage_root, "EVENTS", record["interval_id"])
-    staged: dict[int, tuple[str, str]] = {}
-    for m in named:
-        for seq, subject in zip(*staging.read_batch(m).select(["stream_seq", "subject"]).to_pydict().values()):
-            assert seq not in staged, f"sequence {seq} staged twice"
-            staged[seq] = (m["owner_id"], m["event_type"])
-            assert truth[seq][0] == subject and subject.split(".")[2] == m["owner_id"]
+    assert len({o["delta_version"] for o in outs}) == 3  # one commit per range
+    rows = staging_rows(storage_root, interval_id=record["interval_id"])
+    staged = {}
+    for row in rows:
+        assert row["stream_seq"] not in staged, f"sequence {row['stream_seq']} staged twice"
+        staged[row["stream_seq"]] = row
+        assert truth[row["stream_seq"]][0] == row["subject"] and row["subject"].split(".")[2] == row["owner_id"]
+        assert row["event_type"] == row["subject"].rsplit(".", 1)[-1]
     assert sorted(staged) == sorted(truth) == sorted(seqs)
-    assert {m["fragment"] for m in named if m["owner_id"] == O1} == {"r0000", "r0001", "r0002"}
+    files = ledger_files(storage_root, "EVENTS", record["interval_id"])
+    ranges_of_o1 = {staging.file_range(f.path)[0] for f in files if f.min_owner <= O1 <= f.max_owner}
+    assert ranges_of_o1 == {0, 1, 2}  # O1's batches: a run in a file of every range
+    assert len(files) <= 3 * 2  # ranges x event types (one file each at this size)
 
     # a selection of owners: only their messages are counted, read and staged
     other = storage_root + "/selection"
@@ -379,22 +408,22 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
     assert chosen["total"] == 13 and chosen["not_requested"] == 12 and chosen["read_filters"] == [
         f"plgd.owners.{O1}.>", f"plgd.owners.{o3}.>"]
     assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
-    assert {m["owner_id"] for m in ledger_manifests(other, "EVENTS", chosen["interval_id"])} == {O1, o3}
+    assert {r["owner_id"] for r in staging_rows(other, interval_id=chosen["interval_id"])} == {O1, o3}
     with pytest.raises(ValueError, match="ledger range 2 does not exist"):
         run_op(ledger_range=2, ledger=ledger.interval_dir(other, "EVENTS", chosen["interval_id"]), destination=other)
 
 
-def test_a_range_of_many_owners_over_a_small_buffer_stages_everything_without_a_file_open_per_batch(
-        jetstream, storage_root):
-    """``range_buffer_bytes`` far below the range's payload: the largest buffers are written out
-    early, many times. Every message is still staged once with its payload, and the task never
-    holds a part file open per batch (a low open-files limit, below the number of batches, holds:
-    before, each written-out batch kept its file open until the commit, and the task failed with
-    "Too many open files")."""
+def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stages_everything(
+        jetstream, storage_root, tmp_path):
+    """``range_buffer_bytes`` far below the range's payload: the task spills sorted runs to its
+    spill folder many times and merges them at the end, with few files open (a low open-files
+    limit holds). Every message is staged once with its payload, rows ordered by owner then
+    stream sequence, in at most ⌈payload / target_file_bytes⌉ files per event type; the spill
+    files are gone afterwards."""
     import os
     import resource
 
-    from airflow_provider_plgd.spark.decode_job import ledger_manifests
+    from airflow_provider_plgd.spark.decode_job import ledger_files
 
     owners = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(300)]
     publish_messages(jetstream.url, [(registrations_subject(o, "devicesregistered"), bytes([r, i % 251]) * 1000, None)
@@ -403,23 +432,27 @@ def test_a_range_of_many_owners_over_a_small_buffer_stages_everything_without_a_
     truth = read_stream(jetstream.url)
     record = plan_ledger(storage_root, start_ns, end_ns, event_types=("devicesregistered",))
     base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    spill = tmp_path / "spill"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 150, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
     try:
         out = run_op(ledger_range="0", ledger=base, destination=storage_root, range_buffer_bytes=64 * 1024,
-                     batch_size=20)
+                     batch_size=20, spool_dir=str(spill), target_file_bytes=250_000, row_group_size=100)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert (out["count"], out["owners"], out["batches"]) == (600, 300, 300)
-    named = ledger_manifests(storage_root, "EVENTS", record["interval_id"])
-    assert max(len(m["files"]) for m in named) == 2  # written out early: a new part file after each
-    staged = {}
-    for m in named:
-        rows = staging.read_batch(m).select(["stream_seq", "subject", "data"]).to_pylist()
-        for row in rows:
-            assert row["stream_seq"] not in staged
-            staged[row["stream_seq"]] = (row["subject"], row["data"])
-    assert staged == {seq: (subject, data) for seq, (subject, _t, _h, data) in truth.items()}
+    assert os.listdir(spill) == []  # the runs were spilled there and removed
+    files = ledger_files(storage_root, "EVENTS", record["interval_id"])
+    assert len(files) == out["files"] == -(-1_200_000 // 250_000)  # ceil(payload / target)
+    rows = staging_rows(storage_root, interval_id=record["interval_id"])
+    assert {r["stream_seq"]: (r["subject"], r["data"]) for r in rows} == \
+        {seq: (subject, data) for seq, (subject, _t, _h, data) in truth.items()}
+    for f in files:  # each file sorted by owner, then stream sequence
+        import pyarrow.parquet as pq
+
+        got = pq.read_table(f.url, columns=["owner_id", "stream_seq"]).to_pylist()
+        keys = [(r["owner_id"], r["stream_seq"]) for r in got]
+        assert keys == sorted(keys) and (f.min_owner, f.max_owner) == (keys[0][0], keys[-1][0])
     with pytest.raises(ValueError, match="range_buffer_bytes must be a positive integer, got 0"):
         run_op(ledger_range="0", ledger=base, destination=storage_root, range_buffer_bytes=0)
 
@@ -438,7 +471,7 @@ def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_e
     from airflow_provider_plgd import decode_message
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
     from airflow_provider_plgd.plgd.codec import PlgdDecodeError
-    from airflow_provider_plgd.spark.decode_job import ledger_manifests
+    from airflow_provider_plgd.spark.decode_job import ledger_files
     from tests.integration.test_faults_nats import raw_publish
 
     start_ns = time.time_ns() // 10**9 * 10**9
@@ -464,10 +497,10 @@ def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_e
     outs = fetch_ranges(storage_root, record)
     assert sum(o["count"] for o in outs) == 13 and all(o["skipped"] == {} for o in outs)
 
-    batches = ledger_manifests(storage_root, "EVENTS", record["interval_id"])  # decode's reader: adds up
+    assert sum(f.rows for f in ledger_files(storage_root, "EVENTS", record["interval_id"])) == 13  # decode's reader
     staged: dict[tuple[str, str], list[str]] = {}
-    for m in batches:  # a batch may have a fragment in each range
-        staged.setdefault((m["owner_id"], m["event_type"]), []).extend(staging.read_batch(m).column("subject").to_pylist())
+    for row in staging_rows(storage_root, interval_id=record["interval_id"]):  # a batch may have rows in each range
+        staged.setdefault((row["owner_id"], row["event_type"]), []).append(row["subject"])
     assert sum(len(v) for v in staged.values()) == 13
     assert sorted(staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(
         ["plgd.owners.ab\ufffd.registrations.devicesregistered", *reserved_owner])

@@ -16,9 +16,10 @@ import os
 import time
 from datetime import datetime, timedelta, timezone
 
+import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
 from airflow_provider_plgd.etl import write_interval_ledger
 from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
@@ -29,6 +30,7 @@ from airflow_provider_plgd.triggers.interval_complete import JetStreamIntervalCo
 from plgd_devtools.nats_server import NatsServer, free_port, leafnode_config, recreate_stream
 from plgd_devtools.tcp_proxy import TcpProxy
 from tests.integration.conftest import publish_messages, read_stream
+from tests.integration.delta_read import staging_rows
 
 MIRROR = "EVENTS_MIRROR"
 MIRROR_CONFIG = {"name": MIRROR, "storage": "file",
@@ -197,7 +199,7 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
 
     truth = read_stream(hub.url)  # {seq: (subject, ts_ns, headers, data)} on the hub
     assert sorted(truth) == list(range(1, 8))
-    table = staging.read_batch(staging.read_manifest(out["path"]))
+    table = pa.Table.from_pylist(staging_rows(os.path.join(storage_root, "fetch"), MIRROR))
     assert out["count"] == 7 and table.column("stream").to_pylist() == [MIRROR] * 7
     assert table.column("stream_seq").to_pylist() == list(range(1, 8))
     assert table.column("subject").to_pylist() == [truth[s][0] for s in range(1, 8)]

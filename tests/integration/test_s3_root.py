@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import json
 import posixpath
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from airflow_provider_plgd import ledger, staging, storage, times
 from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
 from tests.integration.conftest import publish_messages
+from tests.integration.delta_read import staging_rows
 
 # The same tests, with the storage root on the bucket (the ``storage_root`` fixture below).
 from tests.integration.test_fetch_operator import (
@@ -131,19 +135,27 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     kw = dict(destination=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
     first = [run_op(ledger_range=i, batch_size=1000, **kw) for i in range(2)]
     assert [o["count"] for o in first] == [60, 60] and first[0]["root"] == storage_root
-    manifests = staging.list_committed(storage_root, "EVENTS", interval_id=interval)
-    assert sorted((m["owner_id"], m["event_type"], m["fragment"], m["count"]) for m in manifests) == sorted(
-        (o, t, f, 15) for o in (O1, O2) for t in ("devicesregistered", "resourcechanged") for f in ("r0000", "r0001"))
-    rows = [r for m in manifests for r in staging.read_batch(m).to_pylist()]
+    assert first[0]["table"] == f"{storage_root}/staging/EVENTS"
+    rows = staging_rows(storage_root, interval_id=interval)
     assert sorted(r["stream_seq"] for r in rows) == list(range(1, 121))
-    folders = sorted({m["folder"] for m in manifests})
-    before = {folder: _digest(folder) for folder in folders}
-    assert all(not n.endswith(".inprogress") for d in before.values() for n in d)
-    assert sum(len([n for n in d if n.endswith(".parquet")]) for d in before.values()) == 8  # 15 rows, 25/file
+    assert sorted({(r["owner_id"], r["event_type"]) for r in rows}) == sorted(
+        (o, t) for o in (O1, O2) for t in ("devicesregistered", "resourcechanged"))
+    files = staging.staged_files(storage_root, "EVENTS", interval_id=interval)
+    assert len(files) == 8 and all(f.url.startswith(f"{storage_root}/staging/EVENTS/interval_id=") for f in files)
+    before = sorted(_digest(f.url).popitem()[1] for f in files)  # 30 rows of a type per range, 25/file
 
-    second = [run_op(ledger_range=i, batch_size=7, **kw) for i in range(2)]  # a rerun with other fetch batching
+    # a retried task of the same plan: reads and counts again, commits nothing, writes the same record
+    second = [run_op(ledger_range=i, batch_size=7, **kw) for i in range(2)]
     assert second == first
-    assert {folder: _digest(folder) for folder in folders} == before
+    assert staging.staged_files(storage_root, "EVENTS", interval_id=interval) == files
+    # a rerun of the interval (a new plan, other fetch batching): new files, byte for byte the same
+    plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=60)
+    third = [run_op(ledger_range=i, batch_size=7, **kw) for i in range(2)]
+    assert [o["count"] for o in third] == [60, 60]
+    again = staging.staged_files(storage_root, "EVENTS", interval_id=interval)
+    assert {f.path for f in again}.isdisjoint(f.path for f in files)
+    assert sorted(_digest(f.url).popitem()[1] for f in again) == before
+    assert staging_rows(storage_root, interval_id=interval) == rows
 
     # the summary task: the apps' summaries from the bucket, summary.json written there
     fs, _ = storage.to_fs(storage_root)
@@ -242,11 +254,9 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
         outputs.append({"events": _table_rows(storage_root, "events", interval_id),
                         "events_deduped": _table_rows(storage_root, "events_deduped", interval_id),
                         "snapshot": read_latest_tables(storage_root),
-                        "staged": sorted((m["owner_id"], m["event_type"], m["count"], m["files"] and
-                                          [f["path"] for f in m["files"]])
-                                         for m in staging.list_committed(storage_root, "EVENTS",
-                                                                         interval_id=interval_id))})
-    assert len(outputs[0]["events"]) == summary["chain"]["kept"] > 0
+                        "staged": [(r["owner_id"], r["event_type"], r["stream_seq"], r["data"])
+                                   for r in staging_rows(storage_root, interval_id=interval_id)]})
+    assert len(outputs[0]["events"]) == summary["chain"]["kept"] > 0 and len(outputs[0]["staged"]) == len(truth)
     assert outputs[1] == outputs[0]
 
     # the root is used as s3:// everywhere; no credential in task logs or XCom
@@ -282,68 +292,75 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     ledger.write_json(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
     assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 1
     assert read_app_summary(storage_root, "decode", interval) is None
-    assert staging.list_committed(storage_root, "EVENTS") == []
+    assert staging.staged_files(storage_root, "EVENTS") == []
 
     other.pipe_file(storage.to_fs(f"{base}/fetch/range-00001.json")[1],
                     json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
     other.pipe_file(storage.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
-    owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
-    with staging.StagingWriter(storage_root, stream="EVENTS", owner_id=owner, event_type="resourcechanged",
-                               interval_id=interval, subject_filters=[f"plgd.owners.{owner}.>"],
-                               bounds=times.Interval.of(0, 1).bounds()) as writer:
-        writer.start_filter(f"plgd.owners.{owner}.>")
-        committed = writer.commit()
-    folder = storage.to_fs(committed["folder"])[1]
-    manifest = other.cat_file(f"{folder}/_manifest.json")
-    other.rm(f"{folder}/_manifest.json")
-
     assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 2
     assert read_app_summary(storage_root, "decode", interval) == {"fetched": 3}
-    assert staging.list_committed(storage_root, "EVENTS") == []  # the manifest another process withdrew
-    other.pipe_file(f"{folder}/_manifest.json", manifest)
-    assert [m["folder"] for m in staging.list_committed(storage_root, "EVENTS")] == [committed["folder"]]
+    # a staging commit of another process: the next read of the log sees it, and its files
+    subprocess.run([sys.executable, "-c", COMMITTING_WRITER.format(repo=REPO, root=storage_root, rows=5, kill_after=0, version=1)],
+                   check=True, timeout=120)
+    assert sum(f.rows for f in staging.staged_files(storage_root, "EVENTS")) == 5
+    assert staging.read_staged(storage_root, "EVENTS", WRITER_INTERVAL).column("stream_seq").to_pylist() == \
+        list(range(1, 6))
 
 
-KILLED_WRITER = """
+REPO = str(Path(__file__).resolve().parents[2])
+WRITER_INTERVAL = "seq-000000000001-000000001000"
+#: A fetch of other uses than the ETL in another process: one owner's batch written and committed,
+#: or (``kill_after`` files) SIGKILLed between its files, before its commit.
+COMMITTING_WRITER = """
 import os, signal, sys
 sys.path[:0] = [{repo!r}]
-from tests.unit.test_staging import OWNER, make_messages
 from airflow_provider_plgd import staging
+from airflow_provider_plgd.fetch import stager as stager_module
 
-w = staging.StagingWriter({root!r}, stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                          interval_id="seq-000000000001-000000001000", subject_filters=["f1"],
-                          bounds={{"kind": "seq"}}, row_group_size=10, max_rows_per_file=25)
-w.open()
-w.start_filter("f1")
-w.write(make_messages(60))  # two part files closed (uploaded), the third open (not uploaded)
-os.kill(os.getpid(), signal.SIGKILL)
+KILL_AFTER = {kill_after}
+real_close = stager_module._File.close
+closed = []
+def close(self, *args):
+    record = real_close(self, *args)
+    closed.append(record)
+    if len(closed) == KILL_AFTER:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return record
+stager_module._File.close = close
+owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
+s = stager_module.Stager(stream="EVENTS", spill_dir=None, max_rows_per_file=25, row_group_rows=10)
+s.add(owner, "devicesregistered", [(i, "plgd.owners." + owner + ".registrations.devicesregistered",
+                                    1767225600000000000 + i, None, b"payload %d" % i) for i in range(1, {rows} + 1)])
+records = s.write(staging.table_uri({root!r}, "EVENTS"), "seq-000000000001-000000001000",
+                  staging.batch_file_prefix(owner, staging.new_write_id()))
+staging.commit_batches({root!r}, "EVENTS", "seq-000000000001-000000001000", owner, ["devicesregistered"], records,
+                       {version})
 """
 
 
-def test_a_staging_writer_killed_mid_rerun_leaves_nothing_visible_on_the_bucket(s3, storage_root):
-    """A real SIGKILL of a staging rerun between its part files and its manifest, on S3: the
-    folder is not committed (the old manifest was withdrawn first, no new one), readers see
-    nothing, and the next rerun commits the same bytes as the first run with no leftovers."""
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_a_fetch_killed_between_its_files_leaves_nothing_visible_on_the_bucket(s3, storage_root):
+    """A real SIGKILL of a batch rerun between its files (two uploaded, the third open), on S3:
+    its files are named by no commit, readers see the first run's rows whole, and the next rerun
+    commits byte for byte the first run's file contents."""
+    def writer(kill_after: int, version: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", COMMITTING_WRITER.format(
+            repo=REPO, root=storage_root, rows=60, kill_after=kill_after, version=version)],
+            capture_output=True, text=True, timeout=120)
 
-    from tests.unit.test_staging import make_messages, write_batch
+    assert writer(0, 1).returncode == 0
+    first = staging.staged_files(storage_root, "EVENTS")
+    rows = staging_rows(storage_root)
+    digests = sorted(_digest(f.url).popitem()[1] for f in first)
+    assert len(first) == 3 and len(rows) == 60
 
-    first = write_batch(storage_root, make_messages(60), row_group_size=10, max_rows_per_file=25)
-    before = _digest(first["folder"])
-    assert sorted(before) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    killed = writer(2, 2)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert staging.staged_files(storage_root, "EVENTS") == first and staging_rows(storage_root) == rows
+    fs, path = storage.to_fs(staging.table_uri(storage_root, "EVENTS"))
+    on_bucket = [p for p in fs.find(path) if p.endswith(".parquet")]
+    assert len(on_bucket) == 5  # the two files of the killed run are there, named by no commit
 
-    repo = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER.format(repo=repo, root=storage_root)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == -9, proc.stderr[-2000:]
-    assert staging.list_committed(storage_root, "EVENTS") == []
-    with pytest.raises(FileNotFoundError, match="no committed manifest"):
-        staging.read_manifest(first["folder"])
-    left = _digest(first["folder"])
-    # parts 0-1 rewritten (same bytes: deterministic), part 2 still the first run's; no manifest
-    assert left == {n: d for n, d in before.items() if n != "_manifest.json"}
-
-    again = write_batch(storage_root, make_messages(60), row_group_size=10, max_rows_per_file=25)
-    assert again == first and _digest(again["folder"]) == before
+    assert writer(0, 3).returncode == 0
+    again = staging.staged_files(storage_root, "EVENTS")
+    assert {f.path for f in again}.isdisjoint(f.path for f in first)
+    assert sorted(_digest(f.url).popitem()[1] for f in again) == digests and staging_rows(storage_root) == rows

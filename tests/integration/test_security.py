@@ -527,7 +527,6 @@ def test_connection_secrets_are_masked_in_airflow_task_logs(nkey_user, dags_fold
     import subprocess
     import sys
 
-    from airflow_provider_plgd import staging
 
     seed = nkey_user["seed"]
     # An NKEY server: it authenticates by the seed and ignores the password and token the client
@@ -554,8 +553,9 @@ def test_connection_secrets_are_masked_in_airflow_task_logs(nkey_user, dags_fold
     assert "Reading plgd.owners." in text  # the hook's own log lines are in the output as well
     for secret in (PASSWORD, TOKEN, seed):
         assert secret not in text
-    manifests = staging.list_committed(str(root), "EVENTS")
-    assert [m["count"] for m in manifests] == [1] and manifests[0]["owner_id"] == OWNER
+    from tests.integration.delta_read import staging_rows
+
+    assert [r["owner_id"] for r in staging_rows(root)] == [OWNER]
 
 
 def test_hook_masks_the_secrets_airflow_alone_does_not(monkeypatch):

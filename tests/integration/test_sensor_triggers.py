@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from airflow_provider_plgd import staging
 from airflow_provider_plgd.exceptions import IntervalNotCompleteError
 from airflow_provider_plgd.plgd.subjects import registrations_subject
 from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
@@ -400,7 +399,9 @@ def test_worker_clock_ahead_of_the_server_does_not_complete_the_interval(jetstre
     out = JetStreamToStagingOperator(task_id="fetch", owner_id=O1, event_type="devicesregistered",
                                      start_time=start_ns, end_time=end_ns, destination=storage_root,
                                      settle_seconds=5).execute({"params": {}})
-    data = staging.read_batch(staging.read_manifest(out["path"])).column("data").to_pylist()
+    from tests.integration.delta_read import staging_rows
+
+    data = [r["data"] for r in staging_rows(storage_root, interval_id=out["interval_id"])]
     assert data == [f"early-{i}".encode() for i in range(10)] + [f"late-{i}".encode() for i in range(5)]
 
 

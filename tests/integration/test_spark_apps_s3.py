@@ -30,10 +30,9 @@ from pathlib import Path
 import pytest
 
 from plgd_devtools.spark import spark_lock, spark_submit_env
-from tests.integration.delta_read import delta_rows, delta_table, options, read_both
+from tests.integration.delta_read import delta_rows, delta_table, options, read_both, staging_rows
 from tests.integration.staging_data import stage_simulation
 
-from airflow_provider_plgd import staging
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 
 pytestmark = pytest.mark.spark
@@ -139,7 +138,7 @@ def pipeline(s3, tmp_path_factory):
 def test_decode_counts_reconcile_with_the_staged_messages(pipeline):
     for k, (iid, _, _) in enumerate(pipeline.intervals):
         summary = pipeline.out["decode"][k]
-        staged = sum(int(m["count"]) for m in staging.list_committed(ROOT, "EVENTS", interval_id=iid))
+        staged = len(staging_rows(ROOT, interval_id=iid))
         published = sum(1 for m in pipeline.sim.messages if m.interval == k)
         assert summary["fetched"] == staged == published == summary["decoded"] + summary["quarantined"]
         assert summary["events_path"] == f"{ROOT}/events"
@@ -214,7 +213,7 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
     loaded the table at the same version; the first commits, the second's commit is refused
     (Delta's conflict check over S3 conditional puts, no lock service) and the table holds exactly
     the first one's rows, never a mix. The one thing faked: the second writer's table is loaded
-    before the first commits (``delta_tables._ensure_table`` returns that earlier load)."""
+    before the first commits (``delta_tables.ensure_table`` returns that earlier load)."""
     import pyarrow as pa
 
     from airflow_provider_plgd import delta_tables
@@ -238,9 +237,9 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
                                          app_id="test/I", run_version=version)
 
     commit("old", 3, 1)
-    stale = delta_tables._ensure_table(uri, schema, ("interval_id",))  # the second writer's load
+    stale = delta_tables.ensure_table(uri, schema, ("interval_id",))  # the second writer's load
     commit("a", 4, 2)
-    monkeypatch.setattr(delta_tables, "_ensure_table", lambda *a, **k: stale)
+    monkeypatch.setattr(delta_tables, "ensure_table", lambda *a, **k: stale)
     with pytest.raises(TableCommitError, match="another writer committed"):
         commit("b", 5, 3)
     rows = read_both(uri, "msg_id", interval_id="I")

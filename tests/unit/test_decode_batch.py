@@ -574,8 +574,10 @@ def test_plan_tasks_packs_row_groups_into_few_decreasing_tasks():
 
 
 def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypatch):
-    """``decode_job.make_rdd_task`` run in-process (no Spark): the packed row groups of a staging
-    file are read once each, decoded rows land in ``events``, bad ones in ``quarantine``."""
+    """``decode_job.make_rdd_task`` run in-process (no Spark): a staging file cut into slices by
+    its row count alone (no footer read on the driver), each task reads its slices' row groups
+    (footer read in the task), every row once; decoded rows land in ``events``, bad ones in
+    ``quarantine``; with owners, only their rows are read."""
     import pyarrow.dataset as ds
 
     from airflow_provider_plgd.spark.decode_job import make_rdd_task, staging_units
@@ -585,10 +587,15 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     rows = [(s, d) for _, s, d, _ in cases] * 3 + [(cases[0][1], b"\x00bad")]
     batch = staging_batch(rows)
     path = tmp_path / "staging.parquet"
-    pa.parquet.write_table(pa.Table.from_batches([batch]).cast(staging.SCHEMA), path, row_group_size=7)
-    units = staging_units([str(path)])
+    owners = [f"o{i % 3}" for i in range(len(rows))]
+    table = pa.Table.from_batches([batch]).cast(staging.SCHEMA).append_column("owner_id", pa.array(owners))
+    pa.parquet.write_table(table, path, row_group_size=7)
+    staged = staging.StagedFile("x.parquet", str(path), len(rows), path.stat().st_size, INTERVAL, "t",
+                                "o0", "o2", 1, len(rows), 0)
+    units = staging_units([staged], slice_rows=7)
     assert sum(u[2] for u in units) == len(rows) and len(units) == -(-len(rows) // 7)
-    tasks = plan_tasks(units, 2, min_rows=10)
+    assert {u[3] for u in units} == {len(units)} and sorted(u[1] for u in units) == list(range(len(units)))
+    tasks = plan_tasks(units, 2, min_rows=14)
     assert 1 < len(tasks) < len(units)
     ev, q = str(tmp_path / "ev"), str(tmp_path / "q")
     records = []
@@ -600,8 +607,8 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
         records += list(make_rdd_task(INTERVAL, ev, q, "w1", batch_rows=5)(iter([task_units])))
     by_table = collections.Counter()
     for rec in records:
-        by_table[rec["table"]] += rec["file"]["rows"]
-    assert by_table == {"events": len(rows) - 1, "quarantine": 1}
+        by_table[rec["table"]] += rec["rows"] if rec["table"] == "input" else rec["file"]["rows"]
+    assert by_table == {"events": len(rows) - 1, "quarantine": 1, "input": len(rows)}
     assert [rec["reasons"] for rec in records if rec["table"] == "quarantine" and rec["file"]["rows"]] == \
         [{"bad_protobuf": 1}]
     part = ds.partitioning(pa.schema([(c, pa.string()) for c in EVENTS_PARTITIONS]), flavor="hive")
@@ -611,5 +618,9 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     assert sorted(back.column("msg_id").to_pylist()) == sorted(decoded.column("msg_id").to_pylist())
     quarantined = ds.dataset(q, format="parquet").to_table()
     assert quarantined.column("reason").to_pylist() == ["bad_protobuf"]
-    assert {rec["file"]["path"] for rec in records} == {str(f.relative_to(tmp_path / t)) for t in ("ev", "q")
-                                            for f in (tmp_path / t).rglob("*.parquet")}
+    assert {rec["file"]["path"] for rec in records if "file" in rec} == {
+        str(f.relative_to(tmp_path / t)) for t in ("ev", "q") for f in (tmp_path / t).rglob("*.parquet")}
+    # only some owners' rows: the task filters them (and skips row groups whose statistics exclude them)
+    only = list(make_rdd_task(INTERVAL, str(tmp_path / "ev2"), str(tmp_path / "q2"), "w2", batch_rows=5,
+                              owners=["o1"])(iter([units])))
+    assert sum(rec["rows"] for rec in only if rec["table"] == "input") == owners.count("o1")

@@ -239,14 +239,12 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
     record["spark_skip"] = None
     base = ledger.interval_dir(root, "EVENTS", INTERVAL)
     ledger.write_json(f"{base}/stream.json", record)
-    batch = {"bytes": 10, "files": ["part-0.parquet"], "fragment": "f0"}
-    owners = {OWNER_A: {"staged": 2, "batches": [{**batch, "event_type": "devicesregistered", "count": 2,
-                                                  "first_seq": 1, "last_seq": 2}]},
-              OWNER_B: {"staged": 1, "batches": [{**batch, "event_type": "resourcechanged", "count": 1,
-                                                  "first_seq": 3, "last_seq": 3}]}}
+    event_types = {"devicesregistered": {"count": 2, "bytes": 10, "batches": 1, "files": 1, "first_seq": 1,
+                                         "last_seq": 2},
+                   "resourcechanged": {"count": 1, "bytes": 5, "batches": 1, "files": 1, "first_seq": 3, "last_seq": 3}}
     ledger.write_json(f"{base}/fetch/{ledger.range_record_name(0)}",
                       ledger.fetch_record(interval_id=INTERVAL, stream="EVENTS", range_=record["ranges"][0],
-                                          staged=3, skipped={}, owners=owners))
+                                          staged=3, skipped={}, event_types=event_types, run_version=None, owners=2))
     for app, summary in {
         "decode": {"fetched": 3, "decoded": decoded, "quarantined": 3 - decoded,
                    "per_reason": {"bad_cbor": 3 - decoded} if decoded < 3 else {}},
@@ -257,26 +255,27 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
         write_summary(summary_path(root, app, INTERVAL), summary)
 
 
-def test_summarize_interval_returns_the_reconciled_chain_without_per_owner_counts(root, caplog):
+def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_type(root, caplog):
     write_interval(root, decoded=2, kept=1, duplicates=1)
     params = {**DEFAULT_PARAMS, "owners": [OWNER_A], "max_fetch_tasks": 3}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
         result = summarize_interval(root, "EVENTS", INTERVAL, params)
 
-    assert "fetched" not in result and result["reconciled"] is True and result["problems"] == []
+    assert result["fetched"] == {"devicesregistered": 2, "resourcechanged": 1}  # nothing per owner
+    assert result["reconciled"] is True and result["problems"] == []
     assert result["interval_id"] == INTERVAL and result["fetched_total"] == 3
     assert result["params"] == run_params_used(params, root)
     assert result["params"]["max_fetch_tasks"] == 3 and result["params"]["storage_root"] == root
     chain = result["chain"]
-    assert (chain["stream_total"], chain["staged"], chain["owners"], chain["decoded"], chain["quarantined"],
-            chain["kept"], chain["duplicates_within_interval"]) == (3, 3, 2, 2, 1, 1, 1)
+    assert (chain["stream_total"], chain["staged"], chain["owners_per_range"], chain["decoded"], chain["quarantined"],
+            chain["kept"], chain["duplicates_within_interval"]) == (3, 3, [2], 2, 1, 1, 1)
     assert result["decode"]["per_reason"] == {"bad_cbor": 1}
     assert result["rebuild"]["version"] == "20260301T110000Z"
     written = json.loads(Path(ledger.interval_dir(root, "EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is True and written["chain"] == chain
     lines = [r.getMessage() for r in caplog.records if r.name == "airflow_provider_plgd.etl"]
-    assert f"  fetched owner={OWNER_A} event_type=devicesregistered count=2" in lines
-    assert f"  fetched owner={OWNER_B} event_type=resourcechanged count=1" in lines
+    assert "  fetched event_type=devicesregistered count=2" in lines
+    assert "  fetched event_type=resourcechanged count=1" in lines
     assert "Snapshot 20260301T110000Z rows: {'resources': 1}" in lines
     assert "Reconciled: True; lag " in lines[-1]
 
@@ -298,3 +297,32 @@ def test_summarize_interval_without_a_ledger_names_where_the_plan_writes_it(root
     with pytest.raises(LedgerError, match=rf"interval {INTERVAL} does not reconcile: no ledger at "
                                           rf"{root}/_ledger/EVENTS/interval={INTERVAL} \(the plan task writes it\)"):
         summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS)
+
+
+def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the_retention(root, caplog):
+    """``build_etl_dag(staging_retention=…)``: after an interval reconciles, the staging of every
+    reconciled interval staged longer ago than the retention is removed (a Delta commit) and
+    vacuumed; an interval that did not reconcile keeps its staging, and so does another DAG's batch."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.fetch.stager import Stager
+
+    failed = "20260301T090000Z_20260301T100000Z"
+    other = "seq-000000000001-000000000009"  # a batch of another DAG (no ledger)
+    for iid in (INTERVAL, failed, other):
+        stager = Stager(stream="EVENTS", spill_dir=None)
+        stager.add(OWNER_A, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
+        records = stager.write(staging.table_uri(root, "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
+        staging.commit_batches(root, "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
+    ledger.write_json(f"{ledger.interval_dir(root, 'EVENTS', failed)}/summary.json",
+                      {"version": ledger.LEDGER_VERSION, "reconciled": False})
+    write_interval(root, decoded=2, kept=1, duplicates=1)
+    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600)
+    assert kept["staging_expired"] is None and len(staging.staged_intervals(root, "EVENTS")) == 3
+    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
+        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0)
+    assert done["staging_expired"]["intervals"] == [INTERVAL] and done["staging_expired"]["rows"] == 2
+    rows = DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
+    assert sorted({r["interval_id"] for r in rows}) == sorted([failed, other])
+    assert any("Expired the staging of 1 reconciled interval(s)" in r.getMessage() for r in caplog.records)

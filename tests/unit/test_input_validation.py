@@ -193,58 +193,40 @@ def test_plan_step_rejects_hostile_params_itself(field, value, plan_callable, tm
 @pytest.mark.parametrize("field", ["owner_id", "event_type", "interval_id", "stream"])
 @pytest.mark.parametrize("value", PATH_HOSTILE)
 def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, value, tmp_path):
+    from airflow_provider_plgd.fetch.stager import Stager
+
     root = tmp_path / "root"
     kwargs = {"stream": "EVENTS", "owner_id": OWNER, "event_type": "devicesregistered",
               "interval_id": "seq-000000000001-000000000002", field: value}
     with pytest.raises(ValueError) as err:
-        with staging.StagingWriter(str(root), subject_filters=["plgd.>"], bounds={}, **kwargs) as writer:
-            writer.write([(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
-            writer.commit()
+        table = staging.table_uri(str(root), kwargs["stream"])
+        stager = Stager(stream=kwargs["stream"], spill_dir=None)
+        stager.add(kwargs["owner_id"], kwargs["event_type"],
+                   [(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
+        records = stager.write(table, kwargs["interval_id"], staging.batch_file_prefix(kwargs["owner_id"], "w1"))
+        staging.commit_batches(str(root), kwargs["stream"], kwargs["interval_id"], kwargs["owner_id"],
+                               [kwargs["event_type"]], records, 1)
     assert field in str(err.value) and named(value) in str(err.value)
     assert tree(tmp_path) == []
 
 
 @pytest.mark.parametrize("value", ["*", "?", "[ab]", "..", "a/b", "."])
-def test_staging_listing_rejects_glob_and_path_values(value, tmp_path):
+def test_staging_readers_reject_glob_and_path_values(value, tmp_path):
     root = tmp_path / "root"
-    with staging.StagingWriter(str(root), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                               interval_id="seq-000000000001-000000000001", subject_filters=["plgd.>"],
-                               bounds={}) as writer:
-        writer.write([(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
-        writer.commit()
-    for kwargs in ({"owner_ids": [value]}, {"event_types": [value]}, {"interval_id": value}):
+    for call in (lambda: staging.table_uri(str(root), value), lambda: staging.partition_folder(value, "x"),
+                 lambda: staging.partition_folder("i", value), lambda: staging.begin_interval(str(root), "EVENTS", value, 1),
+                 lambda: staging.batch_file_prefix(value, "w")):
         with pytest.raises(ValueError) as err:
-            staging.list_committed(str(root), "EVENTS", **kwargs)
+            call()
         assert repr(value) in str(err.value)
-    with pytest.raises(ValueError):
-        staging.list_committed(str(root), value)
-    assert len(staging.list_committed(str(root), "EVENTS")) == 1
-
-
-@pytest.mark.parametrize("bad_path", ["../../outside.parquet", "/etc/passwd", "sub/part.parquet", "..", "."])
-def test_tampered_manifest_cannot_point_outside_its_folder(bad_path, tmp_path):
-    root = tmp_path / "root"
-    with staging.StagingWriter(str(root), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                               interval_id="seq-000000000001-000000000001", subject_filters=["plgd.>"],
-                               bounds={}) as writer:
-        writer.write([(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
-        manifest = writer.commit()
-    path = Path(manifest["folder"]) / staging.MANIFEST_NAME
-    data = json.loads(path.read_text())
-    data["files"][0]["path"] = bad_path
-    path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="not a file name in its folder") as err:
-        staging.read_manifest(manifest["folder"])
-    assert repr(bad_path) in str(err.value)
-    with pytest.raises(ValueError):
-        staging.list_committed(str(root), "EVENTS")
+    assert tree(tmp_path) == []
 
 
 def test_valid_values_still_build_the_documented_layout(tmp_path):
     root = tmp_path / "root"
-    folder = staging.batch_path(str(root), "EVENTS", OWNER, "devicesregistered", "seq-000000000001-000000000002")
-    assert folder == f"{root}/staging/EVENTS/owner_id={OWNER}/event_type=devicesregistered/" \
-                     "interval=seq-000000000001-000000000002"
+    table = staging.table_uri(str(root), "EVENTS")
+    folder = f"{table}/{staging.partition_folder('seq-000000000001-000000000002', 'devicesregistered')}"
+    assert folder == f"{root}/staging/EVENTS/interval_id=seq-000000000001-000000000002/event_type=devicesregistered"
     assert os.path.commonpath([folder, str(root)]) == str(root)
 
 

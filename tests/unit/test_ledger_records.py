@@ -44,12 +44,15 @@ def test_plan_record_round_trips_byte_for_byte(tmp_path):
 
 def test_fetch_record_round_trips_byte_for_byte(tmp_path):
     rng = ledger.PlanRange(3, 41, 50, 7)
-    owners = {"o2": {"staged": 2, "batches": []}, "o1": {"staged": 4, "batches": []}}
-    as_dict = ledger.fetch_record(interval_id="i", stream="EVENTS", range_=rng, staged=6,
-                                  skipped={"b": 1, "a": 0}, owners=owners)
+    types = {"resourcechanged": {"count": 2, "bytes": 9, "batches": 2, "files": 1, "first_seq": 41, "last_seq": 44},
+             "devicesregistered": {"count": 4, "bytes": 8, "batches": 1, "files": 1, "first_seq": 42, "last_seq": 49}}
+    as_dict = ledger.fetch_record(interval_id="i", stream="EVENTS", range_=rng, staged=6, skipped={"b": 1, "a": 0},
+                                  event_types=types, run_version=17, owners=2, unrouted=1, delta_version=4)
     assert as_dict == ledger.fetch_record(interval_id="i", stream="EVENTS", range_=rng.as_dict(), staged=6,
-                                          skipped={"b": 1, "a": 0}, owners=owners)
-    assert list(as_dict["owners"]) == ["o1", "o2"] and list(as_dict["skipped"]) == ["a", "b"]
+                                          skipped={"b": 1, "a": 0}, event_types=types, run_version=17, owners=2,
+                                          unrouted=1, delta_version=4)
+    assert list(as_dict["event_types"]) == ["devicesregistered", "resourcechanged"] and list(as_dict["skipped"]) == ["a", "b"]
+    assert (as_dict["owners"], as_dict["unrouted"], as_dict["run_version"], as_dict["version"]) == (2, 1, 17, 3)
     assert as_dict["range"] == {"index": 3, "first_seq": 41, "end_seq_exclusive": 50, "count": 7}
     path = tmp_path / ledger.range_record_name(3)
     ledger.write_json(str(path), as_dict)

@@ -94,12 +94,27 @@ def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
     ledger.check_selection_covers(None, {**earlier, "owners": ["a"]})  # a first run may be narrow
     version1 = {"version": 1, "interval_id": I1, "owners": {"a": 3, "b": 2, "quiet": 0}, "unrouted": 1,
                 "event_types": types}
-    for previous, previous_records in ((earlier, records), (version1, [])):
+    # version 3: the records hold counts per event type and the unrouted count; the owners come from
+    # the earlier run's staging (staged_owners), asked only when this run selects owners
+    version3 = {"version": 3, "interval_id": I1, "owners": None, "event_types": types}
+    records3 = [{"version": 3, "range": {"index": 0}, "staged": 4, "unrouted": 1, "owners": 1},
+                {"version": 3, "range": {"index": 1}, "staged": 2, "unrouted": 0, "owners": 1}]
+    asked = []
+
+    def staged_owners():
+        asked.append(1)
+        return {"a": 3, "b": 2, "_unrouted": 1}
+
+    ledger.check_selection_covers(version3, {**version3, "event_types": [*types, "x"]}, records3,
+                                  staged_owners=staged_owners)
+    assert asked == []  # every owner selected: no scan of the staging
+    for previous, previous_records in ((earlier, records), (version1, []), (version3, records3)):
         for narrower, named in [
             ({"owners": ["a", "quiet"]}, "1 owner(s) with messages not selected now: b"),
             ({"owners": ["a", "b"]}, "the 1 unrouted message(s)"),
             ({"event_types": ["resourcechanged"]}, "1 event type(s) not selected now: devicesregistered"),
         ]:
             with pytest.raises(NarrowerRerunError) as err:
-                ledger.check_selection_covers(previous, {**earlier, **narrower}, previous_records)
+                ledger.check_selection_covers(previous, {**earlier, **narrower}, previous_records,
+                                              staged_owners=staged_owners)
             assert named in str(err.value) and "nothing was changed" in str(err.value)

@@ -1,62 +1,70 @@
-"""Unit tests of the staging layout, writer, commit protocol and readers (airflow_provider_plgd.staging)."""
+"""Unit tests of the staging contract (airflow_provider_plgd.staging) and its writer (fetch.stager).
+
+Real deltalake tables on local disk; the tests read them back with deltalake and Polars.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_plgd import staging, storage, times
+from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
+from airflow_provider_plgd.fetch.stager import Stager
 
 UTC = timezone.utc
 T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in ns
-OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
-SUBJ = f"plgd.owners.{OWNER}.registrations.devicesregistered"
+IID = "20260101T000000Z_20260101T010000Z"
+OWNERS = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(40)]
 
 
 def make_messages(n: int, first_seq: int = 1, *, size: int = 40, headers_every: int = 3) -> list[tuple]:
-    """Messages as (stream_seq, subject, time_ns, headers, data) with varied payloads."""
+    """``(owner, event type, (stream_seq, subject, time_ns, headers, data))``: owners interleaved
+    in stream order (as a fleet publishes), two event types, varied payloads and headers."""
     out = []
     for i in range(n):
         seq = first_seq + i
+        owner = OWNERS[(seq * 7) % len(OWNERS)]
+        event_type = "resourcechanged" if seq % 3 else "devicesregistered"
         headers = {"Nats-Msg-Id": f"id-{seq}", "X-Other": "v"} if headers_every and seq % headers_every == 0 else None
-        out.append((seq, SUBJ, T0 + seq * 1_234_567, headers, hashlib.sha256(str(seq).encode()).digest() * (1 + seq % size)))
+        data = hashlib.sha256(str(seq).encode()).digest() * (1 + seq % size)
+        out.append((owner, event_type, (seq, f"plgd.owners.{owner}.x.{event_type}", T0 + seq * 1_234_567, headers, data)))
     return out
 
 
-def write_batch(root, messages, *, chunks=(1000,), filters=("f1",), interval="seq-000000000001-000000001000", **kw):
-    """Write messages (split across filters in equal parts) in batches of cycling sizes, then commit."""
-    per_filter = -(-len(messages) // len(filters)) if messages else 0
-    with staging.StagingWriter(root, stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                               interval_id=interval, subject_filters=list(filters), bounds={"kind": "seq"}, **kw) as w:
-        for fi, f in enumerate(filters):
-            w.start_filter(f)
-            part = messages[fi * per_filter:(fi + 1) * per_filter]
-            i = k = 0
-            while i < len(part):
-                size = chunks[k % len(chunks)]
-                w.write(part[i:i + size])
-                i += size
-                k += 1
-        return w.commit()
+def stage(root, messages, *, index=0, version=100, chunk=100, **kw) -> tuple[Stager, list[dict]]:
+    """Add ``messages`` in chunks of ``chunk`` (grouped per batch as the router does), write range files."""
+    kw.setdefault("spill_dir", None)
+    stager = Stager(stream="EVENTS", **kw)
+    for start in range(0, len(messages), chunk):
+        by_batch: dict[tuple[str, str], list] = {}
+        for owner, event_type, msg in messages[start:start + chunk]:
+            by_batch.setdefault((owner, event_type), []).append(msg)
+        for (owner, event_type), rows in by_batch.items():
+            stager.add(owner, event_type, rows)
+    records = stager.write(staging.table_uri(root, "EVENTS"), IID,
+                           staging.range_file_prefix(index, version, staging.new_write_id()))
+    stager.close()
+    return stager, records
 
 
-def folder_digest(folder: str) -> dict[str, str]:
-    return {name: hashlib.sha256(open(os.path.join(folder, name), "rb").read()).hexdigest()
-            for name in sorted(os.listdir(folder))}
+def delta_rows(root) -> list[dict]:
+    from deltalake import DeltaTable
+
+    return DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
 
 
 # ---------------------------------------------------------------------------------------------
-# interval IDs and paths
+# interval IDs, names and paths
 # ---------------------------------------------------------------------------------------------
 def test_interval_id_formats():
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -64,14 +72,12 @@ def test_interval_id_formats():
     assert times.interval_id(start, start + timedelta(seconds=20, microseconds=5)) == \
         "20260101T000000Z_20260101T000020.000005Z"
     assert times.interval_id(T0, T0 + 1) == "20260101T000000Z_20260101T000000.000000001Z"
-    assert times.interval_id("2026-01-01T01:00:00+01:00", "2026-01-01T00:00:01Z") == \
-        "20260101T000000Z_20260101T000001Z"
     assert times.seq_interval_id(1, 1000) == "seq-000000000001-000000001000"
     assert times.durable_interval_id(5, 7) == "durable-000000000005-000000000007"
 
 
-@pytest.mark.parametrize("iid", ["20260101T000000Z_20260101T000020.000005Z", "20260101T000000Z_20260101T000000.000000001Z",
-                                 "seq-000000000001-000000001000", "durable-000000000005-000000000007"])
+@pytest.mark.parametrize("iid", ["20260101T000000Z_20260101T000020.000005Z", "seq-000000000001-000000001000",
+                                 "durable-000000000005-000000000007"])
 def test_parse_interval_id_round_trip(iid):
     parsed = times.parse_interval_id(iid)
     if parsed["kind"] == "time":
@@ -81,332 +87,305 @@ def test_parse_interval_id_round_trip(iid):
         assert fn(parsed["first_seq"], parsed["last_seq"]) == iid
 
 
-def test_interval_errors():
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    with pytest.raises(ValueError, match="must be after"):
-        times.interval_id(start, start)
-    with pytest.raises(ValueError, match="timezone-aware"):
-        times.interval_id(datetime(2026, 1, 1), start)
-    with pytest.raises(ValueError, match="not an ISO-8601"):
-        times.to_ns("yesterday")
-    with pytest.raises(TypeError):
-        times.to_ns(1.5)
-    with pytest.raises(ValueError, match="invalid stream sequence range"):
-        times.seq_interval_id(10, 9)
-    with pytest.raises(ValueError, match="not a staging interval ID"):
-        times.parse_interval_id("last-week")
-
-
-@pytest.mark.parametrize("bad", ["", "a/b", "..", "a b", "x=y", "a\\b", "tab\t"])
+@pytest.mark.parametrize("bad", ["", "a/b", "..", "a b", "x=y", "a\\b", "tab\t", "*", "a?"])
 def test_partition_values_rejected(bad):
+    with pytest.raises(ValueError, match="event_type"):
+        staging.partition_folder(IID, bad)
     with pytest.raises(ValueError, match="owner_id"):
-        staging.batch_path("/r", "EVENTS", bad, "devicesregistered", "seq-000000000001-000000000001")
+        staging.batch_file_prefix(bad, "w")
 
 
-def test_batch_path_and_filter_key():
-    assert staging.batch_path("s3://b/plgd/", "EVENTS", OWNER, "resourcechanged", "seq-000000000001-000000000002") == \
-        f"s3://b/plgd/staging/EVENTS/owner_id={OWNER}/event_type=resourcechanged/interval=seq-000000000001-000000000002"
+def test_names_paths_and_filter_key():
+    assert staging.table_uri("s3://b/plgd/", "EVENTS") == "s3://b/plgd/staging/EVENTS"
+    assert staging.partition_folder(IID, "resourcechanged") == f"interval_id={IID}/event_type=resourcechanged"
+    prefix = staging.range_file_prefix(3, 1767229200123, "abc")
+    assert prefix == "r0003-v1767229200123-abc"
+    assert staging.file_range(f"interval_id={IID}/event_type=x/{prefix}-00001.parquet") == (3, 1767229200123)
+    assert staging.file_range("interval_id=i/event_type=x/b.o1.abc-00000.parquet") is None
+    owner = OWNERS[0]
+    assert staging.file_batch_owner(f"x/{staging.batch_file_prefix(owner, 'w1')}-00000.parquet") == owner
+    assert staging.file_batch_owner(f"x/{prefix}-00000.parquet") is None
+    with pytest.raises(ValueError, match="cannot hold '.'"):
+        staging.batch_file_prefix("a.b", "w")
     key = staging.filter_key(["plgd.>"])
     assert key.startswith("f") and len(key) == 17 and key == staging.filter_key("plgd.>")
     assert key != staging.filter_key(["plgd.owners.*.>"])
+    assert staging.TABLE_SCHEMA.names == staging.SCHEMA.names + ["owner_id", "interval_id", "event_type"]
 
 
-def test_staging_module_imports_no_airflow():
+def test_staging_module_imports_no_airflow_spark_or_deltalake():
     code = ("import sys, airflow_provider_plgd.staging; "
-            "bad=[m for m in sys.modules if m == 'airflow' or m.startswith(('airflow.', 'pyspark'))]; "
+            "bad=[m for m in sys.modules if m in ('airflow', 'deltalake') or m.startswith(('airflow.', 'pyspark'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # ---------------------------------------------------------------------------------------------
-# writer
+# the writer: files per event type, rows ordered by owner then stream sequence, cut by size
 # ---------------------------------------------------------------------------------------------
-def test_schema_and_content(tmp_path):
-    msgs = make_messages(10)
-    manifest = write_batch(str(tmp_path), msgs)
-    table = staging.read_batch(manifest)
-    assert table.schema == staging.SCHEMA
-    assert str(table.schema.field("published_at").type) == "timestamp[us, tz=UTC]"
-    rows = table.to_pylist()
-    assert [r["stream_seq"] for r in rows] == list(range(1, 11))
-    assert all(r["stream"] == "EVENTS" and r["subject"] == SUBJ for r in rows)
-    assert [r["data"] for r in rows] == [m[4] for m in msgs]
-    # microseconds, truncated from the server's nanoseconds
-    us = table.column("published_at").cast(pa.int64()).to_pylist()
-    assert us == [m[2] // 1000 for m in msgs]
-    assert [r["msg_id"] for r in rows] == [f"id-{s}" if s % 3 == 0 else None for s in range(1, 11)]
-    assert rows[2]["headers"] == [("Nats-Msg-Id", "id-3"), ("X-Other", "v")] and rows[0]["headers"] is None
-    assert manifest["count"] == 10 and manifest["bytes"] == sum(len(m[4]) for m in msgs)
-    assert (manifest["first_seq"], manifest["last_seq"]) == (1, 10)
-
-
-def test_row_groups_files_and_filters(tmp_path):
-    msgs = make_messages(2500)
-    m = write_batch(str(tmp_path), msgs, chunks=(7, 300, 1), filters=("f1", "f2"),
-                    row_group_size=300, max_rows_per_file=1000, row_group_bytes=20_000)
-    assert [(f["path"], f["rows"], f["subject_filter"]) for f in m["files"]] == [
-        ("part-00000.parquet", 1000, "f1"), ("part-00001.parquet", 250, "f1"), ("part-00000-f1.parquet", 1000, "f2"),
-        ("part-00001-f1.parquet", 250, "f2")]
-    assert [f["count"] for f in m["filters"]] == [1250, 1250]
-    assert m["filters"][1]["first_seq"] == 1251
-    for f in m["files"]:
-        meta = pq.ParquetFile(os.path.join(m["folder"], f["path"])).metadata
-        assert meta.num_rows == f["rows"]
-        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-        assert all(g.num_rows <= 300 for g in groups)
-        # a group is cut before its payload passes row_group_bytes (unless it is a single row)
-        sizes = [sum(len(x) for x in pq.ParquetFile(os.path.join(m["folder"], f["path"])).read_row_group(i)
-                     .column("data").to_pylist()) for i in range(meta.num_row_groups)]
-        assert all(s <= 20_000 for s in sizes)
-        assert os.path.getsize(os.path.join(m["folder"], f["path"])) == f["bytes"]
-    assert staging.read_batch(m).column("stream_seq").to_pylist() == list(range(1, 2501))
-
-
-def test_output_independent_of_fetch_batching(tmp_path):
-    """Cut points depend only on the messages, so any fetch batching gives byte-identical files."""
+def test_files_per_event_type_sorted_by_owner_cut_by_size_with_delta_statistics(tmp_path):
     msgs = make_messages(3000)
-    kw = dict(row_group_size=512, max_rows_per_file=1100, row_group_bytes=50_000)
-    a = write_batch(str(tmp_path / "a"), msgs, chunks=(1000,), **kw)
-    b = write_batch(str(tmp_path / "b"), msgs, chunks=(1, 17, 333, 2), **kw)
-    assert folder_digest(a["folder"]) == folder_digest(b["folder"])
+    stager, records = stage(tmp_path, msgs, target_file_bytes=60_000, row_group_rows=200)
+    table = staging.table_uri(tmp_path, "EVENTS")
+    by_type: dict[str, list[dict]] = {}
+    for rec in records:
+        by_type.setdefault(rec["partition"]["event_type"], []).append(rec)
+    for event_type, recs in by_type.items():
+        payload = sum(len(m[2][4]) for m in msgs if m[1] == event_type)
+        assert len(recs) <= -(-payload // 60_000) and len(recs) > 1  # ceil(bytes / target), here several
+        rows = []
+        for rec in recs:
+            pf = pq.ParquetFile(os.path.join(table, rec["path"]))
+            assert pf.schema_arrow == staging.FILE_SCHEMA
+            assert all(pf.metadata.row_group(g).num_rows <= 200 for g in range(pf.metadata.num_row_groups))
+            got = pf.read()
+            keys = list(zip(got.column("owner_id").to_pylist(), got.column("stream_seq").to_pylist()))
+            assert keys == sorted(keys)
+            import json
+
+            stats = json.loads(rec["stats"])
+            assert stats["numRecords"] == got.num_rows == rec["rows"]
+            assert (stats["minValues"]["owner_id"], stats["maxValues"]["owner_id"]) == (keys[0][0], keys[-1][0])
+            rows += got.to_pylist()
+        # files follow each other in the sort order: an owner's batch is one run across them
+        keys = [(r["owner_id"], r["stream_seq"]) for r in rows]
+        assert keys == sorted(keys)
+        expected = sorted((o, m) for o, t, m in msgs if t == event_type)
+        assert [(r["owner_id"], r["stream_seq"], r["subject"], r["data"]) for r in rows] == \
+            [(o, m[0], m[1], m[4]) for o, m in expected]
+        headers = {r["stream_seq"]: (r["msg_id"], r["headers"]) for r in rows}
+        for _o, m in expected:
+            want = (m[3]["Nats-Msg-Id"], sorted(m[3].items())) if m[3] else (None, None)
+            assert (headers[m[0]][0], sorted(headers[m[0]][1]) if headers[m[0]][1] else None) == want
+        s = stager.summaries[event_type]
+        assert (s.count, s.files, s.first_seq, s.last_seq) == (len(expected), len(recs), min(m[0] for _o, m in expected),
+                                                               max(m[0] for _o, m in expected))
+        assert s.batches == len({o for o, _m in expected}) and s.bytes == payload
+    assert stager.owners == len({o for o, _t, _m in msgs})
+    # published_at: server time truncated to microseconds
+    one = pq.read_table(os.path.join(table, records[0]["path"])).slice(0, 1).to_pylist()[0]
+    seq = one["stream_seq"]
+    assert one["published_at"] == datetime.fromtimestamp((T0 + seq * 1_234_567) // 1000 / 1e6, tz=UTC)
 
 
-def test_interleaved_filters_give_the_files_of_filter_after_filter(tmp_path):
-    """Rows of several filters written as they come (``write(rows, filter_index=i)``, what the
-    owner-wide fetch does instead of spooling) give byte-identical files and manifest."""
-    msgs = make_messages(2400)
-    kw = dict(row_group_size=128, max_rows_per_file=500, row_group_bytes=30_000)
-    sequential = write_batch(str(tmp_path / "a"), msgs, chunks=(50, 7), filters=("f1", "f2", "f3"), **kw)
-    thirds = [msgs[0:800], msgs[800:1600], msgs[1600:2400]]
-    with staging.StagingWriter(str(tmp_path / "b"), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                               interval_id="seq-000000000001-000000001000", subject_filters=["f1", "f2", "f3"],
-                               bounds={"kind": "seq"}, **kw) as w:
-        # the second filter gets nothing for a while, then all filters interleave in odd chunk sizes
-        offsets = [0, 0, 0]
-        for step in range(10_000):
-            index = [0, 2, 0, 1, 2][step % 5] if step > 20 else 0
-            size = (step % 37) + 1
-            chunk = thirds[index][offsets[index]:offsets[index] + size]
-            if chunk:
-                w.write(chunk, filter_index=index)
-                offsets[index] += len(chunk)
-            if offsets == [800, 800, 800]:
-                break
-        interleaved = w.commit()
-    assert folder_digest(interleaved["folder"]) == folder_digest(sequential["folder"])
-    assert [f["path"] for f in interleaved["files"]][:3] == ["part-00000.parquet", "part-00001.parquet",
-                                                             "part-00000-f1.parquet"]
-    assert staging.read_batch(interleaved).column("stream_seq").to_pylist() == list(range(1, 2401))
-    with pytest.raises(ValueError, match="filter_index 3"):
-        staging.StagingWriter(str(tmp_path / "c"), stream="EVENTS", owner_id=OWNER, event_type="x",
-                              interval_id="seq-000000000001-000000000001", subject_filters=["f1"],
-                              bounds={}).__enter__().write(msgs[:1], filter_index=3)
+def test_spilled_runs_give_the_same_rows_and_files_as_memory(tmp_path):
+    msgs = make_messages(2500)
+    spill = tmp_path / "spill"
+    small, small_records = stage(tmp_path / "a", msgs, buffer_bytes=20_000, spill_dir=str(spill),
+                                 target_file_bytes=50_000, row_group_rows=300, chunk=37)
+    big, big_records = stage(tmp_path / "b", msgs, buffer_bytes=10**9, target_file_bytes=50_000, row_group_rows=300)
+    assert small.spills > 10 and big.spills == 0
+    assert os.listdir(spill) == []  # closed: the runs are deleted
+    assert [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in small_records] == \
+        [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in big_records]
+    for a, b in zip(small_records, big_records):
+        ta = pq.read_table(os.path.join(staging.table_uri(tmp_path / "a", "EVENTS"), a["path"]))
+        tb = pq.read_table(os.path.join(staging.table_uri(tmp_path / "b", "EVENTS"), b["path"]))
+        assert ta.equals(tb)
+    with pytest.raises(ValueError, match="no spill folder"):
+        stage(tmp_path / "c", msgs, buffer_bytes=1000)
+
+
+def test_count_only_summarizes_without_rows():
+    msgs = make_messages(500)
+    stager = Stager(stream="EVENTS", spill_dir=None, count_only=True)
+    for owner, event_type, msg in msgs:
+        stager.add(owner, event_type, [msg])
+    stager.summarize()
+    for event_type in ("resourcechanged", "devicesregistered"):
+        mine = [(o, m) for o, t, m in msgs if t == event_type]
+        s = stager.summaries[event_type]
+        assert (s.count, s.batches, s.first_seq, s.last_seq, s.bytes) == (
+            len(mine), len({o for o, _ in mine}), min(m[0] for _, m in mine), max(m[0] for _, m in mine),
+            sum(len(m[4]) for _, m in mine))
+    assert stager.owners == len({o for o, _t, _m in msgs}) and stager.pending_bytes == 0
 
 
 def test_io_errors_name_the_path(tmp_path):
-    """An I/O error of the writer names the file or folder (a bare ENOSPC names none)."""
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "staging").write_text("a file where the staging folder should be")
-    with pytest.raises(OSError, match=f"cannot create the staging folder {root}/staging/EVENTS/owner_id="):
-        write_batch(str(root), make_messages(10))
-    # a full disk: the part file in progress is a link to /dev/full (every write fails with ENOSPC)
-    with staging.StagingWriter(str(tmp_path / "root2"), stream="EVENTS", owner_id=OWNER,
-                               event_type="devicesregistered", interval_id="seq-000000000001-000000001000",
-                               subject_filters=["f1"], bounds={}, row_group_size=5) as w:
-        tmp = os.path.join(w.folder, f".part-00000.parquet.{w._writer_id}.inprogress")
-        os.symlink("/dev/full", tmp)
-        with pytest.raises(OSError, match=f"cannot .* the part file {tmp}: .*No space left on device") as info:
-            w.write(make_messages(400))
-            w.commit()
-        assert info.value.errno == 28
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the spill folder should be")
+    stager = Stager(stream="EVENTS", spill_dir=str(blocked / "spill"), buffer_bytes=10)
+    with pytest.raises(OSError, match="blocked/spill"):
+        owner, event_type, msg = make_messages(1)[0]
+        stager.add(owner, event_type, [msg])
 
 
-def test_rerun_is_byte_identical_and_removes_strays(tmp_path):
-    msgs = make_messages(1500)
-    first = write_batch(str(tmp_path), msgs, max_rows_per_file=400)
-    before = folder_digest(first["folder"])
-    # leftovers of an interrupted run, and a part file from a bigger earlier batch
-    for name in (".part-00000.parquet.inprogress", "part-00099.parquet", "junk.txt"):
-        (tmp_path / first["folder"] / name).write_bytes(b"x")
-    # a temp file of a killed writer is removed once it is older than STALE_INPROGRESS_S (a
-    # younger one may belong to a concurrent writer of the same batch)
-    stale = time.time() - storage.STALE_INPROGRESS_S - 60
-    os.utime(tmp_path / first["folder"] / ".part-00000.parquet.inprogress", (stale, stale))
-    again = write_batch(str(tmp_path), msgs, chunks=(13,), max_rows_per_file=400)
-    assert folder_digest(again["folder"]) == before
-    assert sorted(before) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet",
-                              "part-00003.parquet"]  # one filter: the names of earlier versions
-
-
-def test_interrupted_rerun_leaves_folder_uncommitted(tmp_path):
+# ---------------------------------------------------------------------------------------------
+# commits: one append per range; a run begins with removing the interval; batches replace
+# ---------------------------------------------------------------------------------------------
+def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_interval(tmp_path):
     root = str(tmp_path)
-    write_batch(root, make_messages(100))
-    assert len(staging.list_committed(root, "EVENTS")) == 1
-    with pytest.raises(RuntimeError, match="boom"):
-        with staging.StagingWriter(root, stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                                   interval_id="seq-000000000001-000000001000", subject_filters=["f1"],
-                                   bounds={"kind": "seq"}, row_group_size=10) as w:
-            w.write(make_messages(50))
-            raise RuntimeError("boom")
-    assert staging.list_committed(root, "EVENTS") == []  # old manifest gone, no new one
-    folder = staging.batch_path(root, "EVENTS", OWNER, "devicesregistered", "seq-000000000001-000000001000")
-    assert not any(n.endswith(".inprogress") for n in os.listdir(folder))
-    with pytest.raises(FileNotFoundError, match="no committed manifest"):
-        staging.read_manifest(folder)
+    msgs = make_messages(1200)
+    other_interval = "20260101T010000Z_20260101T020000Z"
+    staging.begin_interval(root, "EVENTS", IID, 100)
+    _, r0 = stage(root, msgs[:600], index=0)
+    _, r1 = stage(root, msgs[600:], index=1)
+    first = staging.commit_range(root, "EVENTS", IID, 0, 100, r0)
+    second = staging.commit_range(root, "EVENTS", IID, 1, 100, r1)
+    assert second.version == first.version + 1 and len(first.files) == len(r0)
+    # a retried commit of the range is a no-op; the files are those of the first commit
+    again = staging.commit_range(root, "EVENTS", IID, 0, 100, r0)
+    assert again.version is None and again.files == first.files
+    assert staging.committed_range(root, "EVENTS", IID, 0, 100).files == first.files
+    assert staging.committed_range(root, "EVENTS", IID, 2, 100) is None
+    rows = delta_rows(root)
+    assert sorted(r["stream_seq"] for r in rows) == list(range(1, 1201))
+    assert {r["interval_id"] for r in rows} == {IID}
+    # another interval's run is left alone by this interval's rerun
+    staging.begin_interval(root, "EVENTS", other_interval, 7)
+    _, other = stage(root, msgs[:5], index=0, version=7)
+    for rec in other:
+        rec["partition"]["interval_id"] = other_interval
+        rec["path"] = rec["path"].replace(IID, other_interval)
+        os.makedirs(os.path.dirname(os.path.join(staging.table_uri(root, "EVENTS"), rec["path"])), exist_ok=True)
+        os.rename(os.path.join(staging.table_uri(root, "EVENTS"), rec["path"].replace(other_interval, IID)),
+                  os.path.join(staging.table_uri(root, "EVENTS"), rec["path"]))
+    staging.commit_range(root, "EVENTS", other_interval, 0, 7, other)
+
+    # the rerun: the plan begins run 101; the earlier run's tasks are refused from then on
+    begun = staging.begin_interval(root, "EVENTS", IID, 101)
+    assert len(begun.files) == len(r0) + len(r1)
+    assert staging.begin_interval(root, "EVENTS", IID, 101).version is None  # a retried plan
+    assert staging.staged_files(root, "EVENTS", interval_id=IID) == []
+    assert len(staging.staged_files(root, "EVENTS", interval_id=other_interval)) == len(other)
+    with pytest.raises(TableCommitError, match="a newer plan of interval .* began its run"):
+        staging.commit_range(root, "EVENTS", IID, 1, 100, r1)
+    with pytest.raises(TableCommitError, match="a newer run .* first"):
+        staging.begin_interval(root, "EVENTS", IID, 100)
+    with pytest.raises(LedgerError, match="records no start of the plan's run 102"):
+        staging.commit_range(root, "EVENTS", IID, 0, 102, r0)
+    with pytest.raises(LedgerError, match="records no start"):
+        staging.committed_range(root, "EVENTS", "20260102T000000Z_20260102T010000Z", 0, 1)
+    # Polars reads the same table
+    import polars as pl
+
+    frame = pl.read_delta(staging.table_uri(root, "EVENTS"))
+    assert frame.height == 5 and set(frame.get_column("interval_id").to_list()) == {other_interval}
 
 
-def test_empty_batch_commits_empty_manifest(tmp_path):
-    m = write_batch(str(tmp_path), [], filters=("a", "b"))
-    assert m["count"] == 0 and m["files"] == [] and m["first_seq"] is None and m["bytes"] == 0
-    assert [f["subject_filter"] for f in m["filters"]] == ["a", "b"]
-    assert os.listdir(m["folder"]) == ["_manifest.json"]
-    assert staging.read_batch(staging.read_manifest(m["folder"])).num_rows == 0
-
-
-def test_manifest_content(tmp_path):
-    m = write_batch(str(tmp_path), make_messages(5))
-    on_disk = json.loads(open(os.path.join(m["folder"], "_manifest.json")).read())
-    assert on_disk == {k: v for k, v in m.items() if k != "folder"}
-    assert set(on_disk) == {"version", "stream", "owner_id", "event_type", "interval_id", "subject_filters", "fragment", "bounds",
-                            "first_seq", "last_seq", "count", "bytes", "filters", "files", "schema", "created_by"}
-    assert on_disk["created_by"].startswith("airflow-provider-plgd ")
-    assert on_disk["schema"][3] == "published_at:timestamp[us, tz=UTC]"
-
-
-def test_write_rejects_out_of_order(tmp_path):
-    with staging.StagingWriter(str(tmp_path), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                               interval_id="seq-000000000001-000000000010", subject_filters=["a", "b"],
-                               bounds={}) as w:
-        with pytest.raises(ValueError, match="start_filter"):
-            w.write(make_messages(1))
-        with pytest.raises(ValueError, match="not the next subject filter"):
-            w.start_filter("b")
-        w.start_filter("a")
-        w.write(make_messages(3, first_seq=5))
-        with pytest.raises(ValueError, match="strictly increase"):
-            w.write(make_messages(1, first_seq=7))
-
-
-# ---------------------------------------------------------------------------------------------
-# storage back ends and readers
-# ---------------------------------------------------------------------------------------------
-def test_memory_and_file_urls(tmp_path):
-    msgs = make_messages(20)
-    m1 = write_batch("memory://plgd-unit/root", msgs)
-    assert m1["folder"].startswith("memory://")
-    assert staging.read_batch(staging.list_committed("memory://plgd-unit/root", "EVENTS")[0]).num_rows == 20
-    fs = fsspec.filesystem("memory")
-    assert not [p for p in fs.find("/plgd-unit") if "inprogress" in p]
-    m2 = write_batch(f"file://{tmp_path}", msgs)
-    assert m2["folder"] == staging.batch_path(str(tmp_path), "EVENTS", OWNER, "devicesregistered",
-                                              "seq-000000000001-000000001000")
-    fs.rm("/plgd-unit", recursive=True)
-
-
-def test_object_store_path_writes_final_names(tmp_path, monkeypatch):
-    """On object stores (one PUT is atomic) parts and manifest are written under their final names."""
-    from airflow_provider_plgd import storage
-
-    monkeypatch.setattr(storage, "OBJECT_STORE_PROTOCOLS", storage.OBJECT_STORE_PROTOCOLS | {"memory"})
-    fs = fsspec.filesystem("memory")
-    calls = []
-    monkeypatch.setattr(type(fs), "mv", lambda self, *a, **k: calls.append(a))
-    m = write_batch("memory://plgd-obj/root", make_messages(30), max_rows_per_file=10)
-    assert calls == [] and len(m["files"]) == 3
-    assert staging.read_batch(staging.read_manifest(m["folder"])).num_rows == 30
-    fs.rm("/plgd-obj", recursive=True)
-
-
-def test_object_storage_path(tmp_path):
-    from airflow_provider_plgd.compat import ObjectStoragePath
-
-    root = ObjectStoragePath(f"file://{tmp_path}/osp")
-    m = write_batch(root, make_messages(3))
-    assert m["folder"].startswith(str(tmp_path / "osp"))
-    assert staging.list_committed(root, "EVENTS")[0]["count"] == 3
-
-
-def test_list_committed_filters(tmp_path):
+def test_two_commits_of_one_range_at_once_one_wins_and_nothing_is_doubled(tmp_path):
+    """Two tasks of the same range commit from the same table version at the same time (a zombie
+    and its retry): Delta refuses the second commit (the same app transaction in a concurrent
+    commit); its retry sees the first's transaction and does not commit. Other ranges' concurrent
+    appends both commit."""
     root = str(tmp_path)
-    for owner in ("o1", "o2"):
-        for et in ("devicesregistered", "resourcechanged"):
-            for iid in ("seq-000000000001-000000000002", "seq-000000000003-000000000004"):
-                with staging.StagingWriter(root, stream="EVENTS", owner_id=owner, event_type=et, interval_id=iid,
-                                           subject_filters=["x"], bounds={}) as w:
-                    w.commit()
-    # an uncommitted folder is ignored
-    os.makedirs(staging.batch_path(root, "EVENTS", "o3", "devicesregistered", "seq-000000000001-000000000002"))
-    assert len(staging.list_committed(root, "EVENTS")) == 8
-    got = staging.list_committed(root, "EVENTS", interval_id="seq-000000000001-000000000002", owner_ids=["o2"])
-    assert [(m["owner_id"], m["event_type"]) for m in got] == [("o2", "devicesregistered"), ("o2", "resourcechanged")]
-    got = staging.list_committed(root, "EVENTS", owner_ids=["o1", "o2"], event_types=["resourcechanged"])
-    assert len(got) == 4 and {m["event_type"] for m in got} == {"resourcechanged"}
-    assert staging.list_committed(root, "OTHER") == []
-    assert staging.list_committed(str(tmp_path / "missing"), "EVENTS") == []
+    msgs = make_messages(400)
+    staging.begin_interval(root, "EVENTS", IID, 5)
+    _, a = stage(root, msgs[:200], index=0, version=5)
+    _, b = stage(root, msgs[:200], index=0, version=5)
+    _, c = stage(root, msgs[200:], index=1, version=5)
+    start = threading.Barrier(3)
+    results: dict[str, object] = {}
+
+    def commit(name, index, records):
+        start.wait()
+        try:
+            results[name] = staging.commit_range(root, "EVENTS", IID, index, 5, records)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            results[name] = exc
+
+    threads = [threading.Thread(target=commit, args=args) for args in (("a", 0, a), ("b", 0, b), ("c", 1, c))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    versions = [results[n].version for n in ("a", "b")]
+    assert sorted(v is None for v in versions) == [False, True], results  # exactly one of the two committed
+    assert results["c"].version is not None
+    rows = delta_rows(root)
+    assert sorted(r["stream_seq"] for r in rows) == list(range(1, 401))  # nothing doubled
 
 
-def test_read_manifest_rejects_unknown_version(tmp_path):
-    m = write_batch(str(tmp_path), make_messages(1))
-    path = os.path.join(m["folder"], "_manifest.json")
-    data = json.loads(open(path).read())
-    data["version"] = 99
-    open(path, "w").write(json.dumps(data))
-    with pytest.raises(ValueError, match="version 99"):
-        staging.read_manifest(path)
-
-
-# ---------------------------------------------------------------------------------------------
-# fragments: one batch folder written by several range fetches
-# ---------------------------------------------------------------------------------------------
-def test_fragments_of_one_batch_commit_and_clean_up_only_their_own_files(tmp_path):
-    """Range fetches commit a batch in fragments (``_manifest-rNNNN.json``, ``part-rNNNN-…``); a
-    fragment's commit and rerun never touch another fragment's files, nor does a whole-batch
-    commit; the listing returns each committed fragment."""
+def test_batches_replace_their_own_rows_only(tmp_path):
     root = str(tmp_path)
-    first, second = make_messages(30), make_messages(20, first_seq=100)
-    a = write_batch(root, first, fragment=staging.fragment_name(0), max_rows_per_file=10)
-    b = write_batch(root, second, fragment=staging.fragment_name(7))
-    folder = a["folder"]
-    assert a["folder"] == b["folder"] and (a["fragment"], b["fragment"]) == ("r0000", "r0007")
-    assert sorted(os.listdir(folder)) == ["_manifest-r0000.json", "_manifest-r0007.json", "part-r0000-00000.parquet",
-                                          "part-r0000-00001.parquet", "part-r0000-00002.parquet",
-                                          "part-r0007-00000.parquet"]
-    listed = staging.list_committed(root, "EVENTS")
-    assert [(m["fragment"], m["count"]) for m in listed] == [("r0000", 30), ("r0007", 20)]
-    assert staging.read_batch(staging.read_manifest(folder, "r0007")).column("stream_seq").to_pylist() == \
-        [m[0] for m in second]
-    # a rerun of fragment r0000 with fewer rows: its own stale part file goes, r0007 stays
-    write_batch(root, first[:15], fragment="r0000", max_rows_per_file=10)
-    assert sorted(os.listdir(folder)) == ["_manifest-r0000.json", "_manifest-r0007.json", "part-r0000-00000.parquet",
-                                          "part-r0000-00001.parquet", "part-r0007-00000.parquet"]
-    # a whole-batch commit in the same folder leaves the fragments alone
-    write_batch(root, first[:3])
-    assert {"_manifest-r0007.json", "part-r0007-00000.parquet", "_manifest.json"} <= set(os.listdir(folder))
-    for bad in ("0003", "r12", "r00x1", "../r0001", "r0001/x"):
-        with pytest.raises(ValueError, match="fragment must be"):
-            write_batch(root, first, fragment=bad)
+    iid = "seq-000000000001-000000000100"
+
+    def write(owner, n, first, version, types=("devicesregistered",)):
+        stager = Stager(stream="EVENTS", spill_dir=None)
+        for i in range(n):
+            stager.add(owner, types[i % len(types)], [(first + i, f"plgd.owners.{owner}.x", T0 + i, None, b"d%d" % i)])
+        records = stager.write(staging.table_uri(root, "EVENTS"), iid,
+                               staging.batch_file_prefix(owner, staging.new_write_id()))
+        return staging.commit_batches(root, "EVENTS", iid, owner, list(types), records, version)
+
+    a, b = OWNERS[:2]
+    write(a, 5, 1, 10)
+    write(b, 3, 20, 11)
+    assert sorted(r["stream_seq"] for r in delta_rows(root)) == [1, 2, 3, 4, 5, 20, 21, 22]
+    done = write(a, 2, 1, 12)  # a rerun of owner a's batch: replaces only a's rows
+    assert sorted(r["stream_seq"] for r in delta_rows(root)) == [1, 2, 20, 21, 22]
+    assert {f.event_type for f in done.files} == {"devicesregistered"}
+    with pytest.raises(TableCommitError, match="newer run"):
+        write(a, 4, 1, 11)  # an older task's commit
+    write(a, 0, 1, 13)  # an empty batch: a's rows are gone, b's stay
+    assert sorted((r["owner_id"], r["stream_seq"]) for r in delta_rows(root)) == [(b, 20), (b, 21), (b, 22)]
+    # another event type of owner b is its own batch
+    write(b, 2, 30, 14, types=("resourcechanged",))
+    assert sorted(r["stream_seq"] for r in delta_rows(root)) == [20, 21, 22, 30, 31]
 
 
-def test_flush_writes_pending_rows_without_changing_them(tmp_path):
-    msgs = make_messages(40)
-    with staging.StagingWriter(str(tmp_path), stream="EVENTS", owner_id=OWNER, event_type="devicesregistered",
-                               interval_id="seq-000000000001-000000001000", subject_filters=["f1"],
-                               bounds={"kind": "seq"}) as w:
-        w.write(msgs[:25])
-        assert w.pending_bytes == sum(len(m[4]) for m in msgs[:25])
-        w.flush()
-        assert w.pending_bytes == 0
-        w.write(msgs[25:])
-        manifest = w.commit()
-    table = staging.read_batch(manifest)
-    assert table.column("stream_seq").to_pylist() == [m[0] for m in msgs]
-    assert [f["rows"] for f in manifest["files"]] == [40]
+# ---------------------------------------------------------------------------------------------
+# readers: the log's statistics, an owner's rows, the owners of an interval
+# ---------------------------------------------------------------------------------------------
+def test_readers_find_a_batch_by_statistics_and_count_owners_by_a_column_scan(tmp_path):
+    root = str(tmp_path)
+    msgs = make_messages(2000)
+    staging.begin_interval(root, "EVENTS", IID, 1)
+    _, records = stage(root, msgs, target_file_bytes=30_000, row_group_rows=100)
+    staging.commit_range(root, "EVENTS", IID, 0, 1, records)
+    files = staging.staged_files(root, "EVENTS", interval_id=IID)
+    assert len(files) == len(records) > 4 and sum(f.rows for f in files) == 2000
+    owner = OWNERS[7]
+    mine = staging.staged_files(root, "EVENTS", interval_id=IID, event_types=["resourcechanged"], owners=[owner])
+    assert 1 <= len(mine) < len([f for f in files if f.event_type == "resourcechanged"])  # pruned by statistics
+    got = staging.read_staged(root, "EVENTS", IID, owners=[owner], event_types=["resourcechanged"])
+    want = sorted(m[0] for o, t, m in msgs if o == owner and t == "resourcechanged")
+    assert got.column("stream_seq").to_pylist() == want
+    assert set(got.column("owner_id").to_pylist()) == {owner} and got.schema.names == staging.TABLE_SCHEMA.names
+    counts = staging.owners_with_messages(root, "EVENTS", IID)
+    assert counts == {o: sum(1 for oo, _t, _m in msgs if oo == o) for o in {o for o, _t, _m in msgs}}
+    assert staging.owners_with_messages(root, "EVENTS", "seq-000000000001-000000000002") == {}
+    assert staging.staged_files(tmp_path / "missing", "EVENTS") == []
+    every = staging.read_staged(root, "EVENTS", IID, columns=["stream_seq", "event_type"])
+    assert every.num_rows == 2000 and every.column_names == ["stream_seq", "event_type"]
+
+
+# ---------------------------------------------------------------------------------------------
+# retention
+# ---------------------------------------------------------------------------------------------
+def test_expiry_removes_old_committed_intervals_and_vacuums_their_files(tmp_path):
+    root = str(tmp_path)
+    msgs = make_messages(300)
+    old, new = IID, "20260101T010000Z_20260101T020000Z"
+    for iid, version in ((old, 1), (new, 2)):
+        staging.begin_interval(root, "EVENTS", iid, version)
+        stager = Stager(stream="EVENTS", spill_dir=None)
+        for owner, event_type, msg in msgs:
+            stager.add(owner, event_type, [msg])
+        records = stager.write(staging.table_uri(root, "EVENTS"), iid,
+                               staging.range_file_prefix(0, version, staging.new_write_id()))
+        staging.commit_range(root, "EVENTS", iid, 0, version, records)
+        time.sleep(0.05)
+    cutoff = staging.staged_intervals(root, "EVENTS")[old]["modified_ms"] / 1000 + 0.01
+    # a killed fetch's file that no commit names
+    orphan = os.path.join(staging.table_uri(root, "EVENTS"), staging.partition_folder(new, "x"), "r0009-v2-dead-00000.parquet")
+    os.makedirs(os.path.dirname(orphan))
+    pq.write_table(pa.table({"a": [1]}), orphan)
+    # nothing is committed yet: kept
+    kept = staging.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: False,
+                                    vacuum_retention_hours=-1)
+    assert kept.intervals == () and len(staging.staged_intervals(root, "EVENTS")) == 2
+    done = staging.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: True,
+                                    vacuum_retention_hours=0)
+    assert done.intervals == (old,) and done.rows == 300 and done.files >= 2
+    assert set(staging.staged_intervals(root, "EVENTS")) == {new}
+    assert done.vacuumed == done.files + 1 and not os.path.exists(orphan)  # removed files and the orphan
+    assert {r["interval_id"] for r in delta_rows(root)} == {new}
+    with pytest.raises(ValueError, match=">= 0 seconds"):
+        staging.expire_intervals(root, "EVENTS", retention_seconds=-1)
 
 
 def test_map_io_keeps_the_order_runs_calls_at_once_and_raises_the_first_error():
-    import threading
-
     names: set[str] = set()
     gate = threading.Barrier(4, timeout=10)  # passes only when 4 calls run at the same time
 
