@@ -13,8 +13,8 @@ committed between the rerun's read and its commit.
 from __future__ import annotations
 
 import json
+import logging
 import threading
-import time
 from pathlib import Path
 
 import polars as pl
@@ -118,14 +118,32 @@ def test_an_etl_commit_of_the_next_interval_lands_while_maintenance_runs(tmp_pat
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             result["error"] = exc
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 60  # the first compaction commit of events, then the ETL's commit
-    while "OPTIMIZE" not in [h["operation"] for h in DeltaTable(str(root / "events")).history(limit=3)]:
-        assert time.monotonic() < deadline and thread.is_alive(), result
-        time.sleep(0.01)
-    versions = interval_tables.commit_interval_tables(str(root), ids[5], *decoded[5])
-    thread.join(timeout=120)
+    # The one fake: a log handler holds the maintenance thread right after its first compaction
+    # commit of events (its "compacted" line) until the ETL's commit of the next interval is in,
+    # so the ETL's commit falls between two compaction commits on any machine's timing.
+    committed, paused = threading.Event(), threading.Event()
+
+    class HoldAfterFirstCompaction(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if not paused.is_set() and "/events: compacted" in record.getMessage():
+                paused.set()
+                committed.wait(120)
+
+    hold, logger = HoldAfterFirstCompaction(), logging.getLogger(maintenance.log.name)
+    level = logger.level
+    logger.addHandler(hold)
+    logger.setLevel(logging.INFO)
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert paused.wait(120), result
+        versions = interval_tables.commit_interval_tables(str(root), ids[5], *decoded[5])
+        committed.set()
+        thread.join(timeout=120)
+    finally:
+        committed.set()
+        logger.removeHandler(hold)
+        logger.setLevel(level)
     assert "error" not in result, result.get("error")
     assert all(t.skipped is None for t in result["report"].tables)
 
