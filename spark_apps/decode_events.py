@@ -19,7 +19,7 @@ Steps:
    the interval ledger first (:func:`decode_job.ledger_files`): the fetch records must account for
    every message of the plan, and the files must be exactly the plan's run's with the recorded
    rows per range and event type, else the run fails before anything is written.
-   The driver cuts each file into slices of about 50,000 rows by its row count in the log (no
+   The driver cuts each file into row ranges of about 10,000 rows by its row count in the log (no
    data file is opened on the driver) and packs them into a few tasks of decreasing size
    (``task_plan.plan_tasks``); each task reads its files' footers and its row groups with pyarrow.
 2. One pass (``RDD.mapPartitions`` with ``decode_job.make_rdd_task``): each task decodes its

@@ -3,7 +3,7 @@
 The command line is ``airflow_provider_plgd/spark_apps/decode_events.py``; its module docstring
 describes the steps. Here: the planning (:func:`ledger_files`, :func:`staging_units`: from the
 staging table's Delta log, no data file opened on the driver), the task (:func:`make_rdd_task`:
-read slices of staging files with pyarrow, decode once, write both tables with pyarrow) and
+read row ranges of staging files with pyarrow, decode once, write both tables with pyarrow) and
 :func:`run` (plan -> one pass -> reconcile -> commit -> summary).
 """
 
@@ -30,23 +30,25 @@ EVENTS_PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.EVENTS]
 QUARANTINE_PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.QUARANTINE]
 
 
-#: Rows per unit of work: a staging file of more rows is read by several tasks, each a slice of
-#: its row groups (staging row groups hold at most 50,000 rows by default).
-SLICE_ROWS = 50_000
+#: Rows per unit of work: a staging file is cut into row ranges of about this many rows (by its
+#: row count in the Delta log), so the task plan can even out the last tasks whatever the files' sizes.
+SLICE_ROWS = 10_000
 
 
-def staging_units(files: Sequence[Any], slice_rows: int = SLICE_ROWS) -> list[tuple[str, int, int, int]]:
-    """``[(url, slice, rows, slices)]``: each staging file (``staging.StagedFile``: ``url`` and
-    ``rows`` from the Delta log) cut into ``ceil(rows / slice_rows)`` slices of its row groups
-    (the task reads the footer and takes slice ``slice`` of ``slices``). Nothing is read here.
+def staging_units(files: Sequence[Any], slice_rows: int = SLICE_ROWS) -> list[tuple[str, int, int]]:
+    """``[(url, first_row, rows)]``: each staging file (``staging.StagedFile``: ``url`` and ``rows``
+    from the Delta log) cut into ``ceil(rows / slice_rows)`` row ranges of about equal size. Nothing
+    is read here (the task reads the footer and the row groups the range overlaps).
 
-    Ordered by rows (largest first), then url and slice, so the order is deterministic.
+    Ordered by rows (largest first), then url and first row, so the order is deterministic and a
+    file's ranges follow each other (the packing keeps them together, the task reads them at once).
     """
     units = []
     for f in files:
         rows = max(int(f.rows), 0)
         slices = max(1, -(-rows // max(1, int(slice_rows))))
-        units += [(f.url, i, rows * (i + 1) // slices - rows * i // slices, slices) for i in range(slices)]
+        bounds = [rows * i // slices for i in range(slices + 1)]
+        units += [(f.url, bounds[i], bounds[i + 1] - bounds[i]) for i in range(slices)]
     units.sort(key=lambda u: (-u[2], u[0], u[1]))
     return units
 
@@ -123,10 +125,10 @@ def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_
 
 
 def _read_units(unit_lists, batch_rows: int, owners: Sequence[str] | None = None):
-    """Yield staging Arrow batches (``batch_rows`` rows) of each unit ``(url, slice, rows, slices)``:
-    the footer is read here, in the task, and the slice takes row groups ``[slice * G // slices,
-    (slice + 1) * G // slices)`` of the file's ``G``. With ``owners``, only their rows (the
-    row groups whose ``owner_id`` statistics exclude them are skipped)."""
+    """Yield staging Arrow batches (``batch_rows`` rows) of the row ranges ``(url, first_row,
+    rows)`` of each list of units: the footer is read here, in the task; a file's adjacent ranges
+    are read at once, each row group they overlap once, and cut to the ranges. With ``owners``,
+    only their rows (row groups whose ``owner_id`` statistics exclude them are skipped)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -136,22 +138,46 @@ def _read_units(unit_lists, batch_rows: int, owners: Sequence[str] | None = None
     wanted = None if owners is None else pa_array(sorted(set(owners)))
     columns = staging.SCHEMA.names + ([staging.OWNER_COLUMN] if wanted is not None else [])
     for units in unit_lists:
-        for url, part, _rows, slices in units:
+        ranges: dict[str, list[list[int]]] = {}
+        for url, first, rows, *_ in units:
+            merged = ranges.setdefault(url, [])
+            merged.append([first, first + rows])
+        for url in sorted(ranges):
+            spans = _merge_spans(ranges[url])
             fs, path = to_fs(url)
             with fs.open(path, "rb") as fh:
                 pf = pq.ParquetFile(fh)
-                groups = pf.metadata.num_row_groups
-                chosen = list(range(part * groups // slices, (part + 1) * groups // slices))
-                if wanted is not None:
-                    chosen = [g for g in chosen if _may_hold(pf.metadata.row_group(g), wanted)]
-                if not chosen:
-                    continue
-                for batch in pf.iter_batches(batch_size=batch_rows, row_groups=chosen, columns=columns):
-                    if wanted is not None:
-                        batch = batch.filter(pc.is_in(batch.column(staging.OWNER_COLUMN), value_set=wanted))
-                        batch = batch.select(staging.SCHEMA.names)
-                    if batch.num_rows:
-                        yield batch
+                meta = pf.metadata
+                start = 0
+                for g in range(meta.num_row_groups):
+                    size = meta.row_group(g).num_rows
+                    end = start + size
+                    mine = [(max(a, start), min(b, end)) for a, b in spans if a < end and b > start]
+                    if mine and (wanted is None or _may_hold(meta.row_group(g), wanted)):
+                        offset = start
+                        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[g], columns=columns):
+                            for a, b in mine:
+                                lo, hi = max(a, offset), min(b, offset + batch.num_rows)
+                                if lo < hi:
+                                    part = batch.slice(lo - offset, hi - lo)
+                                    if wanted is not None:
+                                        part = part.filter(pc.is_in(part.column(staging.OWNER_COLUMN),
+                                                                    value_set=wanted)).select(staging.SCHEMA.names)
+                                    if part.num_rows:
+                                        yield part
+                            offset += batch.num_rows
+                    start = end
+
+
+def _merge_spans(spans: list[list[int]]) -> list[tuple[int, int]]:
+    """Sorted, adjacent or overlapping ``[first, end)`` row ranges merged."""
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
 def pa_array(values: Sequence[str]):
@@ -228,7 +254,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     log.info("interval %s: %d staging files, %d rows%s", interval_id, len(files), staged,
              f" (of them, the rows of {len(owners)} owner(s) are read)" if owners else "")
 
-    # slices of the staging files (about SLICE_ROWS rows each) packed into a few tasks of decreasing size
+    # row ranges of the staging files (about SLICE_ROWS rows each) packed into a few tasks of decreasing size
     tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
     events_uri = delta_tables.table_uri(args.output_root, delta_tables.EVENTS)
     quarantine_uri = delta_tables.table_uri(args.output_root, delta_tables.QUARANTINE)
