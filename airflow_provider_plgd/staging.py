@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
 from airflow_provider_plgd.storage import join_path, location_url, map_io, to_fs
@@ -127,6 +128,30 @@ FILE_SCHEMA = SCHEMA.append(pa.field(OWNER_COLUMN, pa.string(), nullable=False))
 #: The table's columns: the data files' and the partition columns.
 TABLE_SCHEMA = FILE_SCHEMA.append(pa.field(INTERVAL_COLUMN, pa.string(), nullable=False)).append(
     pa.field(EVENT_TYPE_COLUMN, pa.string(), nullable=False))
+
+
+def message_arrays(stream: str, seqs: Sequence[int], subjects: Sequence[str], times_ns: Sequence[int],
+                   headers: Sequence[Mapping[str, str] | None], datas: Sequence[bytes]) -> list[pa.Array]:
+    """The staging row rule: messages as the columns of :data:`SCHEMA`, in its order.
+
+    ``published_at`` is the server time (ns) truncated to microseconds; ``msg_id`` is the
+    ``Nats-Msg-Id`` header (None without one). The fetch's writer and the ``plgd-jetstream`` Spark
+    data source both build their rows here.
+    """
+    n = len(seqs)
+    header_type = SCHEMA.field("headers").type
+    if any(headers):
+        header_arr = pa.array([list(h.items()) if h else None for h in headers], header_type)
+        msg_ids = pa.array([h.get(MSG_ID_HEADER) if h else None for h in headers], pa.string())
+    else:
+        header_arr = pa.nulls(n, header_type)
+        msg_ids = pa.nulls(n, pa.string())
+    # ns -> us, truncated (times are positive, so Arrow's integer division truncates like //)
+    times_us = pc.divide(pa.array(times_ns, pa.int64()), pa.scalar(1000, pa.int64())).cast(
+        SCHEMA.field("published_at").type)
+    return [pa.repeat(pa.scalar(stream, pa.string()), n), pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()),
+            times_us, msg_ids, header_arr, pa.array(datas, pa.binary())]
+
 
 # Path separators, the partition key/value separator, parent references, glob characters.
 _FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..", "*", "?", "[", "]")

@@ -15,6 +15,9 @@ it never touches the intervals the ETL writes next.
   connection's `storage_root` extra, else `$AIRFLOW_HOME/plgd`, as the ETL);
 * `PLGD_MAINTENANCE_VACUUM_RETENTION_HOURS`: vacuum retention in hours (default 168; -1: no vacuum).
 
+It also expires the staging of reconciled intervals older than the ETL's staging retention
+(7 days, `build_maintenance_dag(staging_retention=…)`).
+
 More: docs/operations.md, "Table maintenance".
 """
 

@@ -15,7 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_plgd.compat import DAG, task
-from airflow_provider_plgd.maintenance import MaintenanceSettings, StagingExpiry
+from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, expire_staging
+from airflow_provider_plgd.maintenance import MaintenanceSettings
 
 _log = logging.getLogger(__package__)
 
@@ -36,7 +37,7 @@ def build_maintenance_dag(
     stream: str = "EVENTS",
     jetstream_conn_id: str = "plgd_jetstream_default",
     settings: MaintenanceSettings | None = None,
-    expire_staging: StagingExpiry | None = None,
+    staging_retention: timedelta | None = DEFAULT_STAGING_RETENTION,
     default_args: Mapping[str, Any] | None = None,
     tags: list[str] | None = None,
     doc_md: str | None = None,
@@ -48,20 +49,25 @@ def build_maintenance_dag(
     :param start_date: timezone-aware; no catchup (a maintenance run covers everything passed so far).
     :param storage_root: the pipeline's root (path or fsspec URL); default as the ETL's: the
         connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd`` (resolved when the task runs).
-    :param stream: the pipeline's stream (the ledger's folder; ``expire_staging``'s argument).
+    :param stream: the pipeline's stream (the ledger's and the staging table's folder).
     :param jetstream_conn_id: the connection of the default root (not contacted otherwise).
     :param settings: :class:`~airflow_provider_plgd.maintenance.MaintenanceSettings` (retention,
         bounds, target file size); default settings when None.
-    :param expire_staging: optional ``expire_staging(root, stream, head_interval)`` run after the
-        tables (the staging expiry of the Delta staging table); its summary goes into the XCom.
+    :param staging_retention: after the tables, expire the staging of reconciled intervals staged
+        longer ago than this (``etl.summary.expire_staging``: one Delta commit, then vacuum); the
+        ETL's own setting, default 7 days; ``None``: staging is not touched. Its summary goes into
+        the XCom (``staging``).
     :param default_args: extra default args (retries, …).
     :param tags: DAG tags.
     :param doc_md: the DAG docs (Markdown; default this module's docstring).
     :return: the ``DAG``: one task, ``maintain`` (XCom: ``MaintenanceReport.as_dict()`` plus ``status``).
-    :raises ValueError: ``settings`` of another type.
+    :raises ValueError: ``settings`` of another type; a negative ``staging_retention``.
     """
     if settings is not None and not isinstance(settings, MaintenanceSettings):
         raise ValueError(f"settings must be a MaintenanceSettings, got {type(settings).__name__}")
+    if staging_retention is not None and staging_retention.total_seconds() < 0:
+        raise ValueError(f"staging_retention must be >= 0, got {staging_retention!r}")
+    retention_s = None if staging_retention is None else staging_retention.total_seconds()
     chosen = settings or MaintenanceSettings()
     args = {"retries": 1, "retry_delay": timedelta(minutes=5), **(default_args or {})}
     with DAG(
@@ -84,7 +90,8 @@ def build_maintenance_dag(
             from airflow_provider_plgd.storage_root import resolve_storage_root
 
             root = resolve_storage_root(storage_root, jetstream_conn_id)
-            report = maintain_tables(root, settings=chosen, stream=stream, expire_staging=expire_staging)
+            expire = None if retention_s is None else (lambda r, s, _head: expire_staging(r, s, retention_s))
+            report = maintain_tables(root, settings=chosen, stream=stream, expire_staging=expire)
             status = chain_status(root, stream)
             for line in format_status(status).splitlines():
                 _log.info("%s", line)

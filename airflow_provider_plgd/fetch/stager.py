@@ -175,22 +175,8 @@ class Stager:
         self.pending_bytes = 0
 
     def _table(self, buf: _Buffer) -> pa.Table:
-        n = len(buf.seqs)
-        headers = buf.headers
-        if any(h for h in headers):
-            header_arr = pa.array([list(h.items()) if h else None for h in headers], staging.SCHEMA.field("headers").type)
-            msg_arr = pa.array([h.get(staging.MSG_ID_HEADER) if h else None for h in headers], pa.string())
-        else:
-            header_arr = pa.nulls(n, staging.SCHEMA.field("headers").type)
-            msg_arr = pa.nulls(n, pa.string())
-        # ns -> us, truncated (times are positive, so Arrow's integer division truncates like //)
-        times_us = pc.divide(pa.array(buf.times, pa.int64()), pa.scalar(1000, pa.int64())).cast(
-            staging.SCHEMA.field("published_at").type)
-        return pa.Table.from_arrays(
-            [pa.repeat(pa.scalar(self.stream, pa.string()), n), pa.array(buf.seqs, pa.int64()),
-             pa.array(buf.subjects, pa.string()), times_us, msg_arr, header_arr, pa.array(buf.datas, pa.binary()),
-             pa.array(buf.owners, pa.string())],
-            schema=staging.FILE_SCHEMA)
+        columns = staging.message_arrays(self.stream, buf.seqs, buf.subjects, buf.times, buf.headers, buf.datas)
+        return pa.Table.from_arrays([*columns, pa.array(buf.owners, pa.string())], schema=staging.FILE_SCHEMA)
 
     # -- writing --------------------------------------------------------------------------------
     def write(self, table_uri: str, interval_id: str, prefix: str) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ from airflow_provider_plgd.hooks.counting import count_boundaries, resolve_range
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import iterate_in_loop, read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
-from airflow_provider_plgd.staging import MSG_ID_HEADER, SCHEMA
+from airflow_provider_plgd.staging import SCHEMA, message_arrays
 from airflow_provider_plgd.times import parse_rfc3339_ns, to_ns
 
 __all__ = [
@@ -300,28 +300,11 @@ async def _aplan_batch(opts: ReadOptions) -> tuple[list[SequenceRange], int, int
 
 
 def _to_record_batch(stream: str, messages: Sequence[StreamMessage]) -> pa.RecordBatch:
-    """Messages as a record batch of :data:`~airflow_provider_plgd.staging.SCHEMA` (``published_at``:
-    the server time truncated to microseconds; ``msg_id``: the ``Nats-Msg-Id`` header)."""
-    n = len(messages)
-    headers = [m.headers for m in messages]
-    if any(headers):
-        header_arr = pa.array([list(h.items()) if h else None for h in headers], SCHEMA.field("headers").type)
-        msg_ids = pa.array([h.get(MSG_ID_HEADER) if h else None for h in headers], pa.string())
-    else:
-        header_arr = pa.nulls(n, SCHEMA.field("headers").type)
-        msg_ids = pa.nulls(n, pa.string())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(stream, pa.string()), n),
-            pa.array([m.stream_seq for m in messages], pa.int64()),
-            pa.array([m.subject for m in messages], pa.string()),
-            pa.array([m.time_ns // 1000 for m in messages], SCHEMA.field("published_at").type),
-            msg_ids,
-            header_arr,
-            pa.array([m.data for m in messages], pa.binary()),
-        ],
-        schema=SCHEMA,
-    )
+    """Messages as a record batch of :data:`~airflow_provider_plgd.staging.SCHEMA` (the staging
+    row rule: :func:`~airflow_provider_plgd.staging.message_arrays`)."""
+    columns = message_arrays(stream, [m.stream_seq for m in messages], [m.subject for m in messages],
+                             [m.time_ns for m in messages], [m.headers for m in messages], [m.data for m in messages])
+    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 
 
 async def _aread_range(opts: ReadOptions, part: SequenceRange) -> AsyncGenerator[pa.RecordBatch, None]:

@@ -251,3 +251,37 @@ def test_the_maintenance_dag_compacts_through_airflow(tmp_path, sim, decoded, da
     assert rows(root, "events_deduped") == before
     for interval in ids[:3]:
         assert partitions_with_many_files(root, "events_deduped", interval) == 0
+
+
+def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_path, sim, decoded, dags_folder):
+    """``build_maintenance_dag(staging_retention=…)``: the staging of a reconciled interval older
+    than the retention is removed (one Delta commit, read back with deltalake); an interval whose
+    ledger does not say reconciled keeps its staging."""
+    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd.fetch.stager import Stager
+    from tests.integration.conftest import load_dag, xcom_value
+
+    root = tmp_path / "root"
+    ids = build(root, sim, decoded, range(2), head=1)
+    owner = "e1407479-3136-56c0-9908-bb02fb0339e2"
+    for iid in ids[:2]:
+        stager = Stager(stream="EVENTS", spill_dir=None)
+        stager.add(owner, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
+        records = stager.write(staging.table_uri(str(root), "EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
+        staging.commit_batches(str(root), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
+    ledger.write_json(f"{ledger.interval_dir(str(root), 'EVENTS', ids[0])}/summary.json",
+                      {"version": ledger.LEDGER_VERSION, "reconciled": True})
+    ledger.write_json(f"{ledger.interval_dir(str(root), 'EVENTS', ids[1])}/summary.json",
+                      {"version": ledger.LEDGER_VERSION, "reconciled": False})
+    target = dags_folder / "plgd_maintenance_staging.py"
+    target.write_text("from datetime import datetime, timedelta, timezone\n"
+                      "from airflow_provider_plgd.etl import build_maintenance_dag\n"
+                      "dag = build_maintenance_dag(dag_id='plgd_maintenance_staging', "
+                      "start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), "
+                      f"storage_root={str(root)!r}, staging_retention=timedelta(0))\n")
+    run = load_dag(target, "plgd_maintenance_staging").test()
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    report = xcom_value(run, "maintain")
+    assert report["staging"] == {"intervals": [ids[0]], "files": 1, "rows": 2, "vacuumed": 0}
+    left = DeltaTable(staging.table_uri(str(root), "EVENTS")).to_pyarrow_table().to_pylist()
+    assert sorted({r["interval_id"] for r in left}) == [ids[1]] and len(left) == 2
