@@ -297,5 +297,5 @@ def test_application_without_executors_fails_at_the_execution_timeout(
         time.sleep(0.5)
     else:
         pytest.fail(f"decode still runs on the cluster after its task timed out: {state.get('activeapps')}")
-    killed = [a for a in state["completedapps"] if a.get("name") == "plgd-decode-events" and a.get("cores") == 0]
-    assert killed or any(a.get("name") == "plgd-decode-events" for a in state["completedapps"])
+    ended = [a for a in state["completedapps"] if a.get("name") == "plgd-decode-events"]
+    assert ended, f"decode is not among the master's completed applications: {state['completedapps']}"

@@ -15,10 +15,12 @@
 * Bad input of a run (Airflow ``AirflowFailException`` subclasses, so the task fails without
   retries): :class:`UntrustedRunParamError`, :class:`MissingDataIntervalError`,
   :class:`OffScheduleIntervalError`, :class:`UntrustedPyFilesError`; and
-  :class:`SparkApplicationTimeoutError` (an ``AirflowTaskTimeout``). These five are defined on
-  first use (their Airflow base classes come from :mod:`airflow_provider_plgd.compat`), so
-  importing this module imports no Airflow: the Spark applications and their executors (which
-  have no Airflow) import it for the errors above.
+  :class:`SparkApplicationTimeoutError` (an ``AirflowTaskTimeout``). These five live in
+  :mod:`airflow_provider_plgd.exceptions.airflow_tasks` (their Airflow base classes come from
+  :mod:`airflow_provider_plgd.compat`) and are imported from there on first use, so importing this
+  module imports no Airflow: the Spark applications and their executors (which have no Airflow)
+  import it for the errors above.
+* Every class derives from :class:`PlgdError`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 
-class JetStreamError(Exception):
+class PlgdError(Exception):
+    """Root of every exception of the provider: ``except PlgdError`` catches them all (the
+    Airflow-bound errors of :mod:`~airflow_provider_plgd.exceptions.airflow_tasks` too)."""
+
+
+class JetStreamError(PlgdError):
     """Base class of every error raised by :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook`."""
 
 
@@ -176,7 +183,7 @@ class StreamSourceStaleError(IntervalNotCompleteError):
 
 
 
-class LedgerError(Exception):
+class LedgerError(PlgdError):
     """The interval ledger does not add up: a stage cannot account for every message the stream
     holds for an interval (``docs/reliability.md``, "The interval ledger"). The message names the
     interval, the owner and the numbers. Nothing of the failing stage is committed.
@@ -254,7 +261,7 @@ class OutOfOrderIntervalError(LedgerError):
         self.head = head
 
 
-class PipelineIdentityError(ValueError):
+class PipelineIdentityError(PlgdError, ValueError):
     """A run's settings differ from the pipeline's identity (``airflow_provider_plgd.pipeline``): the
     stream, the selection, the lookback, the decode limit or the storage root that the DAG author
     fixed and that the tables record. Raised before anything is read or written; in an Airflow task
@@ -268,7 +275,7 @@ class PipelineIdentityError(ValueError):
         self.differences = list(differences)
 
 
-class TableCommitError(OSError):
+class TableCommitError(PlgdError, OSError):
     """A Delta commit of one run was refused: a newer run of the same interval committed first, or a
     concurrent writer changed the rows the commit replaces (Delta's conflict check). Nothing of the
     run is visible. Source: Delta protocol, "Optimistic concurrency control".
@@ -281,7 +288,7 @@ class TableCommitError(OSError):
         self.table = table
 
 
-class MaintenanceError(RuntimeError):
+class MaintenanceError(PlgdError, RuntimeError):
     """Table maintenance found a compaction commit that changed the rows of an interval (it must
     never): the message names the table, the intervals, both counts and the version to restore.
 
@@ -293,7 +300,7 @@ class MaintenanceError(RuntimeError):
         self.table = table
 
 
-class OldLayoutError(ValueError):
+class OldLayoutError(PlgdError, ValueError):
     """The storage root holds tables in the layout before Delta Lake (``_manifest.json`` folders,
     ``snapshots/_latest.json``).
 
@@ -305,7 +312,7 @@ class OldLayoutError(ValueError):
         self.path = path
 
 
-class SparkConfError(TypeError, ValueError):
+class SparkConfError(PlgdError, TypeError, ValueError):
     """Spark settings to merge (``build_etl_dag(spark_conf=...)``, a run's ``spark_conf`` param
     reaching ``PlgdSparkSubmitOperator``) are not an object of setting name -> string, number,
     boolean or null (:func:`~airflow_provider_plgd.spark_conf.merge_spark_conf`). Both a
@@ -313,7 +320,7 @@ class SparkConfError(TypeError, ValueError):
     settings came from and the offending value."""
 
 
-class TlsDowngradeError(ConnectionError):
+class TlsDowngradeError(PlgdError, ConnectionError):
     """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
     require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
 
@@ -325,7 +332,7 @@ DECODE_ERROR_REASONS = frozenset(
 )
 
 
-class PlgdDecodeError(ValueError):
+class PlgdDecodeError(PlgdError, ValueError):
     """A plgd payload or subject could not be decoded.
 
     :ivar reason: ``"bad_snappy"`` (snappy block decompression failed), ``"bad_protobuf"``
@@ -353,7 +360,7 @@ class PlgdDecodeError(ValueError):
         return f"PlgdDecodeError({self.reason!r}, {str(self)!r})"
 
 
-class PyFilesIntegrityError(ValueError):
+class PyFilesIntegrityError(PlgdError, ValueError):
     """The ``--py-files`` zip cannot be trusted: its bytes differ from the SHA-256 in its name, the
     code installed on this worker builds a different zip than the one ``plan`` recorded, or the
     directory that holds it can be written by someone other than this worker's user.
@@ -363,96 +370,31 @@ class PyFilesIntegrityError(ValueError):
     """
 
 
-class PublishError(RuntimeError):
+class PublishError(PlgdError, RuntimeError):
     """The simulator's publishing failed, overflowed an interval window, or could not be verified."""
 
 
-# ---------------------------------------------------------------------------------------------
-# The errors that subclass Airflow's exceptions: defined on first use (module ``__getattr__``)
-# ---------------------------------------------------------------------------------------------
-
-if TYPE_CHECKING:
-    UntrustedRunParamError: type[ValueError]
-    MissingDataIntervalError: type[ValueError]
-    OffScheduleIntervalError: type[ValueError]
-    UntrustedPyFilesError: type[PyFilesIntegrityError]
-    SparkApplicationTimeoutError: type[Exception]
-
+# The errors that subclass Airflow's exceptions live in ``exceptions.airflow_tasks``, which imports
+# Airflow; they are imported from there on first use, so importing this module imports no Airflow.
 _AIRFLOW_ERRORS = ("UntrustedRunParamError", "MissingDataIntervalError", "OffScheduleIntervalError",
                    "UntrustedPyFilesError", "SparkApplicationTimeoutError")
 
-
-def _define_airflow_errors() -> dict[str, Any]:
-    from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
-    from airflow_provider_plgd.compat import AirflowTaskTimeout
-
-    class UntrustedRunParamError(_FailWithoutRetry, ValueError):
-        """A run param is outside what the DAG author allows (:mod:`airflow_provider_plgd.run_params`).
-        Raised in ``plan`` (and by
-        :class:`~airflow_provider_plgd.operators.spark_submit.PlgdSparkSubmitOperator` for ``spark_conf``)
-        before anything is read, written or started; the task fails at once, without retries (the same
-        param would fail again). Also a ``ValueError``. The message names the param, the value (never a
-        credential: a root with one is refused without repeating it) and how the DAG author allows it."""
-
-        __qualname__ = "UntrustedRunParamError"
-
-    class MissingDataIntervalError(_FailWithoutRetry, ValueError):
-        """The DAG run has no data interval, so there is nothing to bound the fetch by.
-
-        On Airflow 3 a run triggered without a logical date (``airflow dags trigger`` without
-        ``--logical-date``, the UI's trigger button with an empty date, an asset-triggered run) has
-        ``logical_date``, ``data_interval_start`` and ``data_interval_end`` set to ``None``. Raised by
-        the ETL DAG's first task (``wait_for_interval``, through its ``interval_check``), and by the
-        interval sensor and the fetch operator when they have neither a data interval nor explicit
-        bounds. Also the error of an empty data interval (start == end, e.g. the one-point runs
-        of Airflow 3's trigger timetables), in ``wait_for_interval`` and the fetch operator: the one
-        error of a run without an interval to process. An ``AirflowFailException``, so the task
-        fails at once without retries. Also a ``ValueError``.
-        """
-
-        __qualname__ = "MissingDataIntervalError"
-
-    class OffScheduleIntervalError(_FailWithoutRetry, ValueError):
-        """A manual run's data interval is not one interval of the DAG's schedule.
-
-        Airflow 3.3's Trigger dialog fills the logical date with the current time, and Airflow infers
-        the data interval ``[logical date - interval, logical date)`` from it
-        (``DeltaDataIntervalTimetable.infer_manual_data_interval``), e.g. 16:14-17:14, which overlaps
-        two intervals of the schedule. Such a run is refused in its first task (``wait_for_interval``),
-        before anything is read or written; the message names the last interval of the schedule that
-        ends by the logical date and the backfill that runs it. An ``AirflowFailException`` (no
-        retries) and a ``ValueError``.
-        """
-
-        __qualname__ = "OffScheduleIntervalError"
-
-    class UntrustedPyFilesError(_FailWithoutRetry, PyFilesIntegrityError):
-        """The ``--py-files`` zip failed its check; the task fails at once, without retries (a retry
-        would meet the same file). Also a :class:`PyFilesIntegrityError` (a ``ValueError``)."""
-
-        __qualname__ = "UntrustedPyFilesError"
-
-    class SparkApplicationTimeoutError(AirflowTaskTimeout):
-        """The Spark application did not finish within the task's ``execution_timeout``.
-
-        Airflow then kills ``spark-submit`` (the operator's ``on_kill``) and handles the task like any
-        timeout (retries apply). Typical cause: the application never got an executor (the driver is
-        unreachable from the workers, or ``spark.executor.memory`` / ``spark.executor.cores`` above
-        what any worker offers).
-        """
-
-        __qualname__ = "SparkApplicationTimeoutError"
-
-    return {"UntrustedRunParamError": UntrustedRunParamError, "MissingDataIntervalError": MissingDataIntervalError,
-            "OffScheduleIntervalError": OffScheduleIntervalError, "UntrustedPyFilesError": UntrustedPyFilesError,
-            "SparkApplicationTimeoutError": SparkApplicationTimeoutError}
+if TYPE_CHECKING:
+    from airflow_provider_plgd.exceptions.airflow_tasks import (
+        MissingDataIntervalError,
+        OffScheduleIntervalError,
+        SparkApplicationTimeoutError,
+        UntrustedPyFilesError,
+        UntrustedRunParamError,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    """The Airflow-bound errors, defined once on first use (importing Airflow then)."""
+    """The Airflow-bound errors, from :mod:`~airflow_provider_plgd.exceptions.airflow_tasks` (importing Airflow then)."""
     if name in _AIRFLOW_ERRORS:
-        globals().update(_define_airflow_errors())
-        return globals()[name]
+        from airflow_provider_plgd.exceptions import airflow_tasks
+
+        return getattr(airflow_tasks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -476,6 +418,7 @@ __all__ = [
     "OldLayoutError",
     "OutOfOrderIntervalError",
     "PipelineIdentityError",
+    "PlgdError",
     "PlgdDecodeError",
     "PublishError",
     "PyFilesIntegrityError",
