@@ -299,8 +299,7 @@ def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> No
 
     result = {
         "interval_id": "20260101T000000Z_20260101T010000Z", "fetched_total": 7, "fetched_bytes": 700,
-        "fetched": {"owner-a": {"resourcechanged": 5, "resourcecreated": 0}, "owner-b": {"devicesregistered": 2},
-                    "owner-c": {"resourcechanged": 0}},
+        "fetched": {"resourcechanged": 5, "devicesregistered": 2},
         "decode": {"decoded": 6, "quarantined": 1, "per_reason": {"bad_snappy": 1}},
         "dedupe": {"duplicates": 2, "within_batch_duplicates": 1, "cross_batch_duplicates": 1, "output": 4},
         "rebuild": {"version": "20260101T010000Z", "rows": {"resources": 3}},
@@ -309,9 +308,8 @@ def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> No
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
         log_run_summary(result)
     text = caplog.text
-    assert "owner=owner-a event_type=resourcechanged count=5" in text
-    assert "owner=owner-b event_type=devicesregistered count=2" in text
-    assert "resourcecreated" not in text and "1 owners without messages in this interval: owner-c" in text
+    assert "fetched event_type=resourcechanged count=5" in text
+    assert "fetched event_type=devicesregistered count=2" in text and "resourcecreated" not in text
     assert "quarantined 1 (by reason: {'bad_snappy': 1})" in text
     assert "Duplicates dropped 2 (within the interval 1, seen in earlier intervals 1)" in text
     assert "lag 12.5 s" in text
