@@ -317,7 +317,7 @@ def test_log_run_summary_logs_counts_duplicates_quarantine_and_lag(caplog) -> No
     caplog.clear()
     empty = {"interval_id": result["interval_id"], "fetched": {}, "fetched_total": 0, "reconciled": True,
              "lag_seconds": 1.0,
-             "chain": {"stream_total": 0, "owners": 2, "unrouted": 0, "not_requested_owners_messages": 0,
+             "chain": {"stream_total": 0, "owners_per_range": [], "unrouted": 0, "not_requested_owners_messages": 0,
                        "skipped": {}, "spark_skipped": "the stream holds no message for the interval and there is no snapshot yet",
                        "selection": {"owners": "all 2 discovered", "event_types": f"all {len(EVENT_TYPES)}"}},
              "params": {"storage_root": "/data/plgd", "stream": "EVENTS", "settle_seconds": 60, "spark_conf": {}}}
