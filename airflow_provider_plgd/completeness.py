@@ -343,7 +343,7 @@ def require_interval_complete(status: IntervalStatus, stream: str, start_ns: int
     start = times.ns_to_rfc3339(start_ns) if start_ns is not None else "?"
     interval = f"interval [{start}, {times.ns_to_rfc3339(end_ns)}) of stream {stream!r}"
     facts: dict[str, Any] = {"stream": stream, "start_ns": start_ns, "end_ns": end_ns, "server_time_ns": now,
-              "last_ts_ns": last_ts, "settle_seconds": settle}
+                             "last_ts_ns": last_ts, "settle_seconds": settle}
     if status.stale:
         wait = status.source_wait_seconds
         raise StreamSourceStaleError(
