@@ -22,11 +22,11 @@ from airflow_provider_plgd.compat import BaseHook
 from airflow_provider_plgd.exceptions import JetStreamConnectionError
 from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 from airflow_provider_plgd.hooks.api import JetStreamApi
+from airflow_provider_plgd.hooks.client import connect
 from airflow_provider_plgd.hooks.connection import (
     JetStreamSettings,
     amask_settings_secrets,
     check_stream_name,
-    connect,
     mask_settings_secrets,
     settings_from_connection,
 )
@@ -171,7 +171,7 @@ class JetStreamBaseHook(BaseHook):
     @contextlib.asynccontextmanager
     async def aconnect(self) -> AsyncIterator[Any]:
         """Connect to the first reachable server and yield the nats-py client; close it on exit
-        (:func:`~airflow_provider_plgd.hooks.connection.connect`: errors, TLS guard).
+        (:func:`~airflow_provider_plgd.hooks.client.connect`: errors, TLS guard).
 
         A bare nats-py error raised while the client is in use (e.g. ``ConnectionClosedError``
         when the server goes away) becomes :class:`JetStreamConnectionError` naming the stream.

@@ -49,6 +49,9 @@ class JetStreamConsumeHook(JetStreamBaseHook):
         the pulls in flight (``PREFETCH_PULLS``) plus the batch the caller holds. The consumer
         is deleted at the end, on errors and on cancellation (close the iterator, e.g. with
         ``contextlib.aclosing``, when breaking out early).
+        The sync ``iter_batches`` drives a private event loop one batch at a time; between batches
+        that loop is idle, so a pause longer than ``ITER_INACTIVE_THRESHOLD_S`` (120 s) lets the
+        server remove the consumer, and the next batch then fails with :class:`JetStreamAPIError`.
 
         :param filter: subject filter, e.g. ``plgd.owners.*.devices.*.metadata.>``, or a list of
             them (one consumer with ``filter_subjects``; nats-server >= 2.10).

@@ -60,7 +60,8 @@ from airflow_provider_plgd.exceptions import RangeChangedError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
 from airflow_provider_plgd.hooks.api import JetStreamApi, StreamState
-from airflow_provider_plgd.hooks.connection import JetStreamSettings, connect, settings_from_connection
+from airflow_provider_plgd.hooks.client import connect
+from airflow_provider_plgd.hooks.connection import JetStreamSettings, settings_from_connection
 from airflow_provider_plgd.hooks.counting import count_boundaries, resolve_range, seq_at, split_range
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.blocking import iterate_in_loop

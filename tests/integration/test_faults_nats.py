@@ -375,10 +375,10 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
     the replacement switched off), the pull reader notices within a second and fails with
     JetStreamConnectionError instead of waiting ~43 s for answers nobody reads."""
     from airflow_provider_plgd.exceptions import JetStreamConnectionError
-    from airflow_provider_plgd.hooks import connection as connection_module
+    from airflow_provider_plgd.hooks import client as client_module
     from airflow_provider_plgd.hooks import jetstream as hook_module
 
-    monkeypatch.setattr(connection_module, "NON_UTF8_REPLACEMENT", "strict")
+    monkeypatch.setattr(client_module, "NON_UTF8_REPLACEMENT", "strict")
     publish_messages(jetstream.url, [(registrations_subject(O1, "devicesregistered"), b"reg", None)])
     raw_publish(jetstream, f"plgd.owners.{O1}.registrations.".encode() + b"\xff", b"junk")
     _wait(lambda: hook_module.JetStreamHook().stream_info()["state"]["messages"] == 2, what="the raw PUB stored")
