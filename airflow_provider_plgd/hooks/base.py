@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd.compat import BaseHook
 from airflow_provider_plgd.exceptions import JetStreamConnectionError
@@ -31,6 +31,9 @@ from airflow_provider_plgd.hooks.connection import (
     settings_from_connection,
 )
 from airflow_provider_plgd.times import to_ns
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11+; annotations only (3.10 is supported)
 
 
 class JetStreamBaseHook(BaseHook):
