@@ -191,7 +191,6 @@ class JetStreamBaseHook(BaseHook):
                     "nothing was committed for the batch in progress, retry the task"
                 ) from exc
 
-
     def api(self, nc: Any) -> JetStreamApi:
         """The JetStream API client (:mod:`.api`: requests, errors, consumers) over the open client ``nc``."""
         s = self._settings

@@ -93,5 +93,4 @@ class JetStreamConsumeHook(JetStreamBaseHook):
         async with self.aconnect() as nc:
             yield await DurableConsumer.open(self.api(nc), s.stream, name, filters, ack_wait_seconds=ack_wait_seconds)
 
-
     iter_batches = blocking(aiter_batches)

@@ -264,7 +264,6 @@ class JetStreamInfoHook(JetStreamBaseHook):
                                                range_messages=range_messages, max_ranges=max_ranges,
                                                scope_filter=scope_filter)
 
-
     def test_connection(self) -> tuple[bool, str]:
         """Connect and read the stream state (Airflow's "Test connection" button).
 
