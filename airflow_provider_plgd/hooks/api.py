@@ -1,13 +1,14 @@
-"""The JetStream JSON API client: requests over NATS request/reply, and ephemeral consumers.
+"""The JetStream API client: the package's one JetStream protocol layer.
 
-One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the Airflow face):
-:class:`JetStreamApi` sends ``$JS.API`` requests over an open nats-py client and maps their
-errors to ours (``exceptions.py``); it creates and deletes the ephemeral, ack-none consumers that
-counting (:mod:`.counting`) and reading (:mod:`.pull`) use. Only the small JSON bodies are ours;
-the connection and requests are nats-py's.
+:class:`JetStreamApi` sends every ``$JS.API`` request of the package over an open nats-py client
+and maps the errors once to ours (``exceptions.py``): stream info, ephemeral consumers for
+counting (:mod:`.counting`) and reading (:mod:`.pull`), durable consumers (:mod:`.durable`: create,
+info, pulls, acks), single messages, stream creation and publishing with a PubAck. Only the small
+JSON bodies are ours; the connection and requests are nats-py's core client (why not nats-py's
+JetStream layer: ``docs/architecture.md``, "The hooks by role, and one JetStream protocol layer").
 
-Source: NATS docs, "JetStream wire API reference" (``$JS.API.STREAM.INFO`` paging,
-``$JS.API.CONSUMER.CREATE``/``INFO``/``DELETE``, error codes).
+Source: NATS docs, "JetStream wire API reference" (``$JS.API.STREAM.INFO`` paging, ``STREAM.MSG.GET``,
+``STREAM.CREATE``, ``$JS.API.CONSUMER.CREATE``/``INFO``/``DELETE``/``MSG.NEXT``, acks, error codes).
 """
 
 from __future__ import annotations
