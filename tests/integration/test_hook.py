@@ -98,6 +98,33 @@ def test_publish_with_and_without_msg_id(jetstream):
     assert all(isinstance(m.time_ns, int) and m.time_ns > 1_600_000_000 * 10**9 for m in msgs)
 
 
+def test_each_role_hook_works_alone_and_direct_get_matches_the_read(jetstream):
+    """The role hooks (produce, info, consume) on the same connection, each by itself; the API
+    client's direct get returns what the pull read delivered (subject, time, headers, bytes)."""
+    from airflow_provider_plgd.hooks.client import connect
+    from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
+    from airflow_provider_plgd.hooks.produce import JetStreamProduceHook
+
+    subject = metadata_subject(OWNER_A, DEV_1)
+    producer = JetStreamProduceHook()
+    assert [producer.publish(subject, b"a"), producer.publish(subject, b"b", msg_id="m-2", headers={"X": "1"})] == [1, 2]
+    assert JetStreamInfoHook().count_messages(subject, start_seq=2) == 1
+    read = [m for batch in JetStreamConsumeHook().iter_batches(subject) for m in batch]
+    assert [(m.stream_seq, m.data, m.headers) for m in read] == [(1, b"a", None), (2, b"b", {"Nats-Msg-Id": "m-2", "X": "1"})]
+
+    async def direct(seq: int):
+        hook = JetStreamInfoHook()
+        settings = await hook.aget_settings()
+        async with connect(settings, hook.jetstream_conn_id) as nc:
+            return await hook.api(nc).get_message("EVENTS", seq)
+
+    assert [asyncio.run(direct(seq)) for seq in (1, 2)] == read
+    with pytest.raises(js_module.JetStreamAPIError, match="no message found") as err:
+        asyncio.run(direct(3))
+    assert err.value.err_code == 10037
+
+
 def test_publish_errors(jetstream):
     with pytest.raises(StreamNotFoundError, match="does not capture subject 'other.subject'"):
         JetStreamHook().publish("other.subject", b"x")
