@@ -1,26 +1,26 @@
 """The connection side of the JetStream hooks (connection type ``plgd_jetstream``), shared by every role.
 
 :class:`JetStreamBaseHook` reads the Airflow connection once (:mod:`.connection`: settings and their
-checks, secrets registered with the log masker), describes the connection form, opens a nats-py
+checks, secrets registered with the log masker), opens a nats-py
 client (:meth:`JetStreamBaseHook.aconnect`) and hands out the JetStream API client over it
 (:meth:`JetStreamBaseHook.api`, :mod:`.api`). The roles build on it, like the Kafka provider's
 hooks: :mod:`.info` (stream info, completeness, counting), :mod:`.consume` (bounded reads and the
 durable consumer), :mod:`.produce` (publish); :class:`~.jetstream.JetStreamHook` has them all.
 
-Source: nats-py 2.x ``nats.connect`` options; Airflow's ``BaseHook`` (connection form and UI metadata).
+The connection form and its UI metadata are :class:`~.jetstream.JetStreamHook`'s, the class
+registered for the connection type (Airflow reads them only from the registered class itself).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd.compat import BaseHook
 from airflow_provider_plgd.exceptions import JetStreamConnectionError
-from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from airflow_provider_plgd.get_provider_info import CONN_TYPE
 from airflow_provider_plgd.hooks.api import JetStreamApi
 from airflow_provider_plgd.hooks.client import connect
 from airflow_provider_plgd.hooks.connection import (
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 class JetStreamBaseHook(BaseHook):
-    """The ``plgd_jetstream`` connection: settings, the connection form, a client, the API client.
+    """The ``plgd_jetstream`` connection: settings, a client, the API client.
 
     :param jetstream_conn_id: Airflow connection id of type ``plgd_jetstream``.
     :param stream: stream name; default: the connection's ``stream`` extra, else ``EVENTS``.
@@ -66,50 +66,6 @@ class JetStreamBaseHook(BaseHook):
         hook = cls(stream=settings.stream)
         hook._settings = settings
         return hook
-
-    # ---- Airflow UI ---------------------------------------------------------------------
-
-    @classmethod
-    def get_connection_form_widgets(cls) -> dict[str, Any]:
-        """Extra fields for the connection form of Airflow < 3.2 (from ``CONN_FIELDS``).
-
-        Returns ``{}`` when flask_appbuilder/wtforms are not importable (Airflow 3 without the
-        FAB provider reads ``conn-fields`` from the provider info instead).
-        """
-        try:
-            from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
-            from flask_babel import lazy_gettext
-            from wtforms import PasswordField, StringField
-        except ImportError:
-            return {}
-        widgets: dict[str, Any] = {}
-        for name, spec in CONN_FIELDS.items():
-            schema = spec.get("schema", {})
-            secret = schema.get("format") == "password"
-            field_cls, widget = (PasswordField, BS3PasswordFieldWidget) if secret else (StringField, BS3TextFieldWidget)
-            widgets[name] = field_cls(
-                lazy_gettext(spec["label"]),
-                description=spec.get("description", ""),
-                widget=widget(),
-                default=schema.get("default"),
-            )
-        return widgets
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Hidden/relabelled fields and placeholders of the connection form.
-
-        :return: ``{"hidden_fields": [str], "relabeling": {field: label}, "placeholders": {field: text}}``,
-            the hook API's snake_case keys (Airflow's ``ProvidersManager`` validates them; the provider
-            info's ``ui-field-behaviour`` keeps the kebab-case ``hidden-fields`` of
-            ``provider_info.schema.json``). Source: ``get_provider_info.UI_FIELD_BEHAVIOUR``.
-        """
-        behaviour = json.loads(json.dumps(UI_FIELD_BEHAVIOUR))
-        return {
-            "hidden_fields": behaviour["hidden-fields"],
-            "relabeling": behaviour["relabeling"],
-            "placeholders": behaviour["placeholders"],
-        }
 
     # ---- settings & connection ----------------------------------------------------------
 

@@ -25,6 +25,9 @@ every sync method from its async one.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from airflow_provider_plgd.exceptions import (
     JetStreamAPIError,
     JetStreamAuthError,
@@ -34,6 +37,7 @@ from airflow_provider_plgd.exceptions import (
     JetStreamTimeoutError,
     StreamNotFoundError,
 )
+from airflow_provider_plgd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_provider_plgd.hooks.api import page_subjects
 from airflow_provider_plgd.hooks.base import JetStreamBaseHook
 from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
@@ -67,7 +71,9 @@ class JetStreamHook(JetStreamInfoHook, JetStreamConsumeHook, JetStreamProduceHoo
     Stream info, completeness, subject/owner listing and counting (:class:`JetStreamInfoHook`),
     bounded batched reading and durable consumers (:class:`JetStreamConsumeHook`), publishing
     (:class:`JetStreamProduceHook`); the connection (:class:`JetStreamBaseHook`) is the one
-    registered for the connection type ``plgd_jetstream`` and its form.
+    registered for the connection type ``plgd_jetstream``: it describes the connection form
+    (Airflow 2.11's ``ProvidersManager`` reads the form and UI metadata only from the registered
+    class's own attributes, never inherited ones).
 
     :param jetstream_conn_id: Airflow connection id of type ``plgd_jetstream``.
     :param stream: stream name; default: the connection's ``stream`` extra, else ``EVENTS``.
@@ -79,3 +85,45 @@ class JetStreamHook(JetStreamInfoHook, JetStreamConsumeHook, JetStreamProduceHoo
     subclasses for server-side problems and ``ValueError``/``TypeError`` for bad arguments.
     Credentials are never logged; logs name the servers only.
     """
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """Extra fields for the connection form of Airflow < 3.2 (from ``CONN_FIELDS``).
+
+        Returns ``{}`` when flask_appbuilder/wtforms are not importable (Airflow 3 without the
+        FAB provider reads ``conn-fields`` from the provider info instead).
+        """
+        try:
+            from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
+            from flask_babel import lazy_gettext
+            from wtforms import PasswordField, StringField
+        except ImportError:
+            return {}
+        widgets: dict[str, Any] = {}
+        for name, spec in CONN_FIELDS.items():
+            schema = spec.get("schema", {})
+            secret = schema.get("format") == "password"
+            field_cls, widget = (PasswordField, BS3PasswordFieldWidget) if secret else (StringField, BS3TextFieldWidget)
+            widgets[name] = field_cls(
+                lazy_gettext(spec["label"]),
+                description=spec.get("description", ""),
+                widget=widget(),
+                default=schema.get("default"),
+            )
+        return widgets
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Hidden/relabelled fields and placeholders of the connection form.
+
+        :return: ``{"hidden_fields": [str], "relabeling": {field: label}, "placeholders": {field: text}}``,
+            the hook API's snake_case keys (Airflow's ``ProvidersManager`` validates them; the provider
+            info's ``ui-field-behaviour`` keeps the kebab-case ``hidden-fields`` of
+            ``provider_info.schema.json``). Source: ``get_provider_info.UI_FIELD_BEHAVIOUR``.
+        """
+        behaviour = json.loads(json.dumps(UI_FIELD_BEHAVIOUR))
+        return {
+            "hidden_fields": behaviour["hidden-fields"],
+            "relabeling": behaviour["relabeling"],
+            "placeholders": behaviour["placeholders"],
+        }
