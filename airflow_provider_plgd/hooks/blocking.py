@@ -68,10 +68,16 @@ def blocking(amethod: Callable[..., Any]) -> Callable[..., Any]:
 
     Same arguments, result (an iterator for an async generator) and errors; its docstring points
     to ``amethod``'s.
+
+    :raises TypeError: ``amethod`` is neither a coroutine function nor an async generator function,
+        or its name does not start with ``a``.
     """
-    aname = amethod.__name__
-    name = aname[1:] if aname.startswith("a") else aname
-    if inspect.isasyncgenfunction(amethod):
+    aname = getattr(amethod, "__name__", repr(amethod))
+    is_gen = inspect.isasyncgenfunction(amethod)
+    if not (is_gen or inspect.iscoroutinefunction(amethod)) or not aname.startswith("a") or len(aname) < 2:
+        raise TypeError(f"blocking() needs an async method named 'a<name>', got {aname!r}")
+    name = aname[1:]
+    if is_gen:
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             no_running_loop(name, type(self).__name__)

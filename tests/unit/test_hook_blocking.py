@@ -65,6 +65,18 @@ def test_inside_an_event_loop_it_names_the_async_method_and_leaves_no_coroutine_
     asyncio.run(call())
 
 
+def test_only_async_methods_named_a_name_are_accepted():
+    async def count() -> int:
+        return 1
+
+    def aplain() -> int:
+        return 1
+
+    for bad, shown in ((count, "'count'"), (aplain, "'aplain'")):
+        with pytest.raises(TypeError, match=f"needs an async method named 'a<name>', got {shown}"):
+            blocking(bad)
+
+
 def test_every_sync_method_of_the_hook_is_built_by_the_helper():
     """Each ``a<name>`` coroutine or async generator of the hook has its sync ``<name>`` twin."""
     pairs: dict[str, str] = {}
