@@ -45,7 +45,7 @@ an interval holds.
 
 Right after a mirror consumer is re-created (after a long cut) the server sets ``active`` to 0
 before the origin's first message arrives, while ``lag`` is still the old value; one reading can
-then look current. :meth:`JetStreamHook.ainterval_status` therefore confirms a ``settled``
+then look current. :meth:`JetStreamHook.aget_interval_status` therefore confirms a ``settled``
 decision on a mirror with a second reading :data:`CONFIRM_SECONDS` later
 (:func:`confirm_status`: still complete, and no message arrived in between).
 
@@ -56,13 +56,14 @@ prefix, its lag and last contact, instead of waiting on a link that may never co
 
 Used by the interval-complete sensor, its trigger, the ETL's plan and the fetch operator (which
 refuses to commit a time-bounded batch of an incomplete interval), all through
-``JetStreamHook.ainterval_status``. Source: ``docs/reliability.md`` ("Complete intervals").
+``JetStreamHook.aget_interval_status``, as an :class:`IntervalStatus`. Source: ``docs/reliability.md`` ("Complete intervals").
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
 from airflow_provider_plgd.coerce import non_negative_seconds
@@ -73,8 +74,10 @@ __all__ = [
     "DEFAULT_SOURCE_WAIT_SECONDS",
     "check_settle_seconds",
     "check_source_wait_seconds",
+    "IntervalStatus",
+    "Upstream",
     "confirm_status",
-    "interval_status",
+    "judge_interval",
     "read_interval_status",
     "require_interval_complete",
     "server_time_ns",
@@ -121,38 +124,117 @@ def server_time_ns(info: dict[str, Any]) -> int:
     return ts
 
 
-def upstreams(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """The streams feeding this one, from a ``$JS.API.STREAM.INFO`` answer (``mirror``, ``sources``).
+@dataclass(frozen=True)
+class Upstream:
+    """A stream feeding this one, from a ``$JS.API.STREAM.INFO`` answer (``mirror`` / ``sources[]``).
 
-    :return: one dict per upstream: ``{"kind": "mirror" | "source", "name", "api" (the external
-        API prefix, e.g. ``$JS.hub.API``, or None), "lag" (messages), "active_ns" (ns since the
-        last contact, None: never), "contact_ns" (server time of the last contact, unix ns, or
-        None), "error" (the server's description, or None), "required" (True for a mirror: the
-        ``settled`` rule waits for it; sources: see the module)}``; empty for a plain stream.
+    :ivar kind: ``"mirror"`` or ``"source"``. :ivar name: the upstream stream's name.
+    :ivar api: the external API prefix (e.g. ``$JS.hub.API``), or None.
+    :ivar lag: messages the origin still held after the last one received.
+    :ivar active_ns: ns since the last contact (None: never). :ivar contact_ns: server time of the
+        last contact (unix ns), or None. :ivar error: the server's description of its error, or None.
+    :ivar required: True for a mirror (the ``settled`` rule waits for it; sources: see the module).
+    :ivar current: in contact at or after ``end + settle_seconds`` with ``lag`` 0 (set by :func:`judge_interval`).
+    """
+
+    kind: str
+    name: str | None
+    api: str | None
+    lag: int
+    active_ns: int | None
+    contact_ns: int | None
+    error: str | None
+    required: bool
+    current: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (``StreamSourceStaleError.upstreams`` keeps all but
+        ``required`` and ``current``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class IntervalStatus:
+    """Is the interval ending at ``end_ns`` complete? One judgement (:func:`judge_interval`) on the
+    server's clock; :meth:`as_dict` / :meth:`from_dict` only where it becomes JSON.
+
+    :ivar complete: complete. :ivar reason: ``"newer_message"``, ``"settled"`` or None.
+    :ivar end_ns: exclusive interval end (unix ns). :ivar server_time_ns: the server's time of the reading.
+    :ivar last_seq: the stream's last sequence. :ivar last_ts_ns: its server time (None: never held a message).
+    :ivar settle_seconds: s (>= 0). :ivar source_wait_seconds: s (>= 0), for a mirror not current.
+    :ivar upstreams: the streams feeding this one. :ivar waiting_for: names of the required upstreams
+        not current (the mirror's origin). :ivar stale: a mirror still not current past the limit.
+    :ivar newer_messages: messages of a subject filter at or after the end (the hook's
+        ``aget_interval_status``; 0 otherwise).
+    """
+
+    complete: bool
+    reason: str | None
+    end_ns: int
+    server_time_ns: int
+    last_seq: int
+    last_ts_ns: int | None
+    settle_seconds: float
+    source_wait_seconds: float
+    upstreams: tuple[Upstream, ...] = ()
+    waiting_for: tuple[str, ...] = ()
+    stale: bool = False
+    newer_messages: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"complete", "reason", "end_ns", "server_time_ns", "last_seq", "last_ts_ns",
+        "settle_seconds", "source_wait_seconds", "upstreams": [{...}], "waiting_for": [str],
+        "stale", "newer_messages"}`` (JSON)."""
+        out = asdict(self)
+        out["upstreams"] = [up.as_dict() for up in self.upstreams]
+        out["waiting_for"] = list(self.waiting_for)
+        return out
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> IntervalStatus:
+        """The status of :meth:`as_dict`'s dict.
+
+        :raises ValueError: a field is missing or unknown (names them).
+        """
+        names = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING}
+        if not required <= set(value) or not set(value) <= names:
+            raise ValueError(f"an interval status needs the keys {sorted(required)} (optional: "
+                             f"{sorted(names - required)}), got {sorted(value)}")
+        data = dict(value)
+        data["upstreams"] = tuple(Upstream(**up) for up in data.get("upstreams") or ())
+        data["waiting_for"] = tuple(data.get("waiting_for") or ())
+        return cls(**data)
+
+
+def upstreams(info: dict[str, Any]) -> tuple[Upstream, ...]:
+    """The streams feeding this one, from a ``$JS.API.STREAM.INFO`` answer (``mirror``, ``sources``),
+    with ``current`` False; empty for a plain stream.
+
     :raises JetStreamAPIError: an upstream is reported without a server time (see :func:`server_time_ns`).
     """
     found = [("mirror", info["mirror"])] if info.get("mirror") else []
     found += [("source", si) for si in info.get("sources") or [] if si]
     if not found:
-        return []
+        return ()
     now = server_time_ns(info)
     result = []
     for kind, si in found:
         active = si.get("active")
         active_ns = int(active) if isinstance(active, (int, float)) and active >= 0 else None
         error = si.get("error")
-        result.append({
-            "kind": kind, "name": si.get("name"), "api": (si.get("external") or {}).get("api"),
-            "lag": int(si.get("lag") or 0), "active_ns": active_ns,
-            "contact_ns": now - active_ns if active_ns is not None else None,
-            "error": (error.get("description") or str(error)) if isinstance(error, dict) else error,
-            "required": kind == "mirror",
-        })
-    return result
+        result.append(Upstream(
+            kind=kind, name=si.get("name"), api=(si.get("external") or {}).get("api"),
+            lag=int(si.get("lag") or 0), active_ns=active_ns,
+            contact_ns=now - active_ns if active_ns is not None else None,
+            error=(error.get("description") or str(error)) if isinstance(error, dict) else error,
+            required=kind == "mirror",
+        ))
+    return tuple(result)
 
 
-def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
-                    source_wait_seconds: float | None = None) -> dict[str, Any]:
+def judge_interval(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
+                   source_wait_seconds: float | None = None) -> IntervalStatus:
     """Judge the interval ending at ``end_ns`` from one ``$JS.API.STREAM.INFO`` answer (rules: the module).
 
     :param info: the stream info dict (``ts``, ``state.last_ts``, ``state.last_seq``, and
@@ -163,11 +245,6 @@ def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
     :param source_wait_seconds: seconds (>= 0) past ``end_ns + settle_seconds`` after which a
         mirror that is still not current makes the status ``stale`` (None: the default,
         :data:`DEFAULT_SOURCE_WAIT_SECONDS`).
-    :return: ``{"complete": bool, "reason": "newer_message" | "settled" | None, "end_ns",
-        "server_time_ns", "last_seq", "last_ts_ns" (None for a stream that never held a message),
-        "settle_seconds", "source_wait_seconds", "upstreams" (:func:`upstreams`, each with
-        ``"current"``: bool), "waiting_for" (names of the required upstreams not current: the
-        mirror's origin), "stale": bool}``.
     :raises JetStreamAPIError: no server time in ``info`` (see :func:`server_time_ns`).
     :raises ValueError: bad ``settle_seconds`` or ``source_wait_seconds``.
     """
@@ -179,24 +256,23 @@ def interval_status(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
     state = info.get("state") or {}
     last_seq = int(state.get("last_seq") or 0)
     last_ts = parse_rfc3339_ns(state.get("last_ts")) if last_seq > 0 else None
-    feeds = upstreams(info)
-    for up in feeds:
-        up["current"] = up["lag"] == 0 and up["contact_ns"] is not None and up["contact_ns"] >= settled_at
-    waiting = [up["name"] for up in feeds if up["required"] and not up["current"]]
+    feeds = tuple(replace(up, current=up.lag == 0 and up.contact_ns is not None and up.contact_ns >= settled_at)
+                  for up in upstreams(info))
+    waiting = tuple(str(up.name) for up in feeds if up.required and not up.current)
     if last_ts is not None and last_ts >= end_ns:
-        reason = "newer_message"
+        reason: str | None = "newer_message"
     elif now >= settled_at and not waiting:
         reason = "settled"
     else:
         reason = None
     stale = reason is None and bool(waiting) and now >= settled_at + int(wait * 1e9)
-    return {"complete": reason is not None, "reason": reason, "end_ns": end_ns, "server_time_ns": now,
-            "last_seq": last_seq, "last_ts_ns": last_ts, "settle_seconds": settle, "source_wait_seconds": wait,
-            "upstreams": feeds, "waiting_for": waiting, "stale": stale}
+    return IntervalStatus(complete=reason is not None, reason=reason, end_ns=end_ns, server_time_ns=now,
+                          last_seq=last_seq, last_ts_ns=last_ts, settle_seconds=settle, source_wait_seconds=wait,
+                          upstreams=feeds, waiting_for=waiting, stale=stale)
 
 
-def confirm_status(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """Combine two :func:`interval_status` readings taken :data:`CONFIRM_SECONDS` apart (see the module).
+def confirm_status(first: IntervalStatus, second: IntervalStatus) -> IntervalStatus:
+    """Combine two :func:`judge_interval` readings taken :data:`CONFIRM_SECONDS` apart (see the module).
 
     A ``settled`` first reading of a mirror holds only when the second reading is
     complete too and the stream stored no message in between (a message that arrived is a sign
@@ -205,49 +281,49 @@ def confirm_status(first: dict[str, Any], second: dict[str, Any]) -> dict[str, A
     :return: ``second``, with ``complete`` False and ``reason`` None when the first decision does
         not hold (``stale`` is kept from ``second``).
     """
-    if second["reason"] == "newer_message" or not first["complete"]:
+    if second.reason == "newer_message" or not first.complete:
         return second
-    if second["complete"] and second["last_seq"] == first["last_seq"]:
+    if second.complete and second.last_seq == first.last_seq:
         return second
-    return {**second, "complete": False, "reason": None}
+    return replace(second, complete=False, reason=None)
 
 
 async def read_interval_status(stream_info: Callable[[], Awaitable[dict[str, Any]]], *, end_ns: int,
-                               settle_seconds: float, source_wait_seconds: float | None = None) -> dict[str, Any]:
-    """Read the stream info with ``stream_info()`` and judge it (:func:`interval_status`); a
+                               settle_seconds: float, source_wait_seconds: float | None = None) -> IntervalStatus:
+    """Read the stream info with ``stream_info()`` and judge it (:func:`judge_interval`); a
     ``settled`` decision on a mirror is confirmed by a second reading :data:`CONFIRM_SECONDS`
-    later (:func:`confirm_status`). Same arguments, return value and errors as :func:`interval_status`.
+    later (:func:`confirm_status`). Same arguments, return value and errors as :func:`judge_interval`.
     """
-    status = interval_status(await stream_info(), end_ns=end_ns, settle_seconds=settle_seconds,
-                             source_wait_seconds=source_wait_seconds)
-    if status["reason"] == "settled" and any(up["required"] for up in status["upstreams"]):
+    status = judge_interval(await stream_info(), end_ns=end_ns, settle_seconds=settle_seconds,
+                            source_wait_seconds=source_wait_seconds)
+    if status.reason == "settled" and any(up.required for up in status.upstreams):
         await asyncio.sleep(CONFIRM_SECONDS)
-        status = confirm_status(status, interval_status(await stream_info(), end_ns=end_ns,
-                                                        settle_seconds=settle_seconds,
-                                                        source_wait_seconds=source_wait_seconds))
+        status = confirm_status(status, judge_interval(await stream_info(), end_ns=end_ns,
+                                                       settle_seconds=settle_seconds,
+                                                       source_wait_seconds=source_wait_seconds))
     return status
 
 
-def _upstreams_text(status: dict[str, Any]) -> str:
+def _upstreams_text(status: IntervalStatus) -> str:
     from airflow_provider_plgd import times
 
     parts = []
-    for up in status["upstreams"]:
-        if up["current"] or not up["required"]:
+    for up in status.upstreams:
+        if up.current or not up.required:
             continue
-        contact = (f"last contact {times.ns_to_rfc3339(up['contact_ns'])} "
-                   f"({up['active_ns'] / 1e9:.1f} s before the server's time)" if up["contact_ns"] is not None
+        contact = (f"last contact {times.ns_to_rfc3339(up.contact_ns)} "
+                   f"({(up.active_ns or 0) / 1e9:.1f} s before the server's time)" if up.contact_ns is not None
                    else "never in contact")
-        error = f", error: {up['error']}" if up["error"] else ""
-        api = f" via {up['api']}" if up["api"] else ""
-        parts.append(f"{up['kind']} {up['name']!r}{api}: lag {up['lag']}, {contact}{error}")
+        error = f", error: {up.error}" if up.error else ""
+        api = f" via {up.api}" if up.api else ""
+        parts.append(f"{up.kind} {up.name!r}{api}: lag {up.lag}, {contact}{error}")
     return "; ".join(parts)
 
 
-def require_interval_complete(status: dict[str, Any], stream: str, start_ns: int | None = None) -> dict[str, Any]:
-    """Fail unless ``status`` (:func:`interval_status`, confirmed) says the interval is complete.
+def require_interval_complete(status: IntervalStatus, stream: str, start_ns: int | None = None) -> IntervalStatus:
+    """Fail unless ``status`` (:func:`read_interval_status`, confirmed) says the interval is complete.
 
-    :param status: the status of the interval, from ``JetStreamHook.ainterval_status``.
+    :param status: the status of the interval, from ``JetStreamHook.aget_interval_status``.
     :param stream: the stream name, for the message.
     :param start_ns: the interval's start (unix ns), for the message; None: unknown.
     :return: ``status`` (complete).
@@ -260,25 +336,25 @@ def require_interval_complete(status: dict[str, Any], stream: str, start_ns: int
     from airflow_provider_plgd import times
     from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
 
-    if status["complete"]:
+    if status.complete:
         return status
-    end_ns, now = status["end_ns"], status["server_time_ns"]
-    settle, last_ts = status["settle_seconds"], status["last_ts_ns"]
+    end_ns, now = status.end_ns, status.server_time_ns
+    settle, last_ts = status.settle_seconds, status.last_ts_ns
     start = times.ns_to_rfc3339(start_ns) if start_ns is not None else "?"
     interval = f"interval [{start}, {times.ns_to_rfc3339(end_ns)}) of stream {stream!r}"
-    fields = {"stream": stream, "start_ns": start_ns, "end_ns": end_ns, "server_time_ns": now,
-              "last_ts_ns": last_ts, "settle_seconds": settle}
-    if status["stale"]:
-        wait = status["source_wait_seconds"]
+    facts: dict[str, Any] = {"stream": stream, "start_ns": start_ns, "end_ns": end_ns, "server_time_ns": now,
+                             "last_ts_ns": last_ts, "settle_seconds": settle}
+    if status.stale:
+        wait = status.source_wait_seconds
         raise StreamSourceStaleError(
             f"{interval} is not complete: the stream is a mirror, and past end + settle_seconds="
             f"{settle:g} + source_wait_seconds={wait:g} (the server's time is {times.ns_to_rfc3339(now)}) "
             f"{_upstreams_text(status)}; messages of the interval may still wait on the other side of the "
             "link, so nothing was committed. Restore the link (leafnode, domain API, permissions; the "
             "mirror's error above) and run the task again, or raise source_wait_seconds",
-            upstreams=[{k: up[k] for k in ("kind", "name", "api", "lag", "active_ns", "contact_ns", "error")}
-                       for up in status["upstreams"] if up["required"] and not up["current"]],
-            source_wait_seconds=wait, **fields,
+            upstreams=[{k: v for k, v in up.as_dict().items() if k not in ("required", "current")}
+                       for up in status.upstreams if up.required and not up.current],
+            source_wait_seconds=wait, **facts,
         )
     last = f"its last message is from {times.ns_to_rfc3339(last_ts)}" if last_ts is not None else "it is empty"
     before = end_ns + int(settle * 1e9) - now
@@ -294,5 +370,5 @@ def require_interval_complete(status: dict[str, Any], stream: str, start_ns: int
         f"{interval} is not complete on the NATS server's clock: the server's time is "
         f"{times.ns_to_rfc3339(now)} ({when}), and {last}, before the end; messages of the interval may still "
         f"arrive, so nothing was committed. {fix}",
-        **fields,
+        **facts,
     )

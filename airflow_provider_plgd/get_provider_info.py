@@ -107,7 +107,13 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "plgd JetStream",
-                "python-modules": ["airflow_provider_plgd.hooks.jetstream"],
+                "python-modules": [
+                    "airflow_provider_plgd.hooks.base",
+                    "airflow_provider_plgd.hooks.info",
+                    "airflow_provider_plgd.hooks.consume",
+                    "airflow_provider_plgd.hooks.produce",
+                    "airflow_provider_plgd.hooks.jetstream",
+                ],
             }
         ],
         "operators": [

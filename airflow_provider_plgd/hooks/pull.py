@@ -7,7 +7,7 @@ messages ``100`` (heartbeat), ``404``/``408`` (no messages / request expired), `
 reached, batch completed, consumer deleted, ...) and ``503`` (no responders) end pulls or the read.
 :func:`read_batches` creates the consumer, reads it with :class:`PullReader` and deletes it: the
 body of :meth:`JetStreamHook.aiter_batches` and of the Spark data source's partition reads
-(``spark/datasource.py``, on executors without Airflow); :func:`iterate_in_loop` drives such an
+(``spark/datasource.py``, on executors without Airflow); :func:`.blocking.iterate_in_loop` drives such an
 async generator from sync code.
 
 Source: NATS docs, "JetStream wire API reference" (pull ``MSG.NEXT`` requests and their status
@@ -20,9 +20,9 @@ import asyncio
 import collections
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from airflow_provider_plgd.exceptions import (
     JetStreamAPIError,
@@ -47,7 +47,6 @@ PULL_EXPIRES_S = 30.0
 ITER_INACTIVE_THRESHOLD_S = 120.0
 
 _DONE = object()
-_T = TypeVar("_T")
 
 
 async def read_batches(
@@ -101,26 +100,6 @@ async def read_batches(
     finally:
         await reader.stop()
         await api.delete_consumer(stream, consumer)
-
-
-def iterate_in_loop(agen: AsyncGenerator[_T, None]) -> Iterator[_T]:
-    """Iterate the async generator ``agen`` from sync code, one item at a time, on a private event
-    loop (none may be running in this thread). Memory stays that of one item; closing this
-    generator (or leaving a ``for`` loop) closes ``agen`` (and so deletes its consumer)."""
-    loop = asyncio.new_event_loop()
-    try:
-        while True:
-            try:
-                item = loop.run_until_complete(agen.__anext__())
-            except StopAsyncIteration:
-                return
-            yield item
-    finally:
-        try:
-            loop.run_until_complete(agen.aclose())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
 
 
 @dataclass(slots=True, eq=False)

@@ -14,16 +14,16 @@ message before the window ends, so every JetStream server timestamp falls in its
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
 import nats
-from nats.js.errors import NotFoundError
 
-from ..exceptions import PublishError
+from ..exceptions import JetStreamError, PublishError, StreamNotFoundError
+from ..hooks.api import JetStreamApi
+from ..hooks.connection import strip_userinfo
 from ..plgd.subjects import subject_matches
 from .generator import Simulation
 
@@ -94,6 +94,11 @@ async def _connect(servers: Sequence[str], connect_options: dict[str, Any] | Non
         raise PublishError(f"cannot connect to NATS {list(servers)}: {exc or type(exc).__name__}") from exc
 
 
+def _api(nc: Any, servers: Sequence[str]) -> JetStreamApi:
+    """The one JetStream API client (``hooks/api.py``) over the simulator's connection."""
+    return JetStreamApi(nc, ", ".join(strip_userinfo(s) for s in servers))
+
+
 async def acreate_stream(*, servers: Sequence[str], stream: str = "EVENTS",
                          connect_options: dict[str, Any] | None = None) -> bool:
     """Create ``stream`` with the plgd bundle settings unless it exists (docs/wire-format.md §1.5;
@@ -105,19 +110,16 @@ async def acreate_stream(*, servers: Sequence[str], stream: str = "EVENTS",
     """
     nc = await _connect(servers, connect_options)
     try:
-        js = nc.jetstream()
+        api = _api(nc, servers)
         try:
-            await js.stream_info(stream)
+            await api.stream_info(stream)
             return False
-        except NotFoundError:
+        except StreamNotFoundError:
             pass
-        body = json.dumps({**BUNDLE_STREAM_CONFIG, "name": stream}).encode()
         try:
-            reply = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{stream}", body, timeout=10)).data)
-        except Exception as exc:
-            raise PublishError(f"cannot create stream {stream!r}: {exc or type(exc).__name__}") from exc
-        if "error" in reply:
-            raise PublishError(f"cannot create stream {stream!r}: {reply['error']}")
+            await api.create_stream({**BUNDLE_STREAM_CONFIG, "name": stream})
+        except JetStreamError as exc:
+            raise PublishError(f"cannot create stream {stream!r}: {exc}") from exc
         return True
     finally:
         await nc.close()
@@ -129,17 +131,17 @@ def create_stream(*, servers: Sequence[str], stream: str = "EVENTS",
     return asyncio.run(acreate_stream(servers=servers, stream=stream, connect_options=connect_options))
 
 
-async def _stored_last_seq(js, stream: str) -> int:
-    return (await js.stream_info(stream)).state.last_seq
+async def _stored_last_seq(api: JetStreamApi, stream: str) -> int:
+    return int((await api.stream_info(stream))["state"]["last_seq"])
 
 
-async def _wait_stored(js, stream: str, last_seq: int, deadline_ns: int, what: str) -> int:
+async def _wait_stored(api: JetStreamApi, stream: str, last_seq: int, deadline_ns: int, what: str) -> int:
     """Poll stream info until the stream's last sequence reaches ``last_seq``; return the time.
     Fails at ``deadline_ns``, or when the sequence stops advancing for ``_STALL_SECONDS`` (the
     server did not store some messages)."""
     progress, progress_at = -1, time.time_ns()
     while True:
-        current = await _stored_last_seq(js, stream)
+        current = await _stored_last_seq(api, stream)
         now = time.time_ns()
         if current >= last_seq:
             return now
@@ -183,19 +185,20 @@ async def apublish(sim: Simulation, *, servers: Sequence[str], stream: str = "EV
     t0 = time.perf_counter()
     windows: list[dict[str, Any]] = []
     try:
-        js = nc.jetstream()
+        api = _api(nc, servers)
         try:
-            info = await js.stream_info(stream)
-        except NotFoundError:
+            info = await api.stream_info(stream)
+        except StreamNotFoundError:
             raise PublishError(
                 f"stream {stream!r} does not exist on {list(servers)}; create it (plgd-simulate --create-stream)"
             ) from None
-        if n and not any(subject_matches(f, subjects[0]) for f in (info.config.subjects or ())):
+        bound = info["config"].get("subjects") or []
+        if n and not any(subject_matches(f, subjects[0]) for f in bound):
             raise PublishError(
-                f"stream {stream!r} (subjects {info.config.subjects}) does not capture {subjects[0]!r}; "
+                f"stream {stream!r} (subjects {bound}) does not capture {subjects[0]!r}; "
                 "it must be bound to 'plgd.>'"
             )
-        before_msgs, before_last = info.state.messages, info.state.last_seq
+        before_msgs, before_last = info["state"]["messages"], info["state"]["last_seq"]
         first_seq = before_last + 1
         for k, idx in enumerate(ranges):
             start_ns, end_ns = bounds[k]
@@ -218,34 +221,34 @@ async def apublish(sim: Simulation, *, servers: Sequence[str], stream: str = "EV
                 sent += 1
                 if sent % _FLUSH_EVERY == 0:
                     await nc.flush()
-                    if (first_seq + sent - 1) - await _stored_last_seq(js, stream) > _MAX_LAG:
-                        await _wait_stored(js, stream, first_seq + sent - 1 - _MAX_LAG // 2,
+                    if (first_seq + sent - 1) - await _stored_last_seq(api, stream) > _MAX_LAG:
+                        await _wait_stored(api, stream, first_seq + sent - 1 - _MAX_LAG // 2,
                                            time.time_ns() + 60_000_000_000, f"interval {k}")
             await nc.flush()
             deadline = end_ns if wait_for_intervals else time.time_ns() + 120_000_000_000
             stored_by = await _wait_stored(
-                js, stream, first_seq + idx.stop - 1, deadline,
+                api, stream, first_seq + idx.stop - 1, deadline,
                 f"interval {k} overflowed its window [{_iso(start_ns)}, {_iso(end_ns)}) ({len(idx)} messages; "
                 "use longer intervals or fewer messages)" if wait_for_intervals else f"interval {k}",
             ) if len(idx) else time.time_ns()
             windows.append({"interval": k, "window_start_ns": start_ns, "window_end_ns": end_ns,
                             "published_from_ns": published_from, "stored_by_ns": stored_by,
                             "messages": len(idx)})
-        info = await js.stream_info(stream)
+        state = (await api.stream_info(stream))["state"]
         expected_last = first_seq + n - 1
-        if info.state.last_seq != expected_last:
+        if state["last_seq"] != expected_last:
             raise PublishError(
-                f"stream {stream!r} last sequence is {info.state.last_seq}, expected {expected_last}: "
-                f"{info.state.last_seq - expected_last:+d} messages from elsewhere or lost; "
+                f"stream {stream!r} last sequence is {state['last_seq']}, expected {expected_last}: "
+                f"{state['last_seq'] - expected_last:+d} messages from elsewhere or lost; "
                 "stream sequences cannot be attributed (publish into a stream nothing else writes to)"
             )
-        if info.state.messages - before_msgs != n:
+        if state["messages"] - before_msgs != n:
             raise PublishError(
-                f"stream {stream!r} gained {info.state.messages - before_msgs} messages, expected {n} "
+                f"stream {stream!r} gained {state['messages'] - before_msgs} messages, expected {n} "
                 "(stream limits discarding messages?)"
             )
         for i in sorted({0, n // 2, n - 1}) if n else ():
-            msg = await js.get_msg(stream, first_seq + i)
+            msg = await api.get_message(stream, first_seq + i)
             if msg.subject != subjects[i] or (msg.data or b"") != payloads[i]:
                 raise PublishError(
                     f"stream {stream!r} sequence {first_seq + i} holds {msg.subject!r}, expected message {i} "

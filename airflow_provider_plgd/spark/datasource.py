@@ -60,10 +60,12 @@ from airflow_provider_plgd.exceptions import RangeChangedError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
 from airflow_provider_plgd.hooks.api import JetStreamApi, StreamState
-from airflow_provider_plgd.hooks.connection import JetStreamSettings, connect, settings_from_connection
+from airflow_provider_plgd.hooks.client import connect
+from airflow_provider_plgd.hooks.connection import JetStreamSettings, settings_from_connection
 from airflow_provider_plgd.hooks.counting import count_boundaries, resolve_range, seq_at, split_range
 from airflow_provider_plgd.hooks.messages import StreamMessage
-from airflow_provider_plgd.hooks.pull import iterate_in_loop, read_batches
+from airflow_provider_plgd.hooks.blocking import iterate_in_loop
+from airflow_provider_plgd.hooks.pull import read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
 from airflow_provider_plgd.staging import SCHEMA, message_arrays
 from airflow_provider_plgd.times import parse_rfc3339_ns, to_ns

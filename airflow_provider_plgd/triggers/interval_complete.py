@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd.compat import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from airflow_provider_plgd.completeness import IntervalStatus
 
 CLASSPATH = "airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger"
 
 
-async def interval_status(
+async def read_status_failing_stale(
     hook: Any, *, subject_filter: str, end_ns: int, settle_seconds: float, source_wait_seconds: float | None = None
-) -> dict[str, Any]:
-    """One check of the interval ending at ``end_ns`` (``hook.ainterval_status``), failing when stale.
+) -> IntervalStatus:
+    """One check of the interval ending at ``end_ns`` (``hook.aget_interval_status``), failing when stale.
 
-    :return: the hook's status dict (``complete``, ``reason``, ``server_time_ns``, ...).
+    :return: the hook's :class:`~airflow_provider_plgd.completeness.IntervalStatus`.
     :raises StreamSourceStaleError: a mirror's link is still not current past
         ``end + settle_seconds + source_wait_seconds`` (``completeness.require_interval_complete``).
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
@@ -35,17 +38,19 @@ async def interval_status(
     """
     from airflow_provider_plgd.completeness import require_interval_complete
 
-    status = await hook.ainterval_status(int(end_ns), settle_seconds=float(settle_seconds),
-                                         subject_filter=subject_filter, source_wait_seconds=source_wait_seconds)
-    if status["stale"]:
+    status: IntervalStatus = await hook.aget_interval_status(
+        int(end_ns), settle_seconds=float(settle_seconds), subject_filter=subject_filter,
+        source_wait_seconds=source_wait_seconds)
+    if status.stale:
         require_interval_complete(status, (await hook.aget_settings()).stream)
     return status
 
 
-def success_payload(status: dict[str, Any]) -> dict[str, Any]:
-    """The sensor's result / the trigger's success event of a complete ``status`` (JSON)."""
-    return {"status": "success", "reason": status["reason"], "end_ns": int(status["end_ns"]),
-            "newer_messages": int(status.get("newer_messages") or 0), "server_time_ns": status["server_time_ns"]}
+def success_payload(status: IntervalStatus) -> dict[str, Any]:
+    """The sensor's result / the trigger's success event of a complete ``status`` (JSON: the edge
+    where the typed status becomes a dict)."""
+    return {"status": "success", "reason": status.reason, "end_ns": status.end_ns,
+            "newer_messages": status.newer_messages, "server_time_ns": status.server_time_ns}
 
 
 async def check_interval_complete(
@@ -53,7 +58,7 @@ async def check_interval_complete(
 ) -> dict[str, Any] | None:
     """Check once whether the interval ending at ``end_ns`` is complete, on the server's clock.
 
-    :param hook: a ``JetStreamHook`` (its ``ainterval_status`` is used).
+    :param hook: a ``JetStreamHook`` (its ``aget_interval_status`` is used).
     :param subject_filter: JetStream filter subject whose messages at or after the end are counted
         (``newer_messages``); completeness itself is a property of the whole stream.
     :param end_ns: exclusive end of the interval, unix ns (JetStream server time).
@@ -67,9 +72,9 @@ async def check_interval_complete(
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
         mean "complete".
     """
-    status = await interval_status(hook, subject_filter=subject_filter, end_ns=end_ns, settle_seconds=settle_seconds,
-                                   source_wait_seconds=source_wait_seconds)
-    return success_payload(status) if status["complete"] else None
+    status = await read_status_failing_stale(hook, subject_filter=subject_filter, end_ns=end_ns,
+                                             settle_seconds=settle_seconds, source_wait_seconds=source_wait_seconds)
+    return success_payload(status) if status.complete else None
 
 
 def raise_if_cancelling() -> None:
@@ -91,8 +96,8 @@ def raise_if_cancelling() -> None:
 def is_missing_stream_error(exc: BaseException | None) -> bool:
     """True when ``exc`` (or its cause) says the stream does not exist.
 
-    Recognises the hook's :class:`airflow_provider_plgd.exceptions.StreamNotFoundError`, nats-py's
-    ``NotFoundError`` and the JetStream error code 10059.
+    Recognises :class:`airflow_provider_plgd.exceptions.StreamNotFoundError` (what the one JetStream
+    API client, ``hooks/api.py``, raises for a missing stream) and the JetStream error code 10059.
     """
     from airflow_provider_plgd.exceptions import StreamNotFoundError
 
@@ -101,13 +106,6 @@ def is_missing_stream_error(exc: BaseException | None) -> bool:
         seen.add(id(exc))
         if isinstance(exc, StreamNotFoundError) or getattr(exc, "err_code", None) == 10059:
             return True
-        try:
-            from nats.js.errors import NotFoundError
-
-            if isinstance(exc, NotFoundError):
-                return True
-        except ImportError:  # pragma: no cover
-            pass
         exc = exc.__cause__ or exc.__context__
     return False
 
@@ -185,7 +183,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         while True:
             wait = self.poll_interval
             try:
-                status = await interval_status(
+                status = await read_status_failing_stale(
                     hook, subject_filter=self.subject_filter, end_ns=self.end_ns, settle_seconds=self.settle_seconds,
                     source_wait_seconds=self.source_wait_seconds)
             except StreamSourceStaleError as exc:
@@ -203,17 +201,17 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
                 self.log.warning("Checking interval completeness failed, not complete; retrying in %.1f s: %s: %s",
                                  self.poll_interval, type(exc).__name__, exc)
             else:
-                if status["complete"]:
+                if status.complete:
                     self.log.info("Interval ending at %s ns is complete (%s; server time %s ns)", self.end_ns,
-                                  status["reason"], status["server_time_ns"])
+                                  status.reason, status.server_time_ns)
                     yield TriggerEvent(success_payload(status))
                     return
-                if status["waiting_for"]:
+                if status.waiting_for:
                     self.log.info("Interval ending at %s ns: waiting for the mirror's origin %s to be current",
-                                  self.end_ns, ", ".join(map(str, status["waiting_for"])))
+                                  self.end_ns, ", ".join(status.waiting_for))
                 # wake up when the settle time is over on the server's clock, if that is sooner; once it
                 # is over (a mirror not yet current), poll every poll_interval, not in a tight loop
-                ahead = (self.end_ns + settle_ns - status["server_time_ns"]) / 1e9
+                ahead = (self.end_ns + settle_ns - status.server_time_ns) / 1e9
                 if ahead > 0:
                     wait = min(wait, ahead + 0.01)
             raise_if_cancelling()

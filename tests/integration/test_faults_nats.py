@@ -250,7 +250,7 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
     when the retry's batch has other boundaries; every message is staged, and the overlap is exactly
     the unacknowledged batch. Dedupe drops such copies across batches
     (test_faults_spark.py::test_overlapping_durable_batches_are_deduplicated)."""
-    from nats.aio.msg import Msg
+    from airflow_provider_plgd.hooks.api import JetStreamApi
 
     subj = registrations_subject(O1, "devicesregistered")
     publish_messages(jetstream.url, [(subj, f"d-{i}".encode(), None) for i in range(25)])
@@ -262,11 +262,11 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
     async def crash(self, *a, **k):
         raise ConnectionResetError("injected: worker died before the ack")
 
-    real_ack = Msg.ack_sync
-    monkeypatch.setattr(Msg, "ack_sync", crash)
+    real_ack = JetStreamApi.ack
+    monkeypatch.setattr(JetStreamApi, "ack", crash)
     with pytest.raises(ConnectionResetError):
         run_op(**kw)  # batch 11..20 is committed, but not acknowledged
-    monkeypatch.setattr(Msg, "ack_sync", real_ack)
+    monkeypatch.setattr(JetStreamApi, "ack", real_ack)
     lost_ack = staging_batches(storage_root)
     assert sorted(i for _o, _e, i in lost_ack) == [times.durable_interval_id(1, 10), times.durable_interval_id(11, 20)]
     publish_messages(jetstream.url, [(subj, f"d-{i}".encode(), None) for i in range(25, 30)])
@@ -379,10 +379,10 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
     the replacement switched off), the pull reader notices within a second and fails with
     JetStreamConnectionError instead of waiting ~43 s for answers nobody reads."""
     from airflow_provider_plgd.exceptions import JetStreamConnectionError
-    from airflow_provider_plgd.hooks import connection as connection_module
+    from airflow_provider_plgd.hooks import client as client_module
     from airflow_provider_plgd.hooks import jetstream as hook_module
 
-    monkeypatch.setattr(connection_module, "NON_UTF8_REPLACEMENT", "strict")
+    monkeypatch.setattr(client_module, "NON_UTF8_REPLACEMENT", "strict")
     publish_messages(jetstream.url, [(registrations_subject(O1, "devicesregistered"), b"reg", None)])
     raw_publish(jetstream, f"plgd.owners.{O1}.registrations.".encode() + b"\xff", b"junk")
     _wait(lambda: hook_module.JetStreamHook().stream_info()["state"]["messages"] == 2, what="the raw PUB stored")

@@ -98,6 +98,33 @@ def test_publish_with_and_without_msg_id(jetstream):
     assert all(isinstance(m.time_ns, int) and m.time_ns > 1_600_000_000 * 10**9 for m in msgs)
 
 
+def test_each_role_hook_works_alone_and_direct_get_matches_the_read(jetstream):
+    """The role hooks (produce, info, consume) on the same connection, each by itself; the API
+    client's direct get returns what the pull read delivered (subject, time, headers, bytes)."""
+    from airflow_provider_plgd.hooks.client import connect
+    from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
+    from airflow_provider_plgd.hooks.produce import JetStreamProduceHook
+
+    subject = metadata_subject(OWNER_A, DEV_1)
+    producer = JetStreamProduceHook()
+    assert [producer.publish(subject, b"a"), producer.publish(subject, b"b", msg_id="m-2", headers={"X": "1"})] == [1, 2]
+    assert JetStreamInfoHook().count_messages(subject, start_seq=2) == 1
+    read = [m for batch in JetStreamConsumeHook().iter_batches(subject) for m in batch]
+    assert [(m.stream_seq, m.data, m.headers) for m in read] == [(1, b"a", None), (2, b"b", {"Nats-Msg-Id": "m-2", "X": "1"})]
+
+    async def direct(seq: int):
+        hook = JetStreamInfoHook()
+        settings = await hook.aget_settings()
+        async with connect(settings, hook.jetstream_conn_id) as nc:
+            return await hook.api(nc).get_message("EVENTS", seq)
+
+    assert [asyncio.run(direct(seq)) for seq in (1, 2)] == read
+    with pytest.raises(js_module.JetStreamAPIError, match="no message found") as err:
+        asyncio.run(direct(3))
+    assert err.value.err_code == 10037
+
+
 def test_publish_errors(jetstream):
     with pytest.raises(StreamNotFoundError, match="does not capture subject 'other.subject'"):
         JetStreamHook().publish("other.subject", b"x")
@@ -538,35 +565,35 @@ def test_ui_metadata_and_time_conversion():
 # interval completeness on the server's clock (case 6); connections of the metadata DB
 # in `dag.test()` / `airflow dags test` (case 10)
 # ---------------------------------------------------------------------------------------------
-def test_interval_status_is_judged_on_the_server_clock(jetstream, monkeypatch):
+def test_get_interval_status_is_judged_on_the_server_clock(jetstream, monkeypatch):
     subject = metadata_subject(OWNER_A, DEV_1)
     hook = JetStreamHook()
     before = time.time_ns()
-    empty = hook.interval_status(before - 10**9, settle_seconds=0, subject_filter="plgd.>")
-    assert empty["complete"] and empty["reason"] == "settled" and empty["last_ts_ns"] is None
-    assert before <= empty["server_time_ns"] <= time.time_ns()  # the server's ts (same machine clock)
+    empty = hook.get_interval_status(before - 10**9, settle_seconds=0, subject_filter="plgd.>")
+    assert empty.complete and empty.reason == "settled" and empty.last_ts_ns is None
+    assert before <= empty.server_time_ns <= time.time_ns()  # the server's ts (same machine clock)
     hook.publish(subject, b"x")
     end_ns = time.time_ns() + 10**9
     # the local clock an hour ahead changes nothing: only the server's values count
     real_time_ns = time.time_ns
     with monkeypatch.context() as patch:
         patch.setattr(time, "time_ns", lambda: real_time_ns() + 3600 * 10**9)
-        status = JetStreamHook().interval_status(end_ns, settle_seconds=5, subject_filter=subject)
-    assert status["complete"] is False and status["reason"] is None and status["newer_messages"] == 0
-    assert status["last_ts_ns"] < status["server_time_ns"] < end_ns
+        status = JetStreamHook().get_interval_status(end_ns, settle_seconds=5, subject_filter=subject)
+    assert status.complete is False and status.reason is None and status.newer_messages == 0
+    assert status.last_ts_ns < status.server_time_ns < end_ns
     while time.time_ns() < end_ns:
         time.sleep(0.02)
-    assert JetStreamHook().interval_status(end_ns, settle_seconds=5)["complete"] is False
+    assert JetStreamHook().get_interval_status(end_ns, settle_seconds=5).complete is False
     # a message stored after the end completes it (any subject); newer_messages counts the filter's
     hook.publish(metadata_subject(OWNER_B, DEV_2), b"y")
     hook.publish(subject, b"z")
-    status = JetStreamHook().interval_status(end_ns, settle_seconds=5, subject_filter=subject)
-    assert (status["complete"], status["reason"], status["newer_messages"]) == (True, "newer_message", 1)
-    assert status["last_ts_ns"] >= end_ns
+    status = JetStreamHook().get_interval_status(end_ns, settle_seconds=5, subject_filter=subject)
+    assert (status.complete, status.reason, status.newer_messages) == (True, "newer_message", 1)
+    assert status.last_ts_ns >= end_ns
     with pytest.raises(ValueError, match="settle_seconds"):
-        JetStreamHook().interval_status(end_ns, settle_seconds=-1)
+        JetStreamHook().get_interval_status(end_ns, settle_seconds=-1)
     with pytest.raises(StreamNotFoundError):
-        JetStreamHook(stream="NOSUCH").interval_status(end_ns, settle_seconds=5)
+        JetStreamHook(stream="NOSUCH").get_interval_status(end_ns, settle_seconds=5)
 
 
 SETTINGS_DAG = """

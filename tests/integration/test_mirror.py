@@ -165,13 +165,12 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
     sleep_until(end_ns + int(SETTLE * 1e9) + 200_000_000)  # end + settle has passed on every clock here
 
     hook = JetStreamHook()
-    status = hook.interval_status(end_ns, settle_seconds=SETTLE)
-    assert status["complete"] is False and status["reason"] is None and status["stale"] is False
-    assert status["server_time_ns"] > end_ns + SETTLE * 1e9 and status["last_seq"] == 4
-    (up,) = status["upstreams"]
-    assert (up["kind"], up["name"], up["api"], up["lag"], up["current"]) == ("mirror", "EVENTS", "$JS.hub.API", 0,
-                                                                          False)
-    assert up["contact_ns"] < end_ns + SETTLE * 1e9 and status["waiting_for"] == ["EVENTS"]
+    status = hook.get_interval_status(end_ns, settle_seconds=SETTLE)
+    assert status.complete is False and status.reason is None and status.stale is False
+    assert status.server_time_ns > end_ns + SETTLE * 1e9 and status.last_seq == 4
+    (up,) = status.upstreams
+    assert (up.kind, up.name, up.api, up.lag, up.current) == ("mirror", "EVENTS", "$JS.hub.API", 0, False)
+    assert up.contact_ns is not None and up.contact_ns < end_ns + SETTLE * 1e9 and status.waiting_for == ("EVENTS",)
     sensor = JetStreamIntervalCompleteSensor(task_id="wait", end_time=end_ns, settle_seconds=SETTLE)
     assert sensor.poke({}) is False
     trigger = JetStreamIntervalCompleteTrigger(end_ns=end_ns, settle_seconds=SETTLE, poll_interval=0.5)

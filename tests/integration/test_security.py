@@ -436,7 +436,7 @@ def test_ws_server_with_tls_settings_is_refused_before_connect(pki, monkeypatch,
     connection is refused when it is read, and the guard inside the handshake refuses too."""
     import nats.errors
 
-    from airflow_provider_plgd.hooks.connection import _tls_guarded_client
+    from airflow_provider_plgd.hooks.client import _tls_guarded_client
     from plgd_devtools.nats_server import free_port
 
     files = pki["good"]

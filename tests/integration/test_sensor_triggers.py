@@ -58,15 +58,15 @@ def test_sensor_succeeds_on_a_newer_message(jetstream, dags_folder, deferrable, 
     # has judged the interval not complete, and after the end: deterministic on a busy machine,
     # where starting dag.test() can take longer than any fixed delay.
     not_complete = threading.Event()
-    real_status = JetStreamHook.ainterval_status
+    real_status = JetStreamHook.aget_interval_status
 
     async def observed_status(self, *args, **kwargs):
         status = await real_status(self, *args, **kwargs)
-        if not status["complete"]:
+        if not status.complete:
             not_complete.set()
         return status
 
-    monkeypatch.setattr(JetStreamHook, "ainterval_status", observed_status)
+    monkeypatch.setattr(JetStreamHook, "aget_interval_status", observed_status)
 
     def publish_after_a_check() -> None:
         if not_complete.wait(120):
