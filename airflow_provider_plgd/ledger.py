@@ -41,11 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
+from airflow_provider_plgd.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, LedgerError, NarrowerRerunError
 from airflow_provider_plgd.plgd.subjects import owner_filter
 
-#: Folder under the storage root that holds the ledgers.
-LEDGER_DIR = "_ledger"
 #: Version of the ledger files (bump on an incompatible change). 1: per-owner counts and owner
 #: groups; 2: fetch records per owner and batch fragment (both read, for the checks of a rerun of
 #: an interval planned before; never written). 3: the plan's run version, fetch records per event type.
@@ -79,10 +78,7 @@ def interval_dir(root: str, stream: str, interval_id: str) -> str:
 
     :raises ValueError: a stream or interval ID that is not safe in a path.
     """
-    return storage.join_path(
-        str(root), LEDGER_DIR, staging.validate_partition_value(stream, "stream"),
-        f"interval={staging.validate_partition_value(interval_id, 'interval_id')}",
-    )
+    return Layout.at(root).ledger_interval_dir(stream, interval_id)
 
 
 def range_record_name(index: int) -> str:
@@ -399,8 +395,7 @@ def planned_before(root: str, stream: str, start_ns: int) -> list[Any]:
     ledger (not one request per interval: object stores)."""
     from airflow_provider_plgd import times
 
-    fs, base = storage.to_fs(storage.join_path(str(root), LEDGER_DIR, staging.validate_partition_value(stream,
-                                                                                                    "stream")))
+    fs, base = storage.to_fs(Layout.at(root).ledger_stream_dir(stream))
     try:
         names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/stream.json")]
     except FileNotFoundError:

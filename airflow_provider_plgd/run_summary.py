@@ -11,16 +11,15 @@ import json
 import time
 from typing import Any
 
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.times import interval_end_epoch
 
 APPS = ("decode", "dedupe", "rebuild")
 
 
-def run_summary_path(root: str, app: str, interval_id: str) -> str:
+def run_summary_path(root: str | Layout, app: str, interval_id: str) -> str:
     """Return where application ``app`` writes its summary for ``interval_id`` (a path or URL string)."""
-    from airflow_provider_plgd.storage import join_path
-
-    return join_path(root, "_runs", app, f"interval={interval_id}.json")
+    return Layout.at(root).run_summary(app, interval_id)
 
 
 def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:

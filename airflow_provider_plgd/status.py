@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_plgd import delta_tables, ledger, staging, storage, times
+from airflow_provider_plgd.layout import Layout
 
 #: How many of the newest intervals' ``summary.json`` are read for failed intervals.
 DEFAULT_RECENT = 48
@@ -124,7 +125,7 @@ class ChainStatus:
 
 def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[str]]:
     """The planned time intervals (oldest first) and the IDs with a ``summary.json``: one listing."""
-    fs, base = storage.to_fs(storage.join_path(str(root), ledger.LEDGER_DIR, stream))
+    fs, base = storage.to_fs(Layout.at(root).ledger_stream_dir(stream))
     try:
         paths = [str(p).rstrip("/") for p in fs.glob(f"{base}/interval=*/*.json")]
     except FileNotFoundError:
