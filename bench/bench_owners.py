@@ -175,7 +175,7 @@ def run_decode(root: str, interval: str, log_path: str) -> tuple[float, float]:
     cmd = [shutil.which("spark-submit") or "spark-submit", "--master", "local[2]"]
     for key, value in FAST_LOCAL_SPARK_CONF.items():
         cmd += ["--conf", f"{key}={value}"]
-    cmd += [app, "--staging-root", root, "--output-root", root, "--stream", "EVENTS", "--ledger",
+    cmd += [app, "--root", root, "--stream", "EVENTS", "--ledger",
             "--interval-id", interval, "--log-level", "WARN"]
     env = spark_submit_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)

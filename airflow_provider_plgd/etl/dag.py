@@ -313,8 +313,8 @@ def build_etl_dag(
 
         decode = spark_task(
             "decode", "decode_events", "plgd-decode-events",
-            ["--staging-root", root_arg, "--stream", author.stream,
-             "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
+            ["--root", root_arg, "--stream", author.stream,
+             "--interval-id", interval_arg, "--ledger",
              "--max-content-bytes", str(author.identity()["max_content_bytes"])],
             [assets["events"], *quarantine_outlets(dag_id)], "Decode events (Spark)",
         )

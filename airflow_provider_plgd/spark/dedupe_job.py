@@ -19,7 +19,6 @@ rows):
 
 from __future__ import annotations
 
-import argparse
 import logging
 import posixpath
 import time
@@ -29,6 +28,7 @@ import pyarrow as pa
 
 from airflow_provider_plgd import chain, delta_tables, pipeline, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
+from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
@@ -296,7 +296,7 @@ def decoded(root: str, interval_id: str) -> bool:
     return delta_tables.run_committed(root, "decode", (delta_tables.EVENTS, delta_tables.QUARANTINE), interval_id)
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark, args: DedupeArgs) -> dict[str, Any]:
     """Deduplicate one interval and commit ``msgid_index``, ``events_deduped`` and the summary.
 
     :return: the run summary dict (also written as JSON).
@@ -308,12 +308,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :raises RuntimeError: the written rows do not match the decision (nothing is committed then).
     :raises TableCommitError: another run of the interval committed meanwhile.
     """
-    from airflow_provider_plgd import staging
-
     started = time.time()
     run_version = time.time_ns() // 1_000_000
-    interval_id = staging.validate_partition_value(args.interval_id, "interval_id")
-    root = str(args.root).rstrip("/")
+    interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
+    root = args.layout.root
     identity = pipeline.check_app(root, **({} if args.previous_intervals is not None
                                            else {"lookback_intervals": args.lookback_intervals}))
     delta_tables.check_layout(root)
@@ -329,8 +327,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     if identity is not None:
         chain.check_no_hole(root, identity["stream"], interval_id, stage="dedupe", log=log_)
     if args.previous_intervals is not None:
-        previous = [staging.validate_partition_value(i, "previous interval") for i in args.previous_intervals
-                    if i != interval_id]
+        previous = [i for i in args.previous_intervals if i != interval_id]
     else:
         previous = previous_intervals(log_.with_ids, interval_id, args.lookback_intervals)
     files = delta_tables.table_files(source, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
@@ -394,5 +391,5 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
     }
-    return finish_run(summary, output_root=root, app=APP, interval_id=interval_id,
+    return finish_run(summary, layout=args.layout, app=APP, interval_id=interval_id,
                       explicit_path=args.summary_path)

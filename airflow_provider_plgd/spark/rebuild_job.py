@@ -9,7 +9,6 @@ docstring gives the steps. Here: the base (:func:`choose_base`), the intervals t
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -18,6 +17,7 @@ from typing import Any, Mapping
 
 from airflow_provider_plgd import chain, delta_tables, pipeline
 from airflow_provider_plgd.spark import rebuild_input, snapshot_store
+from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
 
 APP = "rebuild"
@@ -136,7 +136,7 @@ def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
     return changed
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark, args: RebuildArgs) -> dict[str, Any]:
     """Build and commit the snapshot of ``args.interval`` (its end is the snapshot time); return the run summary.
 
     :param args: the parsed command line (``rebuild_snapshots.parse_args``: ``args.interval`` is the
@@ -154,8 +154,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     run_version = time.time_ns() // 1_000_000
     window: times.Interval = args.interval  # checked once by parse_args (app_args.time_interval)
     interval_id = window.id
-    root = str(args.root).rstrip("/")
-    out_root = str(args.snapshots_root or root).rstrip("/")
+    root = args.layout.root
+    out_root = args.snapshots.root
     identity = pipeline.check_app(root)
     delta_tables.check_layout(root)
     delta_tables.check_layout(out_root)
@@ -175,7 +175,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             "delta_versions": latest.get("delta_versions", {}),
             "seconds": round(time.time() - started, 3),
         }
-        return finish_run(summary, output_root=out_root, app=APP, interval_id=interval_id,
+        return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                           explicit_path=args.summary_path)
     base = choose_base(out_root, latest, version, interval_id)
     intervals = intervals_to_fold(root, interval_id, base)
@@ -292,5 +292,5 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
     }
-    return finish_run(summary, output_root=out_root, app=APP, interval_id=interval_id,
+    return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                       explicit_path=args.summary_path)

@@ -67,7 +67,7 @@ DRIVER = textwrap.dedent('''
     out = {"decode": [], "dedupe": [], "rebuild": []}
     for iid, end in cfg["intervals"]:
         out["decode"].append(decode_events.run(spark, decode_events.parse_args(
-            ["--staging-root", root, "--interval-id", iid, "--output-root", root])))
+            ["--root", root, "--interval-id", iid])))
         out["dedupe"].append(dedupe_events.run(spark, dedupe_events.parse_args(
             ["--root", root, "--interval-id", iid, "--lookback-intervals", "24"])))
         out["rebuild"].append(rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(

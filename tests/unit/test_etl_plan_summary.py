@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_plgd import ledger, spark_deps, times
 from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval, run_params_used, summarize_interval
 from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.run_params import RunParams, check_run_params, run_spark_conf_policy
 from airflow_provider_plgd.spark.summary import summary_path, write_summary
@@ -252,7 +253,7 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
                    "cross_batch_duplicates": 0},
         "rebuild": {"version": "20260301T110000Z", "rows": {"resources": 1}},
     }.items():
-        write_summary(summary_path(root, app, INTERVAL), summary)
+        write_summary(summary_path(Layout.of(root), app, INTERVAL), summary)
 
 
 def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_type(root, caplog):

@@ -53,7 +53,9 @@ def test_snapshot_store_interval_kind_is_the_times_rule():
 
 
 def test_rebuild_snapshot_time_is_the_interval_end(capsys):
-    from airflow_provider_plgd.spark_apps import rebuild_snapshots
+    from plgd_devtools.spark import spark_app_module
+
+    rebuild_snapshots = spark_app_module("rebuild_snapshots")
 
     iid = "20260101T000000Z_20260101T010000Z"
     args = rebuild_snapshots.parse_args(["--root", "/r", "--interval-id", iid])
