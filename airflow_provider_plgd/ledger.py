@@ -49,6 +49,9 @@ from airflow_provider_plgd.plgd.subjects import owner_filter
 #: groups; 2: fetch records per owner and batch fragment (both read, for the checks of a rerun of
 #: an interval planned before; never written). 3: the plan's run version, fetch records per event type.
 LEDGER_VERSION = 3
+#: How "every owner" is written where JSON shows a selection (plan XCom, ledger summaries, asset
+#: events); inside the code every owner is ``None`` (``Selection.owners`` empty).
+ALL_OWNERS = "all"
 #: Ledger versions this code reads.
 READ_VERSIONS = (1, 2, 3)
 #: The subject filter whose messages the ETL accounts for (plgd publishes only under it; docs/wire-format.md §1).
@@ -541,7 +544,7 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
 
     owners, types = plan.get("owners"), list(plan.get("event_types") or [])
     return {
-        "owners": "all" if owners is None else list(owners)[:20],
+        "owners": ALL_OWNERS if owners is None else list(owners)[:20],
         "owners_count": None if owners is None else len(owners),
         "event_types": f"all {len(types)}" if set(types) >= set(EVENT_TYPES) else types,
         "event_types_count": len(types),

@@ -22,7 +22,7 @@ def run_summary_path(root: str | Layout, app: str, interval_id: str) -> str:
     return Layout.at(root).run_summary(app, interval_id)
 
 
-def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:
+def read_app_summary(root: str | Layout, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = run_summary_path(root, app, interval_id)
     from airflow_provider_plgd.storage import to_fs

@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_plgd import ledger, spark_deps, times
 from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval, run_params_used, summarize_interval
 from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
+from airflow_provider_plgd.etl.plan import IntervalPlan
 from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.run_params import RunParams, check_run_params, run_spark_conf_policy
@@ -92,7 +93,8 @@ def plan(root: str, hook: FakeHook, lineage: list | None = None, dag_params: dic
                            fetch_range_messages=5, hook_factory=hook_factory,
                            report_lineage=None if lineage is None else lambda *a: lineage.append(a))
     assert made == [params.get("stream", "EVENTS")]
-    return result
+    assert IntervalPlan.from_dict(result.as_dict()) == result  # the XCom edge keeps every field
+    return result.as_dict()
 
 
 def stream_json(root: str, stream: str = "EVENTS") -> dict[str, Any]:
@@ -221,7 +223,7 @@ def test_plan_interval_lets_a_run_write_a_narrower_view_to_another_allowed_root(
     planned = plan_interval({**DEFAULT_PARAMS, "storage_root": view, "owners": [OWNER_A]}, start=START, end=END,
                             dag_id="d", jetstream_conn_id="plgd_jetstream_default",
                             spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[own, views],
-                            author=author(own), hook_factory=lambda stream: FakeHook("EVENTS", [(1, 3, 2)]))
+                            author=author(own), hook_factory=lambda stream: FakeHook("EVENTS", [(1, 3, 2)])).as_dict()
     assert planned["storage_root"] == view and planned["owners"] == 1
     assert json.loads(Path(view, "_ledger", "pipeline.json").read_text())["owners"] == [OWNER_A]
     assert not Path(own).exists()
