@@ -22,6 +22,7 @@ from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
+from airflow_provider_plgd.layout import Layout
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
@@ -338,10 +339,9 @@ class JetStreamToStagingOperator(BaseOperator):
             )
         hook = self._hook()
         stream = hook.stream  # the argument, checked there, or the connection's
-        root = self._destination(context)
         settings = self._settings()
         pipeline = FetchPipeline(hook, self.log, settings)
-        return asyncio.run(pipeline.run(stream, root, targets, mode, bounds, owner_wide=owner_wide))
+        return asyncio.run(pipeline.run(stream, self._layout(context), targets, mode, bounds, owner_wide=owner_wide))
 
     def _settings(self) -> FetchSettings:
         return FetchSettings(
@@ -369,7 +369,7 @@ class JetStreamToStagingOperator(BaseOperator):
         plan.range(self.ledger_range)  # ValueError naming the index, before any NATS call
         hook = self._hook()
         pipeline = FetchPipeline(hook, self.log, self._settings(), plan=plan, ledger_dir=str(self.ledger))
-        return asyncio.run(pipeline.run_range(hook.stream, self._destination(context), self.ledger_range))
+        return asyncio.run(pipeline.run_range(hook.stream, self._layout(context), self.ledger_range)).as_dict()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
@@ -464,20 +464,18 @@ class JetStreamToStagingOperator(BaseOperator):
 
         return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
 
-    def _destination(self, context: Context) -> Any:
-        """Resolve the storage root: ``destination``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
-        from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
+    def _layout(self, context: Context) -> Layout:
+        """Resolve the storage root once: ``destination``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
+        from airflow_provider_plgd.storage_root import resolve_storage_root
 
         if self.destination not in (None, ""):
-            if isinstance(self.destination, str):
-                return normalize_storage_root(self.destination)
-            return self.destination
+            return Layout.of(self.destination)
 
         from airflow_provider_plgd.run_params import check_run_storage_root
 
         params = context.get("params") or {}  # a run param: only a root the DAG author or the connection allows
         root = check_run_storage_root(params.get("storage_root"), self.storage_roots, self.jetstream_conn_id)
-        return resolve_storage_root(root, self.jetstream_conn_id)
+        return Layout.of(resolve_storage_root(root, self.jetstream_conn_id))
 
     def _from_ledger(self) -> bool:
         """True for a range of the ledger's plan (``ledger_range``)."""
