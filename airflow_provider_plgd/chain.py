@@ -77,16 +77,14 @@ def dedupe_log(root: str) -> DedupeLog:
 
 def _kind(interval_id: str) -> str:
     try:
-        return str(times.parse_interval_id(interval_id)["kind"])
+        return times.interval_kind(interval_id)
     except ValueError:
         return "other"
 
 
 def _order(interval_id: str) -> tuple[int, int]:
-    parsed = times.parse_interval_id(interval_id)
-    if parsed["kind"] == "time":
-        return parsed["start_ns"], parsed["end_ns"]
-    return parsed["first_seq"], parsed["last_seq"]
+    key = times.parse_interval_key(interval_id)
+    return key.low, key.high
 
 
 @dataclass(frozen=True)

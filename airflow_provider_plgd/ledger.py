@@ -405,9 +405,9 @@ def planned_before(root: str, stream: str, start_ns: int) -> list[Any]:
         return []
     planned = []
     for name in names:
-        parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
-        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
-            planned.append(times.Interval(parsed["start_ns"], parsed["end_ns"]))
+        window = times.parse_interval_key(name[len("interval="):]).window if name.startswith("interval=") else None
+        if window is not None and window.end_ns <= start_ns:
+            planned.append(window)
     return sorted(planned, key=lambda i: (i.start_ns, i.end_ns))
 
 
@@ -451,10 +451,10 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
     """
     from airflow_provider_plgd import times
 
-    bounds = times.parse_interval_id(interval_id)
-    if bounds["kind"] != "time":
+    window = times.parse_interval_key(interval_id).window
+    if window is None:
         return
-    start_ns = bounds["start_ns"]
+    start_ns = window.start_ns
     planned = planned_before(root, stream, start_ns)
     latest = max((i.end_ns for i in planned), default=None)
     if latest is not None and latest != start_ns:
@@ -480,16 +480,16 @@ def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: st
     """
     from airflow_provider_plgd import times
 
-    bounds = times.parse_interval_id(interval_id)
-    if bounds["kind"] != "time":
+    window = times.parse_interval_key(interval_id).window
+    if window is None:
         return
-    planned = planned_before(root, stream, bounds["start_ns"])
+    planned = planned_before(root, stream, window.start_ns)
     if not planned:
         return
     covered = planned[0].end_ns
     for earlier in planned[1:]:  # the stretch right before this one: check_no_gap_before
         if earlier.start_ns > covered:
-            raise _gap_error(interval_id, dag_id, (covered, earlier.start_ns), bounds["start_ns"], hole=True)
+            raise _gap_error(interval_id, dag_id, (covered, earlier.start_ns), window.start_ns, hole=True)
         covered = max(covered, earlier.end_ns)
 
 

@@ -155,10 +155,8 @@ def chain_head(root: str) -> str | None:
 
 
 def _order(interval_id: str) -> tuple[str, int, int]:
-    parsed = times.parse_interval_id(interval_id)
-    if parsed["kind"] == "time":
-        return "time", int(parsed["start_ns"]), int(parsed["end_ns"])
-    return str(parsed["kind"]), int(parsed["first_seq"]), int(parsed["last_seq"]) + 1
+    key = times.parse_interval_key(interval_id)
+    return key.kind, key.low, key.high + (0 if key.kind == "time" else 1)
 
 
 def passed_intervals(intervals: Iterable[str], head: str | None) -> list[str]:

@@ -135,13 +135,13 @@ def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[s
         folder, name = path.rsplit("/", 2)[-2:]
         interval_id = folder[len("interval="):]
         try:
-            parsed = times.parse_interval_id(interval_id)
+            window = times.parse_interval_key(interval_id).window
         except ValueError:
             continue
-        if parsed["kind"] != "time":
+        if window is None:
             continue
         if name == "stream.json":
-            planned.append(times.Interval(parsed["start_ns"], parsed["end_ns"]))
+            planned.append(window)
         elif name == "summary.json":
             summarized.add(interval_id)
     return sorted(planned, key=lambda i: (i.start_ns, i.end_ns)), summarized

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_plgd import chain, delta_tables, pipeline, storage
+from airflow_provider_plgd import chain, delta_tables, pipeline, storage, times
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
 from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
@@ -61,8 +61,8 @@ def msgid_bucket(msg_id: str | None, buckets: int = MSGID_BUCKETS) -> int:
 def previous_intervals(done: Sequence[str], interval_id: str, lookback: int) -> list[str]:
     """The last ``lookback`` intervals of ``done`` (those with rows in ``msgid_index``, sorted:
     ``chain.DedupeLog.with_ids``) of the same kind as ``interval_id`` that sort before it (oldest first)."""
-    kind = snapshot_store.interval_kind(interval_id)
-    before = [i for i in done if i < interval_id and snapshot_store.interval_kind(i) == kind]
+    kind = times.interval_kind(interval_id)
+    before = [i for i in done if i < interval_id and times.interval_kind(i) == kind]
     return before[-lookback:] if lookback else []
 
 

@@ -15,7 +15,7 @@ import logging
 import time
 from typing import Any, Mapping
 
-from airflow_provider_plgd import chain, delta_tables, pipeline
+from airflow_provider_plgd import chain, delta_tables, pipeline, times
 from airflow_provider_plgd.spark import rebuild_input, snapshot_store
 from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
@@ -110,9 +110,9 @@ def intervals_to_fold(root: str, interval_id: str, base: Mapping[str, Any] | Non
             f"{delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
         )
     done = delta_tables.committed_intervals(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
-    kind = snapshot_store.interval_kind(interval_id)
+    kind = times.interval_kind(interval_id)
     after = base.get("interval_id") if base else None
-    return [i for i in done if snapshot_store.interval_kind(i) == kind and i <= interval_id
+    return [i for i in done if times.interval_kind(i) == kind and i <= interval_id
             and (after is None or i > after)]
 
 
@@ -148,8 +148,6 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
     :raises TableCommitError: another rebuild committed to a snapshot table meanwhile.
     """
-    from airflow_provider_plgd import times
-
     started = time.time()
     run_version = time.time_ns() // 1_000_000
     window: times.Interval = args.interval  # checked once by parse_args (app_args.time_interval)

@@ -312,12 +312,6 @@ def read_snapshot(root: str, table: str, version: str | None = None, *, as_of: d
     return read_table(root, table, record)
 
 
-def interval_kind(interval_id: str) -> str:
-    """``"time"`` for ``<start>_<end>`` IDs, else ``"seq"``/``"durable"`` (``times.parse_interval_id``):
-    IDs of one kind sort in stream order; IDs of different kinds are not comparable.
-
-    :raises ValueError: not an interval ID."""
-    return str(times.parse_interval_id(interval_id)["kind"])
 
 
 # ---------------------------------------------------------------------------------------------
