@@ -81,10 +81,6 @@ def table_uri(root: str | Layout, name: str) -> str:
     return Layout.at(root).table(name)
 
 
-def snapshot_table_uri(root: str | Layout, table: str) -> str:
-    """``{root}/snapshots/{table}``."""
-    return Layout.at(root).snapshot_table(table)
-
 
 def storage_options(uri: str) -> dict[str, str]:
     """delta-rs storage options for ``uri``: on S3 ``conditional_put=etag`` (commits without a lock

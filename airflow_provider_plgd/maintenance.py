@@ -295,7 +295,7 @@ def maintain_tables(root: str, *, settings: MaintenanceSettings = MaintenanceSet
         result = compact_table(delta_tables.table_uri(root, name), head, settings, name=name)
         results.append(finish_table(result, settings))
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.table_uri(root, table)
+        uri = snapshot_store.snapshot_table_uri(root, table)
         if delta_tables.open_table(uri) is None:
             continue
         files = len(delta_tables.table_files(uri))

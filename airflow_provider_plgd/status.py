@@ -233,7 +233,7 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
     record = snapshot_store.latest(root)
     snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
     tables = [table_status(name, delta_tables.table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
-    tables += [table_status(f"snapshots/{t}", snapshot_store.table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
+    tables += [table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
     lag = None
     if hook is not None:
         head_plan = _plan(root, stream, head) if head else None

@@ -54,7 +54,7 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
     """
     record = snapshot_store.snapshot_folding(out_root, interval_id)
     recorded = ((record or {}).get("inputs") or {}).get(interval_id)
-    where = snapshot_store.table_uri(out_root, snapshot_store.STATE_TABLE)
+    where = snapshot_store.snapshot_table_uri(out_root, snapshot_store.STATE_TABLE)
     if record is None or recorded is None:
         raise RuntimeError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
@@ -122,7 +122,7 @@ def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
     base. A rebuild rewrites them too, so every table equals base + the folded events."""
     changed: set[int] = set()
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.table_uri(root, table)
+        uri = snapshot_store.snapshot_table_uri(root, table)
         dt = delta_tables.open_table(uri)
         if dt is None:
             continue
@@ -241,7 +241,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.table_uri(out_root, table)
+        uri = snapshot_store.snapshot_table_uri(out_root, table)
         if table == snapshot_store.STATE_TABLE:  # the snapshot's commit: the whole record
             record.update({
                 "intervals": intervals,
@@ -265,7 +265,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed snapshot %s (Delta versions %s); %d events, %d of %d buckets touched; rows %s",
              version, delta_versions, n_events, len(touched), buckets, rows)
-    vacuumed = {t: delta_tables.vacuum(snapshot_store.table_uri(out_root, t), args.vacuum_retention_hours)
+    vacuumed = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(out_root, t), args.vacuum_retention_hours)
                 for t in snapshot_store.ALL_TABLES}
 
     summary = {
@@ -285,7 +285,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         "rows": {t: rows[t] for t in snapshot_store.PUBLIC_TABLES},
         "fold": stats,
         "delta_versions": delta_versions,
-        "tables": {t: snapshot_store.table_uri(out_root, t) for t in snapshot_store.PUBLIC_TABLES},
+        "tables": {t: snapshot_store.snapshot_table_uri(out_root, t) for t in snapshot_store.PUBLIC_TABLES},
         "vacuumed_files": sum(vacuumed.values()),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,

@@ -44,7 +44,7 @@ def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> No
               "intervals": [interval]}
     if inputs is not None:
         record["inputs"] = inputs
-    delta_tables.commit_files(snapshot_store.table_uri(str(root), snapshot_store.STATE_TABLE), [],
+    delta_tables.commit_files(snapshot_store.snapshot_table_uri(str(root), snapshot_store.STATE_TABLE), [],
                               schema=snapshot_store.delta_schema(snapshot_store.STATE_TABLE), partition_by=("bucket",),
                               replace=None, metadata=record, app_id=f"test/{version}", run_version=time.time_ns())
 
