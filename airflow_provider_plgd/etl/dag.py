@@ -344,7 +344,7 @@ def build_etl_dag(
             return summarize_interval(planned_value.layout.root, author.stream,
                                       planned_value.interval_id, context["params"],
                                       staging_retention_seconds=None if staging_retention is None
-                                      else staging_retention.total_seconds())
+                                      else staging_retention.total_seconds()).as_dict()  # the XCom edge
 
         wait >> planned
         summarize = summary()

@@ -162,7 +162,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     for app, value in {"decode": {"fetched": 120, "decoded": 118, "quarantined": 2, "per_reason": {"x": 2}},
                        "dedupe": {"input": 118, "output": 118, "duplicates": 0}, "rebuild": {"version": 1}}.items():
         fs.pipe_file(storage.to_fs(run_summary_path(storage_root, app, interval))[1], json.dumps(value).encode())
-    summary = collect_run_summary(storage_root, "EVENTS", interval)
+    summary = collect_run_summary(storage_root, "EVENTS", interval).as_dict()
     assert summary["problems"] == [] and summary["reconciled"] is True
     assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
     assert summary["chain"]["kept"] == 118 and summary["chain"]["snapshot_version"] == 1

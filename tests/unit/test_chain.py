@@ -98,7 +98,7 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
     ledger.write_json(f"{ledger.interval_dir(root, STREAM, IDS[1])}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": IDS[1], "total": 0, "ranges": [],
                        "spark_skip": "the stream holds no message for the interval"})
-    result = collect_run_summary(root, STREAM, IDS[1])
+    result = collect_run_summary(root, STREAM, IDS[1]).as_dict()
     assert result["reconciled"] is False
     assert result["chain"]["holes"] == [f"interval {IDS[0]} (2 messages) was never deduplicated"]
     assert any(p.startswith(f"the chain has a hole before this interval: interval {IDS[0]}")

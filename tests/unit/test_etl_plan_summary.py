@@ -262,7 +262,7 @@ def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_t
     write_interval(root, decoded=2, kept=1, duplicates=1)
     params = {**DEFAULT_PARAMS, "owners": [OWNER_A], "max_fetch_tasks": 3}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
-        result = summarize_interval(root, "EVENTS", INTERVAL, params)
+        result = summarize_interval(root, "EVENTS", INTERVAL, params).as_dict()
 
     assert result["fetched"] == {"devicesregistered": 2, "resourcechanged": 1}  # nothing per owner
     assert result["reconciled"] is True and result["problems"] == []
@@ -321,10 +321,10 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     ledger.write_json(f"{ledger.interval_dir(root, 'EVENTS', failed)}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     write_interval(root, decoded=2, kept=1, duplicates=1)
-    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600)
+    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600).as_dict()
     assert kept["staging_expired"] is None and len(staging.staged_intervals(root, "EVENTS")) == 3
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
-        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0)
+        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0).as_dict()
     assert done["staging_expired"]["intervals"] == [INTERVAL] and done["staging_expired"]["rows"] == 2
     rows = DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
     assert sorted({r["interval_id"] for r in rows}) == sorted([failed, other])
