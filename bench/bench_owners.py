@@ -239,7 +239,7 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     staged = 0
     for i in range(record["fetch_ranges"]):
         result = JetStreamToStagingOperator(
-            task_id="fetch", jetstream_conn_id="plgd_jetstream_default", stream="EVENTS", destination=root,
+            task_id="fetch", jetstream_conn_id="plgd_jetstream_default", stream="EVENTS", storage_root=root,
             ledger=base, ledger_range=str(i)).execute({"params": {}})
         staged += int(result["count"])
     t_fetch = time.perf_counter() - t0

@@ -258,7 +258,7 @@ def build_etl_dag(
             task_id="fetch",
             jetstream_conn_id=jetstream_conn_id,
             stream=author.stream,
-            destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
+            storage_root="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
             ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit

@@ -132,7 +132,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     interval = record["interval_id"]
     base = ledger.interval_dir(storage_root, "EVENTS", interval)
     assert base.startswith("s3://plgd-test/plgd/_ledger/EVENTS/interval=")
-    kw = dict(destination=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
+    kw = dict(storage_root=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
     first = [run_op(ledger_range=i, batch_size=1000, **kw) for i in range(2)]
     assert [o["count"] for o in first] == [60, 60] and first[0]["root"] == storage_root
     assert first[0]["table"] == f"{storage_root}/staging/EVENTS"
