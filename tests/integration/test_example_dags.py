@@ -67,7 +67,7 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
     for table in ss.ALL_TABLES:
         rows = tables.get(table, [])
         records = []
-        uri = ss.table_uri(str(root), table)
+        uri = ss.snapshot_table_uri(str(root), table)
         if rows:
             fs, base = to_fs(uri)
             rel = f"bucket=0/part-{run_id}.parquet"
