@@ -41,7 +41,7 @@ def deduped(root: str, interval_id: str) -> bool:
                                       interval_id)
 
 
-def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
+def check_older_interval(root: str, snapshots_root: str, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
     """A rerun of an interval older than the latest snapshot (a cleared past run): the snapshot that
     folded it and every later one already include the interval. When its deduplicated events are
     what that snapshot folded (:func:`input_fingerprint`), nothing is rebuilt: the latest snapshot
@@ -52,9 +52,9 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
         old ones), or no snapshot in the log folded it, so the two cannot be compared; the message
         names the snapshots and what to do.
     """
-    record = snapshot_store.snapshot_folding(out_root, interval_id)
+    record = snapshot_store.snapshot_folding(snapshots_root, interval_id)
     recorded = ((record or {}).get("inputs") or {}).get(interval_id)
-    where = snapshot_store.snapshot_table_uri(out_root, snapshot_store.STATE_TABLE)
+    where = snapshot_store.snapshot_table_uri(snapshots_root, snapshot_store.STATE_TABLE)
     if record is None or recorded is None:
         raise RuntimeError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
@@ -75,7 +75,7 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
     return record
 
 
-def choose_base(out_root: str, latest: Mapping[str, Any] | None, version: str,
+def choose_base(snapshots_root: str, latest: Mapping[str, Any] | None, version: str,
                 interval_id: str) -> dict[str, Any] | None:
     """The snapshot record to build on (step 1 of the module docstring); None for the first
     snapshot. A latest snapshot newer than ``version`` is handled by :func:`check_older_interval` first.
@@ -87,7 +87,7 @@ def choose_base(out_root: str, latest: Mapping[str, Any] | None, version: str,
     base: dict[str, Any] | None = dict(latest)
     if latest["version"] == version:  # rerun of the same interval: build on its parent again
         parent = latest.get("parent")
-        base = snapshot_store.snapshot(out_root, parent) if parent else None
+        base = snapshot_store.snapshot(snapshots_root, parent) if parent else None
         if parent and base is None:
             raise RuntimeError(f"rerun of {version} needs its parent snapshot {parent}, which is no longer in the "
                                "Delta log")
@@ -153,17 +153,17 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     window: times.Interval = args.interval  # checked once by parse_args (app_args.time_interval)
     interval_id = window.id
     root = args.layout.root
-    out_root = args.snapshots.root
+    snapshots_root = args.snapshots.root
     identity = pipeline.check_app(root)
     delta_tables.check_layout(root)
-    delta_tables.check_layout(out_root)
+    delta_tables.check_layout(snapshots_root)
     if identity is not None:  # the chain, from the data: every earlier interval with messages is deduplicated
         chain.check_no_hole(root, identity["stream"], interval_id, stage="rebuild")
     t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
-    latest = snapshot_store.latest(out_root)
+    latest = snapshot_store.latest(snapshots_root)
     if latest is not None and latest["version"] > version:  # a cleared past interval
-        included = check_older_interval(root, out_root, latest, interval_id)
+        included = check_older_interval(root, snapshots_root, latest, interval_id)
         log.info("interval %s: its events are unchanged since snapshot %s folded them; the latest snapshot %s "
                  "includes them, nothing to rebuild", interval_id, included["version"], latest["version"])
         summary = {
@@ -175,13 +175,13 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         }
         return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                           explicit_path=args.summary_path)
-    base = choose_base(out_root, latest, version, interval_id)
+    base = choose_base(snapshots_root, latest, version, interval_id)
     intervals = intervals_to_fold(root, interval_id, base)
     buckets = int(base["buckets"]) if base else args.buckets
     if base and buckets != args.buckets:
         log.info("keeping the base snapshot's %d buckets (--buckets %d applies to a first snapshot only)",
                  buckets, args.buckets)
-    diverged = diverged_buckets(out_root, base)
+    diverged = diverged_buckets(snapshots_root, base)
     expiring = sorted({int(b) for b, ns in (base or {}).get("next_expiry_ns", {}).items()
                        if ns is not None and ns < t_ns} | ({b for b in diverged if b < buckets} if base else set()))
     log.info("snapshot %s: base %s, folding %d interval(s) %s; %d buckets with expiring pendings or changed "
@@ -191,11 +191,11 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
     run_id = snapshot_store.new_run_id()
     base_files = {t: snapshot_store.bucket_files(
-        out_root, t, (base.get("delta_versions", {}).get(t) if t != snapshot_store.STATE_TABLE
+        snapshots_root, t, (base.get("delta_versions", {}).get(t) if t != snapshot_store.STATE_TABLE
                       else base.get("delta_version"))) for t in snapshot_store.ALL_TABLES} if base else {}
     old_by_bucket = {b: {t: base_files[t].get(b, []) for t in snapshot_store.ALL_TABLES}
                      for b in range(buckets)} if base else {}
-    fold_kwargs = dict(root=out_root, run_id=run_id, old_files_by_bucket=old_by_bucket,
+    fold_kwargs = dict(root=snapshots_root, run_id=run_id, old_files_by_bucket=old_by_bucket,
                        table_schemas=table_schemas, snapshot_time_ns=t_ns)
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
@@ -241,7 +241,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.snapshot_table_uri(out_root, table)
+        uri = snapshot_store.snapshot_table_uri(snapshots_root, table)
         if table == snapshot_store.STATE_TABLE:  # the snapshot's commit: the whole record
             record.update({
                 "intervals": intervals,
@@ -265,7 +265,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed snapshot %s (Delta versions %s); %d events, %d of %d buckets touched; rows %s",
              version, delta_versions, n_events, len(touched), buckets, rows)
-    vacuumed = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(out_root, t), args.vacuum_retention_hours)
+    vacuumed = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(snapshots_root, t), args.vacuum_retention_hours)
                 for t in snapshot_store.ALL_TABLES}
 
     summary = {
@@ -285,7 +285,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         "rows": {t: rows[t] for t in snapshot_store.PUBLIC_TABLES},
         "fold": stats,
         "delta_versions": delta_versions,
-        "tables": {t: snapshot_store.snapshot_table_uri(out_root, t) for t in snapshot_store.PUBLIC_TABLES},
+        "tables": {t: snapshot_store.snapshot_table_uri(snapshots_root, t) for t in snapshot_store.PUBLIC_TABLES},
         "vacuumed_files": sum(vacuumed.values()),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
