@@ -309,8 +309,8 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
         "stream": args.stream,
         "staging_root": layout.root,  # the two keys of the run summary's format: one storage root
         "output_root": layout.root,
-        "owners": args.owners,
-        "event_types": args.event_types,
+        "owners": None if args.owners is None else list(args.owners),  # JSON: None = every owner
+        "event_types": None if args.event_types is None else list(args.event_types),
         "files": len(files),
         "fetched": fetched,
         "decoded": decoded,
