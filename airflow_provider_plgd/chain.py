@@ -68,9 +68,9 @@ class DedupeLog:
 
 def dedupe_log(root: str) -> DedupeLog:
     """Read the Delta logs of ``msgid_index`` and ``events_deduped`` at ``root`` once."""
-    uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
+    uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
     index = delta_tables.open_table(uri)
-    deduped = delta_tables.open_table(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
+    deduped = delta_tables.open_table(delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED))
     with_ids = delta_tables.committed_intervals(uri, dt=index) if index is not None else []
     return DedupeLog(index, deduped, tuple(with_ids))
 

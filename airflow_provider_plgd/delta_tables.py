@@ -71,7 +71,7 @@ METADATA_KEY = "plgd"
 DEFAULT_VACUUM_RETENTION_HOURS = 168
 
 
-def table_uri(root: str | Layout, name: str) -> str:
+def interval_table_uri(root: str | Layout, name: str) -> str:
     """``{root}/{name}`` for an interval table (``events``, ``quarantine``, ``events_deduped``, ``msgid_index``).
 
     :raises ValueError: an unknown table name.
@@ -462,7 +462,7 @@ def run_committed(root: str, app: str, tables: Sequence[str], interval_id: str) 
     rerun."""
     versions = set()
     for name in tables:
-        dt = open_table(table_uri(root, name))
+        dt = open_table(interval_table_uri(root, name))
         version = None if dt is None else dt.transaction_version(f"plgd.{app}.{name}/{interval_id}")
         if version is None:
             return False

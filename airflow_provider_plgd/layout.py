@@ -163,7 +163,7 @@ class Layout:
     # -- tables ---------------------------------------------------------------------------------
     def table(self, name: str) -> str:
         """``{root}/{name}``: an interval table (``events``, ``quarantine``, ``events_deduped``,
-        ``msgid_index``; the names are checked by ``delta_tables.table_uri``)."""
+        ``msgid_index``; the names are checked by ``delta_tables.interval_table_uri``)."""
         return join_path(self.root, validate_partition_value(name, "table"))
 
     def snapshots_dir(self) -> str:

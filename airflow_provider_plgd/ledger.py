@@ -707,7 +707,7 @@ def staged_owners(root: str, stream: str, interval_id: str,
 
     outputs: dict[str, int] = {}
     for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
-        for f in delta_tables.table_files(delta_tables.table_uri(root, name),
+        for f in delta_tables.table_files(delta_tables.interval_table_uri(root, name),
                                           where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
             fs, path = storage.to_fs(f.url)
             with fs.open(path, "rb") as fh:

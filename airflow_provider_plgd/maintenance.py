@@ -292,7 +292,7 @@ def maintain_tables(root: str, *, settings: MaintenanceSettings = MaintenanceSet
     head = chain_head(root)
     results = []
     for name in delta_tables.INTERVAL_TABLES:
-        result = compact_table(delta_tables.table_uri(root, name), head, settings, name=name)
+        result = compact_table(delta_tables.interval_table_uri(root, name), head, settings, name=name)
         results.append(finish_table(result, settings))
     for table in snapshot_store.ALL_TABLES:
         uri = snapshot_store.snapshot_table_uri(root, table)

@@ -232,7 +232,7 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
         covered = max(covered or 0, interval.end_ns)
     record = snapshot_store.latest(root)
     snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
-    tables = [table_status(name, delta_tables.table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
+    tables = [table_status(name, delta_tables.interval_table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
     tables += [table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
     lag = None
     if hook is not None:

@@ -106,7 +106,7 @@ def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quaran
 
     run_version = time.time_ns() // 1000 if run_version is None else run_version
     write_id = f"{run_version:x}"
-    uri = {name: delta_tables.table_uri(root, name) for name in delta_tables.INTERVAL_TABLES}
+    uri = {name: delta_tables.interval_table_uri(root, name) for name in delta_tables.INTERVAL_TABLES}
     ev = _by_type(uri[delta_tables.EVENTS], events, interval_id, files_per_partition, write_id)
     q = [_write(uri[delta_tables.QUARANTINE], quarantine, {"interval_id": interval_id},
                 f"part-00000-{write_id}.parquet")] if quarantine.num_rows else []

@@ -88,11 +88,11 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
         root = summary.get("output_root") or ""
         events, quarantine = delta_tables.EVENTS, delta_tables.QUARANTINE
         out = {events: {"interval_id": interval_id, "decoded": summary.get("decoded"),
-                        "table": delta_tables.table_uri(root, events), "delta_version": versions.get(events)}}
+                        "table": delta_tables.interval_table_uri(root, events), "delta_version": versions.get(events)}}
         if int(summary.get("quarantined") or 0):
             out[quarantine] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
                                "per_reason": summary.get("per_reason") or {},
-                               "table": delta_tables.table_uri(root, quarantine),
+                               "table": delta_tables.interval_table_uri(root, quarantine),
                                "delta_version": versions.get(quarantine)}
         return out
     if app == "dedupe":

@@ -256,8 +256,8 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
 
     # row ranges of the staging files (about SLICE_ROWS rows each) packed into a few tasks of decreasing size
     tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
-    events_uri = delta_tables.table_uri(layout, delta_tables.EVENTS)
-    quarantine_uri = delta_tables.table_uri(layout, delta_tables.QUARANTINE)
+    events_uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS)
+    quarantine_uri = delta_tables.interval_table_uri(layout, delta_tables.QUARANTINE)
     write_id = new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 

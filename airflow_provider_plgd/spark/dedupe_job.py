@@ -75,7 +75,7 @@ def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[s
     by_bucket: dict[int, list[str]] = {}
     if not previous:
         return by_bucket
-    index = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
+    index = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
     for f in delta_tables.table_files(index, where={delta_tables.INTERVAL_COLUMN: list(previous)}):
         raw = f.partition.get(BUCKET_COLUMN)
         bucket = int(raw) if raw is not None and str(raw).isdigit() else -1
@@ -258,9 +258,9 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     result: dict[str, Any] = {"decision": decision, "index_rows": 0, "index_records": [], "written": []}
     if not files:
         return result
-    index_uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
-    source = delta_tables.table_uri(root, delta_tables.EVENTS)
-    target = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    index_uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
+    source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
+    target = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     names = [posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id)) for i, f in enumerate(files)]
     units = [(f.url, i, f.rows, f.partition) for i, f in enumerate(files)]
     slots = sc.defaultParallelism
@@ -315,7 +315,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     identity = pipeline.check_app(root, **({} if args.previous_intervals is not None
                                            else {"lookback_intervals": args.lookback_intervals}))
     delta_tables.check_layout(root)
-    source = delta_tables.table_uri(root, delta_tables.EVENTS)
+    source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
     if not decoded(root, interval_id):
         raise FileNotFoundError(
             f"events of interval {interval_id} are not committed (no decode run committed both {source} and its "
@@ -335,8 +335,8 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
              interval_id, sum(f.rows for f in files), len(files), len(previous),
              f" ({previous[0]} .. {previous[-1]})" if previous else "")
 
-    index_uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
-    deduped_uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    index_uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
+    deduped_uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     write_id = new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 

@@ -28,7 +28,7 @@ def input_fingerprint(root: str, interval_id: str) -> dict[str, Any]:
     """What a snapshot folded of one interval: ``{"rows", "sha256"}`` of the ``events_deduped``
     files the Delta log names for it (each file's partition values, rows and bytes; not its
     run-unique name), so a rerun that commits the same rows in the same files compares equal."""
-    uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     files = delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
     entries = sorted((json.dumps(f.partition, sort_keys=True), f.rows, f.size) for f in files)
     return {"rows": sum(f.rows for f in files), "sha256": hashlib.sha256(json.dumps(entries).encode()).hexdigest()}
@@ -107,9 +107,9 @@ def intervals_to_fold(root: str, interval_id: str, base: Mapping[str, Any] | Non
     if not deduped(root, interval_id):
         raise FileNotFoundError(
             f"deduplicated events of interval {interval_id} are not committed (no dedupe run committed both "
-            f"{delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
+            f"{delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
         )
-    done = delta_tables.committed_intervals(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
+    done = delta_tables.committed_intervals(delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED))
     kind = times.interval_kind(interval_id)
     after = base.get("interval_id") if base else None
     return [i for i in done if times.interval_kind(i) == kind and i <= interval_id

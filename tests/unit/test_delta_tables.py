@@ -173,7 +173,7 @@ def test_a_stage_counts_as_committed_only_when_one_run_committed_all_its_tables(
 
     def decode_commit(table: str, run_version: int) -> None:
         schema = schemas.EVENTS_SCHEMA if table == "events" else schemas.QUARANTINE_SCHEMA
-        delta_tables.commit_files(delta_tables.table_uri(root, table), [], schema=schema,
+        delta_tables.commit_files(delta_tables.interval_table_uri(root, table), [], schema=schema,
                                   partition_by=delta_tables.INTERVAL_TABLES[table],
                                   replace=delta_tables.interval_filter("A"), metadata={"interval_id": "A"},
                                   app_id=f"plgd.decode.{table}/A", run_version=run_version)

@@ -37,12 +37,12 @@ def test_the_storage_modules_take_their_paths_from_the_layout():
         assert staging.table_uri(root, "EVENTS") == "/data/plgd/staging/EVENTS"
         assert ledger.interval_dir(root, "EVENTS", IID) == f"/data/plgd/_ledger/EVENTS/interval={IID}"
         assert run_summary.run_summary_path(root, "rebuild", IID) == f"/data/plgd/_runs/rebuild/interval={IID}.json"
-        assert delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
+        assert delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
         assert snapshot_store.snapshot_table_uri(root, "resources") == "/data/plgd/snapshots/resources"
         assert spool.default_spool_dir(root) == "/data/plgd/staging/_spool"
     assert pipeline.IDENTITY_FILE == "_ledger/pipeline.json"
     with pytest.raises(ValueError, match="unknown table 'staging'"):
-        delta_tables.table_uri(layout, "staging")
+        delta_tables.interval_table_uri(layout, "staging")
     with pytest.raises(ValueError, match="unknown snapshot table 'nope'"):
         snapshot_store.snapshot_table_uri(layout, "nope")
 

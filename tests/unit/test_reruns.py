@@ -25,7 +25,7 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.storage import to_fs
 
-    uri = delta_tables.table_uri(str(root), delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(str(root), delta_tables.EVENTS_DEDUPED)
     rel = f"interval_id={interval}/event_type=x/{name}"
     fs, base = to_fs(uri)
     size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"m{i}" for i in range(rows)]}))
