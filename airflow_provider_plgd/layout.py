@@ -99,6 +99,18 @@ class Layout:
         return cls(normalize_storage_root(_root_text(value)))
 
     @classmethod
+    def resolve(cls, value: str | None, jetstream_conn_id: str) -> Layout:
+        """The layout of the storage root that ``value`` or the defaults give
+        (:func:`~airflow_provider_plgd.storage_root.resolve_storage_root`: the value, else the
+        connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), normalised there once.
+
+        :raises ValueError: a root that is refused (the message names it).
+        """
+        from airflow_provider_plgd.storage_root import resolve_storage_root
+
+        return cls(resolve_storage_root(value, jetstream_conn_id))
+
+    @classmethod
     def at(cls, root: Any) -> Layout:
         """The layout of a root that a caller has already normalised (:meth:`of`), or a
         :class:`Layout` (returned as is): the path functions of the storage modules take either."""

@@ -18,7 +18,6 @@ from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.ledger import ALL_OWNERS
-from airflow_provider_plgd.storage_root import resolve_storage_root
 
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 
@@ -141,7 +140,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     # the trust boundary: every param a triggering user may set, checked before anything is read
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
                                    jetstream_conn_id=jetstream_conn_id)
-    layout = Layout.of(resolve_storage_root(checked.storage_root, jetstream_conn_id))  # the one resolution
+    layout = Layout.resolve(checked.storage_root, jetstream_conn_id)  # the one resolution of the run's root
     root = layout.root
     try:  # tables of the layout before Delta Lake: refused before anything is fetched
         delta_tables.check_layout(root)

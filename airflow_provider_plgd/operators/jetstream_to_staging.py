@@ -475,8 +475,6 @@ class JetStreamToStagingOperator(BaseOperator):
 
     def _layout(self, context: Context) -> Layout:
         """Resolve the storage root once: ``storage_root``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
-        from airflow_provider_plgd.storage_root import resolve_storage_root
-
         if self.storage_root not in (None, ""):
             return Layout.of(self.storage_root)
 
@@ -484,7 +482,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
         params = context.get("params") or {}  # a run param: only a root the DAG author or the connection allows
         root = check_run_storage_root(params.get("storage_root"), self.storage_roots, self.jetstream_conn_id)
-        return Layout.of(resolve_storage_root(root, self.jetstream_conn_id))
+        return Layout.resolve(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
         """True for a range of the ledger's plan (``ledger_range``)."""
