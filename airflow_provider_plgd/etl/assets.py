@@ -66,8 +66,7 @@ def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, 
 def staging_extra(planned: IntervalPlan) -> dict[str, Any]:
     """``extra`` of the staging asset event: ``{"interval_id", "messages" (the stream holds for the
     selection), "owners" ("all" or the number selected), "fetch_ranges"}``."""
-    xcom = planned.as_dict()
-    return {"interval_id": planned.interval_id, "messages": planned.messages, "owners": xcom["owners"],
+    return {"interval_id": planned.interval_id, "messages": planned.messages, "owners": planned.owners_json,
             "fetch_ranges": planned.fetch_ranges}
 
 

@@ -51,6 +51,11 @@ class IntervalPlan:
     py_files: str
     spark_skip: str | None
 
+    @property
+    def owners_json(self) -> str | int:
+        """``owners`` as JSON shows it: ``"all"`` (``ledger.ALL_OWNERS``) or the number selected."""
+        return ALL_OWNERS if self.owners is None else self.owners
+
     def as_dict(self) -> dict[str, Any]:
         """The XCom: ``{"storage_root", "interval_id", "snapshot_time", "ledger", "owners" ("all" or
         the number selected), "messages", "fetch_ranges" ([{"ledger_range": i}]: the mapped fetch
@@ -60,7 +65,7 @@ class IntervalPlan:
             "interval_id": self.interval_id,
             "snapshot_time": self.snapshot_time,
             "ledger": self.ledger,
-            "owners": ALL_OWNERS if self.owners is None else self.owners,
+            "owners": self.owners_json,
             "messages": self.messages,
             "fetch_ranges": [{"ledger_range": i} for i in range(self.fetch_ranges)],
             "py_files": self.py_files,
