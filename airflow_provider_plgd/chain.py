@@ -68,25 +68,23 @@ class DedupeLog:
 
 def dedupe_log(root: str) -> DedupeLog:
     """Read the Delta logs of ``msgid_index`` and ``events_deduped`` at ``root`` once."""
-    uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
+    uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
     index = delta_tables.open_table(uri)
-    deduped = delta_tables.open_table(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
+    deduped = delta_tables.open_table(delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED))
     with_ids = delta_tables.committed_intervals(uri, dt=index) if index is not None else []
     return DedupeLog(index, deduped, tuple(with_ids))
 
 
 def _kind(interval_id: str) -> str:
     try:
-        return str(times.parse_interval_id(interval_id)["kind"])
+        return times.interval_kind(interval_id)
     except ValueError:
         return "other"
 
 
 def _order(interval_id: str) -> tuple[int, int]:
-    parsed = times.parse_interval_id(interval_id)
-    if parsed["kind"] == "time":
-        return parsed["start_ns"], parsed["end_ns"]
-    return parsed["first_seq"], parsed["last_seq"]
+    key = times.parse_interval_key(interval_id)
+    return key.low, key.high
 
 
 @dataclass(frozen=True)

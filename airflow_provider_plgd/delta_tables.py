@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
-from airflow_provider_plgd.storage import join_path, to_fs
+from airflow_provider_plgd.layout import SNAPSHOTS_DIR, Layout
+from airflow_provider_plgd.storage import to_fs
 
 log = logging.getLogger("plgd.delta")
 
@@ -52,7 +53,6 @@ EVENTS = "events"
 QUARANTINE = "quarantine"
 EVENTS_DEDUPED = "events_deduped"
 MSGID_INDEX = "msgid_index"
-SNAPSHOTS_DIR = "snapshots"
 #: The partition column of every interval table (``interval`` is a keyword of delta-rs's predicates).
 INTERVAL_COLUMN = "interval_id"
 #: The partition column of the snapshot tables (``pmod(xxhash64(device_id), buckets)``) and of
@@ -71,19 +71,15 @@ METADATA_KEY = "plgd"
 DEFAULT_VACUUM_RETENTION_HOURS = 168
 
 
-def table_uri(root: str, name: str) -> str:
+def interval_table_uri(root: str | Layout, name: str) -> str:
     """``{root}/{name}`` for an interval table (``events``, ``quarantine``, ``events_deduped``, ``msgid_index``).
 
     :raises ValueError: an unknown table name.
     """
     if name not in INTERVAL_TABLES:
         raise ValueError(f"unknown table {name!r}; expected one of {sorted(INTERVAL_TABLES)}")
-    return join_path(root, name)
+    return Layout.at(root).table(name)
 
-
-def snapshot_table_uri(root: str, table: str) -> str:
-    """``{root}/snapshots/{table}``."""
-    return join_path(root, SNAPSHOTS_DIR, table)
 
 
 def storage_options(uri: str) -> dict[str, str]:
@@ -466,7 +462,7 @@ def run_committed(root: str, app: str, tables: Sequence[str], interval_id: str) 
     rerun."""
     versions = set()
     for name in tables:
-        dt = open_table(table_uri(root, name))
+        dt = open_table(interval_table_uri(root, name))
         version = None if dt is None else dt.transaction_version(f"plgd.{app}.{name}/{interval_id}")
         if version is None:
             return False

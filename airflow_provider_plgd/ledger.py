@@ -41,15 +41,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import staging, storage
+from airflow_provider_plgd.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, LedgerError, NarrowerRerunError
 from airflow_provider_plgd.plgd.subjects import owner_filter
 
-#: Folder under the storage root that holds the ledgers.
-LEDGER_DIR = "_ledger"
 #: Version of the ledger files (bump on an incompatible change). 1: per-owner counts and owner
 #: groups; 2: fetch records per owner and batch fragment (both read, for the checks of a rerun of
 #: an interval planned before; never written). 3: the plan's run version, fetch records per event type.
 LEDGER_VERSION = 3
+#: How "every owner" is written where JSON shows a selection (plan XCom, ledger summaries, asset
+#: events); inside the code every owner is ``None`` (``Selection.owners`` empty).
+ALL_OWNERS = "all"
 #: Ledger versions this code reads.
 READ_VERSIONS = (1, 2, 3)
 #: The subject filter whose messages the ETL accounts for (plgd publishes only under it; docs/wire-format.md §1).
@@ -79,10 +81,7 @@ def interval_dir(root: str, stream: str, interval_id: str) -> str:
 
     :raises ValueError: a stream or interval ID that is not safe in a path.
     """
-    return storage.join_path(
-        str(root), LEDGER_DIR, staging.validate_partition_value(stream, "stream"),
-        f"interval={staging.validate_partition_value(interval_id, 'interval_id')}",
-    )
+    return Layout.at(root).ledger_interval_dir(stream, interval_id)
 
 
 def range_record_name(index: int) -> str:
@@ -399,17 +398,16 @@ def planned_before(root: str, stream: str, start_ns: int) -> list[Any]:
     ledger (not one request per interval: object stores)."""
     from airflow_provider_plgd import times
 
-    fs, base = storage.to_fs(storage.join_path(str(root), LEDGER_DIR, staging.validate_partition_value(stream,
-                                                                                                    "stream")))
+    fs, base = storage.to_fs(Layout.at(root).ledger_stream_dir(stream))
     try:
         names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/stream.json")]
     except FileNotFoundError:
         return []
     planned = []
     for name in names:
-        parsed = times.parse_interval_id(name[len("interval="):]) if name.startswith("interval=") else None
-        if parsed and parsed["kind"] == "time" and parsed["end_ns"] <= start_ns:
-            planned.append(times.Interval(parsed["start_ns"], parsed["end_ns"]))
+        window = times.parse_interval_key(name[len("interval="):]).window if name.startswith("interval=") else None
+        if window is not None and window.end_ns <= start_ns:
+            planned.append(window)
     return sorted(planned, key=lambda i: (i.start_ns, i.end_ns))
 
 
@@ -453,10 +451,10 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
     """
     from airflow_provider_plgd import times
 
-    bounds = times.parse_interval_id(interval_id)
-    if bounds["kind"] != "time":
+    window = times.parse_interval_key(interval_id).window
+    if window is None:
         return
-    start_ns = bounds["start_ns"]
+    start_ns = window.start_ns
     planned = planned_before(root, stream, start_ns)
     latest = max((i.end_ns for i in planned), default=None)
     if latest is not None and latest != start_ns:
@@ -482,16 +480,16 @@ def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: st
     """
     from airflow_provider_plgd import times
 
-    bounds = times.parse_interval_id(interval_id)
-    if bounds["kind"] != "time":
+    window = times.parse_interval_key(interval_id).window
+    if window is None:
         return
-    planned = planned_before(root, stream, bounds["start_ns"])
+    planned = planned_before(root, stream, window.start_ns)
     if not planned:
         return
     covered = planned[0].end_ns
     for earlier in planned[1:]:  # the stretch right before this one: check_no_gap_before
         if earlier.start_ns > covered:
-            raise _gap_error(interval_id, dag_id, (covered, earlier.start_ns), bounds["start_ns"], hole=True)
+            raise _gap_error(interval_id, dag_id, (covered, earlier.start_ns), window.start_ns, hole=True)
         covered = max(covered, earlier.end_ns)
 
 
@@ -546,7 +544,7 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
 
     owners, types = plan.get("owners"), list(plan.get("event_types") or [])
     return {
-        "owners": "all" if owners is None else list(owners)[:20],
+        "owners": ALL_OWNERS if owners is None else list(owners)[:20],
         "owners_count": None if owners is None else len(owners),
         "event_types": f"all {len(types)}" if set(types) >= set(EVENT_TYPES) else types,
         "event_types_count": len(types),
@@ -709,7 +707,7 @@ def staged_owners(root: str, stream: str, interval_id: str,
 
     outputs: dict[str, int] = {}
     for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
-        for f in delta_tables.table_files(delta_tables.table_uri(root, name),
+        for f in delta_tables.table_files(delta_tables.interval_table_uri(root, name),
                                           where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
             fs, path = storage.to_fs(f.url)
             with fs.open(path, "rb") as fh:

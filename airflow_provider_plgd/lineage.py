@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 try:  # the `lineage` extra
@@ -63,12 +64,9 @@ DEFAULT_NATS_PORT = 4222
 #: At most this many subject filters are listed in the ``natsSubjects`` facet (the count is complete).
 MAX_SUBJECT_FILTERS = 100
 
-#: The tables under the storage root (``delta_tables``; ``staging`` is ``staging/{stream}``, ``_runs``
-#: the run summaries).
+#: The interval tables under the storage root (``delta_tables``; every path comes from ``layout.Layout``).
 EVENTS, QUARANTINE, EVENTS_DEDUPED, MSGID_INDEX = (
     delta_tables.EVENTS, delta_tables.QUARANTINE, delta_tables.EVENTS_DEDUPED, delta_tables.MSGID_INDEX)
-SNAPSHOTS = delta_tables.SNAPSHOTS_DIR
-RUNS = "_runs"
 #: The public snapshot tables (``snapshots/{table}``), one dataset each.
 SNAPSHOT_TABLES = tuple(snapshot_tables.SNAPSHOT_TABLES)
 
@@ -133,55 +131,54 @@ def storage_location(root: str, *parts: str) -> tuple[str, str]:
     return f"{scheme}://{split.netloc}", split.path.lstrip("/")
 
 
-def _input(root: str, *parts: str) -> Any:
-    namespace, name = storage_location(root, *parts)
+def _input(location: str) -> Any:
+    namespace, name = storage_location(location)
     return InputDataset(namespace=namespace, name=name)
 
 
-def _output(root: str, *parts: str) -> Any:
-    namespace, name = storage_location(root, *parts)
+def _output(location: str) -> Any:
+    namespace, name = storage_location(location)
     return OutputDataset(namespace=namespace, name=name)
 
 
-def staging_parts(stream: str) -> tuple[str, str]:
-    """The staging table of ``stream`` under the root: ``("staging", stream)``."""
-    return ("staging", stream)
-
-
-def ledger_parts(stream: str) -> tuple[str, str]:
-    """The interval ledger of ``stream`` under the root: ``("_ledger", stream)``."""
-    return ("_ledger", stream)
-
-
-def plan_lineage(servers: Sequence[str], stream: str, root: str, scope_filter: str) -> Any:
+def plan_lineage(servers: Sequence[str], stream: str, root: str | Layout, scope_filter: str) -> Any:
     """``plan``: counts ``scope_filter`` (``plgd.>``) of the stream, writes the interval ledger."""
     return OperatorLineage(inputs=[stream_dataset(servers, stream, [scope_filter])],
-                           outputs=[_output(root, *ledger_parts(stream))])
+                           outputs=[_output(Layout.at(root).ledger_stream_dir(stream))])
 
 
-def fetch_lineage(servers: Sequence[str], stream: str, root: str, subject_filters: Sequence[str]) -> Any:
+def fetch_lineage(servers: Sequence[str], stream: str, root: str | Layout, subject_filters: Sequence[str]) -> Any:
     """``fetch``: the subjects it read from the stream -> the stream's staging table."""
     return OperatorLineage(inputs=[stream_dataset(servers, stream, subject_filters)],
-                           outputs=[_output(root, *staging_parts(stream))])
+                           outputs=[_output(Layout.at(root).staging_table(stream))])
 
 
-def summary_lineage(stream: str, root: str) -> Any:
+def summary_lineage(stream: str, root: str | Layout) -> Any:
     """``summary``: reads the ledger and the applications' run summaries, writes the ledger's summary."""
-    return OperatorLineage(inputs=[_input(root, *ledger_parts(stream)), _input(root, RUNS)],
-                           outputs=[_output(root, *ledger_parts(stream))])
+    layout = Layout.at(root)
+    return OperatorLineage(inputs=[_input(layout.ledger_stream_dir(stream)), _input(layout.runs_dir())],
+                           outputs=[_output(layout.ledger_stream_dir(stream))])
 
 
-#: The arguments of each Spark application that name its storage roots (``spark_apps/*.py``).
-_SPARK_APPS = {
-    "decode_events": lambda a: ([_input(a["--staging-root"], *staging_parts(a["--stream"]))],
-                                [_output(a["--output-root"], EVENTS), _output(a["--output-root"], QUARANTINE)]),
-    "dedupe_events": lambda a: ([_input(a["--root"], EVENTS), _input(a["--root"], MSGID_INDEX)],
-                                [_output(a["--root"], EVENTS_DEDUPED), _output(a["--root"], MSGID_INDEX)]),
-    "rebuild_snapshots": lambda a: (
-        [_input(a["--root"], EVENTS_DEDUPED)]
-        + [_input(a.get("--snapshots-root") or a["--root"], SNAPSHOTS, t) for t in SNAPSHOT_TABLES],
-        [_output(a.get("--snapshots-root") or a["--root"], SNAPSHOTS, t) for t in SNAPSHOT_TABLES]),
-}
+def _decode_lineage(layout: Layout, a: Mapping[str, str]) -> tuple[list[Any], list[Any]]:
+    return ([_input(layout.staging_table(a["--stream"]))],
+            [_output(layout.table(EVENTS)), _output(layout.table(QUARANTINE))])
+
+
+def _dedupe_lineage(layout: Layout, a: Mapping[str, str]) -> tuple[list[Any], list[Any]]:
+    return ([_input(layout.table(EVENTS)), _input(layout.table(MSGID_INDEX))],
+            [_output(layout.table(EVENTS_DEDUPED)), _output(layout.table(MSGID_INDEX))])
+
+
+def _rebuild_lineage(layout: Layout, a: Mapping[str, str]) -> tuple[list[Any], list[Any]]:
+    snapshots = Layout.at(a["--snapshots-root"]) if a.get("--snapshots-root") else layout
+    return ([_input(layout.table(EVENTS_DEDUPED))] + [_input(snapshots.snapshot_table(t)) for t in SNAPSHOT_TABLES],
+            [_output(snapshots.snapshot_table(t)) for t in SNAPSHOT_TABLES])
+
+
+#: The datasets of each Spark application (``spark_apps/*.py``) from its ``--root`` and other arguments.
+_SPARK_APPS = {"decode_events": _decode_lineage, "dedupe_events": _dedupe_lineage,
+               "rebuild_snapshots": _rebuild_lineage}
 
 
 def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
@@ -205,7 +202,7 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
         return None
     values = {flag: value for flag, value in zip(args, args[1:]) if flag.startswith("--") and not value.startswith("--")}
     try:
-        inputs, outputs = build(values)
+        inputs, outputs = build(Layout.at(values["--root"]), values)
     except KeyError as err:
         raise ValueError(f"Spark application {application!r}: argument {err.args[0]} missing in {args!r}") from None
     return OperatorLineage(inputs=inputs, outputs=outputs)

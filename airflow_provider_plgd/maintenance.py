@@ -155,10 +155,8 @@ def chain_head(root: str) -> str | None:
 
 
 def _order(interval_id: str) -> tuple[str, int, int]:
-    parsed = times.parse_interval_id(interval_id)
-    if parsed["kind"] == "time":
-        return "time", int(parsed["start_ns"]), int(parsed["end_ns"])
-    return str(parsed["kind"]), int(parsed["first_seq"]), int(parsed["last_seq"]) + 1
+    key = times.parse_interval_key(interval_id)
+    return key.kind, key.low, key.high + (0 if key.kind == "time" else 1)
 
 
 def passed_intervals(intervals: Iterable[str], head: str | None) -> list[str]:
@@ -294,10 +292,10 @@ def maintain_tables(root: str, *, settings: MaintenanceSettings = MaintenanceSet
     head = chain_head(root)
     results = []
     for name in delta_tables.INTERVAL_TABLES:
-        result = compact_table(delta_tables.table_uri(root, name), head, settings, name=name)
+        result = compact_table(delta_tables.interval_table_uri(root, name), head, settings, name=name)
         results.append(finish_table(result, settings))
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.table_uri(root, table)
+        uri = snapshot_store.snapshot_table_uri(root, table)
         if delta_tables.open_table(uri) is None:
             continue
         files = len(delta_tables.table_files(uri))

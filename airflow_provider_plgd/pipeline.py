@@ -26,9 +26,10 @@ from typing import Any
 
 from airflow_provider_plgd import storage
 from airflow_provider_plgd.exceptions import PipelineIdentityError
+from airflow_provider_plgd.layout import LEDGER_DIR, PIPELINE_FILE, Layout
 
 #: The identity's file, below the storage root.
-IDENTITY_FILE = "_ledger/pipeline.json"
+IDENTITY_FILE = f"{LEDGER_DIR}/{PIPELINE_FILE}"
 #: Version of :data:`IDENTITY_FILE`'s format.
 IDENTITY_VERSION = 1
 #: The settings of the identity, in the order errors name them.
@@ -120,7 +121,7 @@ def recorded(root: str) -> dict[str, Any] | None:
 
     :raises ValueError: the file is not an identity of a known version (names the path).
     """
-    fs, path = storage.to_fs(storage.join_path(root, IDENTITY_FILE))
+    fs, path = storage.to_fs(Layout.at(root).pipeline_file())
     return storage.read_json_document(fs, path, "pipeline identity", (IDENTITY_VERSION,))
 
 
@@ -134,7 +135,7 @@ def check_recorded(root: str, run: Mapping[str, Any]) -> dict[str, Any] | None:
     if found is not None:
         diff = differences(found, run)
         if diff:
-            raise identity_error(diff, where=f"recorded in {storage.join_path(root, IDENTITY_FILE)}",
+            raise identity_error(diff, where=f"recorded in {Layout.at(root).pipeline_file()}",
                                  what="The tables were written with the recorded settings.")
     return found
 
@@ -149,7 +150,7 @@ def record(identity: PipelineIdentity) -> dict[str, Any]:
     if found is not None:
         return found
     value = {"version": IDENTITY_VERSION, **identity.as_dict()}
-    storage.write_json(storage.join_path(identity.storage_root, IDENTITY_FILE), value, indent=1)
+    storage.write_json(Layout.at(identity.storage_root).pipeline_file(), value, indent=1)
     return value
 
 

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.times import interval_end_epoch
 
 APPS = ("decode", "dedupe", "rebuild")
 
 
-def run_summary_path(root: str, app: str, interval_id: str) -> str:
+def run_summary_path(root: str | Layout, app: str, interval_id: str) -> str:
     """Return where application ``app`` writes its summary for ``interval_id`` (a path or URL string)."""
-    from airflow_provider_plgd.storage import join_path
-
-    return join_path(root, "_runs", app, f"interval={interval_id}.json")
+    return Layout.at(root).run_summary(app, interval_id)
 
 
-def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | None:
+def read_app_summary(root: str | Layout, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = run_summary_path(root, app, interval_id)
     from airflow_provider_plgd.storage import to_fs
@@ -35,16 +35,56 @@ def read_app_summary(root: str, app: str, interval_id: str) -> dict[str, Any] | 
         return json.load(fh)
 
 
-def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunSummary:
+    """One run's summary: the interval ledger's chain checked, and the Spark applications'
+    summaries (:func:`collect_run_summary`); :meth:`as_dict` is the ``summary`` task's XCom.
+
+    :ivar interval_id: the interval. :ivar fetched: messages staged per event type (non-zero).
+    :ivar fetched_total: messages staged. :ivar chain: the ledger's numbers (``ledger.reconcile``).
+    :ivar problems: what does not add up. :ivar reconciled: every stage accounted for every message.
+    :ivar decode: the decode application's summary (its JSON), or None; ``dedupe``, ``rebuild`` alike.
+    :ivar lag_seconds: now minus the interval end (s), or None for a sequence interval.
+    :ivar params: the params the run used (``etl.params.run_params_used``), or None.
+    :ivar staging_expired: ``{"intervals", "files", "rows", "vacuumed"}`` of the staging expiry, or None.
+    """
+
+    interval_id: str
+    fetched: dict[str, int]
+    fetched_total: int | None
+    chain: dict[str, Any]
+    problems: tuple[str, ...]
+    reconciled: bool
+    decode: dict[str, Any] | None
+    dedupe: dict[str, Any] | None
+    rebuild: dict[str, Any] | None
+    lag_seconds: float | None
+    params: dict[str, Any] | None = None
+    staging_expired: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"interval_id", "fetched", "fetched_total", "chain", "problems" (list), "reconciled",
+        "decode", "dedupe", "rebuild", "lag_seconds"}``, plus ``params`` and ``staging_expired``
+        with ``params`` (the ``summary`` task's summary)."""
+        value: dict[str, Any] = {
+            "interval_id": self.interval_id, "fetched": dict(self.fetched), "fetched_total": self.fetched_total,
+            "chain": self.chain, "problems": list(self.problems), "reconciled": self.reconciled,
+            "decode": self.decode, "dedupe": self.dedupe, "rebuild": self.rebuild, "lag_seconds": self.lag_seconds,
+        }
+        if self.params is not None:  # the summary task's (etl.summary.summarize_interval)
+            value["params"] = self.params
+            value["staging_expired"] = self.staging_expired
+        return value
+
+
+def collect_run_summary(root: str, stream: str, interval_id: str) -> RunSummary:
     """Check the interval ledger's chain (``ledger.reconcile``), with the holes before the
     interval (``chain.holes_before``), and gather the Spark summaries.
 
     :param root: the storage root (local path or fsspec URL).
     :param stream: the stream name.
     :param interval_id: the staging interval ID.
-    :return: ``{"interval_id", "fetched": {event_type: staged count}} (non-zero), "fetched_total", "chain" (the ledger's numbers), "problems" (list of
-        str), "reconciled" (bool: every stage accounted for every message), "decode", "dedupe",
-        "rebuild" (the apps' summaries or None), "lag_seconds" (now minus the interval end, s)}``.
+    :return: the :class:`RunSummary` (without ``params`` and ``staging_expired``).
     """
     from airflow_provider_plgd import chain, ledger
 
@@ -53,13 +93,8 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> dict[str, A
              for h in chain.holes_before(root, stream, interval_id)]
     checked = ledger.reconcile(root, stream, interval_id, apps, holes)
     interval_end = interval_end_epoch(interval_id)
-    return {
-        "interval_id": interval_id,
-        "fetched": checked["per_event_type"],
-        "fetched_total": checked["chain"].get("staged"),
-        "chain": checked["chain"],
-        "problems": checked["problems"],
-        "reconciled": checked["reconciled"],
-        **apps,
-        "lag_seconds": None if interval_end is None else round(time.time() - interval_end, 3),
-    }
+    return RunSummary(
+        interval_id=interval_id, fetched=checked["per_event_type"], fetched_total=checked["chain"].get("staged"),
+        chain=checked["chain"], problems=tuple(checked["problems"]), reconciled=bool(checked["reconciled"]),
+        decode=apps["decode"], dedupe=apps["dedupe"], rebuild=apps["rebuild"],
+        lag_seconds=None if interval_end is None else round(time.time() - interval_end, 3))

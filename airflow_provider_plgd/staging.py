@@ -74,7 +74,6 @@ import hashlib
 import json
 import logging
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,12 +82,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
-from airflow_provider_plgd.storage import join_path, location_url, map_io, to_fs
+from airflow_provider_plgd.layout import STAGING_DIR, Layout, validate_partition_value  # noqa: F401 (re-exported)
+from airflow_provider_plgd.storage import map_io, to_fs
 
 log = logging.getLogger("plgd.staging")
 
-#: Folder under the storage root that holds the staging tables (one per stream).
-STAGING_DIR = "staging"
 #: ``owner_id`` of a batch fetched with an arbitrary subject filter.
 FILTER_OWNER = "_filter"
 #: Written into every commit's metadata (``created_by``).
@@ -153,10 +151,6 @@ def message_arrays(stream: str, seqs: Sequence[int], subjects: Sequence[str], ti
             times_us, msg_ids, header_arr, pa.array(datas, pa.binary())]
 
 
-# Path separators, the partition key/value separator, parent references, glob characters.
-_FORBIDDEN_IN_PARTITION = ("/", "\\", "=", "..", "*", "?", "[", "]")
-
-
 # --------------------------------------------------------------------------------------------------
 # Names and paths
 # --------------------------------------------------------------------------------------------------
@@ -179,37 +173,13 @@ def as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
     return filters
 
 
-def validate_partition_value(value: object, what: str) -> str:
-    """Check that ``value`` is safe as one path segment under the storage root: a partition value
-    (``interval_id=…``, ``event_type=…``), the ``{stream}`` folder, an owner ID in a file name.
-
-    :return: the value unchanged.
-    :raises ValueError: (naming ``what`` and the value) not a non-empty str, ``"."``, or contains
-        ``/``, ``\\``, ``=``, ``..``, ``*``, ``?``, ``[``, ``]``, whitespace, or control/format
-        characters (Unicode category C: NUL, DEL, U+202E, ...).
-    """
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
-    if (
-        value == "."
-        or any(bad in value for bad in _FORBIDDEN_IN_PARTITION)
-        or any(c.isspace() or ord(c) < 32 or unicodedata.category(c).startswith("C") for c in value)
-    ):
-        raise ValueError(
-            f"{what} {value!r} cannot be used in a staging path "
-            "(no '/', '\\', '=', '..', '*', '?', '[', ']', whitespace or control characters; not '.')"
-        )
-    return value
-
-
 def table_uri(root: Any, stream: str) -> str:
     """The staging table of ``stream``: ``{root}/staging/{stream}`` (a path, or a URL for object
     stores; ``root`` may also be an ``ObjectStoragePath``).
 
     :raises ValueError: a stream name that is not safe in a path.
     """
-    fs, path = to_fs(root)
-    return join_path(location_url(fs, path), STAGING_DIR, validate_partition_value(stream, "stream"))
+    return Layout.at(root).staging_table(stream)
 
 
 def partition_folder(interval_id: str, event_type: str) -> str:

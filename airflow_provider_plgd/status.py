@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_plgd import delta_tables, ledger, staging, storage, times
+from airflow_provider_plgd.layout import Layout
 
 #: How many of the newest intervals' ``summary.json`` are read for failed intervals.
 DEFAULT_RECENT = 48
@@ -124,7 +125,7 @@ class ChainStatus:
 
 def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[str]]:
     """The planned time intervals (oldest first) and the IDs with a ``summary.json``: one listing."""
-    fs, base = storage.to_fs(storage.join_path(str(root), ledger.LEDGER_DIR, stream))
+    fs, base = storage.to_fs(Layout.at(root).ledger_stream_dir(stream))
     try:
         paths = [str(p).rstrip("/") for p in fs.glob(f"{base}/interval=*/*.json")]
     except FileNotFoundError:
@@ -134,13 +135,13 @@ def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[s
         folder, name = path.rsplit("/", 2)[-2:]
         interval_id = folder[len("interval="):]
         try:
-            parsed = times.parse_interval_id(interval_id)
+            window = times.parse_interval_key(interval_id).window
         except ValueError:
             continue
-        if parsed["kind"] != "time":
+        if window is None:
             continue
         if name == "stream.json":
-            planned.append(times.Interval(parsed["start_ns"], parsed["end_ns"]))
+            planned.append(window)
         elif name == "summary.json":
             summarized.add(interval_id)
     return sorted(planned, key=lambda i: (i.start_ns, i.end_ns)), summarized
@@ -231,8 +232,8 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
         covered = max(covered or 0, interval.end_ns)
     record = snapshot_store.latest(root)
     snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
-    tables = [table_status(name, delta_tables.table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
-    tables += [table_status(f"snapshots/{t}", snapshot_store.table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
+    tables = [table_status(name, delta_tables.interval_table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
+    tables += [table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
     lag = None
     if hook is not None:
         head_plan = _plan(root, stream, head) if head else None

@@ -1,6 +1,6 @@
 """The one rule for the storage root of staging and tables, and its one spelling for S3.
 
-Order: an explicit value (operator ``destination`` or DAG param ``storage_root``), else the
+Order: an explicit value (operator ``storage_root`` or DAG param ``storage_root``), else the
 ``storage_root`` extra of the ``plgd_jetstream`` connection (plain or ``extra__plgd_jetstream__``
 prefixed, read by :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook`), else
 ``$AIRFLOW_HOME/plgd`` (``~/airflow/plgd`` when ``AIRFLOW_HOME`` is unset).

@@ -192,11 +192,11 @@ class Interval:
 
         :raises ValueError: not a time interval ID (sequence and durable IDs name no times).
         """
-        parsed = parse_interval_id(value)
-        if parsed["kind"] != "time":
-            raise ValueError(f"interval ID {value!r} names a {parsed['kind']} range, not a time interval "
+        key = parse_interval_key(value)
+        if key.window is None:
+            raise ValueError(f"interval ID {value!r} names a {key.kind} range, not a time interval "
                              "(expected <start>_<end>)")
-        return cls(parsed["start_ns"], parsed["end_ns"])
+        return key.window
 
     @classmethod
     def from_bounds(cls, bounds: Any) -> Interval:
@@ -245,19 +245,36 @@ def durable_interval_id(first_seq: int, last_seq: int) -> str:
     return f"durable-{int(first_seq):012d}-{int(last_seq):012d}"
 
 
-def parse_interval_id(value: str) -> dict[str, Any]:
-    """Parse an interval ID back into its bounds.
+@dataclass(frozen=True)
+class IntervalKey:
+    """An interval ID, parsed (:func:`parse_interval_key`, the one parser of interval IDs).
 
-    :return: ``{"kind": "time", "start_ns", "end_ns"}``, ``{"kind": "seq", "first_seq", "last_seq"}`` or
-        ``{"kind": "durable", "first_seq", "last_seq"}``.
+    :ivar kind: ``"time"``, ``"seq"`` or ``"durable"``.
+    :ivar low: the start (unix ns) of a time interval, else the first stream sequence.
+    :ivar high: the end (unix ns, exclusive) of a time interval, else the last stream sequence (inclusive).
+    """
+
+    kind: str
+    low: int
+    high: int
+
+    @property
+    def window(self) -> Interval | None:
+        """The :class:`Interval` of a time interval ID; None for sequence and durable IDs."""
+        return Interval(self.low, self.high) if self.kind == "time" else None
+
+
+def parse_interval_key(value: str) -> IntervalKey:
+    """Parse an interval ID (:func:`interval_id`, :func:`seq_interval_id`, :func:`durable_interval_id`).
+
     :raises ValueError: the value is not an interval ID of this module.
     """
     try:
         if value.startswith(("seq-", "durable-")):
             kind, first, last = value.split("-")
-            return {"kind": kind, "first_seq": int(first), "last_seq": int(last)}
+            return IntervalKey(kind, int(first), int(last))
         start, end = value.split("_")
-        return {"kind": "time", "start_ns": _parse_compact(start), "end_ns": _parse_compact(end)}
+        return IntervalKey("time", _parse_compact(start), _parse_compact(end))
     except (ValueError, AttributeError):
         raise ValueError(
             f"not a staging interval ID: {value!r} "
@@ -265,10 +282,31 @@ def parse_interval_id(value: str) -> dict[str, Any]:
         ) from None
 
 
+def parse_interval_id(value: str) -> dict[str, Any]:
+    """An interval ID's bounds as JSON: ``{"kind": "time", "start_ns", "end_ns"}``,
+    ``{"kind": "seq", "first_seq", "last_seq"}`` or ``{"kind": "durable", "first_seq", "last_seq"}``
+    (:func:`parse_interval_key`).
+
+    :raises ValueError: the value is not an interval ID of this module.
+    """
+    key = parse_interval_key(value)
+    if key.kind == "time":
+        return {"kind": "time", "start_ns": key.low, "end_ns": key.high}
+    return {"kind": key.kind, "first_seq": key.low, "last_seq": key.high}
+
+
+def interval_kind(value: str) -> str:
+    """``"time"`` for ``<start>_<end>`` IDs, else ``"seq"``/``"durable"``: IDs of one kind sort in
+    stream order; IDs of different kinds are not comparable.
+
+    :raises ValueError: not an interval ID."""
+    return parse_interval_key(value).kind
+
+
 def interval_end_epoch(value: str) -> float | None:
     """The end of a time interval ID in epoch seconds; None for sequence/durable IDs and other text."""
     try:
-        parsed = parse_interval_id(value)
+        key = parse_interval_key(value)
     except ValueError:
         return None
-    return parsed["end_ns"] / NS_PER_S if parsed["kind"] == "time" else None
+    return key.high / NS_PER_S if key.kind == "time" else None

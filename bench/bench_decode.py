@@ -224,13 +224,20 @@ def wait_until_quiet(max_busy: float, timeout: float) -> float:
 SPARK_CONFS = {"fast-local": FAST_LOCAL_SPARK_CONF, "defaults": {}}
 
 
-def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
+def _clear_outputs(root: str, scratch_dir: str) -> None:
+    """Remove a decode run's outputs: the tables and run summaries under ``root``, and ``scratch_dir``."""
+    for folder in (Path(root) / "events", Path(root) / "quarantine", Path(root) / "_runs", Path(scratch_dir)):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def spark_rate(root: str, scratch_dir: str, master: str, stream: str = "EVENTS", reader: str = "arrow",
                owners: list[str] | None = None, spark_conf: dict[str, str] | None = None) -> dict:
-    """Run the decode app with spark-submit and return its summary plus the wall time."""
+    """Run the decode app with spark-submit on ``root`` (its tables are written there; ``scratch_dir``
+    holds the zip and the summary) and return its summary plus the wall time."""
     from airflow_provider_plgd.spark_deps import build_py_files_zip, spark_app_path
 
-    zip_path = build_py_files_zip(Path(out_root).parent / "py_files")
-    summary_path = str(Path(out_root) / "summary.json")
+    zip_path = build_py_files_zip(Path(scratch_dir).parent / "py_files")
+    summary_path = str(Path(scratch_dir) / "summary.json")
     env = dict(os.environ)
     env["PATH"] = f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}"
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -240,8 +247,8 @@ def spark_rate(root: str, out_root: str, master: str, stream: str = "EVENTS", re
         "--conf", "spark.ui.enabled=false", "--driver-memory", "2g",
         *conf_args(spark_conf or {}),
         spark_app_path("decode_events"),
-        "--staging-root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
-        "--output-root", out_root, "--summary-path", summary_path,
+        "--root", root, "--stream", stream, "--interval-id", INTERVAL_ID,
+        "--summary-path", summary_path,
     ] + (["--owners", ",".join(owners)] if owners else [])
     stat0 = proc_stat()
     start = time.perf_counter()
@@ -294,8 +301,8 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_decode_"))
-    root, out_root = str(work / "root"), str(work / "out")
-    shutil.rmtree(out_root, ignore_errors=True)
+    root, scratch_dir = str(work / "root"), str(work / "out")
+    _clear_outputs(root, scratch_dir)
     from airflow_provider_plgd import staging
 
     existing = staging.staged_files(root, "EVENTS", interval_id=INTERVAL_ID) if args.reuse else []
@@ -338,8 +345,8 @@ def main(argv=None) -> dict:
                 for reader in readers:
                     runs = [(reader, None)] + ([(f"{reader}_subset", subset)] if subset else [])
                     for key, owners in runs:
-                        shutil.rmtree(out_root, ignore_errors=True)
-                        attempt = spark_rate(root, out_root, args.master, reader=reader, owners=owners,
+                        _clear_outputs(root, scratch_dir)
+                        attempt = spark_rate(root, scratch_dir, args.master, reader=reader, owners=owners,
                                              spark_conf=SPARK_CONFS[args.spark_conf])
                         if key not in best or attempt["summary"]["seconds"] < best[key]["summary"]["seconds"]:
                             best[key] = attempt

@@ -90,7 +90,7 @@ def _child_operator(url: str, root: str, last_seq: int) -> dict:
 
     JetStreamHook.get_connection("plgd_jetstream_default")
     op = JetStreamToStagingOperator(task_id="bench", owner_id=OWNER, event_type=EVENT_TYPE, start_seq=1,
-                                    end_seq=last_seq, destination=root, progress_interval_seconds=3600,
+                                    end_seq=last_seq, storage_root=root, progress_interval_seconds=3600,
                                     progress_every_messages=10**9)
     started = time.perf_counter()
     out = op.execute({"params": {}})

@@ -175,7 +175,7 @@ def run_decode(root: str, interval: str, log_path: str) -> tuple[float, float]:
     cmd = [shutil.which("spark-submit") or "spark-submit", "--master", "local[2]"]
     for key, value in FAST_LOCAL_SPARK_CONF.items():
         cmd += ["--conf", f"{key}={value}"]
-    cmd += [app, "--staging-root", root, "--output-root", root, "--stream", "EVENTS", "--ledger",
+    cmd += [app, "--root", root, "--stream", "EVENTS", "--ledger",
             "--interval-id", interval, "--log-level", "WARN"]
     env = spark_submit_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
@@ -239,7 +239,7 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     staged = 0
     for i in range(record["fetch_ranges"]):
         result = JetStreamToStagingOperator(
-            task_id="fetch", jetstream_conn_id="plgd_jetstream_default", stream="EVENTS", destination=root,
+            task_id="fetch", jetstream_conn_id="plgd_jetstream_default", stream="EVENTS", storage_root=root,
             ledger=base, ledger_range=str(i)).execute({"params": {}})
         staged += int(result["count"])
     t_fetch = time.perf_counter() - t0

@@ -214,7 +214,7 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
                                         ("dedupe", delta_tables.MSGID_INDEX, MSGID_INDEX_SCHEMA))
     run_version = _time.time_ns() // 1_000_000
     for name, schema, files in ((table_dir, schemas.EVENTS_SCHEMA, records), (companion, companion_schema, [])):
-        delta_tables.commit_files(delta_tables.table_uri(str(root), name), files, schema=schema,
+        delta_tables.commit_files(delta_tables.interval_table_uri(str(root), name), files, schema=schema,
                                   partition_by=delta_tables.INTERVAL_TABLES[name],
                                   replace=delta_tables.interval_filter(interval_id),
                                   metadata={"interval_id": interval_id}, app_id=f"plgd.{app}.{name}/{interval_id}",

@@ -69,7 +69,7 @@ if PartitionedAssetTimetable is not None:
             params = context.get("params") or {}
             root = check_run_storage_root(params.get("storage_root"), env_storage_roots(), JETSTREAM_CONN_ID)
             root = resolve_storage_root(root, JETSTREAM_CONN_ID)
-            uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+            uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
             frame = (pl.scan_delta(uri, storage_options=delta_tables.storage_options(uri) or None)
                      .filter(pl.col(delta_tables.INTERVAL_COLUMN) == interval_id)
                      .select("event_type", "owner_id", "device_id").collect())

@@ -106,7 +106,7 @@ def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quaran
 
     run_version = time.time_ns() // 1000 if run_version is None else run_version
     write_id = f"{run_version:x}"
-    uri = {name: delta_tables.table_uri(root, name) for name in delta_tables.INTERVAL_TABLES}
+    uri = {name: delta_tables.interval_table_uri(root, name) for name in delta_tables.INTERVAL_TABLES}
     ev = _by_type(uri[delta_tables.EVENTS], events, interval_id, files_per_partition, write_id)
     q = [_write(uri[delta_tables.QUARANTINE], quarantine, {"interval_id": interval_id},
                 f"part-00000-{write_id}.parquet")] if quarantine.num_rows else []
@@ -151,7 +151,7 @@ def commit_snapshot_record(root: str, interval_id: str, intervals: Sequence[str]
     record = {"snapshot": version, "snapshot_time_ns": end_ns, "snapshot_time": times.ns_to_rfc3339(end_ns),
               "parent": parent, "run_id": ss.new_run_id(), "interval_id": interval_id,
               "intervals": list(intervals), "buckets": 1, "rows": {}, "delta_versions": {}}
-    delta_tables.commit_files(ss.table_uri(root, ss.STATE_TABLE), [], schema=ss.delta_schema(ss.STATE_TABLE),
+    delta_tables.commit_files(ss.snapshot_table_uri(root, ss.STATE_TABLE), [], schema=ss.delta_schema(ss.STATE_TABLE),
                               partition_by=(delta_tables.BUCKET_COLUMN,), replace=[], metadata=record,
                               app_id=f"test.snapshot/{version}", run_version=time.time_ns())
     return version

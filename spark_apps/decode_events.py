@@ -3,8 +3,8 @@
 Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip``)::
 
     spark-submit --master local[2] --py-files plgd_py_files.zip spark_apps/decode_events.py \\
-        --staging-root /data/plgd --stream EVENTS --interval-id 20260101T000000Z_20260101T010000Z \\
-        --output-root /data/plgd [--owners o1,o2] [--event-types resourcechanged,...] \\
+        --root /data/plgd --stream EVENTS --interval-id 20260101T000000Z_20260101T010000Z \\
+        [--owners o1,o2] [--event-types resourcechanged,...] \\
         [--max-content-bytes 4194304] [--summary-path /data/plgd/_runs/decode/interval=....json]
 
 ``--max-content-bytes`` (default 4 MiB, ``codec.DEFAULT_MAX_DECODED_BYTES``) caps the decoded
@@ -35,8 +35,8 @@ Steps:
    owners the tasks read) ``==`` the rows the tasks read ``== decoded + quarantined`` (sums of the
    written files) and fails before committing if not; then commits each table in one Delta
    transaction that replaces the interval's rows (``delta_tables.commit_files``):
-   ``{output_root}/events`` (files ``interval_id=../event_type=../part-*.parquet``) and
-   ``{output_root}/quarantine`` (``interval_id=../part-*.parquet``). A rerun replaces both
+   ``{root}/events`` (files ``interval_id=../event_type=../part-*.parquet``) and
+   ``{root}/quarantine`` (``interval_id=../part-*.parquet``). A rerun replaces both
    intervals' rows with the same rows (under new file names); files of failed runs are never named
    by the log.
 4. The run summary (JSON) is written last: ``fetched``, ``decoded``, ``quarantined``,
@@ -57,33 +57,31 @@ from airflow_provider_plgd.spark.decode_job import run
 from airflow_provider_plgd.spark.session import run_app
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> app_args.DecodeArgs:
     """Parse the command line (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="decode_events", description="Decode one interval of the plgd staging table into events + quarantine."
     )
-    parser.add_argument("--staging-root", required=True,
-                        help="storage root that holds the staging table staging/{stream} (path or URL)")
     parser.add_argument("--stream", default="EVENTS", help="JetStream stream name (default EVENTS)")
-    parser.add_argument("--output-root", required=True,
-                        help="root for events/, quarantine/ and _runs/ (path or URL)")
     parser.add_argument("--owners", type=app_args.name_list, action="append", default=None,
                         help="only the rows of these owners (comma-separated; repeatable)")
     parser.add_argument("--event-types", type=app_args.name_list, action="append", default=None,
                         help="only these event_type partitions (comma-separated; repeatable)")
     parser.add_argument("--ledger", action="store_true",
                         help="check the interval's staging files against the interval ledger under "
-                             "--staging-root (airflow_provider_plgd.ledger; the ETL DAG passes it): files of another "
+                             "--root (airflow_provider_plgd.ledger; the ETL DAG passes it): files of another "
                              "run, a missing range or another count fail the run before anything is written")
     parser.add_argument("--max-content-bytes", type=_positive_bytes, default=DEFAULT_MAX_CONTENT_BYTES,
                         help="cap on the decoded (snappy-decompressed) size of one event, and so of its "
                              "resource content, in bytes; over it the row is quarantined as "
                              f"content_too_large (default {DEFAULT_MAX_CONTENT_BYTES} = 4 MiB)")
-    app_args.add_interval_args(parser)
-    args = parser.parse_args(argv)
-    args.owners = app_args.flatten_lists(args.owners)
-    args.event_types = app_args.flatten_lists(args.event_types)
-    return args
+    app_args.add_common_args(parser, "storage root that holds staging/{stream}, and receives events/, "
+                                     "quarantine/ and _runs/ (path or URL)")
+    ns = parser.parse_args(argv)
+    return app_args.DecodeArgs(**app_args.common_args(parser, ns), stream=ns.stream,
+                               owners=app_args.flatten_lists(ns.owners),
+                               event_types=app_args.flatten_lists(ns.event_types), ledger=ns.ledger,
+                               max_content_bytes=ns.max_content_bytes)
 
 
 def _positive_bytes(value: str) -> int:

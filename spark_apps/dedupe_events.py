@@ -62,12 +62,13 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
+from airflow_provider_plgd.layout import validate_partition_value
 from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd.spark.dedupe_job import DEFAULT_LOOKBACK, run
 from airflow_provider_plgd.spark.session import run_app
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> app_args.DedupeArgs:
     """Parse the command line (see the module docstring).
 
     :raises SystemExit: bad arguments (argparse), including a negative lookback.
@@ -75,18 +76,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="dedupe_events", description="Deduplicate one interval of plgd events by message ID."
     )
-    parser.add_argument("--root", required=True,
-                        help="storage root holding events/, events_deduped/, msgid_index/, _runs/ (path or URL)")
     parser.add_argument("--lookback-intervals", type=int, default=DEFAULT_LOOKBACK,
                         help=f"previous intervals whose message IDs are dropped here (default {DEFAULT_LOOKBACK})")
     parser.add_argument("--previous-intervals", type=app_args.name_list, default=None,
                         help="explicit comma-separated previous interval IDs (default: the last "
                              "--lookback-intervals committed events_deduped intervals before this one)")
-    app_args.add_interval_args(parser)
-    args = parser.parse_args(argv)
-    if args.lookback_intervals < 0:
-        parser.error(f"--lookback-intervals must be >= 0, got {args.lookback_intervals}")
-    return args
+    app_args.add_common_args(parser, "storage root holding events/, events_deduped/, msgid_index/, _runs/ "
+                                     "(path or URL)")
+    ns = parser.parse_args(argv)
+    if ns.lookback_intervals < 0:
+        parser.error(f"--lookback-intervals must be >= 0, got {ns.lookback_intervals}")
+    try:
+        previous = (None if ns.previous_intervals is None else
+                    tuple(validate_partition_value(i, "previous interval") for i in ns.previous_intervals))
+    except ValueError as err:
+        parser.error(str(err))
+    return app_args.DedupeArgs(**app_args.common_args(parser, ns),
+                               lookback_intervals=ns.lookback_intervals, previous_intervals=previous)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -52,6 +52,7 @@ import argparse
 from typing import Any, Sequence
 
 from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.spark import app_args, snapshot_store
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
@@ -73,12 +74,11 @@ def parse_snapshot_time(value: str) -> int:
         ) from None
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> app_args.RebuildArgs:
     """Parse the command line (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="rebuild_snapshots", description="Fold deduplicated plgd events onto the latest snapshot."
     )
-    parser.add_argument("--root", required=True, help="storage root holding events_deduped/ (path or URL)")
     parser.add_argument("--snapshot-time", default=None, type=parse_snapshot_time,
                         help="optional check: the snapshot time is the end of --interval-id; when given "
                              "(ISO-8601 with zone, or unix ns) it must equal that end")
@@ -91,22 +91,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="DeltaTable.vacuum of the snapshot tables after the commit: delete files removed more "
                              "than this many hours ago (older snapshot versions stop being readable); -1 = no "
                              f"vacuum; default {delta_tables.DEFAULT_VACUUM_RETENTION_HOURS}")
-    app_args.add_interval_args(parser)
+    app_args.add_common_args(parser, "storage root holding events_deduped/ (path or URL)")
     args = parser.parse_args(argv)
     if args.buckets < 1 or args.buckets > 65536:
         parser.error(f"--buckets must be in [1, 65536], got {args.buckets}")
     if args.vacuum_retention_hours < -1:
         parser.error(f"--vacuum-retention-hours must be -1 (no vacuum) or >= 0, got {args.vacuum_retention_hours}")
     try:  # the snapshot time is the interval end: one value, from the interval ID
-        args.interval = app_args.time_interval(args.interval_id)
+        interval = app_args.time_interval(args.interval_id)
     except ValueError as err:
         parser.error(f"--interval-id: {err}")
-    if args.snapshot_time is not None and args.snapshot_time != args.interval.end_ns:
+    if args.snapshot_time is not None and args.snapshot_time != interval.end_ns:
         parser.error(f"--snapshot-time {args.snapshot_time} is not the end of --interval-id {args.interval_id} "
-                     f"({args.interval.end_ns}); leave --snapshot-time out (the end of the interval ID is the "
+                     f"({interval.end_ns}); leave --snapshot-time out (the end of the interval ID is the "
                      "snapshot time)")
-    args.snapshot_time = args.interval.end_ns
-    return args
+    common = app_args.common_args(parser, args)
+    try:
+        snapshots = Layout.of(args.snapshots_root) if args.snapshots_root else common["layout"]
+    except ValueError as err:
+        parser.error(f"--snapshots-root: {err}")
+    return app_args.RebuildArgs(**common, interval=interval, snapshots=snapshots,
+                                buckets=args.buckets, vacuum_retention_hours=args.vacuum_retention_hours)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

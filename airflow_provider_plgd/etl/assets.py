@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_plgd.compat import ASSET_EVENT_EXTRAS, ASSET_EVENT_PARTITIONS, Asset, AssetAlias
+from airflow_provider_plgd.etl.plan import IntervalPlan
 
 
 #: The ETL's output datasets, in task order; each is an Airflow Asset (see :func:`etl_assets`).
@@ -62,11 +63,11 @@ def set_asset_extra(context: Mapping[str, Any], asset: Any, extra: Mapping[str, 
             events[asset].add_partitions(partition_key)
 
 
-def staging_extra(planned: Mapping[str, Any]) -> dict[str, Any]:
+def staging_extra(planned: IntervalPlan) -> dict[str, Any]:
     """``extra`` of the staging asset event: ``{"interval_id", "messages" (the stream holds for the
     selection), "owners" ("all" or the number selected), "fetch_ranges"}``."""
-    return {"interval_id": planned["interval_id"], "messages": planned["messages"], "owners": planned["owners"],
-            "fetch_ranges": len(planned["fetch_ranges"])}
+    return {"interval_id": planned.interval_id, "messages": planned.messages, "owners": planned.owners_json,
+            "fetch_ranges": planned.fetch_ranges}
 
 
 def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> dict[str, dict[str, Any]]:
@@ -86,11 +87,11 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
         root = summary.get("output_root") or ""
         events, quarantine = delta_tables.EVENTS, delta_tables.QUARANTINE
         out = {events: {"interval_id": interval_id, "decoded": summary.get("decoded"),
-                        "table": delta_tables.table_uri(root, events), "delta_version": versions.get(events)}}
+                        "table": delta_tables.interval_table_uri(root, events), "delta_version": versions.get(events)}}
         if int(summary.get("quarantined") or 0):
             out[quarantine] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
                                "per_reason": summary.get("per_reason") or {},
-                               "table": delta_tables.table_uri(root, quarantine),
+                               "table": delta_tables.interval_table_uri(root, quarantine),
                                "delta_version": versions.get(quarantine)}
         return out
     if app == "dedupe":
@@ -115,16 +116,16 @@ def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[
     """
     from airflow_provider_plgd.run_summary import read_app_summary
 
-    planned = context["ti"].xcom_pull(task_ids="plan")
-    summary = read_app_summary(planned["storage_root"], app, planned["interval_id"])
+    planned = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
+    summary = read_app_summary(planned.layout, app, planned.interval_id)
     if summary is None:
-        raise ValueError(f"{app} wrote no run summary for interval {planned['interval_id']} under "
-                         f"{planned['storage_root']}/_runs/{app}/")
-    for name, extra in app_asset_extras(app, summary, planned["interval_id"]).items():
+        raise ValueError(f"{app} wrote no run summary for interval {planned.interval_id} under "
+                         f"{planned.layout.runs_dir()}/{app}/")
+    for name, extra in app_asset_extras(app, summary, planned.interval_id).items():
         if name == "quarantine" and AssetAlias is not None:
             alias = AssetAlias(name=f"{assets[name].name}.nonempty")
             context["outlet_events"][alias].add(assets[name], extra=extra)
         else:
-            key = planned["interval_id"] if partitioned and name in PARTITIONED_ASSETS else None
+            key = planned.interval_id if partitioned and name in PARTITIONED_ASSETS else None
             set_asset_extra(context, assets[name], extra, partition_key=key)
 

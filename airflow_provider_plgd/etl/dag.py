@@ -21,7 +21,7 @@ from airflow_provider_plgd.etl.assets import (
 )
 from airflow_provider_plgd.etl.intervals import require_data_interval
 from airflow_provider_plgd.etl.params import etl_params
-from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, plan_interval
+from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, IntervalPlan, plan_interval
 from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summarize_interval
 from airflow_provider_plgd.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
@@ -245,7 +245,7 @@ def build_etl_dag(
             return plan_interval(context["params"], start=start, end=end, dag_id=dag_id,
                                  jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
                                  allowed_roots=allowed_roots, author=author, fetch_range_messages=fetch_range_messages,
-                                 report_lineage=report_lineage)
+                                 report_lineage=report_lineage).as_dict()  # the XCom edge
 
         @task(task_display_name="Sequence ranges of the fetch")
         def fetch_ranges(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
@@ -258,7 +258,7 @@ def build_etl_dag(
             task_id="fetch",
             jetstream_conn_id=jetstream_conn_id,
             stream=author.stream,
-            destination="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
+            storage_root="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
             ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
             accept_fewer_messages="{{ params.accept_fewer_messages }}",
             settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
@@ -271,12 +271,12 @@ def build_etl_dag(
                             task_display_name="Spark needed? (skip empty intervals)")
         def spark_needed(**context) -> bool:
             """False (skip decode, dedupe, rebuild) when ``plan`` found the interval empty (``spark_skip``)."""
-            planned_value = context["ti"].xcom_pull(task_ids="plan")
+            planned_value = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
             set_asset_extra(context, assets["staging"], staging_extra(planned_value),
-                            partition_key=planned_value["interval_id"] if partitioned_asset_events else None)
-            if planned_value.get("spark_skip"):
-                _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned_value["interval_id"],
-                          planned_value["spark_skip"])
+                            partition_key=planned_value.interval_id if partitioned_asset_events else None)
+            if planned_value.spark_skip:
+                _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned_value.interval_id,
+                          planned_value.spark_skip)
                 return False
             return True
 
@@ -313,8 +313,8 @@ def build_etl_dag(
 
         decode = spark_task(
             "decode", "decode_events", "plgd-decode-events",
-            ["--staging-root", root_arg, "--stream", author.stream,
-             "--interval-id", interval_arg, "--output-root", root_arg, "--ledger",
+            ["--root", root_arg, "--stream", author.stream,
+             "--interval-id", interval_arg, "--ledger",
              "--max-content-bytes", str(author.identity()["max_content_bytes"])],
             [assets["events"], *quarantine_outlets(dag_id)], "Decode events (Spark)",
         )
@@ -338,14 +338,13 @@ def build_etl_dag(
             """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
             and return its numbers (bounded XCom: no per-owner lists)."""
             # the work: summarize_interval; here only plan's XCom and the lineage report
-            planned_value = context["ti"].xcom_pull(task_ids="plan")
-            PlgdTablesLink.persist(context, planned_value["storage_root"])  # before a LedgerError
-            lineage.report_task_lineage(context, lineage.summary_lineage, author.stream,
-                                        planned_value["storage_root"])
-            return summarize_interval(planned_value["storage_root"], author.stream,
-                                      planned_value["interval_id"], context["params"],
+            planned_value = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
+            PlgdTablesLink.persist(context, planned_value.layout.root)  # before a LedgerError
+            lineage.report_task_lineage(context, lineage.summary_lineage, author.stream, planned_value.layout)
+            return summarize_interval(planned_value.layout.root, author.stream,
+                                      planned_value.interval_id, context["params"],
                                       staging_retention_seconds=None if staging_retention is None
-                                      else staging_retention.total_seconds())
+                                      else staging_retention.total_seconds()).as_dict()  # the XCom edge
 
         wait >> planned
         summarize = summary()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 from airflow_provider_plgd import delta_tables, storage, times
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.fetch.selection import Selection
-from airflow_provider_plgd.storage_root import resolve_storage_root
+from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.ledger import ALL_OWNERS
 
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 
@@ -25,12 +27,74 @@ DEFAULT_FETCH_RANGE_MESSAGES = 100_000
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
 
 
+@dataclass(frozen=True)
+class IntervalPlan:
+    """What ``plan`` decided for one interval; the ``plan`` task's XCom is :meth:`as_dict`.
+
+    :param layout: the storage root, resolved and normalised once here.
+    :param interval_id: the interval's ID; ``snapshot_time``: its end (ISO 8601).
+    :param ledger: the interval's ledger folder (``layout.ledger_interval_dir``).
+    :param owners: the number of selected owners, or None for every owner (``"all"`` in the XCom).
+    :param messages: what the stream holds for the selection.
+    :param fetch_ranges: the number of fetch ranges (one mapped fetch task each).
+    :param py_files: the ``--py-files`` zip's path.
+    :param spark_skip: why the Spark tasks skip the interval, or None (:func:`spark_skip_reason`).
+    """
+
+    layout: Layout
+    interval_id: str
+    snapshot_time: str
+    ledger: str
+    owners: int | None
+    messages: int
+    fetch_ranges: int
+    py_files: str
+    spark_skip: str | None
+
+    @property
+    def owners_json(self) -> str | int:
+        """``owners`` as JSON shows it: ``"all"`` (``ledger.ALL_OWNERS``) or the number selected."""
+        return ALL_OWNERS if self.owners is None else self.owners
+
+    def as_dict(self) -> dict[str, Any]:
+        """The XCom: ``{"storage_root", "interval_id", "snapshot_time", "ledger", "owners" ("all" or
+        the number selected), "messages", "fetch_ranges" ([{"ledger_range": i}]: the mapped fetch
+        tasks' kwargs), "py_files", "spark_skip"}``."""
+        return {
+            **self.layout.as_dict(),
+            "interval_id": self.interval_id,
+            "snapshot_time": self.snapshot_time,
+            "ledger": self.ledger,
+            "owners": self.owners_json,
+            "messages": self.messages,
+            "fetch_ranges": [{"ledger_range": i} for i in range(self.fetch_ranges)],
+            "py_files": self.py_files,
+            "spark_skip": self.spark_skip,
+        }
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> IntervalPlan:
+        """From :meth:`as_dict`'s XCom (the tasks after ``plan``).
+
+        :raises ValueError: not a plan XCom (a key missing, a refused root).
+        """
+        try:
+            owners = value["owners"]
+            return cls(layout=Layout.from_dict(value), interval_id=str(value["interval_id"]),
+                       snapshot_time=str(value["snapshot_time"]), ledger=str(value["ledger"]),
+                       owners=None if owners == ALL_OWNERS else int(owners), messages=int(value["messages"]),
+                       fetch_ranges=len(value["fetch_ranges"]), py_files=str(value["py_files"]),
+                       spark_skip=value.get("spark_skip"))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"not a plan XCom ({err!r} missing or malformed): {value!r}") from None
+
+
 
 def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, dag_id: str,
                   jetstream_conn_id: str, spark_conf_policy: Mapping[str, str | None], allowed_roots: Iterable[str],
                   author: Any, fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
                   hook_factory: Callable[[str], Any] | None = None,
-                  report_lineage: Callable[[Sequence[str], str, str], None] | None = None) -> dict[str, Any]:
+                  report_lineage: Callable[[Sequence[str], str, str], None] | None = None) -> IntervalPlan:
     """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
 
     The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
@@ -58,10 +122,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         default a ``JetStreamHook`` on ``jetstream_conn_id``.
     :param report_lineage: called with ``(servers, stream, storage root)`` after the zip is built
         (the ``plan`` task reports its OpenLineage datasets with it).
-    :return: the ``plan`` XCom: ``{"storage_root", "interval_id", "snapshot_time" (ISO end),
-        "ledger" (the interval's ledger folder), "owners" ("all" or the number selected),
-        "messages" (what the stream holds for the selection), "fetch_ranges" ([{"ledger_range": i}]),
-        "py_files" (the zip's path), "spark_skip" (:func:`spark_skip_reason`)}``.
+    :return: the plan (its ``as_dict()`` is the ``plan`` XCom).
     :raises UntrustedRunParamError: a run param that fails its check or differs from the DAG
         author's identity (no retries).
     :raises AirflowFailException: a storage root of the old layout (``OldLayoutError``), settings
@@ -84,7 +145,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     # the trust boundary: every param a triggering user may set, checked before anything is read
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
                                    jetstream_conn_id=jetstream_conn_id)
-    root = resolve_storage_root(checked.storage_root, jetstream_conn_id)
+    layout = Layout.resolve(checked.storage_root, jetstream_conn_id)  # the one resolution of the run's root
+    root = layout.root
     try:  # tables of the layout before Delta Lake: refused before anything is fetched
         delta_tables.check_layout(root)
     except OldLayoutError as err:
@@ -97,7 +159,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         # a new interval older than what the tables already built on (refused, never replayed)
         chain.check_not_behind_head(
             interval, chain.dedupe_log(root), stage="plan",
-            processed_before=storage.exists(storage.join_path(ledger.interval_dir(root, checked.stream, interval),
+            processed_before=storage.exists(storage.join_path(layout.ledger_interval_dir(checked.stream, interval),
                                                               "stream.json")))
     except (PipelineIdentityError, OutOfOrderIntervalError) as err:
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
@@ -132,17 +194,11 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     if report_lineage is not None:
         report_lineage(hook.get_settings().servers, checked.stream, root)
     # each fetch task gets its range's number; the range is in the ledger: XCom stays small
-    return {
-        "storage_root": root,
-        "interval_id": interval,
-        "snapshot_time": end.isoformat(),
-        "ledger": ledger.interval_dir(root, checked.stream, interval),
-        "owners": "all" if owners is None else len(owners),
-        "messages": record["total"],
-        "fetch_ranges": [{"ledger_range": i} for i in range(record["fetch_ranges"])],
-        "py_files": str(py_files),
-        "spark_skip": record.get("spark_skip"),
-    }
+    return IntervalPlan(layout=layout, interval_id=interval, snapshot_time=end.isoformat(),
+                        ledger=layout.ledger_interval_dir(checked.stream, interval),
+                        owners=None if owners is None else len(owners), messages=int(record["total"]),
+                        fetch_ranges=int(record["fetch_ranges"]), py_files=str(py_files),
+                        spark_skip=record.get("spark_skip"))
 
 
 def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,

@@ -6,12 +6,14 @@ Airflow context (``plan``'s XCom, the lineage report).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from airflow_provider_plgd.etl.params import run_params_used
+from airflow_provider_plgd.run_summary import RunSummary
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
 
@@ -20,7 +22,7 @@ DEFAULT_STAGING_RETENTION = timedelta(days=7)
 
 
 def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping[str, Any], *,
-                       staging_retention_seconds: float | None = None) -> dict[str, Any]:
+                       staging_retention_seconds: float | None = None) -> RunSummary:
     """Check the interval ledger's whole chain, log it (:func:`log_run_summary`) and return its numbers.
 
     When it reconciles and ``staging_retention_seconds`` is given, expire staging: every reconciled
@@ -33,26 +35,26 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     :param params: the run's params (their :data:`~airflow_provider_plgd.etl.params.SUMMARY_PARAMS`
         go into ``params`` of the result, :func:`run_params_used`).
     :param staging_retention_seconds: how long a reconciled interval's staging is kept (s); None: forever.
-    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s dict plus ``params`` and
-        ``staging_expired`` (``{"intervals": [ids], "files", "rows", "vacuumed"}``, or None when
-        nothing was expired or no retention is set).
+    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s summary with ``params``
+        and ``staging_expired`` (``{"intervals": [ids], "files", "rows", "vacuumed"}``, or None when
+        nothing was expired or no retention is set); its ``as_dict()`` is the ``summary`` task's XCom.
     :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
         names the interval and the first 20).
     """
     from airflow_provider_plgd.run_summary import collect_run_summary
 
-    result = collect_run_summary(root, stream, interval_id)
-    result["params"] = run_params_used(params, root)
-    log_run_summary(result)
-    if not result["reconciled"]:
+    result = dataclasses.replace(collect_run_summary(root, stream, interval_id),
+                                 params=run_params_used(params, root))
+    log_run_summary(result.as_dict())
+    if not result.reconciled:
         from airflow_provider_plgd.exceptions import LedgerError
 
-        raise LedgerError(f"interval {result['interval_id']} does not reconcile: "
-                          + "; ".join(result["problems"][:20]),
-                          interval_id=result["interval_id"], problems=result["problems"])
-    result["staging_expired"] = None
+        raise LedgerError(f"interval {result.interval_id} does not reconcile: "
+                          + "; ".join(result.problems[:20]),
+                          interval_id=result.interval_id, problems=list(result.problems))
     if staging_retention_seconds is not None:
-        result["staging_expired"] = expire_staging(root, stream, staging_retention_seconds)
+        result = dataclasses.replace(result,
+                                     staging_expired=expire_staging(root, stream, staging_retention_seconds))
     return result
 
 

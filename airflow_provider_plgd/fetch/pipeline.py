@@ -32,6 +32,50 @@ from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.layout import Layout
+
+
+@dataclass(frozen=True)
+class RangeSummary:
+    """What one range fetch (:meth:`FetchPipeline.run_range`) staged; :meth:`as_dict` is the
+    task's XCom.
+
+    :ivar stream: the stream. :ivar layout: the storage root. :ivar table: the staging table's URI.
+    :ivar interval_id: the interval. :ivar range: the plan's range (sequences, count).
+    :ivar count: messages staged. :ivar bytes: their payload bytes.
+    :ivar first_seq: the first staged stream sequence, or None. :ivar last_seq: the last, or None.
+    :ivar owners: owners with messages (without ``_unrouted``). :ivar batches: (owner, event type) batches.
+    :ivar files: staging files committed. :ivar skipped: messages not staged, by reason.
+    :ivar delta_version: the staging table's version of the range's commit.
+    :ivar record: the path of the range's ledger record.
+    """
+
+    stream: str
+    layout: Layout
+    table: str
+    interval_id: str
+    range: ledger.PlanRange
+    count: int
+    bytes: int
+    first_seq: int | None
+    last_seq: int | None
+    owners: int
+    batches: int
+    files: int
+    skipped: dict[str, int]
+    delta_version: int | None
+    record: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"stream", "mode": "range", "root", "table", "interval_id", "range", "count", "bytes",
+        "first_seq", "last_seq", "owners", "batches", "files", "skipped", "delta_version", "record"}``."""
+        return {
+            "stream": self.stream, "mode": "range", "root": self.layout.root, "table": self.table,
+            "interval_id": self.interval_id, "range": self.range.as_dict(), "count": self.count, "bytes": self.bytes,
+            "first_seq": self.first_seq, "last_seq": self.last_seq, "owners": self.owners, "batches": self.batches,
+            "files": self.files, "skipped": dict(self.skipped), "delta_version": self.delta_version,
+            "record": self.record,
+        }
 
 
 @dataclass(frozen=True)
@@ -103,11 +147,11 @@ class FetchPipeline:
                       row_group_rows=settings.row_group_size, row_group_bytes=settings.row_group_bytes,
                       compression=settings.compression)
 
-    async def run(self, stream: str, root: Any, targets: list[Target], mode: str,
+    async def run(self, stream: str, layout: Layout, targets: list[Target], mode: str,
                   read_bounds: times.Interval | dict[str, Any], *, owner_wide: bool) -> dict[str, Any]:
         """Fetch every target and commit its batches; return the XCom summary (see the operator).
 
-        :param stream: the (checked) stream. :param root: the storage root (path, URL or ObjectStoragePath).
+        :param stream: the (checked) stream. :param layout: the storage root.
         :param targets: what to fetch (:mod:`.selection`). :param mode: ``"time"``, ``"seq"`` or ``"durable"``.
         :param read_bounds: the :class:`~airflow_provider_plgd.times.Interval` of a time read, else the
             bounds of that mode (JSON).
@@ -126,10 +170,10 @@ class FetchPipeline:
                                                   source_wait_seconds=self.settings.source_wait_seconds)
         state = StreamState.of_info(await hook.astream_info(stream))
         head = state.head
-        fs, root_path = storage.to_fs(root)
-        root_url = storage.location_url(fs, root_path)
+        root = layout
+        table = layout.staging_table(stream)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
-                      len(targets), stream, head, bounds, staging.table_uri(root, stream))
+                      len(targets), stream, head, bounds, table)
         if mode == "seq" and bounds["end_seq"] is None:
             bounds = {**bounds, "end_seq": max(head, bounds["start_seq"])}
         if mode != "durable":
@@ -156,8 +200,8 @@ class FetchPipeline:
         summary = {
             "stream": stream,
             "mode": mode,
-            "root": root_url,
-            "table": staging.table_uri(root, stream),
+            "root": layout.root,
+            "table": table,
             "interval_id": interval_ids.pop() if len(interval_ids) == 1 else None,
             "bounds": bounds,
             "stream_last_seq": head,
@@ -165,7 +209,7 @@ class FetchPipeline:
             "bytes": sum(r["bytes"] for r in results),
             "first_seq": min((r["first_seq"] for r in seqs), default=None),
             "last_seq": max((r["last_seq"] for r in seqs), default=None),
-            "path": staging.table_uri(root, stream) if results and results[0]["interval_id"] else None,
+            "path": table if results and results[0]["interval_id"] else None,
             "batches": results,
         }
         self.log.info("Committed %s batch(es): %s messages, %s bytes, seq %s..%s", len(results), summary["count"],
@@ -174,7 +218,7 @@ class FetchPipeline:
             summary["skipped"] = dict(sorted(skipped_all.items()))
         return summary
 
-    async def run_range(self, stream: str, root: Any, range_index: Any) -> dict[str, Any]:
+    async def run_range(self, stream: str, layout: Layout, range_index: Any) -> RangeSummary:
         """Fetch stream-sequence range ``range_index`` of the ledger's plan and commit it.
 
         One consumer reads the range with the plan's ``read_filters``; a :class:`~.router.RangeRouter`
@@ -188,9 +232,7 @@ class FetchPipeline:
         committed files and writes the record, committing nothing. Memory: about
         ``range_buffer_bytes`` of payload; past it, sorted runs are spilled to ``spool_dir``.
 
-        :return: the XCom summary ``{"stream", "mode": "range", "root", "table", "interval_id",
-            "range", "count", "bytes", "first_seq", "last_seq", "owners", "batches", "files",
-            "skipped", "delta_version", "record"}``.
+        :return: the range's summary (its ``as_dict()`` is the task's XCom).
         :raises ValueError: no plan or ledger folder, or a range the plan does not have.
         :raises LedgerError: staged + skipped differs from the range's count, or the plan's run is
             not the one the staging table records.
@@ -209,6 +251,7 @@ class FetchPipeline:
             raise LedgerError(f"interval {interval}: the plan in {self.ledger_dir} has no run version; run the "
                               "interval again from its plan task", interval_id=interval)
         run_version = int(plan.run_version)
+        root = layout
         # a newer plan, or a plan that never began its run: refused before anything is read
         done = staging.committed_range(root, stream, interval, rng.index, run_version)
         window = times.Interval.from_bounds(bounds)
@@ -218,9 +261,7 @@ class FetchPipeline:
         state = StreamState.of_info(await hook.astream_info(stream))
         head = state.head
         check_retained(state, stream, bounds, when="before the fetch")
-        fs, root_path = storage.to_fs(root)
-        root_url = storage.location_url(fs, root_path)
-        uri = staging.table_uri(root, stream)
+        uri = layout.staging_table(stream)
         first, stop = rng.first_seq, rng.end_seq_exclusive
         self.log.info("Fetching range %s of interval %s: stream %s sequences [%s, %s), %s messages of %s, into %s%s",
                       rng.index, interval, stream, first, stop, rng.count, _filters_text(plan.read_filters), uri,
@@ -286,18 +327,17 @@ class FetchPipeline:
             interval_id=interval, stream=stream, range_=rng, staged=staged, skipped=skipped, event_types=event_types,
             run_version=run_version, owners=owners, unrouted=unrouted, delta_version=done.version))
         nonempty = [v for v in event_types.values() if v["count"]]
-        summary = {
-            "stream": stream, "mode": "range", "root": root_url, "table": uri, "interval_id": interval,
-            "range": rng.as_dict(), "count": staged, "bytes": sum(v["bytes"] for v in nonempty),
-            "first_seq": min((v["first_seq"] for v in nonempty), default=None),
-            "last_seq": max((v["last_seq"] for v in nonempty), default=None),
-            "owners": owners, "batches": sum(v["batches"] for v in nonempty),
-            "files": len(done.files), "skipped": skipped, "delta_version": done.version, "record": record_path,
-        }
+        summary = RangeSummary(
+            stream=stream, layout=layout, table=uri, interval_id=interval, range=rng, count=staged,
+            bytes=sum(v["bytes"] for v in nonempty),
+            first_seq=min((v["first_seq"] for v in nonempty), default=None),
+            last_seq=max((v["last_seq"] for v in nonempty), default=None),
+            owners=owners, batches=sum(v["batches"] for v in nonempty),
+            files=len(done.files), skipped=dict(skipped), delta_version=done.version, record=record_path)
         self.log.info("Committed range %s of interval %s: %s messages staged in %s file(s) (%s batch(es) of %s "
                       "owner(s)), skipped %s, seq %s..%s, staging table version %s", rng.index, interval, staged,
-                      summary["files"], summary["batches"], owners, skipped or 0, summary["first_seq"],
-                      summary["last_seq"], done.version)
+                      summary.files, summary.batches, owners, skipped or 0, summary.first_seq,
+                      summary.last_seq, done.version)
         return summary
 
     async def _expected_counts(self, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
@@ -531,12 +571,12 @@ class WriterThread:
 class Progress:
     """Progress log lines during long fetches: messages, bytes, rate and lag behind the stream head.
 
-    Logs at most every ``interval`` seconds or every ``every`` messages, whichever comes first.
+    Logs at most every ``interval_seconds`` or every ``every`` messages, whichever comes first.
     """
 
-    def __init__(self, log, label: str, head_seq: int, interval: float, every: int) -> None:
+    def __init__(self, log, label: str, head_seq: int, interval_seconds: float, every: int) -> None:
         self.log, self.label, self.head = log, label, head_seq
-        self.interval, self.every = float(interval), int(every)
+        self.interval_seconds, self.every = float(interval_seconds), int(every)
         self.count = self.bytes = 0
         self.started = self.last_time = time.monotonic()
         self.last_count = 0
@@ -548,7 +588,7 @@ class Progress:
         self.bytes += sum(len(m.data) for m in batch)
         self.seq, self.time_ns = batch[-1].stream_seq, batch[-1].time_ns
         now = time.monotonic()
-        if now - self.last_time >= self.interval or self.count - self.last_count >= self.every:
+        if now - self.last_time >= self.interval_seconds or self.count - self.last_count >= self.every:
             self._log(now)
 
     def _log(self, now: float) -> None:

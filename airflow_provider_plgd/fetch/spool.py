@@ -12,28 +12,23 @@ import os
 import time
 from typing import Any
 
-from airflow_provider_plgd import staging, storage
+from airflow_provider_plgd.layout import SPOOL_DIR_NAME, Layout  # noqa: F401 (SPOOL_DIR_NAME re-exported)
 
 #: Spill files older than this (seconds) are leftovers of killed runs: each fetch that spills
 #: deletes the ``plgd-stage-*.arrow`` (and earlier versions' ``plgd-durable-*.arrow``) files in its
 #: spill folder not modified for this long (a younger one may belong to a live run).
 STALE_SPOOL_S = 3600
-#: Name of the default spill folder under ``{destination}/staging/`` (local destinations).
-SPOOL_DIR_NAME = "_spool"
 #: Patterns of the spill files of this and earlier versions.
 SPOOL_PATTERNS = ("plgd-stage-*.arrow", "plgd-durable-*.arrow")
 
 
 def default_spool_dir(root: Any) -> str:
-    """The spill folder when the operator's ``spool_dir`` is not set: ``{destination}/staging/_spool``
-    for a local destination (the disk that receives the files; beside, not inside, the staging
+    """The spill folder when the operator's ``spool_dir`` is not set: ``{root}/staging/_spool``
+    for a local storage root (the disk that receives the files; beside, not inside, the staging
     tables), else the system temp folder (``tempfile.gettempdir()``, i.e. ``$TMPDIR`` or ``/tmp``)."""
     import tempfile
 
-    fs, path = storage.to_fs(root)
-    if storage.is_local(fs):
-        return os.path.join(path, staging.STAGING_DIR, SPOOL_DIR_NAME)
-    return tempfile.gettempdir()
+    return Layout.at(root).spool_dir() or tempfile.gettempdir()
 
 
 def remove_stale_spools(spool_dir: str, log: Any, max_age_s: float = STALE_SPOOL_S) -> list[str]:

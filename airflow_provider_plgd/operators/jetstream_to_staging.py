@@ -11,6 +11,7 @@ subjects: ``docs/wire-format.md`` §1.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
+from airflow_provider_plgd.layout import Layout
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
@@ -52,7 +54,7 @@ class JetStreamToStagingOperator(BaseOperator):
     """Write bounded batches of JetStream messages into the stream's staging Delta table.
 
     A batch is the messages of one (owner, event type) in one interval: the rows of its
-    ``owner_id`` in the partition ``interval_id=…/event_type=…`` of ``{destination}/staging/{stream}``
+    ``owner_id`` in the partition ``interval_id=…/event_type=…`` of ``{storage_root}/staging/{stream}``
     (rows ordered by owner, then stream sequence; read them with ``deltalake``, Polars'
     ``read_delta`` or :func:`airflow_provider_plgd.staging.read_staged`).
 
@@ -122,10 +124,10 @@ class JetStreamToStagingOperator(BaseOperator):
     the server's time) and commits nothing, instead of committing a batch that misses messages
     still to come, e.g. after a sensor judged the interval on a clock ahead of the server's.
 
-    **Where**: ``destination`` (a path, an fsspec URL or an ``ObjectStoragePath``); default the
+    **Where**: ``storage_root`` (a path, an fsspec URL or an ``ObjectStoragePath``); default the
     DAG param ``storage_root`` (only ``""``, the connection's root or one of ``storage_roots``),
     else the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``. Staging lives in
-    the Delta table ``{destination}/staging/{stream}`` (same storage rules as the output tables:
+    the Delta table ``{storage_root}/staging/{stream}`` (same storage rules as the output tables:
     a local path or ``s3://``).
 
     **Commit**: one Delta commit per owner (:func:`staging.commit_batches`) that replaces that
@@ -135,7 +137,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
     **XCom** (return value, JSON)::
 
-        {"stream": "EVENTS", "mode": "time" | "seq" | "durable", "root": "<destination>",
+        {"stream": "EVENTS", "mode": "time" | "seq" | "durable", "root": "<storage_root>",
          "table": "<staging table>", "interval_id": "<id>" | None, "bounds": {...},
          "stream_last_seq": <int>, "count": <int>, "bytes": <int>, "first_seq": <int|None>,
          "last_seq": <int|None>, "path": "<staging table>" | None,
@@ -161,11 +163,12 @@ class JetStreamToStagingOperator(BaseOperator):
         ``range_buffer_bytes`` of payload (``plgd-stage-{pid}-{random}-{n}.arrow``: sorted runs,
         deleted when the task ends; leftovers of killed runs older than ``fetch.spool.STALE_SPOOL_S``
         (1 h) are deleted by the next task that spills there). Default
-        (:func:`airflow_provider_plgd.fetch.spool.default_spool_dir`): ``{destination}/staging/_spool``
-        for a local destination, else the system temp folder. Needs room for the task's payload
+        (:func:`airflow_provider_plgd.fetch.spool.default_spool_dir`): ``{storage_root}/staging/_spool``
+        for a local storage root, else the system temp folder. Needs room for the task's payload
         past the buffer. A task below the buffer writes nothing there.
-    :param destination: storage root (templated); see above.
-    :param storage_roots: without ``destination``: the roots (and folders below them) that the DAG
+    :param storage_root: the storage root (templated); see above.
+    :param destination: the former name of ``storage_root`` (deprecated: a ``DeprecationWarning``).
+    :param storage_roots: without ``storage_root``: the roots (and folders below them) that the DAG
         param ``storage_root`` of a run may name, besides ``""`` and the connection's root. A run
         param is untrusted input (:func:`airflow_provider_plgd.run_params.check_run_storage_root`);
         not templated.
@@ -244,7 +247,7 @@ class JetStreamToStagingOperator(BaseOperator):
         "end_seq",
         "durable",
         "max_messages",
-        "destination",
+        "storage_root",
         "ledger",
         "ledger_range",
         "accept_fewer_messages",
@@ -271,7 +274,7 @@ class JetStreamToStagingOperator(BaseOperator):
         max_messages: int | str | None = None,
         ack_wait_seconds: float = 300.0,
         spool_dir: str | None = None,
-        destination: Any = None,
+        storage_root: Any = None,
         storage_roots: Sequence[str] = (),
         settle_seconds: float | str = 0,
         source_wait_seconds: float | str | None = None,
@@ -288,9 +291,16 @@ class JetStreamToStagingOperator(BaseOperator):
         ledger: str | None = None,
         ledger_range: int | str | None = None,
         accept_fewer_messages: bool | str = False,
+        destination: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if destination is not None:
+            if storage_root is not None:
+                raise ValueError("give storage_root only (destination is its former, deprecated name)")
+            warnings.warn("JetStreamToStagingOperator(destination=...) is deprecated; use storage_root=...",
+                          DeprecationWarning, stacklevel=2)
+            storage_root = destination
         self.jetstream_conn_id = jetstream_conn_id
         self.stream = stream
         self.owner_id = owner_id
@@ -306,7 +316,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.max_messages = max_messages
         self.ack_wait_seconds = ack_wait_seconds
         self.spool_dir = spool_dir
-        self.destination = destination
+        self.storage_root = storage_root
         self.storage_roots = list(storage_roots)
         self.settle_seconds = settle_seconds
         self.source_wait_seconds = source_wait_seconds
@@ -338,10 +348,9 @@ class JetStreamToStagingOperator(BaseOperator):
             )
         hook = self._hook()
         stream = hook.stream  # the argument, checked there, or the connection's
-        root = self._destination(context)
         settings = self._settings()
         pipeline = FetchPipeline(hook, self.log, settings)
-        return asyncio.run(pipeline.run(stream, root, targets, mode, bounds, owner_wide=owner_wide))
+        return asyncio.run(pipeline.run(stream, self._layout(context), targets, mode, bounds, owner_wide=owner_wide))
 
     def _settings(self) -> FetchSettings:
         return FetchSettings(
@@ -369,7 +378,7 @@ class JetStreamToStagingOperator(BaseOperator):
         plan.range(self.ledger_range)  # ValueError naming the index, before any NATS call
         hook = self._hook()
         pipeline = FetchPipeline(hook, self.log, self._settings(), plan=plan, ledger_dir=str(self.ledger))
-        return asyncio.run(pipeline.run_range(hook.stream, self._destination(context), self.ledger_range))
+        return asyncio.run(pipeline.run_range(hook.stream, self._layout(context), self.ledger_range)).as_dict()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
@@ -464,20 +473,16 @@ class JetStreamToStagingOperator(BaseOperator):
 
         return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
 
-    def _destination(self, context: Context) -> Any:
-        """Resolve the storage root: ``destination``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
-        from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
-
-        if self.destination not in (None, ""):
-            if isinstance(self.destination, str):
-                return normalize_storage_root(self.destination)
-            return self.destination
+    def _layout(self, context: Context) -> Layout:
+        """Resolve the storage root once: ``storage_root``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
+        if self.storage_root not in (None, ""):
+            return Layout.of(self.storage_root)
 
         from airflow_provider_plgd.run_params import check_run_storage_root
 
         params = context.get("params") or {}  # a run param: only a root the DAG author or the connection allows
         root = check_run_storage_root(params.get("storage_root"), self.storage_roots, self.jetstream_conn_id)
-        return resolve_storage_root(root, self.jetstream_conn_id)
+        return Layout.resolve(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
         """True for a range of the ledger's plan (``ledger_range``)."""

@@ -9,7 +9,6 @@ read row ranges of staging files with pyarrow, decode once, write both tables wi
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from collections.abc import Sequence
@@ -17,6 +16,7 @@ from typing import Any
 
 from airflow_provider_plgd import delta_tables, pipeline
 from airflow_provider_plgd.spark import schemas
+from airflow_provider_plgd.spark.app_args import DecodeArgs
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
 from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter, new_write_id
 from airflow_provider_plgd.spark.summary import finish_run
@@ -225,7 +225,7 @@ def ledger_files(root: str, stream: str, interval_id: str) -> list[Any]:
     return files
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark, args: DecodeArgs) -> dict[str, Any]:
     """Decode one interval and commit ``events``, ``quarantine`` (one Delta transaction each) and the summary.
 
     :return: the run summary dict (also written as JSON).
@@ -239,16 +239,16 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.time()
     run_version = time.time_ns() // 1_000_000
-    interval_id = args.interval_id
-    staging.validate_partition_value(interval_id, "interval_id")
-    identity = pipeline.check_app(args.output_root, stream=args.stream, max_content_bytes=args.max_content_bytes)
-    delta_tables.check_layout(args.output_root)
+    interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
+    layout = args.layout
+    identity = pipeline.check_app(layout.root, stream=args.stream, max_content_bytes=args.max_content_bytes)
+    delta_tables.check_layout(layout.root)
     owners = None
     if args.ledger:
-        files = ledger_files(args.staging_root, args.stream, interval_id)
+        files = ledger_files(layout.root, args.stream, interval_id)
     else:
         owners = sorted(set(args.owners)) if args.owners else None
-        files = staging.staged_files(args.staging_root, args.stream, interval_id=interval_id,
+        files = staging.staged_files(layout.root, args.stream, interval_id=interval_id,
                                      event_types=args.event_types, owners=owners)
     staged = sum(f.rows for f in files)
     log.info("interval %s: %d staging files, %d rows%s", interval_id, len(files), staged,
@@ -256,8 +256,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
 
     # row ranges of the staging files (about SLICE_ROWS rows each) packed into a few tasks of decreasing size
     tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
-    events_uri = delta_tables.table_uri(args.output_root, delta_tables.EVENTS)
-    quarantine_uri = delta_tables.table_uri(args.output_root, delta_tables.QUARANTINE)
+    events_uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS)
+    quarantine_uri = delta_tables.interval_table_uri(layout, delta_tables.QUARANTINE)
     write_id = new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
@@ -307,10 +307,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "app": APP,
         "interval_id": interval_id,
         "stream": args.stream,
-        "staging_root": str(args.staging_root),
-        "output_root": str(args.output_root),
-        "owners": args.owners,
-        "event_types": args.event_types,
+        "staging_root": layout.root,  # the two keys of the run summary's format: one storage root
+        "output_root": layout.root,
+        "owners": None if args.owners is None else list(args.owners),  # JSON: None = every owner
+        "event_types": None if args.event_types is None else list(args.event_types),
         "files": len(files),
         "fetched": fetched,
         "decoded": decoded,
@@ -326,5 +326,5 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "max_content_bytes": args.max_content_bytes,
         "input_partitions": len(tasks),
     }
-    return finish_run(summary, output_root=args.output_root, app=APP, interval_id=interval_id,
+    return finish_run(summary, layout=layout, app=APP, interval_id=interval_id,
                       explicit_path=args.summary_path)

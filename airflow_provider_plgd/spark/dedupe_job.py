@@ -19,7 +19,6 @@ rows):
 
 from __future__ import annotations
 
-import argparse
 import logging
 import posixpath
 import time
@@ -27,8 +26,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_plgd import chain, delta_tables, pipeline, storage
+from airflow_provider_plgd import chain, delta_tables, pipeline, storage, times
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
+from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
@@ -61,8 +61,8 @@ def msgid_bucket(msg_id: str | None, buckets: int = MSGID_BUCKETS) -> int:
 def previous_intervals(done: Sequence[str], interval_id: str, lookback: int) -> list[str]:
     """The last ``lookback`` intervals of ``done`` (those with rows in ``msgid_index``, sorted:
     ``chain.DedupeLog.with_ids``) of the same kind as ``interval_id`` that sort before it (oldest first)."""
-    kind = snapshot_store.interval_kind(interval_id)
-    before = [i for i in done if i < interval_id and snapshot_store.interval_kind(i) == kind]
+    kind = times.interval_kind(interval_id)
+    before = [i for i in done if i < interval_id and times.interval_kind(i) == kind]
     return before[-lookback:] if lookback else []
 
 
@@ -75,7 +75,7 @@ def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[s
     by_bucket: dict[int, list[str]] = {}
     if not previous:
         return by_bucket
-    index = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
+    index = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
     for f in delta_tables.table_files(index, where={delta_tables.INTERVAL_COLUMN: list(previous)}):
         raw = f.partition.get(BUCKET_COLUMN)
         bucket = int(raw) if raw is not None and str(raw).isdigit() else -1
@@ -258,9 +258,9 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     result: dict[str, Any] = {"decision": decision, "index_rows": 0, "index_records": [], "written": []}
     if not files:
         return result
-    index_uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
-    source = delta_tables.table_uri(root, delta_tables.EVENTS)
-    target = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    index_uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
+    source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
+    target = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     names = [posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id)) for i, f in enumerate(files)]
     units = [(f.url, i, f.rows, f.partition) for i, f in enumerate(files)]
     slots = sc.defaultParallelism
@@ -296,7 +296,7 @@ def decoded(root: str, interval_id: str) -> bool:
     return delta_tables.run_committed(root, "decode", (delta_tables.EVENTS, delta_tables.QUARANTINE), interval_id)
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark, args: DedupeArgs) -> dict[str, Any]:
     """Deduplicate one interval and commit ``msgid_index``, ``events_deduped`` and the summary.
 
     :return: the run summary dict (also written as JSON).
@@ -308,16 +308,14 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :raises RuntimeError: the written rows do not match the decision (nothing is committed then).
     :raises TableCommitError: another run of the interval committed meanwhile.
     """
-    from airflow_provider_plgd import staging
-
     started = time.time()
     run_version = time.time_ns() // 1_000_000
-    interval_id = staging.validate_partition_value(args.interval_id, "interval_id")
-    root = str(args.root).rstrip("/")
+    interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
+    root = args.layout.root
     identity = pipeline.check_app(root, **({} if args.previous_intervals is not None
                                            else {"lookback_intervals": args.lookback_intervals}))
     delta_tables.check_layout(root)
-    source = delta_tables.table_uri(root, delta_tables.EVENTS)
+    source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
     if not decoded(root, interval_id):
         raise FileNotFoundError(
             f"events of interval {interval_id} are not committed (no decode run committed both {source} and its "
@@ -329,8 +327,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     if identity is not None:
         chain.check_no_hole(root, identity["stream"], interval_id, stage="dedupe", log=log_)
     if args.previous_intervals is not None:
-        previous = [staging.validate_partition_value(i, "previous interval") for i in args.previous_intervals
-                    if i != interval_id]
+        previous = [i for i in args.previous_intervals if i != interval_id]
     else:
         previous = previous_intervals(log_.with_ids, interval_id, args.lookback_intervals)
     files = delta_tables.table_files(source, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
@@ -338,8 +335,8 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
              interval_id, sum(f.rows for f in files), len(files), len(previous),
              f" ({previous[0]} .. {previous[-1]})" if previous else "")
 
-    index_uri = delta_tables.table_uri(root, delta_tables.MSGID_INDEX)
-    deduped_uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    index_uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
+    deduped_uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     write_id = new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
@@ -394,5 +391,5 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
     }
-    return finish_run(summary, output_root=root, app=APP, interval_id=interval_id,
+    return finish_run(summary, layout=args.layout, app=APP, interval_id=interval_id,
                       explicit_path=args.summary_path)

@@ -40,7 +40,7 @@ def interval_files(root: str, intervals: Sequence[str]) -> list[tuple[str, int, 
     (the latest Delta version), sorted by path; ``task_plan.plan_tasks`` units."""
     if not intervals:
         return []
-    uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     return [(f.url, -1, f.rows, f.partition)
             for f in delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: list(intervals)})]
 

@@ -9,15 +9,15 @@ docstring gives the steps. Here: the base (:func:`choose_base`), the intervals t
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import time
 from typing import Any, Mapping
 
-from airflow_provider_plgd import chain, delta_tables, pipeline
+from airflow_provider_plgd import chain, delta_tables, pipeline, times
 from airflow_provider_plgd.spark import rebuild_input, snapshot_store
+from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
 
 APP = "rebuild"
@@ -28,7 +28,7 @@ def input_fingerprint(root: str, interval_id: str) -> dict[str, Any]:
     """What a snapshot folded of one interval: ``{"rows", "sha256"}`` of the ``events_deduped``
     files the Delta log names for it (each file's partition values, rows and bytes; not its
     run-unique name), so a rerun that commits the same rows in the same files compares equal."""
-    uri = delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
     files = delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
     entries = sorted((json.dumps(f.partition, sort_keys=True), f.rows, f.size) for f in files)
     return {"rows": sum(f.rows for f in files), "sha256": hashlib.sha256(json.dumps(entries).encode()).hexdigest()}
@@ -41,7 +41,7 @@ def deduped(root: str, interval_id: str) -> bool:
                                       interval_id)
 
 
-def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
+def check_older_interval(root: str, snapshots_root: str, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
     """A rerun of an interval older than the latest snapshot (a cleared past run): the snapshot that
     folded it and every later one already include the interval. When its deduplicated events are
     what that snapshot folded (:func:`input_fingerprint`), nothing is rebuilt: the latest snapshot
@@ -52,9 +52,9 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
         old ones), or no snapshot in the log folded it, so the two cannot be compared; the message
         names the snapshots and what to do.
     """
-    record = snapshot_store.snapshot_folding(out_root, interval_id)
+    record = snapshot_store.snapshot_folding(snapshots_root, interval_id)
     recorded = ((record or {}).get("inputs") or {}).get(interval_id)
-    where = snapshot_store.table_uri(out_root, snapshot_store.STATE_TABLE)
+    where = snapshot_store.snapshot_table_uri(snapshots_root, snapshot_store.STATE_TABLE)
     if record is None or recorded is None:
         raise RuntimeError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
@@ -75,7 +75,7 @@ def check_older_interval(root: str, out_root: str, latest: Mapping[str, Any], in
     return record
 
 
-def choose_base(out_root: str, latest: Mapping[str, Any] | None, version: str,
+def choose_base(snapshots_root: str, latest: Mapping[str, Any] | None, version: str,
                 interval_id: str) -> dict[str, Any] | None:
     """The snapshot record to build on (step 1 of the module docstring); None for the first
     snapshot. A latest snapshot newer than ``version`` is handled by :func:`check_older_interval` first.
@@ -87,7 +87,7 @@ def choose_base(out_root: str, latest: Mapping[str, Any] | None, version: str,
     base: dict[str, Any] | None = dict(latest)
     if latest["version"] == version:  # rerun of the same interval: build on its parent again
         parent = latest.get("parent")
-        base = snapshot_store.snapshot(out_root, parent) if parent else None
+        base = snapshot_store.snapshot(snapshots_root, parent) if parent else None
         if parent and base is None:
             raise RuntimeError(f"rerun of {version} needs its parent snapshot {parent}, which is no longer in the "
                                "Delta log")
@@ -107,12 +107,12 @@ def intervals_to_fold(root: str, interval_id: str, base: Mapping[str, Any] | Non
     if not deduped(root, interval_id):
         raise FileNotFoundError(
             f"deduplicated events of interval {interval_id} are not committed (no dedupe run committed both "
-            f"{delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
+            f"{delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
         )
-    done = delta_tables.committed_intervals(delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED))
-    kind = snapshot_store.interval_kind(interval_id)
+    done = delta_tables.committed_intervals(delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED))
+    kind = times.interval_kind(interval_id)
     after = base.get("interval_id") if base else None
-    return [i for i in done if snapshot_store.interval_kind(i) == kind and i <= interval_id
+    return [i for i in done if times.interval_kind(i) == kind and i <= interval_id
             and (after is None or i > after)]
 
 
@@ -122,7 +122,7 @@ def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
     base. A rebuild rewrites them too, so every table equals base + the folded events."""
     changed: set[int] = set()
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.table_uri(root, table)
+        uri = snapshot_store.snapshot_table_uri(root, table)
         dt = delta_tables.open_table(uri)
         if dt is None:
             continue
@@ -136,7 +136,7 @@ def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
     return changed
 
 
-def run(spark, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark, args: RebuildArgs) -> dict[str, Any]:
     """Build and commit the snapshot of ``args.interval`` (its end is the snapshot time); return the run summary.
 
     :param args: the parsed command line (``rebuild_snapshots.parse_args``: ``args.interval`` is the
@@ -148,24 +148,22 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
     :raises TableCommitError: another rebuild committed to a snapshot table meanwhile.
     """
-    from airflow_provider_plgd import times
-
     started = time.time()
     run_version = time.time_ns() // 1_000_000
     window: times.Interval = args.interval  # checked once by parse_args (app_args.time_interval)
     interval_id = window.id
-    root = str(args.root).rstrip("/")
-    out_root = str(args.snapshots_root or root).rstrip("/")
+    root = args.layout.root
+    snapshots_root = args.snapshots.root
     identity = pipeline.check_app(root)
     delta_tables.check_layout(root)
-    delta_tables.check_layout(out_root)
+    delta_tables.check_layout(snapshots_root)
     if identity is not None:  # the chain, from the data: every earlier interval with messages is deduplicated
         chain.check_no_hole(root, identity["stream"], interval_id, stage="rebuild")
     t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
-    latest = snapshot_store.latest(out_root)
+    latest = snapshot_store.latest(snapshots_root)
     if latest is not None and latest["version"] > version:  # a cleared past interval
-        included = check_older_interval(root, out_root, latest, interval_id)
+        included = check_older_interval(root, snapshots_root, latest, interval_id)
         log.info("interval %s: its events are unchanged since snapshot %s folded them; the latest snapshot %s "
                  "includes them, nothing to rebuild", interval_id, included["version"], latest["version"])
         summary = {
@@ -175,15 +173,15 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
             "delta_versions": latest.get("delta_versions", {}),
             "seconds": round(time.time() - started, 3),
         }
-        return finish_run(summary, output_root=out_root, app=APP, interval_id=interval_id,
+        return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                           explicit_path=args.summary_path)
-    base = choose_base(out_root, latest, version, interval_id)
+    base = choose_base(snapshots_root, latest, version, interval_id)
     intervals = intervals_to_fold(root, interval_id, base)
     buckets = int(base["buckets"]) if base else args.buckets
     if base and buckets != args.buckets:
         log.info("keeping the base snapshot's %d buckets (--buckets %d applies to a first snapshot only)",
                  buckets, args.buckets)
-    diverged = diverged_buckets(out_root, base)
+    diverged = diverged_buckets(snapshots_root, base)
     expiring = sorted({int(b) for b, ns in (base or {}).get("next_expiry_ns", {}).items()
                        if ns is not None and ns < t_ns} | ({b for b in diverged if b < buckets} if base else set()))
     log.info("snapshot %s: base %s, folding %d interval(s) %s; %d buckets with expiring pendings or changed "
@@ -193,11 +191,11 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
     run_id = snapshot_store.new_run_id()
     base_files = {t: snapshot_store.bucket_files(
-        out_root, t, (base.get("delta_versions", {}).get(t) if t != snapshot_store.STATE_TABLE
+        snapshots_root, t, (base.get("delta_versions", {}).get(t) if t != snapshot_store.STATE_TABLE
                       else base.get("delta_version"))) for t in snapshot_store.ALL_TABLES} if base else {}
     old_by_bucket = {b: {t: base_files[t].get(b, []) for t in snapshot_store.ALL_TABLES}
                      for b in range(buckets)} if base else {}
-    fold_kwargs = dict(root=out_root, run_id=run_id, old_files_by_bucket=old_by_bucket,
+    fold_kwargs = dict(root=snapshots_root, run_id=run_id, old_files_by_bucket=old_by_bucket,
                        table_schemas=table_schemas, snapshot_time_ns=t_ns)
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
@@ -243,7 +241,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.table_uri(out_root, table)
+        uri = snapshot_store.snapshot_table_uri(snapshots_root, table)
         if table == snapshot_store.STATE_TABLE:  # the snapshot's commit: the whole record
             record.update({
                 "intervals": intervals,
@@ -267,7 +265,7 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed snapshot %s (Delta versions %s); %d events, %d of %d buckets touched; rows %s",
              version, delta_versions, n_events, len(touched), buckets, rows)
-    vacuumed = {t: delta_tables.vacuum(snapshot_store.table_uri(out_root, t), args.vacuum_retention_hours)
+    vacuumed = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(snapshots_root, t), args.vacuum_retention_hours)
                 for t in snapshot_store.ALL_TABLES}
 
     summary = {
@@ -287,10 +285,10 @@ def run(spark, args: argparse.Namespace) -> dict[str, Any]:
         "rows": {t: rows[t] for t in snapshot_store.PUBLIC_TABLES},
         "fold": stats,
         "delta_versions": delta_versions,
-        "tables": {t: snapshot_store.table_uri(out_root, t) for t in snapshot_store.PUBLIC_TABLES},
+        "tables": {t: snapshot_store.snapshot_table_uri(snapshots_root, t) for t in snapshot_store.PUBLIC_TABLES},
         "vacuumed_files": sum(vacuumed.values()),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
     }
-    return finish_run(summary, output_root=out_root, app=APP, interval_id=interval_id,
+    return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                       explicit_path=args.summary_path)

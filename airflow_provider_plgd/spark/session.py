@@ -12,9 +12,14 @@ Only the functions import pyspark, so the module imports without it.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from airflow_provider_plgd.spark.app_args import AppArgs
+
+#: An application's parsed arguments (``app_args``).
+ArgsT = TypeVar("ArgsT", bound="AppArgs")
 
 log = logging.getLogger("plgd.spark")
 
@@ -84,8 +89,8 @@ def log_spark_application(spark: Any) -> None:
     log.info("%s app_id=%s ui_web_url=%s", SPARK_APP_LOG_MARKER, info.get("app_id"), info.get("ui_web_url"))
 
 
-def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], argparse.Namespace],
-            run: Callable[[Any, argparse.Namespace], dict[str, Any]],
+def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], ArgsT],
+            run: Callable[[Any, ArgsT], dict[str, Any]],
             argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command-line entry of every app (its ``main``): parse ``argv`` (default
     ``sys.argv[1:]``), set up logging (``--log-level``), build the SparkSession

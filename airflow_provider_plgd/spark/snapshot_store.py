@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 
 from airflow_provider_plgd import delta_tables, storage, times
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.plgd import tables as snapshot_tables
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
 
@@ -64,8 +65,8 @@ __all__ = [
     "read_table",
     "roll_back",
     "snapshot",
+    "snapshot_table_uri",
     "table_schema",
-    "table_uri",
     "version_id",
 ]
 
@@ -156,14 +157,14 @@ def version_id(snapshot_time_ns: int) -> str:
 
 
 
-def table_uri(root: str, table: str) -> str:
+def snapshot_table_uri(root: str | Layout, table: str) -> str:
     """``{root}/snapshots/{table}``: the Delta table of a snapshot table.
 
     :raises ValueError: not a snapshot table.
     """
     if table not in ALL_TABLES:
         raise ValueError(f"unknown snapshot table {table!r}; expected one of {list(ALL_TABLES)}")
-    return delta_tables.snapshot_table_uri(root, table)
+    return Layout.at(root).snapshot_table(table)
 
 
 def delta_schema(table: str) -> pa.Schema:
@@ -184,12 +185,12 @@ def _records(root: str) -> list[dict[str, Any]]:
     """The snapshot records of ``_device_state``'s commits, newest first: the commit metadata with
     ``version`` = the snapshot version and ``delta_version`` = the Delta version of the commit."""
     return [{**c, "version": c["snapshot"], "delta_version": c["version"]}
-            for c in delta_tables.commits(table_uri(root, STATE_TABLE)) if c.get("snapshot")]
+            for c in delta_tables.commits(snapshot_table_uri(root, STATE_TABLE)) if c.get("snapshot")]
 
 
 def latest(root: str) -> dict[str, Any] | None:
     """The record of the latest snapshot (module docstring), or None when there is none yet."""
-    state = delta_tables.open_table(table_uri(root, STATE_TABLE))
+    state = delta_tables.open_table(snapshot_table_uri(root, STATE_TABLE))
     if state is None:
         return None
     limit = 8
@@ -225,7 +226,7 @@ def bucket_files(root: str, table: str, delta_version: int | None) -> dict[int, 
     if delta_version is None:
         return {}
     found: dict[int, list[str]] = {}
-    for f in delta_tables.table_files(table_uri(root, table), version=int(delta_version)):
+    for f in delta_tables.table_files(snapshot_table_uri(root, table), version=int(delta_version)):
         bucket = f.partition[delta_tables.BUCKET_COLUMN]  # never null: written by this module
         found.setdefault(int(bucket), []).append(f.url)  # type: ignore[arg-type]
     return found
@@ -244,11 +245,11 @@ def roll_back(root: str, version: str) -> dict[str, Any]:
 
     record = snapshot(root, version)
     if record is None:
-        raise ValueError(f"no snapshot version {version!r} in the Delta log of {table_uri(root, STATE_TABLE)}")
+        raise ValueError(f"no snapshot version {version!r} in the Delta log of {snapshot_table_uri(root, STATE_TABLE)}")
     for table in PUBLIC_TABLES:
-        delta_tables.open_table(table_uri(root, table)).restore(int(record["delta_versions"][table]))
+        delta_tables.open_table(snapshot_table_uri(root, table)).restore(int(record["delta_versions"][table]))
     meta = {k: v for k, v in record.items() if k not in ("version", "delta_version", "timestamp")}
-    delta_tables.open_table(table_uri(root, STATE_TABLE)).restore(
+    delta_tables.open_table(snapshot_table_uri(root, STATE_TABLE)).restore(
         int(record["delta_version"]),
         commit_properties=CommitProperties(custom_metadata={delta_tables.METADATA_KEY: json.dumps(meta)}))
     restored = latest(root)
@@ -276,7 +277,7 @@ def read_table(root: str, table: str, record: Mapping[str, Any] | None = None) -
         return schema.empty_table()
     version = (record.get("delta_versions") or {}).get(table, record.get("delta_version")) \
         if table != STATE_TABLE else record.get("delta_version")
-    dt = delta_tables.open_table(table_uri(root, table), None if version is None else int(version))
+    dt = delta_tables.open_table(snapshot_table_uri(root, table), None if version is None else int(version))
     if dt is None:
         return schema.empty_table()
     result = pa.table(dt.to_pyarrow_table())
@@ -312,12 +313,6 @@ def read_snapshot(root: str, table: str, version: str | None = None, *, as_of: d
     return read_table(root, table, record)
 
 
-def interval_kind(interval_id: str) -> str:
-    """``"time"`` for ``<start>_<end>`` IDs, else ``"seq"``/``"durable"`` (``times.parse_interval_id``):
-    IDs of one kind sort in stream order; IDs of different kinds are not comparable.
-
-    :raises ValueError: not an interval ID."""
-    return str(times.parse_interval_id(interval_id)["kind"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,7 +408,7 @@ def rebuild_bucket(
         rel = size = stats = None
         if merged.num_rows:
             rel = f"{delta_tables.BUCKET_COLUMN}={bucket}/part-{run_id}.parquet"
-            fs, base = storage.to_fs(table_uri(root, table))
+            fs, base = storage.to_fs(snapshot_table_uri(root, table))
             size, metadata = write_parquet_file(fs, f"{base}/{rel}", merged)
             stats = json.dumps(delta_tables.parquet_stats(metadata), sort_keys=True, default=str)
         expiry = None

@@ -9,15 +9,15 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from airflow_provider_plgd.run_summary import run_summary_path
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd import storage
 
 log = logging.getLogger("plgd.spark")
 
 
-def summary_path(output_root: str, app: str, interval_id: str, explicit: str | None = None) -> str:
-    """``explicit`` if given, else ``{output_root}/_runs/{app}/interval={interval_id}.json``."""
-    return explicit or run_summary_path(output_root, app, interval_id)
+def summary_path(layout: Layout, app: str, interval_id: str, explicit: str | None = None) -> str:
+    """``explicit`` if given, else ``{root}/_runs/{app}/interval={interval_id}.json``."""
+    return explicit or layout.run_summary(app, interval_id)
 
 
 def write_summary(path: str, summary: Mapping[str, Any]) -> str:
@@ -30,7 +30,7 @@ def write_summary(path: str, summary: Mapping[str, Any]) -> str:
     return path
 
 
-def finish_run(summary: dict[str, Any], *, output_root: str, app: str, interval_id: str,
+def finish_run(summary: dict[str, Any], *, layout: Layout, app: str, interval_id: str,
                explicit_path: str | None = None) -> dict[str, Any]:
     """The common end of every app's ``run``: write ``summary`` (:func:`write_summary` at
     :func:`summary_path`), add its location as ``summary["summary_path"]`` and return it.
@@ -39,7 +39,7 @@ def finish_run(summary: dict[str, Any], *, output_root: str, app: str, interval_
     and the driver's Spark UI URL (:func:`airflow_provider_plgd.spark.session.spark_application_info`).
 
     :param summary: JSON-serialisable dict (the app's documented summary keys).
-    :param output_root: storage root of the app's outputs (path or fsspec URL).
+    :param layout: the storage root of the app's outputs.
     :param app: ``decode`` / ``dedupe`` / ``rebuild`` (the ``_runs/{app}`` folder).
     :param interval_id: the interval the run processed.
     :param explicit_path: the app's ``--summary-path`` (wins when given).
@@ -50,7 +50,7 @@ def finish_run(summary: dict[str, Any], *, output_root: str, app: str, interval_
     application = spark_application_info()
     if application is not None:
         summary.setdefault("spark_application", application)
-    path = summary_path(output_root, app, interval_id, explicit_path)
+    path = summary_path(layout, app, interval_id, explicit_path)
     write_summary(path, summary)
     summary["summary_path"] = path
     return summary

@@ -49,7 +49,7 @@ with DAG(
                                            poke_interval=1, timeout=60)
     fetch = JetStreamToStagingOperator(task_id="fetch", owner_ids="{{ params.owners }}",
                                        event_types="{{ params.event_types }}",
-                                       destination=os.environ["PLGD_A2_ROOT"])
+                                       storage_root=os.environ["PLGD_A2_ROOT"])
     wait >> fetch
 '''
 

@@ -132,7 +132,7 @@ def run(tmp_path_factory):
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
     base = tmp_path_factory.mktemp("decode_app")
-    root, out = base / "data", base / "out"
+    root = out = base / "data"  # one storage root: staging in, events and quarantine out
     cases = _unit_cases()
 
     # ---- messages: (subject, data, headers, owner partition, event_type partition, expectation)
@@ -174,7 +174,7 @@ def run(tmp_path_factory):
     py_files = build_py_files_zip(base / "py")
     assert py_files.endswith(".zip")
     spark_submit(py_files, spark_app_path("decode_events"),
-                 "--staging-root", str(root), "--stream", STREAM, "--interval-id", IID, "--output-root", str(out),
+                 "--root", str(root), "--stream", STREAM, "--interval-id", IID,
                  log=base / "run1.log")
     events1 = read_table(out / "events")
     quarantine1 = read_table(out / "quarantine")
@@ -184,7 +184,7 @@ def run(tmp_path_factory):
 
     # ---- run 2: rerun + read back with Spark
     cfg = {
-        "argv": ["--staging-root", str(root), "--interval-id", IID, "--output-root", str(out),
+        "argv": ["--root", str(root), "--interval-id", IID,
                  "--summary-path", str(base / "summary2.json")],
         "events_root": str(out / "events"), "quarantine_root": str(out / "quarantine"),
         "events_out": str(base / "spark_events.parquet"), "quarantine_out": str(base / "spark_quarantine.parquet"),

@@ -67,7 +67,7 @@ DRIVER = textwrap.dedent('''
     out = {"decode": [], "dedupe": [], "rebuild": []}
     for iid, end in cfg["intervals"]:
         out["decode"].append(decode_events.run(spark, decode_events.parse_args(
-            ["--staging-root", root, "--interval-id", iid, "--output-root", root])))
+            ["--root", root, "--interval-id", iid])))
         out["dedupe"].append(dedupe_events.run(spark, dedupe_events.parse_args(
             ["--root", root, "--interval-id", iid, "--lookback-intervals", "24"])))
         out["rebuild"].append(rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
@@ -206,7 +206,7 @@ DRIVER = textwrap.dedent('''
         ["--root", cfg["root_dup"], "--interval-id", first_iid]))
     # vacuum on a copy, retention 0: only the latest version's files stay
     shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
-    out["vacuum"] = {t: delta_tables.vacuum(snapshot_store.table_uri(cfg["root_gc"], t), 0)
+    out["vacuum"] = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(cfg["root_gc"], t), 0)
                      for t in snapshot_store.ALL_TABLES}
     spark.stop()
     json.dump(out, open(cfg["out"], "w"), default=str)

@@ -67,7 +67,7 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
     for table in ss.ALL_TABLES:
         rows = tables.get(table, [])
         records = []
-        uri = ss.table_uri(str(root), table)
+        uri = ss.snapshot_table_uri(str(root), table)
         if rows:
             fs, base = to_fs(uri)
             rel = f"bucket=0/part-{run_id}.parquet"
@@ -154,8 +154,8 @@ def test_the_examples_storage_root_param_is_an_allowed_root_only(jetstream, dags
     dag = _install_dag(dags_folder, "example_plgd_fetch_by_sequence.py", "example_plgd_fetch_by_sequence")
     fetch = dag.get_task("fetch")
     with pytest.raises(UntrustedRunParamError, match="is not a root this DAG allows"):
-        fetch._destination({"params": {"storage_root": str(elsewhere)}})
-    assert fetch._destination({"params": {"storage_root": str(tmp_path / "allowed" / "x")}}) == \
+        fetch._layout({"params": {"storage_root": str(elsewhere)}})
+    assert fetch._layout({"params": {"storage_root": str(tmp_path / "allowed" / "x")}}).root == \
         str(tmp_path / "allowed" / "x")
     dr = dag.test(logical_date=None, run_conf={"start_seq": 1, "end_seq": 5, "storage_root": str(elsewhere)})
     assert not _succeeded(dr) and not elsewhere.exists()

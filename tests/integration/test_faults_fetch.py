@@ -112,7 +112,7 @@ def traffic() -> list[tuple]:
 
 def fetch_kwargs(root: str, record: dict, index: int) -> dict:
     return {"ledger": ledger.interval_dir(root, "EVENTS", record["interval_id"]), "ledger_range": str(index),
-            "destination": root, **OPTIONS}
+            "storage_root": root, **OPTIONS}
 
 
 def spawn(tmp: Path, name: str, point: str, kwargs: dict, every: list[str] | None = None) -> tuple[subprocess.Popen, Path]:

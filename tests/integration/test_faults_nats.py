@@ -180,7 +180,7 @@ def test_backfill_of_expired_messages_reports_the_missing_range(jetstream, stora
     publish_messages(jetstream.url, [(subj, f"old-{i}".encode(), None) for i in range(20)])
     old_end = time.time_ns()
     # a backfill of that interval while the messages are still there commits all 20
-    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root)
+    kw = dict(owner_id=O1, event_type="devicesregistered", storage_root=storage_root)
     assert run_op(start_time=old_start, end_time=old_end, **kw)["count"] == 20
     hook = JetStreamHook()
     _wait(lambda: hook.stream_info()["state"]["messages"] == 0, what="max_age expiry")
@@ -254,7 +254,7 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
 
     subj = registrations_subject(O1, "devicesregistered")
     publish_messages(jetstream.url, [(subj, f"d-{i}".encode(), None) for i in range(25)])
-    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root, durable="plgd_faults_dur",
+    kw = dict(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, durable="plgd_faults_dur",
               max_messages=10, ack_wait_seconds=1.0)
     first = run_op(**kw)
     assert (first["first_seq"], first["last_seq"]) == (1, 10)
@@ -352,11 +352,11 @@ def test_message_on_a_non_utf8_subject_is_staged_and_blocks_no_fetch(jetstream, 
     assert truth[3][0] == f"plgd.owners.{O1}.\ufffd\ufffd" and truth[4] == (bad_subject, b"payload of a bad subject")
 
     started = time.monotonic()
-    single = run_op(owner_id=O1, event_type="resourcechanged", start_seq=1, destination=f"{storage_root}/single")
+    single = run_op(owner_id=O1, event_type="resourcechanged", start_seq=1, storage_root=f"{storage_root}/single")
     grouped = run_op(owner_ids=[O1], event_types=["devicesregistered", "resourcechanged"], start_seq=1,
-                     destination=f"{storage_root}/grouped")
+                     storage_root=f"{storage_root}/grouped")
     durable = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_non_utf8", ack_wait_seconds=5.0,
-                     destination=f"{storage_root}/durable")
+                     storage_root=f"{storage_root}/durable")
     assert time.monotonic() - started < 20  # was: ~43 s per attempt, then JetStreamTimeoutError
 
     want = [(seq, truth[seq][0], truth[seq][1]) for seq in (2, 4, 6)]
@@ -389,7 +389,7 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
     started = time.monotonic()
     with pytest.raises(JetStreamConnectionError, match="read loop ended"):
         run_op(owner_ids=[O1], event_types=["devicesregistered", "resourcechanged"], start_seq=1,
-               destination=storage_root)
+               storage_root=storage_root)
     assert time.monotonic() - started < 10
     assert staging_rows(storage_root) == []
 
@@ -410,7 +410,7 @@ def test_durable_retry_within_ack_wait_loses_no_message(jetstream, storage_root,
         messages.append((resource_subject(O1, dev, href, "resourcechanged", leadrt=True), f"s5-{i}".encode(), None))
     publish_messages(jetstream.url, messages)
     truth = read_stream(jetstream.url)
-    kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root, durable="plgd_faults_retry",
+    kw = dict(owner_id=O1, event_type="resourcechanged", storage_root=storage_root, durable="plgd_faults_retry",
               max_messages=12, ack_wait_seconds=2.0)
 
     real_commit = staging.commit_batches
@@ -463,7 +463,7 @@ def test_durable_consumer_of_earlier_versions_is_refused_with_the_way_to_switch(
             await nc.close()
 
     assert asyncio.run(old_consumer()) == 2
-    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root, durable="plgd_old")
+    kw = dict(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, durable="plgd_old")
     with pytest.raises(ValueError, match=r"has ack policy 'all'.*ack floor, stream sequence 3.*"
                                          r"nats consumer add EVENTS plgd_old --pull --ack explicit --deliver 4"):
         run_op(**kw)

@@ -455,7 +455,7 @@ def _step(app: str, root: Path, intervals, k: int, **kw) -> dict:
 
 
 def _app_step(app: str, root: Path, iid: str, end: str | None = None, **kw) -> dict:
-    argv = {"decode": ["--staging-root", str(root), "--interval-id", iid, "--output-root", str(root)],
+    argv = {"decode": ["--root", str(root), "--interval-id", iid],
             "dedupe": ["--root", str(root), "--interval-id", iid],
             "rebuild": ["--root", str(root), "--interval-id", iid, "--snapshot-time", str(end),
                         "--buckets", str(BUCKETS)]}[app]

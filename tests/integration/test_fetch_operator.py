@@ -104,7 +104,7 @@ with DAG("plgd_test_fetch_intervals", schedule=timedelta(seconds=INTERVAL),
                                event_types="{{ params.event_types }}", row_group_size=7,
                                storage_roots=[tempfile.gettempdir()])  # where a run's storage_root may point
     JetStreamToStagingOperator(task_id="fetch_one", owner_id="OWNER", event_type="resourcechanged",
-                               destination="{{ params.storage_root }}/single")
+                               storage_root="{{ params.storage_root }}/single")
 """
 
 
@@ -163,17 +163,17 @@ def test_missing_data_interval_fails_the_run_with_a_clear_message(jetstream, dag
         "from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator\n"
         "with DAG('plgd_test_fetch_no_interval', schedule=None, catchup=False) as dag:\n"
         f"    JetStreamToStagingOperator(task_id='fetch', owner_id='{O1}', event_type='devicesregistered',\n"
-        f"                               destination={storage_root!r})\n"
+        f"                               storage_root={storage_root!r})\n"
     )
     dag = load_dag(path, "plgd_test_fetch_no_interval")
     dr = dag.test(logical_date=None)  # a manual run on Airflow 3: no logical date, no data interval
     assert "failed" in str(dr.state).lower()
     assert "has no data interval" in capfd.readouterr().out
     with pytest.raises(ValueError, match="has no data interval"):
-        run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root)
+        run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root)
     assert os.listdir(storage_root) == []
     # explicit bounds make it work without a data interval
-    out = run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root,
+    out = run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root,
                  start_time="2026-01-01T00:00:00Z", end_time="2026-01-01T01:00:00Z")
     assert out["count"] == 0 and out["interval_id"] == "20260101T000000Z_20260101T010000Z"
 
@@ -190,7 +190,7 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
             truth[ordered[-1]][1] + 1]
     seen: dict[int, str] = {}
     for s_ns, e_ns in zip(cuts, cuts[1:]):
-        out = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=storage_root,
+        out = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, storage_root=storage_root,
                      start_time=s_ns, end_time=e_ns, batch_size=17)
         assert out["interval_id"] == times.interval_id(s_ns, e_ns)
         for batch in out["batches"]:
@@ -211,7 +211,7 @@ def test_rerun_gives_the_same_files_and_replaces_the_batch(jetstream, storage_ro
     """A rerun of a batch with other pull batching writes byte-identical data files (under new
     names) and replaces the batch's rows in one commit: the table holds them once."""
     publish_messages(jetstream.url, make_messages("rerun", 40))
-    kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root,
+    kw = dict(owner_id=O1, event_type="resourcechanged", storage_root=storage_root,
               start_time="2020-01-01T00:00:00Z", end_time=time.time_ns(), row_group_size=10,
               max_rows_per_file=25)
     first = run_op(batch_size=1000, **kw)
@@ -240,7 +240,7 @@ def test_owner_wide_consumer_gives_the_rows_of_one_consumer_per_filter(jetstream
     kw = dict(start_time="2020-01-01T00:00:00Z", end_time=time.time_ns(), row_group_size=5,
               max_rows_per_file=11)
     grouped_root = str(tmp_path / "grouped")
-    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=grouped_root, batch_size=7, **kw)
+    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, storage_root=grouped_root, batch_size=7, **kw)
     assert [(b["owner_id"], b["event_type"]) for b in grouped["batches"]] == \
         [(o, e) for o in (O1, O2) for e in [*EVENT_TYPES, "_unknown"]]
     unknown = {b["owner_id"]: b for b in grouped["batches"] if b["event_type"] == "_unknown"}
@@ -249,7 +249,7 @@ def test_owner_wide_consumer_gives_the_rows_of_one_consumer_per_filter(jetstream
         [f"plgd.owners.{O2}.registrations.devicesregistered.extra"]
     for batch in (b for b in grouped["batches"] if b["event_type"] != "_unknown"):
         single_root = str(tmp_path / "single" / batch["owner_id"] / batch["event_type"])
-        single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"], destination=single_root, **kw)
+        single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"], storage_root=single_root, **kw)
         assert batch_rows(grouped_root, batch["owner_id"], batch["event_type"]) == \
             batch_rows(single_root, batch["owner_id"], batch["event_type"]), batch["event_type"]
         mine = [f for f in staging.staged_files(grouped_root, "EVENTS", event_types=[batch["event_type"]])
@@ -264,7 +264,7 @@ def test_owner_wide_consumer_gives_the_rows_of_one_consumer_per_filter(jetstream
 
 def test_empty_interval_commits_no_row_and_replaces_the_batch(jetstream, storage_root):
     publish_messages(jetstream.url, make_messages("x", 2))
-    kw = dict(owner_id=O2, event_type="resourcechanged", destination=storage_root, start_time="2020-01-01T00:00:00Z")
+    kw = dict(owner_id=O2, event_type="resourcechanged", storage_root=storage_root, start_time="2020-01-01T00:00:00Z")
     out = run_op(end_time="2020-01-01T01:00:00Z", **kw)
     assert out["count"] == 0 and out["first_seq"] is None and out["batches"][0]["files"] == 0
     assert out["batches"][0]["delta_version"] is not None and staging_rows(storage_root) == []
@@ -280,22 +280,22 @@ def test_empty_interval_commits_no_row_and_replaces_the_batch(jetstream, storage
 def test_seq_range_and_subject_filter_modes(jetstream, storage_root):
     publish_messages(jetstream.url, make_messages("seq", 10))
     truth = read_stream(jetstream.url)
-    out = run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq="5", end_seq="60")
+    out = run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_seq="5", end_seq="60")
     assert out["interval_id"] == "seq-000000000005-000000000060" and out["mode"] == "seq"
     want = [s for s in sorted(truth) if 5 <= s <= 60 and truth[s][0] == registrations_subject(O1, "devicesregistered")]
     assert committed_seqs(storage_root, O1, "devicesregistered", out["interval_id"]) == want
     # open end: the stream's last sequence at task start
-    out = run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq=70)
+    out = run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_seq=70)
     assert out["interval_id"] == f"seq-000000000070-{max(truth):012d}"
     # an arbitrary filter
-    out = run_op(subject_filter="plgd.owners.*.devices.*.metadata.>", destination=storage_root,
+    out = run_op(subject_filter="plgd.owners.*.devices.*.metadata.>", storage_root=storage_root,
                  start_seq=1, end_seq=max(truth))
     key = staging.filter_key(["plgd.owners.*.devices.*.metadata.>"])
     assert [(b["owner_id"], b["event_type"]) for b in out["batches"]] == [("_filter", key)]
     assert committed_seqs(storage_root, "_filter", key, out["interval_id"]) == \
         [s for s in sorted(truth) if ".metadata." in truth[s][0]]
     # content is the payload exactly as stored, with headers and msg_id
-    out = run_op(owner_id=O2, event_type="devicesregistered", destination=storage_root, start_seq=1)
+    out = run_op(owner_id=O2, event_type="devicesregistered", storage_root=storage_root, start_seq=1)
     rows = batch_rows(storage_root, O2, "devicesregistered", out["interval_id"])
     assert len(rows) == out["count"] == 10
     for row in rows:
@@ -311,7 +311,7 @@ def test_destinations_object_storage_path_and_defaults(jetstream, tmp_path, monk
 
     publish_messages(jetstream.url, make_messages("dst", 3))
     kw = dict(owner_id=O1, event_type="devicesregistered", start_seq=1)
-    out = run_op(destination=ObjectStoragePath(f"file://{tmp_path}/osp"), **kw)
+    out = run_op(storage_root=ObjectStoragePath(f"file://{tmp_path}/osp"), **kw)
     assert out["path"] == str(tmp_path / "osp" / "staging" / "EVENTS") and out["count"] == 3
     assert len(staging_rows(tmp_path / "osp")) == 3
     # DAG param storage_root (a root the operator's storage_roots allow), then the connection's
@@ -350,25 +350,25 @@ def test_invalid_tokens_are_rejected_before_any_subject_or_path(field, value, ma
     monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", '{"conn_type": "plgd_jetstream", "host": "192.0.2.1"}')
     kw = {"owner_id": O1, "event_type": "devicesregistered", field: value}
     with pytest.raises(ValueError, match=match):
-        run_op(destination=str(tmp_path / "root"), start_seq=1, **kw)
+        run_op(storage_root=str(tmp_path / "root"), start_seq=1, **kw)
     with pytest.raises(ValueError, match=match.split(" ")[0]):
-        run_op(destination=str(tmp_path / "root"), start_seq=1, owner_ids=[kw["owner_id"]], event_types=[kw["event_type"]])
+        run_op(storage_root=str(tmp_path / "root"), start_seq=1, owner_ids=[kw["owner_id"]], event_types=[kw["event_type"]])
     assert not (tmp_path / "root").exists()
 
 
 def test_conflicting_arguments_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="exactly one target"):
-        run_op(owner_id=O1, event_type="devicesregistered", subject_filter="plgd.>", destination=str(tmp_path))
+        run_op(owner_id=O1, event_type="devicesregistered", subject_filter="plgd.>", storage_root=str(tmp_path))
     with pytest.raises(ValueError, match="choose one kind of bounds"):
         run_op(owner_id=O1, event_type="devicesregistered", start_seq=1, start_time="2026-01-01T00:00:00Z",
-               destination=str(tmp_path))
+               storage_root=str(tmp_path))
     with pytest.raises(ValueError, match="not a valid NATS filter"):
-        run_op(subject_filter="plgd. >", start_seq=1, destination=str(tmp_path))
+        run_op(subject_filter="plgd. >", start_seq=1, storage_root=str(tmp_path))
 
 
 def test_missing_stream_fails_cleanly(jetstream, storage_root):
     with pytest.raises(StreamNotFoundError, match="NOSUCH"):
-        run_op(owner_id=O1, event_type="devicesregistered", stream="NOSUCH", destination=storage_root, start_seq=1)
+        run_op(owner_id=O1, event_type="devicesregistered", stream="NOSUCH", storage_root=storage_root, start_seq=1)
     assert os.listdir(storage_root) == []
 
 
@@ -381,13 +381,13 @@ def test_wrong_credentials_fail_cleanly_without_leaking_the_password(tmp_path, m
             {"conn_type": "plgd_jetstream", "host": server.host, "port": server.port, "login": "plgd",
              "password": "wrong-secret-123"}))
         with pytest.raises(JetStreamAuthError) as err:
-            run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq=1)
+            run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_seq=1)
         assert "wrong-secret-123" not in str(err.value) and "right-secret" not in str(err.value)
         assert os.listdir(storage_root) == []
         conn = json.loads(os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"])
         conn["password"] = "right-secret"
         monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(conn))
-        assert run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq=1)["count"] == 0
+        assert run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_seq=1)["count"] == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,7 +400,7 @@ def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstre
     subj = registrations_subject(O1, "devicesregistered")
     publish_messages(jetstream.url, [(subj, f"m{i}".encode() * 20, None) for i in range(n)], window=1000)
     truth = read_stream(jetstream.url)
-    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq=1,
+    kw = dict(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_seq=1,
               end_seq=max(truth), batch_size=50, row_group_size=500)
     # an earlier committed run of the same interval (e.g. before a clear + rerun)
     run_op(**kw)
@@ -454,7 +454,7 @@ def test_durable_mode_batches_ack_after_commit_and_redeliver_on_failure(jetstrea
     publish_messages(jetstream.url, make_messages("dur", 10))
     truth = read_stream(jetstream.url)
     all_rc = expected_seqs(truth, O1, "resourcechanged", 0, 2**63)
-    kw = dict(owner_id=O1, event_type="resourcechanged", destination=storage_root, durable="plgd_test_dur",
+    kw = dict(owner_id=O1, event_type="resourcechanged", storage_root=storage_root, durable="plgd_test_dur",
               max_messages=12, ack_wait_seconds=1.0)
     first = run_op(**kw)
     assert first["count"] == 12 and first["interval_id"].startswith("durable-")
@@ -480,7 +480,7 @@ def test_durable_mode_batches_ack_after_commit_and_redeliver_on_failure(jetstrea
 
 def test_progress_is_logged_during_long_fetches(jetstream, storage_root, caplog, capfd):
     publish_messages(jetstream.url, [(registrations_subject(O1, "devicesregistered"), b"p" * 100, None)] * 1000)
-    run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_seq=1, batch_size=100,
+    run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_seq=1, batch_size=100,
            progress_every_messages=250, progress_interval_seconds=3600)
     text = caplog.text + capfd.readouterr().out
     lines = [x for x in text.splitlines() if "behind the stream head" in x]
@@ -495,7 +495,7 @@ def test_nothing_spills_to_tmpdir_and_spills_go_where_configured(jetstream, tmp_
     """Before: the owner-wide fetch spooled every second filter to $TMPDIR, and durable mode too
     (``plgd-durable-*.arrow``, left behind by a kill; a bare ENOSPC). Now a fetch keeps its rows
     in memory up to ``range_buffer_bytes`` and writes nothing to $TMPDIR; past it, sorted runs go
-    to the spill folder under the destination (or ``spool_dir``), the leftovers of killed runs are
+    to the spill folder under the storage root (or ``spool_dir``), the leftovers of killed runs are
     removed, and a full disk names the spill file."""
     import tempfile
 
@@ -503,14 +503,14 @@ def test_nothing_spills_to_tmpdir_and_spills_go_where_configured(jetstream, tmp_
     truth = read_stream(jetstream.url)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmpdir"))  # any use of $TMPDIR fails
     root = str(tmp_path / "root")
-    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, destination=root, batch_size=7,
+    grouped = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, storage_root=root, batch_size=7,
                      start_time="2020-01-01T00:00:00Z", end_time=time.time_ns())
     for batch in grouped["batches"]:
         assert committed_seqs(root, batch["owner_id"], batch["event_type"]) == \
             expected_seqs(truth, batch["owner_id"], batch["event_type"], 0, 2**63)
     assert not Path(root, "staging", "_spool").exists()
 
-    spool = Path(root, "staging", "_spool")  # the default spill folder of a local destination
+    spool = Path(root, "staging", "_spool")  # the default spill folder of a local storage root
     spool.mkdir(parents=True)
     stale = [spool / "plgd-durable-spool-c-f1-99-deadbeef.arrow", spool / "plgd-stage-99-deadbeef-0.arrow"]
     young = spool / "plgd-stage-98-feedf00d-0.arrow"  # may belong to a live run: kept
@@ -519,7 +519,7 @@ def test_nothing_spills_to_tmpdir_and_spills_go_where_configured(jetstream, tmp_
     old = time.time() - 2 * 3600
     for path in stale:
         os.utime(path, (old, old))
-    out = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool", destination=root,
+    out = run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool", storage_root=root,
                  range_buffer_bytes=200, batch_size=5)  # spills every few messages
     assert committed_seqs(root, O1, "resourcechanged", out["interval_id"]) == \
         expected_seqs(truth, O1, "resourcechanged", 0, 2**63)
@@ -535,7 +535,7 @@ def test_nothing_spills_to_tmpdir_and_spills_go_where_configured(jetstream, tmp_
 
     monkeypatch.setattr("pyarrow.OSFile", to_full)
     with pytest.raises(OSError, match=rf"cannot write the spill file {full}/plgd-stage-.*No space left") as info:
-        run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool2", destination=root,
+        run_op(owner_id=O1, event_type="resourcechanged", durable="plgd_spool2", storage_root=root,
                spool_dir=str(full), range_buffer_bytes=200, batch_size=5)
     assert info.value.errno == 28
 
@@ -552,7 +552,7 @@ def test_fetch_of_an_interval_not_complete_on_the_server_clock_fails_and_commits
     end_ns = time.time_ns() + 3_000_000_000
     start_ns = end_ns - 60_000_000_000
     publish_messages(jetstream.url, [(subj, f"early-{i}".encode(), None) for i in range(10)])
-    kw = dict(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_time=start_ns,
+    kw = dict(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_time=start_ns,
               end_time=end_ns)
     with pytest.raises(IntervalNotCompleteError) as info:
         run_op(**kw)

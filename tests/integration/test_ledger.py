@@ -61,7 +61,7 @@ def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None 
 def fetch_ranges(root: str, record: dict) -> list[dict]:
     """Run the fetch task of every range of a plan record (the ETL's mapped ``fetch``)."""
     base = ledger.interval_dir(root, record["stream"], record["interval_id"])
-    return [run_op(ledger_range=str(i), ledger=base, destination=root) for i in range(record["fetch_ranges"])]
+    return [run_op(ledger_range=str(i), ledger=base, storage_root=root) for i in range(record["fetch_ranges"])]
 
 
 def bounds_around(url: str) -> tuple[int, int]:
@@ -232,7 +232,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
 def test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer(jetstream, storage_root):
     publish_messages(jetstream.url, traffic(25))  # 50 per owner
     start_ns, end_ns = bounds_around(jetstream.url)
-    kw = dict(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"], destination=storage_root,
+    kw = dict(owner_ids=[O1, O2], event_types=["devicesregistered", "resourcechanged"], storage_root=storage_root,
               start_time=start_ns, end_time=end_ns)
     plan_ledger(storage_root, start_ns, end_ns)
     first = run_op(**kw)
@@ -296,7 +296,7 @@ def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream,
     ledger.write_json(path, good)
     assert len(ledger_files(storage_root, "EVENTS", interval)) == 2
     # staging rows the ledger does not name (another DAG's batch of the same interval ID) are refused
-    run_op(owner_id=O1, event_type="devicesregistered", destination=storage_root, start_time=start_ns,
+    run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_time=start_ns,
            end_time=end_ns)
     with pytest.raises(LedgerError, match=r"staging file .*/b\.[^ ]+ \(10 rows\) is not of a range of the plan's run"):
         ledger_files(storage_root, "EVENTS", interval)
@@ -341,7 +341,7 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
                                           r"fetched 15"):
         fetch_ranges(storage_root, record)
     base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
-    assert run_op(ledger_range=1, ledger=base, destination=storage_root)["count"] == 20
+    assert run_op(ledger_range=1, ledger=base, storage_root=storage_root)["count"] == 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream
 
     publish_messages(jetstream.url, traffic(5))
     start_ns, end_ns = bounds_around(jetstream.url)
-    out = run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=storage_root,
+    out = run_op(owner_ids=[O1], event_types=["resourcechanged"], storage_root=storage_root,
                  start_time=start_ns, end_time=end_ns)
     assert out["count"] == 5 and out["skipped"] == {"event_type_not_requested": 5}
 
@@ -365,7 +365,7 @@ def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream
     monkeypatch.setattr(fetch_module.Router, "route", lossy)
     other = storage_root + "/other"
     with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 10 messages, fetched 9"):
-        run_op(owner_ids=[O1], event_types=["resourcechanged"], destination=other,
+        run_op(owner_ids=[O1], event_types=["resourcechanged"], storage_root=other,
                start_time=start_ns, end_time=end_ns)
     assert staging_rows(other) == []
 
@@ -410,7 +410,7 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
     assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
     assert {r["owner_id"] for r in staging_rows(other, interval_id=chosen["interval_id"])} == {O1, o3}
     with pytest.raises(ValueError, match="ledger range 2 does not exist"):
-        run_op(ledger_range=2, ledger=ledger.interval_dir(other, "EVENTS", chosen["interval_id"]), destination=other)
+        run_op(ledger_range=2, ledger=ledger.interval_dir(other, "EVENTS", chosen["interval_id"]), storage_root=other)
 
 
 def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stages_everything(
@@ -436,7 +436,7 @@ def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stage
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
     try:
-        out = run_op(ledger_range="0", ledger=base, destination=storage_root, range_buffer_bytes=64 * 1024,
+        out = run_op(ledger_range="0", ledger=base, storage_root=storage_root, range_buffer_bytes=64 * 1024,
                      batch_size=20, spool_dir=str(spill), target_file_bytes=250_000, row_group_size=100)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -454,7 +454,7 @@ def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stage
         keys = [(r["owner_id"], r["stream_seq"]) for r in got]
         assert keys == sorted(keys) and (f.min_owner, f.max_owner) == (keys[0][0], keys[-1][0])
     with pytest.raises(ValueError, match="range_buffer_bytes must be a positive integer, got 0"):
-        run_op(ledger_range="0", ledger=base, destination=storage_root, range_buffer_bytes=0)
+        run_op(ledger_range="0", ledger=base, storage_root=storage_root, range_buffer_bytes=0)
 
 
 # ---------------------------------------------------------------------------------------------

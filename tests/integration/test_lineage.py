@@ -50,7 +50,7 @@ def test_storage_locations_follow_the_openlineage_file_naming():
 
 def test_spark_app_lineage_from_the_applications_arguments():
     decode = lineage.spark_app_lineage("/x/spark_apps/decode_events.py", [
-        "--staging-root", "s3a://b/r", "--stream", "EVENTS", "--interval-id", "i", "--output-root", "s3a://b/r",
+        "--root", "s3a://b/r", "--stream", "EVENTS", "--interval-id", "i",
         "--ledger", "--max-content-bytes", "10"])
     assert [(d.namespace, d.name) for d in decode.inputs] == [("s3://b", "r/staging/EVENTS")]
     assert [(d.namespace, d.name) for d in decode.outputs] == [("s3://b", "r/events"), ("s3://b", "r/quarantine")]

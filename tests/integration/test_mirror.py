@@ -122,7 +122,7 @@ def messages(tag: str, n: int) -> list[tuple]:
 
 
 def fetch(root: str, start_ns: int, end_ns: int, **kw) -> dict:
-    op = JetStreamToStagingOperator(task_id="fetch", subject_filter="plgd.>", destination=root,
+    op = JetStreamToStagingOperator(task_id="fetch", subject_filter="plgd.>", storage_root=root,
                                     start_time=start_ns, end_time=end_ns, settle_seconds=SETTLE, **kw)
     return op.execute({"params": {}})
 

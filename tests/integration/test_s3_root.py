@@ -132,7 +132,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     interval = record["interval_id"]
     base = ledger.interval_dir(storage_root, "EVENTS", interval)
     assert base.startswith("s3://plgd-test/plgd/_ledger/EVENTS/interval=")
-    kw = dict(destination=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
+    kw = dict(storage_root=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
     first = [run_op(ledger_range=i, batch_size=1000, **kw) for i in range(2)]
     assert [o["count"] for o in first] == [60, 60] and first[0]["root"] == storage_root
     assert first[0]["table"] == f"{storage_root}/staging/EVENTS"
@@ -162,7 +162,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     for app, value in {"decode": {"fetched": 120, "decoded": 118, "quarantined": 2, "per_reason": {"x": 2}},
                        "dedupe": {"input": 118, "output": 118, "duplicates": 0}, "rebuild": {"version": 1}}.items():
         fs.pipe_file(storage.to_fs(run_summary_path(storage_root, app, interval))[1], json.dumps(value).encode())
-    summary = collect_run_summary(storage_root, "EVENTS", interval)
+    summary = collect_run_summary(storage_root, "EVENTS", interval).as_dict()
     assert summary["problems"] == [] and summary["reconciled"] is True
     assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
     assert summary["chain"]["kept"] == 118 and summary["chain"]["snapshot_version"] == 1

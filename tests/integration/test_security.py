@@ -503,7 +503,7 @@ with DAG("plgd_test_secrets_masked", schedule=None, catchup=False) as dag:
         return hook.stream_info()["state"]["messages"]
 
     fetch = JetStreamToStagingOperator(task_id="fetch", owner_id="OWNER", event_type="devicesregistered",
-                                       start_seq=1, destination="ROOT")
+                                       start_seq=1, storage_root="ROOT")
     careless_user_code() >> fetch
 """
 

@@ -397,7 +397,7 @@ def test_worker_clock_ahead_of_the_server_does_not_complete_the_interval(jetstre
     assert result["status"] == "success" and result["reason"] == "newer_message" and result["end_ns"] == end_ns
     assert result["newer_messages"] == 1 and end_ns <= result["server_time_ns"] < end_ns + 30_000_000_000
     out = JetStreamToStagingOperator(task_id="fetch", owner_id=O1, event_type="devicesregistered",
-                                     start_time=start_ns, end_time=end_ns, destination=storage_root,
+                                     start_time=start_ns, end_time=end_ns, storage_root=storage_root,
                                      settle_seconds=5).execute({"params": {}})
     from tests.integration.delta_read import staging_rows
 

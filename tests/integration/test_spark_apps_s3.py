@@ -56,7 +56,7 @@ DRIVER = textwrap.dedent('''
     spark = session.build_spark_session("plgd-test-s3")
     out = {"decode": [], "dedupe": [], "rebuild": []}
     for k, (iid, end) in enumerate(cfg["intervals"]):
-        decode_args = decode_events.parse_args(["--staging-root", root, "--interval-id", iid, "--output-root", root])
+        decode_args = decode_events.parse_args(["--root", root, "--interval-id", iid])
         if k == 1:  # failed between its data files and its Delta commit
             real = delta_tables.commit_files
             def failing(uri, records, **kwargs):

@@ -34,15 +34,15 @@ def dedupe(root: str, interval_id: str, ids: list[str]) -> None:
     records = []
     if ids:
         rel = f"interval_id={interval_id}/bucket=0/part-0.parquet"
-        path = f"{delta_tables.table_uri(root, delta_tables.MSGID_INDEX)}/{rel}"
+        path = f"{delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(pa.table({"msg_id": ids}), path)
         records.append(delta_tables.file_record(rel, rows=len(ids), size=os.path.getsize(path),
                                                 partition={"interval_id": interval_id, "bucket": "0"}))
     delta_tables.commit_interval("dedupe", interval_id, (
-        (delta_tables.MSGID_INDEX, delta_tables.table_uri(root, delta_tables.MSGID_INDEX), MSGID_INDEX_SCHEMA,
+        (delta_tables.MSGID_INDEX, delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX), MSGID_INDEX_SCHEMA,
          records, len(ids)),
-        (delta_tables.EVENTS_DEDUPED, delta_tables.table_uri(root, delta_tables.EVENTS_DEDUPED),
+        (delta_tables.EVENTS_DEDUPED, delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED),
          schemas.EVENTS_SCHEMA, [], 0)), run_version=1, metadata={"run_version": 1})
 
 
@@ -98,7 +98,7 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
     ledger.write_json(f"{ledger.interval_dir(root, STREAM, IDS[1])}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": IDS[1], "total": 0, "ranges": [],
                        "spark_skip": "the stream holds no message for the interval"})
-    result = collect_run_summary(root, STREAM, IDS[1])
+    result = collect_run_summary(root, STREAM, IDS[1]).as_dict()
     assert result["reconciled"] is False
     assert result["chain"]["holes"] == [f"interval {IDS[0]} (2 messages) was never deduplicated"]
     assert any(p.startswith(f"the chain has a hole before this interval: interval {IDS[0]}")

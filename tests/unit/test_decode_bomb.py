@@ -182,7 +182,7 @@ def test_decode_app_cli_setting():
 
     parse_args = spark_app_module("decode_events").parse_args
 
-    base = ["--staging-root", "/r", "--output-root", "/r", "--interval-id", INTERVAL]
+    base = ["--root", "/r", "--interval-id", INTERVAL]
     assert parse_args(base).max_content_bytes == codec.DEFAULT_MAX_DECODED_BYTES == 4 * MiB
     assert parse_args(base + ["--max-content-bytes", "1048576"]).max_content_bytes == MiB
     for bad in ("0", "-1", "4MiB"):

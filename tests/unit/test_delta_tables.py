@@ -137,7 +137,7 @@ def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
                   "parent": None, "buckets": 1}
         versions = {}
         for table in ss.ALL_TABLES:
-            uri = ss.table_uri(root, table)
+            uri = ss.snapshot_table_uri(root, table)
             records = []
             if table == "owner_devices":
                 fs, base = to_fs(uri)
@@ -158,7 +158,7 @@ def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
     assert ss.latest(root)["version"] == "V2"
     assert ss.roll_back(root, "V1")["version"] == "V1"
     assert ss.latest(root)["version"] == "V1"
-    uri = ss.table_uri(root, "owner_devices")
+    uri = ss.snapshot_table_uri(root, "owner_devices")
     assert pl.read_delta(uri).get_column("device_id").to_list() == ["d1"]
     assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices").to_pylist()] == ["d1"]
     assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices", "V2").to_pylist()] == ["d1", "d2"]
@@ -173,7 +173,7 @@ def test_a_stage_counts_as_committed_only_when_one_run_committed_all_its_tables(
 
     def decode_commit(table: str, run_version: int) -> None:
         schema = schemas.EVENTS_SCHEMA if table == "events" else schemas.QUARANTINE_SCHEMA
-        delta_tables.commit_files(delta_tables.table_uri(root, table), [], schema=schema,
+        delta_tables.commit_files(delta_tables.interval_table_uri(root, table), [], schema=schema,
                                   partition_by=delta_tables.INTERVAL_TABLES[table],
                                   replace=delta_tables.interval_filter("A"), metadata={"interval_id": "A"},
                                   app_id=f"plgd.decode.{table}/A", run_version=run_version)

@@ -20,6 +20,8 @@ import pytest
 from airflow_provider_plgd import ledger, spark_deps, times
 from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval, run_params_used, summarize_interval
 from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
+from airflow_provider_plgd.etl.plan import IntervalPlan
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.run_params import RunParams, check_run_params, run_spark_conf_policy
 from airflow_provider_plgd.spark.summary import summary_path, write_summary
@@ -91,7 +93,8 @@ def plan(root: str, hook: FakeHook, lineage: list | None = None, dag_params: dic
                            fetch_range_messages=5, hook_factory=hook_factory,
                            report_lineage=None if lineage is None else lambda *a: lineage.append(a))
     assert made == [params.get("stream", "EVENTS")]
-    return result
+    assert IntervalPlan.from_dict(result.as_dict()) == result  # the XCom edge keeps every field
+    return result.as_dict()
 
 
 def stream_json(root: str, stream: str = "EVENTS") -> dict[str, Any]:
@@ -220,7 +223,7 @@ def test_plan_interval_lets_a_run_write_a_narrower_view_to_another_allowed_root(
     planned = plan_interval({**DEFAULT_PARAMS, "storage_root": view, "owners": [OWNER_A]}, start=START, end=END,
                             dag_id="d", jetstream_conn_id="plgd_jetstream_default",
                             spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[own, views],
-                            author=author(own), hook_factory=lambda stream: FakeHook("EVENTS", [(1, 3, 2)]))
+                            author=author(own), hook_factory=lambda stream: FakeHook("EVENTS", [(1, 3, 2)])).as_dict()
     assert planned["storage_root"] == view and planned["owners"] == 1
     assert json.loads(Path(view, "_ledger", "pipeline.json").read_text())["owners"] == [OWNER_A]
     assert not Path(own).exists()
@@ -252,14 +255,14 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
                    "cross_batch_duplicates": 0},
         "rebuild": {"version": "20260301T110000Z", "rows": {"resources": 1}},
     }.items():
-        write_summary(summary_path(root, app, INTERVAL), summary)
+        write_summary(summary_path(Layout.of(root), app, INTERVAL), summary)
 
 
 def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_type(root, caplog):
     write_interval(root, decoded=2, kept=1, duplicates=1)
     params = {**DEFAULT_PARAMS, "owners": [OWNER_A], "max_fetch_tasks": 3}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
-        result = summarize_interval(root, "EVENTS", INTERVAL, params)
+        result = summarize_interval(root, "EVENTS", INTERVAL, params).as_dict()
 
     assert result["fetched"] == {"devicesregistered": 2, "resourcechanged": 1}  # nothing per owner
     assert result["reconciled"] is True and result["problems"] == []
@@ -318,10 +321,10 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     ledger.write_json(f"{ledger.interval_dir(root, 'EVENTS', failed)}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     write_interval(root, decoded=2, kept=1, duplicates=1)
-    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600)
+    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600).as_dict()
     assert kept["staging_expired"] is None and len(staging.staged_intervals(root, "EVENTS")) == 3
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
-        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0)
+        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0).as_dict()
     assert done["staging_expired"]["intervals"] == [INTERVAL] and done["staging_expired"]["rows"] == 2
     rows = DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
     assert sorted({r["interval_id"] for r in rows}) == sorted([failed, other])

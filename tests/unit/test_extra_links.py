@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_plgd import links
+from airflow_provider_plgd.layout import Layout
 from airflow_provider_plgd.links import (
     SPARK_APP_XCOM_KEY,
     TABLES_XCOM_KEY,
@@ -273,10 +274,10 @@ def test_the_run_summary_records_the_spark_application(tmp_path, monkeypatch):
     from airflow_provider_plgd.spark import session, summary
 
     monkeypatch.setattr(session, "spark_application_info", lambda spark=None: {"app_id": "local-1", "ui_web_url": None})
-    result = summary.finish_run({"rows": 1}, output_root=str(tmp_path), app="rebuild", interval_id="i1")
+    result = summary.finish_run({"rows": 1}, layout=Layout.of(tmp_path), app="rebuild", interval_id="i1")
     assert result["spark_application"] == {"app_id": "local-1", "ui_web_url": None}
     monkeypatch.setattr(session, "spark_application_info", lambda spark=None: None)  # no SparkSession
-    assert "spark_application" not in summary.finish_run({"rows": 1}, output_root=str(tmp_path), app="rebuild",
+    assert "spark_application" not in summary.finish_run({"rows": 1}, layout=Layout.of(tmp_path), app="rebuild",
                                                          interval_id="i2")
 
 

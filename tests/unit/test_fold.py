@@ -723,13 +723,13 @@ def test_snapshot_store_names_and_empty_reads(tmp_path):
     assert snapshot_store.latest(str(tmp_path)) is None
     table = snapshot_store.read_table(str(tmp_path), "resources")
     assert table.num_rows == 0 and table.schema == snapshot_store.table_schema("resources")
-    assert snapshot_store.table_uri("/r", "resources") == "/r/snapshots/resources"
+    assert snapshot_store.snapshot_table_uri("/r", "resources") == "/r/snapshots/resources"
     assert snapshot_store.delta_schema("resources").names[-1] == "bucket"
     with pytest.raises(ValueError, match="unknown snapshot table"):
-        snapshot_store.table_uri("/r", "nope")
+        snapshot_store.snapshot_table_uri("/r", "nope")
     assert snapshot_store.bucket_files(str(tmp_path), "resources", None) == {}
-    assert snapshot_store.interval_kind("20260101T000000Z_20260101T010000Z") == "time"
-    assert snapshot_store.interval_kind("seq-000000000001-000000000009") == "seq"
+    assert times.interval_kind("20260101T000000Z_20260101T010000Z") == "time"
+    assert times.interval_kind("seq-000000000001-000000000009") == "seq"
 
 
 def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):

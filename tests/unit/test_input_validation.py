@@ -105,7 +105,7 @@ def test_operator_rejects_hostile_owner_ids_before_any_connection_or_file(value,
     for kwargs in ({"owner_id": value, "event_type": "devicesregistered"},
                    {"owner_ids": [OWNER, value], "event_types": ["devicesregistered"]}):
         with pytest.raises(ValueError) as err:
-            run_op(destination=str(root), **kwargs)
+            run_op(storage_root=str(root), **kwargs)
         assert "owner_id" in str(err.value) and named(value) in str(err.value)
     assert tree(tmp_path) == []
 
@@ -116,7 +116,7 @@ def test_operator_rejects_hostile_event_types_before_any_connection_or_file(valu
     for kwargs in ({"owner_id": OWNER, "event_type": value},
                    {"owner_ids": [OWNER], "event_types": ["devicesregistered", value]}):
         with pytest.raises(ValueError) as err:
-            run_op(destination=str(root), **kwargs)
+            run_op(storage_root=str(root), **kwargs)
         assert "event_type" in str(err.value) and named(value) in str(err.value)
     assert tree(tmp_path) == []
 
@@ -124,7 +124,7 @@ def test_operator_rejects_hostile_event_types_before_any_connection_or_file(valu
 @pytest.mark.parametrize("value", ["EV.X", "*", ">", "a b", "../x", "/abs", "a\\b", "a\x00b", ".", ".."])
 def test_operator_rejects_hostile_stream_names(value, tmp_path, unreachable_conn):
     with pytest.raises(ValueError) as err:
-        run_op(destination=str(tmp_path / "root"), owner_id=OWNER, event_type="devicesregistered", stream=value)
+        run_op(storage_root=str(tmp_path / "root"), owner_id=OWNER, event_type="devicesregistered", stream=value)
     assert named(value) in str(err.value)
     assert tree(tmp_path) == []
 
@@ -173,7 +173,7 @@ def test_hostile_owner_params_never_reach_a_subject_or_path(value, plan_callable
     with pytest.raises(ValueError) as err:
         planned = plan_callable(tmp_path, owners=[value], event_types=["devicesregistered"])
         for group in planned["fetch_ranges"]:
-            run_op(destination=planned["storage_root"], **group)
+            run_op(storage_root=planned["storage_root"], **group)
     assert named(value) in str(err.value)
     assert [p for p in tree(tmp_path) if not p.startswith("root")] == []  # nothing outside the root
     assert not any("staging" in p or "owner_id=" in p for p in tree(tmp_path))  # no batch folder at all
@@ -347,3 +347,15 @@ def test_former_nkey_seed_extra_is_still_read_with_a_warning(caplog):
         settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed_secret": seed, "nkey_seed": seed}))
     with pytest.raises(ValueError, match=re.escape("set either NKEY seed ('nkey_seed_secret') or Credentials file ('creds_file'), not both")):
         settings_from_connection(conn_of(host="127.0.0.1", extra_dejson={"nkey_seed": seed, "creds_file": "/x"}))
+
+
+def test_the_operators_storage_root_and_its_deprecated_former_name(tmp_path):
+    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+
+    op = JetStreamToStagingOperator(task_id="a", storage_root=f"file://{tmp_path}//x/")
+    assert op._layout({"params": {}}).root == f"{tmp_path}/x"  # normalised once, where it enters
+    with pytest.warns(DeprecationWarning, match="use storage_root"):
+        old = JetStreamToStagingOperator(task_id="b", destination=str(tmp_path))
+    assert old.storage_root == str(tmp_path) and "storage_root" in old.template_fields
+    with pytest.raises(ValueError, match="give storage_root only"):
+        JetStreamToStagingOperator(task_id="c", storage_root=str(tmp_path), destination=str(tmp_path))

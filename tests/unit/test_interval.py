@@ -44,16 +44,16 @@ def test_interval_refuses():
         times.Interval.of(datetime(2026, 1, 1), T0)
 
 
-def test_snapshot_store_interval_kind_is_the_times_rule():
-    from airflow_provider_plgd.spark import snapshot_store
-
-    assert snapshot_store.interval_kind(times.durable_interval_id(1, 2)) == "durable"
+def test_interval_kind_is_the_times_rule():
+    assert times.interval_kind(times.durable_interval_id(1, 2)) == "durable"
     with pytest.raises(ValueError, match="not a staging interval ID"):
-        snapshot_store.interval_kind("seq-x")
+        times.interval_kind("seq-x")
 
 
 def test_rebuild_snapshot_time_is_the_interval_end(capsys):
-    from airflow_provider_plgd.spark_apps import rebuild_snapshots
+    from plgd_devtools.spark import spark_app_module
+
+    rebuild_snapshots = spark_app_module("rebuild_snapshots")
 
     iid = "20260101T000000Z_20260101T010000Z"
     args = rebuild_snapshots.parse_args(["--root", "/r", "--interval-id", iid])

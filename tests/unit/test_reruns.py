@@ -25,7 +25,7 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.storage import to_fs
 
-    uri = delta_tables.table_uri(str(root), delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(str(root), delta_tables.EVENTS_DEDUPED)
     rel = f"interval_id={interval}/event_type=x/{name}"
     fs, base = to_fs(uri)
     size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"m{i}" for i in range(rows)]}))
@@ -44,7 +44,7 @@ def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> No
               "intervals": [interval]}
     if inputs is not None:
         record["inputs"] = inputs
-    delta_tables.commit_files(snapshot_store.table_uri(str(root), snapshot_store.STATE_TABLE), [],
+    delta_tables.commit_files(snapshot_store.snapshot_table_uri(str(root), snapshot_store.STATE_TABLE), [],
                               schema=snapshot_store.delta_schema(snapshot_store.STATE_TABLE), partition_by=("bucket",),
                               replace=None, metadata=record, app_id=f"test/{version}", run_version=time.time_ns())
 

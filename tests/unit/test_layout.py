@@ -1,0 +1,71 @@
+"""layout.Layout: the storage root normalised once, and every path under it from one value."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from airflow_provider_plgd import delta_tables, ledger, lineage, pipeline, run_summary, staging
+from airflow_provider_plgd.fetch import spool
+from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.spark import snapshot_store
+
+IID = "20260101T000000Z_20260101T010000Z"
+
+
+def test_the_root_is_normalised_once_and_every_path_comes_from_it():
+    layout = Layout.of("s3a://Lake//plgd/")
+    assert layout.root == "s3://lake/plgd"
+    assert Layout.of(layout) is layout
+    assert layout.staging_table("EVENTS") == "s3://lake/plgd/staging/EVENTS"
+    assert layout.ledger_interval_dir("EVENTS", IID) == f"s3://lake/plgd/_ledger/EVENTS/interval={IID}"
+    assert layout.pipeline_file() == "s3://lake/plgd/_ledger/pipeline.json"
+    assert layout.run_summary("decode", IID) == f"s3://lake/plgd/_runs/decode/interval={IID}.json"
+    assert layout.table("events") == "s3://lake/plgd/events"
+    assert layout.snapshot_table("_device_state") == "s3://lake/plgd/snapshots/_device_state"
+    assert layout.spool_dir() is None  # an object store: the system temp folder
+    assert Layout.of("file:///data/plgd/").spool_dir() == "/data/plgd/staging/_spool"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        layout.root = "/elsewhere"  # type: ignore[misc]
+
+
+def test_the_storage_modules_take_their_paths_from_the_layout():
+    layout = Layout.of("/data/plgd")
+    # a Layout and its root string give the same paths everywhere
+    for root in (layout, layout.root):
+        assert staging.table_uri(root, "EVENTS") == "/data/plgd/staging/EVENTS"
+        assert ledger.interval_dir(root, "EVENTS", IID) == f"/data/plgd/_ledger/EVENTS/interval={IID}"
+        assert run_summary.run_summary_path(root, "rebuild", IID) == f"/data/plgd/_runs/rebuild/interval={IID}.json"
+        assert delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
+        assert snapshot_store.snapshot_table_uri(root, "resources") == "/data/plgd/snapshots/resources"
+        assert spool.default_spool_dir(root) == "/data/plgd/staging/_spool"
+    assert pipeline.IDENTITY_FILE == "_ledger/pipeline.json"
+    with pytest.raises(ValueError, match="unknown table 'staging'"):
+        delta_tables.interval_table_uri(layout, "staging")
+    with pytest.raises(ValueError, match="unknown snapshot table 'nope'"):
+        snapshot_store.snapshot_table_uri(layout, "nope")
+
+
+def test_lineage_names_the_layouts_paths():
+    layout = Layout.of("s3://b/r")
+    summary = lineage.summary_lineage("EVENTS", layout)
+    assert [(d.namespace, d.name) for d in summary.inputs] == [("s3://b", "r/_ledger/EVENTS"), ("s3://b", "r/_runs")]
+    fetch = lineage.fetch_lineage(["nats://h:4222"], "EVENTS", layout, ["plgd.>"])
+    assert [(d.namespace, d.name) for d in fetch.outputs] == [("s3://b", "r/staging/EVENTS")]
+
+
+def test_the_xcom_edge_round_trips_and_refuses_what_is_not_a_root():
+    layout = Layout.of("/data/plgd")
+    assert layout.as_dict() == {"storage_root": "/data/plgd"}
+    assert Layout.from_dict({"storage_root": "/data/plgd/"}) == layout
+    with pytest.raises(ValueError, match="expected a mapping with 'storage_root'"):
+        Layout.from_dict({"root": "/data/plgd"})
+    for bad, message in (("relative/path", "relative path"), ("s3://k:s@b/p", "credentials"),
+                         ("/data/../prod", "'..' segment"), ("/data/%2e%2e", "percent escapes")):
+        with pytest.raises(ValueError, match=message):
+            Layout.of(bad)
+    with pytest.raises(ValueError, match="stream 'a/b' cannot be used"):
+        layout.staging_table("a/b")
+    with pytest.raises(ValueError, match="interval_id '../x' cannot be used"):
+        layout.ledger_interval_dir("EVENTS", "../x")
