@@ -142,9 +142,12 @@ def spark_cluster():
     """A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1
     (:class:`plgd_devtools.spark_cluster.SparkCluster`), for one test module. The module holds the
     Spark lock (``/tmp/spark.lock``) from start to stop: the tests in it must not take it again.
-    Stopped by PID, its temp dir removed at teardown."""
-    from plgd_devtools.spark import spark_lock
+    The master and the workers (also those a test adds) run with the short-run JIT and GC of
+    ``FAST_LOCAL_SPARK_CONF`` (``SPARK_DAEMON_JAVA_OPTS``). Stopped by PID, its temp dir removed at teardown."""
+    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock
     from plgd_devtools.spark_cluster import SparkCluster
 
-    with spark_lock(), SparkCluster(workers=2, cores=1, memory="1g") as cluster:
-        yield cluster
+    with pytest.MonkeyPatch.context() as patch, spark_lock():
+        patch.setenv("SPARK_DAEMON_JAVA_OPTS", FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"])
+        with SparkCluster(workers=2, cores=1, memory="1g") as cluster:
+            yield cluster

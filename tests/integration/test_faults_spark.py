@@ -57,7 +57,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from plgd_devtools.spark import spark_lock, spark_submit_env
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
 from tests.integration.delta_read import staging_rows
 from tests.integration.staging_data import stage_simulation, write_batches
 
@@ -227,10 +227,12 @@ DRIVER = textwrap.dedent('''
 # ---------------------------------------------------------------------------------------------
 def _cmd(py_files: str, driver: Path, cfg: Path) -> list[str]:
     spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
-    return [
-        spark_submit_bin, "--master", "local[1]", "--py-files", py_files, "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.session.timeZone=UTC", "--driver-memory", "1g",
-        "--driver-java-options", "-XX:TieredStopAtLevel=1", str(driver), str(cfg)]
+    # the short-run settings of the Airflow tests' DAGs (C1 JIT, serial GC, no code generation):
+    # 17 JVMs start here, each a short run on small data
+    conf = {**FAST_LOCAL_SPARK_CONF, "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+    return [spark_submit_bin, "--master", "local[1]", "--py-files", py_files,
+            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
+            "--driver-memory", "1g", str(driver), str(cfg)]
 
 
 def _session_pids(sid: int) -> list[int]:

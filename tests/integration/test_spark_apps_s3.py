@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from plgd_devtools.spark import spark_lock, spark_submit_env
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
 from tests.integration.delta_read import delta_rows, delta_table, options, read_both, staging_rows
 from tests.integration.staging_data import stage_simulation
 
@@ -117,9 +117,11 @@ def pipeline(s3, tmp_path_factory):
     cfg = {"root": ROOT, "out": str(base / "out.json"), "intervals": [[iid, end] for iid, end, _ in intervals]}
     (base / "cfg.json").write_text(json.dumps(cfg))
     spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
-    cmd = [spark_submit_bin, "--master", "local[2]", "--py-files", py_files, "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.sql.session.timeZone=UTC", "--driver-memory", "1g",
-           str(base / "driver.py"), str(base / "cfg.json")]
+    # the short-run settings of the Airflow tests' DAGs (C1 JIT, serial GC, no code generation)
+    conf = {**FAST_LOCAL_SPARK_CONF, "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+    cmd = [spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
+           *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
+           "--driver-memory", "1g", str(base / "driver.py"), str(base / "cfg.json")]
     log = base / "spark.log"
     with spark_lock(), log.open("ab") as fh:
         proc = subprocess.run(cmd, env=spark_submit_env({**os.environ, **s3}), stdout=fh, stderr=subprocess.STDOUT,

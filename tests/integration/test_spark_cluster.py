@@ -48,10 +48,13 @@ common = dict(schedule=timedelta(seconds=INTERVAL), start_date=datetime(2026, 1,
               # this test's author lets a run choose the executors' Python (a production DAG sets it in
               # spark_conf: whoever may trigger the DAG would choose what the executors run)
               run_spark_conf_keys=[*DEFAULT_RUN_SPARK_CONF_KEYS, "spark.pyspark.python"])
-# The cluster DAG's own settings: where the executors reach the driver. The executors' Python comes
-# per run, through the spark_conf param (allowed above).
+# The cluster DAG's own settings: where the executors reach the driver; the driver's and executors'
+# JVMs with the short-run JIT and GC of FAST_LOCAL_SPARK_CONF (small data, 2 busy cores). The
+# executors' Python comes per run, through the spark_conf param (allowed above).
+JVM_OPTIONS = FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
 CLUSTER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "4"}
+                "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "4",
+                "spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}
 cluster = build_etl_dag(dag_id="CLUSTER_DAG", spark_conn_id="spark_cluster", spark_conf=CLUSTER_CONF, **common)
 local = build_etl_dag(dag_id="LOCAL_DAG", spark_conn_id="spark_local",
                       spark_conf={**FAST_LOCAL_SPARK_CONF, "spark.sql.shuffle.partitions": "4"}, **common)
