@@ -59,7 +59,7 @@ def _hook(args: argparse.Namespace) -> Any:
 def status_main(args: argparse.Namespace) -> int:
     """``plgd-etl status``: print the view; 1 when the chain has holes or failed intervals."""
     from airflow_provider_plgd.status import DEFAULT_RECENT, chain_status, format_status
-    from airflow_provider_plgd.storage_root import normalize_storage_root
+    from airflow_provider_plgd.tables.storage_root import normalize_storage_root
 
     if args.creds_file and not args.servers:
         raise ValueError("--creds-file goes with --servers (a connection has its own credentials)")

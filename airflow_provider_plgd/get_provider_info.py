@@ -77,11 +77,11 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 }
 
 
-#: Operator extra links (``airflow_provider_plgd.links``); Airflow 2.11 deserializes a task's links
+#: Operator extra links (``airflow_provider_plgd.operators.links``); Airflow 2.11 deserializes a task's links
 #: only from classes listed here (or in a plugin).
 EXTRA_LINKS = (
-    "airflow_provider_plgd.links.PlgdSparkApplicationLink",
-    "airflow_provider_plgd.links.PlgdTablesLink",
+    "airflow_provider_plgd.operators.links.PlgdSparkApplicationLink",
+    "airflow_provider_plgd.operators.links.PlgdTablesLink",
 )
 
 

@@ -22,7 +22,7 @@ passed, checkpoints, log cleanup and vacuum (``deltalake``; no Spark, no Airflow
 * **A concurrent rerun** of a passed interval: when the rerun commits first, the compaction's
   commit conflicts and only that table's compaction is skipped until the next run; when the
   compaction commits first, ``delta_tables.commit_files`` removes the compacted file the rerun's
-  overwrite left (:func:`airflow_provider_plgd.delta_tables.commit_files`).
+  overwrite left (:func:`airflow_provider_plgd.tables.delta_tables.commit_files`).
 * **Checkpoints and log cleanup.** ``create_checkpoint`` then ``cleanup_metadata`` (log entries
   older than the table's ``delta.logRetentionDuration``, 30 days by default, and before the
   checkpoint) on every table, the snapshot tables included. delta-rs also checkpoints every 100
@@ -44,7 +44,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from airflow_provider_plgd import delta_tables, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import delta_tables
 
 log = logging.getLogger("plgd.maintenance")
 

@@ -15,7 +15,7 @@ here that the DAG author controls, in ``plan`` (before anything is read or writt
 * ``storage_root``: ``""`` (the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), the
   DAG's own default, the connection's root, or a root of ``build_etl_dag(storage_roots=…)`` or a
   folder below one, compared as fsspec and delta-rs resolve them.
-* the pipeline's identity (``airflow_provider_plgd.pipeline``): ``stream``, ``lookback_intervals``
+* the pipeline's identity (``airflow_provider_plgd.tables.identity``): ``stream``, ``lookback_intervals``
   and ``max_content_bytes`` only with the DAG author's value; ``owners`` and ``event_types`` the
   author's too, or on another allowed root a subset of them (:func:`check_identity_params`); each
   also checked in form (stream name, ``fetch.selection.Selection.of``, bounds).
@@ -180,7 +180,7 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
         differently (``normalize_storage_root``'s refusals), or a root nobody allowed (named, with
         the allowed ones).
     """
-    from airflow_provider_plgd.storage_root import connection_storage_root, normalize_storage_root, same_or_below
+    from airflow_provider_plgd.tables.storage_root import connection_storage_root, normalize_storage_root, same_or_below
 
     if value is None or value == "":
         return ""
@@ -274,7 +274,7 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
     )
 
 
-#: The run params that are part of the pipeline's identity (``pipeline.SETTINGS``; the storage
+#: The run params that are part of the pipeline's identity (``identity.SETTINGS``; the storage
 #: root has its own rule, :func:`check_run_storage_root`).
 IDENTITY_PARAMS = ("stream", "owners", "event_types", "lookback_intervals", "max_content_bytes")
 
@@ -290,7 +290,7 @@ def check_identity_params(run: RunParams, author: RunParams) -> None:
     :param run: the run's checked params; ``author``: the DAG's own (``check_run_params`` of its defaults).
     :raises PipelineIdentityError: names each setting, the DAG author's value and the run's.
     """
-    from airflow_provider_plgd import pipeline
+    from airflow_provider_plgd.tables import identity
 
     mine, theirs = run.identity(), author.identity()
     own_root = run.storage_root in ("", author.storage_root)
@@ -301,10 +301,10 @@ def check_identity_params(run: RunParams, author: RunParams) -> None:
             if allowed is None or (mine[name] is not None and set(mine[name]) <= set(allowed)):
                 continue
             found.append((name, allowed, mine[name]))
-        elif pipeline.differences({name: theirs[name]}, {name: mine[name]}):
+        elif identity.differences({name: theirs[name]}, {name: mine[name]}):
             found.append((name, theirs[name], mine[name]))
     if found:
-        raise pipeline.identity_error(
+        raise identity.identity_error(
             found, where="the DAG author's", what="A user who may trigger the DAG may not change them"
             + (" (on this root; on another root the DAG author allows, a run may select fewer owners or event "
                "types)." if own_root else " (on another root, only the owners and event types may be narrower)."))

@@ -1,6 +1,6 @@
 """The status view of a pipeline's tables: the chain, each table, and the lag behind the stream.
 
-Read only from the data, like every check of the chain (``airflow_provider_plgd.chain``):
+Read only from the data, like every check of the chain (``airflow_provider_plgd.tables.chain``):
 
 * the ledger: one listing of ``{root}/_ledger/{stream}/interval=*/`` (which intervals ``plan``
   recorded, which have a ``summary.json``), ``stream.json`` of the intervals not in the chain and of
@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_provider_plgd import delta_tables, ledger, staging, storage, times
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import delta_tables, ledger, staging, storage
+from airflow_provider_plgd.tables.layout import Layout
 
 #: How many of the newest intervals' ``summary.json`` are read for failed intervals.
 DEFAULT_RECENT = 48
@@ -195,7 +196,7 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
     :param recent: the newest intervals whose ``summary.json`` is read for failed intervals.
     :raises ValueError: a stream name that is not safe in a path.
     """
-    from airflow_provider_plgd import chain
+    from airflow_provider_plgd.tables import chain
     from airflow_provider_plgd.spark import snapshot_store
 
     t0 = time.monotonic()

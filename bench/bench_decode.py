@@ -159,7 +159,7 @@ def write_staging(root: str, messages, stream: str = "EVENTS") -> int:
     """Write the messages into one interval of staging as one fetch range; return how many rows were written."""
     import tempfile
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.fetch.stager import Stager
 
     groups: dict[tuple[str, str], list] = collections.defaultdict(list)
@@ -183,7 +183,7 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     """Time ``decode_batch`` over all staging rows on one core (reading is not timed)."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.spark.decode_batch import decode_batch
 
     batches = []
@@ -303,7 +303,7 @@ def main(argv=None) -> dict:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_decode_"))
     root, scratch_dir = str(work / "root"), str(work / "out")
     _clear_outputs(root, scratch_dir)
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
 
     existing = staging.staged_files(root, "EVENTS", interval_id=INTERVAL_ID) if args.reuse else []
     if existing:

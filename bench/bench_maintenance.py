@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:
 def files_per_table(root: str) -> dict[str, int]:
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     return {name: len(DeltaTable(delta_tables.interval_table_uri(root, name)).file_uris())
             for name in delta_tables.INTERVAL_TABLES if (Path(root) / name / "_delta_log").exists()}
@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd import delta_tables, maintenance
+    from airflow_provider_plgd import maintenance
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.simulator import SimulationConfig, generate
     from plgd_devtools import interval_tables
     from plgd_devtools.spark import spark_lock

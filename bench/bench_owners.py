@@ -130,7 +130,7 @@ class ServerCounts:
 
 def _data_files(folder: str) -> tuple[int, int]:
     """``(files, bytes)`` of every ``*.parquet`` below ``folder`` (any staging layout; not the Delta log)."""
-    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.tables import storage
 
     fs, path = storage.to_fs(folder)
     found = fs.find(path, detail=True)
@@ -191,7 +191,7 @@ def run_decode(root: str, interval: str, log_path: str) -> tuple[float, float]:
 
 
 def _sizes(folder: str, pattern: str) -> int:
-    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.tables import storage
 
     fs, path = storage.to_fs(folder)
     return sum(int(info["size"]) for info in fs.glob(f"{path}/{pattern}", detail=True).values())
@@ -208,7 +208,8 @@ def _rss_mb(pid: int | None) -> float:
 
 def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespace, s3: S3Server | None) -> dict:
     """Publish, plan and fetch one case; return its figures."""
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.etl import write_interval_ledger
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator

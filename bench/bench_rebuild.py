@@ -181,10 +181,10 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.tables.storage import to_fs
 
     day = date(2026, 1, 1)
     names = schemas.EVENTS_SCHEMA.names
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict:
     # 1. throughput: one interval of N rows over enough devices, 5% duplicates
     reuse = args.reuse_inputs and (work / "throughput" / "events" / "_delta_log").is_dir()
     if reuse:  # the same events table as an earlier run (e.g. of another checkout): outputs start fresh
-        from airflow_provider_plgd import delta_tables
+        from airflow_provider_plgd.tables import delta_tables
 
         tp = work / "throughput"
         for name in ("events_deduped", "msgid_index", "snapshots", "_runs"):

@@ -54,9 +54,10 @@ if PartitionedAssetTimetable is not None:
 
             import polars as pl
 
-            from airflow_provider_plgd import delta_tables, staging, times
+            from airflow_provider_plgd import times
+            from airflow_provider_plgd.tables import delta_tables, staging
             from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
-            from airflow_provider_plgd.storage_root import resolve_storage_root
+            from airflow_provider_plgd.tables.storage_root import resolve_storage_root
 
             log = logging.getLogger("airflow.task")
             key = context.get("partition_key")

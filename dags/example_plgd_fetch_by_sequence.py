@@ -18,7 +18,7 @@ default ``plgd.>``), ``storage_root`` (``""``: the connection's ``storage_root``
 last sequence when the task starts); durable DAG: ``durable`` (consumer name), ``max_messages``.
 
 Both end with ``staging_summary``, which reads the ``subject`` column of the committed batch from
-the staging Delta table (``airflow_provider_plgd.staging.read_staged``: the files its log names,
+the staging Delta table (``airflow_provider_plgd.tables.staging.read_staged``: the files its log names,
 pyarrow + fsspec, no Spark) and returns (XCom, JSON)::
 
     {"mode": "seq" | "durable", "interval_ids": ["seq-000000000001-000000000120"],
@@ -68,7 +68,7 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
     """
     import logging
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
 
     log = logging.getLogger("airflow.task")

@@ -7,7 +7,7 @@ Each run covers its data interval `[data_interval_start, data_interval_end)`:
 2. `fetch` (`JetStreamToStagingOperator`): every message of `plgd.>` in the interval into the
    staging Delta table, one committed batch (no Spark);
 3. `count_event_types` (your own task): reads the committed batch with
-   `airflow_provider_plgd.staging.read_staged` (or any Delta reader: `deltalake`, Polars'
+   `airflow_provider_plgd.tables.staging.read_staged` (or any Delta reader: `deltalake`, Polars'
    `read_delta`) and counts the messages per owner and event type
    (`plgd.subjects.parse_subject`). XCom:
    `{"interval_id", "count", "per_owner": {owner: {event_type: n}}, "other_subjects"}`.
@@ -41,7 +41,7 @@ def count_event_types(fetched: dict[str, Any]) -> dict[str, Any]:
     :param fetched: the ``JetStreamToStagingOperator`` XCom (``root``, ``stream``, ``batches``:
         ``[{"owner_id", "event_type", "interval_id", ...}]``).
     """
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
 
     per_owner: dict[str, dict[str, int]] = {}

@@ -61,7 +61,7 @@ with DAG(
 
         from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
-        from airflow_provider_plgd.storage_root import resolve_storage_root
+        from airflow_provider_plgd.tables.storage_root import resolve_storage_root
         from airflow_provider_plgd import latest_snapshot, read_snapshot
 
         log = logging.getLogger("airflow.task")

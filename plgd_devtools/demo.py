@@ -72,7 +72,8 @@ def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
 
 def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> None:
     """Print the interval ledger's chain of one interval (``_ledger/.../summary.json``)."""
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import ledger
 
     path = Path(ledger.interval_dir(str(root), stream, times.interval_id(start, end))) / "summary.json"
     chain = json.loads(path.read_text())["chain"] if path.exists() else {}

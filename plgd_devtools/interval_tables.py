@@ -20,11 +20,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_plgd import delta_tables, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark import snapshot_store as ss
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-from airflow_provider_plgd.storage import to_fs
+from airflow_provider_plgd.tables.storage import to_fs
 
 #: Staging columns the decoder reads.
 _STAGING = pa.schema([("stream", pa.string()), ("stream_seq", pa.int64()), ("subject", pa.string()),

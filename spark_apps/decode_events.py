@@ -14,7 +14,7 @@ quarantined as ``content_too_large`` before anything is decompressed (decode bom
 Steps:
 
 1. The files of the interval come from the staging table's Delta log
-   (``airflow_provider_plgd.staging.staged_files``; ``--event-types`` by partition, ``--owners`` by
+   (``airflow_provider_plgd.tables.staging.staged_files``; ``--event-types`` by partition, ``--owners`` by
    the files' ``owner_id`` statistics). With ``--ledger`` (the ETL DAG) they are checked against
    the interval ledger first (:func:`decode_job.ledger_files`): the fetch records must account for
    every message of the plan, and the files must be exactly the plan's run's with the recorded
@@ -69,7 +69,7 @@ def parse_args(argv: Sequence[str] | None = None) -> app_args.DecodeArgs:
                         help="only these event_type partitions (comma-separated; repeatable)")
     parser.add_argument("--ledger", action="store_true",
                         help="check the interval's staging files against the interval ledger under "
-                             "--root (airflow_provider_plgd.ledger; the ETL DAG passes it): files of another "
+                             "--root (airflow_provider_plgd.tables.ledger; the ETL DAG passes it): files of another "
                              "run, a missing range or another count fail the run before anything is written")
     parser.add_argument("--max-content-bytes", type=_positive_bytes, default=DEFAULT_MAX_CONTENT_BYTES,
                         help="cap on the decoded (snappy-decompressed) size of one event, and so of its "

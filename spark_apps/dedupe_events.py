@@ -62,7 +62,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
-from airflow_provider_plgd.layout import validate_partition_value
+from airflow_provider_plgd.tables.layout import validate_partition_value
 from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd.spark.dedupe_job import DEFAULT_LOOKBACK, run
 from airflow_provider_plgd.spark.session import run_app

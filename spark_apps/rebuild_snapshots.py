@@ -51,8 +51,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
-from airflow_provider_plgd import delta_tables
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.spark import app_args, snapshot_store
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app

@@ -80,7 +80,7 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
     ``dedupe``: ``events_deduped`` ``{interval_id, kept, duplicates, table, delta_version}``;
     ``rebuild``: ``snapshots`` ``{interval_id, snapshot_version, rows, tables, delta_versions}``.
     """
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     versions = summary.get("delta_versions") or {}
     if app == "decode":
@@ -114,7 +114,7 @@ def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[
         interval ID (Airflow >= 3.3).
     :raises ValueError: the application wrote no run summary (``{root}/_runs/{app}/...``).
     """
-    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
 
     planned = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
     summary = read_app_summary(planned.layout, app, planned.interval_id)

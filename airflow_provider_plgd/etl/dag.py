@@ -23,7 +23,7 @@ from airflow_provider_plgd.etl.intervals import require_data_interval
 from airflow_provider_plgd.etl.params import etl_params
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, IntervalPlan, plan_interval
 from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summarize_interval
-from airflow_provider_plgd.links import PlgdTablesLink
+from airflow_provider_plgd.operators.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
 
@@ -105,11 +105,11 @@ def build_etl_dag(
     the earlier intervals) and ``rebuild`` (each snapshot is the previous one plus the new events),
     so scheduled runs and backfills process the intervals oldest first, and a failed interval stops
     the chain until it is cleared or fixed, also across empty intervals. The tasks check the chain
-    from the data too (``airflow_provider_plgd.chain``): a hole fails dedupe, rebuild and summary.
+    from the data too (``airflow_provider_plgd.tables.chain``): a hole fails dedupe, rebuild and summary.
     The params ``stream``, ``owners``, ``event_types``, ``lookback_intervals``, ``max_content_bytes``
     and the storage root are the pipeline's identity: their values here are fixed, a run whose
     conf differs fails in ``wait_for_interval`` (``PipelineIdentityError``), and the root records
-    them (``airflow_provider_plgd.pipeline``). Runs without a data interval
+    them (``airflow_provider_plgd.tables.identity``). Runs without a data interval
     (Airflow 3 runs without a logical date) fail in ``wait_for_interval`` with
     :class:`MissingDataIntervalError`, manual runs whose interval is not one of the schedule with
     :class:`OffScheduleIntervalError`, both without retries. An interval for which the stream holds
@@ -151,7 +151,7 @@ def build_etl_dag(
         ``{app_id}``, e.g. ``https://spark-history.example:18080/history/{app_id}/``: the "Spark
         application" link of the Spark tasks after their application ended (default: none; while
         it runs the link is the driver's Spark UI). The ``summary`` task's "Tables" link needs
-        nothing (``airflow_provider_plgd.links``).
+        nothing (``airflow_provider_plgd.operators.links``).
     :param partitioned_asset_events: on Airflow >= 3.3 the asset events of ``staging``,
         ``events`` and ``events_deduped`` carry ``partition_key`` = the interval ID, for consumers
         scheduled with ``PartitionedAssetTimetable`` (default True). Such events do not schedule
@@ -166,7 +166,7 @@ def build_etl_dag(
     :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
         type, a relative storage root, a number out of bounds; names the param).
     """
-    from airflow_provider_plgd import lineage
+    from airflow_provider_plgd.operators import lineage
     from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
 
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -235,7 +235,7 @@ def build_etl_dag(
             """Resolve the storage root, record the interval ledger (its sequence ranges and their
             counts), and build the --py-files zip."""
             # the work: plan_interval; here only the Airflow context and the lineage report
-            from airflow_provider_plgd import ledger
+            from airflow_provider_plgd.tables import ledger
 
             start, end = check_interval(context)
 

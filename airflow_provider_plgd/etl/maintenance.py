@@ -87,7 +87,7 @@ def build_maintenance_dag(
             """Run :func:`airflow_provider_plgd.maintenance.maintain_tables` and log the status view."""
             from airflow_provider_plgd.maintenance import maintain_tables
             from airflow_provider_plgd.status import chain_status, format_status
-            from airflow_provider_plgd.storage_root import resolve_storage_root
+            from airflow_provider_plgd.tables.storage_root import resolve_storage_root
 
             root = resolve_storage_root(storage_root, jetstream_conn_id)
             expire = None if retention_s is None else (lambda r, s, _head: expire_staging(r, s, retention_s))

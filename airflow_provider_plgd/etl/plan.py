@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_plgd import delta_tables, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import delta_tables, storage
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.fetch.selection import Selection
-from airflow_provider_plgd.layout import Layout
-from airflow_provider_plgd.ledger import ALL_OWNERS
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.ledger import ALL_OWNERS
 
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 
@@ -101,11 +102,11 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     a triggering user may set is checked, and those of the pipeline's identity against the DAG
     author's (``run_params.check_run``); the storage
     root is resolved and its layout checked; the identity is compared with the one recorded at the
-    root (``pipeline.check_recorded``); a new interval older than the chain's head is refused
+    root (``identity.check_recorded``); a new interval older than the chain's head is refused
     (``chain.check_not_behind_head``); no unplanned stretch may precede the interval
     (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``); the interval must be complete on the server
     (``require_interval_complete``); the identity is recorded when the root has none
-    (``pipeline.record``) and the ledger's ``stream.json`` is written
+    (``identity.record``) and the ledger's ``stream.json`` is written
     (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
 
     :param params: the run's params (the DAG's :data:`~airflow_provider_plgd.etl.params.DEFAULT_PARAMS`
@@ -133,7 +134,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``).
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
-    from airflow_provider_plgd import chain, ledger, pipeline, run_params
+    from airflow_provider_plgd import run_params
+    from airflow_provider_plgd.tables import chain, ledger, identity
     from airflow_provider_plgd.exceptions import (
         FewerMessagesError,
         NarrowerRerunError,
@@ -151,11 +153,11 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         delta_tables.check_layout(root)
     except OldLayoutError as err:
         raise _FailWithoutRetry(str(err)) from None
-    identity = pipeline.PipelineIdentity.of(storage_root=root, **checked.identity())
+    pipeline_identity = identity.PipelineIdentity.of(storage_root=root, **checked.identity())
     window = times.Interval.of(start, end)
     interval = window.id
     try:
-        pipeline.check_recorded(root, identity.as_dict())
+        identity.check_recorded(root, pipeline_identity.as_dict())
         # a new interval older than what the tables already built on (refused, never replayed)
         chain.check_not_behind_head(
             interval, chain.dedupe_log(root), stage="plan",
@@ -180,7 +182,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
     owners = list(selection.owners) or None  # None: every owner, read through plgd.>
     try:
-        pipeline.record(identity)  # the first plan on a root records it (checked above)
+        identity.record(pipeline_identity)  # the first plan on a root records it (checked above)
         record = write_interval_ledger(
             hook, root, window, owners, list(selection.event_types),
             accept_fewer=checked.accept_fewer_messages,
@@ -224,7 +226,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     """
     import time
 
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd.tables import ledger, staging
     from airflow_provider_plgd.plgd.subjects import owner_filter
 
     interval = window.id
@@ -277,7 +279,7 @@ def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime | int)
 
     :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware, or unix ns).
     """
-    from airflow_provider_plgd.run_summary import APPS, read_app_summary
+    from airflow_provider_plgd.tables.run_summary import APPS, read_app_summary
     from airflow_provider_plgd.spark import snapshot_store
 
     if int(record["total"]):

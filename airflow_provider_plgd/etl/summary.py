@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_plgd.etl.params import run_params_used
-from airflow_provider_plgd.run_summary import RunSummary
+from airflow_provider_plgd.tables.run_summary import RunSummary
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
 
@@ -35,13 +35,13 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     :param params: the run's params (their :data:`~airflow_provider_plgd.etl.params.SUMMARY_PARAMS`
         go into ``params`` of the result, :func:`run_params_used`).
     :param staging_retention_seconds: how long a reconciled interval's staging is kept (s); None: forever.
-    :return: :func:`airflow_provider_plgd.run_summary.collect_run_summary`'s summary with ``params``
+    :return: :func:`airflow_provider_plgd.tables.run_summary.collect_run_summary`'s summary with ``params``
         and ``staging_expired`` (``{"intervals": [ids], "files", "rows", "vacuumed"}``, or None when
         nothing was expired or no retention is set); its ``as_dict()`` is the ``summary`` task's XCom.
     :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
         names the interval and the first 20).
     """
-    from airflow_provider_plgd.run_summary import collect_run_summary
+    from airflow_provider_plgd.tables.run_summary import collect_run_summary
 
     result = dataclasses.replace(collect_run_summary(root, stream, interval_id),
                                  params=run_params_used(params, root))
@@ -65,7 +65,7 @@ def expire_staging(root: str, stream: str, retention_seconds: float) -> dict[str
     :return: ``{"intervals", "files", "rows", "vacuumed"}``, or None when nothing was expired or
         the expiry failed (logged as a warning).
     """
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd.tables import ledger, staging
 
     try:
         done = staging.expire_intervals(root, stream, retention_seconds=retention_seconds,
@@ -83,7 +83,7 @@ def expire_staging(root: str, stream: str, retention_seconds: float) -> dict[str
 
 
 def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None) -> None:
-    """Log one run's summary (the dict of :func:`airflow_provider_plgd.run_summary.collect_run_summary`).
+    """Log one run's summary (the dict of :func:`airflow_provider_plgd.tables.run_summary.collect_run_summary`).
 
     Lines: what the stream holds (the ledger) and what was staged and skipped; messages staged per
     event type (non-zero counts); the owners and event types covered and the other params

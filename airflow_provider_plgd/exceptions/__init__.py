@@ -262,7 +262,7 @@ class OutOfOrderIntervalError(LedgerError):
 
 
 class PipelineIdentityError(PlgdError, ValueError):
-    """A run's settings differ from the pipeline's identity (``airflow_provider_plgd.pipeline``): the
+    """A run's settings differ from the pipeline's identity (``airflow_provider_plgd.tables.identity``): the
     stream, the selection, the lookback, the decode limit or the storage root that the DAG author
     fixed and that the tables record. Raised before anything is read or written; in an Airflow task
     it fails the task without retries (the same settings would fail again).

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd import ledger, staging, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger, staging, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.fetch.router import Router
@@ -32,7 +33,7 @@ from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.tables.layout import Layout
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from airflow_provider_plgd import ledger
+from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.fetch.selection import Target
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.plgd.subjects import (

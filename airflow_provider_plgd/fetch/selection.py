@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.plgd.event_types import event_type_info
 from airflow_provider_plgd.plgd.subjects import (
     check_filter_subject,

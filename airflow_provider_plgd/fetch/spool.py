@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from airflow_provider_plgd.layout import SPOOL_DIR_NAME, Layout  # noqa: F401 (SPOOL_DIR_NAME re-exported)
+from airflow_provider_plgd.tables.layout import SPOOL_DIR_NAME, Layout  # noqa: F401 (SPOOL_DIR_NAME re-exported)
 
 #: Spill files older than this (seconds) are leftovers of killed runs: each fetch that spills
 #: deletes the ``plgd-stage-*.arrow`` (and earlier versions' ``plgd-durable-*.arrow``) files in its

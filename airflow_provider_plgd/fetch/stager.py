@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_plgd import staging, storage
+from airflow_provider_plgd.tables import staging, storage
 
 #: File name prefix of the stager's spill files (``plgd-stage-{pid}-{random}-{n}.arrow``).
 SPILL_PREFIX = "plgd-stage-"
@@ -193,7 +193,7 @@ class Stager:
         return records
 
     def _write_type(self, table_uri: str, interval_id: str, event_type: str, prefix: str) -> list[dict[str, Any]]:
-        from airflow_provider_plgd import delta_tables
+        from airflow_provider_plgd.tables import delta_tables
 
         sources = []
         with contextlib.ExitStack() as stack:

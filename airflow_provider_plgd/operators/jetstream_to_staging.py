@@ -2,7 +2,7 @@
 
 The operator reads the messages of one owner and one event type (or of any subject filter, or a
 range of the interval ledger's plan) within bounds and writes them, unchanged, into the stream's
-staging table in one Delta commit (:mod:`airflow_provider_plgd.staging`: layout, schema and
+staging table in one Delta commit (:mod:`airflow_provider_plgd.tables.staging`: layout, schema and
 commit protocol).
 Source of the design: ``docs/architecture.md`` ("Bounded batches", "Staging contract");
 subjects: ``docs/wire-format.md`` §1.
@@ -16,14 +16,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_plgd import ledger, staging, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger, staging, storage
 from airflow_provider_plgd.compat import BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError, MissingDataIntervalError
 from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.tables.layout import Layout
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
@@ -56,7 +57,7 @@ class JetStreamToStagingOperator(BaseOperator):
     A batch is the messages of one (owner, event type) in one interval: the rows of its
     ``owner_id`` in the partition ``interval_id=…/event_type=…`` of ``{storage_root}/staging/{stream}``
     (rows ordered by owner, then stream sequence; read them with ``deltalake``, Polars'
-    ``read_delta`` or :func:`airflow_provider_plgd.staging.read_staged`).
+    ``read_delta`` or :func:`airflow_provider_plgd.tables.staging.read_staged`).
 
     **What** (exactly one of):
 
@@ -382,8 +383,8 @@ class JetStreamToStagingOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
-        (:func:`airflow_provider_plgd.lineage.fetch_lineage`; names in ``docs/lineage.md``)."""
-        from airflow_provider_plgd import lineage
+        (:func:`airflow_provider_plgd.operators.lineage.fetch_lineage`; names in ``docs/lineage.md``)."""
+        from airflow_provider_plgd.operators import lineage
 
         done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
         if self._from_ledger():

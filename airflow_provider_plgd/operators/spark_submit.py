@@ -12,7 +12,7 @@ otherwise. Trust boundary: ``docs/operations.md``, "Shipping the plgd code to ex
 It also takes Spark settings of the DAG run from a DAG param (``run_conf_param``), gives the driver
 the Airflow worker's Python when only ``spark.pyspark.python`` is set, and turns an
 ``execution_timeout`` into :class:`SparkApplicationTimeoutError` (``docs/operations.md``, "Run on a
-Spark cluster"). Its "Spark application" link (:class:`~airflow_provider_plgd.links.PlgdSparkApplicationLink`)
+Spark cluster"). Its "Spark application" link (:class:`~airflow_provider_plgd.operators.links.PlgdSparkApplicationLink`)
 leads to the driver's Spark UI while the application runs, then to the History Server if configured.
 """
 
@@ -30,7 +30,7 @@ from airflow_provider_plgd.exceptions import (
     SparkApplicationTimeoutError,
     UntrustedPyFilesError,
 )
-from airflow_provider_plgd.links import (
+from airflow_provider_plgd.operators.links import (
     SPARK_APP_XCOM_KEY,
     PlgdSparkApplicationLink,
     history_url,
@@ -140,7 +140,7 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
             yield line
 
     def _push_spark_application(self, *, finished: bool) -> None:
-        """Push the application to XCom (:data:`~airflow_provider_plgd.links.SPARK_APP_XCOM_KEY`);
+        """Push the application to XCom (:data:`~airflow_provider_plgd.operators.links.SPARK_APP_XCOM_KEY`);
         while it runs, on Airflow 3 also the link itself under the link's ``xcom_key`` (the UI
         shows it before the task ends; Airflow 2.11's webserver calls ``get_link`` itself). A
         failed push is logged, never fails the task."""
@@ -214,7 +214,7 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the application's input and output tables
-        (:func:`airflow_provider_plgd.lineage.spark_app_lineage`; names in ``docs/lineage.md``)."""
-        from airflow_provider_plgd import lineage
+        (:func:`airflow_provider_plgd.operators.lineage.spark_app_lineage`; names in ``docs/lineage.md``)."""
+        from airflow_provider_plgd.operators import lineage
 
         return lineage.spark_app_lineage(self.application, self.application_args or [])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable, NoReturn, TypedDict
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.layout import Layout, validate_partition_value
+from airflow_provider_plgd.tables.layout import Layout, validate_partition_value
 
 
 @dataclass(frozen=True)

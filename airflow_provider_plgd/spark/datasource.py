@@ -9,7 +9,7 @@ no Airflow. Page: ``docs/spark-datasource.md``. Example::
     df = (spark.read.format("plgd-jetstream").option("servers", "nats://nats:4222")
           .option("start", "2026-01-01T00:00:00Z").option("end", "2026-01-01T01:00:00Z").load())
 
-Columns: exactly the staging schema (:data:`airflow_provider_plgd.staging.SCHEMA`: ``stream``,
+Columns: exactly the staging schema (:data:`airflow_provider_plgd.tables.staging.SCHEMA`: ``stream``,
 ``stream_seq``, ``subject``, ``published_at``, ``msg_id``, ``headers``, ``data``).
 
 **Batch** (:class:`JetStreamBatchReader`). On the driver, the bounds become the stream-sequence
@@ -67,7 +67,7 @@ from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.blocking import iterate_in_loop
 from airflow_provider_plgd.hooks.pull import read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
-from airflow_provider_plgd.staging import SCHEMA, message_arrays
+from airflow_provider_plgd.tables.staging import SCHEMA, message_arrays
 from airflow_provider_plgd.times import parse_rfc3339_ns, to_ns
 
 __all__ = [
@@ -302,8 +302,8 @@ async def _aplan_batch(opts: ReadOptions) -> tuple[list[SequenceRange], int, int
 
 
 def _to_record_batch(stream: str, messages: Sequence[StreamMessage]) -> pa.RecordBatch:
-    """Messages as a record batch of :data:`~airflow_provider_plgd.staging.SCHEMA` (the staging
-    row rule: :func:`~airflow_provider_plgd.staging.message_arrays`)."""
+    """Messages as a record batch of :data:`~airflow_provider_plgd.tables.staging.SCHEMA` (the staging
+    row rule: :func:`~airflow_provider_plgd.tables.staging.message_arrays`)."""
     columns = message_arrays(stream, [m.stream_seq for m in messages], [m.subject for m in messages],
                              [m.time_ns for m in messages], [m.headers for m in messages], [m.data for m in messages])
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)

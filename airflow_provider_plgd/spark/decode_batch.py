@@ -4,7 +4,7 @@ No SparkSession is needed: the decode app's tasks (``spark/decode_job.py``, a pl
 ``RDD.mapPartitions``) call :func:`decode_batch_parts` per staging batch; unit tests and
 ``bench/bench_decode.py`` call :func:`decode_batch` directly.
 
-Input columns (the staging contract, ``airflow_provider_plgd.staging``; extra columns are ignored):
+Input columns (the staging contract, ``airflow_provider_plgd.tables.staging``; extra columns are ignored):
 ``stream`` string, ``stream_seq`` int64, ``subject`` string, ``published_at`` timestamp[us, UTC],
 ``msg_id`` string (the ``Nats-Msg-Id`` header) or null, ``headers`` map<string,string> or null
 (optional column), ``data`` binary (the NATS payload).

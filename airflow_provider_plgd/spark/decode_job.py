@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_plgd import delta_tables, pipeline
+from airflow_provider_plgd.tables import delta_tables, identity
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.app_args import DecodeArgs
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
@@ -132,8 +132,8 @@ def _read_units(unit_lists, batch_rows: int, owners: Sequence[str] | None = None
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd import staging
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.tables import staging
+    from airflow_provider_plgd.tables.storage import to_fs
 
     wanted = None if owners is None else pa_array(sorted(set(owners)))
     columns = staging.SCHEMA.names + ([staging.OWNER_COLUMN] if wanted is not None else [])
@@ -188,7 +188,7 @@ def pa_array(values: Sequence[str]):
 
 def _may_hold(row_group, owners) -> bool:
     """False when the row group's ``owner_id`` statistics exclude every owner of ``owners``."""
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
 
     for i in range(row_group.num_columns):
         column = row_group.column(i)
@@ -212,7 +212,7 @@ def ledger_files(root: str, stream: str, interval_id: str) -> list[Any]:
     :raises LedgerError: no ledger, or the records or the files do not account for every message
         (names the interval, ranges, files and numbers).
     """
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd.tables import ledger, staging
     from airflow_provider_plgd.exceptions import LedgerError
 
     plan, records = ledger.read_records(root, stream, interval_id)
@@ -233,15 +233,15 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
     :raises TableCommitError: another run of the interval committed meanwhile (``delta_tables.commit_files``).
     :raises OldLayoutError: the output root holds tables of the layout before Delta Lake.
     :raises PipelineIdentityError: ``--stream`` or ``--max-content-bytes`` differs from the identity
-        recorded at the output root (``pipeline.check_app``); nothing read.
+        recorded at the output root (``identity.check_app``); nothing read.
     """
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
 
     started = time.time()
     run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
     layout = args.layout
-    identity = pipeline.check_app(layout.root, stream=args.stream, max_content_bytes=args.max_content_bytes)
+    recorded = identity.check_app(layout.root, stream=args.stream, max_content_bytes=args.max_content_bytes)
     delta_tables.check_layout(layout.root)
     owners = None
     if args.ledger:
@@ -293,7 +293,7 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
 
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
-            "pipeline": identity,
+            "pipeline": recorded,
             "stream": args.stream}
     commits = delta_tables.commit_interval(APP, interval_id, (
         (delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),

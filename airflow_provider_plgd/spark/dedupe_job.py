@@ -26,7 +26,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_plgd import chain, delta_tables, pipeline, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import chain, delta_tables, identity, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
 from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
@@ -301,7 +302,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
 
     :return: the run summary dict (also written as JSON).
     :raises PipelineIdentityError: ``--lookback-intervals`` differs from the identity recorded at
-        the root (``pipeline.check_app``; not checked with ``--previous-intervals``).
+        the root (``identity.check_app``; not checked with ``--previous-intervals``).
     :raises OutOfOrderIntervalError: a new interval older than the chain's head (``chain``).
     :raises ChainHoleError: an earlier planned interval with messages is not deduplicated (``chain``).
     :raises FileNotFoundError: decode has not committed the interval's ``events``.
@@ -312,7 +313,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
     root = args.layout.root
-    identity = pipeline.check_app(root, **({} if args.previous_intervals is not None
+    recorded = identity.check_app(root, **({} if args.previous_intervals is not None
                                            else {"lookback_intervals": args.lookback_intervals}))
     delta_tables.check_layout(root)
     source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
@@ -324,8 +325,8 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     # the chain, from the data: no new interval behind the head, no hole before this one
     log_ = chain.dedupe_log(root)
     chain.check_not_behind_head(interval_id, log_, processed_before=log_.started(interval_id), stage="dedupe")
-    if identity is not None:
-        chain.check_no_hole(root, identity["stream"], interval_id, stage="dedupe", log=log_)
+    if recorded is not None:
+        chain.check_no_hole(root, recorded["stream"], interval_id, stage="dedupe", log=log_)
     if args.previous_intervals is not None:
         previous = [i for i in args.previous_intervals if i != interval_id]
     else:
@@ -360,7 +361,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     timings["decide_and_write"] = round(time.time() - phase, 3)
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
-            "pipeline": identity}
+            "pipeline": recorded}
     commits = delta_tables.commit_interval(APP, interval_id, (
         (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
         (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),

@@ -98,7 +98,7 @@ class ArrowPartitionedWriter:
                  always_write: bool = False) -> None:
         import pyarrow as pa
 
-        from airflow_provider_plgd.storage import to_fs
+        from airflow_provider_plgd.tables.storage import to_fs
 
         self.fs, self.base = to_fs(str(base))
         self.task_id = int(task_id)
@@ -167,7 +167,7 @@ class ArrowPartitionedWriter:
     def close(self) -> list[dict[str, Any]]:
         """Flush and close every file; return one ``delta_tables.file_record`` per file (``path``
         relative to base, ``rows``, ``size``, ``partition`` {col: value as text}, ``stats``)."""
-        from airflow_provider_plgd.delta_tables import file_record, parquet_stats
+        from airflow_provider_plgd.tables.delta_tables import file_record, parquet_stats
 
         if self.always_write and not self._groups:
             self._groups[()] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}
@@ -196,7 +196,7 @@ def read_events_files(files: Iterable[tuple[str, Mapping[str, Any]]], columns: S
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.tables.storage import to_fs
 
     tables = []
     for url, partition in files:

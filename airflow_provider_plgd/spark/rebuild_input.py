@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.spark import fold, snapshot_store
 from airflow_provider_plgd.spark.parquet_io import ipc_bytes, read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks

@@ -15,7 +15,8 @@ import logging
 import time
 from typing import Any, Mapping
 
-from airflow_provider_plgd import chain, delta_tables, pipeline, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import chain, delta_tables, identity
 from airflow_provider_plgd.spark import rebuild_input, snapshot_store
 from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
@@ -143,7 +144,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         checked :class:`~airflow_provider_plgd.times.Interval` of ``--interval-id``).
 
     :raises RuntimeError: see :func:`choose_base` and :func:`check_older_interval`.
-    :raises PipelineIdentityError: the root differs from the identity recorded there (``pipeline.check_app``).
+    :raises PipelineIdentityError: the root differs from the identity recorded there (``identity.check_app``).
     :raises ChainHoleError: an earlier planned interval with messages is not deduplicated (``chain``).
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
     :raises TableCommitError: another rebuild committed to a snapshot table meanwhile.
@@ -154,11 +155,11 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     interval_id = window.id
     root = args.layout.root
     snapshots_root = args.snapshots.root
-    identity = pipeline.check_app(root)
+    recorded = identity.check_app(root)
     delta_tables.check_layout(root)
     delta_tables.check_layout(snapshots_root)
-    if identity is not None:  # the chain, from the data: every earlier interval with messages is deduplicated
-        chain.check_no_hole(root, identity["stream"], interval_id, stage="rebuild")
+    if recorded is not None:  # the chain, from the data: every earlier interval with messages is deduplicated
+        chain.check_no_hole(root, recorded["stream"], interval_id, stage="rebuild")
     t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
     latest = snapshot_store.latest(snapshots_root)
@@ -236,7 +237,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         "run_id": run_id,
         "run_version": run_version,
         "interval_id": interval_id,
-        "pipeline": identity,
+        "pipeline": recorded,
     }
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}

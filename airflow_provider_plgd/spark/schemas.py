@@ -16,7 +16,7 @@ Conventions
   above 2**63-1 would wrap to negative (two's complement); plgd never comes near that.
 * Enums are stored as their proto name strings (``"OK"``, ``"ONLINE"``, ``"IN_SYNC"`` ...).
 * ``*_SCHEMA`` are the Arrow schemas of *rows* and of the Delta tables; the partition columns
-  (``airflow_provider_plgd.delta_tables.INTERVAL_TABLES``: ``interval_id``, and ``event_type`` of
+  (``airflow_provider_plgd.tables.delta_tables.INTERVAL_TABLES``: ``interval_id``, and ``event_type`` of
   ``events``) are in the Delta log, not in the Parquet files.
 
 Only ``pyarrow`` is imported at module level; the Spark helpers import ``pyspark`` lazily, so this

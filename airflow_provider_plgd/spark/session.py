@@ -24,7 +24,7 @@ ArgsT = TypeVar("ArgsT", bound="AppArgs")
 log = logging.getLogger("plgd.spark")
 
 #: The start of the line :func:`log_spark_application` logs; ``PlgdSparkSubmitOperator`` looks for
-#: it in the ``spark-submit`` output (``airflow_provider_plgd.links``).
+#: it in the ``spark-submit`` output (``airflow_provider_plgd.operators.links``).
 SPARK_APP_LOG_MARKER = "plgd spark application:"
 
 #: Spark SQL settings every application sets (the Airflow DAG passes the same ones with --conf).

@@ -1,7 +1,7 @@
 """The snapshot tables: Delta tables under ``{root}/snapshots/``, copy-on-write by bucket.
 
 Layout below the storage root (a local path or any fsspec URL;
-``airflow_provider_plgd.delta_tables`` owns the names)::
+``airflow_provider_plgd.tables.delta_tables`` owns the names)::
 
     {root}/snapshots/{table}/_delta_log/...                       the Delta log of each table
     {root}/snapshots/{table}/bucket={b}/part-{run_id}.parquet     data files
@@ -46,8 +46,9 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from airflow_provider_plgd import delta_tables, storage, times
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import delta_tables, storage
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import tables as snapshot_tables
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
 

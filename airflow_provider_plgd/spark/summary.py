@@ -1,6 +1,6 @@
 """The run summary each application writes last: ``{root}/_runs/{app}/interval={interval_id}.json``.
 
-The path rule and the readers live in ``airflow_provider_plgd.run_summary``; this module writes
+The path rule and the readers live in ``airflow_provider_plgd.tables.run_summary``; this module writes
 (one atomic write through ``storage.write_json``).
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from airflow_provider_plgd.layout import Layout
-from airflow_provider_plgd import storage
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables import storage
 
 log = logging.getLogger("plgd.spark")
 

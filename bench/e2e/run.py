@@ -288,9 +288,10 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
         (:func:`bench.e2e.stages.stage_figures`), "nats_peak_rss", "ceilings" {read, decode,
         sum_s}, "ratio_to_ceilings", "load_before", "load_after"}``. Times in seconds, RSS in bytes.
     """
-    from airflow_provider_plgd import staging, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import staging
     from plgd_devtools.demo import _airflow_env, _run
-    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
     from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     result: dict[str, Any] = {"target_events": events, "load_before": uptime()}

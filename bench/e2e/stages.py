@@ -4,7 +4,7 @@ Source of the times: the ``task_instance`` table of the run's SQLite metadata DB
 ``end_date``, ``state``, ``map_index``; Airflow writes them for ``airflow dags test`` runs too).
 Source of the Spark application time: the run summaries the apps write to
 ``{root}/_runs/{app}/interval={interval_id}.json`` (``seconds``: from after the SparkSession is
-up to the committed output; :mod:`airflow_provider_plgd.run_summary`).
+up to the committed output; :mod:`airflow_provider_plgd.tables.run_summary`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.plgd import subjects
 

@@ -108,7 +108,7 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
 
 def read_counts(root: Path, interval_ids: list[str]) -> dict[str, dict[str, Any]]:
     """The deterministic counts of the Spark run summaries per interval."""
-    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
 
     keys = {"decode": ("fetched", "decoded", "quarantined", "per_reason"),
             "dedupe": ("input", "output", "duplicates", "within_batch_duplicates", "cross_batch_duplicates"),

@@ -65,7 +65,8 @@ dag = build_etl_dag(
 
 def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_reports_the_hole(
         jetstream, airflow_postgres_db, tmp_path: Path) -> None:
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import ledger
 
     t_start = time.monotonic()
     home, dags, root = tmp_path / "airflow", tmp_path / "dags", tmp_path / "data"

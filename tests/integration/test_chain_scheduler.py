@@ -72,7 +72,8 @@ def _devices(root: Path) -> set[str]:
 
 def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_interval_is_refused(
         jetstream, airflow_postgres_db, tmp_path: Path) -> None:
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.spark import spark_lock
 

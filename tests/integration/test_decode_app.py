@@ -38,7 +38,8 @@ from plgd_devtools.spark import spark_submit_env
 from tests.integration.delta_read import delta_table, read_both, staging_rows
 from tests.integration.staging_data import write_batches
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark import schemas

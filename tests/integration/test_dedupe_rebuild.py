@@ -57,7 +57,7 @@ DRIVER = textwrap.dedent('''
     \"\"\"Runs the three apps in one SparkSession (one JVM): see test_dedupe_rebuild.py.\"\"\"
     import json, sys
     from deltalake import DeltaTable
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.spark import dedupe_job, session, snapshot_store
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
@@ -538,7 +538,8 @@ def test_maintenance_of_the_spark_tables_keeps_every_row(pipeline, tmp_path):
     partition; every table reads the same rows (deltalake), the snapshot tables too."""
     import shutil
 
-    from airflow_provider_plgd import delta_tables, maintenance
+    from airflow_provider_plgd import maintenance
+    from airflow_provider_plgd.tables import delta_tables
     from tests.integration.delta_read import delta_rows
 
     root = tmp_path / "data"

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 
 def test_demo_one_interval_through_airflow_dags_test(tmp_path: Path) -> None:
-    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
     from plgd_devtools.snapshot_compare import read_latest_tables
 
     work = tmp_path / "demo"

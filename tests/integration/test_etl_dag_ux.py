@@ -152,7 +152,8 @@ def test_manual_trigger_with_the_dialogs_default_logical_date_is_refused(dags_fo
 
 def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, tmp_path):
     """An hour before the stream's first message: no Spark task runs, the ledger reconciles 0 = 0."""
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import ledger
 
     root = tmp_path / "root"
     # one message now, so the owner is discovered from the stream's subjects; the run's interval is
@@ -208,7 +209,7 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
 
 def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(tmp_path):
     from airflow_provider_plgd.etl import spark_skip_reason
-    from airflow_provider_plgd.run_summary import run_summary_path
+    from airflow_provider_plgd.tables.run_summary import run_summary_path
     from tests.integration.test_example_dags import write_snapshot
 
     root = tmp_path / "root"
@@ -255,7 +256,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     """Interval 0 with messages, interval 1 empty (skipped), interval 2 with messages that repeat
     some of interval 0's: dedupe of 2 still drops them (its lookback reaches across the skipped
     interval), and rebuild of 2 builds on the snapshot of 0: the final snapshot is the simulator's truth."""
-    from airflow_provider_plgd.run_summary import read_app_summary
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.ground_truth import GroundTruth
     from plgd_devtools.snapshot_compare import compare_snapshot
@@ -346,7 +347,8 @@ def test_a_hole_before_the_interval_fails_plan_naming_it(dags_folder, jetstream,
     ``plan`` with ``IntervalGapError`` naming B's hour and the backfill, and writes no ledger of its
     own; B, then C, run. What a backfill of a later interval leaves behind (docs/operations.md,
     "Holes in the interval chain"), through ``dag.test()`` (a scheduler would add minutes)."""
-    from airflow_provider_plgd import ledger, times
+    from airflow_provider_plgd import times
+    from airflow_provider_plgd.tables import ledger
 
     root = tmp_path / "root"
     path = dags_folder / "plgd_ux_gap.py"

@@ -53,10 +53,10 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
                    next_expiry_ns: dict[str, int] | None = None) -> str:
     """Commit ``tables`` as one snapshot version (bucket 0 of each table) as ``rebuild_snapshots``
     does: one Delta commit per table, then ``_device_state``'s commit with the snapshot record."""
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.spark import snapshot_store as ss
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.tables.storage import to_fs
 
     version = ss.version_id(snapshot_time_ns)
     run_id = ss.new_run_id()

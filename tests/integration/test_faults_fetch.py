@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from airflow_provider_plgd.spark.decode_job import ledger_files
@@ -54,7 +54,7 @@ DRIVER = textwrap.dedent('''
     import json, os, signal, sys, time
     sys.path[:0] = [{repo!r}]
     import pyarrow.parquet as pq
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.fetch import stager
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 

@@ -20,7 +20,8 @@ import pytest
 
 from plgd_devtools.spark import spark_lock
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.exceptions import MessagesExpiredError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator

@@ -4,7 +4,7 @@ One simulated dataset (2 intervals, publisher duplicates within and across the i
 boundary, corrupt payloads, lead resource types, an unregistered and re-created device) is
 staged with the fetch's writer and commit (the staging Delta table). The fetch's own kill matrix is
 ``tests/integration/test_faults_fetch.py``. The output tables are Delta
-tables (``airflow_provider_plgd.delta_tables``); every check below reads them with
+tables (``airflow_provider_plgd.tables.delta_tables``); every check below reads them with
 ``deltalake.DeltaTable`` (and Polars' ``read_delta``), never with the project's own readers.
 
 **The reference chain** (uninterrupted runs, each root a copy of the one before): ``B0`` =
@@ -61,7 +61,8 @@ from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_
 from tests.integration.delta_read import staging_rows
 from tests.integration.staging_data import stage_simulation, write_batches
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from airflow_provider_plgd.spark import snapshot_store
@@ -126,7 +127,7 @@ DRIVER = textwrap.dedent('''
     """Runs plgd Spark applications in one JVM; a step may be armed to kill the whole
     spark-submit session, or to wait, at a chosen point (test_faults_spark.py)."""
     import json, os, shutil, signal, sys, time, traceback
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.spark import decode_job, dedupe_job, rebuild_input, rebuild_job, session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import staging, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.exceptions import (
     IntervalNotCompleteError,
     JetStreamAuthError,

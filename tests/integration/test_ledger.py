@@ -15,7 +15,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from plgd_devtools.nats_server import recreate_stream

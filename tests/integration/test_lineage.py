@@ -1,4 +1,4 @@
-"""OpenLineage events of the ETL DAG (``airflow_provider_plgd.lineage``, ``docs/lineage.md``).
+"""OpenLineage events of the ETL DAG (``airflow_provider_plgd.operators.lineage``, ``docs/lineage.md``).
 
 The first tests check the dataset names without Airflow. The last one runs the ETL DAG with
 ``dag.test()`` against a real nats-server and real ``spark-submit``, with the OpenLineage
@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("airflow.providers.openlineage")
 
-from airflow_provider_plgd import lineage  # noqa: E402
+from airflow_provider_plgd.operators import lineage  # noqa: E402
 from tests.integration.conftest import load_dag, read_stream, use_local_spark  # noqa: E402
 
 UTC = timezone.utc

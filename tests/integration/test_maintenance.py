@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd import delta_tables, maintenance
+from airflow_provider_plgd import maintenance
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.simulator import SimulationConfig, generate
 from plgd_devtools import interval_tables
 
@@ -257,7 +258,7 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     """``build_maintenance_dag(staging_retention=…)``: the staging of a reconciled interval older
     than the retention is removed (one Delta commit, read back with deltalake); an interval whose
     ledger does not say reconciled keeps its staging."""
-    from airflow_provider_plgd import ledger, staging
+    from airflow_provider_plgd.tables import ledger, staging
     from airflow_provider_plgd.fetch.stager import Stager
     from tests.integration.conftest import load_dag, xcom_value
 

@@ -95,7 +95,8 @@ def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with
         assert {t: tis[t] for t in ("fetch", "spark_needed", "decode", "dedupe", "rebuild", "summary")} == {
             "fetch": "success", "spark_needed": "success", "decode": "skipped", "dedupe": "skipped",
             "rebuild": "skipped", "summary": "success"}, tis
-        from airflow_provider_plgd import ledger, times
+        from airflow_provider_plgd import times
+        from airflow_provider_plgd.tables import ledger
 
         interval = times.interval_id(hour - timedelta(hours=1), hour)
         summary = ledger.read_json(f"{ledger.interval_dir(str(root), 'EVENTS', interval)}/summary.json")

@@ -19,7 +19,7 @@ SANDBOX = f"s3://{BUCKET}/sandbox"
 def write_delta(uri: str, rows: int) -> None:
     from deltalake import write_deltalake
 
-    from airflow_provider_plgd.delta_tables import storage_options
+    from airflow_provider_plgd.tables.delta_tables import storage_options
 
     write_deltalake(uri, pa.table({"n": list(range(rows))}), storage_options=storage_options(uri))
 
@@ -65,7 +65,7 @@ def test_an_accepted_root_is_one_place_for_delta_rs_and_fsspec(s3, value, expect
     import polars as pl
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd.delta_tables import storage_options
+    from airflow_provider_plgd.tables.delta_tables import storage_options
     from airflow_provider_plgd.run_params import check_run_storage_root
 
     root = check_run_storage_root(value, [SANDBOX], "no_such_connection")

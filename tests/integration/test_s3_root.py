@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging, storage, times
-from airflow_provider_plgd.storage_root import normalize_storage_root, resolve_storage_root
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger, staging, storage
+from airflow_provider_plgd.tables.storage_root import normalize_storage_root, resolve_storage_root
 from tests.integration.conftest import publish_messages
 from tests.integration.delta_read import staging_rows
 
@@ -83,7 +84,7 @@ def test_the_harness_serves_s3_over_http_with_the_standard_environment(s3):
 def test_one_spelling_for_s3_roots(value, expected, caplog):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.storage_root"):
+    with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.tables.storage_root"):
         assert normalize_storage_root(value) == expected
         assert resolve_storage_root(value, "unused") == expected
     assert ("s3a:// is Hadoop's spelling" in caplog.text) == value.lower().startswith("s3a://")
@@ -124,7 +125,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     the credentials."""
     from tests.integration.test_ledger import O1, O2, bounds_around, plan_ledger, run_op, traffic
 
-    from airflow_provider_plgd.run_summary import collect_run_summary, run_summary_path
+    from airflow_provider_plgd.tables.run_summary import collect_run_summary, run_summary_path
 
     publish_messages(jetstream.url, traffic(30))  # 60 per owner
     start_ns, end_ns = bounds_around(jetstream.url)
@@ -284,7 +285,7 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     instance here (``skip_instance_cache``)."""
     import s3fs
 
-    from airflow_provider_plgd.run_summary import read_app_summary, run_summary_path
+    from airflow_provider_plgd.tables.run_summary import read_app_summary, run_summary_path
 
     other = s3fs.S3FileSystem(skip_instance_cache=True)
     interval = "20260101T000000Z_20260101T010000Z"
@@ -314,7 +315,7 @@ WRITER_INTERVAL = "seq-000000000001-000000001000"
 COMMITTING_WRITER = """
 import os, signal, sys
 sys.path[:0] = [{repo!r}]
-from airflow_provider_plgd import staging
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.fetch import stager as stager_module
 
 KILL_AFTER = {kill_after}

@@ -47,7 +47,7 @@ CONFIG = SimulationConfig(seed=23, owners=2, devices_per_owner=3, resources_per_
 DRIVER = textwrap.dedent('''
     """decode -> dedupe -> rebuild on an s3:// root in one JVM (test_spark_apps_s3.py)."""
     import json, sys
-    from airflow_provider_plgd import delta_tables, storage
+    from airflow_provider_plgd.tables import delta_tables, storage
     from airflow_provider_plgd.spark import session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
@@ -162,7 +162,7 @@ def test_every_delta_table_names_only_files_that_exist(pipeline):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.tables import storage
 
     for table in ("events", "quarantine", "events_deduped", "msgid_index", "snapshots/resources",
                   "snapshots/_device_state"):
@@ -218,10 +218,10 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
     before the first commits (``delta_tables.ensure_table`` returns that earlier load)."""
     import pyarrow as pa
 
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.exceptions import TableCommitError
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.tables import storage
 
     uri = f"s3://{BUCKET}/concurrent/t"
     schema = pa.schema([("msg_id", pa.string()), ("interval_id", pa.string())])

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import ledger, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger
 from tests.integration.conftest import load_dag, read_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
@@ -239,7 +240,7 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     environment; nothing of it is in the Spark settings. The snapshot equals the simulator's ground
     truth, the tables hold every message once or in quarantine (the ledger reconciles), and no
     data file of the run is unnamed by the Delta log."""
-    from airflow_provider_plgd import storage
+    from airflow_provider_plgd.tables import storage
     from airflow_provider_plgd.simulator import expected_state
     from plgd_devtools.snapshot_compare import compare_snapshot
     from tests.integration.delta_read import delta_table

@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_plgd.exceptions import RangeChangedError
 from airflow_provider_plgd.spark.datasource import REDACTED, JetStreamDataSource
-from airflow_provider_plgd.staging import SCHEMA
+from airflow_provider_plgd.tables.staging import SCHEMA
 from plgd_devtools.nats_server import NatsServer, recreate_stream
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
 from tests.integration.conftest import publish_messages, read_stream

@@ -26,7 +26,8 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd import ledger, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger, storage
 from airflow_provider_plgd.simulator import SimulationConfig, generate
 from plgd_devtools import interval_tables
 from tests.integration.conftest import publish_messages, read_stream

@@ -1,4 +1,4 @@
-"""``airflow_provider_plgd.chain``: the chain checked from the ledger and the Delta logs.
+"""``airflow_provider_plgd.tables.chain``: the chain checked from the ledger and the Delta logs.
 
 Real Delta tables (``deltalake``) and ledger files under ``tmp_path``, written with the project's
 writers (``delta_tables.commit_interval``, ``ledger.write_json``); no Spark, no server.
@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd import chain, delta_tables, ledger, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import chain, delta_tables, ledger
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.dedupe_job import MSGID_INDEX_SCHEMA
@@ -91,7 +92,7 @@ def test_a_new_interval_older_than_the_head_is_refused_and_a_rerun_is_not(tmp_pa
 
 
 def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
-    from airflow_provider_plgd.run_summary import collect_run_summary
+    from airflow_provider_plgd.tables.run_summary import collect_run_summary
 
     root = str(tmp_path)
     plan(root, IDS[0], 2)  # failed

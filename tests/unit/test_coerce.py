@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_plgd import coerce, storage
+from airflow_provider_plgd import coerce
+from airflow_provider_plgd.tables import storage
 
 
 def test_parse_bool_accepts_bools_and_rendered_text_only():

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import codec, ids, subjects
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.plgd.pb import eventbus_pb2
@@ -536,11 +536,11 @@ def test_py_files_zip(tmp_path):
     first = open(path, "rb").read()
     assert build_py_files_zip(tmp_path / "deps") == path and open(path, "rb").read() == first  # deterministic
     names = zipfile.ZipFile(path).namelist()
-    for needed in ("airflow_provider_plgd/__init__.py", "airflow_provider_plgd/staging.py",
-                   "airflow_provider_plgd/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
+    for needed in ("airflow_provider_plgd/__init__.py", "airflow_provider_plgd/tables/staging.py",
+                   "airflow_provider_plgd/tables/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
                    "airflow_provider_plgd/plgd/pb/resourceaggregate_pb2.py", "airflow_provider_plgd/spark_apps/decode_events.py",
                    "airflow_provider_plgd/spark/decode_batch.py", "airflow_provider_plgd/spark/schemas.py",
-                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/delta_tables.py", "airflow_provider_plgd/storage.py"):
+                   "airflow_provider_plgd/spark/session.py", "airflow_provider_plgd/tables/delta_tables.py", "airflow_provider_plgd/tables/storage.py"):
         assert needed in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert "airflow_provider_plgd/hooks/jetstream.py" in names  # the package, whole

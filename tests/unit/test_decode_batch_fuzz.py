@@ -1,6 +1,6 @@
 """Hypothesis fuzzing of ``airflow_provider_plgd.spark.decode_batch`` (the decode application's pure-Python core).
 
-A staging batch (``airflow_provider_plgd.staging.SCHEMA``) is built from simulator messages,
+A staging batch (``airflow_provider_plgd.tables.staging.SCHEMA``) is built from simulator messages,
 each either kept valid or mutated: truncated, bit-flipped, replaced by random bytes, emptied,
 moved to another subject, given a broken subject, or given a ``Nats-Msg-Id`` header. Properties
 (docs/reliability.md, "Bad input"):
@@ -27,7 +27,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts
 

@@ -66,7 +66,7 @@ def small_row() -> tuple[str, bytes]:
 def staging_batch(rows: list[tuple[str, bytes]]) -> pa.RecordBatch:
     from datetime import datetime, timezone
 
-    from airflow_provider_plgd import staging
+    from airflow_provider_plgd.tables import staging
 
     n = len(rows)
     return pa.RecordBatch.from_arrays(

@@ -1,4 +1,4 @@
-"""``airflow_provider_plgd.delta_tables`` on real Delta tables in a temp folder, read back with
+"""``airflow_provider_plgd.tables.delta_tables`` on real Delta tables in a temp folder, read back with
 ``deltalake`` and ``polars``: one commit replaces exactly an interval's rows, a retried commit is a
 no-op and an older run's is refused, a new column evolves the schema (old files read as null), the
 file statistics, and the refusal of a storage root in the layout before Delta Lake."""
@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd import delta_tables
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.exceptions import OldLayoutError, TableCommitError
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-from airflow_provider_plgd.storage import to_fs
+from airflow_provider_plgd.tables.storage import to_fs
 
 PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.EVENTS]
 

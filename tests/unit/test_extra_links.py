@@ -1,4 +1,4 @@
-"""Operator extra links (``airflow_provider_plgd.links``): the URLs, ``get_link`` over a fake XCom,
+"""Operator extra links (``airflow_provider_plgd.operators.links``): the URLs, ``get_link`` over a fake XCom,
 the Spark operator's XCom pushes from the ``spark-submit`` output, the ``summary`` task's link,
 and their registration (provider info ``extra-links``, ProvidersManager, the serialized DAG)."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_plgd import links
-from airflow_provider_plgd.layout import Layout
-from airflow_provider_plgd.links import (
+from airflow_provider_plgd.operators import links
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.operators.links import (
     SPARK_APP_XCOM_KEY,
     TABLES_XCOM_KEY,
     PlgdSparkApplicationLink,
@@ -213,16 +213,16 @@ def test_a_failed_push_does_not_fail_the_task():
 def test_provider_info_lists_the_extra_links():
     from airflow_provider_plgd.get_provider_info import get_provider_info
 
-    assert get_provider_info()["extra-links"] == ["airflow_provider_plgd.links.PlgdSparkApplicationLink",
-                                                  "airflow_provider_plgd.links.PlgdTablesLink"]
+    assert get_provider_info()["extra-links"] == ["airflow_provider_plgd.operators.links.PlgdSparkApplicationLink",
+                                                  "airflow_provider_plgd.operators.links.PlgdTablesLink"]
 
 
 def test_providers_manager_accepts_the_extra_links():
     from airflow.providers_manager import ProvidersManager
 
     names = set(ProvidersManager().extra_links_class_names)
-    assert {"airflow_provider_plgd.links.PlgdSparkApplicationLink",
-            "airflow_provider_plgd.links.PlgdTablesLink"} <= names
+    assert {"airflow_provider_plgd.operators.links.PlgdSparkApplicationLink",
+            "airflow_provider_plgd.operators.links.PlgdTablesLink"} <= names
 
 
 def test_the_etl_dag_serializes_its_links():
@@ -238,11 +238,11 @@ def test_the_etl_dag_serializes_its_links():
     tasks = {t["__var"]["task_id"] if "__var" in t else t["task_id"]: t.get("__var", t)
              for t in serialized["dag"]["tasks"]}
     assert tasks["summary"]["_operator_extra_links"] in (
-        {"Tables": "_link_PlgdTablesLink"}, [{"airflow_provider_plgd.links.PlgdTablesLink": {}}])
+        {"Tables": "_link_PlgdTablesLink"}, [{"airflow_provider_plgd.operators.links.PlgdTablesLink": {}}])
     for app in ("decode", "dedupe", "rebuild"):
         assert tasks[app]["_operator_extra_links"] in (
             {"Spark application": "_link_PlgdSparkApplicationLink"},
-            [{"airflow_provider_plgd.links.PlgdSparkApplicationLink": {}}])
+            [{"airflow_provider_plgd.operators.links.PlgdSparkApplicationLink": {}}])
     # and back (Airflow 2.11 imports the classes listed in the provider info's extra-links)
     loaded = serializer.from_dict(serialized)
     assert loaded.get_task("summary").extra_links == ["Tables"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_plgd import ledger, staging
+from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, owner_groups, unrouted_targets
 
 O1 = "e1407479-3136-56c0-9908-bb02fb0339e2"

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_plgd import staging
+from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd.subjects import subject_filters, validate_token
 
 UTC = timezone.utc

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd import ledger, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.exceptions import IntervalGapError, LedgerError
 
 H0 = datetime(2026, 11, 23, 10, tzinfo=timezone.utc)
@@ -62,7 +63,7 @@ def test_a_hole_between_earlier_intervals_planned_out_of_order_is_refused(tmp_pa
     """``ledger.check_no_hole_before``: what the scheduler leaves after a backfill of a later interval
     (0 scheduled, 2 backfilled and planned first, 1 never run): 3 passes the latest-only rule but
     is refused naming 1's hour and the backfill that fills it and reruns 2 and 3."""
-    from airflow_provider_plgd.ledger import check_no_hole_before
+    from airflow_provider_plgd.tables.ledger import check_no_hole_before
 
     check_no_hole_before(str(tmp_path), "EVENTS", _iid(3))  # no ledger at all
     _plan(tmp_path, 2)

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from airflow_provider_plgd import delta_tables, ledger, lineage, pipeline, run_summary, staging
+from airflow_provider_plgd.tables import delta_tables, ledger, identity, run_summary, staging
+from airflow_provider_plgd.operators import lineage
 from airflow_provider_plgd.fetch import spool
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.spark import snapshot_store
 
 IID = "20260101T000000Z_20260101T010000Z"
@@ -40,7 +41,7 @@ def test_the_storage_modules_take_their_paths_from_the_layout():
         assert delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
         assert snapshot_store.snapshot_table_uri(root, "resources") == "/data/plgd/snapshots/resources"
         assert spool.default_spool_dir(root) == "/data/plgd/staging/_spool"
-    assert pipeline.IDENTITY_FILE == "_ledger/pipeline.json"
+    assert identity.IDENTITY_FILE == "_ledger/pipeline.json"
     with pytest.raises(ValueError, match="unknown table 'staging'"):
         delta_tables.interval_table_uri(layout, "staging")
     with pytest.raises(ValueError, match="unknown snapshot table 'nope'"):

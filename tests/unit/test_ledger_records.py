@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from airflow_provider_plgd import ledger, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import ledger
 
 START_NS = 1_767_225_600 * 10**9
 COUNTED = {"stream": "EVENTS", "created": "2026-01-01T00:00:00Z", "state": {"messages": 100, "last_seq": 100},

@@ -20,10 +20,10 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
     """Commit ``rows`` rows of interval ``interval`` to ``events_deduped`` (one file ``name``)."""
     import pyarrow as pa
 
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.tables.storage import to_fs
 
     uri = delta_tables.interval_table_uri(str(root), delta_tables.EVENTS_DEDUPED)
     rel = f"interval_id={interval}/event_type=x/{name}"
@@ -38,7 +38,7 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
 
 def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> None:
     """Commit a snapshot record of ``version`` that folded ``interval`` (no rows)."""
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     record = {"snapshot": version, "snapshot_time_ns": 1, "buckets": 1, "parent": None, "interval_id": interval,
               "intervals": [interval]}
@@ -82,7 +82,7 @@ def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
     """``ledger.check_selection_covers``: the owners the earlier run staged messages for (its fetch
     records), its unrouted messages (every owner selected only) and its event types must all be
     selected again; a version-1 plan's per-owner counts count the same way."""
-    from airflow_provider_plgd import ledger
+    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.exceptions import NarrowerRerunError
 
     types = ["devicesregistered", "resourcechanged"]

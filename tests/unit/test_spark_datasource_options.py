@@ -16,7 +16,7 @@ from airflow_provider_plgd.hooks import counting  # noqa: E402
 from airflow_provider_plgd.hooks.connection import JetStreamSettings  # noqa: E402
 from airflow_provider_plgd.hooks.messages import StreamMessage  # noqa: E402
 from airflow_provider_plgd.spark import datasource as ds  # noqa: E402
-from airflow_provider_plgd.staging import SCHEMA  # noqa: E402
+from airflow_provider_plgd.tables.staging import SCHEMA  # noqa: E402
 
 SECRET = "hunter2-very-secret"
 

@@ -1,4 +1,4 @@
-"""Unit tests of the staging contract (airflow_provider_plgd.staging) and its writer (fetch.stager).
+"""Unit tests of the staging contract (airflow_provider_plgd.tables.staging) and its writer (fetch.stager).
 
 Real deltalake tables on local disk; the tests read them back with deltalake and Polars.
 """
@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd import staging, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import staging, storage
 from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
 from airflow_provider_plgd.fetch.stager import Stager
 
@@ -114,7 +115,7 @@ def test_names_paths_and_filter_key():
 
 
 def test_staging_module_imports_no_airflow_spark_or_deltalake():
-    code = ("import sys, airflow_provider_plgd.staging; "
+    code = ("import sys, airflow_provider_plgd.tables.staging; "
             "bad=[m for m in sys.modules if m in ('airflow', 'deltalake') or m.startswith(('airflow.', 'pyspark'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

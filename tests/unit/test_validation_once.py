@@ -4,7 +4,7 @@ the owner-wide filter ``plgd.owners.{owner}.>`` has one builder (``plgd.subjects
 
 from __future__ import annotations
 
-from airflow_provider_plgd import ledger
+from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.plgd import subjects
 

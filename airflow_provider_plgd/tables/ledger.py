@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd import staging, storage
-from airflow_provider_plgd.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
+from airflow_provider_plgd.tables import staging, storage
+from airflow_provider_plgd.tables.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, LedgerError, NarrowerRerunError
 from airflow_provider_plgd.plgd.subjects import owner_filter
 
@@ -702,7 +702,7 @@ def staged_owners(root: str, stream: str, interval_id: str,
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.plgd.subjects import subject_owner
 
     outputs: dict[str, int] = {}

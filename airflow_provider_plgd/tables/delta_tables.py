@@ -12,9 +12,9 @@ Tables (``{root}`` is a local path or an fsspec URL; all written with ``deltalak
                                        internal _device_state; partitioned by bucket
 
 The staging table ``{root}/staging/{stream}`` is a Delta table too, with its own home and commit
-protocol (``airflow_provider_plgd.staging``: one append per fetch range); it uses
+protocol (``airflow_provider_plgd.tables.staging``: one append per fetch range); it uses
 :func:`ensure_table`, :func:`add_actions`, :func:`parquet_stats`, :func:`file_record` and
-:func:`vacuum` from here. The interval ledger stays JSON (``airflow_provider_plgd.ledger``).
+:func:`vacuum` from here. The interval ledger stays JSON (``airflow_provider_plgd.tables.ledger``).
 
 The commit rule (Delta protocol: https://github.com/delta-io/delta/blob/master/PROTOCOL.md):
 
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
-from airflow_provider_plgd.layout import SNAPSHOTS_DIR, Layout
-from airflow_provider_plgd.storage import to_fs
+from airflow_provider_plgd.tables.layout import SNAPSHOTS_DIR, Layout
+from airflow_provider_plgd.tables.storage import to_fs
 
 log = logging.getLogger("plgd.delta")
 

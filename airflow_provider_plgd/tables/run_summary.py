@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.times import interval_end_epoch
 
 APPS = ("decode", "dedupe", "rebuild")
@@ -26,7 +26,7 @@ def run_summary_path(root: str | Layout, app: str, interval_id: str) -> str:
 def read_app_summary(root: str | Layout, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = run_summary_path(root, app, interval_id)
-    from airflow_provider_plgd.storage import to_fs
+    from airflow_provider_plgd.tables.storage import to_fs
 
     fs, fs_path = to_fs(path)
     if not fs.exists(fs_path):
@@ -86,7 +86,7 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> RunSummary:
     :param interval_id: the staging interval ID.
     :return: the :class:`RunSummary` (without ``params`` and ``staging_expired``).
     """
-    from airflow_provider_plgd import chain, ledger
+    from airflow_provider_plgd.tables import chain, ledger
 
     apps = {app: read_app_summary(root, app, interval_id) for app in APPS}
     holes = [f"interval {h.interval_id} ({h.messages} messages) was never deduplicated"

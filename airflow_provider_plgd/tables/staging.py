@@ -82,8 +82,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
-from airflow_provider_plgd.layout import STAGING_DIR, Layout, validate_partition_value  # noqa: F401 (re-exported)
-from airflow_provider_plgd.storage import map_io, to_fs
+from airflow_provider_plgd.tables.layout import STAGING_DIR, Layout, validate_partition_value  # noqa: F401 (re-exported)
+from airflow_provider_plgd.tables.storage import map_io, to_fs
 
 log = logging.getLogger("plgd.staging")
 
@@ -283,7 +283,7 @@ class StagedFile:
 
 def open_table(root: Any, stream: str, version: int | None = None):
     """The staging table's ``deltalake.DeltaTable`` (at ``version``), or None when there is none."""
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     return delta_tables.open_table(table_uri(root, stream), version)
 
@@ -416,7 +416,7 @@ class StagingCommit:
 
 
 def _table(root: Any, stream: str):
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     return delta_tables.ensure_table(table_uri(root, stream), TABLE_SCHEMA, PARTITION_COLUMNS)
 
@@ -436,7 +436,7 @@ def _commit(dt: Any, actions: list, apps: Mapping[str, int], metadata: Mapping[s
     """
     from deltalake.transaction import CommitProperties, Transaction
 
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     commit_id = new_write_id()
     props = CommitProperties(
@@ -528,7 +528,7 @@ def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
     :raises LedgerError: the plan's run is not recorded in the table (its ``plan`` did not run
         :func:`begin_interval`).
     """
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     uri = table_uri(root, stream)
     dt = delta_tables.open_table(uri)
@@ -576,7 +576,7 @@ def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run
     :raises TableCommitError: a newer plan began the interval or committed the range.
     :raises LedgerError: the plan's run is not recorded in the table.
     """
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     uri = table_uri(root, stream)
     app = range_app_id(interval_id, range_index)
@@ -608,7 +608,7 @@ def commit_batches(root: Any, stream: str, interval_id: str, owner_id: str, even
     :return: the commit (``files``: the batches' files now).
     :raises TableCommitError: a newer task committed one of the batches first.
     """
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     uri = table_uri(root, stream)
     types = sorted(set(event_types))
@@ -668,7 +668,7 @@ def expire_intervals(root: Any, stream: str, *, retention_seconds: float, now_s:
     :return: :class:`Expiry`.
     :raises ValueError: a negative retention.
     """
-    from airflow_provider_plgd import delta_tables
+    from airflow_provider_plgd.tables import delta_tables
 
     if retention_seconds < 0:
         raise ValueError(f"staging retention must be >= 0 seconds, got {retention_seconds!r}")

@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd import delta_tables, ledger, storage, times
+from airflow_provider_plgd import times
+from airflow_provider_plgd.tables import delta_tables, ledger, storage
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
 
 #: The app of the stage that puts an interval into the chain (``delta_tables.commit_interval``'s key).

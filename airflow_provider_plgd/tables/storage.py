@@ -7,7 +7,7 @@ which reads ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY
 ``AWS_DEFAULT_REGION`` from the environment itself; nothing goes through the JVM, so Spark needs
 no Hadoop cloud connector. Object stores have no atomic rename: :func:`write_bytes_atomic` writes
 small documents with one PUT there; staging and the tables commit through their Delta logs
-(:mod:`airflow_provider_plgd.staging`, :mod:`airflow_provider_plgd.delta_tables`).
+(:mod:`airflow_provider_plgd.tables.staging`, :mod:`airflow_provider_plgd.tables.delta_tables`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The storage layout: every folder, table and file under the storage root, from one value.
 
 A :class:`Layout` is built once from the storage root (:meth:`Layout.of`, which applies
-:func:`~airflow_provider_plgd.storage_root.normalize_storage_root`, the one spelling that fsspec
+:func:`~airflow_provider_plgd.tables.storage_root.normalize_storage_root`, the one spelling that fsspec
 and delta-rs resolve alike) and then passed on; no other module joins a path to the root::
 
     {root}/staging/{stream}                          staging table (Delta)
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.storage import join_path
+from airflow_provider_plgd.tables.storage import join_path
 
 #: Folder of the staging tables (one per stream).
 STAGING_DIR = "staging"
@@ -68,7 +68,7 @@ def validate_partition_value(value: object, what: str) -> str:
 def _root_text(value: Any) -> str:
     """A root as text: a path object with ``.fs`` and ``.path`` (``ObjectStoragePath``) as its URL."""
     if not isinstance(value, str) and hasattr(value, "fs") and hasattr(value, "path"):
-        from airflow_provider_plgd.storage import location_url, to_fs
+        from airflow_provider_plgd.tables.storage import location_url, to_fs
 
         return location_url(*to_fs(value))
     return str(value)
@@ -78,7 +78,7 @@ def _root_text(value: Any) -> str:
 class Layout:
     """Where everything of a pipeline is, under one storage root.
 
-    :param root: the storage root in :func:`~airflow_provider_plgd.storage_root.normalize_storage_root`'s
+    :param root: the storage root in :func:`~airflow_provider_plgd.tables.storage_root.normalize_storage_root`'s
         spelling (build it with :meth:`of`).
     """
 
@@ -94,19 +94,19 @@ class Layout:
         """
         if isinstance(value, Layout):
             return value
-        from airflow_provider_plgd.storage_root import normalize_storage_root
+        from airflow_provider_plgd.tables.storage_root import normalize_storage_root
 
         return cls(normalize_storage_root(_root_text(value)))
 
     @classmethod
     def resolve(cls, value: str | None, jetstream_conn_id: str) -> Layout:
         """The layout of the storage root that ``value`` or the defaults give
-        (:func:`~airflow_provider_plgd.storage_root.resolve_storage_root`: the value, else the
+        (:func:`~airflow_provider_plgd.tables.storage_root.resolve_storage_root`: the value, else the
         connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), normalised there once.
 
         :raises ValueError: a root that is refused (the message names it).
         """
-        from airflow_provider_plgd.storage_root import resolve_storage_root
+        from airflow_provider_plgd.tables.storage_root import resolve_storage_root
 
         return cls(resolve_storage_root(value, jetstream_conn_id))
 

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd import storage
+from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.exceptions import PipelineIdentityError
-from airflow_provider_plgd.layout import LEDGER_DIR, PIPELINE_FILE, Layout
+from airflow_provider_plgd.tables.layout import LEDGER_DIR, PIPELINE_FILE, Layout
 
 #: The identity's file, below the storage root.
 IDENTITY_FILE = f"{LEDGER_DIR}/{PIPELINE_FILE}"
@@ -164,7 +164,7 @@ def check_app(root: str, **settings: Any) -> dict[str, Any] | None:
         (``storage_root.normalize_storage_root``).
     :raises PipelineIdentityError: a setting differs from the recorded one.
     """
-    from airflow_provider_plgd.storage_root import normalize_storage_root
+    from airflow_provider_plgd.tables.storage_root import normalize_storage_root
 
     normalized = normalize_storage_root(root)
     return check_recorded(normalized, {"storage_root": normalized, **settings})

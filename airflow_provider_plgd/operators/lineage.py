@@ -12,7 +12,7 @@ names (``docs/lineage.md``):
   name the absolute path; ``s3://``, ``s3a://``, ``s3n://`` are namespace ``s3://{bucket}`` and
   name the object key; ``gs://`` / ``gcs://`` ``gs://{bucket}``; ``hdfs://`` ``hdfs://{host}:{port}``;
   another fsspec URL ``{scheme}://{authority}`` and the path. A table is its Delta table folder
-  (``events``, ``snapshots/resources``; ``airflow_provider_plgd.delta_tables``), as the OpenLineage
+  (``events``, ``snapshots/resources``; ``airflow_provider_plgd.tables.delta_tables``), as the OpenLineage
   Spark integration names Delta tables.
 
 Without the OpenLineage provider (or with it disabled: no transport configured) nothing here is
@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_plgd import delta_tables
-from airflow_provider_plgd.layout import Layout
+from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 try:  # the `lineage` extra
@@ -212,7 +212,7 @@ def fetch_subject_filters(targets: Sequence[tuple[str, str, Sequence[str]]], *, 
     """The subject filters the fetch operator reads for its ``targets`` (``(owner, event type,
     filters)`` triples): one ``plgd.owners.{owner}.>`` per owner when it reads owner-wide (``owner_ids``),
     else the targets' own filters (``unrouted``: ``plgd.>``)."""
-    from airflow_provider_plgd import ledger
+    from airflow_provider_plgd.tables import ledger
 
     if owner_wide:
         return sorted({ledger.read_filter(owner) for owner, _event_type, _filters in targets})
