@@ -195,8 +195,8 @@ def test_a_rerun_whose_read_predates_a_compaction_still_replaces_exactly_its_int
     stale = DeltaTable(uri)  # the rerun read the log here ...
     maintenance.maintain_tables(str(root))  # ... then maintenance compacted interval 0 and 1
     assert "OPTIMIZE" in [h["operation"] for h in DeltaTable(uri).history()]
-    real_ensure = delta_tables._ensure_table
-    monkeypatch.setattr(delta_tables, "_ensure_table",
+    real_ensure = delta_tables.ensure_table
+    monkeypatch.setattr(delta_tables, "ensure_table",
                         lambda u, *a, **k: stale if u == uri else real_ensure(u, *a, **k))
     events, quarantine = decoded[0]
     interval_tables.commit_interval_tables(str(root), ids[0], events, quarantine)
