@@ -24,7 +24,7 @@ python-snappy) and refuse a block that would decode to more than ``max_decoded_b
 decompressed then. The inner event holds the resource content (``Content.data``), so the cap
 bounds the content's decoded bytes too.
 
-Classification choices (documented here, tested in ``tests/unit/test_codec.py``):
+Classification choices (documented here, tested in ``tests/unit/plgd/test_codec.py``):
 
 * Protobuf parsing of arbitrary bytes sometimes *succeeds* (proto3 has no required fields). An
   envelope that parses but has an **empty** ``event_type`` is ``bad_protobuf``: every plgd

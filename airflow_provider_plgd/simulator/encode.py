@@ -287,7 +287,7 @@ def to_message(record: RaEvent | IsEvent):
 # Overwriting every field of a cached nested protobuf message is cheaper than building one from
 # scratch (figures: docs/performance.md, "Measurements behind design choices", M16). Every field is
 # assigned on each use, and sub-messages are always present, so the bytes are identical to
-# ``to_message`` (checked in tests/unit/test_simulator.py).
+# ``to_message`` (checked in tests/unit/simulator/test_simulator.py).
 
 _TEMPLATE_LIMIT = 100_000
 _templates: dict[tuple[str, str, str | None], Any] = {}

@@ -5,7 +5,7 @@ holds one interval with:
 
 * simulator traffic (``airflow_provider_plgd.simulator.generate``: lead resource types, old-hub
   snapshots, duplicates, version gaps, unregistrations and corrupt payloads),
-* hand-made messages of every event type with every field set (``tests/unit/test_decode_batch``),
+* hand-made messages of every event type with every field set (``tests/unit/spark/test_decode_batch``),
 * corrupt rows for every quarantine reason, some with NATS headers,
 * things that must NOT be read: a file no commit names (a killed fetch's), a stray file in a
   partition folder, and another interval.

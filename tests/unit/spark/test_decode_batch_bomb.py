@@ -28,7 +28,7 @@ import snappy
 from airflow_provider_plgd.plgd import codec, ids, subjects
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as ra
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 OWNER = ids.owner_id("alice")
 DEV = "00000000-0000-0000-0000-000000000001"
@@ -151,7 +151,7 @@ def test_decode_batch_quarantines_bombs_keeping_the_raw_payload(bombs):
 _CHILD = r"""
 import json, resource, sys, tracemalloc
 sys.path[:0] = [{repo!r}, {tests!r}]
-from test_decode_bomb import bomb_rows, staging_batch, INTERVAL
+from test_decode_batch_bomb import bomb_rows, staging_batch, INTERVAL
 from airflow_provider_plgd.spark.decode_batch import decode_batch
 batch = staging_batch(bomb_rows()[:1] * 8)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

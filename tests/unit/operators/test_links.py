@@ -286,7 +286,7 @@ def test_the_shipped_dag_takes_the_history_server_from_the_environment(monkeypat
     from pathlib import Path
 
     monkeypatch.setenv("PLGD_ETL_SPARK_HISTORY_URL", "https://spark-history.example:18080/history/{app_id}/")
-    path = Path(__file__).resolve().parents[2] / "dags" / "plgd_events_etl.py"
+    path = Path(__file__).resolve().parents[3] / "dags" / "plgd_events_etl.py"
     spec = importlib.util.spec_from_file_location("plgd_events_etl_links_test", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
