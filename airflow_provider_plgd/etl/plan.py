@@ -104,7 +104,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     root is resolved and its layout checked; the identity is compared with the one recorded at the
     root (``identity.check_recorded``); a new interval older than the chain's head is refused
     (``chain.check_not_behind_head``); no unplanned stretch may precede the interval
-    (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``); the interval must be complete on the server
+    (``ledger_guards.check_no_gap_before``, ``ledger_guards.check_no_hole_before``); the interval must be complete on the server
     (``require_interval_complete``); the identity is recorded when the root has none
     (``identity.record``) and the ledger's ``stream.json`` is written
     (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
@@ -131,11 +131,11 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         the chain's head (``OutOfOrderIntervalError``), a rerun that would narrow the selection or
         lose messages (``NarrowerRerunError``, ``FewerMessagesError``): the same answer on every retry.
     :raises IntervalGapError: an interval before this one that no run planned
-        (``ledger.check_no_gap_before``, ``ledger.check_no_hole_before``).
+        (``ledger_guards.check_no_gap_before``, ``ledger_guards.check_no_hole_before``).
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
     from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.tables import chain, ledger, identity
+    from airflow_provider_plgd.tables import chain, identity, ledger_guards
     from airflow_provider_plgd.exceptions import (
         FewerMessagesError,
         NarrowerRerunError,
@@ -168,10 +168,10 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     selection = Selection(checked.owners, checked.event_types)  # checked once, in check_run_params
     # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
     # its events would be missing from this interval's snapshot
-    ledger.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
+    ledger_guards.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
     # and no hole further back, between intervals planned in another order (a backfill run's plan
     # may run before the scheduled run of an earlier interval): the scheduler's skip of a backfill
-    ledger.check_no_hole_before(root, checked.stream, interval, dag_id=dag_id)
+    ledger_guards.check_no_hole_before(root, checked.stream, interval, dag_id=dag_id)
     if hook_factory is None:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
@@ -214,7 +214,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     record of the interval with more messages (a re-created or purged stream, deletes) raises
     :class:`FewerMessagesError` unless ``accept_fewer``; one whose run staged owners or event types
     this one does not select raises :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError`
-    (``ledger.check_selection_covers``; the earlier run's owners from its staging,
+    (``ledger_guards.check_selection_covers``; the earlier run's owners from its staging,
     ``ledger.staged_owners``, only when this run selects owners). Then the run begins in the
     staging table (``staging.begin_interval``: the interval's earlier staging removed, the run
     version recorded, which every fetch commit of the run checks), and the interval's old fetch
@@ -226,7 +226,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     """
     import time
 
-    from airflow_provider_plgd.tables import ledger, staging
+    from airflow_provider_plgd.tables import ledger, ledger_guards, staging
     from airflow_provider_plgd.plgd.subjects import owner_filter
 
     interval = window.id
@@ -240,10 +240,10 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     record = plan.as_dict()
     base = ledger.interval_dir(root, plan.stream, interval)
     previous, previous_records = ledger.read_records(root, plan.stream, interval)
-    ledger.check_selection_covers(
+    ledger_guards.check_selection_covers(
         previous, record, previous_records,
         staged_owners=lambda: ledger.staged_owners(root, plan.stream, interval, previous_records))
-    lost = ledger.check_not_fewer(previous, record, accept_fewer=accept_fewer)
+    lost = ledger_guards.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
                      "; ".join(lost))

@@ -215,8 +215,8 @@ class NarrowerRerunError(LedgerError):
 class IntervalGapError(LedgerError):
     """An earlier stretch of the stream was never planned (no run, e.g. a backfill of a later
     interval moved the schedule past it): the ledger has intervals before this one, but none that
-    ends where this one starts (``ledger.check_no_gap_before``), or a hole between two planned
-    intervals further back (``ledger.check_no_hole_before``: runs planned out of order).
+    ends where this one starts (``ledger_guards.check_no_gap_before``), or a hole between two planned
+    intervals further back (``ledger_guards.check_no_hole_before``: runs planned out of order).
     Processing this interval now would build its snapshot without the missing events. Raised by
     ``plan`` before anything is written; it is retried (a run of the missing interval may still be
     starting in a parallel backfill), then fails.

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, ledger, storage
+from airflow_provider_plgd.tables import delta_tables, ledger, ledger_guards, storage
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
 
 #: The app of the stage that puts an interval into the chain (``delta_tables.commit_interval``'s key).
@@ -107,7 +107,7 @@ def holes_before(root: str, stream: str, interval_id: str, log: DedupeLog | None
         return []
     log = log or dedupe_log(root)
     start_ns = times.Interval.from_id(interval_id).start_ns
-    planned = [i.id for i in ledger.planned_before(root, stream, start_ns)]
+    planned = [i.id for i in ledger_guards.planned_before(root, stream, start_ns)]
     anchored = [i for i in planned if i in set(log.with_ids)]
     after = planned[planned.index(anchored[-1]) + 1:] if anchored else planned
     holes = []

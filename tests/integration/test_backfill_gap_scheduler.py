@@ -21,7 +21,7 @@ tasks and no ``spark-submit`` runs. The user backfills I2. What Airflow 3 does (
 4. The ETL reports the hole: the ``plan`` of I3 fails (retried once here, then failed) with
    ``IntervalGapError`` naming I1's start and the backfill that fills the hole; the ``plan`` of I2
    fails the same way when it runs after I0's (else I2 runs, and I3's ``plan`` finds the hole
-   between I0 and I2: ``ledger.check_no_hole_before``). Nothing is written for a refused interval.
+   between I0 and I2: ``ledger_guards.check_no_hole_before``). Nothing is written for a refused interval.
 5. The backfill the message names (I1 to I3) fills the hole: every interval then has a successful run.
 
 The test unpauses first and waits for I0's run before it creates the backfill (the UI sends both

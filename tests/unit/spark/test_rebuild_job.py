@@ -1,7 +1,7 @@
 """Reruns of an interval. One older than the latest snapshot (``rebuild_job.check_older_interval``,
 on real Delta tables in a temp folder): unchanged input is a no-op, changed input or a snapshot no
 longer kept is refused loudly (docs/reliability.md, "Reruns of old intervals"). One that selects
-less than the interval's earlier run (``ledger.check_selection_covers``) is refused."""
+less than the interval's earlier run (``ledger_guards.check_selection_covers``) is refused."""
 
 from __future__ import annotations
 
@@ -79,19 +79,19 @@ def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
 
 
 def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
-    """``ledger.check_selection_covers``: the owners the earlier run staged messages for (its fetch
+    """``ledger_guards.check_selection_covers``: the owners the earlier run staged messages for (its fetch
     records), its unrouted messages (every owner selected only) and its event types must all be
     selected again; a version-1 plan's per-owner counts count the same way."""
-    from airflow_provider_plgd.tables import ledger
+    from airflow_provider_plgd.tables import ledger_guards
     from airflow_provider_plgd.exceptions import NarrowerRerunError
 
     types = ["devicesregistered", "resourcechanged"]
     earlier = {"version": 2, "interval_id": I1, "owners": None, "event_types": types}
     records = [{"range": {"index": 0}, "owners": {"a": {"staged": 3}, "_unrouted": {"staged": 1}}},
                {"range": {"index": 1}, "owners": {"b": {"staged": 2}}}]
-    ledger.check_selection_covers(earlier, {**earlier}, records)
-    ledger.check_selection_covers(earlier, {**earlier, "event_types": [*types, "x"]}, records)
-    ledger.check_selection_covers(None, {**earlier, "owners": ["a"]})  # a first run may be narrow
+    ledger_guards.check_selection_covers(earlier, {**earlier}, records)
+    ledger_guards.check_selection_covers(earlier, {**earlier, "event_types": [*types, "x"]}, records)
+    ledger_guards.check_selection_covers(None, {**earlier, "owners": ["a"]})  # a first run may be narrow
     version1 = {"version": 1, "interval_id": I1, "owners": {"a": 3, "b": 2, "quiet": 0}, "unrouted": 1,
                 "event_types": types}
     # version 3: the records hold counts per event type and the unrouted count; the owners come from
@@ -105,7 +105,7 @@ def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
         asked.append(1)
         return {"a": 3, "b": 2, "_unrouted": 1}
 
-    ledger.check_selection_covers(version3, {**version3, "event_types": [*types, "x"]}, records3,
+    ledger_guards.check_selection_covers(version3, {**version3, "event_types": [*types, "x"]}, records3,
                                   staged_owners=staged_owners)
     assert asked == []  # every owner selected: no scan of the staging
     for previous, previous_records in ((earlier, records), (version1, []), (version3, records3)):
@@ -115,6 +115,6 @@ def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
             ({"event_types": ["resourcechanged"]}, "1 event type(s) not selected now: devicesregistered"),
         ]:
             with pytest.raises(NarrowerRerunError) as err:
-                ledger.check_selection_covers(previous, {**earlier, **narrower}, previous_records,
+                ledger_guards.check_selection_covers(previous, {**earlier, **narrower}, previous_records,
                                               staged_owners=staged_owners)
             assert named in str(err.value) and "nothing was changed" in str(err.value)

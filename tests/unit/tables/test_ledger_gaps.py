@@ -1,4 +1,4 @@
-"""``ledger.check_no_gap_before``: a stretch before an interval that no run planned is refused,
+"""``ledger_guards.check_no_gap_before``: a stretch before an interval that no run planned is refused,
 naming the stretch and the backfill that fills it (local ledger folders, no Airflow)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger
+from airflow_provider_plgd.tables import ledger, ledger_guards
 from airflow_provider_plgd.exceptions import IntervalGapError, LedgerError
 
 H0 = datetime(2026, 11, 23, 10, tzinfo=timezone.utc)
@@ -23,20 +23,20 @@ def _plan(root, k: int) -> None:
 
 
 def test_first_interval_and_the_next_one_pass(tmp_path):
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(0))  # no ledger at all
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(0))  # no ledger at all
     _plan(tmp_path, 0)
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(1))
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(0))  # a rerun of the only one
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(1))
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(0))  # a rerun of the only one
     _plan(tmp_path, 1)
     _plan(tmp_path, 2)
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(1))  # a rerun of an older one
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", "seq-000000000001-000000000009")  # not a time interval
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(1))  # a rerun of an older one
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", "seq-000000000001-000000000009")  # not a time interval
 
 
 def test_a_hole_is_refused_naming_the_missing_stretch_and_the_backfill(tmp_path):
     _plan(tmp_path, 0)
     with pytest.raises(IntervalGapError) as info:
-        ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3), dag_id="plgd_events_etl")
+        ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3), dag_id="plgd_events_etl")
     err = info.value
     assert isinstance(err, LedgerError) and err.interval_id == _iid(3)
     assert (err.gap_start_ns, err.gap_end_ns) == (times.to_ns(H0 + timedelta(hours=1)),
@@ -49,27 +49,27 @@ def test_a_hole_is_refused_naming_the_missing_stretch_and_the_backfill(tmp_path)
     # a folder without stream.json (plan never wrote it) does not count as planned
     (tmp_path / "_ledger" / "EVENTS" / f"interval={_iid(2)}").mkdir(parents=True)
     with pytest.raises(IntervalGapError, match=r"\[2026-11-23T11:00:00Z, 2026-11-23T13:00:00Z\)"):
-        ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3))
+        ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3))
     # filled: passes; another stream's ledger is its own
     _plan(tmp_path, 1)
     _plan(tmp_path, 2)
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3))
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3))
     ledger.write_json(f"{ledger.interval_dir(str(tmp_path), 'OTHER', _iid(0))}/stream.json", {"total": 0})
     with pytest.raises(IntervalGapError):
-        ledger.check_no_gap_before(str(tmp_path), "OTHER", _iid(3))
+        ledger_guards.check_no_gap_before(str(tmp_path), "OTHER", _iid(3))
 
 
 def test_a_hole_between_earlier_intervals_planned_out_of_order_is_refused(tmp_path):
-    """``ledger.check_no_hole_before``: what the scheduler leaves after a backfill of a later interval
+    """``ledger_guards.check_no_hole_before``: what the scheduler leaves after a backfill of a later interval
     (0 scheduled, 2 backfilled and planned first, 1 never run): 3 passes the latest-only rule but
     is refused naming 1's hour and the backfill that fills it and reruns 2 and 3."""
-    from airflow_provider_plgd.tables.ledger import check_no_hole_before
+    from airflow_provider_plgd.tables.ledger_guards import check_no_hole_before
 
     check_no_hole_before(str(tmp_path), "EVENTS", _iid(3))  # no ledger at all
     _plan(tmp_path, 2)
     check_no_hole_before(str(tmp_path), "EVENTS", _iid(3))  # the first planned on the root
     _plan(tmp_path, 0)
-    ledger.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3))  # the latest before it is adjacent
+    ledger_guards.check_no_gap_before(str(tmp_path), "EVENTS", _iid(3))  # the latest before it is adjacent
     with pytest.raises(IntervalGapError) as info:
         check_no_hole_before(str(tmp_path), "EVENTS", _iid(3), dag_id="plgd_events_etl")
     err = info.value
