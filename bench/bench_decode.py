@@ -10,7 +10,7 @@ Steps:
    ``target_messages=N``; a codec-built fallback mix is used if the simulator is unavailable).
 2. Write them to the staging table (one interval) the way the ETL's fetch does: the fetch's
    writer (``fetch.stager.Stager``: files per event type, rows ordered by owner) and one commit
-   (``staging.begin_interval`` + ``staging.commit_range``).
+   (``staging_commits.begin_interval`` + ``staging_commits.commit_range``).
 3. Single-core pure Python: read the staging files into Arrow batches of 10,000 rows (not timed),
    then time ``airflow_provider_plgd.spark.decode_batch.decode_batch`` over all of them in this process.
 4. Spark: ``spark-submit --master local[2] spark_apps/decode_events.py`` on the same staging,
@@ -159,19 +159,19 @@ def write_staging(root: str, messages, stream: str = "EVENTS") -> int:
     """Write the messages into one interval of staging as one fetch range; return how many rows were written."""
     import tempfile
 
-    from airflow_provider_plgd.tables import staging
+    from airflow_provider_plgd.tables import staging, staging_commits
     from airflow_provider_plgd.fetch.stager import Stager
 
     groups: dict[tuple[str, str], list] = collections.defaultdict(list)
     for seq, (subject, data, owner, event_type) in enumerate(messages, start=1):
         groups[(owner, event_type)].append((seq, subject, START_NS + seq * 1000, None, data))
-    staging.begin_interval(root, stream, INTERVAL_ID, 1)
+    staging_commits.begin_interval(root, stream, INTERVAL_ID, 1)
     with Stager(stream=stream, spill_dir=tempfile.gettempdir()) as stager:
         for (owner, event_type), rows in sorted(groups.items()):
             stager.add(owner, event_type, rows)
         records = stager.write(staging.table_uri(root, stream), INTERVAL_ID,
                                staging.range_file_prefix(0, 1, staging.new_write_id()))
-    staging.commit_range(root, stream, INTERVAL_ID, 0, 1, records)
+    staging_commits.commit_range(root, stream, INTERVAL_ID, 0, 1, records)
     return sum(int(r["rows"]) for r in records)
 
 

@@ -181,7 +181,7 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables.storage import to_fs
@@ -201,9 +201,9 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
         part = table.filter(pc.equal(table.column("event_type"), event_type)).drop_columns(list(partitions))
         rel = f"interval_id={interval_id}/event_type={event_type}/part-00000-bench.parquet"
         size, meta = write_parquet_file(fs, f"{base}/{rel}", part, row_group_size=100_000)
-        records.append(delta_tables.file_record(rel, rows=part.num_rows, size=size,
+        records.append(file_records.file_record(rel, rows=part.num_rows, size=size,
                                                 partition={"interval_id": interval_id, "event_type": event_type},
-                                                stats=delta_tables.parquet_stats(meta)))
+                                                stats=file_records.parquet_stats(meta)))
     from airflow_provider_plgd.spark.dedupe_job import MSGID_INDEX_SCHEMA
 
     # the next stage takes an interval only when one run committed all of the app's tables

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables import delta_tables, file_records
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark import snapshot_store as ss
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
@@ -75,8 +75,8 @@ def _write(uri: str, rows: pa.Table, partition: Mapping[str, Any], name: str) ->
     rel = "/".join(f"{k}={v}" for k, v in partition.items()) + f"/{name}"
     data = rows.drop_columns([c for c in partition if c in rows.column_names])
     size, meta = write_parquet_file(fs, f"{base}/{rel}", data)
-    return delta_tables.file_record(rel, rows=rows.num_rows, size=size, partition=partition,
-                                    stats=delta_tables.parquet_stats(meta))
+    return file_records.file_record(rel, rows=rows.num_rows, size=size, partition=partition,
+                                    stats=file_records.parquet_stats(meta))
 
 
 def _split(rows: pa.Table, parts: int) -> list[pa.Table]:

@@ -159,7 +159,7 @@ def build_etl_dag(
     :param staging_retention: how long the staging of a reconciled interval is kept (default
         :data:`DEFAULT_STAGING_RETENTION`, 7 days; ``None``: forever). After an interval
         reconciles, ``summary`` removes the staging of every reconciled interval staged longer ago
-        and vacuums the staging table (``staging.expire_intervals``; a failure there is logged,
+        and vacuums the staging table (``staging_commits.expire_intervals``; a failure there is logged,
         not raised: the next run tries again).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).

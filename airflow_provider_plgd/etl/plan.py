@@ -216,7 +216,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     this one does not select raises :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError`
     (``ledger_guards.check_selection_covers``; the earlier run's owners from its staging,
     ``ledger.staged_owners``, only when this run selects owners). Then the run begins in the
-    staging table (``staging.begin_interval``: the interval's earlier staging removed, the run
+    staging table (``staging_commits.begin_interval``: the interval's earlier staging removed, the run
     version recorded, which every fetch commit of the run checks), and the interval's old fetch
     records are removed, so the rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
 
@@ -226,7 +226,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     """
     import time
 
-    from airflow_provider_plgd.tables import ledger, ledger_guards, staging
+    from airflow_provider_plgd.tables import ledger, ledger_guards, staging_commits
     from airflow_provider_plgd.plgd.subjects import owner_filter
 
     interval = window.id
@@ -251,7 +251,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
         _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
                      "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
                      interval, plan.deleted_in_range, plan.first_seq, plan.end_seq_exclusive)
-    staging.begin_interval(root, plan.stream, interval, run_version, {"total": plan.total})
+    staging_commits.begin_interval(root, plan.stream, interval, run_version, {"total": plan.total})
     ledger.write_json(f"{base}/stream.json", record)
     ledger.clear_fetch_records(root, plan.stream, interval)
     _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "

@@ -8,14 +8,13 @@ consumer), hands each message to its (owner, event type) batch in a :class:`~.st
 worker thread (:class:`WriterThread`) while the next is read, writes the files sorted by owner,
 and commits only when staged + skipped == expected (else ``LedgerError``, nothing committed).
 The ETL's fetch tasks each read one stream-sequence range of the ledger's plan
-(:meth:`FetchPipeline.run_range`) and commit it in one Delta append (``staging.commit_range``).
+(:meth:`FetchPipeline.run_range`) and commit it in one Delta append (``staging_commits.commit_range``).
 Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval ledger",
 "Staging contract"); the operator's docstring gives the user-facing rules.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
@@ -23,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging, storage
+from airflow_provider_plgd.tables import ledger, staging, staging_commits, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
+from airflow_provider_plgd.fetch.progress import Progress, WriterThread
+from airflow_provider_plgd.fetch.range_summary import RangeSummary
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.fetch.router import Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
@@ -34,49 +35,6 @@ from airflow_provider_plgd.hooks.api import StreamState
 from airflow_provider_plgd.hooks.messages import StreamMessage
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.tables.layout import Layout
-
-
-@dataclass(frozen=True)
-class RangeSummary:
-    """What one range fetch (:meth:`FetchPipeline.run_range`) staged; :meth:`as_dict` is the
-    task's XCom.
-
-    :ivar stream: the stream. :ivar layout: the storage root. :ivar table: the staging table's URI.
-    :ivar interval_id: the interval. :ivar range: the plan's range (sequences, count).
-    :ivar count: messages staged. :ivar bytes: their payload bytes.
-    :ivar first_seq: the first staged stream sequence, or None. :ivar last_seq: the last, or None.
-    :ivar owners: owners with messages (without ``_unrouted``). :ivar batches: (owner, event type) batches.
-    :ivar files: staging files committed. :ivar skipped: messages not staged, by reason.
-    :ivar delta_version: the staging table's version of the range's commit.
-    :ivar record: the path of the range's ledger record.
-    """
-
-    stream: str
-    layout: Layout
-    table: str
-    interval_id: str
-    range: ledger.PlanRange
-    count: int
-    bytes: int
-    first_seq: int | None
-    last_seq: int | None
-    owners: int
-    batches: int
-    files: int
-    skipped: dict[str, int]
-    delta_version: int | None
-    record: str
-
-    def as_dict(self) -> dict[str, Any]:
-        """``{"stream", "mode": "range", "root", "table", "interval_id", "range", "count", "bytes",
-        "first_seq", "last_seq", "owners", "batches", "files", "skipped", "delta_version", "record"}``."""
-        return {
-            "stream": self.stream, "mode": "range", "root": self.layout.root, "table": self.table,
-            "interval_id": self.interval_id, "range": self.range.as_dict(), "count": self.count, "bytes": self.bytes,
-            "first_seq": self.first_seq, "last_seq": self.last_seq, "owners": self.owners, "batches": self.batches,
-            "files": self.files, "skipped": dict(self.skipped), "delta_version": self.delta_version,
-            "record": self.record,
-        }
 
 
 @dataclass(frozen=True)
@@ -227,7 +185,7 @@ class FetchPipeline:
         anything is written, staged + skipped must equal the range's count in the plan (else
         ``LedgerError``, nothing committed). Then the range's files (per event type, rows ordered
         by owner and stream sequence) are written and committed in one Delta append
-        (``staging.commit_range``, under the plan's run version), and the task's record
+        (``staging_commits.commit_range``, under the plan's run version), and the task's record
         ``{ledger_dir}/fetch/range-NNNNN.json`` is written (counts per event type). A retried task
         whose range was committed already reads the range again, checks its counts against the
         committed files and writes the record, committing nothing. Memory: about
@@ -254,7 +212,7 @@ class FetchPipeline:
         run_version = int(plan.run_version)
         root = layout
         # a newer plan, or a plan that never began its run: refused before anything is read
-        done = staging.committed_range(root, stream, interval, rng.index, run_version)
+        done = staging_commits.committed_range(root, stream, interval, rng.index, run_version)
         window = times.Interval.from_bounds(bounds)
         await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
@@ -303,12 +261,12 @@ class FetchPipeline:
                 if done is None:
                     prefix = staging.range_file_prefix(rng.index, run_version, staging.new_write_id())
                     records = await worker.call(stager.write, uri, interval, prefix)
-                    committed = await worker.call(staging.commit_range, root, stream, interval, rng.index,
+                    committed = await worker.call(staging_commits.commit_range, root, stream, interval, rng.index,
                                                   run_version, records,
                                                   {"staged": staged, "skipped": skipped})
                     if committed.version is None:  # another attempt of this range committed meanwhile
                         stager.remove_written()
-                        committed = staging.committed_range(root, stream, interval, rng.index, run_version)
+                        committed = staging_commits.committed_range(root, stream, interval, rng.index, run_version)
                     done = committed
                 else:
                     await worker.call(stager.summarize)
@@ -375,14 +333,14 @@ class FetchPipeline:
 
     async def _commit_group(self, worker: WriterThread, stager: Stager, root: Any, stream: str, interval: str,
                             group: Sequence[Target]) -> list[dict[str, Any]]:
-        """Write and commit one owner's batches (``staging.commit_batches``); return their XCom summaries."""
+        """Write and commit one owner's batches (``staging_commits.commit_batches``); return their XCom summaries."""
         owner = group[0].owner
         uri = staging.table_uri(root, stream)
         committed = None
         try:
             records = await worker.call(stager.write, uri, interval,
                                         staging.batch_file_prefix(owner, staging.new_write_id()))
-            committed = await worker.call(staging.commit_batches, root, stream, interval, owner,
+            committed = await worker.call(staging_commits.commit_batches, root, stream, interval, owner,
                                           [t.event_type for t in group], records, self.run_version,
                                           {"staged": stager.count})
         finally:
@@ -534,74 +492,3 @@ def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, d
         return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
     return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
             {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})
-
-
-#: Batches handed to the writer thread and not yet written, at most.
-WRITE_AHEAD = 2
-
-
-class WriterThread:
-    """One worker thread that runs writer calls in submission order (``with`` block: the thread
-    is drained and stopped on exit, also on errors, before the writer itself is aborted)."""
-
-    def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plgd-staging-writer")
-        self._pending: list[asyncio.Future] = []
-
-    def __enter__(self) -> WriterThread:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
-
-    async def submit(self, fn, *args) -> None:
-        """Queue ``fn(*args)``; wait while more than ``WRITE_AHEAD`` calls are queued; raise their errors."""
-        self._pending.append(asyncio.get_running_loop().run_in_executor(self._executor, fn, *args))
-        while len(self._pending) > WRITE_AHEAD or (self._pending and self._pending[0].done()):
-            await self._pending.pop(0)
-
-    async def call(self, fn, *args):
-        """Wait for every queued call, then run ``fn(*args)`` on the thread and return its result."""
-        while self._pending:
-            await self._pending.pop(0)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-
-class Progress:
-    """Progress log lines during long fetches: messages, bytes, rate and lag behind the stream head.
-
-    Logs at most every ``interval_seconds`` or every ``every`` messages, whichever comes first.
-    """
-
-    def __init__(self, log, label: str, head_seq: int, interval_seconds: float, every: int) -> None:
-        self.log, self.label, self.head = log, label, head_seq
-        self.interval_seconds, self.every = float(interval_seconds), int(every)
-        self.count = self.bytes = 0
-        self.started = self.last_time = time.monotonic()
-        self.last_count = 0
-        self.seq = 0
-        self.time_ns = 0
-
-    def update(self, batch: Sequence[StreamMessage]) -> None:
-        self.count += len(batch)
-        self.bytes += sum(len(m.data) for m in batch)
-        self.seq, self.time_ns = batch[-1].stream_seq, batch[-1].time_ns
-        now = time.monotonic()
-        if now - self.last_time >= self.interval_seconds or self.count - self.last_count >= self.every:
-            self._log(now)
-
-    def _log(self, now: float) -> None:
-        elapsed = max(now - self.started, 1e-9)
-        self.log.info(
-            "%s: %s msgs, %.1f MB, %.0f msgs/s, %.1f MB/s; at seq %s, %s behind the stream head, %.1f s behind now",
-            self.label, self.count, self.bytes / 1e6, self.count / elapsed, self.bytes / 1e6 / elapsed,
-            self.seq, max(self.head - self.seq, 0), max(time.time() - self.time_ns / 1e9, 0.0),
-        )
-        self.last_time, self.last_count = now, self.count
-
-    def done(self) -> None:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        self.log.info("%s: done, %s msgs, %.1f MB in %.1f s (%.0f msgs/s)", self.label, self.count,
-                      self.bytes / 1e6, elapsed, self.count / elapsed)

@@ -6,7 +6,7 @@ type's rows ordered by ``owner_id`` then ``stream_seq`` (so each (owner, event t
 sorted run) into Parquet files under the staging table's partition ``interval_id=…/event_type=…``,
 a new file after ``target_file_bytes`` of payload (or ``max_rows_per_file`` rows), row groups of
 at most ``row_group_rows`` rows or ``row_group_bytes`` of payload. The files are then committed by
-``staging.commit_range`` or ``staging.commit_batches``; until then no reader sees them.
+``staging_commits.commit_range`` or ``staging_commits.commit_batches``; until then no reader sees them.
 
 Memory is bounded by ``buffer_bytes`` of buffered payload: past it, every event type's buffer is
 sorted and spilled to a local Arrow IPC file (a sorted run, in ``spill_dir``); at the end the runs
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_plgd.tables import staging, storage
+from airflow_provider_plgd.tables import file_records, staging, storage
 
 #: File name prefix of the stager's spill files (``plgd-stage-{pid}-{random}-{n}.arrow``).
 SPILL_PREFIX = "plgd-stage-"
@@ -182,7 +182,7 @@ class Stager:
     def write(self, table_uri: str, interval_id: str, prefix: str) -> list[dict[str, Any]]:
         """Write every event type's rows as files ``{table_uri}/interval_id=…/event_type=…/{prefix}-NNNNN.parquet``.
 
-        :return: one ``delta_tables.file_record`` per file (path relative to the table), in
+        :return: one ``file_records.file_record`` per file (path relative to the table), in
             event-type order; :attr:`summaries` gain ``batches`` and ``files``.
         """
         records: list[dict[str, Any]] = []
@@ -193,8 +193,6 @@ class Stager:
         return records
 
     def _write_type(self, table_uri: str, interval_id: str, event_type: str, prefix: str) -> list[dict[str, Any]]:
-        from airflow_provider_plgd.tables import delta_tables
-
         sources = []
         with contextlib.ExitStack() as stack:
             for path in self._runs.get(event_type, []):
@@ -236,10 +234,10 @@ class Stager:
                 file.write(chunk, cum[j - 1] - start)
                 i = j
                 if file.bytes >= self.target_file_bytes or file.rows >= self.max_rows_per_file:
-                    records.append(file.close(delta_tables, interval_id, event_type))
+                    records.append(file.close(interval_id, event_type))
                     file = None
             if file is not None:
-                records.append(file.close(delta_tables, interval_id, event_type))
+                records.append(file.close(interval_id, event_type))
             summary.files = len(records)
             return records
 
@@ -294,7 +292,7 @@ class _File:
         self.rows += chunk.num_rows
         self.bytes += payload_bytes
 
-    def close(self, delta_tables: Any, interval_id: str, event_type: str) -> dict[str, Any]:
+    def close(self, interval_id: str, event_type: str) -> dict[str, Any]:
         with storage.io_error_with_path(self.fs, self.path, "close the staging file"):
             self.writer.close()
             if self.sink is not None:
@@ -302,10 +300,10 @@ class _File:
                 self.sink.close()
             else:
                 size = os.path.getsize(self.path)
-        return delta_tables.file_record(
+        return file_records.file_record(
             self.name, rows=self.rows, size=size,
             partition={staging.INTERVAL_COLUMN: interval_id, staging.EVENT_TYPE_COLUMN: event_type},
-            stats=delta_tables.parquet_stats(self.metadata[0]))
+            stats=file_records.parquet_stats(self.metadata[0]))
 
 
 def _sort_order(table: pa.Table) -> pa.Array:

@@ -65,7 +65,7 @@ class JetStreamToStagingOperator(BaseOperator):
       DAG's fetch tasks; :meth:`~airflow_provider_plgd.fetch.pipeline.FetchPipeline.run_range`): one
       consumer reads the range, every message goes to its (owner, event type) batch, and the
       range is written as a few files per event type and committed in one Delta append
-      (:func:`staging.commit_range`). Quiet owners cost nothing. The task's record (counts per
+      (:func:`staging_commits.commit_range`). Quiet owners cost nothing. The task's record (counts per
       event type) goes to ``{ledger}/fetch/range-NNNNN.json``; the XCom is small.
 
     * ``owner_id`` + ``event_type``: one batch with the subject filters of
@@ -131,10 +131,10 @@ class JetStreamToStagingOperator(BaseOperator):
     the Delta table ``{storage_root}/staging/{stream}`` (same storage rules as the output tables:
     a local path or ``s3://``).
 
-    **Commit**: one Delta commit per owner (:func:`staging.commit_batches`) that replaces that
+    **Commit**: one Delta commit per owner (:func:`staging_commits.commit_batches`) that replaces that
     owner's batches of the interval (their earlier files removed, the new ones added), so a rerun
     replaces them with the same rows; a batch without messages leaves no row. A range of the
-    ledger: :func:`staging.commit_range`.
+    ledger: :func:`staging_commits.commit_range`.
 
     **XCom** (return value, JSON)::
 

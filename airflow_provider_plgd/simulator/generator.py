@@ -24,7 +24,8 @@ from .config import SimulationConfig
 from .devtools import load_devtools
 from .encode import encode_record
 from .messages import FAULT_CODE, MessageLog
-from .model import Clock, DeviceSim, Hub
+from .hub import Hub
+from .model import Clock, DeviceSim
 from .records import IsEvent, RaEvent
 from .state import StateFold
 

@@ -57,7 +57,7 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
                  row_group_rows: int, max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES) -> list[dict[str, Any]]:
     """Decode staging Arrow batches and write the data files of both tables; return one record per file.
 
-    Records: ``{"table": "events" | "quarantine", "file": delta_tables.file_record, "reasons":
+    Records: ``{"table": "events" | "quarantine", "file": file_records.file_record, "reasons":
     {reason: rows}}`` (quarantine only), and ``{"table": "input", "rows": staging rows read}``. Decoded rows go below the ``events`` table folder
     ``events_dir`` (partitioned by ``interval_id/event_type``), quarantined rows below
     ``quarantine_dir`` (:class:`parquet_io.ArrowPartitionedWriter`, pyarrow; file names depend only

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, delta_tables, identity, storage
+from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
 from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
@@ -184,8 +184,8 @@ def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previou
             fs, base = storage.to_fs(index_uri)
             size, metadata = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": decision.index}),
                                                 row_group_size=1 << 20)
-            yield -1, ("index", delta_tables.file_record(
-                rel, rows=len(decision.index), size=size, stats=delta_tables.parquet_stats(metadata),
+            yield -1, ("index", file_records.file_record(
+                rel, rows=len(decision.index), size=size, stats=file_records.parquet_stats(metadata),
                 partition={delta_tables.INTERVAL_COLUMN: interval_id, BUCKET_COLUMN: str(bucket)}))
         yield -1, ("counts", {"per_type": decision.per_type, "null_ids": decision.null_ids,
                               "exact_copies": decision.exact_copies, "index_rows": len(decision.index)})
@@ -202,7 +202,7 @@ def make_copy_task(*, source: str, target: str, files: Sequence[delta_tables.Dat
     """``RDD.mapPartitions`` function, step 3: the records of one copy task (``(file number,
     ("file", None))`` for each file it copies, ``("drop", positions)`` records of those files, and,
     in task 0, the ``key -1`` records of step 2) -> the step-2 records it was given (passed on) and
-    ``(-1, ("written", delta_tables.file_record))`` per file written.
+    ``(-1, ("written", file_records.file_record))`` per file written.
 
     A file without dropped rows is copied byte for byte; any other is read and rewritten with
     pyarrow (``parquet_io.write_parquet_file``: snappy, ``TIMESTAMP_MICROS``), in row order, with
@@ -240,9 +240,9 @@ def make_copy_task(*, source: str, target: str, files: Sequence[delta_tables.Dat
                 fs.makedirs(posixpath.dirname(out), exist_ok=True)
                 fs.copy(f"{src}/{f.path}", out)
                 size = fs.size(out)
-            yield -1, ("written", delta_tables.file_record(
+            yield -1, ("written", file_records.file_record(
                 names[number], rows=metadata.num_rows, size=size, partition=f.partition,
-                stats=delta_tables.parquet_stats(metadata)))
+                stats=file_records.parquet_stats(metadata)))
 
     return task
 

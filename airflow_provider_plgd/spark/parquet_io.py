@@ -165,9 +165,9 @@ class ArrowPartitionedWriter:
         group["pending_rows"] = 0
 
     def close(self) -> list[dict[str, Any]]:
-        """Flush and close every file; return one ``delta_tables.file_record`` per file (``path``
+        """Flush and close every file; return one ``file_records.file_record`` per file (``path``
         relative to base, ``rows``, ``size``, ``partition`` {col: value as text}, ``stats``)."""
-        from airflow_provider_plgd.tables.delta_tables import file_record, parquet_stats
+        from airflow_provider_plgd.tables.file_records import file_record, parquet_stats
 
         if self.always_write and not self._groups:
             self._groups[()] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}

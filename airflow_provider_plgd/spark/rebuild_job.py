@@ -16,7 +16,7 @@ import time
 from typing import Any, Mapping
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, delta_tables, identity
+from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity
 from airflow_provider_plgd.spark import rebuild_input, snapshot_store
 from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
@@ -221,7 +221,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
                 stats[key] = stats.get(key, 0) + value
             continue
         if r["file"] is not None:
-            files[r["table"]].append(delta_tables.file_record(
+            files[r["table"]].append(file_records.file_record(
                 r["file"], rows=r["rows"], size=r["size"], partition={delta_tables.BUCKET_COLUMN: r["bucket"]},
                 stats=json.loads(r["stats"])))
         if r["table"] == snapshot_store.STATE_TABLE and r["next_expiry_ns"] is not None:

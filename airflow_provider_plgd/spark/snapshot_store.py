@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, storage
+from airflow_provider_plgd.tables import delta_tables, file_records, storage
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import tables as snapshot_tables
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
@@ -327,7 +327,7 @@ BUCKET_RESULT_SCHEMA = pa.schema([
     pa.field("file", pa.string()),          # path relative to the table folder; null = no rows
     pa.field("rows", pa.int64()),
     pa.field("size", pa.int64()),           # bytes of the file
-    pa.field("stats", pa.string()),         # Delta file statistics (JSON, delta_tables.parquet_stats)
+    pa.field("stats", pa.string()),         # Delta file statistics (JSON, file_records.parquet_stats)
     pa.field("next_expiry_ns", pa.int64()),  # _device_state only: smallest pending valid_until
     pa.field("events", pa.int64()),          # _stats only: event rows folded
     pa.field("stats_json", pa.string()),     # _stats only: fold.FoldStats as JSON
@@ -411,7 +411,7 @@ def rebuild_bucket(
             rel = f"{delta_tables.BUCKET_COLUMN}={bucket}/part-{run_id}.parquet"
             fs, base = storage.to_fs(snapshot_table_uri(root, table))
             size, metadata = write_parquet_file(fs, f"{base}/{rel}", merged)
-            stats = json.dumps(delta_tables.parquet_stats(metadata), sort_keys=True, default=str)
+            stats = json.dumps(file_records.parquet_stats(metadata), sort_keys=True, default=str)
         expiry = None
         if table == STATE_TABLE and merged.num_rows:
             expiry = pc.min(merged.column("next_expiry_ns")).as_py()

@@ -13,13 +13,13 @@ Tables (``{root}`` is a local path or an fsspec URL; all written with ``deltalak
 
 The staging table ``{root}/staging/{stream}`` is a Delta table too, with its own home and commit
 protocol (``airflow_provider_plgd.tables.staging``: one append per fetch range); it uses
-:func:`ensure_table`, :func:`add_actions`, :func:`parquet_stats`, :func:`file_record` and
+:func:`ensure_table`, :func:`add_actions`, :func:`~.file_records.parquet_stats`, :func:`~.file_records.file_record` and
 :func:`vacuum` from here. The interval ledger stays JSON (``airflow_provider_plgd.tables.ledger``).
 
 The commit rule (Delta protocol: https://github.com/delta-io/delta/blob/master/PROTOCOL.md):
 
 * Spark tasks write Parquet data files with pyarrow below the table folder, under names unique to
-  their run (``folders.data_file_name``), and return :func:`file_record` dicts to the driver.
+  their run (``folders.data_file_name``), and return :func:`~.file_records.file_record` dicts to the driver.
 * The driver commits a table's files of an interval in **one** Delta transaction
   (:func:`commit_files`): ``DeltaTable.create_write_transaction`` with one ``AddAction`` per file
   (partition values from the records, stats ``numRecords`` and min/max/null counts from the
@@ -121,78 +121,6 @@ def open_table(uri: str, version: int | None = None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Data files (written in Spark tasks)
-# ---------------------------------------------------------------------------------------------
-
-def _stat_value(value: Any) -> Any:
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
-
-
-def parquet_stats(metadata) -> dict[str, Any]:
-    """Delta file statistics from a Parquet footer (``pyarrow.parquet.FileMetaData``):
-    ``numRecords``, and ``minValues``/``maxValues``/``nullCount`` of the top-level integer, string
-    and date columns whose every row group has statistics (timestamps, binaries and nested columns
-    are left out: a rounded bound would let a reader skip a file wrongly)."""
-    stats: dict[str, Any] = {"numRecords": int(metadata.num_rows)}
-    if not metadata.num_row_groups:
-        return stats
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    schema = metadata.schema
-    for i in range(metadata.num_columns):
-        col = schema.column(i)
-        if "." in col.path:
-            continue
-        logical = str(col.logical_type)
-        kind = col.physical_type
-        if not (kind in ("INT32", "INT64") and logical in ("None", "Int(bitWidth=32, isSigned=true)",
-                                                            "Int(bitWidth=64, isSigned=true)", "Date")
-                or kind == "BYTE_ARRAY" and logical == "String"):
-            continue
-        lo = hi = None
-        count = 0
-        ok = True
-        for g in range(metadata.num_row_groups):
-            s = metadata.row_group(g).column(i).statistics
-            if s is None or not s.has_null_count:
-                ok = False
-                break
-            count += int(s.null_count)
-            if s.has_min_max:
-                lo = s.min if lo is None else min(lo, s.min)
-                hi = s.max if hi is None else max(hi, s.max)
-            elif metadata.row_group(g).num_rows > s.null_count:
-                ok = False
-                break
-        if not ok:
-            continue
-        nulls[col.name] = count
-        if lo is not None:
-            mins[col.name] = _stat_value(lo)
-            maxs[col.name] = _stat_value(hi)
-    stats.update(minValues=mins, maxValues=maxs, nullCount=nulls)
-    return stats
-
-
-def file_record(path: str, *, rows: int, size: int, partition: Mapping[str, Any],
-                stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What a task returns to the driver for one data file: ``{"path" (relative to the table
-    folder), "rows", "size" (bytes), "partition" {column: value as text or None}, "stats" (JSON
-    text, :func:`parquet_stats`)}``."""
-    return {
-        "path": path,
-        "rows": int(rows),
-        "size": int(size),
-        "partition": {k: (None if v is None else str(_stat_value(v))) for k, v in partition.items()},
-        "stats": json.dumps(dict(stats) if stats is not None else {"numRecords": int(rows)},
-                            sort_keys=True, default=str),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
 # Commits (on the driver)
 # ---------------------------------------------------------------------------------------------
 
@@ -226,7 +154,7 @@ def ensure_table(uri: str, schema, partition_by: Sequence[str]):
 
 
 def add_actions(records: Sequence[Mapping[str, Any]], now_ms: int) -> list:
-    """One ``deltalake`` ``AddAction`` per :func:`file_record` (modification time ``now_ms``, unix ms)."""
+    """One ``deltalake`` ``AddAction`` per :func:`~.file_records.file_record` (modification time ``now_ms``, unix ms)."""
     from deltalake.transaction import AddAction
 
     return [AddAction(str(r["path"]), int(r["size"]), dict(r["partition"]), int(now_ms), True, str(r["stats"]))
@@ -251,7 +179,7 @@ def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, part
     """Commit the data files of one run in one Delta transaction.
 
     :param uri: the table folder (the records' paths are relative to it).
-    :param records: :func:`file_record` dicts.
+    :param records: :func:`~.file_records.file_record` dicts.
     :param schema: the table's Arrow schema, partition columns included.
     :param partition_by: partition columns (used when the table is created).
     :param replace: partition filters (``[(column, "=" | "in", value)]``) of the rows this commit

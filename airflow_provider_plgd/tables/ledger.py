@@ -142,7 +142,7 @@ class PlanRecord:
     :ivar not_requested: messages of other owners than a selection's (0 without a selection).
     :ivar spark_skip: why the Spark tasks may skip the interval (``etl.spark_skip_reason``), or None.
     :ivar run_version: the run of the interval this plan started (unix ms at ``plan``): the
-        staging table records it (``staging.begin_interval``) and every fetch commit carries it.
+        staging table records it (``staging_commits.begin_interval``) and every fetch commit carries it.
     """
 
     interval_id: str
@@ -514,7 +514,7 @@ def staged_owners(root: str, stream: str, interval_id: str,
 # ------------------------------------------------------------------------------------------------
 def is_reconciled(root: str, stream: str, interval_id: str) -> bool:
     """True when the interval's ``summary.json`` says its whole chain reconciled (the interval is
-    committed, so its staging may expire: ``staging.expire_intervals``)."""
+    committed, so its staging may expire: ``staging_commits.expire_intervals``)."""
     summary = read_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"))
     return bool(summary and summary.get("reconciled") is True)
 

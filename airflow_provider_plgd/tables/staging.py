@@ -1,8 +1,9 @@
 """The staging contract: raw JetStream messages as one Delta table per stream.
 
 This module is the one home of the staging contract (``docs/architecture.md``, "Staging contract"):
-the table's layout, schema, file names, commit protocol and readers. The fetch writes it
-(:mod:`airflow_provider_plgd.fetch.stager` writes the files, the commits are here) and decode reads
+the table's layout, schema, file names and readers; its commit protocol is in
+:mod:`airflow_provider_plgd.tables.staging_commits`. The fetch writes it
+(:mod:`airflow_provider_plgd.fetch.stager` writes the files, ``staging_commits`` commits them) and decode reads
 the files its Delta log names. Importing it loads pyarrow and fsspec only (``deltalake`` is
 imported by the functions that read or commit the log, on the Airflow worker and the Spark driver;
 the Spark tasks read the Parquet files with pyarrow).
@@ -25,16 +26,16 @@ a sorted run of rows, found through the Delta file statistics (``minValues``/``m
   stream-sequence range of the interval ledger's plan and writes it as a few files per event type
   (cut at ``target_file_bytes`` of payload), named :func:`range_file_prefix` (range index, the
   plan's run version, a write ID), and commits them in **one** Delta append
-  (:func:`commit_range`) that carries the app transaction ``plgd.staging.fetch/{interval}/r{NNNN}``
+  (:func:`~airflow_provider_plgd.tables.staging_commits.commit_range`) that carries the app transaction ``plgd.staging.fetch/{interval}/r{NNNN}``
   with the plan's run version: a retried task is a no-op, an older plan's task is refused, and
   two tasks of the same range at once cannot both commit (Delta refuses the second: the same app
-  ID in a concurrent commit). ``plan`` starts each run of an interval with :func:`begin_interval`:
+  ID in a concurrent commit). ``plan`` starts each run of an interval with :func:`~airflow_provider_plgd.tables.staging_commits.begin_interval`:
   one commit that removes the interval's files and records the run version
   (``plgd.staging.plan/{interval}``), which every fetch commit checks, so a rerun replaces exactly
   the interval's staging and a task of an older plan commits nothing.
 * **Other uses** (the operator's ``owner_id``/``owner_ids``/``subject_filter``/``unrouted``/
   ``durable`` modes): each (owner, event type) batch is written as files :func:`batch_file_prefix`
-  and committed by :func:`commit_batches`: one Delta commit per owner that removes the batch's earlier
+  and committed by :func:`~airflow_provider_plgd.tables.staging_commits.commit_batches`: one Delta commit per owner that removes the batch's earlier
   files and adds the new ones, so a rerun replaces exactly that batch.
 
 Batches of an arbitrary subject filter (not one owner x one event type) use the placeholder owner
@@ -63,18 +64,16 @@ interval_id    string (partition)           the interval ID
 event_type     string (partition)           the batch's event type (``_unknown``, ``f…``: see above)
 =============  ===========================  =====================================================
 
-Retention: staging is transient. :func:`expire_intervals` deletes the files of intervals older
+Retention: staging is transient. :func:`~airflow_provider_plgd.tables.staging_commits.expire_intervals` deletes the files of intervals older
 than a retention (one Delta commit) and vacuums the table; the ETL calls it after an interval
-reconciled (``build_etl_dag(staging_retention_hours=…)``).
+reconciled (``build_etl_dag(staging_retention=…)``), and so does the maintenance DAG.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +104,7 @@ DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 COMMIT_TRIES = 8
 #: Commits of the table's history searched for a range's earlier commit (:func:`committed_range`).
 HISTORY_SEARCH = 200
-#: Default age (hours) of unreferenced and removed files that :func:`expire_intervals` vacuums: a
+#: Default age (hours) of unreferenced and removed files that :func:`~airflow_provider_plgd.tables.staging_commits.expire_intervals` vacuums: a
 #: fetch task writes its files before it commits them, and must not lose them to a vacuum.
 DEFAULT_VACUUM_RETENTION_HOURS = 24
 
@@ -236,17 +235,17 @@ def new_write_id() -> str:
 
 
 def plan_app_id(interval_id: str) -> str:
-    """App transaction of the plan that started the interval's current run (:func:`begin_interval`)."""
+    """App transaction of the plan that started the interval's current run (:func:`~airflow_provider_plgd.tables.staging_commits.begin_interval`)."""
     return f"plgd.staging.plan/{interval_id}"
 
 
 def range_app_id(interval_id: str, range_index: int) -> str:
-    """App transaction of one fetch range's commit (:func:`commit_range`)."""
+    """App transaction of one fetch range's commit (:func:`~airflow_provider_plgd.tables.staging_commits.commit_range`)."""
     return f"plgd.staging.fetch/{interval_id}/r{int(range_index):04d}"
 
 
 def batch_app_id(interval_id: str, owner_id: str, event_type: str) -> str:
-    """App transaction of one (owner, event type) batch's commit (:func:`commit_batches`)."""
+    """App transaction of one (owner, event type) batch's commit (:func:`~airflow_provider_plgd.tables.staging_commits.commit_batches`)."""
     return f"plgd.staging.batch/{interval_id}/{owner_id}/{event_type}"
 
 
@@ -288,7 +287,7 @@ def open_table(root: Any, stream: str, version: int | None = None):
     return delta_tables.open_table(table_uri(root, stream), version)
 
 
-def _files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> list[StagedFile]:
+def log_files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> list[StagedFile]:
     """The data files of table ``dt`` (at ``uri``), of ``interval_ids`` only when given, sorted by path."""
     import pyarrow.compute as pc
     from urllib.parse import unquote
@@ -329,7 +328,7 @@ def staged_files(root: Any, stream: str, *, interval_id: str | None = None, even
         return []
     types = None if event_types is None else set(event_types)
     wanted = None if owners is None else sorted(set(owners))
-    return [f for f in _files(dt, table_uri(root, stream), None if interval_id is None else [interval_id])
+    return [f for f in log_files(dt, table_uri(root, stream), None if interval_id is None else [interval_id])
             if (types is None or f.event_type in types) and (wanted is None or f.may_hold(wanted))]
 
 
@@ -401,298 +400,3 @@ def staged_intervals(root: Any, stream: str) -> dict[str, dict[str, int]]:
         entry["rows"] += f.rows
         entry["modified_ms"] = max(entry["modified_ms"], f.modified_ms)
     return found
-
-
-# --------------------------------------------------------------------------------------------------
-# Commits
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StagingCommit:
-    """What a staging commit did: the Delta ``version`` it created (None: nothing new, the same run
-    had committed already) and the files of the batches or range now committed."""
-
-    version: int | None
-    files: tuple[StagedFile, ...]
-
-
-def _table(root: Any, stream: str):
-    from airflow_provider_plgd.tables import delta_tables
-
-    return delta_tables.ensure_table(table_uri(root, stream), TABLE_SCHEMA, PARTITION_COLUMNS)
-
-
-def _remove(f: StagedFile, now_ms: int):
-    from deltalake.transaction import RemoveAction
-
-    return RemoveAction(f.path, True, now_ms, f.size, {INTERVAL_COLUMN: f.interval_id, EVENT_TYPE_COLUMN: f.event_type})
-
-
-def _commit(dt: Any, actions: list, apps: Mapping[str, int], metadata: Mapping[str, Any],
-            now_ms: int) -> tuple[int, Any]:
-    """One Delta commit (``append`` mode: adds and removes as given) with app transactions.
-
-    :return: ``(its version, the table at the latest version)``.
-    :raises CommitFailedError: Delta's conflict check refused it (deltalake's exception).
-    """
-    from deltalake.transaction import CommitProperties, Transaction
-
-    from airflow_provider_plgd.tables import delta_tables
-
-    commit_id = new_write_id()
-    props = CommitProperties(
-        custom_metadata={delta_tables.METADATA_KEY: json.dumps({**metadata, "commit_id": commit_id}, sort_keys=True,
-                                                               default=str)},
-        app_transactions=[Transaction(app, int(v), now_ms) for app, v in apps.items()])
-    dt.create_write_transaction(actions, mode="append", schema=TABLE_SCHEMA, partition_by=list(PARTITION_COLUMNS),
-                                commit_properties=props)
-    dt.update_incremental()
-    for entry in dt.history(limit=20):  # delta-rs may have committed after other writers' commits
-        if delta_tables.commit_metadata(entry).get("commit_id") == commit_id:
-            return int(entry["version"]), dt
-    return int(dt.version()), dt
-
-
-def _retrying(uri: str, what: str, attempt: Callable[[], StagingCommit]) -> StagingCommit:
-    """Run ``attempt`` (which reopens the table, re-checks and commits) until Delta accepts its
-    commit: a conflict with another writer's commit (another range's, an expiry's delete) is
-    retried on the new version; after :data:`COMMIT_TRIES` the last conflict is raised as
-    ``TableCommitError``."""
-    from deltalake.exceptions import CommitFailedError
-
-    from airflow_provider_plgd.exceptions import TableCommitError
-
-    last: Exception | None = None
-    for i in range(COMMIT_TRIES):
-        try:
-            return attempt()
-        except CommitFailedError as exc:
-            last = exc
-            log.info("%s: %s conflicted with another commit (%s); trying again on the new version", uri, what, exc)
-            time.sleep(min(0.05 * 2 ** i, 1.0))
-    raise TableCommitError(f"{uri}: {what} conflicted with other commits {COMMIT_TRIES} times ({last}); "
-                           "nothing committed by this task", table=uri) from last
-
-
-def _check_newer(uri: str, app: str, done: int | None, run_version: int, what: str) -> bool:
-    """True when ``app`` already holds ``run_version``; raise when it holds a newer one."""
-    from airflow_provider_plgd.exceptions import TableCommitError
-
-    if done is None or int(done) < run_version:
-        return False
-    if int(done) == run_version:
-        return True
-    raise TableCommitError(f"{uri}: a newer run committed {what} first ({app}: version {done} > this run's "
-                           f"{run_version}); nothing committed by this task", table=uri)
-
-
-def begin_interval(root: Any, stream: str, interval_id: str, run_version: int,
-                   metadata: Mapping[str, Any] | None = None) -> StagingCommit:
-    """Start run ``run_version`` of an interval (the ETL's ``plan``): one commit that removes every
-    staging file of the interval and records ``run_version`` (:func:`plan_app_id`). The fetch
-    commits of the run check it (:func:`commit_range`). A retry of the same run is a no-op.
-
-    :return: the commit (``files``: the files removed; ``version`` None when the run had begun already).
-    :raises TableCommitError: a newer run of the interval began first.
-    """
-    uri = table_uri(root, stream)
-    validate_partition_value(interval_id, "interval_id")
-
-    def attempt() -> StagingCommit:
-        dt = _table(root, stream)
-        app = plan_app_id(interval_id)
-        if _check_newer(uri, app, dt.transaction_version(app), run_version, f"the plan of interval {interval_id}"):
-            return StagingCommit(None, ())
-        old = _files(dt, uri, [interval_id])
-        now_ms = int(time.time() * 1000)
-        meta = {"operation": "begin_interval", "interval_id": interval_id, "run_version": run_version,
-                "removed_files": len(old), "removed_rows": sum(f.rows for f in old), "created_by": CREATED_BY,
-                **(metadata or {})}
-        return StagingCommit(_commit(dt, [_remove(f, now_ms) for f in old], {app: run_version}, meta, now_ms)[0],
-                             tuple(old))
-
-    return _retrying(uri, f"the start of interval {interval_id}'s run {run_version}", attempt)
-
-
-def range_files(dt: Any, uri: str, interval_id: str, range_index: int, run_version: int) -> list[StagedFile]:
-    """The files of range ``range_index`` of plan ``run_version`` that table ``dt`` names."""
-    return [f for f in _files(dt, uri, [interval_id]) if file_range(f.path) == (range_index, run_version)]
-
-
-def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
-                    run_version: int) -> StagingCommit | None:
-    """The range's commit of plan ``run_version`` when it is in the log (a retried task's check
-    before it reads anything), else None. Its ``version`` is found among the latest
-    :data:`HISTORY_SEARCH` commits (else None).
-
-    :raises TableCommitError: a newer plan began the interval, or committed the range.
-    :raises LedgerError: the plan's run is not recorded in the table (its ``plan`` did not run
-        :func:`begin_interval`).
-    """
-    from airflow_provider_plgd.tables import delta_tables
-
-    uri = table_uri(root, stream)
-    dt = delta_tables.open_table(uri)
-    _check_plan(dt, uri, interval_id, run_version)
-    if _check_newer(uri, range_app_id(interval_id, range_index), dt.transaction_version(
-            range_app_id(interval_id, range_index)), run_version, f"range {range_index} of interval {interval_id}"):
-        version = None
-        for entry in dt.history(limit=HISTORY_SEARCH):  # the commit's version, when it is recent
-            meta = delta_tables.commit_metadata(entry)
-            if (meta.get("operation"), meta.get("interval_id"), meta.get("range"), meta.get("run_version")) == (
-                    "fetch_range", interval_id, range_index, run_version):
-                version = int(entry["version"])
-                break
-        return StagingCommit(version, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
-    return None
-
-
-def _check_plan(dt: Any, uri: str, interval_id: str, run_version: int) -> None:
-    from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
-
-    begun = None if dt is None else dt.transaction_version(plan_app_id(interval_id))
-    if begun is not None and int(begun) > run_version:
-        raise TableCommitError(f"{uri}: a newer plan of interval {interval_id} began its run ({begun} > this task's "
-                               f"plan {run_version}); nothing committed by this task", table=uri)
-    if begun is None or int(begun) != run_version:
-        raise LedgerError(f"interval {interval_id}: the staging table {uri} records no start of the plan's run "
-                          f"{run_version} (found {begun}); run the interval again from its plan task",
-                          interval_id=interval_id)
-
-
-def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run_version: int,
-                 records: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None) -> StagingCommit:
-    """Commit the files of one fetch range in **one** Delta append (the ETL's fetch task).
-
-    The commit carries the app transaction :func:`range_app_id` with the plan's ``run_version``.
-    Before it, in the version it commits on, the plan's run must be the interval's current one
-    (:func:`begin_interval`), and the range must not be committed yet: a retried task's commit is a
-    no-op (its files stay unnamed), two tasks of the range at once cannot both commit (the second
-    sees the first's transaction, or Delta refuses it), and an older plan's task is refused.
-    Conflicts with other writers' commits (other ranges, an expiry) are retried.
-
-    :param records: the files (``delta_tables.file_record`` dicts; paths relative to the table).
-    :return: the commit; ``version`` None when the range was committed already (``files``: the
-        files of that commit).
-    :raises TableCommitError: a newer plan began the interval or committed the range.
-    :raises LedgerError: the plan's run is not recorded in the table.
-    """
-    from airflow_provider_plgd.tables import delta_tables
-
-    uri = table_uri(root, stream)
-    app = range_app_id(interval_id, range_index)
-
-    def attempt() -> StagingCommit:
-        dt = _table(root, stream)
-        _check_plan(dt, uri, interval_id, run_version)
-        if _check_newer(uri, app, dt.transaction_version(app), run_version, f"range {range_index} of {interval_id}"):
-            return StagingCommit(None, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
-        now_ms = int(time.time() * 1000)
-        meta = {"operation": "fetch_range", "interval_id": interval_id, "range": range_index,
-                "run_version": run_version, "files": len(records), "rows": sum(int(r["rows"]) for r in records),
-                "created_by": CREATED_BY, **(metadata or {})}
-        version, dt = _commit(dt, delta_tables.add_actions(records, now_ms), {app: run_version}, meta, now_ms)
-        return StagingCommit(version, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
-
-    return _retrying(uri, f"range {range_index} of interval {interval_id}", attempt)
-
-
-def commit_batches(root: Any, stream: str, interval_id: str, owner_id: str, event_types: Sequence[str],
-                   records: Sequence[Mapping[str, Any]], run_version: int,
-                   metadata: Mapping[str, Any] | None = None) -> StagingCommit:
-    """Replace the batches (``owner_id``, each of ``event_types``) of an interval in one Delta
-    commit (the operator's modes other than the ETL's range): the batches' earlier files
-    (:func:`file_batch_owner`) are removed and ``records`` added. Each batch's app transaction
-    (:func:`batch_app_id`) carries ``run_version`` (the task's start, ms): a retried commit of the
-    same task is a no-op, an older task's commit is refused. Other writers' commits are retried.
-
-    :return: the commit (``files``: the batches' files now).
-    :raises TableCommitError: a newer task committed one of the batches first.
-    """
-    from airflow_provider_plgd.tables import delta_tables
-
-    uri = table_uri(root, stream)
-    types = sorted(set(event_types))
-    apps = {batch_app_id(interval_id, owner_id, t): run_version for t in types}
-    batch_file_prefix(owner_id, "x")  # the owner is safe in a file name
-
-    def mine(f: StagedFile) -> bool:
-        return f.event_type in types and file_batch_owner(f.path) == owner_id
-
-    def attempt() -> StagingCommit:
-        dt = _table(root, stream)
-        done = [_check_newer(uri, app, dt.transaction_version(app), run_version, f"batch {app}") for app in apps]
-        if done and all(done):
-            return StagingCommit(None, tuple(f for f in _files(dt, uri, [interval_id]) if mine(f)))
-        old = [f for f in _files(dt, uri, [interval_id]) if mine(f)]
-        now_ms = int(time.time() * 1000)
-        meta = {"operation": "fetch_batches", "interval_id": interval_id, "owner_id": owner_id, "event_types": types,
-                "run_version": run_version, "files": len(records), "rows": sum(int(r["rows"]) for r in records),
-                "replaced_files": len(old), "created_by": CREATED_BY, **(metadata or {})}
-        version, dt = _commit(dt, [_remove(f, now_ms) for f in old] + delta_tables.add_actions(records, now_ms),
-                              apps, meta, now_ms)
-        return StagingCommit(version, tuple(f for f in _files(dt, uri, [interval_id]) if mine(f)))
-
-    return _retrying(uri, f"the batches of owner {owner_id} in interval {interval_id}", attempt)
-
-
-# --------------------------------------------------------------------------------------------------
-# Retention
-# --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Expiry:
-    """What :func:`expire_intervals` did: the intervals whose files it removed (one Delta
-    ``version``, None when none), the files and rows removed, and the files vacuum deleted."""
-
-    intervals: tuple[str, ...]
-    version: int | None
-    files: int
-    rows: int
-    vacuumed: int
-
-
-def expire_intervals(root: Any, stream: str, *, retention_seconds: float, now_s: float | None = None,
-                     committed: Callable[[str], bool] | None = None,
-                     vacuum_retention_hours: int = DEFAULT_VACUUM_RETENTION_HOURS) -> Expiry:
-    """Expire staging: remove the files of every interval staged more than ``retention_seconds``
-    ago (the newest file's commit time) for which ``committed(interval_id)`` is true (default:
-    every such interval), in one Delta commit, then ``vacuum`` the table (files removed, or never
-    committed, more than ``vacuum_retention_hours`` ago). Safe while fetch tasks commit other
-    intervals (their commits are retried on the new version) and while decode reads others.
-
-    The ETL calls it after each reconciled interval (``etl.summarize_interval``) with
-    ``committed`` = the interval's ledger reconciled; table maintenance may call it too.
-
-    :param retention_seconds: how long staging of a committed interval is kept (s, >= 0).
-    :param now_s: the current time (unix s; default the clock).
-    :param vacuum_retention_hours: vacuum's retention (>= 0; -1: no vacuum).
-    :return: :class:`Expiry`.
-    :raises ValueError: a negative retention.
-    """
-    from airflow_provider_plgd.tables import delta_tables
-
-    if retention_seconds < 0:
-        raise ValueError(f"staging retention must be >= 0 seconds, got {retention_seconds!r}")
-    uri = table_uri(root, stream)
-    cutoff_ms = int(((time.time() if now_s is None else now_s) - retention_seconds) * 1000)
-    old_intervals = sorted(iid for iid, s in staged_intervals(root, stream).items() if s["modified_ms"] <= cutoff_ms)
-    chosen = tuple(iid for iid in old_intervals if committed is None or committed(iid))
-    result: list[StagingCommit] = []
-
-    def attempt() -> StagingCommit:
-        dt = _table(root, stream)
-        old = _files(dt, uri, chosen)
-        if not old:
-            return StagingCommit(None, ())
-        now_ms = int(time.time() * 1000)
-        meta = {"operation": "expire", "intervals": list(chosen), "retention_seconds": retention_seconds,
-                "removed_files": len(old), "created_by": CREATED_BY}
-        return StagingCommit(_commit(dt, [_remove(f, now_ms) for f in old], {}, meta, now_ms)[0], tuple(old))
-
-    if chosen:
-        result.append(_retrying(uri, f"the expiry of {len(chosen)} interval(s)", attempt))
-    vacuumed = delta_tables.vacuum(uri, vacuum_retention_hours)
-    done = result[0] if result else StagingCommit(None, ())
-    if chosen:
-        log.info("Staging %s: expired %s interval(s) (%s files, %s rows), vacuumed %s file(s)", uri, len(chosen),
-                 len(done.files), sum(f.rows for f in done.files), vacuumed)
-    return Expiry(chosen, done.version, len(done.files), sum(f.rows for f in done.files), vacuumed)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.plgd import subjects
 
@@ -15,7 +15,7 @@ from airflow_provider_plgd.plgd import subjects
 def write_batches(root: Any, interval_id: str, batches: Mapping[tuple[str, str], Sequence[tuple]], *,
                   stream: str = "EVENTS", commit: bool = True, **stager_kw: Any) -> list[dict]:
     """Write ``{(owner, event type): [(stream_seq, subject, time_ns, headers, data)]}`` into the
-    staging table as the operator's batches (one ``staging.commit_batches`` per owner; with
+    staging table as the operator's batches (one ``staging_commits.commit_batches`` per owner; with
     ``commit=False`` the files are written and named by no commit). :return: the file records."""
     by_owner: dict[str, dict[str, Sequence[tuple]]] = {}
     for (owner, event_type), rows in batches.items():
@@ -28,7 +28,7 @@ def write_batches(root: Any, interval_id: str, batches: Mapping[tuple[str, str],
         mine = stager.write(staging.table_uri(root, stream), interval_id,
                             staging.batch_file_prefix(owner, staging.new_write_id()))
         if commit:
-            staging.commit_batches(root, stream, interval_id, owner, sorted(types), mine, time.time_ns() // 1_000_000)
+            staging_commits.commit_batches(root, stream, interval_id, owner, sorted(types), mine, time.time_ns() // 1_000_000)
         records += mine
     return records
 

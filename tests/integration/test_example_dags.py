@@ -53,7 +53,7 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
                    next_expiry_ns: dict[str, int] | None = None) -> str:
     """Commit ``tables`` as one snapshot version (bucket 0 of each table) as ``rebuild_snapshots``
     does: one Delta commit per table, then ``_device_state``'s commit with the snapshot record."""
-    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.spark import snapshot_store as ss
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables.storage import to_fs
@@ -72,8 +72,8 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
             fs, base = to_fs(uri)
             rel = f"bucket=0/part-{run_id}.parquet"
             size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.Table.from_pylist(rows, schema=ss.table_schema(table)))
-            records.append(delta_tables.file_record(rel, rows=len(rows), size=size, partition={"bucket": 0},
-                                                    stats=delta_tables.parquet_stats(meta)))
+            records.append(file_records.file_record(rel, rows=len(rows), size=size, partition={"bucket": 0},
+                                                    stats=file_records.parquet_stats(meta)))
         if table == ss.STATE_TABLE:
             record.update(intervals=[interval_id], buckets=1, bucket_expr=ss.BUCKET_EXPR.format(buckets=1),
                           next_expiry_ns=next_expiry_ns or {}, rows={t: len(r) for t, r in tables.items()},

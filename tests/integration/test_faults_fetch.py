@@ -10,7 +10,7 @@ process's driver script wraps the function that marks the point:
 
 * ``during_write``: the 2nd ``ParquetWriter.write_table`` of the range's files (a file open, half written);
 * ``between_files``: right after the first file is closed (the next one not started);
-* ``after_commit``: right after ``staging.commit_range`` returned (before the ledger record).
+* ``after_commit``: right after ``staging_commits.commit_range`` returned (before the ledger record).
 
 After each kill, the staging table (read with deltalake and Polars) is exactly its version
 before the task, or, after the commit, that version plus the range; files the killed task wrote
@@ -80,20 +80,20 @@ DRIVER = textwrap.dedent('''
             die()
         stager._File.close = close
     elif point == "after_commit":
-        real_commit = staging.commit_range
+        real_commit = staging_commits.commit_range
         def commit_range(*a, **k):
             real_commit(*a, **k)
             die()
-        staging.commit_range = commit_range
+        staging_commits.commit_range = commit_range
     elif point == "barrier":  # stop before the commit until every task named in cfg["all"] got there
-        real_commit = staging.commit_range
+        real_commit = staging_commits.commit_range
         def commit_range(*a, **k):
             open(cfg["marker"], "w").write("ready")
             deadline = time.time() + 120
             while not all(os.path.exists(m) for m in cfg["all"]) and time.time() < deadline:
                 time.sleep(0.01)
             return real_commit(*a, **k)
-        staging.commit_range = commit_range
+        staging_commits.commit_range = commit_range
     out = JetStreamToStagingOperator(task_id="fetch", **cfg["kwargs"]).execute({{"params": {{}}}})
     json.dump(out, open(cfg["out"], "w"))
 ''').format(repo=str(REPO))

@@ -21,7 +21,7 @@ import pytest
 from plgd_devtools.spark import spark_lock
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.exceptions import MessagesExpiredError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -414,15 +414,15 @@ def test_durable_retry_within_ack_wait_loses_no_message(jetstream, storage_root,
     kw = dict(owner_id=O1, event_type="resourcechanged", storage_root=storage_root, durable="plgd_faults_retry",
               max_messages=12, ack_wait_seconds=2.0)
 
-    real_commit = staging.commit_batches
+    real_commit = staging_commits.commit_batches
 
     def failing_commit(*args, **kwargs):
         raise OSError("injected: the first attempt dies before its commit")
 
-    monkeypatch.setattr(staging, "commit_batches", failing_commit)
+    monkeypatch.setattr(staging_commits, "commit_batches", failing_commit)
     with pytest.raises(OSError, match="injected"):
         run_op(**kw)  # run 1: pulls 1..12
-    monkeypatch.setattr(staging, "commit_batches", real_commit)
+    monkeypatch.setattr(staging_commits, "commit_batches", real_commit)
     retry = run_op(**kw)  # the immediate retry (Airflow retry or manual rerun), within ack_wait
     assert (retry["first_seq"], retry["last_seq"], retry["count"]) == (13, 24, 12)
     time.sleep(2.5)  # ack_wait passed: 1..12 are redelivered

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.exceptions import (
     IntervalNotCompleteError,
     JetStreamAuthError,
@@ -460,11 +460,11 @@ def test_durable_mode_batches_ack_after_commit_and_redeliver_on_failure(jetstrea
     first = run_op(**kw)
     assert first["count"] == 12 and first["interval_id"].startswith("durable-")
     # a failed commit does not ack: the next run (after ack_wait) gets the same messages again
-    real_commit = staging.commit_batches
-    monkeypatch.setattr(staging, "commit_batches", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    real_commit = staging_commits.commit_batches
+    monkeypatch.setattr(staging_commits, "commit_batches", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         run_op(**kw)
-    monkeypatch.setattr(staging, "commit_batches", real_commit)
+    monkeypatch.setattr(staging_commits, "commit_batches", real_commit)
     time.sleep(1.5)
     intervals = [first["interval_id"]]
     while True:

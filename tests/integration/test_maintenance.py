@@ -258,7 +258,7 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     """``build_maintenance_dag(staging_retention=…)``: the staging of a reconciled interval older
     than the retention is removed (one Delta commit, read back with deltalake); an interval whose
     ledger does not say reconciled keeps its staging."""
-    from airflow_provider_plgd.tables import ledger, staging
+    from airflow_provider_plgd.tables import ledger, staging, staging_commits
     from airflow_provider_plgd.fetch.stager import Stager
     from tests.integration.conftest import load_dag, xcom_value
 
@@ -269,7 +269,7 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
         stager = Stager(stream="EVENTS", spill_dir=None)
         stager.add(owner, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
         records = stager.write(staging.table_uri(str(root), "EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
-        staging.commit_batches(str(root), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
+        staging_commits.commit_batches(str(root), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
     ledger.write_json(f"{ledger.interval_dir(str(root), 'EVENTS', ids[0])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": True})
     ledger.write_json(f"{ledger.interval_dir(str(root), 'EVENTS', ids[1])}/summary.json",

@@ -334,7 +334,7 @@ s.add(owner, "devicesregistered", [(i, "plgd.owners." + owner + ".registrations.
                                     1767225600000000000 + i, None, b"payload %d" % i) for i in range(1, {rows} + 1)])
 records = s.write(staging.table_uri({root!r}, "EVENTS"), "seq-000000000001-000000001000",
                   staging.batch_file_prefix(owner, staging.new_write_id()))
-staging.commit_batches({root!r}, "EVENTS", "seq-000000000001-000000001000", owner, ["devicesregistered"], records,
+staging_commits.commit_batches({root!r}, "EVENTS", "seq-000000000001-000000001000", owner, ["devicesregistered"], records,
                        {version})
 """
 

@@ -47,7 +47,7 @@ CONFIG = SimulationConfig(seed=23, owners=2, devices_per_owner=3, resources_per_
 DRIVER = textwrap.dedent('''
     """decode -> dedupe -> rebuild on an s3:// root in one JVM (test_spark_apps_s3.py)."""
     import json, sys
-    from airflow_provider_plgd.tables import delta_tables, storage
+    from airflow_provider_plgd.tables import delta_tables, file_records, storage
     from airflow_provider_plgd.spark import session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
@@ -218,7 +218,7 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
     before the first commits (``delta_tables.ensure_table`` returns that earlier load)."""
     import pyarrow as pa
 
-    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.exceptions import TableCommitError
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables import storage
@@ -230,8 +230,8 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
         fs, base = storage.to_fs(uri)
         rel = f"interval_id=I/part-{writer}.parquet"
         size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"{writer}{i}" for i in range(n)]}))
-        return [delta_tables.file_record(rel, rows=n, size=size, partition={"interval_id": "I"},
-                                         stats=delta_tables.parquet_stats(meta))]
+        return [file_records.file_record(rel, rows=n, size=size, partition={"interval_id": "I"},
+                                         stats=file_records.parquet_stats(meta))]
 
     def commit(writer: str, n: int, version: int):
         return delta_tables.commit_files(uri, files(writer, n), schema=schema, partition_by=("interval_id",),

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.plgd.subjects import subject_filters, validate_token
 
 UTC = timezone.utc
@@ -204,7 +204,7 @@ def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, va
         stager.add(kwargs["owner_id"], kwargs["event_type"],
                    [(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
         records = stager.write(table, kwargs["interval_id"], staging.batch_file_prefix(kwargs["owner_id"], "w1"))
-        staging.commit_batches(str(root), kwargs["stream"], kwargs["interval_id"], kwargs["owner_id"],
+        staging_commits.commit_batches(str(root), kwargs["stream"], kwargs["interval_id"], kwargs["owner_id"],
                                [kwargs["event_type"]], records, 1)
     assert field in str(err.value) and named(value) in str(err.value)
     assert tree(tmp_path) == []
@@ -214,7 +214,7 @@ def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, va
 def test_staging_readers_reject_glob_and_path_values(value, tmp_path):
     root = tmp_path / "root"
     for call in (lambda: staging.table_uri(str(root), value), lambda: staging.partition_folder(value, "x"),
-                 lambda: staging.partition_folder("i", value), lambda: staging.begin_interval(str(root), "EVENTS", value, 1),
+                 lambda: staging.partition_folder("i", value), lambda: staging_commits.begin_interval(str(root), "EVENTS", value, 1),
                  lambda: staging.batch_file_prefix(value, "w")):
         with pytest.raises(ValueError) as err:
             call()

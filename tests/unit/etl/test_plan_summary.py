@@ -309,7 +309,7 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     vacuumed; an interval that did not reconcile keeps its staging, and so does another DAG's batch."""
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd.tables import staging
+    from airflow_provider_plgd.tables import staging, staging_commits
     from airflow_provider_plgd.fetch.stager import Stager
 
     failed = "20260301T090000Z_20260301T100000Z"
@@ -318,7 +318,7 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
         stager = Stager(stream="EVENTS", spill_dir=None)
         stager.add(OWNER_A, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
         records = stager.write(staging.table_uri(root, "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
-        staging.commit_batches(root, "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
+        staging_commits.commit_batches(root, "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
     ledger.write_json(f"{ledger.interval_dir(root, 'EVENTS', failed)}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     write_interval(root, decoded=2, kept=1, duplicates=1)

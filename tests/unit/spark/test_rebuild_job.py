@@ -20,7 +20,7 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
     """Commit ``rows`` rows of interval ``interval`` to ``events_deduped`` (one file ``name``)."""
     import pyarrow as pa
 
-    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables.storage import to_fs
@@ -29,8 +29,8 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
     rel = f"interval_id={interval}/event_type=x/{name}"
     fs, base = to_fs(uri)
     size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"m{i}" for i in range(rows)]}))
-    record = delta_tables.file_record(rel, rows=rows, size=size, partition={"interval_id": interval, "event_type": "x"},
-                                      stats=delta_tables.parquet_stats(meta))
+    record = file_records.file_record(rel, rows=rows, size=size, partition={"interval_id": interval, "event_type": "x"},
+                                      stats=file_records.parquet_stats(meta))
     delta_tables.commit_files(uri, [record], schema=schemas.EVENTS_SCHEMA, partition_by=("interval_id", "event_type"),
                               replace=delta_tables.interval_filter(interval), metadata={"interval_id": interval},
                               app_id=f"test/{interval}", run_version=time.time_ns())

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, delta_tables, ledger
+from airflow_provider_plgd.tables import chain, delta_tables, file_records, ledger
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.dedupe_job import MSGID_INDEX_SCHEMA
@@ -38,7 +38,7 @@ def dedupe(root: str, interval_id: str, ids: list[str]) -> None:
         path = f"{delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(pa.table({"msg_id": ids}), path)
-        records.append(delta_tables.file_record(rel, rows=len(ids), size=os.path.getsize(path),
+        records.append(file_records.file_record(rel, rows=len(ids), size=os.path.getsize(path),
                                                 partition={"interval_id": interval_id, "bucket": "0"}))
     delta_tables.commit_interval("dedupe", interval_id, (
         (delta_tables.MSGID_INDEX, delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX), MSGID_INDEX_SCHEMA,

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables import delta_tables, file_records
 from airflow_provider_plgd.exceptions import OldLayoutError, TableCommitError
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
@@ -42,9 +42,9 @@ def commit(uri: str, interval: str, msg_ids: list[str], run_version: int, *, nam
     fs, base = to_fs(uri)
     rel = f"interval_id={interval}/event_type=resourcechanged/part-{name}.parquet"
     size, meta = write_parquet_file(fs, f"{base}/{rel}", events(msg_ids, extra))
-    record = delta_tables.file_record(rel, rows=len(msg_ids), size=size,
+    record = file_records.file_record(rel, rows=len(msg_ids), size=size,
                                       partition={"interval_id": interval, "event_type": "resourcechanged"},
-                                      stats=delta_tables.parquet_stats(meta))
+                                      stats=file_records.parquet_stats(meta))
     return delta_tables.commit_files(uri, [record], schema=schema, partition_by=PARTITIONS,
                                      replace=delta_tables.interval_filter(interval),
                                      metadata={"interval_id": interval, "run_version": run_version},
@@ -102,7 +102,7 @@ def test_file_statistics_from_the_parquet_footer(tmp_path):
                       "d": pa.array([date(2026, 1, 2), date(2026, 1, 1), None], pa.date32()),
                       "blob": pa.array([b"x", b"y", None]), "l": pa.array([[1], None, [2]])})
     _size, meta = write_parquet_file(fs, f"{base}/f.parquet", table, row_group_size=2)
-    stats = delta_tables.parquet_stats(meta)
+    stats = file_records.parquet_stats(meta)
     assert stats == {"numRecords": 3, "minValues": {"n": 1, "s": "a", "d": "2026-01-01"},
                      "maxValues": {"n": 3, "s": "b", "d": "2026-01-02"}, "nullCount": {"n": 1, "s": 1, "d": 1}}
     json.dumps(stats)
@@ -144,9 +144,9 @@ def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
                 rows = pa.Table.from_pylist([{"owner_id": "o", "owner": "o", "device_id": d, "registered_at": 1} for d in devices],
                                             schema=ss.table_schema(table))
                 size, meta = write_parquet_file(fs, f"{base}/bucket=0/part-{version}.parquet", rows)
-                records.append(delta_tables.file_record(f"bucket=0/part-{version}.parquet", rows=len(devices),
+                records.append(file_records.file_record(f"bucket=0/part-{version}.parquet", rows=len(devices),
                                                         size=size, partition={"bucket": 0},
-                                                        stats=delta_tables.parquet_stats(meta)))
+                                                        stats=file_records.parquet_stats(meta)))
             if table == ss.STATE_TABLE:
                 record["delta_versions"] = dict(versions)
             versions[table] = delta_tables.commit_files(

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging, storage
+from airflow_provider_plgd.tables import staging, staging_commits, storage
 from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
 from airflow_provider_plgd.fetch.stager import Stager
 
@@ -218,22 +218,22 @@ def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_inte
     root = str(tmp_path)
     msgs = make_messages(1200)
     other_interval = "20260101T010000Z_20260101T020000Z"
-    staging.begin_interval(root, "EVENTS", IID, 100)
+    staging_commits.begin_interval(root, "EVENTS", IID, 100)
     _, r0 = stage(root, msgs[:600], index=0)
     _, r1 = stage(root, msgs[600:], index=1)
-    first = staging.commit_range(root, "EVENTS", IID, 0, 100, r0)
-    second = staging.commit_range(root, "EVENTS", IID, 1, 100, r1)
+    first = staging_commits.commit_range(root, "EVENTS", IID, 0, 100, r0)
+    second = staging_commits.commit_range(root, "EVENTS", IID, 1, 100, r1)
     assert second.version == first.version + 1 and len(first.files) == len(r0)
     # a retried commit of the range is a no-op; the files are those of the first commit
-    again = staging.commit_range(root, "EVENTS", IID, 0, 100, r0)
+    again = staging_commits.commit_range(root, "EVENTS", IID, 0, 100, r0)
     assert again.version is None and again.files == first.files
-    assert staging.committed_range(root, "EVENTS", IID, 0, 100).files == first.files
-    assert staging.committed_range(root, "EVENTS", IID, 2, 100) is None
+    assert staging_commits.committed_range(root, "EVENTS", IID, 0, 100).files == first.files
+    assert staging_commits.committed_range(root, "EVENTS", IID, 2, 100) is None
     rows = delta_rows(root)
     assert sorted(r["stream_seq"] for r in rows) == list(range(1, 1201))
     assert {r["interval_id"] for r in rows} == {IID}
     # another interval's run is left alone by this interval's rerun
-    staging.begin_interval(root, "EVENTS", other_interval, 7)
+    staging_commits.begin_interval(root, "EVENTS", other_interval, 7)
     _, other = stage(root, msgs[:5], index=0, version=7)
     for rec in other:
         rec["partition"]["interval_id"] = other_interval
@@ -241,22 +241,22 @@ def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_inte
         os.makedirs(os.path.dirname(os.path.join(staging.table_uri(root, "EVENTS"), rec["path"])), exist_ok=True)
         os.rename(os.path.join(staging.table_uri(root, "EVENTS"), rec["path"].replace(other_interval, IID)),
                   os.path.join(staging.table_uri(root, "EVENTS"), rec["path"]))
-    staging.commit_range(root, "EVENTS", other_interval, 0, 7, other)
+    staging_commits.commit_range(root, "EVENTS", other_interval, 0, 7, other)
 
     # the rerun: the plan begins run 101; the earlier run's tasks are refused from then on
-    begun = staging.begin_interval(root, "EVENTS", IID, 101)
+    begun = staging_commits.begin_interval(root, "EVENTS", IID, 101)
     assert len(begun.files) == len(r0) + len(r1)
-    assert staging.begin_interval(root, "EVENTS", IID, 101).version is None  # a retried plan
+    assert staging_commits.begin_interval(root, "EVENTS", IID, 101).version is None  # a retried plan
     assert staging.staged_files(root, "EVENTS", interval_id=IID) == []
     assert len(staging.staged_files(root, "EVENTS", interval_id=other_interval)) == len(other)
     with pytest.raises(TableCommitError, match="a newer plan of interval .* began its run"):
-        staging.commit_range(root, "EVENTS", IID, 1, 100, r1)
+        staging_commits.commit_range(root, "EVENTS", IID, 1, 100, r1)
     with pytest.raises(TableCommitError, match="a newer run .* first"):
-        staging.begin_interval(root, "EVENTS", IID, 100)
+        staging_commits.begin_interval(root, "EVENTS", IID, 100)
     with pytest.raises(LedgerError, match="records no start of the plan's run 102"):
-        staging.commit_range(root, "EVENTS", IID, 0, 102, r0)
+        staging_commits.commit_range(root, "EVENTS", IID, 0, 102, r0)
     with pytest.raises(LedgerError, match="records no start"):
-        staging.committed_range(root, "EVENTS", "20260102T000000Z_20260102T010000Z", 0, 1)
+        staging_commits.committed_range(root, "EVENTS", "20260102T000000Z_20260102T010000Z", 0, 1)
     # Polars reads the same table
     import polars as pl
 
@@ -271,7 +271,7 @@ def test_two_commits_of_one_range_at_once_one_wins_and_nothing_is_doubled(tmp_pa
     appends both commit."""
     root = str(tmp_path)
     msgs = make_messages(400)
-    staging.begin_interval(root, "EVENTS", IID, 5)
+    staging_commits.begin_interval(root, "EVENTS", IID, 5)
     _, a = stage(root, msgs[:200], index=0, version=5)
     _, b = stage(root, msgs[:200], index=0, version=5)
     _, c = stage(root, msgs[200:], index=1, version=5)
@@ -281,7 +281,7 @@ def test_two_commits_of_one_range_at_once_one_wins_and_nothing_is_doubled(tmp_pa
     def commit(name, index, records):
         start.wait()
         try:
-            results[name] = staging.commit_range(root, "EVENTS", IID, index, 5, records)
+            results[name] = staging_commits.commit_range(root, "EVENTS", IID, index, 5, records)
         except Exception as exc:  # noqa: BLE001 - recorded for the assertion
             results[name] = exc
 
@@ -307,7 +307,7 @@ def test_batches_replace_their_own_rows_only(tmp_path):
             stager.add(owner, types[i % len(types)], [(first + i, f"plgd.owners.{owner}.x", T0 + i, None, b"d%d" % i)])
         records = stager.write(staging.table_uri(root, "EVENTS"), iid,
                                staging.batch_file_prefix(owner, staging.new_write_id()))
-        return staging.commit_batches(root, "EVENTS", iid, owner, list(types), records, version)
+        return staging_commits.commit_batches(root, "EVENTS", iid, owner, list(types), records, version)
 
     a, b = OWNERS[:2]
     write(a, 5, 1, 10)
@@ -331,9 +331,9 @@ def test_batches_replace_their_own_rows_only(tmp_path):
 def test_readers_find_a_batch_by_statistics_and_count_owners_by_a_column_scan(tmp_path):
     root = str(tmp_path)
     msgs = make_messages(2000)
-    staging.begin_interval(root, "EVENTS", IID, 1)
+    staging_commits.begin_interval(root, "EVENTS", IID, 1)
     _, records = stage(root, msgs, target_file_bytes=30_000, row_group_rows=100)
-    staging.commit_range(root, "EVENTS", IID, 0, 1, records)
+    staging_commits.commit_range(root, "EVENTS", IID, 0, 1, records)
     files = staging.staged_files(root, "EVENTS", interval_id=IID)
     assert len(files) == len(records) > 4 and sum(f.rows for f in files) == 2000
     owner = OWNERS[7]
@@ -359,13 +359,13 @@ def test_expiry_removes_old_committed_intervals_and_vacuums_their_files(tmp_path
     msgs = make_messages(300)
     old, new = IID, "20260101T010000Z_20260101T020000Z"
     for iid, version in ((old, 1), (new, 2)):
-        staging.begin_interval(root, "EVENTS", iid, version)
+        staging_commits.begin_interval(root, "EVENTS", iid, version)
         stager = Stager(stream="EVENTS", spill_dir=None)
         for owner, event_type, msg in msgs:
             stager.add(owner, event_type, [msg])
         records = stager.write(staging.table_uri(root, "EVENTS"), iid,
                                staging.range_file_prefix(0, version, staging.new_write_id()))
-        staging.commit_range(root, "EVENTS", iid, 0, version, records)
+        staging_commits.commit_range(root, "EVENTS", iid, 0, version, records)
         time.sleep(0.05)
     cutoff = staging.staged_intervals(root, "EVENTS")[old]["modified_ms"] / 1000 + 0.01
     # a killed fetch's file that no commit names
@@ -373,17 +373,17 @@ def test_expiry_removes_old_committed_intervals_and_vacuums_their_files(tmp_path
     os.makedirs(os.path.dirname(orphan))
     pq.write_table(pa.table({"a": [1]}), orphan)
     # nothing is committed yet: kept
-    kept = staging.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: False,
+    kept = staging_commits.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: False,
                                     vacuum_retention_hours=-1)
     assert kept.intervals == () and len(staging.staged_intervals(root, "EVENTS")) == 2
-    done = staging.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: True,
+    done = staging_commits.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: True,
                                     vacuum_retention_hours=0)
     assert done.intervals == (old,) and done.rows == 300 and done.files >= 2
     assert set(staging.staged_intervals(root, "EVENTS")) == {new}
     assert done.vacuumed == done.files + 1 and not os.path.exists(orphan)  # removed files and the orphan
     assert {r["interval_id"] for r in delta_rows(root)} == {new}
     with pytest.raises(ValueError, match=">= 0 seconds"):
-        staging.expire_intervals(root, "EVENTS", retention_seconds=-1)
+        staging_commits.expire_intervals(root, "EVENTS", retention_seconds=-1)
 
 
 def test_map_io_keeps_the_order_runs_calls_at_once_and_raises_the_first_error():
