@@ -26,7 +26,7 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     """Check the interval ledger's whole chain, log it (:func:`log_run_summary`) and return its numbers.
 
     When it reconciles and ``staging_retention_seconds`` is given, expire staging: every reconciled
-    interval (:func:`ledger.is_reconciled`) staged more than that long ago loses its staging rows
+    interval (:func:`reconcile.is_reconciled`) staged more than that long ago loses its staging rows
     (``staging_commits.expire_intervals``: one Delta commit, then vacuum). That is housekeeping: a failure
     there is logged as a warning and does not fail the run (the next run tries again).
 
@@ -60,16 +60,16 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
 
 def expire_staging(root: str, stream: str, retention_seconds: float) -> dict[str, Any] | None:
     """Expire the staging of reconciled intervals staged more than ``retention_seconds`` ago
-    (``staging_commits.expire_intervals`` with ``ledger.is_reconciled``); log what was done.
+    (``staging_commits.expire_intervals`` with ``reconcile.is_reconciled``); log what was done.
 
     :return: ``{"intervals", "files", "rows", "vacuumed"}``, or None when nothing was expired or
         the expiry failed (logged as a warning).
     """
-    from airflow_provider_plgd.tables import ledger, staging_commits
+    from airflow_provider_plgd.tables import reconcile, staging_commits
 
     try:
         done = staging_commits.expire_intervals(root, stream, retention_seconds=retention_seconds,
-                                        committed=lambda iid: ledger.is_reconciled(root, stream, iid))
+                                        committed=lambda iid: reconcile.is_reconciled(root, stream, iid))
     except Exception as exc:  # noqa: BLE001 - housekeeping: the next run tries again
         _log.warning("Staging of stream %s was not expired (the next run tries again): %s: %s", stream,
                      type(exc).__name__, exc)

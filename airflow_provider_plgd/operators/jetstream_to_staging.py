@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger, staging, storage
 from airflow_provider_plgd.compat import BaseOperator
-from airflow_provider_plgd.exceptions import LedgerError, MissingDataIntervalError
+from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
+from airflow_provider_plgd.fetch.bounds import read_bounds
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
@@ -29,26 +30,6 @@ from airflow_provider_plgd.tables.layout import Layout
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-
-
-
-def zero_width_interval_message(task_id: str, moment: Any) -> str:
-    """The error for a run whose data interval has no width (``data_interval_start == data_interval_end``).
-
-    Airflow 3 turns ``schedule=timedelta(...)`` into ``DeltaTriggerTimetable`` and a cron string into
-    ``CronTriggerTimetable`` (unless ``[scheduler] create_delta_data_intervals`` /
-    ``create_cron_data_intervals`` are on): their runs cover one point in time, not an interval.
-    Source: Airflow 3 docs, "Timetables" and the ``[scheduler]`` configuration reference.
-    """
-    return (
-        f"task {task_id!r}: the run's data interval is empty (data_interval_start == data_interval_end == "
-        f"{moment}), so there is nothing to fetch. On Airflow 3 a DAG with schedule=timedelta(...) or a cron "
-        "string gets a trigger timetable whose runs cover one point in time. Schedule the DAG with a "
-        "data-interval timetable: schedule=DeltaDataIntervalTimetable(timedelta(hours=1)) or "
-        "schedule=CronDataIntervalTimetable(\"0 * * * *\", timezone=\"UTC\") (both from airflow.sdk), or set "
-        "[scheduler] create_delta_data_intervals / create_cron_data_intervals = True; or give the operator "
-        "start_time and end_time. See docs/operations.md, \"Using the operators in your own DAG\"."
-    )
 
 
 class JetStreamToStagingOperator(BaseOperator):
@@ -425,49 +406,12 @@ class JetStreamToStagingOperator(BaseOperator):
         return Selection.of(owners, types).targets(owner_wide=True), True
 
     def _bounds(self, context: Context) -> tuple[str, dict[str, Any] | times.Interval]:
-        """Return ``(mode, bounds)``: the checked :class:`~airflow_provider_plgd.times.Interval` of a
-        time read, else the JSON-able bounds of a sequence or durable read."""
-        explicit_time = self.start_time not in (None, "") or self.end_time not in (None, "")
-        explicit_seq = self.start_seq not in (None, "") or self.end_seq not in (None, "")
-        durable = self.durable not in (None, "")
-        if explicit_time + explicit_seq + durable > 1:
-            raise ValueError(
-                "choose one kind of bounds: start_time/end_time, start_seq/end_seq, or durable "
-                f"(got start_time={self.start_time!r}, end_time={self.end_time!r}, start_seq={self.start_seq!r}, "
-                f"end_seq={self.end_seq!r}, durable={self.durable!r})"
-            )
-        if durable:
-            name = str(self.durable)
-            if not name.replace("-", "").replace("_", "").isalnum():
-                raise ValueError(f"durable consumer name {name!r} may only contain letters, digits, '-' and '_'")
-            max_messages = positive_int(self.max_messages if self.max_messages not in (None, "") else 100_000,
-                                         "max_messages")
-            return "durable", {"kind": "durable", "consumer": name, "max_messages": max_messages}
-        if explicit_seq:
-            if self.start_seq in (None, ""):
-                raise ValueError(f"start_seq is required with end_seq={self.end_seq!r}")
-            start_seq = positive_int(self.start_seq, "start_seq")
-            end_seq = None if self.end_seq in (None, "") else positive_int(self.end_seq, "end_seq")
-            if end_seq is not None and end_seq < start_seq:
-                raise ValueError(f"end_seq {end_seq} must not be below start_seq {start_seq}")
-            return "seq", {"kind": "seq", "start_seq": start_seq, "end_seq": end_seq}
-        if explicit_time:
-            if self.start_time in (None, "") or self.end_time in (None, ""):
-                raise ValueError(
-                    f"start_time and end_time must both be set (got {self.start_time!r}, {self.end_time!r})"
-                )
-            start, end = self.start_time, self.end_time
-        else:
-            start, end = context.get("data_interval_start"), context.get("data_interval_end")
-            if start is None or end is None:
-                raise MissingDataIntervalError(
-                    f"task {self.task_id!r} has no data interval (a manually triggered or asset-driven run on "
-                    "Airflow 3) and no explicit bounds: trigger the DAG with a logical date / backfill it, or set "
-                    "start_time/end_time, start_seq/end_seq, or durable"
-                )
-            if start == end:
-                raise MissingDataIntervalError(zero_width_interval_message(self.task_id, start))
-        return "time", times.Interval.of(start, end)  # type: ignore[arg-type]  # both checked set above
+        """Return ``(mode, bounds)``: :func:`~airflow_provider_plgd.fetch.bounds.read_bounds` of the
+        operator's arguments and the run's data interval."""
+        return read_bounds(self.task_id, start_time=self.start_time, end_time=self.end_time,
+                           start_seq=self.start_seq, end_seq=self.end_seq, durable=self.durable,
+                           max_messages=self.max_messages, data_interval_start=context.get("data_interval_start"),
+                           data_interval_end=context.get("data_interval_end"))
 
     def _hook(self) -> JetStreamHook:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook

@@ -20,7 +20,6 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
 
 from .event_types import (
     EVENT_TYPES,
@@ -30,7 +29,6 @@ from .event_types import (
     FAMILY_RESOURCES,
     event_type_info,
 )
-from .ids import uuid5_url
 
 __all__ = [
     "subject_matches",
@@ -39,7 +37,6 @@ __all__ = [
     "TOKEN_OWNERS",
     "TOKEN_PLGD",
     "Subject",
-    "lead_resource_type_token",
     "links_subject",
     "owner_event_filters",
     "owner_filter",
@@ -47,7 +44,6 @@ __all__ = [
     "parse_subject",
     "registrations_subject",
     "resource_subject",
-    "select_lead_resource_type",
     "subject_filters",
     "subject_owner",
     "check_filter_subject",
@@ -70,7 +66,6 @@ _FULL_WILDCARD = ">"
 _BAD_TOKEN_CHAR = re.compile(r"[.*>/\\=?\[\]\s\x00-\x1f\x7f-\x9f]")
 # A lead resource type may contain '.', but no empty token, wildcard, whitespace or control chars.
 _BAD_LEAD_CHAR = re.compile(r"[*>\s\x00-\x1f\x7f-\x9f]")
-_LEAD_REPLACE = str.maketrans({"*": "_", ">": "_", "$": "_"})
 
 
 def subject_matches(subject_filter: str, subject: str) -> bool:
@@ -192,67 +187,9 @@ def _validate_lead_resource_type(value: str) -> str:
         raise ValueError(
             f"lead_resource_type {value!r} cannot end a subject: expected dot-separated non-empty "
             "tokens without '*', '>', whitespace or control characters "
-            "(use lead_resource_type_token() to replace '*', '>', '$')"
+            "(use lead_resource_type.lead_resource_type_token() to replace '*', '>', '$')"
         )
     return value
-
-
-def lead_resource_type_token(resource_type: str, *, use_uuid: bool = False) -> str:
-    """Subject form of a chosen lead resource type (docs/wire-format.md §1.3 step 4).
-
-    Each ``*``, ``>`` and ``$`` becomes ``_`` (nothing else is escaped, so ``.`` stays and the
-    value may span several subject tokens). With ``use_uuid`` and a non-empty result, returns
-    ``uuid5(NAMESPACE_URL, replaced)`` instead (hash computed after the replacement).
-    Examples: ``"core.light"`` -> ``"core.light"``; with ``use_uuid`` ->
-    ``"6ed09a04-e205-5403-82cf-b999b53ad325"``. Raises TypeError for a non-str.
-    """
-    if not isinstance(resource_type, str):
-        raise TypeError(
-            f"resource_type must be a str, got {type(resource_type).__name__}: {resource_type!r}"
-        )
-    replaced = resource_type.translate(_LEAD_REPLACE)
-    if use_uuid and replaced:
-        return uuid5_url(replaced)
-    return replaced
-
-
-def select_lead_resource_type(
-    resource_types: Iterable[str],
-    *,
-    regex_filter: Iterable[str] = (),
-    filter: str = "",  # noqa: A002 - plgd's config key name
-    use_uuid: bool = False,
-) -> str | None:
-    """Lead resource type token the resource-aggregate puts after ``.leadrt.`` (docs/wire-format.md §1.3).
-
-    :param resource_types: the event's ``resource_types`` in order.
-    :param regex_filter: plgd ``regexFilter``; the first type (in event order) that matches any
-        pattern wins. Patterns are applied with Python ``re.search`` (Go ``MatchString`` is also an
-        unanchored search; syntax differences between Go RE2 and Python ``re`` are not handled).
-    :param filter: plgd ``filter``: ``""``, ``"first"`` or ``"last"``; used when no regex matched.
-    :param use_uuid: plgd ``useUUID``.
-    :return: the token (after ``lead_resource_type_token``), or None when no type is chosen
-        (then the subject is S6, bare ``.leadrt``).
-    :raises ValueError: ``filter`` is not ``""``, ``"first"`` or ``"last"``.
-    """
-    if filter not in ("", "first", "last"):
-        raise ValueError(f"filter must be '', 'first' or 'last', got {filter!r}")
-    types = list(resource_types)
-    if not types:
-        return None
-    chosen: str | None = None
-    patterns = [re.compile(p) for p in regex_filter]
-    if patterns:
-        chosen = next((t for t in types if any(p.search(t) for p in patterns)), None)
-    if chosen is None:
-        if filter == "first":
-            chosen = types[0]
-        elif filter == "last":
-            chosen = types[-1]
-    if chosen is None:
-        return None
-    token = lead_resource_type_token(chosen, use_uuid=use_uuid)
-    return token or None
 
 
 @dataclass(frozen=True, slots=True)

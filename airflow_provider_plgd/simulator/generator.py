@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Any, Callable
 
-from ..plgd import ids, subjects
+from ..plgd import ids, lead_resource_type, subjects
 from .config import SimulationConfig
 from .devtools import load_devtools
 from .encode import encode_record
@@ -152,7 +152,7 @@ class _Generator:
                     subject = subjects.resource_subject(owner_id, device_id, ids.href_id(href), et)
                 else:
                     assert types is not None  # the simulator's resource events always carry their types
-                    lead = subjects.select_lead_resource_type(types, filter="first", use_uuid=self._use_uuid)
+                    lead = lead_resource_type.select_lead_resource_type(types, filter="first", use_uuid=self._use_uuid)
                     subject = subjects.resource_subject(owner_id, device_id, ids.href_id(href), et, leadrt=True,
                                                         lead_resource_type=lead)
             hit = self._routes[cache_key] = (subject, self.log.key_id((et, owner_id, device_id, href, aggregate_id)))

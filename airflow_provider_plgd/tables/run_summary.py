@@ -41,7 +41,7 @@ class RunSummary:
     summaries (:func:`collect_run_summary`); :meth:`as_dict` is the ``summary`` task's XCom.
 
     :ivar interval_id: the interval. :ivar fetched: messages staged per event type (non-zero).
-    :ivar fetched_total: messages staged. :ivar chain: the ledger's numbers (``ledger.reconcile``).
+    :ivar fetched_total: messages staged. :ivar chain: the ledger's numbers (``reconcile.reconcile``).
     :ivar problems: what does not add up. :ivar reconciled: every stage accounted for every message.
     :ivar decode: the decode application's summary (its JSON), or None; ``dedupe``, ``rebuild`` alike.
     :ivar lag_seconds: now minus the interval end (s), or None for a sequence interval.
@@ -78,7 +78,7 @@ class RunSummary:
 
 
 def collect_run_summary(root: str, stream: str, interval_id: str) -> RunSummary:
-    """Check the interval ledger's chain (``ledger.reconcile``), with the holes before the
+    """Check the interval ledger's chain (``reconcile.reconcile``), with the holes before the
     interval (``chain.holes_before``), and gather the Spark summaries.
 
     :param root: the storage root (local path or fsspec URL).
@@ -86,12 +86,12 @@ def collect_run_summary(root: str, stream: str, interval_id: str) -> RunSummary:
     :param interval_id: the staging interval ID.
     :return: the :class:`RunSummary` (without ``params`` and ``staging_expired``).
     """
-    from airflow_provider_plgd.tables import chain, ledger
+    from airflow_provider_plgd.tables import chain, reconcile
 
     apps = {app: read_app_summary(root, app, interval_id) for app in APPS}
     holes = [f"interval {h.interval_id} ({h.messages} messages) was never deduplicated"
              for h in chain.holes_before(root, stream, interval_id)]
-    checked = ledger.reconcile(root, stream, interval_id, apps, holes)
+    checked = reconcile.reconcile(root, stream, interval_id, apps, holes)
     interval_end = interval_end_epoch(interval_id)
     return RunSummary(
         interval_id=interval_id, fetched=checked["per_event_type"], fetched_total=checked["chain"].get("staged"),

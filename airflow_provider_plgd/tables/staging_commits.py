@@ -209,7 +209,7 @@ def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run
     sees the first's transaction, or Delta refuses it), and an older plan's task is refused.
     Conflicts with other writers' commits (other ranges, an expiry) are retried.
 
-    :param records: the files (``delta_tables.file_record`` dicts; paths relative to the table).
+    :param records: the files (``file_records.file_record`` dicts; paths relative to the table).
     :return: the commit; ``version`` None when the range was committed already (``files``: the
         files of that commit).
     :raises TableCommitError: a newer plan began the interval or committed the range.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_plgd.plgd import event_types, ids, subjects
+from airflow_provider_plgd.plgd import event_types, ids, lead_resource_type, subjects
 from airflow_provider_plgd.plgd.subjects import Subject, parse_subject
 
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"  # owner "a"
@@ -28,13 +28,13 @@ def test_builders_match_golden_examples():
     owner = ids.owner_id("a")
     href = ids.href_id("/light/1")
     assert subjects.resource_subject(owner, DEVICE, href, "resourcechanged") == GOLDEN["off"]
-    lead = subjects.select_lead_resource_type(["core.light"], filter="first")
+    lead = lead_resource_type.select_lead_resource_type(["core.light"], filter="first")
     assert lead == "core.light"
     assert (
         subjects.resource_subject(owner, DEVICE, href, "resourcechanged", leadrt=True, lead_resource_type=lead)
         == GOLDEN["first"]
     )
-    lead_uuid = subjects.select_lead_resource_type(["core.light"], filter="first", use_uuid=True)
+    lead_uuid = lead_resource_type.select_lead_resource_type(["core.light"], filter="first", use_uuid=True)
     assert (
         subjects.resource_subject(owner, DEVICE, href, "resourcechanged", leadrt=True, lead_resource_type=lead_uuid)
         == GOLDEN["uuid"]
@@ -229,18 +229,18 @@ def test_builders_validate_tokens_and_families():
 
 
 def test_lead_resource_type_token():
-    assert subjects.lead_resource_type_token("core.light") == "core.light"
-    assert subjects.lead_resource_type_token("a*b>c$d") == "a_b_c_d"
-    assert subjects.lead_resource_type_token("$$") == "__"
-    assert subjects.lead_resource_type_token("core.light", use_uuid=True) == "6ed09a04-e205-5403-82cf-b999b53ad325"
+    assert lead_resource_type.lead_resource_type_token("core.light") == "core.light"
+    assert lead_resource_type.lead_resource_type_token("a*b>c$d") == "a_b_c_d"
+    assert lead_resource_type.lead_resource_type_token("$$") == "__"
+    assert lead_resource_type.lead_resource_type_token("core.light", use_uuid=True) == "6ed09a04-e205-5403-82cf-b999b53ad325"
     # hash computed after the replacement
-    assert subjects.lead_resource_type_token("a*", use_uuid=True) == ids.uuid5_url("a_")
-    assert subjects.lead_resource_type_token("", use_uuid=True) == ""
+    assert lead_resource_type.lead_resource_type_token("a*", use_uuid=True) == ids.uuid5_url("a_")
+    assert lead_resource_type.lead_resource_type_token("", use_uuid=True) == ""
 
 
 def test_select_lead_resource_type():
     types = ["oic.r.switch.binary", "core.light", "x$y"]
-    sel = subjects.select_lead_resource_type
+    sel = lead_resource_type.select_lead_resource_type
     assert sel([], filter="first") is None
     assert sel(types) is None
     assert sel(types, filter="first") == "oic.r.switch.binary"

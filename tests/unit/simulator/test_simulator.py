@@ -10,7 +10,7 @@ from dataclasses import replace
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd.plgd import codec, ids, subjects
+from airflow_provider_plgd.plgd import codec, ids, lead_resource_type, subjects
 from airflow_provider_plgd.plgd.content import content_to_json
 from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES, SNAPSHOT_EVENT_TYPES
 from airflow_provider_plgd.plgd.msgid import message_id
@@ -263,7 +263,7 @@ def test_leadrt_subjects(mode):
         leads[s.lead_resource_type] += 1
     expected = {"core.light", "oic.wk.d", "oic.r.switch.binary", None}  # None: untyped switch (bare .leadrt)
     if mode == "uuid":
-        expected = {subjects.lead_resource_type_token(t, use_uuid=True) if t else None for t in expected}
+        expected = {lead_resource_type.lead_resource_type_token(t, use_uuid=True) if t else None for t in expected}
     assert set(leads) == expected
     assert any(m.subject.endswith(".leadrt") for m in sim.messages)
 

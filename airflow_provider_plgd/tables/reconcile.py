@@ -1,0 +1,128 @@
+"""The whole chain of one interval checked against its ledger (:func:`reconcile`, the ``summary``
+task): stream = staged + skipped per range; staged = decoded + quarantined; decoded = kept +
+duplicates; no hole before the interval. It writes ``summary.json`` beside the ledger records
+(:mod:`.ledger`), which :func:`is_reconciled` reads (the staging expiry's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_plgd.exceptions import LedgerError
+from airflow_provider_plgd.tables import storage
+from airflow_provider_plgd.tables.ledger import (
+    ALL_OWNERS,
+    LEDGER_VERSION,
+    interval_dir,
+    read_json,
+    read_records,
+    staged_counts,
+    write_json,
+)
+
+
+def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What a plan record selected, bounded for logs and XCom: ``{"owners": "all" | [≤ 20 names],
+    "owners_count": None (all) | n, "event_types": "all N" | [names], "event_types_count"}``."""
+    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+    owners, types = plan.get("owners"), list(plan.get("event_types") or [])
+    return {
+        "owners": ALL_OWNERS if owners is None else list(owners)[:20],
+        "owners_count": None if owners is None else len(owners),
+        "event_types": f"all {len(types)}" if set(types) >= set(EVENT_TYPES) else types,
+        "event_types_count": len(types),
+    }
+
+
+def is_reconciled(root: str, stream: str, interval_id: str) -> bool:
+    """True when the interval's ``summary.json`` says its whole chain reconciled (the interval is
+    committed, so its staging may expire: ``staging_commits.expire_intervals``)."""
+    summary = read_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"))
+    return bool(summary and summary.get("reconciled") is True)
+
+
+def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None],
+              holes: Sequence[str] = ()) -> dict[str, Any]:
+    """Check the whole chain of one interval and write ``summary.json``.
+
+    :param apps: the run summaries of ``decode``, ``dedupe`` and ``rebuild`` (``run_summary``).
+    :param holes: one line per earlier interval with messages that is not in the tables
+        (``chain.holes_before``): each is a problem.
+    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "per_event_type":
+        {event_type: staged} (non-zero only), "problems": [str], "reconciled": bool}``;
+        ``reconciled`` is False when any problem was found (the caller fails the run).
+    """
+    plan, records = read_records(root, stream, interval_id)
+    if plan is None:
+        return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
+                "per_event_type": {}, "reconciled": False,
+                "problems": [f"no ledger at {interval_dir(root, stream, interval_id)} (the plan task writes it)"]}
+    problems: list[str] = []
+    try:
+        counts = staged_counts(plan, records)
+    except LedgerError as exc:
+        problems += exc.problems
+        counts = {}
+    staged = sum(counts.values())
+    per_event_type: dict[str, int] = {}
+    for (_, event_type), n in sorted(counts.items()):
+        per_event_type[event_type] = per_event_type.get(event_type, 0) + n
+    current = sorted((r for r in records if int(r.get("version") or 0) == LEDGER_VERSION),
+                     key=lambda r: int(r["range"]["index"]))
+    skipped: dict[str, int] = {}
+    for record in records:
+        for reason, n in (record.get("skipped") or {}).items():
+            skipped[reason] = skipped.get(reason, 0) + int(n)
+    decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
+    if plan.get("spark_skip") and not decode and not dedupe:
+        # an empty interval whose Spark tasks were skipped (etl.spark_skip_reason): nothing to decode
+        # or deduplicate, and the fetch must have staged nothing (checked below: 0 = 0)
+        decode = {"fetched": 0, "decoded": 0, "quarantined": 0, "per_reason": {}, "skipped": plan["spark_skip"]}
+        dedupe = {"input": 0, "output": 0, "duplicates": 0, "within_batch_duplicates": 0,
+                  "cross_batch_duplicates": 0, "skipped": plan["spark_skip"]}
+    if not decode:
+        problems.append("decode: no run summary")
+    else:
+        if int(decode.get("fetched", -1)) != staged:
+            problems.append(f"decode read {decode.get('fetched')} staged messages, the fetch staged {staged}")
+        if int(decode.get("decoded", 0)) + int(decode.get("quarantined", 0)) != int(decode.get("fetched", -1)):
+            problems.append(f"decode: {decode.get('fetched')} read != {decode.get('decoded')} decoded + "
+                            f"{decode.get('quarantined')} quarantined")
+    problems += [f"the chain has a hole before this interval: {h}" for h in holes]
+    if not dedupe:
+        problems.append("dedupe: no run summary")
+    elif decode:
+        if int(dedupe.get("input", -1)) != int(decode.get("decoded", -2)):
+            problems.append(f"dedupe read {dedupe.get('input')} events, decode wrote {decode.get('decoded')}")
+        if int(dedupe.get("output", 0)) + int(dedupe.get("duplicates", 0)) != int(dedupe.get("input", -1)):
+            problems.append(f"dedupe: {dedupe.get('input')} read != {dedupe.get('output')} kept + "
+                            f"{dedupe.get('duplicates')} duplicates dropped")
+    if not plan.get("spark_skip") and not apps.get("rebuild"):
+        problems.append("rebuild: no run summary (no snapshot includes this interval)")
+    chain = {
+        "holes": list(holes),
+        "stream_total": plan["total"],
+        "fetch_ranges": len(plan.get("ranges") or []),
+        "owners_per_range": [int(r.get("owners") or 0) for r in current],
+        "unrouted": sum(int(r.get("unrouted") or 0) for r in current),
+        "not_requested_owners_messages": plan.get("not_requested", 0),
+        "deleted_in_range": plan.get("deleted_in_range", 0),
+        "staged": staged,
+        "skipped": skipped,
+        "decoded": decode.get("decoded"),
+        "quarantined": decode.get("quarantined"),
+        "quarantined_per_reason": decode.get("per_reason"),
+        "dedupe_input": dedupe.get("input"),
+        "kept": dedupe.get("output"),
+        "duplicates_within_interval": dedupe.get("within_batch_duplicates"),
+        "duplicates_seen_before": dedupe.get("cross_batch_duplicates"),
+        "snapshot_version": (apps.get("rebuild") or {}).get("version"),
+        "spark_skipped": plan.get("spark_skip"),
+        "selection": selection_text(plan),
+    }
+    result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
+              "problems": problems, "reconciled": not problems}
+    write_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"), result)
+    return {**result, "per_event_type": dict(sorted(per_event_type.items()))}
