@@ -61,6 +61,8 @@ try:  # Airflow 3.x
     from airflow.sdk.exceptions import AirflowTaskTimeout
 except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
+# a provider's deprecations (a DeprecationWarning), as Airflow's own providers warn
+from airflow.exceptions import AirflowProviderDeprecationWarning  # noqa: E402
 
 #: Asset events carry the ``extra`` a task sets through ``outlet_events`` (Airflow 3; on Airflow
 #: 2.11 our dataset events are emitted without it).
@@ -173,6 +175,7 @@ __all__ = [
     "ASSET_EVENT_EXTRAS",
     "ASSET_EVENT_PARTITIONS",
     "AirflowFailException",
+    "AirflowProviderDeprecationWarning",
     "AirflowTaskTimeout",
     "Asset",
     "AssetAlias",

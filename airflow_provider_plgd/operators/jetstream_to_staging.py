@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger, staging, storage
-from airflow_provider_plgd.compat import BaseOperator
+from airflow_provider_plgd.compat import AirflowProviderDeprecationWarning, BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.bounds import read_bounds
@@ -149,7 +149,7 @@ class JetStreamToStagingOperator(BaseOperator):
         for a local storage root, else the system temp folder. Needs room for the task's payload
         past the buffer. A task below the buffer writes nothing there.
     :param storage_root: the storage root (templated); see above.
-    :param destination: the former name of ``storage_root`` (deprecated: a ``DeprecationWarning``).
+    :param destination: the former name of ``storage_root`` (deprecated: an ``AirflowProviderDeprecationWarning``).
     :param storage_roots: without ``storage_root``: the roots (and folders below them) that the DAG
         param ``storage_root`` of a run may name, besides ``""`` and the connection's root. A run
         param is untrusted input (:func:`airflow_provider_plgd.run_params.check_run_storage_root`);
@@ -281,7 +281,7 @@ class JetStreamToStagingOperator(BaseOperator):
             if storage_root is not None:
                 raise ValueError("give storage_root only (destination is its former, deprecated name)")
             warnings.warn("JetStreamToStagingOperator(destination=...) is deprecated; use storage_root=...",
-                          DeprecationWarning, stacklevel=2)
+                          AirflowProviderDeprecationWarning, stacklevel=2)
             storage_root = destination
         self.jetstream_conn_id = jetstream_conn_id
         self.stream = stream

@@ -354,7 +354,9 @@ def test_the_operators_storage_root_and_its_deprecated_former_name(tmp_path):
 
     op = JetStreamToStagingOperator(task_id="a", storage_root=f"file://{tmp_path}//x/")
     assert op._layout({"params": {}}).root == f"{tmp_path}/x"  # normalised once, where it enters
-    with pytest.warns(DeprecationWarning, match="use storage_root"):
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+
+    with pytest.warns(AirflowProviderDeprecationWarning, match="use storage_root"):
         old = JetStreamToStagingOperator(task_id="b", destination=str(tmp_path))
     assert old.storage_root == str(tmp_path) and "storage_root" in old.template_fields
     with pytest.raises(ValueError, match="give storage_root only"):
