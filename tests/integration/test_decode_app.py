@@ -61,7 +61,7 @@ HEADER_ID = "hdr-msg-1"
 
 def _unit_cases():
     """Import the every-field cases of the unit tests (tests/ is not a package)."""
-    path = REPO / "tests" / "unit" / "test_decode_batch.py"
+    path = REPO / "tests" / "unit" / "spark" / "test_decode_batch.py"
     spec = importlib.util.spec_from_file_location("_decode_batch_cases", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
