@@ -54,7 +54,7 @@ DRIVER = textwrap.dedent('''
     import json, os, signal, sys, time
     sys.path[:0] = [{repo!r}]
     import pyarrow.parquet as pq
-    from airflow_provider_plgd.tables import staging
+    from airflow_provider_plgd.tables import staging, staging_commits
     from airflow_provider_plgd.fetch import stager
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 
