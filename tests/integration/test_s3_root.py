@@ -315,7 +315,7 @@ WRITER_INTERVAL = "seq-000000000001-000000001000"
 COMMITTING_WRITER = """
 import os, signal, sys
 sys.path[:0] = [{repo!r}]
-from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.fetch import stager as stager_module
 
 KILL_AFTER = {kill_after}
