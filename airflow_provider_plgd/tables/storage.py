@@ -39,7 +39,7 @@ def join_path(base: Any, *parts: str) -> str:
 def io_error_with_path(fs: fsspec.AbstractFileSystem | None, path: str | None, action: str) -> Iterator[None]:
     """Re-raise an ``OSError`` (pyarrow's ``ArrowIOError`` is one) of the block as an ``OSError``
     that names the path, e.g. ``[Errno 28] cannot write the part file
-    /root/…/.part-00000.parquet.….inprogress: No space left on device``. The errno (and so the
+    {storage_root}/…/.part-00000.parquet.….inprogress: No space left on device``. The errno (and so the
     subclass: ``FileNotFoundError``, ``PermissionError``, …) is kept; the original is chained.
     """
     try:
