@@ -32,8 +32,8 @@ from .model import (
     MetaSim,
     OwnerSim,
     ResourceSim,
-    _Agg,
-    _uuid,
+    AggregateSim,
+    random_uuid,
     resource_specs,
 )
 from .records import EMPTY_CONTENT, Connection, Content, IsEvent, Link, Meta, RaEvent
@@ -56,13 +56,13 @@ class Hub:
         self.out: list[tuple[RaEvent | IsEvent, bool, str | None]] = []
         self.gaps: list[dict[str, Any]] = []
         self.unregistrations: list[dict[str, Any]] = []
-        self.hub_id = _uuid(rng)
-        self.service_ids = [_uuid(rng) for _ in range(2)]
-        self._due: list[tuple[DeviceSim, _Agg]] = []
+        self.hub_id = random_uuid(rng)
+        self.service_ids = [random_uuid(rng) for _ in range(2)]
+        self._due: list[tuple[DeviceSim, AggregateSim]] = []
         specs = resource_specs(config.resources_per_device)
         self.owners: list[OwnerSim] = []
         for i in range(config.owners):
-            raw = _uuid(rng) if (config.owners >= 2 and i == config.owners - 1) else f"owner-{i + 1}"
+            raw = random_uuid(rng) if (config.owners >= 2 and i == config.owners - 1) else f"owner-{i + 1}"
             client = f"172.16.{i // 250}.{i % 250 + 2}:{rng.randrange(30000, 60000)}"
             self.owners.append(OwnerSim(i, raw, ids.owner_id(raw), client))
         total = config.owners * config.devices_per_owner
@@ -73,7 +73,7 @@ class Hub:
                 old_hub = config.old_hub_snapshots and (n % 4 == 1 or total == 1)
                 endpoint = f"coaps+tcp://10.{n // 250 % 250}.{n % 250}.{rng.randrange(2, 250)}:5684"
                 self.devices.append(
-                    DeviceSim(o, n, _uuid(rng), specs, old_hub, n % 3 == 2, _uuid(rng), endpoint)
+                    DeviceSim(o, n, random_uuid(rng), specs, old_hub, n % 3 == 2, random_uuid(rng), endpoint)
                 )
 
     # ---- emission helpers -----------------------------------------------------------------
@@ -96,7 +96,7 @@ class Hub:
         out, self.out = self.out, []
         return out
 
-    def _ra(self, dev: DeviceSim, agg: _Agg, event_type: str, href: str | None, fields: dict[str, Any], *,
+    def _ra(self, dev: DeviceSim, agg: AggregateSim, event_type: str, href: str | None, fields: dict[str, Any], *,
             conn: str, seq: int, corr: str = "", user: str | None = None, ts: int | None = None,
             published: bool = True, fault: str | None = None) -> RaEvent:
         if self._due:
@@ -117,7 +117,7 @@ class Hub:
                 self._due.append((dev, agg))
         return rec
 
-    def _snapshot(self, dev: DeviceSim, agg: _Agg) -> None:
+    def _snapshot(self, dev: DeviceSim, agg: AggregateSim) -> None:
         fields: dict[str, Any]
         conn = dev.conn.id if dev.conn else ""
         if isinstance(agg, ResourceSim):
@@ -322,7 +322,7 @@ class Hub:
         variant, valid_until = self._pending_plan(ts)
         if confirm_now:
             variant = "now"
-        corr = _uuid(self.rng)
+        corr = random_uuid(self.rng)
         fields: dict[str, Any] = {"valid_until": valid_until, "types": res.types}
         if kind == "update":
             request = self._request(res)
@@ -439,7 +439,7 @@ class Hub:
         if res.published:
             self.unpublish(dev, res)
         ts = self._now()
-        corr = _uuid(self.rng)
+        corr = random_uuid(self.rng)
         request = self._request(res) if res.value else {"value": True}
         fields = {"content": self._content(request), "interface": "", "valid_until": ts + 10 * SECOND,
                   "types": res.types}
@@ -466,7 +466,7 @@ class Hub:
         variant, valid_until = self._pending_plan(ts)
         if confirm_now:
             variant = "now"
-        corr = _uuid(self.rng)
+        corr = random_uuid(self.rng)
         if force_sync:
             fields = {"twin_enabled": None, "twin_force_synchronization": True, "valid_until": valid_until}
         else:

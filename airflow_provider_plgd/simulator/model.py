@@ -72,7 +72,7 @@ def resource_specs(count: int) -> list[ResourceSpec]:
     return specs
 
 
-def _uuid(rng: random.Random) -> str:
+def random_uuid(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
@@ -112,7 +112,7 @@ class Clock:
         return t
 
 
-class _Agg:
+class AggregateSim:
     """Write-side bookkeeping shared by the three aggregate kinds."""
 
     __slots__ = ("version", "since_snapshot", "gapped", "snapshot_due")
@@ -124,7 +124,7 @@ class _Agg:
         self.snapshot_due = False
 
 
-class ResourceSim(_Agg):
+class ResourceSim(AggregateSim):
     """One resource aggregate (one incarnation)."""
 
     __slots__ = ("spec", "types", "value", "latest", "etag", "pendings", "requests", "published", "title_rev")
@@ -146,7 +146,7 @@ class ResourceSim(_Agg):
         return self.spec.href
 
 
-class LinksSim(_Agg):
+class LinksSim(AggregateSim):
     __slots__ = ("links",)
 
     def __init__(self) -> None:
@@ -154,7 +154,7 @@ class LinksSim(_Agg):
         self.links: dict[str, Link] = {}
 
 
-class MetaSim(_Agg):
+class MetaSim(AggregateSim):
     __slots__ = ("updated", "pendings")
 
     def __init__(self) -> None:
@@ -225,5 +225,5 @@ class DeviceSim:
     def published_resources(self) -> list[ResourceSim]:
         return [r for r in self.resources.values() if r.published]
 
-    def aggregates(self) -> list[_Agg]:
+    def aggregates(self) -> list[AggregateSim]:
         return [self.links, self.meta, *self.resources.values()]

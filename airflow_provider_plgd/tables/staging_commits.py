@@ -14,7 +14,6 @@ run older than the one recorded.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,11 +38,11 @@ from airflow_provider_plgd.tables.staging import (
     plan_app_id,
     range_app_id,
     staged_intervals,
+    log,
     table_uri,
     validate_partition_value,
 )
 
-log = logging.getLogger("plgd.staging")
 
 @dataclass(frozen=True)
 class StagingCommit:

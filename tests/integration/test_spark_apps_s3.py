@@ -47,7 +47,7 @@ CONFIG = SimulationConfig(seed=23, owners=2, devices_per_owner=3, resources_per_
 DRIVER = textwrap.dedent('''
     """decode -> dedupe -> rebuild on an s3:// root in one JVM (test_spark_apps_s3.py)."""
     import json, sys
-    from airflow_provider_plgd.tables import delta_tables, file_records, storage
+    from airflow_provider_plgd.tables import delta_tables, storage
     from airflow_provider_plgd.spark import session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
