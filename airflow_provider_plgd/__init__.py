@@ -13,8 +13,8 @@ DISTRIBUTION_NAME = "airflow-provider-plgd"
 #: stays light: the Spark executors import it).
 _PUBLIC = {
     "decode_message": "airflow_provider_plgd.spark.decode_batch",
-    "read_snapshot": "airflow_provider_plgd.spark.snapshot_store",
-    "latest_snapshot": "airflow_provider_plgd.spark.snapshot_store",
+    "read_snapshot": "airflow_provider_plgd.tables.snapshot_store",
+    "latest_snapshot": "airflow_provider_plgd.tables.snapshot_store",
 }
 
 __all__ = ["__version__", "DISTRIBUTION_NAME", "decode_message", "latest_snapshot", "read_snapshot"]

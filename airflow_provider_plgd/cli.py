@@ -58,8 +58,7 @@ def _hook(args: argparse.Namespace) -> Any:
 
 def status_main(args: argparse.Namespace) -> int:
     """``plgd-etl status``: print the view; 1 when the chain has holes or failed intervals."""
-    from airflow_provider_plgd.status import DEFAULT_RECENT, chain_status, format_status
-    from airflow_provider_plgd.tables.storage_root import normalize_storage_root
+    from airflow_provider_plgd.status import DEFAULT_RECENT, chain_status, format_status, with_stream_lag
 
     if args.creds_file and not args.servers:
         raise ValueError("--creds-file goes with --servers (a connection has its own credentials)")
@@ -68,7 +67,10 @@ def status_main(args: argparse.Namespace) -> int:
         raise ValueError(f"--recent must be >= 0, got {recent}")
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # what libraries print (Airflow's config, logs): not the view
-        view = chain_status(normalize_storage_root(args.root), args.stream, hook=_hook(args), recent=recent)
+        view = chain_status(args.root, args.stream, recent=recent)
+        hook = _hook(args)
+        if hook is not None:
+            view = with_stream_lag(view, hook)
     print(json.dumps(view.as_dict(), indent=1) if args.json else format_status(view), file=out)
     return 1 if view.holes or view.failed else 0
 

@@ -169,7 +169,7 @@ def env_storage_roots(variable: str = STORAGE_ROOTS_ENV) -> list[str]:
 def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id: str) -> str:
     """The ``storage_root`` run param, checked: ``""``, a root the DAG author or the connection
     names, or a folder below one of ``allowed``, compared in the one spelling that fsspec and
-    delta-rs both resolve to the same place (``storage_root.normalize_storage_root``: no percent
+    delta-rs both resolve to the same place (``Layout.of``, ``storage_root.normalize_storage_root``: no percent
     escape, no ``.`` or ``..`` segment, scheme and bucket in lowercase).
 
     :param allowed: the DAG's default root and ``build_etl_dag(storage_roots=…)`` (each also
@@ -180,21 +180,22 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
         differently (``normalize_storage_root``'s refusals), or a root nobody allowed (named, with
         the allowed ones).
     """
-    from airflow_provider_plgd.tables.storage_root import connection_storage_root, normalize_storage_root, same_or_below
+    from airflow_provider_plgd.tables.layout import Layout
+    from airflow_provider_plgd.tables.storage_root import connection_storage_root, same_or_below
 
     if value is None or value == "":
         return ""
     if not isinstance(value, str):
         raise UntrustedRunParamError(f"run param 'storage_root' must be a string, got {value!r}")
     try:
-        root = normalize_storage_root(value)
+        root = Layout.of(value).root
     except ValueError as err:
         raise UntrustedRunParamError(f"run param 'storage_root': {err}") from None
-    roots = {normalize_storage_root(r) for r in allowed if r}
+    roots = {Layout.of(r).root for r in allowed if r}
     if any(same_or_below(root, base) for base in roots):
         return root
     conn_root = connection_storage_root(jetstream_conn_id)
-    if conn_root and normalize_storage_root(conn_root) == root:
+    if conn_root and Layout.of(conn_root).root == root:
         return root
     raise UntrustedRunParamError(
         f"run param 'storage_root' {root!r} is not a root this DAG allows:\n"

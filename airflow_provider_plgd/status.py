@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import delta_tables, ledger, staging, storage
-from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 
 #: How many of the newest intervals' ``summary.json`` are read for failed intervals.
 DEFAULT_RECENT = 48
@@ -47,19 +48,6 @@ class IntervalCount:
 
     interval_id: str
     messages: int
-
-
-@dataclass(frozen=True)
-class TableStatus:
-    """One Delta table: ``version`` (None: no table yet), ``files``, ``rows`` (sum of the files'
-    ``numRecords``), ``intervals`` (distinct ``interval_id`` values; None for snapshot tables)."""
-
-    table: str
-    uri: str
-    version: int | None
-    files: int
-    rows: int
-    intervals: int | None
 
 
 @dataclass(frozen=True)
@@ -95,9 +83,10 @@ class ChainStatus:
     unfinished: tuple[IntervalCount, ...]
     failed: tuple[tuple[str, str], ...]
     never_planned: tuple[tuple[str, str], ...]
-    tables: tuple[TableStatus, ...]
+    tables: tuple[delta_tables.TableStatus, ...]
     lag: StreamLag | None = None
     seconds: float = 0.0
+    head_end_seq: int | None = None
 
     def as_dict(self, *, brief: bool = False) -> dict[str, Any]:
         """JSON form; ``brief`` keeps the first :data:`BRIEF_ITEMS` of each list (and their counts)."""
@@ -124,9 +113,9 @@ class ChainStatus:
 
 # ---------------------------------------------------------------------------------------------
 
-def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[str]]:
+def _ledger_listing(layout: Layout, stream: str) -> tuple[list[times.Interval], set[str]]:
     """The planned time intervals (oldest first) and the IDs with a ``summary.json``: one listing."""
-    fs, base = storage.to_fs(Layout.at(root).ledger_stream_dir(stream))
+    fs, base = storage.to_fs(layout.ledger_stream_dir(stream))
     try:
         paths = [str(p).rstrip("/") for p in fs.glob(f"{base}/interval=*/*.json")]
     except FileNotFoundError:
@@ -141,27 +130,11 @@ def _ledger_listing(root: str, stream: str) -> tuple[list[times.Interval], set[s
             continue
         if window is None:
             continue
-        if name == "stream.json":
+        if name == ledger.PLAN_FILE:
             planned.append(window)
-        elif name == "summary.json":
+        elif name == ledger.SUMMARY_FILE:
             summarized.add(interval_id)
     return sorted(planned, key=lambda i: (i.start_ns, i.end_ns)), summarized
-
-
-def _plan(root: str, stream: str, interval_id: str) -> dict[str, Any] | None:
-    return ledger.read_json(storage.join_path(ledger.interval_dir(root, stream, interval_id), "stream.json"))
-
-
-def table_status(name: str, uri: str) -> TableStatus:
-    """Version, files and rows of the Delta table at ``uri`` (from its log; no data file is read)."""
-    dt = delta_tables.open_table(uri)
-    if dt is None:
-        return TableStatus(name, uri, None, 0, 0, None)
-    files = delta_tables.table_files(uri, dt=dt)
-    intervals = {f.partition.get(delta_tables.INTERVAL_COLUMN) for f in files} - {None}
-    is_interval_table = name in delta_tables.INTERVAL_TABLES
-    return TableStatus(name, uri, int(dt.version()), len(files), sum(max(f.rows, 0) for f in files),
-                       len(intervals) if is_interval_table else None)
 
 
 def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: int | None) -> StreamLag:
@@ -187,23 +160,24 @@ def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: in
                      int(messages), round(seconds, 3))
 
 
-def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent: int = DEFAULT_RECENT) -> ChainStatus:
-    """Read the status view of the tables at ``root`` (module docstring).
+def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEFAULT_RECENT) -> ChainStatus:
+    """Read the status view of the tables at ``root`` (module docstring), without the lag
+    (:func:`with_stream_lag` adds it).
 
-    :param root: the storage root (path or fsspec URL).
+    :param root: the storage root (path, fsspec URL or :class:`Layout`).
     :param stream: the stream whose ledger is read (``_ledger/{stream}``).
-    :param hook: a ``JetStreamHook`` for the lag (None: no lag).
     :param recent: the newest intervals whose ``summary.json`` is read for failed intervals.
-    :raises ValueError: a stream name that is not safe in a path.
+    :raises ValueError: a stream name that is not safe in a path, or a root that ``Layout.of`` refuses.
     """
     from airflow_provider_plgd.tables import chain
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
     t0 = time.monotonic()
+    layout = Layout.of(root)
     stream = staging.validate_partition_value(stream, "stream")
-    planned, summarized = _ledger_listing(root, stream)
+    planned, summarized = _ledger_listing(layout, stream)
     ids = [times.interval_id(i.start_ns, i.end_ns) for i in planned]
-    log = chain.dedupe_log(root)
+    log = chain.dedupe_log(layout)
     committed = [i for i in ids if log.committed(i)]
     head = log.head("time")
     head_start = times.Interval.from_id(head).start_ns if head else None
@@ -211,7 +185,7 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
     for interval, interval_id in zip(planned, ids):
         if interval_id in committed:
             continue
-        plan = _plan(root, stream, interval_id)
+        plan = ledger.read_plan(layout, stream, interval_id)
         messages = int(plan.get("total") or 0) if plan else -1
         if messages == 0:
             empty += 1
@@ -221,7 +195,7 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
             unfinished.append(IntervalCount(interval_id, messages))
     failed = []
     for interval_id in [i for i in ids if i in summarized][-max(0, int(recent)):]:
-        summary = ledger.read_json(storage.join_path(ledger.interval_dir(root, stream, interval_id), "summary.json"))
+        summary = ledger.read_summary(layout, stream, interval_id)
         if summary is not None and not summary.get("reconciled", True):
             problems = list(summary.get("problems") or [])
             failed.append((interval_id, str(problems[0]) if problems else "does not reconcile"))
@@ -231,17 +205,25 @@ def chain_status(root: str, stream: str = "EVENTS", *, hook: Any = None, recent:
         if covered is not None and interval.start_ns > covered:
             never.append((times.ns_to_rfc3339(covered), times.ns_to_rfc3339(interval.start_ns)))
         covered = max(covered or 0, interval.end_ns)
-    record = snapshot_store.latest(root)
+    record = snapshot_store.latest(layout)
     snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
-    tables = [table_status(name, delta_tables.interval_table_uri(root, name)) for name in delta_tables.INTERVAL_TABLES]
-    tables += [table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(root, t)) for t in snapshot_store.PUBLIC_TABLES]
-    lag = None
-    if hook is not None:
-        head_plan = _plan(root, stream, head) if head else None
-        lag = stream_lag(hook, stream, int(head_plan["end_seq_exclusive"]) if head_plan else None,
-                         times.Interval.from_id(head).end_ns if head else None)
-    return ChainStatus(root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
-                       tuple(failed), tuple(never), tuple(tables), lag, time.monotonic() - t0)
+    tables = [delta_tables.table_status(name, delta_tables.interval_table_uri(layout, name))
+              for name in delta_tables.INTERVAL_TABLES]
+    tables += [delta_tables.table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(layout, t))
+               for t in snapshot_store.PUBLIC_TABLES]
+    head_plan = ledger.read_plan(layout, stream, head) if head else None
+    return ChainStatus(layout.root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
+                       tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
+                       int(head_plan["end_seq_exclusive"]) if head_plan else None)
+
+
+def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:
+    """``view`` with its lag behind the stream on the server of ``hook`` (:func:`stream_lag`).
+
+    :raises JetStreamError: the server cannot be reached or has no such stream (the hook's errors).
+    """
+    end_ns = times.Interval.from_id(view.head).end_ns if view.head else None
+    return dataclasses.replace(view, lag=stream_lag(hook, view.stream, view.head_end_seq, end_ns))
 
 
 def format_status(status: ChainStatus, *, limit: int = BRIEF_ITEMS) -> str:

@@ -120,7 +120,7 @@ def compact_time(ns: int) -> str:
     """Render unix nanoseconds (int) as the compact UTC time of folder names: ``YYYYMMDDTHHMMSSZ``,
     with ``.ffffff`` for whole microseconds or ``.fffffffff`` for nanoseconds
     (e.g. ``20260101T000000.500000Z``). The one home of this format: interval IDs (:func:`interval_id`) and
-    snapshot versions (``airflow_provider_plgd.spark.snapshot_store.version_id``) use it;
+    snapshot versions (``airflow_provider_plgd.tables.snapshot_store.version_id``) use it;
     :func:`parse_interval_id` reads it back.
     """
     return _format_ns(ns, "%Y%m%dT%H%M%S")

@@ -53,6 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from airflow_provider_plgd.tables.layout import Layout  # noqa: E402
 from airflow_provider_plgd.spark_conf import conf_args  # noqa: E402
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
 from bench.machine import busy_since, parallel_scaling, proc_stat  # noqa: E402
@@ -165,13 +166,13 @@ def write_staging(root: str, messages, stream: str = "EVENTS") -> int:
     groups: dict[tuple[str, str], list] = collections.defaultdict(list)
     for seq, (subject, data, owner, event_type) in enumerate(messages, start=1):
         groups[(owner, event_type)].append((seq, subject, START_NS + seq * 1000, None, data))
-    staging_commits.begin_interval(root, stream, INTERVAL_ID, 1)
+    staging_commits.begin_interval(Layout.of(root), stream, INTERVAL_ID, 1)
     with Stager(stream=stream, spill_dir=tempfile.gettempdir()) as stager:
         for (owner, event_type), rows in sorted(groups.items()):
             stager.add(owner, event_type, rows)
-        records = stager.write(staging.table_uri(root, stream), INTERVAL_ID,
+        records = stager.write(staging.table_uri(Layout.of(root), stream), INTERVAL_ID,
                                staging.range_file_prefix(0, 1, staging.new_write_id()))
-    staging_commits.commit_range(root, stream, INTERVAL_ID, 0, 1, records)
+    staging_commits.commit_range(Layout.of(root), stream, INTERVAL_ID, 0, 1, records)
     return sum(int(r["rows"]) for r in records)
 
 
@@ -187,7 +188,7 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     from airflow_provider_plgd.spark.decode_batch import decode_batch
 
     batches = []
-    for f in staging.staged_files(root, stream, interval_id=INTERVAL_ID):
+    for f in staging.staged_files(Layout.of(root), stream, interval_id=INTERVAL_ID):
         batches.extend(pq.ParquetFile(f.url).iter_batches(batch_size=batch_rows, columns=staging.SCHEMA.names))
     rows = decoded = 0
     start = time.perf_counter()
@@ -305,7 +306,7 @@ def main(argv=None) -> dict:
     _clear_outputs(root, scratch_dir)
     from airflow_provider_plgd.tables import staging
 
-    existing = staging.staged_files(root, "EVENTS", interval_id=INTERVAL_ID) if args.reuse else []
+    existing = staging.staged_files(Layout.of(root), "EVENTS", interval_id=INTERVAL_ID) if args.reuse else []
     if existing:
         written = sum(f.rows for f in existing)
         print(f"staging: reusing {written:,} messages in {root}")
@@ -321,7 +322,7 @@ def main(argv=None) -> dict:
     readers = [] if args.skip_spark else ["arrow"]  # the app's one read path (pyarrow in the tasks)
     subset = None
     if args.marginal:
-        owners = sorted(staging.owners_with_messages(root, "EVENTS", INTERVAL_ID))
+        owners = sorted(staging.owners_with_messages(Layout.of(root), "EVENTS", INTERVAL_ID))
         subset = owners[: max(1, len(owners) * 2 // 5)]
     try:
         with exclusive_lock(args.lock):

@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_provider_plgd.tables.layout import Layout
+
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -49,7 +51,7 @@ def files_per_table(root: str) -> dict[str, int]:
 
     from airflow_provider_plgd.tables import delta_tables
 
-    return {name: len(DeltaTable(delta_tables.interval_table_uri(root, name)).file_uris())
+    return {name: len(DeltaTable(delta_tables.interval_table_uri(Layout.of(root), name)).file_uris())
             for name in delta_tables.INTERVAL_TABLES if (Path(root) / name / "_delta_log").exists()}
 
 
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd import maintenance
+    from airflow_provider_plgd.tables import maintenance
     from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.simulator import SimulationConfig, generate
     from plgd_devtools import interval_tables
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         interval_tables.commit_interval_tables(root, ids[k], *decoded[k], files_per_partition=args.files_per_partition)
     interval_tables.commit_snapshot_record(root, ids[args.intervals - 1], ids[:args.intervals])
     build_s = time.perf_counter() - t0
-    uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(Layout.of(root), delta_tables.EVENTS_DEDUPED)
     device = pl.read_delta(uri).get_column("device_id").drop_nulls().unique().sort()[0]
     copy = str(work / "zorder_events_deduped")
     shutil.rmtree(copy, ignore_errors=True)

@@ -40,6 +40,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import NatsServer, recreate_stream
 from plgd_devtools.s3_server import S3Server
 
@@ -229,13 +230,13 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     counts.start()
     t0 = time.perf_counter()
     record = write_interval_ledger(JetStreamHook(jetstream_conn_id="plgd_jetstream_default", stream="EVENTS"),
-                                   root, times.Interval.of(start, end), None, list(EVENT_TYPES), accept_fewer=False,
+                                   Layout.of(root), times.Interval.of(start, end), None, list(EVENT_TYPES), accept_fewer=False,
                                    max_ranges=args.max_fetch_tasks, range_messages=args.fetch_range_messages)
     t_plan = time.perf_counter() - t0
     if record["total"] != published:
         raise SystemExit(f"the plan counts {record['total']}, published {published}")
     at_plan = counts.snapshot()
-    base = ledger.interval_dir(root, "EVENTS", interval)
+    base = ledger.interval_dir(Layout.of(root), "EVENTS", interval)
     t0 = time.perf_counter()
     staged = 0
     for i in range(record["fetch_ranges"]):

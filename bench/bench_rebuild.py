@@ -44,6 +44,8 @@ from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
+from airflow_provider_plgd.tables.layout import Layout
+
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -214,7 +216,7 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
                                         ("dedupe", delta_tables.MSGID_INDEX, MSGID_INDEX_SCHEMA))
     run_version = _time.time_ns() // 1_000_000
     for name, schema, files in ((table_dir, schemas.EVENTS_SCHEMA, records), (companion, companion_schema, [])):
-        delta_tables.commit_files(delta_tables.interval_table_uri(str(root), name), files, schema=schema,
+        delta_tables.commit_files(delta_tables.interval_table_uri(Layout.of(str(root)), name), files, schema=schema,
                                   partition_by=delta_tables.INTERVAL_TABLES[name],
                                   replace=delta_tables.interval_filter(interval_id),
                                   metadata={"interval_id": interval_id}, app_id=f"plgd.{app}.{name}/{interval_id}",

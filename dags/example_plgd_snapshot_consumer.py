@@ -61,21 +61,21 @@ with DAG(
 
         from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
-        from airflow_provider_plgd.tables.storage_root import resolve_storage_root
+        from airflow_provider_plgd.tables.layout import Layout
         from airflow_provider_plgd import latest_snapshot, read_snapshot
 
         log = logging.getLogger("airflow.task")
         # a run param is untrusted input: only "", the connection's root or a root the deployment
         # allows (PLGD_ETL_STORAGE_ROOTS, as for the ETL DAG)
         root = check_run_storage_root((params or {}).get("storage_root"), env_storage_roots(), JETSTREAM_CONN_ID)
-        root = resolve_storage_root(root, JETSTREAM_CONN_ID)
-        snapshot = latest_snapshot(root)
+        layout = Layout.resolve(root, JETSTREAM_CONN_ID)
+        snapshot = latest_snapshot(layout)
         if snapshot is None:
-            raise FileNotFoundError(f"no committed snapshot under {root}/snapshots")
+            raise FileNotFoundError(f"no committed snapshot under {layout.snapshots_dir()}")
         status: dict[tuple[str, str], str | None] = {}
         for table, column in (("owner_devices", None), ("device_metadata", "connection_status")):
             columns = ["owner_id", "device_id"] + ([column] if column else [])
-            rows = read_snapshot(root, table, snapshot["version"]).select(columns).to_pylist()
+            rows = read_snapshot(layout, table, snapshot["version"]).select(columns).to_pylist()
             for row in rows:
                 key = (row["owner_id"], row["device_id"])
                 status[key] = row.get(column) if column else status.get(key)
@@ -93,7 +93,7 @@ with DAG(
             "online": sum(c["online"] for c in owners.values()),
         }
         log.info("Snapshot %s (%s) under %s: %s devices, %s online", result["snapshot_version"],
-                 result["snapshot_time"], root, result["devices"], result["online"])
+                 result["snapshot_time"], layout.root, result["devices"], result["online"])
         for owner_id, counts in owners.items():
             log.info("owner %s: %s devices, %s online, %s offline, %s unknown", owner_id, counts["devices"],
                      counts["online"], counts["offline"], counts["unknown"])

@@ -27,7 +27,7 @@ import os
 from datetime import datetime, timezone
 
 from airflow_provider_plgd.etl import build_maintenance_dag
-from airflow_provider_plgd.maintenance import MaintenanceSettings
+from airflow_provider_plgd.tables.maintenance import MaintenanceSettings
 
 dag = build_maintenance_dag(
     dag_id="plgd_table_maintenance",

@@ -74,9 +74,10 @@ def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> Non
     """Print the interval ledger's chain of one interval (``_ledger/.../summary.json``)."""
     from airflow_provider_plgd import times
     from airflow_provider_plgd.tables import ledger
+    from airflow_provider_plgd.tables.layout import Layout
 
-    path = Path(ledger.interval_dir(str(root), stream, times.interval_id(start, end))) / "summary.json"
-    chain = json.loads(path.read_text())["chain"] if path.exists() else {}
+    summary = ledger.read_summary(Layout.of(root), stream, times.interval_id(start, end))
+    chain = summary["chain"] if summary else {}
     print(f"[demo]   ledger: stream holds {chain.get('stream_total')} = staged {chain.get('staged')} "
           f"(+ skipped {chain.get('skipped') or 0}); decoded {chain.get('decoded')} + quarantined "
           f"{chain.get('quarantined')} {chain.get('quarantined_per_reason') or {}}; dedupe kept {chain.get('kept')}, "

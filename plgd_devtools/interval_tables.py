@@ -23,8 +23,10 @@ import pyarrow.compute as pc
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import delta_tables, file_records
 from airflow_provider_plgd.spark import schemas
-from airflow_provider_plgd.spark import snapshot_store as ss
+from airflow_provider_plgd.tables import snapshot_store as ss
+from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd.tables.storage import to_fs
 
 #: Staging columns the decoder reads.
@@ -97,7 +99,7 @@ def _by_type(uri: str, rows: pa.Table, interval_id: str, files: int, write_id: s
     return records
 
 
-def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quarantine: pa.Table, *,
+def commit_interval_tables(root: StorageRoot, interval_id: str, events: pa.Table, quarantine: pa.Table, *,
                            files_per_partition: int = 2, run_version: int | None = None,
                            dedupe: bool = True) -> dict[str, int | None]:
     """Commit one interval to ``events`` + ``quarantine`` (app ``decode``) and, when ``dedupe``,
@@ -107,7 +109,8 @@ def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quaran
 
     run_version = time.time_ns() // 1000 if run_version is None else run_version
     write_id = f"{run_version:x}"
-    uri = {name: delta_tables.interval_table_uri(root, name) for name in delta_tables.INTERVAL_TABLES}
+    layout = Layout.of(root)
+    uri = {name: delta_tables.interval_table_uri(layout, name) for name in delta_tables.INTERVAL_TABLES}
     ev = _by_type(uri[delta_tables.EVENTS], events, interval_id, files_per_partition, write_id)
     q = [_write(uri[delta_tables.QUARANTINE], quarantine, {"interval_id": interval_id},
                 f"part-00000-{write_id}.parquet")] if quarantine.num_rows else []
@@ -143,22 +146,22 @@ def commit_interval_tables(root: str, interval_id: str, events: pa.Table, quaran
     return {name: c.version for name, c in commits.items()}
 
 
-def commit_snapshot_record(root: str, interval_id: str, intervals: Sequence[str], *,
+def commit_snapshot_record(root: StorageRoot, interval_id: str, intervals: Sequence[str], *,
                            parent: str | None = None) -> str:
     """Record a snapshot that folded ``intervals`` (newest ``interval_id``) as the chain's head:
     a ``_device_state`` commit carrying the snapshot record (no rows). :return: its version."""
     end_ns = times.parse_interval_id(interval_id)["end_ns"]
     version = ss.version_id(end_ns)
     record = {"snapshot": version, "snapshot_time_ns": end_ns, "snapshot_time": times.ns_to_rfc3339(end_ns),
-              "parent": parent, "run_id": ss.new_run_id(), "interval_id": interval_id,
+              "parent": parent, "run_id": snapshot_buckets.new_run_id(), "interval_id": interval_id,
               "intervals": list(intervals), "buckets": 1, "rows": {}, "delta_versions": {}}
-    delta_tables.commit_files(ss.snapshot_table_uri(root, ss.STATE_TABLE), [], schema=ss.delta_schema(ss.STATE_TABLE),
+    delta_tables.commit_files(ss.snapshot_table_uri(Layout.of(root), ss.STATE_TABLE), [], schema=ss.delta_schema(ss.STATE_TABLE),
                               partition_by=(delta_tables.BUCKET_COLUMN,), replace=[], metadata=record,
                               app_id=f"test.snapshot/{version}", run_version=time.time_ns())
     return version
 
 
-def build_chain(root: str, sim, *, files_per_partition: int = 2, snapshot_through: int | None = None,
+def build_chain(root: StorageRoot, sim, *, files_per_partition: int = 2, snapshot_through: int | None = None,
                 skip: Iterable[int] = ()) -> list[str]:
     """Commit every interval of ``sim`` (except ``skip``) and record the snapshot head at
     ``snapshot_through`` (default the last interval). :return: the interval IDs, in order."""

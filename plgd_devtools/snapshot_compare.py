@@ -1,8 +1,8 @@
 """Compare the latest committed snapshot tables with the simulator's expected state.
 
 Used by ``make demo`` and the end-to-end tests. Reads the tables with pyarrow + fsspec through
-``airflow_provider_plgd.spark.snapshot_store`` (no Spark needed). Rows are matched by each table's key columns
-(``airflow_provider_plgd.spark.snapshot_store.sort_keys``); values are compared column by column, with
+``airflow_provider_plgd.tables.snapshot_store`` (no Spark needed). Rows are matched by each table's key columns
+(``airflow_provider_plgd.tables.snapshot_store.sort_keys``); values are compared column by column, with
 ``content_json`` compared as parsed JSON.
 """
 
@@ -69,16 +69,18 @@ def read_latest_tables(root: str) -> dict[str, list[dict[str, Any]]]:
 
     :raises FileNotFoundError: if no snapshot has been committed under ``root``.
     """
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
+    from airflow_provider_plgd.tables.layout import Layout
 
-    if snapshot_store.latest(str(root)) is None:
-        raise FileNotFoundError(f"no committed snapshot under {root}/snapshots (no _device_state commit)")
-    return {table: snapshot_store.read_table(str(root), table).to_pylist() for table in TABLES}
+    layout = Layout.of(root)
+    if snapshot_store.latest(layout) is None:
+        raise FileNotFoundError(f"no committed snapshot under {layout.snapshots_dir()} (no _device_state commit)")
+    return {table: snapshot_store.read_table(layout, table).to_pylist() for table in TABLES}
 
 
 def compare_snapshot(root: Any, expected: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """Compare the latest snapshot under ``root`` with ``expected``; return the differences (empty = equal)."""
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
     keys = {table: snapshot_store.sort_keys(table) for table in TABLES}
     return compare_tables(read_latest_tables(str(root)), expected, keys=keys)

@@ -8,7 +8,7 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         [--snapshots-root /data/other] [--summary-path ...]
 
 Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`airflow_provider_plgd.spark.fold` (pure Python, one
-device at a time); the Delta tables and snapshot records: :mod:`airflow_provider_plgd.spark.snapshot_store`; the job:
+device at a time); the Delta tables and snapshot records: :mod:`airflow_provider_plgd.tables.snapshot_store`; the job:
 :mod:`airflow_provider_plgd.spark.rebuild_job`; the
 columns of the four tables: ``docs/data-contracts.md`` "Snapshot tables". ``docs/snapshots.md``
 explains the design.
@@ -31,7 +31,7 @@ Steps
    the base (an earlier or killed run of this snapshot), are folded even without new events.
 4. **Per touched bucket** (a Python RDD shuffle by bucket, :mod:`airflow_provider_plgd.spark.rebuild_input`;
    n = min(buckets, 200, 4 x ``defaultParallelism``) reduce tasks, each taking whole buckets one after the other ->
-   :func:`airflow_provider_plgd.spark.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
+   :func:`airflow_provider_plgd.tables.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
    base's files of that bucket, parse and fold only the states of the devices with new events or
    expiring pendings (:func:`airflow_provider_plgd.spark.fold.fold_bucket_arrow`), copy every other row with Arrow,
    and write one new file per table to ``snapshots/{table}/bucket={b}/part-{run}.parquet``.
@@ -53,7 +53,8 @@ from typing import Any, Sequence
 
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.spark import app_args, snapshot_store
+from airflow_provider_plgd.spark import app_args
+from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
 
@@ -84,9 +85,9 @@ def parse_args(argv: Sequence[str] | None = None) -> app_args.RebuildArgs:
                              "(ISO-8601 with zone, or unix ns) it must equal that end")
     parser.add_argument("--snapshots-root", default=None,
                         help="root for snapshots/ and _runs/ (default --root)")
-    parser.add_argument("--buckets", type=int, default=snapshot_store.DEFAULT_BUCKETS,
+    parser.add_argument("--buckets", type=int, default=snapshot_buckets.DEFAULT_BUCKETS,
                         help="hash buckets per table for the first snapshot (later snapshots keep the "
-                             f"base's count; default {snapshot_store.DEFAULT_BUCKETS})")
+                             f"base's count; default {snapshot_buckets.DEFAULT_BUCKETS})")
     parser.add_argument("--vacuum-retention-hours", type=int, default=delta_tables.DEFAULT_VACUUM_RETENTION_HOURS,
                         help="DeltaTable.vacuum of the snapshot tables after the commit: delete files removed more "
                              "than this many hours ago (older snapshot versions stop being readable); -1 = no "

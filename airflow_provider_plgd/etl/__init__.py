@@ -47,7 +47,6 @@ from airflow_provider_plgd.etl.plan import (
 )
 from airflow_provider_plgd.etl.summary import (
     DEFAULT_STAGING_RETENTION,
-    expire_staging,
     log_run_summary,
     summarize_interval,
 )
@@ -76,7 +75,6 @@ __all__ = [
     "emit_app_asset_events",
     "etl_assets",
     "etl_params",
-    "expire_staging",
     "log_run_summary",
     "param_schemas",
     "plan_interval",

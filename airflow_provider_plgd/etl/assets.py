@@ -81,17 +81,18 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
     ``rebuild``: ``snapshots`` ``{interval_id, snapshot_version, rows, tables, delta_versions}``.
     """
     from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables.layout import Layout
 
     versions = summary.get("delta_versions") or {}
     if app == "decode":
-        root = summary.get("output_root") or ""
+        layout = Layout.of(summary["output_root"])  # decode's run summary names its root
         events, quarantine = delta_tables.EVENTS, delta_tables.QUARANTINE
         out = {events: {"interval_id": interval_id, "decoded": summary.get("decoded"),
-                        "table": delta_tables.interval_table_uri(root, events), "delta_version": versions.get(events)}}
+                        "table": delta_tables.interval_table_uri(layout, events), "delta_version": versions.get(events)}}
         if int(summary.get("quarantined") or 0):
             out[quarantine] = {"interval_id": interval_id, "quarantined": summary.get("quarantined"),
                                "per_reason": summary.get("per_reason") or {},
-                               "table": delta_tables.interval_table_uri(root, quarantine),
+                               "table": delta_tables.interval_table_uri(layout, quarantine),
                                "delta_version": versions.get(quarantine)}
         return out
     if app == "dedupe":

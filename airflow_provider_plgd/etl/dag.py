@@ -26,6 +26,7 @@ from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summari
 from airflow_provider_plgd.operators.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
+from airflow_provider_plgd.tables.layout import Layout
 
 #: One-line DAG description (the DAG list and the DAG page header show it).
 DAG_DESCRIPTION = ("plgd hub events from NATS JetStream, one data interval per run: staging, then Spark "
@@ -239,8 +240,8 @@ def build_etl_dag(
 
             start, end = check_interval(context)
 
-            def report_lineage(servers: Sequence[str], stream: str, root: str) -> None:
-                lineage.report_task_lineage(context, lineage.plan_lineage, servers, stream, root, ledger.SCOPE_FILTER)
+            def report_lineage(servers: Sequence[str], stream: str, layout: Layout) -> None:
+                lineage.report_task_lineage(context, lineage.plan_lineage, servers, stream, layout, ledger.SCOPE_FILTER)
 
             return plan_interval(context["params"], start=start, end=end, dag_id=dag_id,
                                  jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
@@ -339,9 +340,9 @@ def build_etl_dag(
             and return its numbers (bounded XCom: no per-owner lists)."""
             # the work: summarize_interval; here only plan's XCom and the lineage report
             planned_value = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
-            PlgdTablesLink.persist(context, planned_value.layout.root)  # before a LedgerError
+            PlgdTablesLink.persist(context, planned_value.layout)  # before a LedgerError
             lineage.report_task_lineage(context, lineage.summary_lineage, author.stream, planned_value.layout)
-            return summarize_interval(planned_value.layout.root, author.stream,
+            return summarize_interval(planned_value.layout, author.stream,
                                       planned_value.interval_id, context["params"],
                                       staging_retention_seconds=None if staging_retention is None
                                       else staging_retention.total_seconds()).as_dict()  # the XCom edge

@@ -2,7 +2,7 @@
 
 A second DAG beside the ETL DAG (``dags/plgd_table_maintenance.py``), on a schedule of the DAG
 author's: compaction of the interval partitions the chain has passed, vacuum, checkpoints and log
-cleanup (``airflow_provider_plgd.maintenance``), then the status view in the task log. It needs
+cleanup (``airflow_provider_plgd.tables.maintenance``), then the status view in the task log. It needs
 no lock against the ETL: it touches only intervals older than the latest snapshot's interval, and
 a rerun of one of those still replaces exactly that interval (docs/operations.md, "Table maintenance").
 """
@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_provider_plgd.compat import DAG, task
-from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, expire_staging
-from airflow_provider_plgd.maintenance import MaintenanceSettings
+from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION
+from airflow_provider_plgd.tables.maintenance import MaintenanceSettings
 
 _log = logging.getLogger(__package__)
 
@@ -51,10 +51,10 @@ def build_maintenance_dag(
         connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd`` (resolved when the task runs).
     :param stream: the pipeline's stream (the ledger's and the staging table's folder).
     :param jetstream_conn_id: the connection of the default root (not contacted otherwise).
-    :param settings: :class:`~airflow_provider_plgd.maintenance.MaintenanceSettings` (retention,
+    :param settings: :class:`~airflow_provider_plgd.tables.maintenance.MaintenanceSettings` (retention,
         bounds, target file size); default settings when None.
     :param staging_retention: after the tables, expire the staging of reconciled intervals staged
-        longer ago than this (``etl.summary.expire_staging``: one Delta commit, then vacuum); the
+        longer ago than this (``reconcile.expire_staging``: one Delta commit, then vacuum); the
         ETL's own setting, default 7 days; ``None``: staging is not touched. Its summary goes into
         the XCom (``staging``).
     :param default_args: extra default args (retries, …).
@@ -84,15 +84,14 @@ def build_maintenance_dag(
 
         @task(task_display_name="Compact, vacuum, checkpoint", doc_md=MAINTAIN_DOC)
         def maintain() -> dict[str, Any]:
-            """Run :func:`airflow_provider_plgd.maintenance.maintain_tables` and log the status view."""
-            from airflow_provider_plgd.maintenance import maintain_tables
+            """Run :func:`airflow_provider_plgd.tables.maintenance.maintain_tables` and log the status view."""
+            from airflow_provider_plgd.tables.maintenance import maintain_tables
             from airflow_provider_plgd.status import chain_status, format_status
-            from airflow_provider_plgd.tables.storage_root import resolve_storage_root
+            from airflow_provider_plgd.tables.layout import Layout
 
-            root = resolve_storage_root(storage_root, jetstream_conn_id)
-            expire = None if retention_s is None else (lambda r, s, _head: expire_staging(r, s, retention_s))
-            report = maintain_tables(root, settings=chosen, stream=stream, expire_staging=expire)
-            status = chain_status(root, stream)
+            layout = Layout.resolve(storage_root, jetstream_conn_id)
+            report = maintain_tables(layout, settings=chosen, stream=stream, staging_retention_seconds=retention_s)
+            status = chain_status(layout, stream)
             for line in format_status(status).splitlines():
                 _log.info("%s", line)
             return {**report.as_dict(), "status": status.as_dict(brief=True)}

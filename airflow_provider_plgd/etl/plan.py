@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, storage
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.tables.layout import Layout
@@ -95,7 +95,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
                   jetstream_conn_id: str, spark_conf_policy: Mapping[str, str | None], allowed_roots: Iterable[str],
                   author: Any, fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
                   hook_factory: Callable[[str], Any] | None = None,
-                  report_lineage: Callable[[Sequence[str], str, str], None] | None = None) -> IntervalPlan:
+                  report_lineage: Callable[[Sequence[str], str, Layout], None] | None = None) -> IntervalPlan:
     """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
 
     The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
@@ -121,7 +121,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :param hook_factory: called with the checked stream name, returns the hook that checks
         completeness and counts (``require_interval_complete``, ``count_ranges``, ``get_settings``);
         default a ``JetStreamHook`` on ``jetstream_conn_id``.
-    :param report_lineage: called with ``(servers, stream, storage root)`` after the zip is built
+    :param report_lineage: called with ``(servers, stream, layout)`` after the zip is built
         (the ``plan`` task reports its OpenLineage datasets with it).
     :return: the plan (its ``as_dict()`` is the ``plan`` XCom).
     :raises UntrustedRunParamError: a run param that fails its check or differs from the DAG
@@ -135,7 +135,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
     from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.tables import chain, identity, ledger_guards
+    from airflow_provider_plgd.tables import chain, identity, ledger, ledger_guards
     from airflow_provider_plgd.exceptions import (
         FewerMessagesError,
         NarrowerRerunError,
@@ -148,30 +148,28 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
                                    jetstream_conn_id=jetstream_conn_id)
     layout = Layout.resolve(checked.storage_root, jetstream_conn_id)  # the one resolution of the run's root
-    root = layout.root
     try:  # tables of the layout before Delta Lake: refused before anything is fetched
-        delta_tables.check_layout(root)
+        delta_tables.check_layout(layout)
     except OldLayoutError as err:
         raise _FailWithoutRetry(str(err)) from None
-    pipeline_identity = identity.PipelineIdentity.of(storage_root=root, **checked.identity())
+    pipeline_identity = identity.PipelineIdentity.of(storage_root=layout.root, **checked.identity())
     window = times.Interval.of(start, end)
     interval = window.id
     try:
-        identity.check_recorded(root, pipeline_identity.as_dict())
+        identity.check_recorded(layout, pipeline_identity.as_dict())
         # a new interval older than what the tables already built on (refused, never replayed)
         chain.check_not_behind_head(
-            interval, chain.dedupe_log(root), stage="plan",
-            processed_before=storage.exists(storage.join_path(layout.ledger_interval_dir(checked.stream, interval),
-                                                              "stream.json")))
+            interval, chain.dedupe_log(layout), stage="plan",
+            processed_before=ledger.read_plan(layout, checked.stream, interval) is not None)
     except (PipelineIdentityError, OutOfOrderIntervalError) as err:
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     selection = Selection(checked.owners, checked.event_types)  # checked once, in check_run_params
     # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
     # its events would be missing from this interval's snapshot
-    ledger_guards.check_no_gap_before(root, checked.stream, interval, dag_id=dag_id)
+    ledger_guards.check_no_gap_before(layout, checked.stream, interval, dag_id=dag_id)
     # and no hole further back, between intervals planned in another order (a backfill run's plan
     # may run before the scheduled run of an earlier interval): the scheduler's skip of a backfill
-    ledger_guards.check_no_hole_before(root, checked.stream, interval, dag_id=dag_id)
+    ledger_guards.check_no_hole_before(layout, checked.stream, interval, dag_id=dag_id)
     if hook_factory is None:
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
@@ -182,9 +180,9 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
     owners = list(selection.owners) or None  # None: every owner, read through plgd.>
     try:
-        identity.record(pipeline_identity)  # the first plan on a root records it (checked above)
+        identity.record(layout, pipeline_identity)  # the first plan on a root records it (checked above)
         record = write_interval_ledger(
-            hook, root, window, owners, list(selection.event_types),
+            hook, layout, window, owners, list(selection.event_types),
             accept_fewer=checked.accept_fewer_messages,
             max_ranges=int(checked.numbers["max_fetch_tasks"]), range_messages=fetch_range_messages,
         )
@@ -192,9 +190,9 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     # Never on the storage root: the Spark driver runs this code inside the worker
     # (docs/operations.md, "Shipping the plgd code to executors").
-    py_files = build_private_py_files_zip(storage_root=root)
+    py_files = build_private_py_files_zip(storage_root=layout.root)
     if report_lineage is not None:
-        report_lineage(hook.get_settings().servers, checked.stream, root)
+        report_lineage(hook.get_settings().servers, checked.stream, layout)
     # each fetch task gets its range's number; the range is in the ledger: XCom stays small
     return IntervalPlan(layout=layout, interval_id=interval, snapshot_time=end.isoformat(),
                         ledger=layout.ledger_interval_dir(checked.stream, interval),
@@ -203,7 +201,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
                         spark_skip=record.get("spark_skip"))
 
 
-def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
+def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
                           max_ranges: int = 1, range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES) -> dict[str, Any]:
     """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
 
@@ -215,7 +213,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
     :class:`FewerMessagesError` unless ``accept_fewer``; one whose run staged owners or event types
     this one does not select raises :class:`~airflow_provider_plgd.exceptions.NarrowerRerunError`
     (``ledger_guards.check_selection_covers``; the earlier run's owners from its staging,
-    ``ledger.staged_owners``, only when this run selects owners). Then the run begins in the
+    ``ledger_guards.owners_of_run``, only when this run selects owners). Then the run begins in the
     staging table (``staging_commits.begin_interval``: the interval's earlier staging removed, the run
     version recorded, which every fetch commit of the run checks), and the interval's old fetch
     records are removed, so the rerun's are its own. ``spark_skip`` in the record: :func:`spark_skip_reason`.
@@ -236,13 +234,13 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
                                 range_messages=range_messages, max_ranges=max_ranges, scope_filter=ledger.SCOPE_FILTER)
     plan = ledger.PlanRecord.of(counted, interval_id=interval, owners=owners, event_types=event_types,
                                 read_filters=read_filters, bounds=window.bounds(), run_version=run_version)
-    plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(root, plan.as_dict(), window.end_ns))
+    plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(layout, plan.as_dict(), window.end_ns))
     record = plan.as_dict()
-    base = ledger.interval_dir(root, plan.stream, interval)
-    previous, previous_records = ledger.read_records(root, plan.stream, interval)
+    base = ledger.interval_dir(layout, plan.stream, interval)
+    previous, previous_records = ledger.read_records(layout, plan.stream, interval)
     ledger_guards.check_selection_covers(
         previous, record, previous_records,
-        staged_owners=lambda: ledger.staged_owners(root, plan.stream, interval, previous_records))
+        staged_owners=lambda: ledger_guards.owners_of_run(layout, plan.stream, interval, previous_records))
     lost = ledger_guards.check_not_fewer(previous, record, accept_fewer=accept_fewer)
     if lost:
         _log.warning("Interval %s: accepting fewer messages than before (accept_fewer_messages): %s", interval,
@@ -251,9 +249,9 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
         _log.warning("Interval %s: %s stream sequences of its range [%s, %s) hold no message (deleted from the "
                      "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
                      interval, plan.deleted_in_range, plan.first_seq, plan.end_seq_exclusive)
-    staging_commits.begin_interval(root, plan.stream, interval, run_version, {"total": plan.total})
-    ledger.write_json(f"{base}/stream.json", record)
-    ledger.clear_fetch_records(root, plan.stream, interval)
+    staging_commits.begin_interval(layout, plan.stream, interval, run_version, {"total": plan.total})
+    ledger.write_json(f"{base}/{ledger.PLAN_FILE}", record)
+    ledger.clear_fetch_records(layout, plan.stream, interval)
     _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "
               "%s of %s", interval, plan.total, "every owner" if owners is None else f"{len(owners)} owner(s)",
               plan.first_seq, plan.end_seq_exclusive - 1, len(plan.ranges), plan.scope_total, ledger.SCOPE_FILTER)
@@ -261,7 +259,7 @@ def write_interval_ledger(hook: Any, root: str, window: times.Interval, owners: 
 
 
 
-def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime | int) -> str | None:
+def spark_skip_reason(layout: Layout, record: Mapping[str, Any], end: datetime | int) -> str | None:
     """Why ``decode``, ``dedupe`` and ``rebuild`` may skip the interval of a plan record, or None.
 
     They skip only when all of these hold, so skipping changes no table:
@@ -277,17 +275,17 @@ def spark_skip_reason(root: str, record: Mapping[str, Any], end: datetime | int)
     reaches further back in time, never less; rebuild folds every interval with rows after its
     base snapshot, so the next non-empty interval builds on the last snapshot.
 
-    :param root: the storage root; ``record``: the plan record; ``end``: the interval end (aware, or unix ns).
+    :param layout: the storage root; ``record``: the plan record; ``end``: the interval end (aware, or unix ns).
     """
     from airflow_provider_plgd.tables.run_summary import APPS, read_app_summary
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
     if int(record["total"]):
         return None
     interval = record["interval_id"]
-    if any(read_app_summary(root, app, interval) is not None for app in APPS):
+    if any(read_app_summary(layout, app, interval) is not None for app in APPS):
         return None
-    latest = snapshot_store.latest(root)
+    latest = snapshot_store.latest(layout)
     if latest is None:
         return "the stream holds no message for the interval and there is no snapshot yet"
     end_ns = times.to_ns(end, "end")

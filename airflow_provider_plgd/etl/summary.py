@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.etl.params import run_params_used
 from airflow_provider_plgd.tables.run_summary import RunSummary
 
@@ -21,16 +22,16 @@ _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider
 DEFAULT_STAGING_RETENTION = timedelta(days=7)
 
 
-def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping[str, Any], *,
+def summarize_interval(layout: Layout, stream: str, interval_id: str, params: Mapping[str, Any], *,
                        staging_retention_seconds: float | None = None) -> RunSummary:
     """Check the interval ledger's whole chain, log it (:func:`log_run_summary`) and return its numbers.
 
-    When it reconciles and ``staging_retention_seconds`` is given, expire staging: every reconciled
-    interval (:func:`reconcile.is_reconciled`) staged more than that long ago loses its staging rows
-    (``staging_commits.expire_intervals``: one Delta commit, then vacuum). That is housekeeping: a failure
-    there is logged as a warning and does not fail the run (the next run tries again).
+    When it reconciles and ``staging_retention_seconds`` is given, expire staging
+    (``reconcile.expire_staging``): every reconciled interval staged more than that long ago loses
+    its staging rows. That is housekeeping: a failure there is logged as a warning and does not
+    fail the run (the next run tries again).
 
-    :param root: the storage root (``plan``'s ``storage_root``).
+    :param layout: the storage root (``plan``'s ``storage_root``).
     :param stream: the stream name; ``interval_id``: the interval (``times.interval_id``).
     :param params: the run's params (their :data:`~airflow_provider_plgd.etl.params.SUMMARY_PARAMS`
         go into ``params`` of the result, :func:`run_params_used`).
@@ -41,10 +42,11 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
     :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
         names the interval and the first 20).
     """
+    from airflow_provider_plgd.tables import reconcile
     from airflow_provider_plgd.tables.run_summary import collect_run_summary
 
-    result = dataclasses.replace(collect_run_summary(root, stream, interval_id),
-                                 params=run_params_used(params, root))
+    used = run_params_used(params, layout.root)
+    result = dataclasses.replace(collect_run_summary(layout, stream, interval_id), params=used)
     log_run_summary(result.as_dict())
     if not result.reconciled:
         from airflow_provider_plgd.exceptions import LedgerError
@@ -54,32 +56,8 @@ def summarize_interval(root: str, stream: str, interval_id: str, params: Mapping
                           interval_id=result.interval_id, problems=list(result.problems))
     if staging_retention_seconds is not None:
         result = dataclasses.replace(result,
-                                     staging_expired=expire_staging(root, stream, staging_retention_seconds))
+                                     staging_expired=reconcile.expire_staging(layout, stream, staging_retention_seconds))
     return result
-
-
-def expire_staging(root: str, stream: str, retention_seconds: float) -> dict[str, Any] | None:
-    """Expire the staging of reconciled intervals staged more than ``retention_seconds`` ago
-    (``staging_commits.expire_intervals`` with ``reconcile.is_reconciled``); log what was done.
-
-    :return: ``{"intervals", "files", "rows", "vacuumed"}``, or None when nothing was expired or
-        the expiry failed (logged as a warning).
-    """
-    from airflow_provider_plgd.tables import reconcile, staging_commits
-
-    try:
-        done = staging_commits.expire_intervals(root, stream, retention_seconds=retention_seconds,
-                                        committed=lambda iid: reconcile.is_reconciled(root, stream, iid))
-    except Exception as exc:  # noqa: BLE001 - housekeeping: the next run tries again
-        _log.warning("Staging of stream %s was not expired (the next run tries again): %s: %s", stream,
-                     type(exc).__name__, exc)
-        return None
-    if not done.intervals:
-        return None
-    _log.info("Expired the staging of %s reconciled interval(s) older than %s s: %s (%s files, %s rows; vacuum "
-              "deleted %s files)", len(done.intervals), retention_seconds, ", ".join(done.intervals[:20]),
-              done.files, done.rows, done.vacuumed)
-    return {"intervals": list(done.intervals), "files": done.files, "rows": done.rows, "vacuumed": done.vacuumed}
 
 
 def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None) -> None:

@@ -97,9 +97,9 @@ class FetchPipeline:
         #: this task's version of the batches it commits (other modes than the range): its start, ms
         self.run_version = time.time_ns() // 1_000_000
 
-    def _stager(self, root: Any, stream: str) -> Stager:
+    def _stager(self, layout: Layout, stream: str) -> Stager:
         settings = self.settings
-        spool_dir = settings.spool_dir or default_spool_dir(root)
+        spool_dir = settings.spool_dir or default_spool_dir(layout)
         remove_stale_spools(spool_dir, self.log)
         return Stager(stream=stream, spill_dir=spool_dir, buffer_bytes=settings.range_buffer_bytes,
                       target_file_bytes=settings.target_file_bytes, max_rows_per_file=settings.max_rows_per_file,
@@ -129,7 +129,6 @@ class FetchPipeline:
                                                   source_wait_seconds=self.settings.source_wait_seconds)
         state = StreamState.of_info(await hook.astream_info(stream))
         head = state.head
-        root = layout
         table = layout.staging_table(stream)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
                       len(targets), stream, head, bounds, table)
@@ -144,12 +143,12 @@ class FetchPipeline:
         for group in groups:
             key = _group_key(group, owner_wide)
             if mode != "durable":
-                self._refuse_fewer(root, stream, group, bounds, mode, expected[key])
+                self._refuse_fewer(layout, stream, group, bounds, mode, expected[key])
             skipped: dict[str, int] = {}
             if mode == "durable":
-                batches = [await self._durable_batch(stream, root, group[0], bounds, head)]
+                batches = [await self._durable_batch(stream, layout, group[0], bounds, head)]
             else:
-                batches, skipped = await self._read_group(stream, root, group, mode, bounds, head, expected[key],
+                batches, skipped = await self._read_group(stream, layout, group, mode, bounds, head, expected[key],
                                                           owner_wide=owner_wide)
             results.extend(batches)
             for reason, n in skipped.items():
@@ -210,9 +209,8 @@ class FetchPipeline:
             raise LedgerError(f"interval {interval}: the plan in {self.ledger_dir} has no run version; run the "
                               "interval again from its plan task", interval_id=interval)
         run_version = int(plan.run_version)
-        root = layout
         # a newer plan, or a plan that never began its run: refused before anything is read
-        done = staging_commits.committed_range(root, stream, interval, rng.index, run_version)
+        done = staging_commits.committed_range(layout, stream, interval, rng.index, run_version)
         window = times.Interval.from_bounds(bounds)
         await hook.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
@@ -228,7 +226,7 @@ class FetchPipeline:
         router = RangeRouter(plan.event_types, plan.owners)
         progress = Progress(self.log, f"range {rng.index}", head, settings.progress_interval_seconds,
                             settings.progress_every_messages)
-        stager = self._stager(root, stream) if done is None else Stager(stream=stream, spill_dir=None, count_only=True)
+        stager = self._stager(layout, stream) if done is None else Stager(stream=stream, spill_dir=None, count_only=True)
         unrouted = 0
         committed = None
 
@@ -261,12 +259,12 @@ class FetchPipeline:
                 if done is None:
                     prefix = staging.range_file_prefix(rng.index, run_version, staging.new_write_id())
                     records = await worker.call(stager.write, uri, interval, prefix)
-                    committed = await worker.call(staging_commits.commit_range, root, stream, interval, rng.index,
+                    committed = await worker.call(staging_commits.commit_range, layout, stream, interval, rng.index,
                                                   run_version, records,
                                                   {"staged": staged, "skipped": skipped})
                     if committed.version is None:  # another attempt of this range committed meanwhile
                         stager.remove_written()
-                        committed = staging_commits.committed_range(root, stream, interval, rng.index, run_version)
+                        committed = staging_commits.committed_range(layout, stream, interval, rng.index, run_version)
                     done = committed
                 else:
                     await worker.call(stager.summarize)
@@ -281,7 +279,7 @@ class FetchPipeline:
         progress.done()
         event_types = {et: s.as_dict() for et, s in sorted(stager.summaries.items()) if s.count}
         owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none
-        record_path = storage.join_path(self.ledger_dir, "fetch", ledger.range_record_name(rng.index))
+        record_path = storage.join_path(self.ledger_dir, ledger.FETCH_DIR, ledger.range_record_name(rng.index))
         ledger.write_json(record_path, ledger.fetch_record(
             interval_id=interval, stream=stream, range_=rng, staged=staged, skipped=skipped, event_types=event_types,
             run_version=run_version, owners=owners, unrouted=unrouted, delta_version=done.version))
@@ -309,12 +307,12 @@ class FetchPipeline:
         counted = await self.hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
 
-    def _refuse_fewer(self, root, stream, group, bounds, mode, expected) -> None:
+    def _refuse_fewer(self, layout, stream, group, bounds, mode, expected) -> None:
         """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
         interval, _ = _interval_and_read_kwargs(mode, bounds)
         owner = group[0].owner
         types = {t.event_type for t in group}
-        committed = [f for f in staging.staged_files(root, stream, interval_id=interval, event_types=types)
+        committed = [f for f in staging.staged_files(layout, stream, interval_id=interval, event_types=types)
                      if staging.file_batch_owner(f.path) == owner]
         before = sum(f.rows for f in committed)
         if expected is None or expected >= before or self.settings.accept_fewer:
@@ -331,16 +329,16 @@ class FetchPipeline:
             interval_id=interval, problems=[f"owner {owner}: stream {expected}, committed {before}"],
         )
 
-    async def _commit_group(self, worker: WriterThread, stager: Stager, root: Any, stream: str, interval: str,
+    async def _commit_group(self, worker: WriterThread, stager: Stager, layout: Layout, stream: str, interval: str,
                             group: Sequence[Target]) -> list[dict[str, Any]]:
         """Write and commit one owner's batches (``staging_commits.commit_batches``); return their XCom summaries."""
         owner = group[0].owner
-        uri = staging.table_uri(root, stream)
+        uri = staging.table_uri(layout, stream)
         committed = None
         try:
             records = await worker.call(stager.write, uri, interval,
                                         staging.batch_file_prefix(owner, staging.new_write_id()))
-            committed = await worker.call(staging_commits.commit_batches, root, stream, interval, owner,
+            committed = await worker.call(staging_commits.commit_batches, layout, stream, interval, owner,
                                           [t.event_type for t in group], records, self.run_version,
                                           {"staged": stager.count})
         finally:
@@ -358,7 +356,7 @@ class FetchPipeline:
                         "delta_version": committed.version})
         return out
 
-    async def _read_group(self, stream, root, group: Sequence[Target], mode, bounds, head, expected, *,
+    async def _read_group(self, stream, layout, group: Sequence[Target], mode, bounds, head, expected, *,
                           owner_wide: bool) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Read one owner's batches and commit them: one consumer per subject filter of a single
         batch, or, ``owner_wide``, ONE consumer on ``plgd.owners.{owner}.>`` (or ``plgd.>`` for the
@@ -384,7 +382,7 @@ class FetchPipeline:
             for (target, _), rows in router.route(batch).items():
                 stager.add(owner, group[target].event_type, rows)
 
-        stager = self._stager(root, stream)
+        stager = self._stager(layout, stream)
         with stager, WriterThread() as worker:
             for subject_filter in reads:
                 batches = self.hook.aiter_batches(subject_filter, batch_size=self.settings.batch_size, **read_kwargs)
@@ -400,11 +398,11 @@ class FetchPipeline:
             skipped = dict(sorted(router.skipped.items())) if router is not None else {}
             what = f"owner {owner}" if owner_wide else f"{owner}/{group[0].event_type}"
             _check_accounted(interval, what, expected, staged, skipped)
-            results = await self._commit_group(worker, stager, root, stream, interval, group)
+            results = await self._commit_group(worker, stager, layout, stream, interval, group)
         progress.done()
         return results, skipped
 
-    async def _durable_batch(self, stream, root, target: Target, bounds, head):
+    async def _durable_batch(self, stream, layout, target: Target, bounds, head):
         """Durable-consumer mode: fetch up to max_messages, commit, then acknowledge each staged
         message (ack policy ``explicit``; see the operator's docstring)."""
         owner, event_type, filters = target
@@ -419,7 +417,7 @@ class FetchPipeline:
             replies: dict[int, str] = {}
             # The interval ID needs the first and last sequence, known only at the end: the stager
             # keeps the rows (spilling past range_buffer_bytes) until then.
-            stager = self._stager(root, stream)
+            stager = self._stager(layout, stream)
             with stager, WriterThread() as worker:
                 while len(replies) < todo:
                     delivered = await consumer.fetch(min(self.settings.batch_size, todo - len(replies)), timeout=5.0)
@@ -441,7 +439,7 @@ class FetchPipeline:
                             "subject_filters": list(filters), "count": 0, "bytes": 0, "first_seq": None,
                             "last_seq": None, "files": 0, "path": None, "delta_version": None}
                 interval = times.durable_interval_id(min(replies), max(replies))
-                [result] = await self._commit_group(worker, stager, root, stream, interval, [target])
+                [result] = await self._commit_group(worker, stager, layout, stream, interval, [target])
             await consumer.ack(replies)
             progress.done()
             self.log.info("Acknowledged %s message(s) of durable consumer %s (stream seq %s..%s)", len(replies),

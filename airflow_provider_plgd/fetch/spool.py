@@ -22,13 +22,13 @@ STALE_SPOOL_S = 3600
 SPOOL_PATTERNS = ("plgd-stage-*.arrow", "plgd-durable-*.arrow")
 
 
-def default_spool_dir(root: Any) -> str:
+def default_spool_dir(layout: Layout) -> str:
     """The spill folder when the operator's ``spool_dir`` is not set: ``{root}/staging/_spool``
     for a local storage root (the disk that receives the files; beside, not inside, the staging
     tables), else the system temp folder (``tempfile.gettempdir()``, i.e. ``$TMPDIR`` or ``/tmp``)."""
     import tempfile
 
-    return Layout.at(root).spool_dir() or tempfile.gettempdir()
+    return layout.spool_dir() or tempfile.gettempdir()
 
 
 def remove_stale_spools(spool_dir: str, log: Any, max_age_s: float = STALE_SPOOL_S) -> list[str]:

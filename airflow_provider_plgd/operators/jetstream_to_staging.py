@@ -373,7 +373,7 @@ class JetStreamToStagingOperator(BaseOperator):
         else:
             targets, owner_wide = self._targets()
             filters = lineage.fetch_subject_filters(targets, owner_wide=owner_wide)
-        return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], done["root"], filters)
+        return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], Layout.of(done["root"]), filters)
 
     # -- validation ------------------------------------------------------------------------------
     def _targets(self) -> tuple[list[Target], bool]:
@@ -444,7 +444,7 @@ class JetStreamToStagingOperator(BaseOperator):
             return cached
         if self.ledger in (None, ""):
             raise ValueError("ledger_range needs the ledger argument (the interval's ledger folder)")
-        stored = ledger.read_json(storage.join_path(self.ledger, "stream.json"))
+        stored = ledger.read_json(storage.join_path(self.ledger, ledger.PLAN_FILE))
         if stored is None:
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
         plan = self._plan_cache = ledger.PlanRecord.from_dict(stored)

@@ -114,15 +114,15 @@ def stream_dataset(servers: Sequence[str], stream: str, subject_filters: Sequenc
     return InputDataset(namespace=nats_namespace(servers), name=stream, inputFacets={"natsSubjects": facet})
 
 
-def storage_location(root: str, *parts: str) -> tuple[str, str]:
-    """``(namespace, name)`` of the folder ``{root}/{parts...}`` (see the module docstring).
+def storage_location(location: str, *parts: str) -> tuple[str, str]:
+    """``(namespace, name)`` of the folder ``{location}/{parts...}`` (see the module docstring).
 
-    :param root: the storage root: a local path, a ``file://`` URL or an fsspec URL.
-    :raises ValueError: an empty root.
+    :param location: a storage location: a local path, a ``file://`` URL or an fsspec URL.
+    :raises ValueError: an empty location.
     """
-    if not root or not str(root).strip():
+    if not location or not str(location).strip():
         raise ValueError("empty storage root; expected a path or a URL such as s3://bucket/plgd")
-    url = "/".join([str(root).rstrip("/"), *(p.strip("/") for p in parts)])
+    url = "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
     split = urlsplit(url)
     if "://" not in url or split.scheme in ("", "file", "local"):
         path = split.path if "://" in url else url
@@ -141,21 +141,20 @@ def _output(location: str) -> Any:
     return OutputDataset(namespace=namespace, name=name)
 
 
-def plan_lineage(servers: Sequence[str], stream: str, root: str | Layout, scope_filter: str) -> Any:
+def plan_lineage(servers: Sequence[str], stream: str, layout: Layout, scope_filter: str) -> Any:
     """``plan``: counts ``scope_filter`` (``plgd.>``) of the stream, writes the interval ledger."""
     return OperatorLineage(inputs=[stream_dataset(servers, stream, [scope_filter])],
-                           outputs=[_output(Layout.at(root).ledger_stream_dir(stream))])
+                           outputs=[_output(layout.ledger_stream_dir(stream))])
 
 
-def fetch_lineage(servers: Sequence[str], stream: str, root: str | Layout, subject_filters: Sequence[str]) -> Any:
+def fetch_lineage(servers: Sequence[str], stream: str, layout: Layout, subject_filters: Sequence[str]) -> Any:
     """``fetch``: the subjects it read from the stream -> the stream's staging table."""
     return OperatorLineage(inputs=[stream_dataset(servers, stream, subject_filters)],
-                           outputs=[_output(Layout.at(root).staging_table(stream))])
+                           outputs=[_output(layout.staging_table(stream))])
 
 
-def summary_lineage(stream: str, root: str | Layout) -> Any:
+def summary_lineage(stream: str, layout: Layout) -> Any:
     """``summary``: reads the ledger and the applications' run summaries, writes the ledger's summary."""
-    layout = Layout.at(root)
     return OperatorLineage(inputs=[_input(layout.ledger_stream_dir(stream)), _input(layout.runs_dir())],
                            outputs=[_output(layout.ledger_stream_dir(stream))])
 
@@ -171,7 +170,7 @@ def _dedupe_lineage(layout: Layout, a: Mapping[str, str]) -> tuple[list[Any], li
 
 
 def _rebuild_lineage(layout: Layout, a: Mapping[str, str]) -> tuple[list[Any], list[Any]]:
-    snapshots = Layout.at(a["--snapshots-root"]) if a.get("--snapshots-root") else layout
+    snapshots = Layout.of(a["--snapshots-root"]) if a.get("--snapshots-root") else layout
     return ([_input(layout.table(EVENTS_DEDUPED))] + [_input(snapshots.snapshot_table(t)) for t in SNAPSHOT_TABLES],
             [_output(snapshots.snapshot_table(t)) for t in SNAPSHOT_TABLES])
 
@@ -202,7 +201,7 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
         return None
     values = {flag: value for flag, value in zip(args, args[1:]) if flag.startswith("--") and not value.startswith("--")}
     try:
-        inputs, outputs = build(Layout.at(values["--root"]), values)
+        inputs, outputs = build(Layout.of(values["--root"]), values)
     except KeyError as err:
         raise ValueError(f"Spark application {application!r}: argument {err.args[0]} missing in {args!r}") from None
     return OperatorLineage(inputs=inputs, outputs=outputs)

@@ -29,6 +29,7 @@ from airflow_provider_plgd.compat import BaseOperatorLink, XCom
 from airflow_provider_plgd.hooks.connection import strip_userinfo
 # what every plgd Spark application logs once its SparkContext is up (log_spark_application)
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
+from airflow_provider_plgd.tables.layout import Layout
 
 #: XCom key of the Spark task's application: ``{"app_id", "ui_web_url", "finished", "history_url"}``.
 SPARK_APP_XCOM_KEY = "plgd_spark_application"
@@ -93,12 +94,12 @@ def s3_endpoint_is_aws(environ: Mapping[str, str] | None = None) -> bool:
     return host == "amazonaws.com" or host.endswith(".amazonaws.com")
 
 
-def tables_location(root: str, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+def tables_location(layout: Layout, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
     """What the "Tables" link needs of a storage root: ``{"bucket", "prefix"}`` for an ``s3://`` (or
     ``s3a://``) root on AWS S3, None otherwise (a local root, another store, an S3-compatible
     endpoint: :func:`s3_endpoint_is_aws`). Credentials in the root are dropped.
     """
-    parts = urlsplit(strip_userinfo(str(root)))
+    parts = urlsplit(strip_userinfo(layout.root))
     if parts.scheme not in ("s3", "s3a") or not s3_endpoint_is_aws(environ):
         return None
     bucket = parts.netloc
@@ -137,12 +138,12 @@ class PlgdTablesLink(BaseOperatorLink):
         return tables_url(XCom.get_value(ti_key=ti_key, key=TABLES_XCOM_KEY))
 
     @staticmethod
-    def persist(context: Mapping[str, Any], root: str) -> dict[str, str] | None:
-        """Push :func:`tables_location` of ``root`` to the task's XCom (nothing when there is no link).
+    def persist(context: Mapping[str, Any], layout: Layout) -> dict[str, str] | None:
+        """Push :func:`tables_location` of ``layout`` to the task's XCom (nothing when there is no link).
 
         :return: the pushed value, or None.
         """
-        location = tables_location(root)
+        location = tables_location(layout)
         if location is not None:
             context["ti"].xcom_push(key=TABLES_XCOM_KEY, value=location)
         return location

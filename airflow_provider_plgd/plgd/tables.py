@@ -3,7 +3,7 @@ section "Snapshot tables"); the one home of the snapshot columns and sort keys.
 
 ``airflow_provider_plgd.simulator.expected_state`` rows have exactly these keys, and the Spark
 ``rebuild_snapshots`` app (``airflow_provider_plgd/spark/fold/`` and
-``airflow_provider_plgd/spark/snapshot_store.py``) writes exactly these columns. Times are int64 unix nanoseconds (the protobuf values, no precision lost); enums
+``airflow_provider_plgd/tables/snapshot_store.py``) writes exactly these columns. Times are int64 unix nanoseconds (the protobuf values, no precision lost); enums
 are their protobuf names; byte strings are standard base64 text. State semantics: docs/wire-format.md
 §4 and §4.9.
 

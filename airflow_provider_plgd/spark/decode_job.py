@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import delta_tables, identity
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.app_args import DecodeArgs
@@ -200,7 +201,7 @@ def _may_hold(row_group, owners) -> bool:
     return True
 
 
-def ledger_files(root: str, stream: str, interval_id: str) -> list[Any]:
+def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
     """The staging files decode reads with ``--ledger``: every file of the interval the staging
     table's Delta log names (``staging.staged_files``), checked against the interval ledger: the
     fetch records account for every message of the plan (``ledger.staged_counts``), and the files
@@ -215,12 +216,12 @@ def ledger_files(root: str, stream: str, interval_id: str) -> list[Any]:
     from airflow_provider_plgd.tables import ledger, staging
     from airflow_provider_plgd.exceptions import LedgerError
 
-    plan, records = ledger.read_records(root, stream, interval_id)
+    plan, records = ledger.read_records(layout, stream, interval_id)
     if plan is None:
-        raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(root, stream, interval_id)}",
+        raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(layout, stream, interval_id)}",
                           interval_id=interval_id)
     counts = ledger.staged_counts(plan, records)
-    files = staging.staged_files(root, stream, interval_id=interval_id)
+    files = staging.staged_files(layout, stream, interval_id=interval_id)
     ledger.check_staged_files(plan, counts, files)
     return files
 
@@ -241,14 +242,14 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
     run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
     layout = args.layout
-    recorded = identity.check_app(layout.root, stream=args.stream, max_content_bytes=args.max_content_bytes)
-    delta_tables.check_layout(layout.root)
+    recorded = identity.check_app(layout, stream=args.stream, max_content_bytes=args.max_content_bytes)
+    delta_tables.check_layout(layout)
     owners = None
     if args.ledger:
-        files = ledger_files(layout.root, args.stream, interval_id)
+        files = ledger_files(layout, args.stream, interval_id)
     else:
         owners = sorted(set(args.owners)) if args.owners else None
-        files = staging.staged_files(layout.root, args.stream, interval_id=interval_id,
+        files = staging.staged_files(layout, args.stream, interval_id=interval_id,
                                      event_types=args.event_types, owners=owners)
     staged = sum(f.rows for f in files)
     log.info("interval %s: %d staging files, %d rows%s", interval_id, len(files), staged,

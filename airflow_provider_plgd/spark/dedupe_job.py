@@ -26,9 +26,11 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity, storage
-from airflow_provider_plgd.spark import dedupe_decision, schemas, snapshot_store
+from airflow_provider_plgd.spark import dedupe_decision, schemas
+from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
 from airflow_provider_plgd.spark.summary import finish_run
@@ -55,8 +57,8 @@ log = logging.getLogger("plgd.spark.dedupe")
 
 def msgid_bucket(msg_id: str | None, buckets: int = MSGID_BUCKETS) -> int:
     """The bucket of a message ID: ``pmod(xxhash64(msg_id), buckets)`` (Spark SQL's, through
-    ``snapshot_store.device_bucket``); a null ID is in bucket 0."""
-    return 0 if msg_id is None else snapshot_store.device_bucket(msg_id, buckets)
+    ``snapshot_buckets.device_bucket``); a null ID is in bucket 0."""
+    return 0 if msg_id is None else snapshot_buckets.device_bucket(msg_id, buckets)
 
 
 def previous_intervals(done: Sequence[str], interval_id: str, lookback: int) -> list[str]:
@@ -67,7 +69,7 @@ def previous_intervals(done: Sequence[str], interval_id: str, lookback: int) -> 
     return before[-lookback:] if lookback else []
 
 
-def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[str]]:
+def previous_index_files(layout: Layout, previous: Sequence[str]) -> dict[int, list[str]]:
     """``{bucket: [file URL, ...]}`` of the ``msgid_index`` files of the ``previous`` intervals
     (named by the Delta log; at most ``len(previous) * MSGID_BUCKETS`` files).
 
@@ -76,7 +78,7 @@ def previous_index_files(root: str, previous: Sequence[str]) -> dict[int, list[s
     by_bucket: dict[int, list[str]] = {}
     if not previous:
         return by_bucket
-    index = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
+    index = delta_tables.interval_table_uri(layout, delta_tables.MSGID_INDEX)
     for f in delta_tables.table_files(index, where={delta_tables.INTERVAL_COLUMN: list(previous)}):
         raw = f.partition.get(BUCKET_COLUMN)
         bucket = int(raw) if raw is not None and str(raw).isdigit() else -1
@@ -247,7 +249,7 @@ def make_copy_task(*, source: str, target: str, files: Sequence[delta_tables.Dat
     return task
 
 
-def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta_tables.DataFile],
+def dedupe_on_executors(spark, *, layout: Layout, interval_id: str, files: list[delta_tables.DataFile],
                         previous: Sequence[str], write_id: str) -> dict[str, Any]:
     """Run steps 1-3 of the module docstring in one Spark job.
 
@@ -259,9 +261,9 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     result: dict[str, Any] = {"decision": decision, "index_rows": 0, "index_records": [], "written": []}
     if not files:
         return result
-    index_uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
-    source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
-    target = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
+    index_uri = delta_tables.interval_table_uri(layout, delta_tables.MSGID_INDEX)
+    source = delta_tables.interval_table_uri(layout, delta_tables.EVENTS)
+    target = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
     names = [posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id)) for i, f in enumerate(files)]
     units = [(f.url, i, f.rows, f.partition) for i, f in enumerate(files)]
     slots = sc.defaultParallelism
@@ -272,7 +274,7 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     decided = (sc.parallelize(key_tasks, len(key_tasks)).mapPartitions(make_key_task(partitions=partitions))
                .partitionBy(partitions, lambda p: p)
                .mapPartitions(make_decide_task(interval_id=interval_id, index_uri=index_uri, write_id=write_id,
-                                               previous=previous_index_files(root, previous))))
+                                               previous=previous_index_files(layout, previous))))
     copies = sc.parallelize([(i, ("file", None)) for i in range(len(files))], copy_tasks)
     records = (decided.union(copies).partitionBy(copy_tasks, lambda k: copy_of.get(k, 0))
                .mapPartitions(make_copy_task(source=source, target=target, files=files, names=names))
@@ -291,10 +293,10 @@ def dedupe_on_executors(spark, *, root: str, interval_id: str, files: list[delta
     return result
 
 
-def decoded(root: str, interval_id: str) -> bool:
+def decoded(layout: Layout, interval_id: str) -> bool:
     """True when one decode run committed both ``events`` and ``quarantine`` of the interval
     (``delta_tables.run_committed``)."""
-    return delta_tables.run_committed(root, "decode", (delta_tables.EVENTS, delta_tables.QUARANTINE), interval_id)
+    return delta_tables.run_committed(layout, "decode", (delta_tables.EVENTS, delta_tables.QUARANTINE), interval_id)
 
 
 def run(spark, args: DedupeArgs) -> dict[str, Any]:
@@ -312,21 +314,21 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     started = time.time()
     run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
-    root = args.layout.root
-    recorded = identity.check_app(root, **({} if args.previous_intervals is not None
+    layout = args.layout
+    recorded = identity.check_app(layout, **({} if args.previous_intervals is not None
                                            else {"lookback_intervals": args.lookback_intervals}))
-    delta_tables.check_layout(root)
-    source = delta_tables.interval_table_uri(root, delta_tables.EVENTS)
-    if not decoded(root, interval_id):
+    delta_tables.check_layout(layout)
+    source = delta_tables.interval_table_uri(layout, delta_tables.EVENTS)
+    if not decoded(layout, interval_id):
         raise FileNotFoundError(
             f"events of interval {interval_id} are not committed (no decode run committed both {source} and its "
             "quarantine); run decode_events first"
         )
     # the chain, from the data: no new interval behind the head, no hole before this one
-    log_ = chain.dedupe_log(root)
+    log_ = chain.dedupe_log(layout)
     chain.check_not_behind_head(interval_id, log_, processed_before=log_.started(interval_id), stage="dedupe")
     if recorded is not None:
-        chain.check_no_hole(root, recorded["stream"], interval_id, stage="dedupe", log=log_)
+        chain.check_no_hole(layout, recorded["stream"], interval_id, stage="dedupe", log=log_)
     if args.previous_intervals is not None:
         previous = [i for i in args.previous_intervals if i != interval_id]
     else:
@@ -336,14 +338,14 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
              interval_id, sum(f.rows for f in files), len(files), len(previous),
              f" ({previous[0]} .. {previous[-1]})" if previous else "")
 
-    index_uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
-    deduped_uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
+    index_uri = delta_tables.interval_table_uri(layout, delta_tables.MSGID_INDEX)
+    deduped_uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
     write_id = new_write_id()
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
 
     phase = time.time()
     # keys -> msg-ID buckets -> decision per bucket -> copies, all on the executors (module docstring)
-    done = dedupe_on_executors(spark, root=root, interval_id=interval_id, files=files, previous=previous,
+    done = dedupe_on_executors(spark, layout=layout, interval_id=interval_id, files=files, previous=previous,
                                write_id=write_id)
     decision, index_records, written = done["decision"], done["index_records"], done["written"]
     totals = decision.totals()
@@ -374,7 +376,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     summary = {
         "app": APP,
         "interval_id": interval_id,
-        "root": root,
+        "root": layout.root,
         "input": totals["input"],
         "output": totals["output"],
         "within_batch_duplicates": totals["within_batch"],

@@ -7,14 +7,14 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
    the ``events_deduped`` Delta log names), packed into a few tasks (``task_plan.plan_tasks``).
 2. **Map**: each task reads its files' ``fold.FOLD_INPUT_COLUMNS`` with pyarrow (``event_type``
    and ``interval_id`` from the files' partition values in the log), gives each row its device (identity-store rows: one
-   row per entry of ``device_ids``) and bucket (``snapshot_store.device_bucket``: Spark's
+   row per entry of ``device_ids``) and bucket (``snapshot_buckets.device_bucket``: Spark's
    ``pmod(xxhash64(device_id), buckets)`` with the ``xxhash`` wheel, so the buckets are the ones of
    every earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
    partition (``bucket % partitions``).
 3. **Reduce** (``RDD.partitionBy``): each partition gathers its buckets' events and runs
-   ``snapshot_store.rebuild_partition`` (fold, carry over, write), also for the buckets of the
+   ``snapshot_buckets.rebuild_partition`` (fold, carry over, write), also for the buckets of the
    partition whose pendings expire without new events. Returns the
-   ``snapshot_store.BUCKET_RESULT_SCHEMA`` rows as dicts.
+   ``snapshot_buckets.BUCKET_RESULT_SCHEMA`` rows as dicts.
 
 The wide rows never become JVM rows, so no Spark work comes before the first fold (figures:
 docs/performance.md, "Measurements behind design choices", M13). tests/integration/
@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import delta_tables
-from airflow_provider_plgd.spark import fold, snapshot_store
+from airflow_provider_plgd.spark import fold
+from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import ipc_bytes, read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
@@ -35,12 +37,12 @@ BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"
 
 
-def interval_files(root: str, intervals: Sequence[str]) -> list[tuple[str, int, int, dict[str, str | None]]]:
+def interval_files(layout: Layout, intervals: Sequence[str]) -> list[tuple[str, int, int, dict[str, str | None]]]:
     """``(file URL, -1, rows, partition values)`` of the ``events_deduped`` files of ``intervals``
     (the latest Delta version), sorted by path; ``task_plan.plan_tasks`` units."""
     if not intervals:
         return []
-    uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
     return [(f.url, -1, f.rows, f.partition)
             for f in delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: list(intervals)})]
 
@@ -79,7 +81,7 @@ def make_map_task(buckets: int, partitions: int):
 
     Each row of the files (``fold.FOLD_INPUT_COLUMNS``), once per device it applies to, with two
     more columns: ``_device`` (string) and ``_bucket`` (int32, ``pmod(xxhash64(_device),
-    buckets)``: :func:`snapshot_store.device_bucket`, the ``snapshot_store.BUCKET_EXPR`` of every
+    buckets)``: :func:`snapshot_buckets.device_bucket`, the ``snapshot_buckets.BUCKET_EXPR`` of every
     snapshot); rows go to partition ``_bucket % partitions``.
     """
 
@@ -92,7 +94,7 @@ def make_map_task(buckets: int, partitions: int):
         def bucket_of(device: str) -> int:
             b = memo.get(device)
             if b is None:
-                b = memo[device] = snapshot_store.device_bucket(device, buckets)
+                b = memo[device] = snapshot_buckets.device_bucket(device, buckets)
             return b
 
         for files in file_lists:
@@ -112,11 +114,11 @@ def make_map_task(buckets: int, partitions: int):
 
 def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapping[str, Any]):
     """``RDD.mapPartitions`` function: ``(partition, IPC bytes)`` pairs of one partition ->
-    ``snapshot_store.BUCKET_RESULT_SCHEMA`` rows (dicts) of every bucket it folds.
+    ``snapshot_buckets.BUCKET_RESULT_SCHEMA`` rows (dicts) of every bucket it folds.
 
     :param expiring: buckets whose pendings expire by the snapshot time; the partition
         ``b % partitions`` folds each of them even without new events.
-    :param fold_kwargs: keyword arguments of ``snapshot_store.rebuild_partition`` (``root``,
+    :param fold_kwargs: keyword arguments of ``snapshot_buckets.rebuild_partition`` (``snapshots``,
         ``run_id``, ``old_files_by_bucket``, ``table_schemas``, ``snapshot_time_ns``).
     """
 
@@ -130,7 +132,7 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
         tables = [t for t in tables if t.num_rows]
         events = pa.concat_tables(tables, promote_options="permissive") if tables else None
         extra = [b for b in expiring if b % partitions == me]
-        for result in snapshot_store.rebuild_partition(
+        for result in snapshot_buckets.rebuild_partition(
                 [] if events is None else events.to_batches(), extra_buckets=extra,
                 bucket_column=BUCKET_COLUMN, device_column=DEVICE_COLUMN, **dict(fold_kwargs)):
             yield from result.to_pylist()
@@ -138,12 +140,12 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
     return task
 
 
-def fold_touched_buckets(spark, root: str, intervals: Sequence[str], *, buckets: int, partitions: int,
+def fold_touched_buckets(spark, layout: Layout, intervals: Sequence[str], *, buckets: int, partitions: int,
                          expiring: Sequence[int], fold_kwargs: Mapping[str, Any],
                          timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Run steps 1-3 of the module docstring; return the ``BUCKET_RESULT_SCHEMA`` rows (dicts).
 
-    :param root: the storage root of ``events_deduped``.
+    :param layout: the storage root of ``events_deduped``.
     :param intervals: the intervals to fold (oldest first).
     :param buckets: the snapshot's bucket count.
     :param partitions: reduce partitions (each folds whole buckets one after the other).
@@ -153,7 +155,7 @@ def fold_touched_buckets(spark, root: str, intervals: Sequence[str], *, buckets:
 
     started = time.time()
     sc = spark.sparkContext
-    tasks = plan_tasks(interval_files(root, intervals), sc.defaultParallelism)
+    tasks = plan_tasks(interval_files(layout, intervals), sc.defaultParallelism)
     if timings is not None:
         timings["list"] = round(time.time() - started, 3)
     if not tasks and not expiring:

@@ -15,9 +15,12 @@ import logging
 import time
 from typing import Any, Mapping
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity
-from airflow_provider_plgd.spark import rebuild_input, snapshot_store
+from airflow_provider_plgd.spark import rebuild_input
+from airflow_provider_plgd.tables import snapshot_store
+from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
 
@@ -25,24 +28,24 @@ APP = "rebuild"
 log = logging.getLogger("plgd.spark.rebuild")
 
 
-def input_fingerprint(root: str, interval_id: str) -> dict[str, Any]:
+def input_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:
     """What a snapshot folded of one interval: ``{"rows", "sha256"}`` of the ``events_deduped``
     files the Delta log names for it (each file's partition values, rows and bytes; not its
     run-unique name), so a rerun that commits the same rows in the same files compares equal."""
-    uri = delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
     files = delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
     entries = sorted((json.dumps(f.partition, sort_keys=True), f.rows, f.size) for f in files)
     return {"rows": sum(f.rows for f in files), "sha256": hashlib.sha256(json.dumps(entries).encode()).hexdigest()}
 
 
-def deduped(root: str, interval_id: str) -> bool:
+def deduped(layout: Layout, interval_id: str) -> bool:
     """True when one dedupe run committed both ``msgid_index`` and ``events_deduped`` of the
     interval (``delta_tables.run_committed``)."""
-    return delta_tables.run_committed(root, "dedupe", (delta_tables.MSGID_INDEX, delta_tables.EVENTS_DEDUPED),
+    return delta_tables.run_committed(layout, "dedupe", (delta_tables.MSGID_INDEX, delta_tables.EVENTS_DEDUPED),
                                       interval_id)
 
 
-def check_older_interval(root: str, snapshots_root: str, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
+def check_older_interval(layout: Layout, snapshots: Layout, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
     """A rerun of an interval older than the latest snapshot (a cleared past run): the snapshot that
     folded it and every later one already include the interval. When its deduplicated events are
     what that snapshot folded (:func:`input_fingerprint`), nothing is rebuilt: the latest snapshot
@@ -53,9 +56,9 @@ def check_older_interval(root: str, snapshots_root: str, latest: Mapping[str, An
         old ones), or no snapshot in the log folded it, so the two cannot be compared; the message
         names the snapshots and what to do.
     """
-    record = snapshot_store.snapshot_folding(snapshots_root, interval_id)
+    record = snapshot_store.snapshot_folding(snapshots, interval_id)
     recorded = ((record or {}).get("inputs") or {}).get(interval_id)
-    where = snapshot_store.snapshot_table_uri(snapshots_root, snapshot_store.STATE_TABLE)
+    where = snapshot_store.snapshot_table_uri(snapshots, snapshot_store.STATE_TABLE)
     if record is None or recorded is None:
         raise RuntimeError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
@@ -64,7 +67,7 @@ def check_older_interval(root: str, snapshots_root: str, latest: Mapping[str, An
             "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Backfill and reruns\"), "
             "then rerun every interval after it, oldest first"
         )
-    current = input_fingerprint(root, interval_id)
+    current = input_fingerprint(layout, interval_id)
     if current != recorded:
         raise RuntimeError(
             f"interval {interval_id}: its deduplicated events changed since snapshot {record['version']} folded "
@@ -76,7 +79,7 @@ def check_older_interval(root: str, snapshots_root: str, latest: Mapping[str, An
     return record
 
 
-def choose_base(snapshots_root: str, latest: Mapping[str, Any] | None, version: str,
+def choose_base(snapshots: Layout, latest: Mapping[str, Any] | None, version: str,
                 interval_id: str) -> dict[str, Any] | None:
     """The snapshot record to build on (step 1 of the module docstring); None for the first
     snapshot. A latest snapshot newer than ``version`` is handled by :func:`check_older_interval` first.
@@ -88,7 +91,7 @@ def choose_base(snapshots_root: str, latest: Mapping[str, Any] | None, version: 
     base: dict[str, Any] | None = dict(latest)
     if latest["version"] == version:  # rerun of the same interval: build on its parent again
         parent = latest.get("parent")
-        base = snapshot_store.snapshot(snapshots_root, parent) if parent else None
+        base = snapshot_store.snapshot(snapshots, parent) if parent else None
         if parent and base is None:
             raise RuntimeError(f"rerun of {version} needs its parent snapshot {parent}, which is no longer in the "
                                "Delta log")
@@ -100,30 +103,30 @@ def choose_base(snapshots_root: str, latest: Mapping[str, Any] | None, version: 
     return base
 
 
-def intervals_to_fold(root: str, interval_id: str, base: Mapping[str, Any] | None) -> list[str]:
+def intervals_to_fold(layout: Layout, interval_id: str, base: Mapping[str, Any] | None) -> list[str]:
     """``events_deduped`` intervals with rows after the base's and up to ``interval_id`` (oldest first).
 
     :raises FileNotFoundError: ``interval_id`` itself is not committed.
     """
-    if not deduped(root, interval_id):
+    if not deduped(layout, interval_id):
         raise FileNotFoundError(
             f"deduplicated events of interval {interval_id} are not committed (no dedupe run committed both "
-            f"{delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
+            f"{delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
         )
-    done = delta_tables.committed_intervals(delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED))
+    done = delta_tables.committed_intervals(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED))
     kind = times.interval_kind(interval_id)
     after = base.get("interval_id") if base else None
     return [i for i in done if times.interval_kind(i) == kind and i <= interval_id
             and (after is None or i > after)]
 
 
-def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
+def diverged_buckets(layout: Layout, base: Mapping[str, Any] | None) -> set[int]:
     """Buckets whose files in the latest version of some snapshot table differ from the base's: what
     an earlier run of this snapshot, or a killed rebuild between its commits, committed after the
     base. A rebuild rewrites them too, so every table equals base + the folded events."""
     changed: set[int] = set()
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.snapshot_table_uri(root, table)
+        uri = snapshot_store.snapshot_table_uri(layout, table)
         dt = delta_tables.open_table(uri)
         if dt is None:
             continue
@@ -131,8 +134,8 @@ def diverged_buckets(root: str, base: Mapping[str, Any] | None) -> set[int]:
             else (base or {}).get("delta_version")
         if then is not None and int(then) == dt.version():
             continue
-        now = snapshot_store.bucket_files(root, table, dt.version())
-        old = snapshot_store.bucket_files(root, table, then)
+        now = snapshot_store.bucket_files(layout, table, dt.version())
+        old = snapshot_store.bucket_files(layout, table, then)
         changed |= {b for b in set(now) | set(old) if sorted(now.get(b, [])) != sorted(old.get(b, []))}
     return changed
 
@@ -153,18 +156,18 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     run_version = time.time_ns() // 1_000_000
     window: times.Interval = args.interval  # checked once by parse_args (app_args.time_interval)
     interval_id = window.id
-    root = args.layout.root
-    snapshots_root = args.snapshots.root
-    recorded = identity.check_app(root)
-    delta_tables.check_layout(root)
-    delta_tables.check_layout(snapshots_root)
+    layout = args.layout
+    snapshots = args.snapshots
+    recorded = identity.check_app(layout)
+    delta_tables.check_layout(layout)
+    delta_tables.check_layout(snapshots)
     if recorded is not None:  # the chain, from the data: every earlier interval with messages is deduplicated
-        chain.check_no_hole(root, recorded["stream"], interval_id, stage="rebuild")
+        chain.check_no_hole(layout, recorded["stream"], interval_id, stage="rebuild")
     t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
-    latest = snapshot_store.latest(snapshots_root)
+    latest = snapshot_store.latest(snapshots)
     if latest is not None and latest["version"] > version:  # a cleared past interval
-        included = check_older_interval(root, snapshots_root, latest, interval_id)
+        included = check_older_interval(layout, snapshots, latest, interval_id)
         log.info("interval %s: its events are unchanged since snapshot %s folded them; the latest snapshot %s "
                  "includes them, nothing to rebuild", interval_id, included["version"], latest["version"])
         summary = {
@@ -176,13 +179,13 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         }
         return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                           explicit_path=args.summary_path)
-    base = choose_base(snapshots_root, latest, version, interval_id)
-    intervals = intervals_to_fold(root, interval_id, base)
+    base = choose_base(snapshots, latest, version, interval_id)
+    intervals = intervals_to_fold(layout, interval_id, base)
     buckets = int(base["buckets"]) if base else args.buckets
     if base and buckets != args.buckets:
         log.info("keeping the base snapshot's %d buckets (--buckets %d applies to a first snapshot only)",
                  buckets, args.buckets)
-    diverged = diverged_buckets(snapshots_root, base)
+    diverged = diverged_buckets(snapshots, base)
     expiring = sorted({int(b) for b, ns in (base or {}).get("next_expiry_ns", {}).items()
                        if ns is not None and ns < t_ns} | ({b for b in diverged if b < buckets} if base else set()))
     log.info("snapshot %s: base %s, folding %d interval(s) %s; %d buckets with expiring pendings or changed "
@@ -190,20 +193,20 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
              len(expiring), len(diverged))
 
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
-    run_id = snapshot_store.new_run_id()
+    run_id = snapshot_buckets.new_run_id()
     base_files = {t: snapshot_store.bucket_files(
-        snapshots_root, t, (base.get("delta_versions", {}).get(t) if t != snapshot_store.STATE_TABLE
+        snapshots, t, (base.get("delta_versions", {}).get(t) if t != snapshot_store.STATE_TABLE
                       else base.get("delta_version"))) for t in snapshot_store.ALL_TABLES} if base else {}
     old_by_bucket = {b: {t: base_files[t].get(b, []) for t in snapshot_store.ALL_TABLES}
                      for b in range(buckets)} if base else {}
-    fold_kwargs = dict(root=snapshots_root, run_id=run_id, old_files_by_bucket=old_by_bucket,
+    fold_kwargs = dict(snapshots=snapshots, run_id=run_id, old_files_by_bucket=old_by_bucket,
                        table_schemas=table_schemas, snapshot_time_ns=t_ns)
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
     partitions = max(1, min(buckets, 200, 4 * spark.sparkContext.defaultParallelism))
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
     phase = time.time()
-    results = rebuild_input.fold_touched_buckets(spark, root, intervals, buckets=buckets, partitions=partitions,
+    results = rebuild_input.fold_touched_buckets(spark, layout, intervals, buckets=buckets, partitions=partitions,
                                                  expiring=expiring, fold_kwargs=fold_kwargs, timings=timings)
     timings["fold_and_write"] = round(time.time() - phase, 3)
 
@@ -242,14 +245,14 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.snapshot_table_uri(snapshots_root, table)
+        uri = snapshot_store.snapshot_table_uri(snapshots, table)
         if table == snapshot_store.STATE_TABLE:  # the snapshot's commit: the whole record
             record.update({
                 "intervals": intervals,
                 # what was folded of each interval: a later rerun of one checks it (check_older_interval)
-                "inputs": {i: input_fingerprint(root, i) for i in sorted(set(intervals) | {interval_id})},
+                "inputs": {i: input_fingerprint(layout, i) for i in sorted(set(intervals) | {interval_id})},
                 "buckets": buckets,
-                "bucket_expr": snapshot_store.BUCKET_EXPR.format(buckets=buckets),
+                "bucket_expr": snapshot_buckets.BUCKET_EXPR.format(buckets=buckets),
                 "next_expiry_ns": dict(sorted(expiries.items(), key=lambda kv: int(kv[0]))),
                 "rows": dict(rows),
                 "delta_versions": dict(delta_versions),
@@ -266,7 +269,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed snapshot %s (Delta versions %s); %d events, %d of %d buckets touched; rows %s",
              version, delta_versions, n_events, len(touched), buckets, rows)
-    vacuumed = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(snapshots_root, t), args.vacuum_retention_hours)
+    vacuumed = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(snapshots, t), args.vacuum_retention_hours)
                 for t in snapshot_store.ALL_TABLES}
 
     summary = {
@@ -286,7 +289,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         "rows": {t: rows[t] for t in snapshot_store.PUBLIC_TABLES},
         "fold": stats,
         "delta_versions": delta_versions,
-        "tables": {t: snapshot_store.snapshot_table_uri(snapshots_root, t) for t in snapshot_store.PUBLIC_TABLES},
+        "tables": {t: snapshot_store.snapshot_table_uri(snapshots, t) for t in snapshot_store.PUBLIC_TABLES},
         "vacuumed_files": sum(vacuumed.values()),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,

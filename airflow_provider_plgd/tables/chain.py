@@ -30,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, ledger, ledger_guards, storage
+from airflow_provider_plgd.tables import delta_tables, ledger, ledger_guards
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
 
 #: The app of the stage that puts an interval into the chain (``delta_tables.commit_interval``'s key).
@@ -67,11 +68,11 @@ class DedupeLog:
         return max(found, key=_order) if found else None
 
 
-def dedupe_log(root: str) -> DedupeLog:
+def dedupe_log(layout: Layout) -> DedupeLog:
     """Read the Delta logs of ``msgid_index`` and ``events_deduped`` at ``root`` once."""
-    uri = delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)
+    uri = delta_tables.interval_table_uri(layout, delta_tables.MSGID_INDEX)
     index = delta_tables.open_table(uri)
-    deduped = delta_tables.open_table(delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED))
+    deduped = delta_tables.open_table(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED))
     with_ids = delta_tables.committed_intervals(uri, dt=index) if index is not None else []
     return DedupeLog(index, deduped, tuple(with_ids))
 
@@ -96,7 +97,7 @@ class Hole:
     messages: int
 
 
-def holes_before(root: str, stream: str, interval_id: str, log: DedupeLog | None = None) -> list[Hole]:
+def holes_before(layout: Layout, stream: str, interval_id: str, log: DedupeLog | None = None) -> list[Hole]:
     """The holes of the chain before a time interval (:func:`check_no_hole`'s rule), oldest first;
     ``[]`` for sequence and durable intervals (not chained by the ledger).
 
@@ -105,28 +106,28 @@ def holes_before(root: str, stream: str, interval_id: str, log: DedupeLog | None
     """
     if _kind(interval_id) != "time":
         return []
-    log = log or dedupe_log(root)
+    log = log or dedupe_log(layout)
     start_ns = times.Interval.from_id(interval_id).start_ns
-    planned = [i.id for i in ledger_guards.planned_before(root, stream, start_ns)]
+    planned = [i.id for i in ledger_guards.planned_before(layout, stream, start_ns)]
     anchored = [i for i in planned if i in set(log.with_ids)]
     after = planned[planned.index(anchored[-1]) + 1:] if anchored else planned
     holes = []
     for earlier in after:
         if log.committed(earlier):
             continue
-        plan = ledger.read_json(storage.join_path(ledger.interval_dir(root, stream, earlier), "stream.json"))
+        plan = ledger.read_plan(layout, stream, earlier)
         if plan is not None and int(plan.get("total") or 0) > 0:
             holes.append(Hole(earlier, int(plan["total"])))
     return holes
 
 
-def check_no_hole(root: str, stream: str, interval_id: str, *, stage: str, log: DedupeLog | None = None) -> None:
+def check_no_hole(layout: Layout, stream: str, interval_id: str, *, stage: str, log: DedupeLog | None = None) -> None:
     """Refuse to build ``interval_id`` on a chain with a hole (:func:`holes_before`).
 
     :param stage: the stage that refuses (named in the message).
     :raises ChainHoleError: names each hole with its messages, and what to run.
     """
-    holes = holes_before(root, stream, interval_id, log)
+    holes = holes_before(layout, stream, interval_id, log)
     if not holes:
         return
     named = ", ".join(f"{h.interval_id} ({h.messages} messages)" for h in holes[:10]) + (", ..." if len(holes) > 10

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import unquote
 
-from airflow_provider_plgd.tables.layout import SNAPSHOTS_DIR, Layout
-from airflow_provider_plgd.tables.storage import to_fs
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.storage import join_path, to_fs
 
 log = logging.getLogger("plgd.delta")
 
@@ -71,14 +71,14 @@ METADATA_KEY = "plgd"
 DEFAULT_VACUUM_RETENTION_HOURS = 168
 
 
-def interval_table_uri(root: str | Layout, name: str) -> str:
+def interval_table_uri(layout: Layout, name: str) -> str:
     """``{root}/{name}`` for an interval table (``events``, ``quarantine``, ``events_deduped``, ``msgid_index``).
 
     :raises ValueError: an unknown table name.
     """
     if name not in INTERVAL_TABLES:
         raise ValueError(f"unknown table {name!r}; expected one of {sorted(INTERVAL_TABLES)}")
-    return Layout.at(root).table(name)
+    return layout.table(name)
 
 
 
@@ -383,14 +383,14 @@ def committed_intervals(uri: str, *, dt: Any = None) -> list[str]:
     return sorted({i for f in table_files(uri, dt=dt) if (i := f.partition.get(INTERVAL_COLUMN))})
 
 
-def run_committed(root: str, app: str, tables: Sequence[str], interval_id: str) -> bool:
+def run_committed(layout: Layout, app: str, tables: Sequence[str], interval_id: str) -> bool:
     """True when one run of ``app`` committed the interval to every table of ``tables`` (their
     ``app_transactions`` entries ``plgd.{app}.{table}/{interval_id}`` exist and carry the same run
     version): a run killed between its commits leaves them unequal, and the next stage waits for a
     rerun."""
     versions = set()
     for name in tables:
-        dt = open_table(interval_table_uri(root, name))
+        dt = open_table(interval_table_uri(layout, name))
         version = None if dt is None else dt.transaction_version(f"plgd.{app}.{name}/{interval_id}")
         if version is None:
             return False
@@ -421,7 +421,7 @@ def vacuum(uri: str, retention_hours: int) -> int:
 # The layout of a storage root
 # ---------------------------------------------------------------------------------------------
 
-def check_layout(root: str) -> None:
+def check_layout(layout: Layout) -> None:
     """Refuse a storage root written with the layout before Delta Lake (our own ``_manifest.json``
     folders ``events/interval=<id>`` and ``snapshots/_latest.json``).
 
@@ -429,10 +429,10 @@ def check_layout(root: str) -> None:
     """
     from airflow_provider_plgd.exceptions import OldLayoutError
 
-    fs, base = to_fs(root)
-    probes = [f"{base}/{SNAPSHOTS_DIR}/_latest.json"]
+    fs, latest = to_fs(join_path(layout.snapshots_dir(), "_latest.json"))
+    probes = [latest]
     for name in INTERVAL_TABLES:
-        folder = f"{base}/{name}"
+        folder = to_fs(layout.table(name))[1]
         try:
             entries = fs.ls(folder, detail=False)
         except (FileNotFoundError, NotADirectoryError):
@@ -444,5 +444,30 @@ def check_layout(root: str) -> None:
         if fs.exists(probe):
             raise OldLayoutError(
                 f"{probe} belongs to the storage layout before Delta Lake (folders with _manifest.json and "
-                f"_latest.json); this version writes Delta tables. Use an empty storage root, or move {root}'s "
+                f"_latest.json); this version writes Delta tables. Use an empty storage root, or move {layout.root}'s "
                 "old folders away and rerun the intervals", path=probe)
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One Delta table: ``version`` (None: no table yet), ``files``, ``rows`` (sum of the files'
+    ``numRecords``), ``intervals`` (distinct ``interval_id`` values; None for snapshot tables)."""
+
+    table: str
+    uri: str
+    version: int | None
+    files: int
+    rows: int
+    intervals: int | None
+
+
+def table_status(name: str, uri: str) -> TableStatus:
+    """Version, files and rows of the Delta table at ``uri`` (from its log; no data file is read)."""
+    dt = open_table(uri)
+    if dt is None:
+        return TableStatus(name, uri, None, 0, 0, None)
+    files = table_files(uri, dt=dt)
+    intervals = {f.partition.get(INTERVAL_COLUMN) for f in files} - {None}
+    is_interval_table = name in INTERVAL_TABLES
+    return TableStatus(name, uri, int(dt.version()), len(files), sum(max(f.rows, 0) for f in files),
+                       len(intervals) if is_interval_table else None)

@@ -116,55 +116,50 @@ def identity_error(found: Sequence[tuple[str, Any, Any]], *, where: str, what: s
         differences=list(found))
 
 
-def recorded(root: str) -> dict[str, Any] | None:
+def recorded(layout: Layout) -> dict[str, Any] | None:
     """The identity recorded at ``root`` (:data:`IDENTITY_FILE`), or None.
 
     :raises ValueError: the file is not an identity of a known version (names the path).
     """
-    fs, path = storage.to_fs(Layout.at(root).pipeline_file())
+    fs, path = storage.to_fs(layout.pipeline_file())
     return storage.read_json_document(fs, path, "pipeline identity", (IDENTITY_VERSION,))
 
 
-def check_recorded(root: str, run: Mapping[str, Any]) -> dict[str, Any] | None:
+def check_recorded(layout: Layout, run: Mapping[str, Any]) -> dict[str, Any] | None:
     """Compare the settings of ``run`` (a subset of :data:`SETTINGS`) with the identity recorded at ``root``.
 
     :return: the recorded identity, or None when none is recorded (a root no ``plan`` wrote).
     :raises PipelineIdentityError: a setting differs (each named with both values).
     """
-    found = recorded(root)
+    found = recorded(layout)
     if found is not None:
         diff = differences(found, run)
         if diff:
-            raise identity_error(diff, where=f"recorded in {Layout.at(root).pipeline_file()}",
+            raise identity_error(diff, where=f"recorded in {layout.pipeline_file()}",
                                  what="The tables were written with the recorded settings.")
     return found
 
 
-def record(identity: PipelineIdentity) -> dict[str, Any]:
-    """Check ``identity`` against the one recorded at its root (:func:`check_recorded`) and record
-    it there when none is.
+def record(layout: Layout, identity: PipelineIdentity) -> dict[str, Any]:
+    """Check ``identity`` against the one recorded at ``layout``'s root (:func:`check_recorded`) and
+    record it there when none is.
 
     :raises PipelineIdentityError: as :func:`check_recorded`.
     """
-    found = check_recorded(identity.storage_root, identity.as_dict())
+    found = check_recorded(layout, identity.as_dict())
     if found is not None:
         return found
     value = {"version": IDENTITY_VERSION, **identity.as_dict()}
-    storage.write_json(Layout.at(identity.storage_root).pipeline_file(), value, indent=1)
+    storage.write_json(layout.pipeline_file(), value, indent=1)
     return value
 
 
-def check_app(root: str, **settings: Any) -> dict[str, Any] | None:
+def check_app(layout: Layout, **settings: Any) -> dict[str, Any] | None:
     """A Spark application's check, first thing: its root and ``settings`` (of :data:`SETTINGS`)
     against the identity recorded at the root (:func:`check_recorded`). A root that no ``plan``
     wrote (an application run by hand) records nothing and passes.
 
     :return: the recorded identity (the application puts it into its commits' metadata), or None.
-    :raises ValueError: a root the storage layers would resolve differently
-        (``storage_root.normalize_storage_root``).
     :raises PipelineIdentityError: a setting differs from the recorded one.
     """
-    from airflow_provider_plgd.tables.storage_root import normalize_storage_root
-
-    normalized = normalize_storage_root(root)
-    return check_recorded(normalized, {"storage_root": normalized, **settings})
+    return check_recorded(layout, {"storage_root": layout.root, **settings})

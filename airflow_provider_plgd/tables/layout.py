@@ -18,10 +18,11 @@ applications get it as ``--root``.
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from airflow_provider_plgd.tables.storage import join_path
 
@@ -111,12 +112,6 @@ class Layout:
         return cls(resolve_storage_root(value, jetstream_conn_id))
 
     @classmethod
-    def at(cls, root: Any) -> Layout:
-        """The layout of a root that a caller has already normalised (:meth:`of`), or a
-        :class:`Layout` (returned as is): the path functions of the storage modules take either."""
-        return root if isinstance(root, Layout) else cls(_root_text(root))
-
-    @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> Layout:
         """From :meth:`as_dict`'s ``{"storage_root": …}`` (the plan's XCom), checked again.
 
@@ -132,6 +127,7 @@ class Layout:
 
     def __str__(self) -> str:
         return self.root
+
 
     # -- staging --------------------------------------------------------------------------------
     def staging_table(self, stream: str) -> str:
@@ -185,3 +181,9 @@ class Layout:
     def snapshot_table(self, table: str) -> str:
         """``{root}/snapshots/{table}``."""
         return join_path(self.snapshots_dir(), validate_partition_value(table, "snapshot table"))
+
+
+#: What the public entry points take as a storage root (each turns it into a :class:`Layout` once,
+#: with :meth:`Layout.of`): a local path, an fsspec URL, an ``os.PathLike`` (``ObjectStoragePath``)
+#: or a :class:`Layout`. Everything below them takes the :class:`Layout`.
+StorageRoot: TypeAlias = "str | os.PathLike[str] | Layout"

@@ -54,6 +54,11 @@ LEDGER_VERSION = 3
 ALL_OWNERS = "all"
 #: Ledger versions this code reads.
 READ_VERSIONS = (1, 2, 3)
+#: The files of an interval's ledger folder (the module docstring): the plan record, the folder of
+#: the fetch records, the summary.
+PLAN_FILE = "stream.json"
+FETCH_DIR = "fetch"
+SUMMARY_FILE = "summary.json"
 #: The subject filter whose messages the ETL accounts for (plgd publishes only under it; docs/wire-format.md §1).
 SCOPE_FILTER = "plgd.>"
 #: Owner partition of the messages whose subject is not under ``plgd.owners.<valid owner ID>.``.
@@ -76,12 +81,28 @@ def read_filter(owner_id: str) -> str:
     return SCOPE_FILTER if owner_id == UNROUTED_OWNER else owner_filter(owner_id)
 
 
-def interval_dir(root: str, stream: str, interval_id: str) -> str:
+def interval_dir(layout: Layout, stream: str, interval_id: str) -> str:
     """``{root}/_ledger/{stream}/interval={interval_id}`` (string join; works for paths and URLs).
 
     :raises ValueError: a stream or interval ID that is not safe in a path.
     """
-    return Layout.at(root).ledger_interval_dir(stream, interval_id)
+    return layout.ledger_interval_dir(stream, interval_id)
+
+
+def read_plan(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
+    """The interval's plan record (:data:`PLAN_FILE`), or None when no ``plan`` wrote one.
+
+    :raises ValueError: as :func:`read_json`.
+    """
+    return read_json(storage.join_path(interval_dir(layout, stream, interval_id), PLAN_FILE))
+
+
+def read_summary(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
+    """The interval's summary (:data:`SUMMARY_FILE`, written by ``reconcile``), or None.
+
+    :raises ValueError: as :func:`read_json`.
+    """
+    return read_json(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE))
 
 
 def range_record_name(index: int) -> str:
@@ -362,11 +383,11 @@ def range_problems(range_: PlanRange, staged: int, skipped: Mapping[str, int]) -
     return account_problems(what, range_.count, staged, skipped)
 
 
-def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def read_records(layout: Layout, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The interval's plan record (or None) and its fetch records (sorted by file name)."""
-    base = interval_dir(root, stream, interval_id)
-    plan = read_json(storage.join_path(base, "stream.json"))
-    fs, p = storage.to_fs(storage.join_path(base, "fetch"))
+    base = interval_dir(layout, stream, interval_id)
+    plan = read_json(storage.join_path(base, PLAN_FILE))
+    fs, p = storage.to_fs(storage.join_path(base, FETCH_DIR))
     try:
         names = sorted(str(x) for x in fs.ls(p, detail=False) if str(x).endswith(".json"))
     except FileNotFoundError:
@@ -375,9 +396,9 @@ def read_records(root: str, stream: str, interval_id: str) -> tuple[dict[str, An
     return plan, [r for r in records if r is not None]
 
 
-def clear_fetch_records(root: str, stream: str, interval_id: str) -> None:
+def clear_fetch_records(layout: Layout, stream: str, interval_id: str) -> None:
     """Delete the interval's fetch records (plan does, so a rerun's records are its own)."""
-    fs, p = storage.to_fs(storage.join_path(interval_dir(root, stream, interval_id), "fetch"))
+    fs, p = storage.to_fs(storage.join_path(interval_dir(layout, stream, interval_id), FETCH_DIR))
     if fs.exists(p):
         fs.rm(p, recursive=True)
 
@@ -460,36 +481,3 @@ def check_staged_files(plan: Mapping[str, Any], counts: Mapping[tuple[int, str],
     if problems:
         raise LedgerError(f"interval {interval_id}: the staging table does not hold what the fetch recorded: "
                           + "; ".join(problems[:20]), interval_id=interval_id, problems=problems)
-
-
-def staged_owners(root: str, stream: str, interval_id: str,
-                  records: Sequence[Mapping[str, Any]] = ()) -> dict[str, int]:
-    """``{owner: messages}`` of an interval's latest run, for :func:`check_selection_covers`.
-
-    From the staging table (``staging.owners_with_messages``: its ``owner_id`` column, bounded by
-    the interval's messages). When its staging was expired (fewer rows than ``records`` staged),
-    from the interval's output rows: ``events`` (``owner_id``) and ``quarantine`` (the owner of the
-    ``subject``; ``_unrouted`` when it has none).
-    """
-    found = staging.owners_with_messages(root, stream, interval_id)
-    recorded = sum(int(r.get("staged") or 0) for r in records)
-    if sum(found.values()) >= recorded:
-        return found
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from airflow_provider_plgd.tables import delta_tables
-    from airflow_provider_plgd.plgd.subjects import subject_owner
-
-    outputs: dict[str, int] = {}
-    for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
-        for f in delta_tables.table_files(delta_tables.interval_table_uri(root, name),
-                                          where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
-            fs, path = storage.to_fs(f.url)
-            with fs.open(path, "rb") as fh:
-                values = pc.value_counts(pq.read_table(fh, columns=[column]).column(column))
-            for value, n in zip(values.field("values").to_pylist(), values.field("counts").to_pylist()):
-                owner = value if column == "owner_id" else subject_owner(value or "")
-                owner = owner or UNROUTED_OWNER
-                outputs[owner] = outputs.get(owner, 0) + int(n)
-    return outputs if sum(outputs.values()) > sum(found.values()) else found

@@ -21,14 +21,14 @@ from typing import Any
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, NarrowerRerunError
 from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables.ledger import SCOPE_FILTER, UNROUTED_OWNER
+from airflow_provider_plgd.tables.ledger import PLAN_FILE, SCOPE_FILTER, UNROUTED_OWNER
 
 
 def _owners_with_messages(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
                           staged_owners: Callable[[], Mapping[str, int]] | None = None) -> dict[str, int]:
     """``{owner: messages}`` an earlier run of the interval staged or counted (every ledger
     version). Version 3 records hold no owners: the unrouted messages come from their counts, the
-    owners from ``staged_owners()`` (:func:`staged_owners`), called only when given."""
+    owners from ``staged_owners()`` (:func:`owners_of_run`), called only when given."""
     if int(plan.get("version") or 0) == 1:  # per-owner counts in the plan; unrouted as its own number
         found = {o: int(n) for o, n in (plan.get("owners") or {}).items() if int(n)}
         if int(plan.get("unrouted") or 0):
@@ -89,15 +89,15 @@ def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], 
     )
 
 
-def planned_before(root: str, stream: str, start_ns: int) -> list[Any]:
+def planned_before(layout: Layout, stream: str, start_ns: int) -> list[Any]:
     """The time intervals (``times.Interval``) of ``{root}/_ledger/{stream}/`` that end at or before
     ``start_ns`` and hold a ``stream.json`` (their ``plan`` ran), oldest first; one listing of the
     ledger (not one request per interval: object stores)."""
     from airflow_provider_plgd import times
 
-    fs, base = storage.to_fs(Layout.at(root).ledger_stream_dir(stream))
+    fs, base = storage.to_fs(layout.ledger_stream_dir(stream))
     try:
-        names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/stream.json")]
+        names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/{PLAN_FILE}")]
     except FileNotFoundError:
         return []
     planned = []
@@ -133,7 +133,7 @@ def _gap_error(interval_id: str, dag_id: str, gap: tuple[int, int], start_ns: in
     return IntervalGapError("\n".join(lines), interval_id=interval_id, gap_start_ns=gap[0], gap_end_ns=gap[1])
 
 
-def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
+def check_no_gap_before(layout: Layout, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
     """Refuse an interval when the ledger has earlier time intervals but none ending at its start.
 
     Looks at the folders ``{root}/_ledger/{stream}/interval=<start>_<end>/`` whose interval ends at
@@ -152,13 +152,13 @@ def check_no_gap_before(root: str, stream: str, interval_id: str, *, dag_id: str
     if window is None:
         return
     start_ns = window.start_ns
-    planned = planned_before(root, stream, start_ns)
+    planned = planned_before(layout, stream, start_ns)
     latest = max((i.end_ns for i in planned), default=None)
     if latest is not None and latest != start_ns:
         raise _gap_error(interval_id, dag_id, (latest, start_ns), start_ns, hole=False)
 
 
-def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
+def check_no_hole_before(layout: Layout, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
     """Refuse an interval when the planned intervals before it leave a hole anywhere since the earliest.
 
     :func:`check_no_gap_before` compares this interval with the latest planned one before it.
@@ -180,7 +180,7 @@ def check_no_hole_before(root: str, stream: str, interval_id: str, *, dag_id: st
     window = times.parse_interval_key(interval_id).window
     if window is None:
         return
-    planned = planned_before(root, stream, window.start_ns)
+    planned = planned_before(layout, stream, window.start_ns)
     if not planned:
         return
     covered = planned[0].end_ns
@@ -197,7 +197,7 @@ def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str,
 
     A run replaces the interval's rows in ``events``, ``events_deduped`` and the snapshot, so it
     must select every owner the earlier run staged messages for (``previous_records``: its fetch
-    records, with ``staged_owners()`` for the owners of version-3 records, :func:`staged_owners`;
+    records, with ``staged_owners()`` for the owners of version-3 records, :func:`owners_of_run`;
     a version-1 plan: its per-owner counts), the unrouted messages when the earlier run staged some
     (they are read only when every owner is selected), and every event type it covered. A wider or
     equal selection passes. ``staged_owners`` is called only when this run selects owners. Cost:
@@ -232,3 +232,38 @@ def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str,
         "and every event type).",
         interval_id=new["interval_id"], problems=parts,
     )
+
+
+def owners_of_run(layout: Layout, stream: str, interval_id: str,
+                  records: Sequence[Mapping[str, Any]] = ()) -> dict[str, int]:
+    """``{owner: messages}`` of an interval's latest run, for :func:`check_selection_covers`.
+
+    From the staging table (``staging.owners_with_messages``: its ``owner_id`` column, bounded by
+    the interval's messages). When its staging was expired (fewer rows than ``records`` staged),
+    from the interval's output rows: ``events`` (``owner_id``) and ``quarantine`` (the owner of the
+    ``subject``; ``_unrouted`` when it has none).
+    """
+    from airflow_provider_plgd.tables import staging
+
+    found = staging.owners_with_messages(layout, stream, interval_id)
+    recorded = sum(int(r.get("staged") or 0) for r in records)
+    if sum(found.values()) >= recorded:
+        return found
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.plgd.subjects import subject_owner
+
+    outputs: dict[str, int] = {}
+    for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
+        for f in delta_tables.table_files(delta_tables.interval_table_uri(layout, name),
+                                          where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
+            fs, path = storage.to_fs(f.url)
+            with fs.open(path, "rb") as fh:
+                values = pc.value_counts(pq.read_table(fh, columns=[column]).column(column))
+            for value, n in zip(values.field("values").to_pylist(), values.field("counts").to_pylist()):
+                owner = value if column == "owner_id" else subject_owner(value or "")
+                owner = owner or UNROUTED_OWNER
+                outputs[owner] = outputs.get(owner, 0) + int(n)
+    return outputs if sum(outputs.values()) > sum(found.values()) else found

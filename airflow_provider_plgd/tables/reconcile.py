@@ -1,25 +1,31 @@
 """The whole chain of one interval checked against its ledger (:func:`reconcile`, the ``summary``
 task): stream = staged + skipped per range; staged = decoded + quarantined; decoded = kept +
 duplicates; no hole before the interval. It writes ``summary.json`` beside the ledger records
-(:mod:`.ledger`), which :func:`is_reconciled` reads (the staging expiry's rule).
+(:mod:`.ledger`), which :func:`is_reconciled` reads: the rule of the staging expiry
+(:func:`expire_staging`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.tables.ledger import (
     ALL_OWNERS,
     LEDGER_VERSION,
+    SUMMARY_FILE,
     interval_dir,
-    read_json,
     read_records,
+    read_summary,
     staged_counts,
     write_json,
 )
+
+log = logging.getLogger(__name__)
 
 
 def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
@@ -36,14 +42,14 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def is_reconciled(root: str, stream: str, interval_id: str) -> bool:
+def is_reconciled(layout: Layout, stream: str, interval_id: str) -> bool:
     """True when the interval's ``summary.json`` says its whole chain reconciled (the interval is
     committed, so its staging may expire: ``staging_commits.expire_intervals``)."""
-    summary = read_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"))
+    summary = read_summary(layout, stream, interval_id)
     return bool(summary and summary.get("reconciled") is True)
 
 
-def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None],
+def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None],
               holes: Sequence[str] = ()) -> dict[str, Any]:
     """Check the whole chain of one interval and write ``summary.json``.
 
@@ -54,11 +60,11 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
         {event_type: staged} (non-zero only), "problems": [str], "reconciled": bool}``;
         ``reconciled`` is False when any problem was found (the caller fails the run).
     """
-    plan, records = read_records(root, stream, interval_id)
+    plan, records = read_records(layout, stream, interval_id)
     if plan is None:
         return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
                 "per_event_type": {}, "reconciled": False,
-                "problems": [f"no ledger at {interval_dir(root, stream, interval_id)} (the plan task writes it)"]}
+                "problems": [f"no ledger at {interval_dir(layout, stream, interval_id)} (the plan task writes it)"]}
     problems: list[str] = []
     try:
         counts = staged_counts(plan, records)
@@ -124,5 +130,31 @@ def reconcile(root: str, stream: str, interval_id: str, apps: Mapping[str, Mappi
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}
-    write_json(storage.join_path(interval_dir(root, stream, interval_id), "summary.json"), result)
+    write_json(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE), result)
     return {**result, "per_event_type": dict(sorted(per_event_type.items()))}
+
+
+def expire_staging(layout: Layout, stream: str, retention_seconds: float) -> dict[str, Any] | None:
+    """Expire the staging of reconciled intervals (:func:`is_reconciled`) staged more than
+    ``retention_seconds`` (s) ago (``staging_commits.expire_intervals``: one Delta commit, then
+    vacuum), and log what was done. Housekeeping: a failure is logged as a warning and returns
+    None (the next run tries again).
+
+    :return: ``{"intervals", "files", "rows", "vacuumed"}``, or None when nothing was expired or
+        the expiry failed.
+    """
+    from airflow_provider_plgd.tables import staging_commits
+
+    try:
+        done = staging_commits.expire_intervals(layout, stream, retention_seconds=retention_seconds,
+                                                committed=lambda iid: is_reconciled(layout, stream, iid))
+    except Exception as exc:  # noqa: BLE001 - housekeeping: the next run tries again
+        log.warning("Staging of stream %s was not expired (the next run tries again): %s: %s", stream,
+                    type(exc).__name__, exc)
+        return None
+    if not done.intervals:
+        return None
+    log.info("Expired the staging of %s reconciled interval(s) older than %s s: %s (%s files, %s rows; vacuum "
+             "deleted %s files)", len(done.intervals), retention_seconds, ", ".join(done.intervals[:20]),
+             done.files, done.rows, done.vacuumed)
+    return {"intervals": list(done.intervals), "files": done.files, "rows": done.rows, "vacuumed": done.vacuumed}

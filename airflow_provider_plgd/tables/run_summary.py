@@ -18,14 +18,14 @@ from airflow_provider_plgd.times import interval_end_epoch
 APPS = ("decode", "dedupe", "rebuild")
 
 
-def run_summary_path(root: str | Layout, app: str, interval_id: str) -> str:
+def run_summary_path(layout: Layout, app: str, interval_id: str) -> str:
     """Return where application ``app`` writes its summary for ``interval_id`` (a path or URL string)."""
-    return Layout.at(root).run_summary(app, interval_id)
+    return layout.run_summary(app, interval_id)
 
 
-def read_app_summary(root: str | Layout, app: str, interval_id: str) -> dict[str, Any] | None:
+def read_app_summary(layout: Layout, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
-    path = run_summary_path(root, app, interval_id)
+    path = run_summary_path(layout, app, interval_id)
     from airflow_provider_plgd.tables.storage import to_fs
 
     fs, fs_path = to_fs(path)
@@ -77,21 +77,21 @@ class RunSummary:
         return value
 
 
-def collect_run_summary(root: str, stream: str, interval_id: str) -> RunSummary:
+def collect_run_summary(layout: Layout, stream: str, interval_id: str) -> RunSummary:
     """Check the interval ledger's chain (``reconcile.reconcile``), with the holes before the
     interval (``chain.holes_before``), and gather the Spark summaries.
 
-    :param root: the storage root (local path or fsspec URL).
+    :param layout: the storage root (local path or fsspec URL).
     :param stream: the stream name.
     :param interval_id: the staging interval ID.
     :return: the :class:`RunSummary` (without ``params`` and ``staging_expired``).
     """
     from airflow_provider_plgd.tables import chain, reconcile
 
-    apps = {app: read_app_summary(root, app, interval_id) for app in APPS}
+    apps = {app: read_app_summary(layout, app, interval_id) for app in APPS}
     holes = [f"interval {h.interval_id} ({h.messages} messages) was never deduplicated"
-             for h in chain.holes_before(root, stream, interval_id)]
-    checked = reconcile.reconcile(root, stream, interval_id, apps, holes)
+             for h in chain.holes_before(layout, stream, interval_id)]
+    checked = reconcile.reconcile(layout, stream, interval_id, apps, holes)
     interval_end = interval_end_epoch(interval_id)
     return RunSummary(
         interval_id=interval_id, fetched=checked["per_event_type"], fetched_total=checked["chain"].get("staged"),

@@ -172,13 +172,13 @@ def as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
     return filters
 
 
-def table_uri(root: Any, stream: str) -> str:
+def table_uri(layout: Layout, stream: str) -> str:
     """The staging table of ``stream``: ``{root}/staging/{stream}`` (a path, or a URL for object
     stores; ``root`` may also be an ``ObjectStoragePath``).
 
     :raises ValueError: a stream name that is not safe in a path.
     """
-    return Layout.at(root).staging_table(stream)
+    return layout.staging_table(stream)
 
 
 def partition_folder(interval_id: str, event_type: str) -> str:
@@ -280,11 +280,11 @@ class StagedFile:
         return any(self.min_owner <= o <= self.max_owner for o in owners)
 
 
-def open_table(root: Any, stream: str, version: int | None = None):
+def open_table(layout: Layout, stream: str, version: int | None = None):
     """The staging table's ``deltalake.DeltaTable`` (at ``version``), or None when there is none."""
     from airflow_provider_plgd.tables import delta_tables
 
-    return delta_tables.open_table(table_uri(root, stream), version)
+    return delta_tables.open_table(table_uri(layout, stream), version)
 
 
 def log_files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> list[StagedFile]:
@@ -315,7 +315,7 @@ def log_files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> l
     return sorted(files, key=lambda f: f.path)
 
 
-def staged_files(root: Any, stream: str, *, interval_id: str | None = None, event_types: Iterable[str] | None = None,
+def staged_files(layout: Layout, stream: str, *, interval_id: str | None = None, event_types: Iterable[str] | None = None,
                  owners: Iterable[str] | None = None, version: int | None = None) -> list[StagedFile]:
     """The data files of the staging table (its latest version, or ``version``), from the Delta log
     only (no data file is opened), sorted by path; ``[]`` when there is no table.
@@ -323,16 +323,16 @@ def staged_files(root: Any, stream: str, *, interval_id: str | None = None, even
     :param interval_id: only this interval. :param event_types: only these event types.
     :param owners: only files whose ``owner_id`` statistics may hold one of these owners.
     """
-    dt = open_table(root, stream, version)
+    dt = open_table(layout, stream, version)
     if dt is None:
         return []
     types = None if event_types is None else set(event_types)
     wanted = None if owners is None else sorted(set(owners))
-    return [f for f in log_files(dt, table_uri(root, stream), None if interval_id is None else [interval_id])
+    return [f for f in log_files(dt, table_uri(layout, stream), None if interval_id is None else [interval_id])
             if (types is None or f.event_type in types) and (wanted is None or f.may_hold(wanted))]
 
 
-def read_staged(root: Any, stream: str, interval_id: str, *, owners: Iterable[str] | None = None,
+def read_staged(layout: Layout, stream: str, interval_id: str, *, owners: Iterable[str] | None = None,
                 event_types: Iterable[str] | None = None, columns: Sequence[str] | None = None) -> pa.Table:
     """Read committed staging rows of one interval into one Arrow table (for DAGs, tests and small
     selections; decode reads the files in Spark tasks).
@@ -349,7 +349,7 @@ def read_staged(root: Any, stream: str, interval_id: str, *, owners: Iterable[st
     wanted = None if owners is None else sorted(set(owners))
     names = list(columns or TABLE_SCHEMA.names)
     file_cols = [c for c in FILE_SCHEMA.names if c in names or c in (OWNER_COLUMN, "stream_seq")]
-    files = staged_files(root, stream, interval_id=interval_id, event_types=event_types, owners=wanted)
+    files = staged_files(layout, stream, interval_id=interval_id, event_types=event_types, owners=wanted)
 
     def read(f: StagedFile) -> pa.Table:
         fs, path = to_fs(f.url)
@@ -370,7 +370,7 @@ def read_staged(root: Any, stream: str, interval_id: str, *, owners: Iterable[st
     return table.select(names)
 
 
-def owners_with_messages(root: Any, stream: str, interval_id: str) -> dict[str, int]:
+def owners_with_messages(layout: Layout, stream: str, interval_id: str) -> dict[str, int]:
     """``{owner_id: rows}`` of one interval's staging: a scan of the ``owner_id`` column only
     (dictionary-encoded and sorted in each file, so cheap; bounded by the interval's messages,
     never by the owners without any). ``{}`` when nothing is staged for it."""
@@ -385,16 +385,16 @@ def owners_with_messages(root: Any, stream: str, interval_id: str) -> dict[str, 
         return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
 
     found: dict[str, int] = {}
-    for part in map_io(count, staged_files(root, stream, interval_id=interval_id)):
+    for part in map_io(count, staged_files(layout, stream, interval_id=interval_id)):
         for owner, n in part.items():
             found[owner] = found.get(owner, 0) + int(n)
     return found
 
 
-def staged_intervals(root: Any, stream: str) -> dict[str, dict[str, int]]:
+def staged_intervals(layout: Layout, stream: str) -> dict[str, dict[str, int]]:
     """``{interval_id: {"files", "rows", "modified_ms" (newest file)}}`` of the staging table, from its log."""
     found: dict[str, dict[str, int]] = {}
-    for f in staged_files(root, stream):
+    for f in staged_files(layout, stream):
         entry = found.setdefault(f.interval_id, {"files": 0, "rows": 0, "modified_ms": 0})
         entry["files"] += 1
         entry["rows"] += f.rows

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.staging import (
     COMMIT_TRIES,
     CREATED_BY,
@@ -53,10 +54,10 @@ class StagingCommit:
     files: tuple[StagedFile, ...]
 
 
-def _table(root: Any, stream: str):
+def _table(layout: Layout, stream: str):
     from airflow_provider_plgd.tables import delta_tables
 
-    return delta_tables.ensure_table(table_uri(root, stream), TABLE_SCHEMA, PARTITION_COLUMNS)
+    return delta_tables.ensure_table(table_uri(layout, stream), TABLE_SCHEMA, PARTITION_COLUMNS)
 
 
 def _remove(f: StagedFile, now_ms: int):
@@ -123,7 +124,7 @@ def _check_newer(uri: str, app: str, done: int | None, run_version: int, what: s
                            f"{run_version}); nothing committed by this task", table=uri)
 
 
-def begin_interval(root: Any, stream: str, interval_id: str, run_version: int,
+def begin_interval(layout: Layout, stream: str, interval_id: str, run_version: int,
                    metadata: Mapping[str, Any] | None = None) -> StagingCommit:
     """Start run ``run_version`` of an interval (the ETL's ``plan``): one commit that removes every
     staging file of the interval and records ``run_version`` (:func:`plan_app_id`). The fetch
@@ -132,11 +133,11 @@ def begin_interval(root: Any, stream: str, interval_id: str, run_version: int,
     :return: the commit (``files``: the files removed; ``version`` None when the run had begun already).
     :raises TableCommitError: a newer run of the interval began first.
     """
-    uri = table_uri(root, stream)
+    uri = table_uri(layout, stream)
     validate_partition_value(interval_id, "interval_id")
 
     def attempt() -> StagingCommit:
-        dt = _table(root, stream)
+        dt = _table(layout, stream)
         app = plan_app_id(interval_id)
         if _check_newer(uri, app, dt.transaction_version(app), run_version, f"the plan of interval {interval_id}"):
             return StagingCommit(None, ())
@@ -156,7 +157,7 @@ def range_files(dt: Any, uri: str, interval_id: str, range_index: int, run_versi
     return [f for f in log_files(dt, uri, [interval_id]) if file_range(f.path) == (range_index, run_version)]
 
 
-def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
+def committed_range(layout: Layout, stream: str, interval_id: str, range_index: int,
                     run_version: int) -> StagingCommit | None:
     """The range's commit of plan ``run_version`` when it is in the log (a retried task's check
     before it reads anything), else None. Its ``version`` is found among the latest
@@ -168,7 +169,7 @@ def committed_range(root: Any, stream: str, interval_id: str, range_index: int,
     """
     from airflow_provider_plgd.tables import delta_tables
 
-    uri = table_uri(root, stream)
+    uri = table_uri(layout, stream)
     dt = delta_tables.open_table(uri)
     _check_plan(dt, uri, interval_id, run_version)
     if _check_newer(uri, range_app_id(interval_id, range_index), dt.transaction_version(
@@ -197,7 +198,7 @@ def _check_plan(dt: Any, uri: str, interval_id: str, run_version: int) -> None:
                           interval_id=interval_id)
 
 
-def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run_version: int,
+def commit_range(layout: Layout, stream: str, interval_id: str, range_index: int, run_version: int,
                  records: Sequence[Mapping[str, Any]], metadata: Mapping[str, Any] | None = None) -> StagingCommit:
     """Commit the files of one fetch range in **one** Delta append (the ETL's fetch task).
 
@@ -216,11 +217,11 @@ def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run
     """
     from airflow_provider_plgd.tables import delta_tables
 
-    uri = table_uri(root, stream)
+    uri = table_uri(layout, stream)
     app = range_app_id(interval_id, range_index)
 
     def attempt() -> StagingCommit:
-        dt = _table(root, stream)
+        dt = _table(layout, stream)
         _check_plan(dt, uri, interval_id, run_version)
         if _check_newer(uri, app, dt.transaction_version(app), run_version, f"range {range_index} of {interval_id}"):
             return StagingCommit(None, tuple(range_files(dt, uri, interval_id, range_index, run_version)))
@@ -234,7 +235,7 @@ def commit_range(root: Any, stream: str, interval_id: str, range_index: int, run
     return _retrying(uri, f"range {range_index} of interval {interval_id}", attempt)
 
 
-def commit_batches(root: Any, stream: str, interval_id: str, owner_id: str, event_types: Sequence[str],
+def commit_batches(layout: Layout, stream: str, interval_id: str, owner_id: str, event_types: Sequence[str],
                    records: Sequence[Mapping[str, Any]], run_version: int,
                    metadata: Mapping[str, Any] | None = None) -> StagingCommit:
     """Replace the batches (``owner_id``, each of ``event_types``) of an interval in one Delta
@@ -248,7 +249,7 @@ def commit_batches(root: Any, stream: str, interval_id: str, owner_id: str, even
     """
     from airflow_provider_plgd.tables import delta_tables
 
-    uri = table_uri(root, stream)
+    uri = table_uri(layout, stream)
     types = sorted(set(event_types))
     apps = {batch_app_id(interval_id, owner_id, t): run_version for t in types}
     batch_file_prefix(owner_id, "x")  # the owner is safe in a file name
@@ -257,7 +258,7 @@ def commit_batches(root: Any, stream: str, interval_id: str, owner_id: str, even
         return f.event_type in types and file_batch_owner(f.path) == owner_id
 
     def attempt() -> StagingCommit:
-        dt = _table(root, stream)
+        dt = _table(layout, stream)
         done = [_check_newer(uri, app, dt.transaction_version(app), run_version, f"batch {app}") for app in apps]
         if done and all(done):
             return StagingCommit(None, tuple(f for f in log_files(dt, uri, [interval_id]) if mine(f)))
@@ -288,7 +289,7 @@ class Expiry:
     vacuumed: int
 
 
-def expire_intervals(root: Any, stream: str, *, retention_seconds: float, now_s: float | None = None,
+def expire_intervals(layout: Layout, stream: str, *, retention_seconds: float, now_s: float | None = None,
                      committed: Callable[[str], bool] | None = None,
                      vacuum_retention_hours: int = DEFAULT_VACUUM_RETENTION_HOURS) -> Expiry:
     """Expire staging: remove the files of every interval staged more than ``retention_seconds``
@@ -310,14 +311,14 @@ def expire_intervals(root: Any, stream: str, *, retention_seconds: float, now_s:
 
     if retention_seconds < 0:
         raise ValueError(f"staging retention must be >= 0 seconds, got {retention_seconds!r}")
-    uri = table_uri(root, stream)
+    uri = table_uri(layout, stream)
     cutoff_ms = int(((time.time() if now_s is None else now_s) - retention_seconds) * 1000)
-    old_intervals = sorted(iid for iid, s in staged_intervals(root, stream).items() if s["modified_ms"] <= cutoff_ms)
+    old_intervals = sorted(iid for iid, s in staged_intervals(layout, stream).items() if s["modified_ms"] <= cutoff_ms)
     chosen = tuple(iid for iid in old_intervals if committed is None or committed(iid))
     result: list[StagingCommit] = []
 
     def attempt() -> StagingCommit:
-        dt = _table(root, stream)
+        dt = _table(layout, stream)
         old = log_files(dt, uri, chosen)
         if not old:
             return StagingCommit(None, ())

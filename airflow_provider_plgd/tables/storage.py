@@ -57,10 +57,10 @@ def io_error_with_path(fs: fsspec.AbstractFileSystem | None, path: str | None, a
 # --------------------------------------------------------------------------------------------------
 # Storage
 # --------------------------------------------------------------------------------------------------
-def to_fs(root: Any) -> tuple[fsspec.AbstractFileSystem, str]:
+def to_fs(location: Any) -> tuple[fsspec.AbstractFileSystem, str]:
     """Resolve a storage location to an fsspec file system and a path on it.
 
-    :param root: a local path (``str`` or ``os.PathLike``), an fsspec URL (``file://``, ``memory://``,
+    :param location: a local path (``str`` or ``os.PathLike``), an fsspec URL (``file://``, ``memory://``,
         ``s3://…``), or a path object with ``.fs`` and ``.path`` (Airflow ``ObjectStoragePath``,
         ``upath.UPath``).
     :return: ``(fs, path)`` where ``path`` has no protocol and no trailing slash; on object stores
@@ -68,19 +68,19 @@ def to_fs(root: Any) -> tuple[fsspec.AbstractFileSystem, str]:
         so that every listing and existence check sees what other processes wrote.
     :raises TypeError: another type.
     """
-    fs = getattr(root, "fs", None)
-    path = getattr(root, "path", None)
+    fs = getattr(location, "fs", None)
+    path = getattr(location, "path", None)
     if isinstance(fs, fsspec.AbstractFileSystem) and isinstance(path, str):
         return fs, path.rstrip("/") or "/"
-    if isinstance(root, os.PathLike):
-        root = os.fspath(root)
-    if not isinstance(root, str) or not root:
-        raise TypeError(f"storage location must be a path, an fsspec URL or an ObjectStoragePath, got {root!r}")
-    protocol = fsspec.core.split_protocol(root)[0]
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location:
+        raise TypeError(f"storage location must be a path, an fsspec URL or an ObjectStoragePath, got {location!r}")
+    protocol = fsspec.core.split_protocol(location)[0]
     # Object stores: no listings cache. Other processes (fetch tasks, Spark) write the same folders,
     # and a cached listing would hide their objects (s3fs caches every listing per instance).
     options = {"use_listings_cache": False} if protocol in OBJECT_STORE_PROTOCOLS else {}
-    fs, path = fsspec.core.url_to_fs(root, **options)
+    fs, path = fsspec.core.url_to_fs(location, **options)
     return fs, path.rstrip("/") or "/"
 
 

@@ -74,6 +74,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from airflow_provider_plgd.tables.layout import Layout  # noqa: E402
 from bench.e2e.sampler import TreeSampler  # noqa: E402
 from bench.machine import busy_since, proc_stat  # noqa: E402
 from bench.e2e.stages import SPARK_STAGES, read_task_instances, stage_figures  # noqa: E402
@@ -359,9 +360,9 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
         bad = [ti for ti in tis if ti["state"] != "success"]
         if bad:
             raise SystemExit(f"task instances not successful: {bad}; log {log}")
-        apps = {app: read_app_summary(root, app, interval_id) for app in SPARK_STAGES}
+        apps = {app: read_app_summary(Layout.of(root), app, interval_id) for app in SPARK_STAGES}
         stages = stage_figures(tis, sampler, n, apps)
-        fetched = sum(f.rows for f in staging.staged_files(root, "EVENTS", interval_id=interval_id))
+        fetched = sum(f.rows for f in staging.staged_files(Layout.of(root), "EVENTS", interval_id=interval_id))
         decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
         result["counts"] = {"fetched": fetched, "decoded": decode.get("decoded"),
                             "quarantined": decode.get("quarantined"),

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.fetch.stager import Stager
@@ -25,10 +26,10 @@ def write_batches(root: Any, interval_id: str, batches: Mapping[tuple[str, str],
         stager = Stager(stream=stream, spill_dir=None, **stager_kw)
         for event_type, rows in sorted(types.items()):
             stager.add(owner, event_type, list(rows))
-        mine = stager.write(staging.table_uri(root, stream), interval_id,
+        mine = stager.write(staging.table_uri(Layout.of(root), stream), interval_id,
                             staging.batch_file_prefix(owner, staging.new_write_id()))
         if commit:
-            staging_commits.commit_batches(root, stream, interval_id, owner, sorted(types), mine, time.time_ns() // 1_000_000)
+            staging_commits.commit_batches(Layout.of(root), stream, interval_id, owner, sorted(types), mine, time.time_ns() // 1_000_000)
         records += mine
     return records
 

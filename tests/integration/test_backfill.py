@@ -35,6 +35,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
+
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 INTERVALS = 2  # the chain: the second interval's dedupe and snapshot build on the first's
@@ -76,7 +78,7 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
     import pyarrow.parquet as pq
 
     from plgd_devtools.snapshot_compare import TABLES
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
     from tests.integration.delta_read import delta_rows, delta_table
 
     out: dict[str, list[str]] = {}
@@ -92,10 +94,10 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
             partitions = dict(part.split("=", 1) for part in rel.parts[:-1] if "=" in part)
             rows.extend({**row, **partitions} for row in pq.read_table(path).to_pylist())
         out[table] = _canonical_rows(rows)
-    latest = snapshot_store.latest(str(root))
+    latest = snapshot_store.latest(Layout.of(str(root)))
     version = latest["version"]
     while version is not None:
-        record = snapshot_store.snapshot(str(root), version)
+        record = snapshot_store.snapshot(Layout.of(str(root)), version)
         assert record is not None, f"snapshot version {version} has no record"
         for table in TABLES:
             got = pa.table(delta_table(str(root / "snapshots" / table), record["delta_versions"][table])
@@ -116,7 +118,7 @@ def read_counts(root: Path, interval_ids: list[str]) -> dict[str, dict[str, Any]
     counts: dict[str, dict[str, Any]] = {}
     for interval_id in interval_ids:
         for app, wanted in keys.items():
-            summary = read_app_summary(str(root), app, interval_id)
+            summary = read_app_summary(Layout.of(str(root)), app, interval_id)
             assert summary is not None, f"no {app} summary for {interval_id}"
             counts[f"{app}/{interval_id}"] = {k: summary.get(k) for k in wanted}
     return counts

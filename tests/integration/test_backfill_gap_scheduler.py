@@ -41,6 +41,8 @@ import pytest
 
 from tests.integration.airflow_stack import DAG_ID, AirflowStack, airflow_env
 
+from airflow_provider_plgd.tables.layout import Layout
+
 pytestmark = [pytest.mark.airflow]
 
 airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create needs Airflow 3")
@@ -99,7 +101,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
                            "AND task_id = 'plan'", DAG_ID, run_id)[0]
 
     def planned(k: int) -> bool:
-        return (Path(ledger.interval_dir(str(root), "EVENTS", ids[k])) / "stream.json").exists()
+        return (Path(ledger.interval_dir(Layout.of(str(root)), "EVENTS", ids[k])) / "stream.json").exists()
 
     try:
         stack.cli("db", "migrate", timeout=300)

@@ -34,6 +34,8 @@ import pytest
 
 from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
 
+from airflow_provider_plgd.tables.layout import Layout
+
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create needs Airflow 3")
@@ -192,7 +194,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
         log = stack.task_log(runs()[before][0], "plan")
         assert "OutOfOrderIntervalError" in log and f"older than the chain's head {ids[2]}" in log, log[-3000:]
         old_id = times.interval_id(before, starts[0])
-        assert not Path(ledger.interval_dir(str(root), "EVENTS", old_id)).exists()
+        assert not Path(ledger.interval_dir(Layout.of(str(root)), "EVENTS", old_id)).exists()
         assert _devices(root) == expected
     finally:
         stack.stop()

@@ -38,6 +38,7 @@ from plgd_devtools.spark import spark_submit_env
 from tests.integration.delta_read import delta_table, read_both, staging_rows
 from tests.integration.staging_data import write_batches
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import subjects
@@ -163,7 +164,7 @@ def run(tmp_path_factory):
     # a fetch killed before its commit: its file is on disk, named by no commit
     (uncommitted,) = _write_batch(root, cases.OWNER, "uncommitted", IID,
                                   [(seq + 1, rc[1], START_NS + 7, None, rc[2])], commit=False)
-    table = Path(staging.table_uri(str(root), STREAM))
+    table = Path(staging.table_uri(Layout.of(str(root)), STREAM))
     assert (table / uncommitted["path"]).exists()
     # a stray file in a committed partition folder
     committed = table / staging.partition_folder(IID, published[0][4])

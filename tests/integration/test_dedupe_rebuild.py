@@ -29,8 +29,9 @@ from plgd_devtools.spark import spark_lock, spark_submit_env
 from tests.integration.delta_read import delta_rows, delta_table, read_both
 from tests.integration.staging_data import stage_simulation
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.spark import snapshot_store
+from airflow_provider_plgd.tables import snapshot_store
 from airflow_provider_plgd.spark_deps import spark_app_path
 
 pytestmark = pytest.mark.spark
@@ -58,7 +59,9 @@ DRIVER = textwrap.dedent('''
     import json, sys
     from deltalake import DeltaTable
     from airflow_provider_plgd.tables import delta_tables
-    from airflow_provider_plgd.spark import dedupe_job, session, snapshot_store
+    from airflow_provider_plgd.tables.layout import Layout
+    from airflow_provider_plgd.spark import dedupe_job, session
+    from airflow_provider_plgd.tables import snapshot_store
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
@@ -132,14 +135,14 @@ DRIVER = textwrap.dedent('''
               .withColumn("_device", F.explode(F.when(is_registration, F.col("device_ids"))
                                                .otherwise(F.array(F.coalesce("device_id", "group_id")))))
               .where(F.col("_device").isNotNull())
-              .withColumn("_bucket", F.expr(snapshot_store.BUCKET_EXPR.format(buckets=5)
+              .withColumn("_bucket", F.expr(snapshot_buckets.BUCKET_EXPR.format(buckets=5)
                                             .replace("device_id", "_device")).cast("int")))
     table_schemas = {name: snapshot_store.table_schema(name) for name in snapshot_store.ALL_TABLES}
-    oracle_kwargs = dict(root=cfg["root_spark"], run_id="oracle", old_files_by_bucket={},
+    oracle_kwargs = dict(snapshots=Layout.of(cfg["root_spark"]), run_id="oracle", old_files_by_bucket={},
                          table_schemas=table_schemas, snapshot_time_ns=cfg["last_end_ns"])
     results = (events.repartition(5, "_bucket")
-               .mapInArrow(lambda batches: snapshot_store.rebuild_partition(batches, **oracle_kwargs),
-                           schemas.to_spark_schema(snapshot_store.BUCKET_RESULT_SCHEMA))
+               .mapInArrow(lambda batches: snapshot_buckets.rebuild_partition(batches, **oracle_kwargs),
+                           schemas.to_spark_schema(snapshot_buckets.BUCKET_RESULT_SCHEMA))
                .collect())
     stats = {}
     for r in results:
@@ -160,10 +163,10 @@ DRIVER = textwrap.dedent('''
                                   for _ in range(2000)]
     frame = spark.createDataFrame([(v,) for v in values], "device_id string").select(
         "device_id", F.xxhash64("device_id").alias("h"),
-        F.expr(snapshot_store.BUCKET_EXPR.format(buckets=32)).alias("b"))
+        F.expr(snapshot_buckets.BUCKET_EXPR.format(buckets=32)).alias("b"))
     out["xxhash_mismatches"] = [r["device_id"] for r in frame.collect()
-                                if r["h"] != snapshot_store.spark_xxhash64(r["device_id"])
-                                or r["b"] != snapshot_store.device_bucket(r["device_id"], 32)]
+                                if r["h"] != snapshot_buckets.spark_xxhash64(r["device_id"])
+                                or r["b"] != snapshot_buckets.device_bucket(r["device_id"], 32)]
     out["xxhash_checked"] = len(values)
     # a rerun of the last rebuild whose last commit (_device_state, the snapshot's) fails: the
     # previous snapshot stays the latest
@@ -206,7 +209,7 @@ DRIVER = textwrap.dedent('''
         ["--root", cfg["root_dup"], "--interval-id", first_iid]))
     # vacuum on a copy, retention 0: only the latest version's files stay
     shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
-    out["vacuum"] = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(cfg["root_gc"], t), 0)
+    out["vacuum"] = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(Layout.of(cfg["root_gc"]), t), 0)
                      for t in snapshot_store.ALL_TABLES}
     spark.stop()
     json.dump(out, open(cfg["out"], "w"), default=str)
@@ -243,7 +246,7 @@ def table_rows(root: Path, table: str, delta_version: int | None = None) -> list
 
 def snapshot_rows(root: Path, table: str, version: str) -> list[dict]:
     """``table`` of snapshot ``version``: the Delta version its record names."""
-    record = snapshot_store.snapshot(str(root), version)
+    record = snapshot_store.snapshot(Layout.of(str(root)), version)
     assert record is not None, version
     return table_rows(root, table, record["delta_versions"][table] if table != snapshot_store.STATE_TABLE
                       else record["delta_version"])
@@ -291,7 +294,7 @@ def pipeline(tmp_path_factory):
 
 def test_each_snapshot_equals_expected_state(pipeline):
     for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
-        record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(end_ns))
+        record = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(end_ns))
         assert record is not None and record["interval_id"] == iid
         expected = expected_state(pipeline.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:
@@ -309,7 +312,7 @@ def test_latest_snapshot_and_final_tables(pipeline):
     from airflow_provider_plgd import read_snapshot
 
     iid, _, end_ns = pipeline.intervals[-1]
-    latest = snapshot_store.latest(str(pipeline.root))
+    latest = snapshot_store.latest(Layout.of(str(pipeline.root)))
     assert latest["version"] == snapshot_store.version_id(end_ns) and latest["interval_id"] == iid
     expected = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
     for table in snapshot_store.PUBLIC_TABLES:
@@ -328,7 +331,7 @@ def test_latest_snapshot_and_final_tables(pipeline):
         by_version = read_snapshot(str(pipeline.root), table, snapshot_store.version_id(first_end)).to_pylist()
         assert by_version == first[table] == read_snapshot(str(pipeline.root), table, as_of=as_of).to_pylist()
         # and Delta's own time travel (version number), by polars
-        record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(first_end))
+        record = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(first_end))
         old = pl.read_delta(str(pipeline.root / "snapshots" / table), version=record["delta_versions"][table])
         assert old.height == len(first[table])
         # ... and by timestamp: the table as of its commit of that snapshot
@@ -369,7 +372,7 @@ def test_rebuild_equals_the_spark_oracle(pipeline):
 
 
 def test_python_bucket_function_equals_spark_sql(pipeline):
-    """``snapshot_store.device_bucket`` (the ``xxhash`` wheel, used by the rebuild) gives Spark's ``xxhash64`` and
+    """``snapshot_buckets.device_bucket`` (the ``xxhash`` wheel, used by the rebuild) gives Spark's ``xxhash64`` and
     ``pmod(xxhash64(device_id), 32)`` for every simulated device and 2,000 random strings."""
     assert pipeline.out["xxhash_checked"] > 2000
     assert pipeline.out["xxhash_mismatches"] == []
@@ -463,8 +466,8 @@ def test_copy_on_write_by_bucket(pipeline):
         return found
 
     for (_, _, prev_end), (_, _, end_ns) in zip(pipeline.intervals, pipeline.intervals[1:]):
-        parent = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(prev_end))
-        record = snapshot_store.snapshot(str(pipeline.root), snapshot_store.version_id(end_ns))
+        parent = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(prev_end))
+        record = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(end_ns))
         touched = set(record["touched_buckets"])
         for table in snapshot_store.PUBLIC_TABLES:
             before = files(table, parent["delta_versions"][table])
@@ -498,7 +501,7 @@ def test_vacuum_keeps_the_latest_snapshot(pipeline):
 def test_failed_commit_keeps_previous_snapshot(pipeline):
     assert pipeline.out["failure"] == "injected failure before the snapshot's commit"
     iid, _, end_ns = pipeline.intervals[-1]
-    latest = snapshot_store.latest(str(pipeline.root))
+    latest = snapshot_store.latest(Layout.of(str(pipeline.root)))
     assert latest["version"] == snapshot_store.version_id(end_ns)
     assert latest["run_id"] == pipeline.out["rebuild"][-1]["run_id"]
     expected = expected_state(pipeline.sim, len(pipeline.intervals) - 1)
@@ -538,7 +541,7 @@ def test_maintenance_of_the_spark_tables_keeps_every_row(pipeline, tmp_path):
     partition; every table reads the same rows (deltalake), the snapshot tables too."""
     import shutil
 
-    from airflow_provider_plgd import maintenance
+    from airflow_provider_plgd.tables import maintenance
     from airflow_provider_plgd.tables import delta_tables
     from tests.integration.delta_read import delta_rows
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
+
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
 
@@ -52,7 +54,7 @@ def test_demo_one_interval_through_airflow_dags_test(tmp_path: Path) -> None:
     assert len(intervals) == 1
     fetched = quarantined = 0
     for interval_id in intervals:
-        decode = read_app_summary(str(data), "decode", interval_id)
+        decode = read_app_summary(Layout.of(str(data)), "decode", interval_id)
         assert decode["fetched"] == decode["decoded"] + decode["quarantined"]
         fetched += decode["fetched"]
         quarantined += decode["quarantined"]

@@ -26,6 +26,8 @@ import pytest
 
 from tests.integration.conftest import load_dag, load_test_dag, publish_messages, read_stream, use_local_spark, xcom_value
 
+from airflow_provider_plgd.tables.layout import Layout
+
 pytestmark = pytest.mark.airflow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,7 +186,7 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
     assert result["chain"]["stream_total"] == 0 and result["chain"]["staged"] == 0
     assert result["chain"]["decoded"] == 0 and result["chain"]["kept"] == 0
     assert result["chain"]["spark_skipped"] == planned["spark_skip"]
-    written = ledger.read_json(f"{ledger.interval_dir(str(root), 'EVENTS', interval)}/summary.json")
+    written = ledger.read_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', interval)}/summary.json")
     assert written["reconciled"] is True
     for table in ("events", "quarantine", "events_deduped", "msgid_index", "snapshots", "_runs"):
         assert not (root / table).exists(), table  # no Spark output, no snapshot version
@@ -215,25 +217,25 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
     root = tmp_path / "root"
     end = datetime(2026, 1, 1, 2, tzinfo=UTC)
     record = {"total": 0, "interval_id": "20260101T010000Z_20260101T020000Z"}
-    assert "no snapshot yet" in spark_skip_reason(str(root), record, end)
-    assert spark_skip_reason(str(root), {**record, "total": 3}, end) is None
+    assert "no snapshot yet" in spark_skip_reason(Layout.of(str(root)), record, end)
+    assert spark_skip_reason(Layout.of(str(root)), {**record, "total": 3}, end) is None
 
     write_snapshot(root, {"owner_devices": []}, int(datetime(2026, 1, 1, 1, tzinfo=UTC).timestamp()) * 10**9,
                    "20260101T000000Z_20260101T010000Z")
-    assert "no pending of snapshot" in spark_skip_reason(str(root), record, end)
+    assert "no pending of snapshot" in spark_skip_reason(Layout.of(str(root)), record, end)
     # a pending that expires within the interval: rebuild must run (it drops the expired pending)
     snapshot_ns = int(datetime(2026, 1, 1, 1, tzinfo=UTC).timestamp()) * 10**9
     write_snapshot(root, {"owner_devices": []}, snapshot_ns, "20260101T000000Z_20260101T010000Z",
                    next_expiry_ns={"0": int(datetime(2026, 1, 1, 1, 30, tzinfo=UTC).timestamp()) * 10**9})
-    assert spark_skip_reason(str(root), record, end) is None
+    assert spark_skip_reason(Layout.of(str(root)), record, end) is None
     write_snapshot(root, {"owner_devices": []}, snapshot_ns, "20260101T000000Z_20260101T010000Z",
                    next_expiry_ns={"0": int(end.timestamp()) * 10**9})  # expires at the end: next interval's job
-    assert spark_skip_reason(str(root), record, end) is not None
+    assert spark_skip_reason(Layout.of(str(root)), record, end) is not None
     # an earlier run of the interval wrote outputs: a rerun replaces them with Spark
-    summary = Path(run_summary_path(str(root), "decode", record["interval_id"]))
+    summary = Path(run_summary_path(Layout.of(str(root)), "decode", record["interval_id"]))
     summary.parent.mkdir(parents=True)
     summary.write_text("{}")
-    assert spark_skip_reason(str(root), record, end) is None
+    assert spark_skip_reason(Layout.of(str(root)), record, end) is None
     shutil.rmtree(root)
 
 
@@ -260,7 +262,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.ground_truth import GroundTruth
     from plgd_devtools.snapshot_compare import compare_snapshot
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
     from plgd_devtools.spark import spark_lock
 
     from airflow_provider_plgd import times
@@ -292,7 +294,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     ids = [times.interval_id(e - timedelta(seconds=step), e) for e in ends]
     # interval 1: skipped unless a pending of interval 0's snapshot expires in it (then Spark must run)
     skipped = _states(runs[1])["decode"] == "skipped"
-    v0 = snapshot_store.snapshot(storage_root, snapshot_store.version_id(int(ends[0].timestamp()) * 10**9))
+    v0 = snapshot_store.snapshot(Layout.of(storage_root), snapshot_store.version_id(int(ends[0].timestamp()) * 10**9))
     due = any(ns is not None and int(ns) < int(ends[1].timestamp()) * 10**9
               for ns in (v0.get("next_expiry_ns") or {}).values())
     assert skipped == (not due), (skipped, v0.get("next_expiry_ns"))
@@ -300,19 +302,19 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     if skipped:
         assert {t: s for t, s in _states(runs[1]).items() if t in ("decode", "dedupe", "rebuild")} == \
             {"decode": "skipped", "dedupe": "skipped", "rebuild": "skipped"}
-        assert read_app_summary(storage_root, "dedupe", ids[1]) is None
+        assert read_app_summary(Layout.of(storage_root), "dedupe", ids[1]) is None
         assert "no pending of snapshot" in xcom_value(runs[1], "plan")["spark_skip"]
     assert xcom_value(runs[1], "summary")["reconciled"] is True
     assert xcom_value(runs[1], "summary")["chain"]["stream_total"] == 0
     # interval 2: dedupe looked back at interval 0 and dropped the repeats of its messages
-    dedupe = [read_app_summary(storage_root, "dedupe", i) for i in (ids[0], ids[2])]
+    dedupe = [read_app_summary(Layout.of(storage_root), "dedupe", i) for i in (ids[0], ids[2])]
     assert sum(d["duplicates"] for d in dedupe) == truth["duplicates"]["total"]
     assert dedupe[1]["cross_batch_duplicates"] > 0
     assert ids[0] in dedupe[1]["previous_intervals"]
     # rebuild of interval 2 built on interval 0's snapshot (or 1's, when 1 ran), and equals the truth
-    latest = snapshot_store.latest(storage_root)
+    latest = snapshot_store.latest(Layout.of(storage_root))
     assert latest["interval_id"] == ids[2]
-    parent = snapshot_store.snapshot(storage_root, latest["parent"])
+    parent = snapshot_store.snapshot(Layout.of(storage_root), latest["parent"])
     assert parent["interval_id"] == (ids[0] if skipped else ids[1])
     assert compare_snapshot(storage_root, expected_state(sim, through_interval=1)) == []
     for dr in runs:
@@ -328,13 +330,13 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
         return sorted(r["msg_id"] for r in read_both(f"{storage_root}/events_deduped", "msg_id", interval_id=interval))
 
     before = {i: deduped_ids(i) for i in (ids[0], ids[2])}
-    latest_before = snapshot_store.latest(storage_root)
+    latest_before = snapshot_store.latest(Layout.of(storage_root))
     with spark_lock():
         rerun = dag.test(logical_date=ends[0], run_conf={"storage_root": storage_root, "settle_seconds": 0})
     assert "success" in str(rerun.state).lower(), _states(rerun)
-    rebuilt = read_app_summary(storage_root, "rebuild", ids[0])
+    rebuilt = read_app_summary(Layout.of(storage_root), "rebuild", ids[0])
     assert rebuilt["unchanged"] is True and rebuilt["latest"] == latest_before["version"] and rebuilt["events"] == 0
-    latest = snapshot_store.latest(storage_root)
+    latest = snapshot_store.latest(Layout.of(storage_root))
     assert (latest["version"], latest["interval_id"]) == (latest_before["version"], ids[2])  # not back in time
     assert {i: deduped_ids(i) for i in (ids[0], ids[2])} == before
     assert not set(before[ids[0]]) & set(before[ids[2]])  # no message ID kept in two intervals
@@ -365,7 +367,7 @@ def test_a_hole_before_the_interval_fails_plan_naming_it(dags_folder, jetstream,
     states = _states(dr)
     assert states["plan"] == "failed" and states["summary"] == "upstream_failed", states
     c_id = times.interval_id(b, c)
-    assert not (Path(ledger.interval_dir(str(root), "EVENTS", c_id)) / "stream.json").exists()  # nothing written
+    assert not (Path(ledger.interval_dir(Layout.of(str(root)), "EVENTS", c_id)) / "stream.json").exists()  # nothing written
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 

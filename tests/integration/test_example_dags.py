@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from tests.integration.conftest import load_dag, publish_messages, xcom_value
@@ -54,12 +55,13 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
     """Commit ``tables`` as one snapshot version (bucket 0 of each table) as ``rebuild_snapshots``
     does: one Delta commit per table, then ``_device_state``'s commit with the snapshot record."""
     from airflow_provider_plgd.tables import delta_tables, file_records
-    from airflow_provider_plgd.spark import snapshot_store as ss
+    from airflow_provider_plgd.tables import snapshot_store as ss
+    from airflow_provider_plgd.spark import snapshot_buckets
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables.storage import to_fs
 
     version = ss.version_id(snapshot_time_ns)
-    run_id = ss.new_run_id()
+    run_id = snapshot_buckets.new_run_id()
     record = {"snapshot": version, "snapshot_time_ns": snapshot_time_ns,
               "snapshot_time": times.ns_to_rfc3339(snapshot_time_ns), "parent": None, "run_id": run_id,
               "interval_id": interval_id}
@@ -67,7 +69,7 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
     for table in ss.ALL_TABLES:
         rows = tables.get(table, [])
         records = []
-        uri = ss.snapshot_table_uri(str(root), table)
+        uri = ss.snapshot_table_uri(Layout.of(str(root)), table)
         if rows:
             fs, base = to_fs(uri)
             rel = f"bucket=0/part-{run_id}.parquet"
@@ -75,7 +77,7 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
             records.append(file_records.file_record(rel, rows=len(rows), size=size, partition={"bucket": 0},
                                                     stats=file_records.parquet_stats(meta)))
         if table == ss.STATE_TABLE:
-            record.update(intervals=[interval_id], buckets=1, bucket_expr=ss.BUCKET_EXPR.format(buckets=1),
+            record.update(intervals=[interval_id], buckets=1, bucket_expr=snapshot_buckets.BUCKET_EXPR.format(buckets=1),
                           next_expiry_ns=next_expiry_ns or {}, rows={t: len(r) for t, r in tables.items()},
                           delta_versions=dict(versions))
         commit = delta_tables.commit_files(uri, records, schema=ss.delta_schema(table), partition_by=("bucket",),

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
@@ -111,7 +112,7 @@ def traffic() -> list[tuple]:
 
 
 def fetch_kwargs(root: str, record: dict, index: int) -> dict:
-    return {"ledger": ledger.interval_dir(root, "EVENTS", record["interval_id"]), "ledger_range": str(index),
+    return {"ledger": ledger.interval_dir(Layout.of(root), "EVENTS", record["interval_id"]), "ledger_range": str(index),
             "storage_root": root, **OPTIONS}
 
 
@@ -127,16 +128,16 @@ def spawn(tmp: Path, name: str, point: str, kwargs: dict, every: list[str] | Non
 
 def state(root: str) -> dict:
     """What readers see of the staging table: version, files the log names, Parquet files on disk, rows."""
-    table = Path(staging.table_uri(root, "EVENTS"))
+    table = Path(staging.table_uri(Layout.of(root), "EVENTS"))
     dt = delta_table(str(table))
     rows = sorted((r["owner_id"], r["event_type"], r["stream_seq"], r["data"]) for r in staging_rows(root))
     assert polars_frame(str(table)).height == len(rows)
-    return {"version": dt.version(), "files": sorted(f.path for f in staging.staged_files(root, "EVENTS")),
+    return {"version": dt.version(), "files": sorted(f.path for f in staging.staged_files(Layout.of(root), "EVENTS")),
             "disk": sorted(str(p.relative_to(table)) for p in table.rglob("*.parquet")), "rows": rows}
 
 
 def record_of(root: str, record: dict, index: int) -> dict | None:
-    return ledger.read_json(f"{ledger.interval_dir(root, 'EVENTS', record['interval_id'])}/fetch/"
+    return ledger.read_json(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', record['interval_id'])}/fetch/"
                             f"{ledger.range_record_name(index)}")
 
 
@@ -182,13 +183,13 @@ def fetch_faults(nats_server, tmp_path_factory):
                     "log": (folder / "log").read_text()[-3000:], "before": before, "seen": state(root),
                     "record_after_kill": record_of(root, record, 1), "record": record, "root": root}
             try:
-                ledger_files(root, "EVENTS", record["interval_id"])
+                ledger_files(Layout.of(root), "EVENTS", record["interval_id"])
             except LedgerError as exc:
                 kill["decode_refused"] = str(exc)
             kill["retry"] = run_op(**fetch_kwargs(root, record, 1))
             kill["after"] = state(root)
             kill["records"] = [record_of(root, record, i) for i in range(2)]
-            kill["decode_files"] = ledger_files(root, "EVENTS", record["interval_id"])
+            kill["decode_files"] = ledger_files(Layout.of(root), "EVENTS", record["interval_id"])
             result["kills"][point] = kill
         # two fetches of range 0 at once
         root = str(tmp / "concurrent")
@@ -208,7 +209,7 @@ def test_the_reference_fetch_stages_every_message_once_sorted_in_files_per_range
     ref = fetch_faults["reference"]
     rows = ref["state"]["rows"]
     assert len(rows) == len({r[2] for r in rows}) == 1200 and [o["count"] for o in ref["outs"]] == [600, 600]
-    files = staging.staged_files(ref["root"], "EVENTS")
+    files = staging.staged_files(Layout.of(ref["root"]), "EVENTS")
     per_place: dict[tuple, list] = {}
     for f in files:
         per_place.setdefault((staging.file_range(f.path)[0], f.event_type), []).append(f)
@@ -264,6 +265,6 @@ def test_two_fetches_of_one_range_at_once_commit_it_once(fetch_faults):
     write_ids = {p.rsplit("/", 1)[-1].split("-")[2] for p in seen["files"]}
     assert len(write_ids) == 1  # the files of one task
     assert seen["disk"] == seen["files"]  # the other task removed its own files
-    table = delta_table(staging.table_uri(conc["root"], "EVENTS"))
+    table = delta_table(staging.table_uri(Layout.of(conc["root"]), "EVENTS"))
     commits = [h for h in table.history() if "fetch_range" in json.dumps(h.get("plgd") or "")]
     assert len(commits) == 1 and a["delta_version"] == b["delta_version"] == commits[0]["version"]

@@ -61,11 +61,12 @@ from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_
 from tests.integration.delta_read import staging_rows
 from tests.integration.staging_data import stage_simulation, write_batches
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.spark import snapshot_store
+from airflow_provider_plgd.tables import snapshot_store
 from airflow_provider_plgd.spark.decode_batch import decode_batch
 
 pytestmark = pytest.mark.spark
@@ -475,7 +476,7 @@ def _kill(base: Path, py_files: str, app: str, kill_point: tuple, intervals, sou
              _step(app, root, intervals, 1, arm={"point": point, "where": where, "target": target, "nth": nth})]
     marker, rc = Run(base, f"p-{app}-{point}", py_files, steps).start().wait_killed()
     state["kills"][(app, point)] = {"marker": marker, "rc": rc, "root": root, "seen": observe(root),
-                                    "latest": (snapshot_store.latest(str(root)) or {}).get("version"),
+                                    "latest": (snapshot_store.latest(Layout.of(str(root))) or {}).get("version"),
                                     "snapshot": {t: snapshot_store.read_snapshot(str(root), t).to_pylist()
                                                  for t in snapshot_store.PUBLIC_TABLES},
                                     "summary": summary_file(root, app, intervals[1][0]).exists()}
@@ -589,7 +590,7 @@ def test_rerun_after_each_kill_equals_an_uninterrupted_run(faults, app):
         summary = json.loads(summary_file(root, app, iid).read_text())
         assert summary["interval_id"] == iid
         if app == "rebuild":
-            latest = snapshot_store.latest(str(root))
+            latest = snapshot_store.latest(Layout.of(str(root)))
             assert (latest["version"], latest["parent"]) == tuple(
                 snapshot_store.version_id(end) for _, _, end in faults.intervals[::-1]), point
             for table in snapshot_store.PUBLIC_TABLES:
@@ -634,12 +635,12 @@ def test_dedupe_one_row_per_message_id(faults):
 
 
 def test_snapshots_equal_ground_truth(faults):
-    latest = snapshot_store.latest(str(faults.root))
+    latest = snapshot_store.latest(Layout.of(str(faults.root)))
     assert latest["version"] == snapshot_store.version_id(faults.intervals[-1][2])
     assert latest["parent"] == snapshot_store.version_id(faults.intervals[0][2])
     for k, (iid, _, end_ns) in enumerate(faults.intervals):
         version = snapshot_store.version_id(end_ns)
-        assert snapshot_store.snapshot(str(faults.root), version)["interval_id"] == iid
+        assert snapshot_store.snapshot(Layout.of(str(faults.root)), version)["interval_id"] == iid
         expected = expected_state(faults.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:
             got = snapshot_store.read_snapshot(str(faults.root), table, version).to_pylist()

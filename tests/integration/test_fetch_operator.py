@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.exceptions import (
@@ -81,7 +82,7 @@ def committed_seqs(root, owner: str, event_type: str, interval_id: str | None = 
 
 def file_digests(root) -> list[str]:
     """SHA-256 of each data file the staging table's log names, sorted (file names differ per run)."""
-    return sorted(hashlib.sha256(Path(f.url).read_bytes()).hexdigest() for f in staging.staged_files(root, "EVENTS"))
+    return sorted(hashlib.sha256(Path(f.url).read_bytes()).hexdigest() for f in staging.staged_files(Layout.of(root), "EVENTS"))
 
 
 def run_op(**kwargs):
@@ -253,7 +254,7 @@ def test_owner_wide_consumer_gives_the_rows_of_one_consumer_per_filter(jetstream
         single = run_op(owner_id=batch["owner_id"], event_type=batch["event_type"], storage_root=single_root, **kw)
         assert batch_rows(grouped_root, batch["owner_id"], batch["event_type"]) == \
             batch_rows(single_root, batch["owner_id"], batch["event_type"]), batch["event_type"]
-        mine = [f for f in staging.staged_files(grouped_root, "EVENTS", event_types=[batch["event_type"]])
+        mine = [f for f in staging.staged_files(Layout.of(grouped_root), "EVENTS", event_types=[batch["event_type"]])
                 if staging.file_batch_owner(f.path) == batch["owner_id"]]
         assert sorted(hashlib.sha256(Path(f.url).read_bytes()).hexdigest() for f in mine) == file_digests(single_root)
         assert single["count"] == batch["count"] == len(batch_rows(single_root, batch["owner_id"], batch["event_type"]))
@@ -445,7 +446,7 @@ def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstre
     monkeypatch.setattr(Stager, "add", real_add)
     out = run_op(**kw)  # the retry
     assert [r["stream_seq"] for r in staging_rows(storage_root)] == sorted(truth)  # no gap, no duplicate
-    assert out["count"] == n and len(staging.staged_files(storage_root, "EVENTS")) == out["batches"][0]["files"]
+    assert out["count"] == n and len(staging.staged_files(Layout.of(storage_root), "EVENTS")) == out["batches"][0]["files"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
@@ -55,13 +56,13 @@ def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None 
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
     start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    return write_interval_ledger(JetStreamHook(), root, times.Interval.of(start, end), owners, list(event_types),
+    return write_interval_ledger(JetStreamHook(), Layout.of(root), times.Interval.of(start, end), owners, list(event_types),
                                  accept_fewer=accept_fewer, max_ranges=max_ranges, range_messages=range_messages)
 
 
 def fetch_ranges(root: str, record: dict) -> list[dict]:
     """Run the fetch task of every range of a plan record (the ETL's mapped ``fetch``)."""
-    base = ledger.interval_dir(root, record["stream"], record["interval_id"])
+    base = ledger.interval_dir(Layout.of(root), record["stream"], record["interval_id"])
     return [run_op(ledger_range=str(i), ledger=base, storage_root=root) for i in range(record["fetch_ranges"])]
 
 
@@ -135,7 +136,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     assert "success" in str(dr.state).lower(), dr.state
     interval_id = times.interval_id(end - timedelta(seconds=interval), end)
 
-    ledger_dir = ledger.interval_dir(storage_root, "EVENTS", interval_id)
+    ledger_dir = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval_id)
     record = json.loads(open(f"{ledger_dir}/stream.json").read())
     assert record["total"] == len(truth)
     assert record["owners"] is None and record["deleted_in_range"] == 0
@@ -206,13 +207,13 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     # event type, would replace the interval's rows in every table and so delete the others'; it is
     # refused in plan, without retries, and every table keeps what it held (before: every task
     # succeeded, the summary reconciled, and the other owner's rows were gone).
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
     def deduped_ids() -> list[str]:
         return sorted(r["msg_id"] for r in read_both(f"{storage_root}/events_deduped", "msg_id",
                                                       interval_id=interval_id))
 
-    kept, latest = deduped_ids(), snapshot_store.latest(storage_root)
+    kept, latest = deduped_ids(), snapshot_store.latest(Layout.of(storage_root))
     for narrower in ({"owners": [owner]}, {"event_types": ["devicesregistered", "resourcechanged"]}):
         with spark_lock():
             rerun = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0,
@@ -223,7 +224,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
         assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
         assert json.loads(open(f"{ledger_dir}/stream.json").read()) == record  # the ledger is untouched
         assert deduped_ids() == kept
-        assert snapshot_store.latest(storage_root) == latest
+        assert snapshot_store.latest(Layout.of(storage_root)) == latest
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
 
 
@@ -269,10 +270,10 @@ def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream,
     (out,) = fetch_ranges(storage_root, record)
     assert (out["count"], out["batches"], out["owners"], out["files"]) == (40, 4, 2, 2)  # 2 owners x 2 types
     assert out["record"].startswith(f"{storage_root}/_ledger/") and len(json.dumps(out)) < 1500  # small XCom
-    files = ledger_files(storage_root, "EVENTS", interval)
+    files = ledger_files(Layout.of(storage_root), "EVENTS", interval)
     assert len(files) == 2 and {f.event_type for f in files} == {"devicesregistered", "resourcechanged"}
     assert sum(f.rows for f in files) == 40 == len(staging_rows(storage_root, interval_id=interval))
-    path = f"{ledger.interval_dir(storage_root, 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
+    path = f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
     good = ledger.read_json(path)
     assert good["event_types"]["resourcechanged"]["count"] == 20 and good["event_types"]["resourcechanged"]["batches"] == 2
     assert "owners" in good and not isinstance(good["owners"], dict)  # a number, nothing per owner
@@ -282,31 +283,31 @@ def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream,
     doctored["event_types"]["resourcechanged"]["count"] -= 1
     ledger.write_json(path, doctored)
     with pytest.raises(LedgerError, match=r"range 0: its event types hold 39 messages, its record says 40 staged"):
-        ledger_files(storage_root, "EVENTS", interval)
+        ledger_files(Layout.of(storage_root), "EVENTS", interval)
     # a record that adds up but does not match the table's rows
     doctored["staged"] -= 1
     doctored["skipped"] = {"event_type_not_requested": 1}
     ledger.write_json(path, doctored)
     with pytest.raises(LedgerError, match=r"range 0, event type resourcechanged: the staging table holds 20 rows, "
                                           r"the fetch record 19"):
-        ledger_files(storage_root, "EVENTS", interval)
+        ledger_files(Layout.of(storage_root), "EVENTS", interval)
     # a record of another run of the plan
     ledger.write_json(path, {**good, "run_version": good["run_version"] - 1})
     with pytest.raises(LedgerError, match=r"range 0: its fetch record is of the plan's run"):
-        ledger_files(storage_root, "EVENTS", interval)
+        ledger_files(Layout.of(storage_root), "EVENTS", interval)
     ledger.write_json(path, good)
-    assert len(ledger_files(storage_root, "EVENTS", interval)) == 2
+    assert len(ledger_files(Layout.of(storage_root), "EVENTS", interval)) == 2
     # staging rows the ledger does not name (another DAG's batch of the same interval ID) are refused
     run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_time=start_ns,
            end_time=end_ns)
     with pytest.raises(LedgerError, match=r"staging file .*/b\.[^ ]+ \(10 rows\) is not of a range of the plan's run"):
-        ledger_files(storage_root, "EVENTS", interval)
+        ledger_files(Layout.of(storage_root), "EVENTS", interval)
 
     # a range the plan counted but no fetch task recorded
-    ledger.clear_fetch_records(storage_root, "EVENTS", interval)
+    ledger.clear_fetch_records(Layout.of(storage_root), "EVENTS", interval)
     with pytest.raises(LedgerError, match=r"range 0 \(sequences \[1, 41\)\): the stream holds 40 messages, "
                                           "no fetch task recorded it"):
-        ledger_files(storage_root, "EVENTS", interval)
+        ledger_files(Layout.of(storage_root), "EVENTS", interval)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +342,7 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
     with pytest.raises(LedgerError, match=r"range 0 \(sequences \[1, 21\)\): the stream holds 19 messages, "
                                           r"fetched 15"):
         fetch_ranges(storage_root, record)
-    base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", record["interval_id"])
     assert run_op(ledger_range=1, ledger=base, storage_root=storage_root)["count"] == 20
 
 
@@ -398,7 +399,7 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
         assert truth[row["stream_seq"]][0] == row["subject"] and row["subject"].split(".")[2] == row["owner_id"]
         assert row["event_type"] == row["subject"].rsplit(".", 1)[-1]
     assert sorted(staged) == sorted(truth) == sorted(seqs)
-    files = ledger_files(storage_root, "EVENTS", record["interval_id"])
+    files = ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])
     ranges_of_o1 = {staging.file_range(f.path)[0] for f in files if f.min_owner <= O1 <= f.max_owner}
     assert ranges_of_o1 == {0, 1, 2}  # O1's batches: a run in a file of every range
     assert len(files) <= 3 * 2  # ranges x event types (one file each at this size)
@@ -411,7 +412,7 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
     assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
     assert {r["owner_id"] for r in staging_rows(other, interval_id=chosen["interval_id"])} == {O1, o3}
     with pytest.raises(ValueError, match="ledger range 2 does not exist"):
-        run_op(ledger_range=2, ledger=ledger.interval_dir(other, "EVENTS", chosen["interval_id"]), storage_root=other)
+        run_op(ledger_range=2, ledger=ledger.interval_dir(Layout.of(other), "EVENTS", chosen["interval_id"]), storage_root=other)
 
 
 def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stages_everything(
@@ -432,7 +433,7 @@ def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stage
     start_ns, end_ns = bounds_around(jetstream.url)
     truth = read_stream(jetstream.url)
     record = plan_ledger(storage_root, start_ns, end_ns, event_types=("devicesregistered",))
-    base = ledger.interval_dir(storage_root, "EVENTS", record["interval_id"])
+    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", record["interval_id"])
     spill = tmp_path / "spill"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
@@ -443,7 +444,7 @@ def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stage
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert (out["count"], out["owners"], out["batches"]) == (600, 300, 300)
     assert os.listdir(spill) == []  # the runs were spilled there and removed
-    files = ledger_files(storage_root, "EVENTS", record["interval_id"])
+    files = ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])
     assert len(files) == out["files"] == -(-1_200_000 // 250_000)  # ceil(payload / target)
     rows = staging_rows(storage_root, interval_id=record["interval_id"])
     assert {r["stream_seq"]: (r["subject"], r["data"]) for r in rows} == \
@@ -498,7 +499,7 @@ def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_e
     outs = fetch_ranges(storage_root, record)
     assert sum(o["count"] for o in outs) == 13 and all(o["skipped"] == {} for o in outs)
 
-    assert sum(f.rows for f in ledger_files(storage_root, "EVENTS", record["interval_id"])) == 13  # decode's reader
+    assert sum(f.rows for f in ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])) == 13  # decode's reader
     staged: dict[tuple[str, str], list[str]] = {}
     for row in staging_rows(storage_root, interval_id=record["interval_id"]):  # a batch may have rows in each range
         staged.setdefault((row["owner_id"], row["event_type"]), []).append(row["subject"])

@@ -1,4 +1,4 @@
-"""Table maintenance (``airflow_provider_plgd.maintenance``) on real Delta tables, read back with
+"""Table maintenance (``airflow_provider_plgd.tables.maintenance``) on real Delta tables, read back with
 ``deltalake`` and ``polars`` only.
 
 The tables are built without Spark (``plgd_devtools.interval_tables``: simulated plgd traffic
@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd import maintenance
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables import maintenance
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.simulator import SimulationConfig, generate
 from plgd_devtools import interval_tables
@@ -268,11 +269,11 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     for iid in ids[:2]:
         stager = Stager(stream="EVENTS", spill_dir=None)
         stager.add(owner, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
-        records = stager.write(staging.table_uri(str(root), "EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
-        staging_commits.commit_batches(str(root), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
-    ledger.write_json(f"{ledger.interval_dir(str(root), 'EVENTS', ids[0])}/summary.json",
+        records = stager.write(staging.table_uri(Layout.of(str(root)), "EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
+        staging_commits.commit_batches(Layout.of(str(root)), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
+    ledger.write_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[0])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": True})
-    ledger.write_json(f"{ledger.interval_dir(str(root), 'EVENTS', ids[1])}/summary.json",
+    ledger.write_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[1])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     target = dags_folder / "plgd_maintenance_staging.py"
     target.write_text("from datetime import datetime, timedelta, timezone\n"
@@ -284,5 +285,5 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
     report = xcom_value(run, "maintain")
     assert report["staging"] == {"intervals": [ids[0]], "files": 1, "rows": 2, "vacuumed": 0}
-    left = DeltaTable(staging.table_uri(str(root), "EVENTS")).to_pyarrow_table().to_pylist()
+    left = DeltaTable(staging.table_uri(Layout.of(str(root)), "EVENTS")).to_pyarrow_table().to_pylist()
     assert sorted({r["interval_id"] for r in left}) == [ids[1]] and len(left) == 2

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.etl import DEFAULT_PARAMS
 from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
 from tests.integration.test_connection_ui import CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS
@@ -99,7 +100,7 @@ def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with
         from airflow_provider_plgd.tables import ledger
 
         interval = times.interval_id(hour - timedelta(hours=1), hour)
-        summary = ledger.read_json(f"{ledger.interval_dir(str(root), 'EVENTS', interval)}/summary.json")
+        summary = ledger.read_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', interval)}/summary.json")
         assert summary["reconciled"] is True and summary["chain"]["stream_total"] == 0, summary
         assert summary["chain"]["spark_skipped"], summary
         before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))

@@ -26,6 +26,7 @@ from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import registrations_subject
 from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.triggers.interval_complete import JetStreamIntervalCompleteTrigger
 from plgd_devtools.nats_server import NatsServer, free_port, leafnode_config, recreate_stream
 from plgd_devtools.tcp_proxy import TcpProxy
@@ -190,7 +191,7 @@ def test_cut_mirror_link_is_not_complete_and_nothing_is_lost_after_it_returns(mi
     hook.require_interval_complete(start_ns, end_ns, settle_seconds=SETTLE)
     # the plan's ledger counts the mirror: every message of the interval, per owner
     start, end = utc(start_ns), utc(end_ns)
-    record = write_interval_ledger(hook, os.path.join(storage_root, "plan"), times.Interval.of(start, end),
+    record = write_interval_ledger(hook, Layout.of(os.path.join(storage_root, "plan")), times.Interval.of(start, end),
                                    list(OWNERS), ["devicesregistered"], accept_fewer=False)
     assert (record["stream"], record["total"], record["first_seq"], record["end_seq_exclusive"]) == (MIRROR, 7, 1, 8)
     assert record["owners"] == list(OWNERS) and [r["count"] for r in record["ranges"]] == [7]

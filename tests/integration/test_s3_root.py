@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger, staging, storage
 from airflow_provider_plgd.tables.storage_root import normalize_storage_root, resolve_storage_root
@@ -131,7 +132,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     start_ns, end_ns = bounds_around(jetstream.url)
     record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=60)
     interval = record["interval_id"]
-    base = ledger.interval_dir(storage_root, "EVENTS", interval)
+    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval)
     assert base.startswith("s3://plgd-test/plgd/_ledger/EVENTS/interval=")
     kw = dict(storage_root=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
     first = [run_op(ledger_range=i, batch_size=1000, **kw) for i in range(2)]
@@ -141,19 +142,19 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     assert sorted(r["stream_seq"] for r in rows) == list(range(1, 121))
     assert sorted({(r["owner_id"], r["event_type"]) for r in rows}) == sorted(
         (o, t) for o in (O1, O2) for t in ("devicesregistered", "resourcechanged"))
-    files = staging.staged_files(storage_root, "EVENTS", interval_id=interval)
+    files = staging.staged_files(Layout.of(storage_root), "EVENTS", interval_id=interval)
     assert len(files) == 8 and all(f.url.startswith(f"{storage_root}/staging/EVENTS/interval_id=") for f in files)
     before = sorted(_digest(f.url).popitem()[1] for f in files)  # 30 rows of a type per range, 25/file
 
     # a retried task of the same plan: reads and counts again, commits nothing, writes the same record
     second = [run_op(ledger_range=i, batch_size=7, **kw) for i in range(2)]
     assert second == first
-    assert staging.staged_files(storage_root, "EVENTS", interval_id=interval) == files
+    assert staging.staged_files(Layout.of(storage_root), "EVENTS", interval_id=interval) == files
     # a rerun of the interval (a new plan, other fetch batching): new files, byte for byte the same
     plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=60)
     third = [run_op(ledger_range=i, batch_size=7, **kw) for i in range(2)]
     assert [o["count"] for o in third] == [60, 60]
-    again = staging.staged_files(storage_root, "EVENTS", interval_id=interval)
+    again = staging.staged_files(Layout.of(storage_root), "EVENTS", interval_id=interval)
     assert {f.path for f in again}.isdisjoint(f.path for f in files)
     assert sorted(_digest(f.url).popitem()[1] for f in again) == before
     assert staging_rows(storage_root, interval_id=interval) == rows
@@ -162,8 +163,8 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     fs, _ = storage.to_fs(storage_root)
     for app, value in {"decode": {"fetched": 120, "decoded": 118, "quarantined": 2, "per_reason": {"x": 2}},
                        "dedupe": {"input": 118, "output": 118, "duplicates": 0}, "rebuild": {"version": 1}}.items():
-        fs.pipe_file(storage.to_fs(run_summary_path(storage_root, app, interval))[1], json.dumps(value).encode())
-    summary = collect_run_summary(storage_root, "EVENTS", interval).as_dict()
+        fs.pipe_file(storage.to_fs(run_summary_path(Layout.of(storage_root), app, interval))[1], json.dumps(value).encode())
+    summary = collect_run_summary(Layout.of(storage_root), "EVENTS", interval).as_dict()
     assert summary["problems"] == [] and summary["reconciled"] is True
     assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
     assert summary["chain"]["kept"] == 118 and summary["chain"]["snapshot_version"] == 1
@@ -248,7 +249,7 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
             dr = dag.test(logical_date=end, run_conf=conf)
         runs.append(dr)
         assert "success" in str(dr.state).lower(), dr.state
-        summary = ledger.read_json(f"{ledger.interval_dir(storage_root, 'EVENTS', interval_id)}/summary.json")
+        summary = ledger.read_json(f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval_id)}/summary.json")
         assert summary["reconciled"] is True and summary["problems"] == []
         assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == len(truth)
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
@@ -289,22 +290,22 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
 
     other = s3fs.S3FileSystem(skip_instance_cache=True)
     interval = "20260101T000000Z_20260101T010000Z"
-    base = ledger.interval_dir(storage_root, "EVENTS", interval)
+    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval)
     ledger.write_json(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
-    assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 1
-    assert read_app_summary(storage_root, "decode", interval) is None
-    assert staging.staged_files(storage_root, "EVENTS") == []
+    assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 1
+    assert read_app_summary(Layout.of(storage_root), "decode", interval) is None
+    assert staging.staged_files(Layout.of(storage_root), "EVENTS") == []
 
     other.pipe_file(storage.to_fs(f"{base}/fetch/range-00001.json")[1],
                     json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
-    other.pipe_file(storage.to_fs(run_summary_path(storage_root, "decode", interval))[1], b'{"fetched": 3}')
-    assert len(ledger.read_records(storage_root, "EVENTS", interval)[1]) == 2
-    assert read_app_summary(storage_root, "decode", interval) == {"fetched": 3}
+    other.pipe_file(storage.to_fs(run_summary_path(Layout.of(storage_root), "decode", interval))[1], b'{"fetched": 3}')
+    assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 2
+    assert read_app_summary(Layout.of(storage_root), "decode", interval) == {"fetched": 3}
     # a staging commit of another process: the next read of the log sees it, and its files
     subprocess.run([sys.executable, "-c", COMMITTING_WRITER.format(repo=REPO, root=storage_root, rows=5, kill_after=0, version=1)],
                    check=True, timeout=120)
-    assert sum(f.rows for f in staging.staged_files(storage_root, "EVENTS")) == 5
-    assert staging.read_staged(storage_root, "EVENTS", WRITER_INTERVAL).column("stream_seq").to_pylist() == \
+    assert sum(f.rows for f in staging.staged_files(Layout.of(storage_root), "EVENTS")) == 5
+    assert staging.read_staged(Layout.of(storage_root), "EVENTS", WRITER_INTERVAL).column("stream_seq").to_pylist() == \
         list(range(1, 6))
 
 
@@ -316,6 +317,7 @@ COMMITTING_WRITER = """
 import os, signal, sys
 sys.path[:0] = [{repo!r}]
 from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.fetch import stager as stager_module
 
 KILL_AFTER = {kill_after}
@@ -332,9 +334,9 @@ owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
 s = stager_module.Stager(stream="EVENTS", spill_dir=None, max_rows_per_file=25, row_group_rows=10)
 s.add(owner, "devicesregistered", [(i, "plgd.owners." + owner + ".registrations.devicesregistered",
                                     1767225600000000000 + i, None, b"payload %d" % i) for i in range(1, {rows} + 1)])
-records = s.write(staging.table_uri({root!r}, "EVENTS"), "seq-000000000001-000000001000",
+records = s.write(staging.table_uri(Layout.of({root!r}), "EVENTS"), "seq-000000000001-000000001000",
                   staging.batch_file_prefix(owner, staging.new_write_id()))
-staging_commits.commit_batches({root!r}, "EVENTS", "seq-000000000001-000000001000", owner, ["devicesregistered"], records,
+staging_commits.commit_batches(Layout.of({root!r}), "EVENTS", "seq-000000000001-000000001000", owner, ["devicesregistered"], records,
                        {version})
 """
 
@@ -349,19 +351,19 @@ def test_a_fetch_killed_between_its_files_leaves_nothing_visible_on_the_bucket(s
             capture_output=True, text=True, timeout=120)
 
     assert writer(0, 1).returncode == 0
-    first = staging.staged_files(storage_root, "EVENTS")
+    first = staging.staged_files(Layout.of(storage_root), "EVENTS")
     rows = staging_rows(storage_root)
     digests = sorted(_digest(f.url).popitem()[1] for f in first)
     assert len(first) == 3 and len(rows) == 60
 
     killed = writer(2, 2)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    assert staging.staged_files(storage_root, "EVENTS") == first and staging_rows(storage_root) == rows
-    fs, path = storage.to_fs(staging.table_uri(storage_root, "EVENTS"))
+    assert staging.staged_files(Layout.of(storage_root), "EVENTS") == first and staging_rows(storage_root) == rows
+    fs, path = storage.to_fs(staging.table_uri(Layout.of(storage_root), "EVENTS"))
     on_bucket = [p for p in fs.find(path) if p.endswith(".parquet")]
     assert len(on_bucket) == 5  # the two files of the killed run are there, named by no commit
 
     assert writer(0, 3).returncode == 0
-    again = staging.staged_files(storage_root, "EVENTS")
+    again = staging.staged_files(Layout.of(storage_root), "EVENTS")
     assert {f.path for f in again}.isdisjoint(f.path for f in first)
     assert sorted(_digest(f.url).popitem()[1] for f in again) == digests and staging_rows(storage_root) == rows

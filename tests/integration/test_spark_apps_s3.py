@@ -194,7 +194,7 @@ def test_snapshots_read_from_the_bucket_equal_the_ground_truth(pipeline):
     import polars as pl
 
     from airflow_provider_plgd import read_snapshot
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
     for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
         version = snapshot_store.version_id(end_ns)

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.plgd.subjects import subject_filters, validate_token
 
@@ -199,12 +200,12 @@ def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, va
     kwargs = {"stream": "EVENTS", "owner_id": OWNER, "event_type": "devicesregistered",
               "interval_id": "seq-000000000001-000000000002", field: value}
     with pytest.raises(ValueError) as err:
-        table = staging.table_uri(str(root), kwargs["stream"])
+        table = staging.table_uri(Layout.of(str(root)), kwargs["stream"])
         stager = Stager(stream=kwargs["stream"], spill_dir=None)
         stager.add(kwargs["owner_id"], kwargs["event_type"],
                    [(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
         records = stager.write(table, kwargs["interval_id"], staging.batch_file_prefix(kwargs["owner_id"], "w1"))
-        staging_commits.commit_batches(str(root), kwargs["stream"], kwargs["interval_id"], kwargs["owner_id"],
+        staging_commits.commit_batches(Layout.of(str(root)), kwargs["stream"], kwargs["interval_id"], kwargs["owner_id"],
                                [kwargs["event_type"]], records, 1)
     assert field in str(err.value) and named(value) in str(err.value)
     assert tree(tmp_path) == []
@@ -213,8 +214,8 @@ def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, va
 @pytest.mark.parametrize("value", ["*", "?", "[ab]", "..", "a/b", "."])
 def test_staging_readers_reject_glob_and_path_values(value, tmp_path):
     root = tmp_path / "root"
-    for call in (lambda: staging.table_uri(str(root), value), lambda: staging.partition_folder(value, "x"),
-                 lambda: staging.partition_folder("i", value), lambda: staging_commits.begin_interval(str(root), "EVENTS", value, 1),
+    for call in (lambda: staging.table_uri(Layout.of(str(root)), value), lambda: staging.partition_folder(value, "x"),
+                 lambda: staging.partition_folder("i", value), lambda: staging_commits.begin_interval(Layout.of(str(root)), "EVENTS", value, 1),
                  lambda: staging.batch_file_prefix(value, "w")):
         with pytest.raises(ValueError) as err:
             call()
@@ -224,7 +225,7 @@ def test_staging_readers_reject_glob_and_path_values(value, tmp_path):
 
 def test_valid_values_still_build_the_documented_layout(tmp_path):
     root = tmp_path / "root"
-    table = staging.table_uri(str(root), "EVENTS")
+    table = staging.table_uri(Layout.of(str(root)), "EVENTS")
     folder = f"{table}/{staging.partition_folder('seq-000000000001-000000000002', 'devicesregistered')}"
     assert folder == f"{root}/staging/EVENTS/interval_id=seq-000000000001-000000000002/event_type=devicesregistered"
     assert os.path.commonpath([folder, str(root)]) == str(root)

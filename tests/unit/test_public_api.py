@@ -52,7 +52,7 @@ def test_decode_message_refuses_wrong_types():
 
 
 def test_read_snapshot_is_the_snapshot_store_reader_and_the_root_stays_light():
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
     assert airflow_provider_plgd.read_snapshot is snapshot_store.read_snapshot
     with pytest.raises(AttributeError):

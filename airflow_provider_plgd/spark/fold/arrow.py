@@ -46,7 +46,7 @@ def fold_bucket_arrow(
 ):
     """Fold one bucket: new events + previous states of the touched devices -> output rows.
 
-    Called once per touched bucket by :func:`airflow_provider_plgd.spark.snapshot_store.rebuild_bucket` (inside the
+    Called once per touched bucket by :func:`airflow_provider_plgd.tables.snapshot_store.rebuild_bucket` (inside the
     rebuild's reduce tasks, ``RDD.mapPartitions``); the unit tests call it directly.
 
     :param events: ``pyarrow.Table`` of ``events`` rows of this bucket, plus ``bucket_column``

@@ -99,7 +99,7 @@ def plan(root: str, hook: FakeHook, lineage: list | None = None, dag_params: dic
 
 
 def stream_json(root: str, stream: str = "EVENTS") -> dict[str, Any]:
-    return json.loads(Path(ledger.interval_dir(root, stream, INTERVAL), "stream.json").read_text())
+    return json.loads(Path(ledger.interval_dir(Layout.of(root), stream, INTERVAL), "stream.json").read_text())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_plan_interval_writes_the_ledger_builds_the_zip_and_returns_the_plan_xco
     # the interval's bounds as unix ns (times.Interval)
     assert kwargs == {"start_time": times.to_ns(START), "end_time": times.to_ns(END), "range_messages": 5, "max_ranges": 4,
                       "scope_filter": ledger.SCOPE_FILTER}
-    assert lineage == [(["nats://fake:4222"], "EVENTS", root)]
+    assert lineage == [(["nats://fake:4222"], "EVENTS", Layout.of(root))]
     record = stream_json(root)
     assert record["total"] == 9 and record["fetch_ranges"] == 2 and record["owners"] is None
     assert record["ranges"] == [{"index": 0, "first_seq": 10, "end_seq_exclusive": 16, "count": 6},
@@ -241,7 +241,7 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
     record = ledger.plan_record(counted, interval_id=INTERVAL, owners=None, event_types=list(EVENT_TYPES),
                                 read_filters=[ledger.SCOPE_FILTER], bounds={"start": START.isoformat()})
     record["spark_skip"] = None
-    base = ledger.interval_dir(root, "EVENTS", INTERVAL)
+    base = ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL)
     ledger.write_json(f"{base}/stream.json", record)
     event_types = {"devicesregistered": {"count": 2, "bytes": 10, "batches": 1, "files": 1, "first_seq": 1,
                                          "last_seq": 2},
@@ -263,7 +263,7 @@ def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_t
     write_interval(root, decoded=2, kept=1, duplicates=1)
     params = {**DEFAULT_PARAMS, "owners": [OWNER_A], "max_fetch_tasks": 3}
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
-        result = summarize_interval(root, "EVENTS", INTERVAL, params).as_dict()
+        result = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, params).as_dict()
 
     assert result["fetched"] == {"devicesregistered": 2, "resourcechanged": 1}  # nothing per owner
     assert result["reconciled"] is True and result["problems"] == []
@@ -275,7 +275,7 @@ def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_t
             chain["kept"], chain["duplicates_within_interval"]) == (3, 3, [2], 2, 1, 1, 1)
     assert result["decode"]["per_reason"] == {"bad_cbor": 1}
     assert result["rebuild"]["version"] == "20260301T110000Z"
-    written = json.loads(Path(ledger.interval_dir(root, "EVENTS", INTERVAL), "summary.json").read_text())
+    written = json.loads(Path(ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is True and written["chain"] == chain
     lines = [r.getMessage() for r in caplog.records if r.name == "airflow_provider_plgd.etl"]
     assert "  fetched event_type=devicesregistered count=2" in lines
@@ -287,12 +287,12 @@ def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_t
 def test_summarize_interval_raises_ledger_error_when_the_chain_does_not_add_up(root, caplog):
     write_interval(root, decoded=3, kept=2, duplicates=0)  # dedupe lost one event
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"), pytest.raises(LedgerError) as err:
-        summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS)
+        summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS)
 
     problem = "dedupe: 3 read != 2 kept + 0 duplicates dropped"
     assert str(err.value) == f"interval {INTERVAL} does not reconcile: {problem}"
     assert err.value.interval_id == INTERVAL and err.value.problems == [problem]
-    written = json.loads(Path(ledger.interval_dir(root, "EVENTS", INTERVAL), "summary.json").read_text())
+    written = json.loads(Path(ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is False and written["problems"] == [problem]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [f"Does not reconcile: {problem}"]
 
@@ -300,7 +300,7 @@ def test_summarize_interval_raises_ledger_error_when_the_chain_does_not_add_up(r
 def test_summarize_interval_without_a_ledger_names_where_the_plan_writes_it(root):
     with pytest.raises(LedgerError, match=rf"interval {INTERVAL} does not reconcile: no ledger at "
                                           rf"{root}/_ledger/EVENTS/interval={INTERVAL} \(the plan task writes it\)"):
-        summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS)
+        summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS)
 
 
 def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the_retention(root, caplog):
@@ -317,16 +317,16 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     for iid in (INTERVAL, failed, other):
         stager = Stager(stream="EVENTS", spill_dir=None)
         stager.add(OWNER_A, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
-        records = stager.write(staging.table_uri(root, "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
-        staging_commits.commit_batches(root, "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
-    ledger.write_json(f"{ledger.interval_dir(root, 'EVENTS', failed)}/summary.json",
+        records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
+        staging_commits.commit_batches(Layout.of(root), "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
+    ledger.write_json(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', failed)}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     write_interval(root, decoded=2, kept=1, duplicates=1)
-    kept = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600).as_dict()
-    assert kept["staging_expired"] is None and len(staging.staged_intervals(root, "EVENTS")) == 3
+    kept = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600).as_dict()
+    assert kept["staging_expired"] is None and len(staging.staged_intervals(Layout.of(root), "EVENTS")) == 3
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
-        done = summarize_interval(root, "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0).as_dict()
+        done = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0).as_dict()
     assert done["staging_expired"]["intervals"] == [INTERVAL] and done["staging_expired"]["rows"] == 2
-    rows = DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
+    rows = DeltaTable(staging.table_uri(Layout.of(root), "EVENTS")).to_pyarrow_table().to_pylist()
     assert sorted({r["interval_id"] for r in rows}) == sorted([failed, other])
     assert any("Expired the staging of 1 reconciled interval(s)" in r.getMessage() for r in caplog.records)

@@ -57,18 +57,19 @@ def test_strip_userinfo_drops_credentials_only():
 
 
 def test_tables_location_of_s3_roots_only():
-    assert links.tables_location("s3://bucket/plgd/prod", environ={}) == {"bucket": "bucket", "prefix": "plgd/prod"}
-    assert links.tables_location("s3a://bucket/plgd/", environ={}) == {"bucket": "bucket", "prefix": "plgd"}
-    assert links.tables_location("s3://bucket", environ={}) == {"bucket": "bucket", "prefix": ""}
-    # never a credential, even if a root carried one
-    assert links.tables_location("s3://KEY:SECRET@bucket/p", environ={}) == {"bucket": "bucket", "prefix": "p"}
-    assert links.tables_location("s3://KEY:SE/CRET@bucket/p", environ={}) == {"bucket": "bucket", "prefix": "p"}
-    assert links.tables_location("/var/lib/plgd", environ={}) is None
-    assert links.tables_location("file:///var/lib/plgd", environ={}) is None
-    assert links.tables_location("gs://bucket/p", environ={}) is None
+    assert links.tables_location(Layout.of("s3://bucket/plgd/prod"), environ={}) == {"bucket": "bucket", "prefix": "plgd/prod"}
+    assert links.tables_location(Layout.of("s3a://bucket/plgd/"), environ={}) == {"bucket": "bucket", "prefix": "plgd"}
+    assert links.tables_location(Layout.of("s3://bucket"), environ={}) == {"bucket": "bucket", "prefix": ""}
+    # never a credential: Layout.of refuses a root with one, and a secret with a "/" is dropped
+    with pytest.raises(ValueError, match="credentials in the URL"):
+        Layout.of("s3://KEY:SECRET@bucket/p")
+    assert links.tables_location(Layout.of("s3://KEY:SE/CRET@bucket/p"), environ={}) == {"bucket": "bucket", "prefix": "p"}
+    assert links.tables_location(Layout.of("/var/lib/plgd"), environ={}) is None
+    assert links.tables_location(Layout.of("file:///var/lib/plgd"), environ={}) is None
+    assert links.tables_location(Layout.of("gs://bucket/p"), environ={}) is None
     # an S3-compatible store (MinIO) is not in the AWS console
-    assert links.tables_location("s3://bucket/p", environ={"AWS_ENDPOINT_URL": "http://minio:9000"}) is None
-    assert links.tables_location("s3://bucket/p", environ={"AWS_ENDPOINT_URL_S3": "https://s3.eu-west-1.amazonaws.com"}) == {
+    assert links.tables_location(Layout.of("s3://bucket/p"), environ={"AWS_ENDPOINT_URL": "http://minio:9000"}) is None
+    assert links.tables_location(Layout.of("s3://bucket/p"), environ={"AWS_ENDPOINT_URL_S3": "https://s3.eu-west-1.amazonaws.com"}) == {
         "bucket": "bucket", "prefix": "p"}
 
 
@@ -126,9 +127,9 @@ def test_tables_link_persist_pushes_s3_roots_only(monkeypatch):
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
     ti = FakeTI()
-    assert PlgdTablesLink.persist({"ti": ti}, "/data/plgd") is None
+    assert PlgdTablesLink.persist({"ti": ti}, Layout.of("/data/plgd")) is None
     assert ti.pushed == {}
-    PlgdTablesLink.persist({"ti": ti}, "s3://bucket/plgd")
+    PlgdTablesLink.persist({"ti": ti}, Layout.of("s3://bucket/plgd"))
     assert ti.pushed == {TABLES_XCOM_KEY: {"bucket": "bucket", "prefix": "plgd"}}
 
 

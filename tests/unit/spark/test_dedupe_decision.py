@@ -9,7 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd.spark import dedupe_decision, snapshot_store
+from airflow_provider_plgd.spark import dedupe_decision
+from airflow_provider_plgd.spark import snapshot_buckets
 
 
 def keys(rows):
@@ -93,11 +94,11 @@ def test_xxh64_reference_vectors_and_spark_sign():
     assert xxhash.xxh64_intdigest(b"abc", 0) == 0x44BC2CF5AD770999
     # signed like a Java long; buckets in range for every length branch (<4, <8, <32, >=32 bytes)
     for value, h, b32, b5 in KNOWN_BUCKETS:
-        assert snapshot_store.spark_xxhash64(value) == h
+        assert snapshot_buckets.spark_xxhash64(value) == h
         assert -(1 << 63) <= h < (1 << 63)
-        assert snapshot_store.device_bucket(value, 32) == b32 and snapshot_store.device_bucket(value, 5) == b5
+        assert snapshot_buckets.device_bucket(value, 32) == b32 and snapshot_buckets.device_bucket(value, 5) == b5
     with pytest.raises(ValueError, match="buckets must be >= 1, got 0"):
-        snapshot_store.device_bucket("a", 0)
+        snapshot_buckets.device_bucket("a", 0)
 
 
 def test_dropped_rows_name_exact_copies_by_position():

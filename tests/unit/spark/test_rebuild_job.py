@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.spark import rebuild_job, snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.spark import rebuild_job
+from airflow_provider_plgd.tables import snapshot_store
 
 I1, I3 = "20260101T000000Z_20260101T010000Z", "20260101T020000Z_20260101T030000Z"
 V1, V3 = "20260101T010000Z", "20260101T030000Z"
@@ -25,7 +27,7 @@ def deduped(root: Path, interval: str, name: str, rows: int) -> None:
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables.storage import to_fs
 
-    uri = delta_tables.interval_table_uri(str(root), delta_tables.EVENTS_DEDUPED)
+    uri = delta_tables.interval_table_uri(Layout.of(str(root)), delta_tables.EVENTS_DEDUPED)
     rel = f"interval_id={interval}/event_type=x/{name}"
     fs, base = to_fs(uri)
     size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"m{i}" for i in range(rows)]}))
@@ -44,7 +46,7 @@ def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> No
               "intervals": [interval]}
     if inputs is not None:
         record["inputs"] = inputs
-    delta_tables.commit_files(snapshot_store.snapshot_table_uri(str(root), snapshot_store.STATE_TABLE), [],
+    delta_tables.commit_files(snapshot_store.snapshot_table_uri(Layout.of(str(root)), snapshot_store.STATE_TABLE), [],
                               schema=snapshot_store.delta_schema(snapshot_store.STATE_TABLE), partition_by=("bucket",),
                               replace=None, metadata=record, app_id=f"test/{version}", run_version=time.time_ns())
 
@@ -52,27 +54,27 @@ def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> No
 def test_unchanged_input_is_a_no_op_and_changed_input_is_refused(tmp_path):
     root = tmp_path
     deduped(root, I1, "part-00000-w1.parquet", 10)
-    folded = rebuild_job.input_fingerprint(str(root), I1)
+    folded = rebuild_job.input_fingerprint(Layout.of(str(root)), I1)
     snapshot(root, V1, I1, {I1: folded})
     latest = {"version": V3, "interval_id": I3}
     # the rerun committed the same rows in the same partition files (other run-unique names): unchanged
     deduped(root, I1, "part-00000-w2.parquet", 10)
-    assert rebuild_job.check_older_interval(str(root), str(root), latest, I1)["version"] == V1
+    assert rebuild_job.check_older_interval(Layout.of(str(root)), Layout.of(str(root)), latest, I1)["version"] == V1
     # fewer rows now (e.g. accept_fewer_messages after a purge): the later snapshots hold the old ones
     deduped(root, I1, "part-00000-w3.parquet", 9)
     with pytest.raises(RuntimeError, match=rf"interval {I1}: its deduplicated events changed since snapshot "
                                            rf"{V1} folded them \(10 rows then, 9 now\).*{V3}"):
-        rebuild_job.check_older_interval(str(root), str(root), latest, I1)
+        rebuild_job.check_older_interval(Layout.of(str(root)), Layout.of(str(root)), latest, I1)
 
 
 def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
     deduped(tmp_path, I1, "part-00000-w1.parquet", 1)
     latest = {"version": V3, "interval_id": I3}
     with pytest.raises(RuntimeError, match="no snapshot in the Delta log .* records folding it"):
-        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, I1)
+        rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
     snapshot(tmp_path, V1, I1, None)  # a record without inputs
     with pytest.raises(RuntimeError, match="records folding it"):
-        rebuild_job.check_older_interval(str(tmp_path), str(tmp_path), latest, I1)
+        rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
 
 
 

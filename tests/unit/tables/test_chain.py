@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import chain, delta_tables, file_records, ledger
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
@@ -26,7 +27,7 @@ STREAM = "EVENTS"
 
 def plan(root: str, interval_id: str, total: int) -> None:
     """The ledger's ``stream.json`` of an interval whose stream held ``total`` messages."""
-    ledger.write_json(f"{ledger.interval_dir(root, STREAM, interval_id)}/stream.json",
+    ledger.write_json(f"{ledger.interval_dir(Layout.of(root), STREAM, interval_id)}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": interval_id, "total": total})
 
 
@@ -35,15 +36,15 @@ def dedupe(root: str, interval_id: str, ids: list[str]) -> None:
     records = []
     if ids:
         rel = f"interval_id={interval_id}/bucket=0/part-0.parquet"
-        path = f"{delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX)}/{rel}"
+        path = f"{delta_tables.interval_table_uri(Layout.of(root), delta_tables.MSGID_INDEX)}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(pa.table({"msg_id": ids}), path)
         records.append(file_records.file_record(rel, rows=len(ids), size=os.path.getsize(path),
                                                 partition={"interval_id": interval_id, "bucket": "0"}))
     delta_tables.commit_interval("dedupe", interval_id, (
-        (delta_tables.MSGID_INDEX, delta_tables.interval_table_uri(root, delta_tables.MSGID_INDEX), MSGID_INDEX_SCHEMA,
+        (delta_tables.MSGID_INDEX, delta_tables.interval_table_uri(Layout.of(root), delta_tables.MSGID_INDEX), MSGID_INDEX_SCHEMA,
          records, len(ids)),
-        (delta_tables.EVENTS_DEDUPED, delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED),
+        (delta_tables.EVENTS_DEDUPED, delta_tables.interval_table_uri(Layout.of(root), delta_tables.EVENTS_DEDUPED),
          schemas.EVENTS_SCHEMA, [], 0)), run_version=1, metadata={"run_version": 1})
 
 
@@ -55,14 +56,14 @@ def test_a_failed_interval_followed_by_an_empty_one_is_a_hole_until_it_is_dedupl
     plan(root, IDS[1], 7)  # A: decode failed, nothing committed
     plan(root, IDS[2], 0)  # B: empty
     plan(root, IDS[3], 4)  # C
-    assert chain.holes_before(root, STREAM, IDS[3]) == [chain.Hole(IDS[1], 7)]
+    assert chain.holes_before(Layout.of(root), STREAM, IDS[3]) == [chain.Hole(IDS[1], 7)]
     with pytest.raises(ChainHoleError, match=rf"interval {IDS[3]}: dedupe refused: .*{IDS[1]} \(7 messages\)") as err:
-        chain.check_no_hole(root, STREAM, IDS[3], stage="dedupe")
+        chain.check_no_hole(Layout.of(root), STREAM, IDS[3], stage="dedupe")
     assert err.value.holes == [IDS[1]]
-    assert chain.holes_before(root, STREAM, IDS[1]) == []  # A itself builds on a whole chain
+    assert chain.holes_before(Layout.of(root), STREAM, IDS[1]) == []  # A itself builds on a whole chain
     dedupe(root, IDS[1], [])  # every event of A quarantined: committed without message IDs
-    assert chain.holes_before(root, STREAM, IDS[3]) == []
-    chain.check_no_hole(root, STREAM, IDS[3], stage="rebuild")
+    assert chain.holes_before(Layout.of(root), STREAM, IDS[3]) == []
+    chain.check_no_hole(Layout.of(root), STREAM, IDS[3], stage="rebuild")
 
 
 def test_the_holes_are_looked_for_only_after_the_latest_interval_with_message_ids(tmp_path):
@@ -71,9 +72,9 @@ def test_the_holes_are_looked_for_only_after_the_latest_interval_with_message_id
     plan(root, IDS[1], 2)
     dedupe(root, IDS[1], ["a"])
     plan(root, IDS[2], 0)
-    assert chain.holes_before(root, STREAM, IDS[3]) == []
-    assert chain.holes_before(root, STREAM, IDS[1]) == [chain.Hole(IDS[0], 3)]
-    assert chain.holes_before(root, STREAM, "seq-1-10") == []  # not a time interval: not chained by the ledger
+    assert chain.holes_before(Layout.of(root), STREAM, IDS[3]) == []
+    assert chain.holes_before(Layout.of(root), STREAM, IDS[1]) == [chain.Hole(IDS[0], 3)]
+    assert chain.holes_before(Layout.of(root), STREAM, "seq-1-10") == []  # not a time interval: not chained by the ledger
 
 
 def test_a_new_interval_older_than_the_head_is_refused_and_a_rerun_is_not(tmp_path):
@@ -82,7 +83,7 @@ def test_a_new_interval_older_than_the_head_is_refused_and_a_rerun_is_not(tmp_pa
     for k in (1, 2):
         plan(root, IDS[k], 3)
         dedupe(root, IDS[k], [f"m{k}"])
-    log = chain.dedupe_log(root)
+    log = chain.dedupe_log(Layout.of(root))
     assert log.head() == IDS[2] and log.started(IDS[1]) and not log.started(IDS[0])
     with pytest.raises(OutOfOrderIntervalError, match=rf"interval {IDS[0]}: plan refused: .* head {IDS[2]}"):
         chain.check_not_behind_head(IDS[0], log, processed_before=False, stage="plan")
@@ -96,10 +97,10 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
 
     root = str(tmp_path)
     plan(root, IDS[0], 2)  # failed
-    ledger.write_json(f"{ledger.interval_dir(root, STREAM, IDS[1])}/stream.json",
+    ledger.write_json(f"{ledger.interval_dir(Layout.of(root), STREAM, IDS[1])}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": IDS[1], "total": 0, "ranges": [],
                        "spark_skip": "the stream holds no message for the interval"})
-    result = collect_run_summary(root, STREAM, IDS[1]).as_dict()
+    result = collect_run_summary(Layout.of(root), STREAM, IDS[1]).as_dict()
     assert result["reconciled"] is False
     assert result["chain"]["holes"] == [f"interval {IDS[0]} (2 messages) was never deduplicated"]
     assert any(p.startswith(f"the chain has a hole before this interval: interval {IDS[0]}")

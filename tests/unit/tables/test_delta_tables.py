@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import delta_tables, file_records
 from airflow_provider_plgd.exceptions import OldLayoutError, TableCommitError
 from airflow_provider_plgd.spark import schemas
@@ -109,26 +110,26 @@ def test_file_statistics_from_the_parquet_footer(tmp_path):
 
 
 def test_a_root_in_the_layout_before_delta_is_refused_naming_the_folder(tmp_path):
-    delta_tables.check_layout(str(tmp_path))  # empty: fine
+    delta_tables.check_layout(Layout.of(str(tmp_path)))  # empty: fine
     commit(str(tmp_path / "events"), "A", ["a1"], 1)
-    delta_tables.check_layout(str(tmp_path))  # Delta tables: fine
+    delta_tables.check_layout(Layout.of(str(tmp_path)))  # Delta tables: fine
     old = tmp_path / "events_deduped" / "interval=20260101T000000Z_20260101T010000Z"
     old.mkdir(parents=True)
     (old / "_manifest.json").write_text("{}")
     with pytest.raises(OldLayoutError, match=r"events_deduped/interval=20260101T000000Z_20260101T010000Z belongs to "
                                              r"the storage layout before Delta Lake"):
-        delta_tables.check_layout(str(tmp_path))
+        delta_tables.check_layout(Layout.of(str(tmp_path)))
     other = tmp_path / "other"
     (other / "snapshots").mkdir(parents=True)
     (other / "snapshots" / "_latest.json").write_text("{}")
     with pytest.raises(OldLayoutError, match=r"snapshots/_latest.json"):
-        delta_tables.check_layout(str(other))
+        delta_tables.check_layout(Layout.of(str(other)))
 
 
 def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
     """``snapshot_store.roll_back``: two snapshots, roll back to the first; ``latest`` and every
     reader (deltalake, polars) see the first one's rows, the second stays readable by time travel."""
-    from airflow_provider_plgd.spark import snapshot_store as ss
+    from airflow_provider_plgd.tables import snapshot_store as ss
 
     root = str(tmp_path)
 
@@ -137,7 +138,7 @@ def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
                   "parent": None, "buckets": 1}
         versions = {}
         for table in ss.ALL_TABLES:
-            uri = ss.snapshot_table_uri(root, table)
+            uri = ss.snapshot_table_uri(Layout.of(root), table)
             records = []
             if table == "owner_devices":
                 fs, base = to_fs(uri)
@@ -155,10 +156,10 @@ def test_roll_back_makes_an_older_snapshot_the_latest(tmp_path):
 
     snapshot("V1", ["d1"], 1)
     snapshot("V2", ["d1", "d2"], 2)
-    assert ss.latest(root)["version"] == "V2"
+    assert ss.latest(Layout.of(root))["version"] == "V2"
     assert ss.roll_back(root, "V1")["version"] == "V1"
-    assert ss.latest(root)["version"] == "V1"
-    uri = ss.snapshot_table_uri(root, "owner_devices")
+    assert ss.latest(Layout.of(root))["version"] == "V1"
+    uri = ss.snapshot_table_uri(Layout.of(root), "owner_devices")
     assert pl.read_delta(uri).get_column("device_id").to_list() == ["d1"]
     assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices").to_pylist()] == ["d1"]
     assert [r["device_id"] for r in ss.read_snapshot(root, "owner_devices", "V2").to_pylist()] == ["d1", "d2"]
@@ -173,17 +174,17 @@ def test_a_stage_counts_as_committed_only_when_one_run_committed_all_its_tables(
 
     def decode_commit(table: str, run_version: int) -> None:
         schema = schemas.EVENTS_SCHEMA if table == "events" else schemas.QUARANTINE_SCHEMA
-        delta_tables.commit_files(delta_tables.interval_table_uri(root, table), [], schema=schema,
+        delta_tables.commit_files(delta_tables.interval_table_uri(Layout.of(root), table), [], schema=schema,
                                   partition_by=delta_tables.INTERVAL_TABLES[table],
                                   replace=delta_tables.interval_filter("A"), metadata={"interval_id": "A"},
                                   app_id=f"plgd.decode.{table}/A", run_version=run_version)
 
     tables = (delta_tables.EVENTS, delta_tables.QUARANTINE)
-    assert not delta_tables.run_committed(root, "decode", tables, "A")
+    assert not delta_tables.run_committed(Layout.of(root), "decode", tables, "A")
     decode_commit("events", 1)
-    assert not delta_tables.run_committed(root, "decode", tables, "A")  # killed between the commits
+    assert not delta_tables.run_committed(Layout.of(root), "decode", tables, "A")  # killed between the commits
     decode_commit("quarantine", 1)
-    assert delta_tables.run_committed(root, "decode", tables, "A")
+    assert delta_tables.run_committed(Layout.of(root), "decode", tables, "A")
     decode_commit("events", 2)  # a rerun killed between its commits
-    assert not delta_tables.run_committed(root, "decode", tables, "A")
-    assert not delta_tables.run_committed(root, "decode", tables, "B")
+    assert not delta_tables.run_committed(Layout.of(root), "decode", tables, "A")
+    assert not delta_tables.run_committed(Layout.of(root), "decode", tables, "B")

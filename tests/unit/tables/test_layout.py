@@ -10,7 +10,7 @@ from airflow_provider_plgd.tables import delta_tables, ledger, identity, run_sum
 from airflow_provider_plgd.operators import lineage
 from airflow_provider_plgd.fetch import spool
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.spark import snapshot_store
+from airflow_provider_plgd.tables import snapshot_store
 
 IID = "20260101T000000Z_20260101T010000Z"
 
@@ -33,19 +33,67 @@ def test_the_root_is_normalised_once_and_every_path_comes_from_it():
 
 def test_the_storage_modules_take_their_paths_from_the_layout():
     layout = Layout.of("/data/plgd")
-    # a Layout and its root string give the same paths everywhere
-    for root in (layout, layout.root):
-        assert staging.table_uri(root, "EVENTS") == "/data/plgd/staging/EVENTS"
-        assert ledger.interval_dir(root, "EVENTS", IID) == f"/data/plgd/_ledger/EVENTS/interval={IID}"
-        assert run_summary.run_summary_path(root, "rebuild", IID) == f"/data/plgd/_runs/rebuild/interval={IID}.json"
-        assert delta_tables.interval_table_uri(root, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
-        assert snapshot_store.snapshot_table_uri(root, "resources") == "/data/plgd/snapshots/resources"
-        assert spool.default_spool_dir(root) == "/data/plgd/staging/_spool"
+    assert staging.table_uri(layout, "EVENTS") == "/data/plgd/staging/EVENTS"
+    assert ledger.interval_dir(layout, "EVENTS", IID) == f"/data/plgd/_ledger/EVENTS/interval={IID}"
+    assert run_summary.run_summary_path(layout, "rebuild", IID) == f"/data/plgd/_runs/rebuild/interval={IID}.json"
+    assert delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
+    assert snapshot_store.snapshot_table_uri(layout, "resources") == "/data/plgd/snapshots/resources"
+    assert spool.default_spool_dir(layout) == "/data/plgd/staging/_spool"
     assert identity.IDENTITY_FILE == "_ledger/pipeline.json"
     with pytest.raises(ValueError, match="unknown table 'staging'"):
         delta_tables.interval_table_uri(layout, "staging")
     with pytest.raises(ValueError, match="unknown snapshot table 'nope'"):
         snapshot_store.snapshot_table_uri(layout, "nope")
+    # the public readers take any spelling of the root, normalised once into the Layout
+    assert snapshot_store.latest_snapshot("/data//plgd/") is None and snapshot_store.latest_snapshot(layout) is None
+
+
+#: The entry points that take a storage root as a value (each makes a Layout once) or record it as a
+#: setting: the public readers and maintenance, the status view, the DAG factories and the
+#: operator (templated arguments), the run param's trust check, the identity's recorded setting.
+ROOT_EDGES = {
+    "tables/snapshot_store.py": {"latest_snapshot", "read_snapshot", "roll_back"},
+    "tables/maintenance.py": {"maintain_tables"},
+    "tables/storage_root.py": {"same_or_below"},
+    "tables/identity.py": {"of"},
+    "status.py": {"chain_status"},
+    "etl/params.py": {"run_params_used"},
+    "etl/maintenance.py": {"build_maintenance_dag"},
+    "operators/jetstream_to_staging.py": {"__init__"},
+    "spark_deps.py": {"build_private_py_files_zip", "_local_root"},
+}
+ROOT_NAMES = {"root", "storage_root", "destination", "out_root", "output_root", "staging_root", "snapshots_root"}
+
+
+def _functions(package_dir):
+    import ast
+
+    for path in sorted(package_dir.rglob("*.py")):
+        rel = path.relative_to(package_dir).as_posix()
+        if rel.startswith("plgd/pb/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield rel, node
+
+
+def test_below_the_edges_no_function_takes_the_root_as_a_string():
+    """The root travels as a Layout: a parameter that is a storage root by name exists only at the
+    entry points (:data:`ROOT_EDGES`), and only layout.py and storage_root.py normalise a root."""
+    from pathlib import Path
+
+    import airflow_provider_plgd
+
+    package = Path(airflow_provider_plgd.__file__).parent
+    found = {}
+    for rel, fn in _functions(package):
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        if any(a.arg in ROOT_NAMES for a in args):
+            found.setdefault(rel, set()).add(fn.name)
+    assert found == ROOT_EDGES
+    normalising = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py")
+                         if "normalize_storage_root(" in p.read_text())
+    assert normalising == ["tables/layout.py", "tables/storage_root.py"]
 
 
 def test_lineage_names_the_layouts_paths():

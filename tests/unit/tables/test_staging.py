@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import staging, staging_commits, storage
 from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
@@ -52,7 +53,7 @@ def stage(root, messages, *, index=0, version=100, chunk=100, **kw) -> tuple[Sta
             by_batch.setdefault((owner, event_type), []).append(msg)
         for (owner, event_type), rows in by_batch.items():
             stager.add(owner, event_type, rows)
-    records = stager.write(staging.table_uri(root, "EVENTS"), IID,
+    records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), IID,
                            staging.range_file_prefix(index, version, staging.new_write_id()))
     stager.close()
     return stager, records
@@ -61,7 +62,7 @@ def stage(root, messages, *, index=0, version=100, chunk=100, **kw) -> tuple[Sta
 def delta_rows(root) -> list[dict]:
     from deltalake import DeltaTable
 
-    return DeltaTable(staging.table_uri(root, "EVENTS")).to_pyarrow_table().to_pylist()
+    return DeltaTable(staging.table_uri(Layout.of(root), "EVENTS")).to_pyarrow_table().to_pylist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ def test_partition_values_rejected(bad):
 
 
 def test_names_paths_and_filter_key():
-    assert staging.table_uri("s3://b/plgd/", "EVENTS") == "s3://b/plgd/staging/EVENTS"
+    assert staging.table_uri(Layout.of("s3://b/plgd/"), "EVENTS") == "s3://b/plgd/staging/EVENTS"
     assert staging.partition_folder(IID, "resourcechanged") == f"interval_id={IID}/event_type=resourcechanged"
     prefix = staging.range_file_prefix(3, 1767229200123, "abc")
     assert prefix == "r0003-v1767229200123-abc"
@@ -127,7 +128,7 @@ def test_staging_module_imports_no_airflow_spark_or_deltalake():
 def test_files_per_event_type_sorted_by_owner_cut_by_size_with_delta_statistics(tmp_path):
     msgs = make_messages(3000)
     stager, records = stage(tmp_path, msgs, target_file_bytes=60_000, row_group_rows=200)
-    table = staging.table_uri(tmp_path, "EVENTS")
+    table = staging.table_uri(Layout.of(tmp_path), "EVENTS")
     by_type: dict[str, list[dict]] = {}
     for rec in records:
         by_type.setdefault(rec["partition"]["event_type"], []).append(rec)
@@ -180,8 +181,8 @@ def test_spilled_runs_give_the_same_rows_and_files_as_memory(tmp_path):
     assert [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in small_records] == \
         [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in big_records]
     for a, b in zip(small_records, big_records):
-        ta = pq.read_table(os.path.join(staging.table_uri(tmp_path / "a", "EVENTS"), a["path"]))
-        tb = pq.read_table(os.path.join(staging.table_uri(tmp_path / "b", "EVENTS"), b["path"]))
+        ta = pq.read_table(os.path.join(staging.table_uri(Layout.of(tmp_path / "a"), "EVENTS"), a["path"]))
+        tb = pq.read_table(os.path.join(staging.table_uri(Layout.of(tmp_path / "b"), "EVENTS"), b["path"]))
         assert ta.equals(tb)
     with pytest.raises(ValueError, match="no spill folder"):
         stage(tmp_path / "c", msgs, buffer_bytes=1000)
@@ -218,49 +219,49 @@ def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_inte
     root = str(tmp_path)
     msgs = make_messages(1200)
     other_interval = "20260101T010000Z_20260101T020000Z"
-    staging_commits.begin_interval(root, "EVENTS", IID, 100)
+    staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 100)
     _, r0 = stage(root, msgs[:600], index=0)
     _, r1 = stage(root, msgs[600:], index=1)
-    first = staging_commits.commit_range(root, "EVENTS", IID, 0, 100, r0)
-    second = staging_commits.commit_range(root, "EVENTS", IID, 1, 100, r1)
+    first = staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 0, 100, r0)
+    second = staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 1, 100, r1)
     assert second.version == first.version + 1 and len(first.files) == len(r0)
     # a retried commit of the range is a no-op; the files are those of the first commit
-    again = staging_commits.commit_range(root, "EVENTS", IID, 0, 100, r0)
+    again = staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 0, 100, r0)
     assert again.version is None and again.files == first.files
-    assert staging_commits.committed_range(root, "EVENTS", IID, 0, 100).files == first.files
-    assert staging_commits.committed_range(root, "EVENTS", IID, 2, 100) is None
+    assert staging_commits.committed_range(Layout.of(root), "EVENTS", IID, 0, 100).files == first.files
+    assert staging_commits.committed_range(Layout.of(root), "EVENTS", IID, 2, 100) is None
     rows = delta_rows(root)
     assert sorted(r["stream_seq"] for r in rows) == list(range(1, 1201))
     assert {r["interval_id"] for r in rows} == {IID}
     # another interval's run is left alone by this interval's rerun
-    staging_commits.begin_interval(root, "EVENTS", other_interval, 7)
+    staging_commits.begin_interval(Layout.of(root), "EVENTS", other_interval, 7)
     _, other = stage(root, msgs[:5], index=0, version=7)
     for rec in other:
         rec["partition"]["interval_id"] = other_interval
         rec["path"] = rec["path"].replace(IID, other_interval)
-        os.makedirs(os.path.dirname(os.path.join(staging.table_uri(root, "EVENTS"), rec["path"])), exist_ok=True)
-        os.rename(os.path.join(staging.table_uri(root, "EVENTS"), rec["path"].replace(other_interval, IID)),
-                  os.path.join(staging.table_uri(root, "EVENTS"), rec["path"]))
-    staging_commits.commit_range(root, "EVENTS", other_interval, 0, 7, other)
+        os.makedirs(os.path.dirname(os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), rec["path"])), exist_ok=True)
+        os.rename(os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), rec["path"].replace(other_interval, IID)),
+                  os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), rec["path"]))
+    staging_commits.commit_range(Layout.of(root), "EVENTS", other_interval, 0, 7, other)
 
     # the rerun: the plan begins run 101; the earlier run's tasks are refused from then on
-    begun = staging_commits.begin_interval(root, "EVENTS", IID, 101)
+    begun = staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 101)
     assert len(begun.files) == len(r0) + len(r1)
-    assert staging_commits.begin_interval(root, "EVENTS", IID, 101).version is None  # a retried plan
-    assert staging.staged_files(root, "EVENTS", interval_id=IID) == []
-    assert len(staging.staged_files(root, "EVENTS", interval_id=other_interval)) == len(other)
+    assert staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 101).version is None  # a retried plan
+    assert staging.staged_files(Layout.of(root), "EVENTS", interval_id=IID) == []
+    assert len(staging.staged_files(Layout.of(root), "EVENTS", interval_id=other_interval)) == len(other)
     with pytest.raises(TableCommitError, match="a newer plan of interval .* began its run"):
-        staging_commits.commit_range(root, "EVENTS", IID, 1, 100, r1)
+        staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 1, 100, r1)
     with pytest.raises(TableCommitError, match="a newer run .* first"):
-        staging_commits.begin_interval(root, "EVENTS", IID, 100)
+        staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 100)
     with pytest.raises(LedgerError, match="records no start of the plan's run 102"):
-        staging_commits.commit_range(root, "EVENTS", IID, 0, 102, r0)
+        staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 0, 102, r0)
     with pytest.raises(LedgerError, match="records no start"):
-        staging_commits.committed_range(root, "EVENTS", "20260102T000000Z_20260102T010000Z", 0, 1)
+        staging_commits.committed_range(Layout.of(root), "EVENTS", "20260102T000000Z_20260102T010000Z", 0, 1)
     # Polars reads the same table
     import polars as pl
 
-    frame = pl.read_delta(staging.table_uri(root, "EVENTS"))
+    frame = pl.read_delta(staging.table_uri(Layout.of(root), "EVENTS"))
     assert frame.height == 5 and set(frame.get_column("interval_id").to_list()) == {other_interval}
 
 
@@ -271,7 +272,7 @@ def test_two_commits_of_one_range_at_once_one_wins_and_nothing_is_doubled(tmp_pa
     appends both commit."""
     root = str(tmp_path)
     msgs = make_messages(400)
-    staging_commits.begin_interval(root, "EVENTS", IID, 5)
+    staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 5)
     _, a = stage(root, msgs[:200], index=0, version=5)
     _, b = stage(root, msgs[:200], index=0, version=5)
     _, c = stage(root, msgs[200:], index=1, version=5)
@@ -281,7 +282,7 @@ def test_two_commits_of_one_range_at_once_one_wins_and_nothing_is_doubled(tmp_pa
     def commit(name, index, records):
         start.wait()
         try:
-            results[name] = staging_commits.commit_range(root, "EVENTS", IID, index, 5, records)
+            results[name] = staging_commits.commit_range(Layout.of(root), "EVENTS", IID, index, 5, records)
         except Exception as exc:  # noqa: BLE001 - recorded for the assertion
             results[name] = exc
 
@@ -305,9 +306,9 @@ def test_batches_replace_their_own_rows_only(tmp_path):
         stager = Stager(stream="EVENTS", spill_dir=None)
         for i in range(n):
             stager.add(owner, types[i % len(types)], [(first + i, f"plgd.owners.{owner}.x", T0 + i, None, b"d%d" % i)])
-        records = stager.write(staging.table_uri(root, "EVENTS"), iid,
+        records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid,
                                staging.batch_file_prefix(owner, staging.new_write_id()))
-        return staging_commits.commit_batches(root, "EVENTS", iid, owner, list(types), records, version)
+        return staging_commits.commit_batches(Layout.of(root), "EVENTS", iid, owner, list(types), records, version)
 
     a, b = OWNERS[:2]
     write(a, 5, 1, 10)
@@ -331,23 +332,23 @@ def test_batches_replace_their_own_rows_only(tmp_path):
 def test_readers_find_a_batch_by_statistics_and_count_owners_by_a_column_scan(tmp_path):
     root = str(tmp_path)
     msgs = make_messages(2000)
-    staging_commits.begin_interval(root, "EVENTS", IID, 1)
+    staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 1)
     _, records = stage(root, msgs, target_file_bytes=30_000, row_group_rows=100)
-    staging_commits.commit_range(root, "EVENTS", IID, 0, 1, records)
-    files = staging.staged_files(root, "EVENTS", interval_id=IID)
+    staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 0, 1, records)
+    files = staging.staged_files(Layout.of(root), "EVENTS", interval_id=IID)
     assert len(files) == len(records) > 4 and sum(f.rows for f in files) == 2000
     owner = OWNERS[7]
-    mine = staging.staged_files(root, "EVENTS", interval_id=IID, event_types=["resourcechanged"], owners=[owner])
+    mine = staging.staged_files(Layout.of(root), "EVENTS", interval_id=IID, event_types=["resourcechanged"], owners=[owner])
     assert 1 <= len(mine) < len([f for f in files if f.event_type == "resourcechanged"])  # pruned by statistics
-    got = staging.read_staged(root, "EVENTS", IID, owners=[owner], event_types=["resourcechanged"])
+    got = staging.read_staged(Layout.of(root), "EVENTS", IID, owners=[owner], event_types=["resourcechanged"])
     want = sorted(m[0] for o, t, m in msgs if o == owner and t == "resourcechanged")
     assert got.column("stream_seq").to_pylist() == want
     assert set(got.column("owner_id").to_pylist()) == {owner} and got.schema.names == staging.TABLE_SCHEMA.names
-    counts = staging.owners_with_messages(root, "EVENTS", IID)
+    counts = staging.owners_with_messages(Layout.of(root), "EVENTS", IID)
     assert counts == {o: sum(1 for oo, _t, _m in msgs if oo == o) for o in {o for o, _t, _m in msgs}}
-    assert staging.owners_with_messages(root, "EVENTS", "seq-000000000001-000000000002") == {}
-    assert staging.staged_files(tmp_path / "missing", "EVENTS") == []
-    every = staging.read_staged(root, "EVENTS", IID, columns=["stream_seq", "event_type"])
+    assert staging.owners_with_messages(Layout.of(root), "EVENTS", "seq-000000000001-000000000002") == {}
+    assert staging.staged_files(Layout.of(tmp_path / "missing"), "EVENTS") == []
+    every = staging.read_staged(Layout.of(root), "EVENTS", IID, columns=["stream_seq", "event_type"])
     assert every.num_rows == 2000 and every.column_names == ["stream_seq", "event_type"]
 
 
@@ -359,31 +360,31 @@ def test_expiry_removes_old_committed_intervals_and_vacuums_their_files(tmp_path
     msgs = make_messages(300)
     old, new = IID, "20260101T010000Z_20260101T020000Z"
     for iid, version in ((old, 1), (new, 2)):
-        staging_commits.begin_interval(root, "EVENTS", iid, version)
+        staging_commits.begin_interval(Layout.of(root), "EVENTS", iid, version)
         stager = Stager(stream="EVENTS", spill_dir=None)
         for owner, event_type, msg in msgs:
             stager.add(owner, event_type, [msg])
-        records = stager.write(staging.table_uri(root, "EVENTS"), iid,
+        records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid,
                                staging.range_file_prefix(0, version, staging.new_write_id()))
-        staging_commits.commit_range(root, "EVENTS", iid, 0, version, records)
+        staging_commits.commit_range(Layout.of(root), "EVENTS", iid, 0, version, records)
         time.sleep(0.05)
-    cutoff = staging.staged_intervals(root, "EVENTS")[old]["modified_ms"] / 1000 + 0.01
+    cutoff = staging.staged_intervals(Layout.of(root), "EVENTS")[old]["modified_ms"] / 1000 + 0.01
     # a killed fetch's file that no commit names
-    orphan = os.path.join(staging.table_uri(root, "EVENTS"), staging.partition_folder(new, "x"), "r0009-v2-dead-00000.parquet")
+    orphan = os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), staging.partition_folder(new, "x"), "r0009-v2-dead-00000.parquet")
     os.makedirs(os.path.dirname(orphan))
     pq.write_table(pa.table({"a": [1]}), orphan)
     # nothing is committed yet: kept
-    kept = staging_commits.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: False,
+    kept = staging_commits.expire_intervals(Layout.of(root), "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: False,
                                     vacuum_retention_hours=-1)
-    assert kept.intervals == () and len(staging.staged_intervals(root, "EVENTS")) == 2
-    done = staging_commits.expire_intervals(root, "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: True,
+    assert kept.intervals == () and len(staging.staged_intervals(Layout.of(root), "EVENTS")) == 2
+    done = staging_commits.expire_intervals(Layout.of(root), "EVENTS", retention_seconds=0, now_s=cutoff, committed=lambda i: True,
                                     vacuum_retention_hours=0)
     assert done.intervals == (old,) and done.rows == 300 and done.files >= 2
-    assert set(staging.staged_intervals(root, "EVENTS")) == {new}
+    assert set(staging.staged_intervals(Layout.of(root), "EVENTS")) == {new}
     assert done.vacuumed == done.files + 1 and not os.path.exists(orphan)  # removed files and the orphan
     assert {r["interval_id"] for r in delta_rows(root)} == {new}
     with pytest.raises(ValueError, match=">= 0 seconds"):
-        staging_commits.expire_intervals(root, "EVENTS", retention_seconds=-1)
+        staging_commits.expire_intervals(Layout.of(root), "EVENTS", retention_seconds=-1)
 
 
 def test_map_io_keeps_the_order_runs_calls_at_once_and_raises_the_first_error():

@@ -15,8 +15,9 @@ from collections import Counter
 
 import pytest
 
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import event_types, ids
-from airflow_provider_plgd.spark import fold
+from airflow_provider_plgd.spark import fold, snapshot_buckets
 from airflow_provider_plgd.spark.fold import FoldStats, dumps_state, fold_device, loads_state
 
 DEV = "00000000-0000-0000-0000-000000000001"
@@ -666,13 +667,14 @@ def test_incremental_fold_equals_one_fold_of_everything():
 
 
 # ------------------------------------------------------------------------------------------
-# Arrow glue (what the Spark UDF runs) and snapshot_store helpers
+# Arrow glue (what the Spark UDF runs) and one bucket's rebuild (snapshot_buckets)
 # ------------------------------------------------------------------------------------------
 
 def test_fold_bucket_arrow_matches_device_rows():
     import pyarrow as pa
 
-    from airflow_provider_plgd.spark import schemas, snapshot_store
+    from airflow_provider_plgd.spark import schemas
+    from airflow_provider_plgd.tables import snapshot_store
 
     table_schemas = {t: snapshot_store.table_schema(t) for t in snapshot_store.ALL_TABLES}
     first = [reg("devicesregistered", T0), changed(0), md(0, conn("ONLINE", "c1")),
@@ -708,35 +710,12 @@ def test_fold_bucket_arrow_matches_device_rows():
     assert empty.num_rows == 0
 
 
-def test_snapshot_store_names_and_empty_reads(tmp_path):
-    from airflow_provider_plgd.spark import snapshot_store
-
-    assert snapshot_store.version_id(T0 + 3600 * SEC) == "20260101T010000Z"
-    assert snapshot_store.version_id(T0 + 1500) == "20260101T000000.000001500Z"
-    assert snapshot_store.version_id(T0 + 1000) == "20260101T000000.000001Z"
-    # one format for snapshot versions and interval IDs: version of the interval end == its ID's end
-    from airflow_provider_plgd import times
-    assert times.interval_id(T0 + 1000, END).split("_") == [
-        snapshot_store.version_id(T0 + 1000), snapshot_store.version_id(END)]
-    with pytest.raises(ValueError, match="snapshot time"):
-        snapshot_store.version_id(-1)
-    assert snapshot_store.latest(str(tmp_path)) is None
-    table = snapshot_store.read_table(str(tmp_path), "resources")
-    assert table.num_rows == 0 and table.schema == snapshot_store.table_schema("resources")
-    assert snapshot_store.snapshot_table_uri("/r", "resources") == "/r/snapshots/resources"
-    assert snapshot_store.delta_schema("resources").names[-1] == "bucket"
-    with pytest.raises(ValueError, match="unknown snapshot table"):
-        snapshot_store.snapshot_table_uri("/r", "nope")
-    assert snapshot_store.bucket_files(str(tmp_path), "resources", None) == {}
-    assert times.interval_kind("20260101T000000Z_20260101T010000Z") == "time"
-    assert times.interval_kind("seq-000000000001-000000000009") == "seq"
-
-
 def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
-    """snapshot_store.rebuild_bucket (the executor task of rebuild_snapshots) on a local folder."""
+    """snapshot_buckets.rebuild_bucket (the executor task of rebuild_snapshots) on a local folder."""
     import pyarrow as pa
 
-    from airflow_provider_plgd.spark import schemas, snapshot_store
+    from airflow_provider_plgd.spark import schemas
+    from airflow_provider_plgd.tables import snapshot_store
 
     table_schemas = {t: snapshot_store.table_schema(t) for t in snapshot_store.ALL_TABLES}
     dev_b = "00000000-0000-0000-0000-00000000000b"
@@ -758,11 +737,11 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
         path = files(result)["resources"][0]
         return pq.read_table(path).sort_by([(k, "ascending") for k in snapshot_store.sort_keys("resources")]).to_pylist()
 
-    first = snapshot_store.rebuild_bucket(
+    first = snapshot_buckets.rebuild_bucket(
         events([changed(0), ra("resourcelinkspublished", 0, resources=[link("/a")]),
                 changed(0, device=dev_b),
                 ra("resourceupdatepending", 1, device=dev_b, correlation_id="p", valid_until=END + 5 * SEC)]),
-        root=str(tmp_path), run_id="a", old_files={}, table_schemas=table_schemas, snapshot_time_ns=END)
+        snapshots=Layout.of(str(tmp_path)), run_id="a", old_files={}, table_schemas=table_schemas, snapshot_time_ns=END)
     rows = {r["table"]: r for r in first.to_pylist()}
     assert rows["resources"]["file"] == "bucket=7/part-a.parquet"
     assert json.loads(rows["resources"]["stats"])["numRecords"] == 2
@@ -773,8 +752,8 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
     old = files(first)
 
     # only DEV has new events: dev_b's rows are copied, not refolded
-    second = snapshot_store.rebuild_bucket(
-        events([changed(1, b"new", sequence=99)]), root=str(tmp_path), run_id="b", old_files=old,
+    second = snapshot_buckets.rebuild_bucket(
+        events([changed(1, b"new", sequence=99)]), snapshots=Layout.of(str(tmp_path)), run_id="b", old_files=old,
         table_schemas=table_schemas, snapshot_time_ns=END + SEC)
     stats = json.loads([r for r in second.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
     assert stats["devices"] == 1
@@ -784,7 +763,7 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
 
     # a marker row only (no events): dev_b's pending expires, so dev_b is refolded
     marker = events([{"device_id": None}])
-    third = snapshot_store.rebuild_bucket(marker, root=str(tmp_path), run_id="c", old_files=files(second),
+    third = snapshot_buckets.rebuild_bucket(marker, snapshots=Layout.of(str(tmp_path)), run_id="c", old_files=files(second),
                                           table_schemas=table_schemas, snapshot_time_ns=END + 10 * SEC)
     stats = json.loads([r for r in third.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
     assert stats == {"devices": 1, "expired_pendings": 1}
@@ -804,9 +783,11 @@ def test_spark_apps_run_from_the_py_files_zip_alone(tmp_path):
 
     zip_path = build_py_files_zip(tmp_path)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); "
-            "from airflow_provider_plgd.spark import fold, snapshot_store; "
+            "from airflow_provider_plgd.spark import fold, snapshot_buckets; "
+            "from airflow_provider_plgd.tables import snapshot_store; "
             "from airflow_provider_plgd.spark_apps import dedupe_events, rebuild_snapshots; "
             "assert snapshot_store.__file__.startswith(sys.argv[1]), snapshot_store.__file__; "
+            "assert snapshot_buckets.__file__.startswith(sys.argv[1]), snapshot_buckets.__file__; "
             "assert snapshot_store.table_schema('resources').names[0] == 'owner_id'; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('nats', 'airflow', 'pyspark') "
             "or m.startswith('airflow_provider_plgd.simulator')]; "

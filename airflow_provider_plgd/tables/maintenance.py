@@ -32,7 +32,8 @@ passed, checkpoints, log cleanup and vacuum (``deltalake``; no Spark, no Airflow
   ``vacuum_retention_hours`` ago, and of files no commit names (killed runs, and a running job's
   files not committed yet). Keep the retention longer than the longest Spark job: a job reads the
   files of the version it started on, and commits the files it wrote at its end.
-* **Staging** is expired by a callable the caller passes (:func:`maintain_tables`'s ``expire_staging``).
+* **Staging** of reconciled intervals older than ``staging_retention_seconds`` is expired last
+  (``reconcile.expire_staging``), when the caller gives a retention.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import delta_tables
 
@@ -55,10 +57,6 @@ DEFAULT_MAX_INTERVALS = 168
 DEFAULT_INTERVALS_PER_COMMIT = 24
 #: The ``operation`` name of our maintenance commits' metadata (``plgd`` in ``commitInfo``).
 MAINTENANCE_OPERATION = "maintenance.compact"
-
-#: ``expire_staging(root, stream, head_interval)`` -> a JSON summary of what it removed (or None).
-StagingExpiry = Callable[[str, str, "str | None"], "Mapping[str, Any] | None"]
-
 
 @dataclass(frozen=True)
 class MaintenanceSettings:
@@ -147,11 +145,11 @@ class MaintenanceReport:
 # the chain's head and the passed intervals
 # ---------------------------------------------------------------------------------------------
 
-def chain_head(root: str) -> str | None:
+def chain_head(layout: Layout) -> str | None:
     """The newest interval the latest snapshot folded (its record's ``interval_id``), or None."""
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import snapshot_store
 
-    record = snapshot_store.latest(root)
+    record = snapshot_store.latest(layout)
     return None if record is None else str(record["interval_id"])
 
 
@@ -275,36 +273,40 @@ def finish_table(result: TableMaintenance, settings: MaintenanceSettings) -> Tab
 # the root
 # ---------------------------------------------------------------------------------------------
 
-def maintain_tables(root: str, *, settings: MaintenanceSettings = MaintenanceSettings(), stream: str = "EVENTS",
-                    expire_staging: StagingExpiry | None = None) -> MaintenanceReport:
+def maintain_tables(root: StorageRoot, *, settings: MaintenanceSettings = MaintenanceSettings(), stream: str = "EVENTS",
+                    staging_retention_seconds: float | None = None) -> MaintenanceReport:
     """One maintenance run over every output table under ``root`` (module docstring).
 
-    :param root: the storage root (path or fsspec URL).
+    :param root: the storage root (path, fsspec URL or :class:`Layout`).
     :param settings: :class:`MaintenanceSettings`.
-    :param stream: the stream whose staging ``expire_staging`` expires.
-    :param expire_staging: called last as ``expire_staging(root, stream, head_interval)`` when
-        given; its JSON summary goes into the report (``staging``).
+    :param stream: the stream whose staging is expired.
+    :param staging_retention_seconds: when given, the staging of reconciled intervals staged longer
+        ago than this (s) is expired last (``reconcile.expire_staging``); its JSON summary goes into
+        the report (``staging``).
     :return: the :class:`MaintenanceReport`.
     :raises MaintenanceError: as :func:`compact_table`.
+    :raises ValueError: a root that ``Layout.of`` refuses.
     """
-    from airflow_provider_plgd.spark import snapshot_store
+    from airflow_provider_plgd.tables import reconcile, snapshot_store
 
+    layout = Layout.of(root)
     t0 = time.monotonic()
-    head = chain_head(root)
+    head = chain_head(layout)
     results = []
     for name in delta_tables.INTERVAL_TABLES:
-        result = compact_table(delta_tables.interval_table_uri(root, name), head, settings, name=name)
+        result = compact_table(delta_tables.interval_table_uri(layout, name), head, settings, name=name)
         results.append(finish_table(result, settings))
     for table in snapshot_store.ALL_TABLES:
-        uri = snapshot_store.snapshot_table_uri(root, table)
+        uri = snapshot_store.snapshot_table_uri(layout, table)
         if delta_tables.open_table(uri) is None:
             continue
         files = len(delta_tables.table_files(uri))
         results.append(finish_table(TableMaintenance(f"snapshots/{table}", uri, files_before=files, files_after=files),
                                     settings))
-    staging = expire_staging(root, stream, head) if expire_staging is not None else None
-    report = MaintenanceReport(root, head, tuple(results), staging, time.monotonic() - t0)
-    log.info("maintenance of %s (chain head %s): %s", root, head,
+    staging = (None if staging_retention_seconds is None
+               else reconcile.expire_staging(layout, stream, staging_retention_seconds))
+    report = MaintenanceReport(layout.root, head, tuple(results), staging, time.monotonic() - t0)
+    log.info("maintenance of %s (chain head %s): %s", layout.root, head,
              "; ".join(f"{t.table}: {len(t.compacted)} interval(s) compacted, files {t.files_before} -> "
                        f"{t.files_after}, {t.vacuumed} vacuumed" + (f", skipped: {t.skipped}" if t.skipped else "")
                        for t in results))
