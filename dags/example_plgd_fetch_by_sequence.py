@@ -38,6 +38,7 @@ from typing import Any
 from airflow_provider_plgd.compat import DAG, Asset, Param, task
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.run_params import env_storage_roots
+from airflow_provider_plgd.tables.layout import Layout
 
 JETSTREAM_CONN_ID = "plgd_jetstream_default"
 #: The roots a run's storage_root param may name: set by the deployment (PLGD_ETL_STORAGE_ROOTS).
@@ -79,7 +80,7 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
         if not batch.get("interval_id"):  # durable mode with nothing pending
             continue
         interval_ids.append(batch["interval_id"])
-        subjects = staging.read_staged(fetched["root"], fetched["stream"], batch["interval_id"],
+        subjects = staging.read_staged(Layout.of(fetched["root"]), fetched["stream"], batch["interval_id"],
                                        owners=[batch["owner_id"]], event_types=[batch["event_type"]],
                                        columns=["subject"]).column("subject").to_pylist()
         for subject in subjects:

@@ -29,6 +29,7 @@ from typing import Any
 from airflow_provider_plgd.compat import DAG, DeltaDataIntervalTimetable, Param, task
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
+from airflow_provider_plgd.tables.layout import Layout
 
 
 INTERVAL = timedelta(hours=1)
@@ -49,7 +50,7 @@ def count_event_types(fetched: dict[str, Any]) -> dict[str, Any]:
     interval_id = None
     for batch in fetched.get("batches", []):
         interval_id = batch["interval_id"]
-        for subject in staging.read_staged(fetched["root"], fetched["stream"], interval_id, owners=[batch["owner_id"]],
+        for subject in staging.read_staged(Layout.of(fetched["root"]), fetched["stream"], interval_id, owners=[batch["owner_id"]],
                                            event_types=[batch["event_type"]], columns=["subject"]
                                            ).column("subject").to_pylist():
             count += 1

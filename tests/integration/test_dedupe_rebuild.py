@@ -60,7 +60,7 @@ DRIVER = textwrap.dedent('''
     from deltalake import DeltaTable
     from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.tables.layout import Layout
-    from airflow_provider_plgd.spark import dedupe_job, session
+    from airflow_provider_plgd.spark import dedupe_job, session, snapshot_buckets
     from airflow_provider_plgd.tables import snapshot_store
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
