@@ -250,7 +250,7 @@ def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, own
                      "stream, e.g. max_msgs_per_subject or single deletes); the ledger records it",
                      interval, plan.deleted_in_range, plan.first_seq, plan.end_seq_exclusive)
     staging_commits.begin_interval(layout, plan.stream, interval, run_version, {"total": plan.total})
-    ledger.write_json(f"{base}/{ledger.PLAN_FILE}", record)
+    ledger.write_ledger_file(f"{base}/{ledger.PLAN_FILE}", record)
     ledger.clear_fetch_records(layout, plan.stream, interval)
     _log.info("Interval %s: the fetch reads %s messages of %s (sequences %s..%s) in %s range(s); the stream holds "
               "%s of %s", interval, plan.total, "every owner" if owners is None else f"{len(owners)} owner(s)",

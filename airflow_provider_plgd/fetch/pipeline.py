@@ -280,7 +280,7 @@ class FetchPipeline:
         event_types = {et: s.as_dict() for et, s in sorted(stager.summaries.items()) if s.count}
         owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none
         record_path = storage.join_path(self.ledger_dir, ledger.FETCH_DIR, ledger.range_record_name(rng.index))
-        ledger.write_json(record_path, ledger.fetch_record(
+        ledger.write_ledger_file(record_path, ledger.fetch_record(
             interval_id=interval, stream=stream, range_=rng, staged=staged, skipped=skipped, event_types=event_types,
             run_version=run_version, owners=owners, unrouted=unrouted, delta_version=done.version))
         nonempty = [v for v in event_types.values() if v["count"]]

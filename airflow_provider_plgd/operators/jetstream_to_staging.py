@@ -444,7 +444,7 @@ class JetStreamToStagingOperator(BaseOperator):
             return cached
         if self.ledger in (None, ""):
             raise ValueError("ledger_range needs the ledger argument (the interval's ledger folder)")
-        stored = ledger.read_json(storage.join_path(self.ledger, ledger.PLAN_FILE))
+        stored = ledger.read_ledger_file(storage.join_path(self.ledger, ledger.PLAN_FILE))
         if stored is None:
             raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
         plan = self._plan_cache = ledger.PlanRecord.from_dict(stored)

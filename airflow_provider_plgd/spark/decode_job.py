@@ -19,7 +19,8 @@ from airflow_provider_plgd.tables import delta_tables, identity
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.app_args import DecodeArgs
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
-from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter, new_write_id
+from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
+from airflow_provider_plgd.tables.staging import new_write_id
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 

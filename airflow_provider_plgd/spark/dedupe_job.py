@@ -32,7 +32,8 @@ from airflow_provider_plgd.tables import chain, delta_tables, file_records, iden
 from airflow_provider_plgd.spark import dedupe_decision, schemas
 from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.app_args import DedupeArgs
-from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, new_write_id, write_parquet_file
+from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, write_parquet_file
+from airflow_provider_plgd.tables.staging import new_write_id
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 

@@ -14,13 +14,6 @@ from __future__ import annotations
 import posixpath
 from typing import Any, Iterable, Mapping, Sequence
 
-def new_write_id() -> str:
-    """A fresh ID for one run's data files (12 hex digits)."""
-    import uuid
-
-    return uuid.uuid4().hex[:12]
-
-
 def data_file_name(index: int, write_id: str) -> str:
     """``part-{index:05d}-{write_id}.parquet``: unique to one run, stable within it (a retried task
     attempt writes the same name again)."""
@@ -86,7 +79,7 @@ class ArrowPartitionedWriter:
 
     :param base: the table folder, URL or path (fsspec).
     :param task_id: the Spark partition index (``TaskContext.get().partitionId()``).
-    :param write_id: the run's :func:`new_write_id`.
+    :param write_id: the run's ``staging.new_write_id()``.
     :param schema: Arrow schema of the incoming batches (must contain ``partition_cols``).
     :param partition_cols: partition columns, outermost first (may be empty: one file).
     :param always_write: write an (empty) file even if no rows came, when there are no

@@ -92,17 +92,17 @@ def interval_dir(layout: Layout, stream: str, interval_id: str) -> str:
 def read_plan(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
     """The interval's plan record (:data:`PLAN_FILE`), or None when no ``plan`` wrote one.
 
-    :raises ValueError: as :func:`read_json`.
+    :raises ValueError: as :func:`read_ledger_file`.
     """
-    return read_json(storage.join_path(interval_dir(layout, stream, interval_id), PLAN_FILE))
+    return read_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), PLAN_FILE))
 
 
 def read_summary(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
     """The interval's summary (:data:`SUMMARY_FILE`, written by ``reconcile``), or None.
 
-    :raises ValueError: as :func:`read_json`.
+    :raises ValueError: as :func:`read_ledger_file`.
     """
-    return read_json(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE))
+    return read_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE))
 
 
 def range_record_name(index: int) -> str:
@@ -110,12 +110,12 @@ def range_record_name(index: int) -> str:
     return f"range-{int(index):05d}.json"
 
 
-def write_json(path: str, value: Mapping[str, Any]) -> None:
+def write_ledger_file(path: str, value: Mapping[str, Any]) -> None:
     """Write ``value`` as JSON to ``path`` atomically (temp name + rename locally, one PUT on object stores)."""
     storage.write_json(path, value, indent=1)
 
 
-def read_json(path: str) -> dict[str, Any] | None:
+def read_ledger_file(path: str) -> dict[str, Any] | None:
     """Read a ledger file; ``None`` when it does not exist.
 
     :raises ValueError: not a JSON object, or a ledger version this code does not know (names the path).
@@ -386,13 +386,13 @@ def range_problems(range_: PlanRange, staged: int, skipped: Mapping[str, int]) -
 def read_records(layout: Layout, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The interval's plan record (or None) and its fetch records (sorted by file name)."""
     base = interval_dir(layout, stream, interval_id)
-    plan = read_json(storage.join_path(base, PLAN_FILE))
+    plan = read_ledger_file(storage.join_path(base, PLAN_FILE))
     fs, p = storage.to_fs(storage.join_path(base, FETCH_DIR))
     try:
         names = sorted(str(x) for x in fs.ls(p, detail=False) if str(x).endswith(".json"))
     except FileNotFoundError:
         names = []
-    records = [read_json(storage.location_url(fs, name)) for name in names]
+    records = [read_ledger_file(storage.location_url(fs, name)) for name in names]
     return plan, [r for r in records if r is not None]
 
 

@@ -22,7 +22,7 @@ from airflow_provider_plgd.tables.ledger import (
     read_records,
     read_summary,
     staged_counts,
-    write_json,
+    write_ledger_file,
 )
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "problems": problems, "reconciled": not problems}
-    write_json(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE), result)
+    write_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE), result)
     return {**result, "per_event_type": dict(sorted(per_event_type.items()))}
 
 

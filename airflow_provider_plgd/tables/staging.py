@@ -228,7 +228,8 @@ def file_batch_owner(path: str) -> str | None:
 
 
 def new_write_id() -> str:
-    """A random ID for the file names of one writer (12 hex digits)."""
+    """A random ID for the file names of one writer (12 hex digits): a fetch's staging files, a
+    Spark application's data files, a staging commit."""
     import uuid
 
     return uuid.uuid4().hex[:12]
@@ -280,7 +281,7 @@ class StagedFile:
         return any(self.min_owner <= o <= self.max_owner for o in owners)
 
 
-def open_table(layout: Layout, stream: str, version: int | None = None):
+def open_staging_table(layout: Layout, stream: str, version: int | None = None):
     """The staging table's ``deltalake.DeltaTable`` (at ``version``), or None when there is none."""
     from airflow_provider_plgd.tables import delta_tables
 
@@ -323,7 +324,7 @@ def staged_files(layout: Layout, stream: str, *, interval_id: str | None = None,
     :param interval_id: only this interval. :param event_types: only these event types.
     :param owners: only files whose ``owner_id`` statistics may hold one of these owners.
     """
-    dt = open_table(layout, stream, version)
+    dt = open_staging_table(layout, stream, version)
     if dt is None:
         return []
     types = None if event_types is None else set(event_types)

@@ -186,7 +186,7 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
     assert result["chain"]["stream_total"] == 0 and result["chain"]["staged"] == 0
     assert result["chain"]["decoded"] == 0 and result["chain"]["kept"] == 0
     assert result["chain"]["spark_skipped"] == planned["spark_skip"]
-    written = ledger.read_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', interval)}/summary.json")
+    written = ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', interval)}/summary.json")
     assert written["reconciled"] is True
     for table in ("events", "quarantine", "events_deduped", "msgid_index", "snapshots", "_runs"):
         assert not (root / table).exists(), table  # no Spark output, no snapshot version

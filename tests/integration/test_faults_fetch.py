@@ -137,7 +137,7 @@ def state(root: str) -> dict:
 
 
 def record_of(root: str, record: dict, index: int) -> dict | None:
-    return ledger.read_json(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', record['interval_id'])}/fetch/"
+    return ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', record['interval_id'])}/fetch/"
                             f"{ledger.range_record_name(index)}")
 
 

@@ -274,28 +274,28 @@ def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream,
     assert len(files) == 2 and {f.event_type for f in files} == {"devicesregistered", "resourcechanged"}
     assert sum(f.rows for f in files) == 40 == len(staging_rows(storage_root, interval_id=interval))
     path = f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
-    good = ledger.read_json(path)
+    good = ledger.read_ledger_file(path)
     assert good["event_types"]["resourcechanged"]["count"] == 20 and good["event_types"]["resourcechanged"]["batches"] == 2
     assert "owners" in good and not isinstance(good["owners"], dict)  # a number, nothing per owner
 
     # a record whose event types do not sum to what it says it staged (changed afterwards)
     doctored = json.loads(json.dumps(good))
     doctored["event_types"]["resourcechanged"]["count"] -= 1
-    ledger.write_json(path, doctored)
+    ledger.write_ledger_file(path, doctored)
     with pytest.raises(LedgerError, match=r"range 0: its event types hold 39 messages, its record says 40 staged"):
         ledger_files(Layout.of(storage_root), "EVENTS", interval)
     # a record that adds up but does not match the table's rows
     doctored["staged"] -= 1
     doctored["skipped"] = {"event_type_not_requested": 1}
-    ledger.write_json(path, doctored)
+    ledger.write_ledger_file(path, doctored)
     with pytest.raises(LedgerError, match=r"range 0, event type resourcechanged: the staging table holds 20 rows, "
                                           r"the fetch record 19"):
         ledger_files(Layout.of(storage_root), "EVENTS", interval)
     # a record of another run of the plan
-    ledger.write_json(path, {**good, "run_version": good["run_version"] - 1})
+    ledger.write_ledger_file(path, {**good, "run_version": good["run_version"] - 1})
     with pytest.raises(LedgerError, match=r"range 0: its fetch record is of the plan's run"):
         ledger_files(Layout.of(storage_root), "EVENTS", interval)
-    ledger.write_json(path, good)
+    ledger.write_ledger_file(path, good)
     assert len(ledger_files(Layout.of(storage_root), "EVENTS", interval)) == 2
     # staging rows the ledger does not name (another DAG's batch of the same interval ID) are refused
     run_op(owner_id=O1, event_type="devicesregistered", storage_root=storage_root, start_time=start_ns,

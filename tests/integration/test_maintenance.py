@@ -271,9 +271,9 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
         stager.add(owner, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
         records = stager.write(staging.table_uri(Layout.of(str(root)), "EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
         staging_commits.commit_batches(Layout.of(str(root)), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
-    ledger.write_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[0])}/summary.json",
+    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[0])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": True})
-    ledger.write_json(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[1])}/summary.json",
+    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[1])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     target = dags_folder / "plgd_maintenance_staging.py"
     target.write_text("from datetime import datetime, timedelta, timezone\n"

@@ -168,7 +168,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     assert summary["problems"] == [] and summary["reconciled"] is True
     assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
     assert summary["chain"]["kept"] == 118 and summary["chain"]["snapshot_version"] == 1
-    assert ledger.read_json(f"{base}/summary.json")["chain"] == summary["chain"]
+    assert ledger.read_ledger_file(f"{base}/summary.json")["chain"] == summary["chain"]
 
     out = capfd.readouterr()
     text = out.out + out.err + caplog.text
@@ -249,7 +249,7 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
             dr = dag.test(logical_date=end, run_conf=conf)
         runs.append(dr)
         assert "success" in str(dr.state).lower(), dr.state
-        summary = ledger.read_json(f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval_id)}/summary.json")
+        summary = ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval_id)}/summary.json")
         assert summary["reconciled"] is True and summary["problems"] == []
         assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == len(truth)
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
@@ -291,7 +291,7 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     other = s3fs.S3FileSystem(skip_instance_cache=True)
     interval = "20260101T000000Z_20260101T010000Z"
     base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval)
-    ledger.write_json(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
+    ledger.write_ledger_file(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
     assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 1
     assert read_app_summary(Layout.of(storage_root), "decode", interval) is None
     assert staging.staged_files(Layout.of(storage_root), "EVENTS") == []

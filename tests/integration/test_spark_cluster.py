@@ -262,7 +262,7 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     assert "success" in str(dr.state).lower(), (dr.state, task_states(dr))
     assert wrapper_log.read_text().strip(), "the executors never started the executor Python"
     assert compare_snapshot(root, expected_state(sim, through_interval=0)) == []
-    summary = ledger.read_json(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "summary.json"))
+    summary = ledger.read_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "summary.json"))
     assert summary["reconciled"] is True and summary["problems"] == []
     assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == total
     assert summary["chain"]["decoded"] + summary["chain"]["quarantined"] == total

@@ -45,7 +45,7 @@ def plan(root: str, interval_id: str, first_seq: int, end_seq: int, count: int) 
     interval = times.Interval.from_id(interval_id)
     record = ledger.plan_record(counted, interval_id=interval_id, bounds=interval.bounds(), owners=None,
                                 event_types=["resourcechanged"], read_filters=[ledger.SCOPE_FILTER])
-    ledger.write_json(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "stream.json"), record)
+    ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "stream.json"), record)
 
 
 def run_status(*args: str) -> subprocess.CompletedProcess:
@@ -74,7 +74,7 @@ def test_status_shows_the_chain_with_its_hole_the_tables_and_the_lag(jetstream, 
         interval_tables.commit_interval_tables(root, ids[k], *decoded[k])
     interval_tables.commit_snapshot_record(root, ids[3], [ids[0], ids[2], ids[3]])
     interval_tables.commit_interval_tables(root, ids[4], *decoded[4], dedupe=False)  # decoded, dedupe failed
-    ledger.write_json(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", ids[4]), "summary.json"),
+    ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", ids[4]), "summary.json"),
                       {"version": ledger.LEDGER_VERSION, "interval_id": ids[4], "stream": "EVENTS", "chain": {},
                        "problems": ["dedupe: no run summary"], "reconciled": False})
 

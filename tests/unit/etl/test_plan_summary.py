@@ -242,11 +242,11 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
                                 read_filters=[ledger.SCOPE_FILTER], bounds={"start": START.isoformat()})
     record["spark_skip"] = None
     base = ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL)
-    ledger.write_json(f"{base}/stream.json", record)
+    ledger.write_ledger_file(f"{base}/stream.json", record)
     event_types = {"devicesregistered": {"count": 2, "bytes": 10, "batches": 1, "files": 1, "first_seq": 1,
                                          "last_seq": 2},
                    "resourcechanged": {"count": 1, "bytes": 5, "batches": 1, "files": 1, "first_seq": 3, "last_seq": 3}}
-    ledger.write_json(f"{base}/fetch/{ledger.range_record_name(0)}",
+    ledger.write_ledger_file(f"{base}/fetch/{ledger.range_record_name(0)}",
                       ledger.fetch_record(interval_id=INTERVAL, stream="EVENTS", range_=record["ranges"][0],
                                           staged=3, skipped={}, event_types=event_types, run_version=None, owners=2))
     for app, summary in {
@@ -319,7 +319,7 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
         stager.add(OWNER_A, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
         records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
         staging_commits.commit_batches(Layout.of(root), "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
-    ledger.write_json(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', failed)}/summary.json",
+    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', failed)}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     write_interval(root, decoded=2, kept=1, duplicates=1)
     kept = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600).as_dict()

@@ -27,7 +27,7 @@ STREAM = "EVENTS"
 
 def plan(root: str, interval_id: str, total: int) -> None:
     """The ledger's ``stream.json`` of an interval whose stream held ``total`` messages."""
-    ledger.write_json(f"{ledger.interval_dir(Layout.of(root), STREAM, interval_id)}/stream.json",
+    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(root), STREAM, interval_id)}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": interval_id, "total": total})
 
 
@@ -97,7 +97,7 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
 
     root = str(tmp_path)
     plan(root, IDS[0], 2)  # failed
-    ledger.write_json(f"{ledger.interval_dir(Layout.of(root), STREAM, IDS[1])}/stream.json",
+    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(root), STREAM, IDS[1])}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": IDS[1], "total": 0, "ranges": [],
                        "spark_skip": "the stream holds no message for the interval"})
     result = collect_run_summary(Layout.of(root), STREAM, IDS[1]).as_dict()

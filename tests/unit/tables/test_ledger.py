@@ -33,8 +33,8 @@ def test_plan_record_round_trips_byte_for_byte(tmp_path):
             as_dict["seq_span"]) == (12, 2, 3, 2, 19)
     assert as_dict["ranges"][1] == {"index": 1, "first_seq": 50, "end_seq_exclusive": 60, "count": 5}
     path = tmp_path / "stream.json"
-    ledger.write_json(str(path), as_dict)
-    again = ledger.PlanRecord.from_dict(ledger.read_json(str(path)))
+    ledger.write_ledger_file(str(path), as_dict)
+    again = ledger.PlanRecord.from_dict(ledger.read_ledger_file(str(path)))
     assert again == plan and stored(again.as_dict()) == path.read_bytes()
     assert plan.range("1") == ledger.PlanRange(1, 50, 60, 5) == ledger.plan_range(as_dict, 1)
     with pytest.raises(ValueError, match="does not exist"):
@@ -56,6 +56,6 @@ def test_fetch_record_round_trips_byte_for_byte(tmp_path):
     assert (as_dict["owners"], as_dict["unrouted"], as_dict["run_version"], as_dict["version"]) == (2, 1, 17, 3)
     assert as_dict["range"] == {"index": 3, "first_seq": 41, "end_seq_exclusive": 50, "count": 7}
     path = tmp_path / ledger.range_record_name(3)
-    ledger.write_json(str(path), as_dict)
-    again = ledger.FetchRecord.from_dict(ledger.read_json(str(path)))
+    ledger.write_ledger_file(str(path), as_dict)
+    again = ledger.FetchRecord.from_dict(ledger.read_ledger_file(str(path)))
     assert again.range == rng and stored(again.as_dict()) == path.read_bytes()
