@@ -70,7 +70,10 @@ class StreamLag:
 @dataclass(frozen=True)
 class ChainStatus:
     """The status view (module docstring). ``head``: the chain's newest interval with message IDs;
-    ``snapshot``: ``{"version", "interval_id"}`` of the latest snapshot, or None."""
+    ``snapshot``: ``{"version", "interval_id"}`` of the latest snapshot, or None; ``lag``: set by
+    :func:`with_stream_lag` (None without a server); ``head_end_seq``: the first stream sequence
+    after the head's range (its plan's ``end_seq_exclusive``; None without a head), where the lag
+    starts counting."""
 
     root: str
     stream: str
