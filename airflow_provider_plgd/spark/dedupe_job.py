@@ -98,6 +98,9 @@ def previous_index_files(layout: Layout, previous: Sequence[str]) -> dict[int, l
     return by_bucket
 
 
+#: Rows of an ``events`` file whose content digests are computed at once (their content columns
+#: are held as Python values meanwhile: some tens of MB).
+DIGEST_BATCH_ROWS = 10_000
 #: Key rows per task below which more tasks cost more than they save (a Python task's start and
 #: shuffle are ~0.1 s; one core reads and hashes ~600k key rows per second).
 ROWS_PER_TASK = 250_000
@@ -130,13 +133,19 @@ def make_key_task(buckets: int = MSGID_BUCKETS, partitions: int = MSGID_BUCKETS)
             parts = []
             for url, number, _, partition in units:
                 fs, path = storage.to_fs(url)
+                keys, digests = [], []
                 with fs.open(path, "rb") as fh:
                     pf = pq.ParquetFile(fh)
                     present = set(pf.schema_arrow.names)  # an older file may lack a content column
-                    table = pf.read(columns=_READ_COLUMNS + [c for c in _DIGEST_COLUMNS if c in present])
+                    # in batches: the content columns become Python values only a batch at a time
+                    for batch in pf.iter_batches(batch_size=DIGEST_BATCH_ROWS, columns=_READ_COLUMNS + [
+                            c for c in _DIGEST_COLUMNS if c in present]):
+                        rows = pa.Table.from_batches([batch])
+                        digests.append(content_digests(rows, event_type=partition.get("event_type")))
+                        keys.append(rows.select(_READ_COLUMNS))
+                    table = pa.concat_tables(keys) if keys else pf.schema_arrow.empty_table().select(_READ_COLUMNS)
                 n = table.num_rows
-                digest = content_digests(table, event_type=partition.get("event_type"))
-                table = table.select(_READ_COLUMNS)
+                digest = pa.concat_arrays(digests) if digests else pa.array([], pa.int64())
                 bucket = pa.array([msgid_bucket(m, buckets) for m in table.column("msg_id").to_pylist()], pa.int32())
                 table = table.append_column("event_type", pa.array([partition.get("event_type")] * n, pa.string())) \
                     .append_column(DIGEST_COLUMN, digest) \
