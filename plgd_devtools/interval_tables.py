@@ -130,8 +130,9 @@ def commit_interval_tables(root: StorageRoot, interval_id: str, events: pa.Table
     kept = events.take(pa.array(keep, pa.int64()))
     ids = sorted(seen)
     buckets = [msgid_bucket(m) for m in ids]
-    index = pa.table({"msg_id": ids, "interval_id": [interval_id] * len(ids), "bucket": buckets},
-                     schema=MSGID_INDEX_SCHEMA)
+    # a null content_digest: the ID stands for every content (as an index written before the digest)
+    index = pa.table({"msg_id": ids, "content_digest": [None] * len(ids), "interval_id": [interval_id] * len(ids),
+                      "bucket": buckets}, schema=MSGID_INDEX_SCHEMA)
     idx = []
     for b in range(MSGID_BUCKETS):
         rows = index.filter(pc.equal(index.column("bucket"), b))

@@ -10,13 +10,13 @@ Input: the interval's rows of the Delta table ``{root}/events`` (committed by ``
 the files its log names). Output, each table in one Delta transaction that replaces the
 interval's rows (``delta_tables.commit_files``):
 
-* ``{root}/msgid_index`` (internal; files ``interval_id=../bucket=../part-*.parquet``): one column
-  ``msg_id``, every distinct message ID of the interval (kept or dropped), one sorted file per
-  bucket of the msg-ID hash (``dedupe_job.MSGID_BUCKETS``). The compact index that later intervals
-  look back at. Committed first.
+* ``{root}/msgid_index`` (internal; files ``interval_id=../bucket=../part-*.parquet``): columns
+  ``msg_id`` and ``content_digest``, every distinct pair of the interval (kept or dropped), one
+  sorted file per bucket of the msg-ID hash (``dedupe_job.MSGID_BUCKETS``). The compact index that
+  later intervals look back at. Committed first.
 * ``{root}/events_deduped`` (files ``interval_id=../event_type=../part-*.parquet``): the ``events``
   rows (same columns, ``airflow_provider_plgd.spark.schemas.EVENTS_SCHEMA``) with exactly one row
-  per ``msg_id``. Committed second.
+  per message: per ``(msg_id, content_digest)``. Committed second.
 * the run summary ``{root}/_runs/dedupe/interval={id}.json``.
 
 How (:mod:`airflow_provider_plgd.spark.dedupe_job`): everything runs on the executors, and the
@@ -30,18 +30,23 @@ rows never become JVM rows. ``docs/performance.md`` has the measurements.
 
 The message ID is the ``msg_id`` column that decode computed with
 ``airflow_provider_plgd.plgd.msgid.message_id`` (the one home of the rule: the
-``Nats-Msg-Id`` header when present, else derived). Rows without a ``msg_id`` (none are expected)
-are all kept and counted.
+``Nats-Msg-Id`` header when present, else derived). A header ID only stands in for the message
+(JetStream drops a repeated ID only within its ``duplicate_window``), so a message is its
+``msg_id`` *and* its content digest (``airflow_provider_plgd.spark.content_digest``: the decoded
+columns). Rows without a ``msg_id`` (none are expected) are all kept and counted.
 
 Rules
 -----
-* **Within the batch**, of the rows sharing a ``msg_id`` the one with the lowest ``stream_seq``
-  is kept (ties: ``stream``, then ``subject``, then the row's place in the interval's files):
+* **Within the batch**, of the rows sharing a ``msg_id`` and content digest the one with the
+  lowest ``stream_seq`` is kept (ties: ``stream``, then ``subject``, then the row's place in the interval's files):
   deterministic, unlike ``dropDuplicates``.
-* **Across batches**, a ``msg_id`` that appears in the index of one of the previous
+* **Across batches**, a ``(msg_id, content_digest)`` that appears in the index of one of the previous
   ``--lookback-intervals`` intervals (default 24, i.e. a day of hourly runs: covers JetStream
-  redelivery and publisher retries) is dropped here, all its copies. Only the ``msg_id`` indexes
-  of those intervals are read, never the history of events.
+  redelivery and publisher retries) is dropped here, all its copies. Only the indexes of those
+  intervals are read, never the history of events. An index entry without a digest (written
+  before it existed) matches every content of its ID.
+* **ID conflicts**: a row kept although another content holds its ``msg_id`` (in the batch or
+  the lookback) stays and is counted in ``id_conflicts``.
 * **Previous intervals** are, by default, the intervals committed to ``msgid_index`` that sort
   before this one (interval IDs sort by start time: ``YYYYMMDDTHHMMSSZ_...``; sequence-range IDs
   ``seq-``/``durable-`` sort by sequence and are only compared with IDs of the same kind), the
@@ -52,7 +57,7 @@ Rules
   one's messages.
 
 Summary keys: ``input``, ``output``, ``within_batch_duplicates``, ``cross_batch_duplicates``,
-``null_msg_id``, ``buckets``, ``exact_copies`` (some rows repeat ``(msg_id, stream, stream_seq)``),
+``null_msg_id``, ``id_conflicts`` (part of ``output``), ``buckets``, ``exact_copies`` (some rows repeat ``(msg_id, stream, stream_seq)``),
 ``phase_seconds``, ``per_event_type`` (``{event_type: {"input", "output", "within_batch",
 "cross_batch"}}``), ``previous_intervals``, ``seconds``.
 """

@@ -92,9 +92,10 @@ def log_run_summary(result: Mapping[str, Any], log: logging.Logger | None = None
         log.info("Decoded %s, quarantined %s (by reason: %s)", decode.get("decoded"), decode.get("quarantined"),
                  decode.get("per_reason") or {})
         dedupe = result.get("dedupe") or {}
-        log.info("Duplicates dropped %s (within the interval %s, seen in earlier intervals %s); %s events kept",
+        log.info("Duplicates dropped %s (within the interval %s, seen in earlier intervals %s); %s events kept "
+                 "(%s of them under a message ID that another content also has)",
                  dedupe.get("duplicates"), dedupe.get("within_batch_duplicates"),
-                 dedupe.get("cross_batch_duplicates"), dedupe.get("output"))
+                 dedupe.get("cross_batch_duplicates"), dedupe.get("output"), dedupe.get("id_conflicts", 0))
         rebuild = result.get("rebuild") or {}
         if rebuild.get("unchanged"):
             log.info("Snapshot %s unchanged (its events are in the latest snapshot %s)", rebuild.get("version"),

@@ -4,8 +4,9 @@ The command line is ``airflow_provider_plgd/spark_apps/dedupe_events.py``; its m
 gives the rules. Here, all on the executors (the driver holds the file lists and the counts, never
 rows):
 
-1. **Keys** (:func:`make_key_task`): Python tasks read the key columns of the interval's ``events``
-   files with pyarrow, add each row's file number and position, and send each row to its msg-ID
+1. **Keys** (:func:`make_key_task`): Python tasks read the key and content columns of the
+   interval's ``events`` files with pyarrow, keep the key columns plus each row's content digest
+   (:mod:`content_digest`), file number and position, and send each row to its msg-ID
    bucket (:func:`msgid_bucket`, Spark's ``pmod(xxhash64(msg_id), MSGID_BUCKETS)``) through a
    Python RDD shuffle.
 2. **Decide** (:func:`make_decide_task`): each task takes whole buckets (:func:`decide_partitions`
@@ -30,6 +31,7 @@ from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas
+from airflow_provider_plgd.spark.content_digest import content_digests
 from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.app_args import DedupeArgs
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, write_parquet_file
@@ -45,14 +47,19 @@ DEFAULT_LOOKBACK = 24
 #: layout: a ``msgid_index`` written with another count is refused.
 MSGID_BUCKETS = 16
 BUCKET_COLUMN = delta_tables.BUCKET_COLUMN
-#: The internal ``msgid_index`` table: the distinct message IDs of each interval, per bucket.
-MSGID_INDEX_SCHEMA = pa.schema([("msg_id", pa.string()), (delta_tables.INTERVAL_COLUMN, pa.string()),
-                                (BUCKET_COLUMN, pa.int32())])
-#: The key columns read from the ``events`` files (``event_type`` comes from the partition values).
+DIGEST_COLUMN = dedupe_decision.DIGEST
+#: The internal ``msgid_index`` table: the distinct ``(msg_id, content_digest)`` pairs of each
+#: interval, per bucket. Files written before ``content_digest`` existed lack the column: their IDs
+#: count as "every content" (``dedupe_decision.seen_entries``).
+MSGID_INDEX_SCHEMA = pa.schema([("msg_id", pa.string()), (DIGEST_COLUMN, pa.int64()),
+                                (delta_tables.INTERVAL_COLUMN, pa.string()), (BUCKET_COLUMN, pa.int32())])
+#: The key columns read from the ``events`` files (``event_type`` comes from the partition values),
+#: and the content columns their digest is taken over (``content_digest.content_digests``).
 _READ_COLUMNS = ["msg_id", "stream", "stream_seq", "subject"]
+_DIGEST_COLUMNS = [c for c in schemas.CONTENT_COLUMNS if c not in _READ_COLUMNS and c != "event_type"]
 _KEY_SCHEMA = pa.schema([("msg_id", pa.string()), ("stream", pa.string()), ("stream_seq", pa.int64()),
-                         ("subject", pa.string()), ("event_type", pa.string()), ("_file", pa.int32()),
-                         ("_row", pa.int64()), ("_bucket", pa.int32())])
+                         ("subject", pa.string()), ("event_type", pa.string()), (DIGEST_COLUMN, pa.int64()),
+                         ("_file", pa.int32()), ("_row", pa.int64()), ("_bucket", pa.int32())])
 log = logging.getLogger("plgd.spark.dedupe")
 
 
@@ -91,6 +98,9 @@ def previous_index_files(layout: Layout, previous: Sequence[str]) -> dict[int, l
     return by_bucket
 
 
+#: Rows of an ``events`` file whose content digests are computed at once (their content columns
+#: are held as Python values meanwhile: some tens of MB).
+DIGEST_BATCH_ROWS = 10_000
 #: Key rows per task below which more tasks cost more than they save (a Python task's start and
 #: shuffle are ~0.1 s; one core reads and hashes ~600k key rows per second).
 ROWS_PER_TASK = 250_000
@@ -111,8 +121,9 @@ def decide_partitions(slots: int, rows: int) -> int:
 def make_key_task(buckets: int = MSGID_BUCKETS, partitions: int = MSGID_BUCKETS):
     """``RDD.mapPartitions`` function, step 1: lists of ``(file URL, file number, rows, partition
     values)`` units -> ``(decide partition, Arrow IPC stream bytes)`` pairs of :data:`_KEY_SCHEMA`
-    rows (``_file`` = file number, ``_row`` = position in the file, ``_bucket`` = msg-ID bucket;
-    partition = bucket % ``partitions``)."""
+    rows (``content_digest`` = the row's ``content_digest.content_digests``, ``_file`` = file
+    number, ``_row`` = position in the file, ``_bucket`` = msg-ID bucket; partition = bucket %
+    ``partitions``)."""
 
     def task(unit_lists: Iterable[list[tuple[str, int, int, Mapping[str, Any]]]]) -> Iterator[tuple[int, bytes]]:
         import pyarrow.compute as pc
@@ -122,11 +133,22 @@ def make_key_task(buckets: int = MSGID_BUCKETS, partitions: int = MSGID_BUCKETS)
             parts = []
             for url, number, _, partition in units:
                 fs, path = storage.to_fs(url)
+                keys, digests = [], []
                 with fs.open(path, "rb") as fh:
-                    table = pq.read_table(fh, columns=_READ_COLUMNS)
+                    pf = pq.ParquetFile(fh)
+                    present = set(pf.schema_arrow.names)  # an older file may lack a content column
+                    # in batches: the content columns become Python values only a batch at a time
+                    for batch in pf.iter_batches(batch_size=DIGEST_BATCH_ROWS, columns=_READ_COLUMNS + [
+                            c for c in _DIGEST_COLUMNS if c in present]):
+                        rows = pa.Table.from_batches([batch])
+                        digests.append(content_digests(rows, event_type=partition.get("event_type")))
+                        keys.append(rows.select(_READ_COLUMNS))
+                    table = pa.concat_tables(keys) if keys else pf.schema_arrow.empty_table().select(_READ_COLUMNS)
                 n = table.num_rows
+                digest = pa.concat_arrays(digests) if digests else pa.array([], pa.int64())
                 bucket = pa.array([msgid_bucket(m, buckets) for m in table.column("msg_id").to_pylist()], pa.int32())
                 table = table.append_column("event_type", pa.array([partition.get("event_type")] * n, pa.string())) \
+                    .append_column(DIGEST_COLUMN, digest) \
                     .append_column("_file", pa.array([number] * n, pa.int32())) \
                     .append_column("_row", pa.array(range(n), pa.int64())) \
                     .append_column("_bucket", bucket)
@@ -146,9 +168,9 @@ def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previou
     """``RDD.mapPartitions`` function, step 2: the ``(partition, IPC bytes)`` pairs of one decide
     partition -> for each of its buckets, one after the other, records ``(key, (kind, value))``:
 
-    * ``(-1, ("counts", {"per_type", "null_ids", "exact_copies", "index_rows"}))``;
-    * ``(-1, ("index", file record))``: the bucket's ``msgid_index`` file (its distinct IDs, sorted),
-      written here;
+    * ``(-1, ("counts", {"per_type", "null_ids", "id_conflicts", "exact_copies", "index_rows"}))``;
+    * ``(-1, ("index", file record))``: the bucket's ``msgid_index`` file (its distinct
+      ``(msg_id, content_digest)`` pairs, sorted), written here;
     * ``(file number, ("drop", [positions]))``: the dropped rows of one ``events`` file.
 
     Rows are sorted by file number and position first, so the tie rule of
@@ -171,27 +193,28 @@ def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previou
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        def lookback() -> Iterator[Any]:
+        def lookback() -> Iterator[pa.Table]:
             for url in previous.get(bucket, ()):
                 fs, path = storage.to_fs(url)
                 with fs.open(path, "rb") as fh:
-                    yield pq.read_table(fh, columns=["msg_id"]).column("msg_id")
+                    pf = pq.ParquetFile(fh)  # files written before content_digest existed lack it
+                    yield pf.read(columns=[c for c in ("msg_id", DIGEST_COLUMN) if c in pf.schema_arrow.names])
 
         seen = None
         if previous.get(bucket):
-            seen = dedupe_decision.seen_ids(pc.unique(keys.column("msg_id").drop_null()), lookback())
+            seen = dedupe_decision.seen_entries(pc.unique(keys.column("msg_id").drop_null()), lookback())
         decision = dedupe_decision.decide(keys.select(list(dedupe_decision.KEY_COLUMNS)), seen)
         if len(decision.index):
             rel = (f"{delta_tables.INTERVAL_COLUMN}={interval_id}/{BUCKET_COLUMN}={bucket}/"
                    f"{data_file_name(bucket, write_id)}")
             fs, base = storage.to_fs(index_uri)
-            size, metadata = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": decision.index}),
-                                                row_group_size=1 << 20)
+            size, metadata = write_parquet_file(fs, f"{base}/{rel}", decision.index, row_group_size=1 << 20)
             yield -1, ("index", file_records.file_record(
                 rel, rows=len(decision.index), size=size, stats=file_records.parquet_stats(metadata),
                 partition={delta_tables.INTERVAL_COLUMN: interval_id, BUCKET_COLUMN: str(bucket)}))
         yield -1, ("counts", {"per_type": decision.per_type, "null_ids": decision.null_ids,
-                              "exact_copies": decision.exact_copies, "index_rows": len(decision.index)})
+                              "id_conflicts": decision.id_conflicts, "exact_copies": decision.exact_copies,
+                              "index_rows": len(decision.index)})
         dropped = keys.select(["_file", "_row"]).take(decision.dropped_rows)
         if dropped.num_rows:
             grouped = dropped.group_by("_file").aggregate([("_row", "list")])
@@ -255,7 +278,7 @@ def dedupe_on_executors(spark, *, layout: Layout, interval_id: str, files: list[
     """Run steps 1-3 of the module docstring in one Spark job.
 
     :return: ``{"decision": dedupe_decision.Decision (counts only: per_type, null_ids,
-        exact_copies), "index_rows", "index_records" [file_record], "written" [file_record]}``.
+        id_conflicts, exact_copies), "index_rows", "index_records" [file_record], "written" [file_record]}``.
     """
     sc = spark.sparkContext
     decision = dedupe_decision.Decision()
@@ -370,9 +393,9 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),
         run_version=run_version, metadata=meta)
     timings["commit"] = round(time.time() - phase, 3)
-    log.info("committed %s version %s (%d rows; %d within-batch and %d cross-batch duplicates dropped; "
-             "phase seconds %s)", deduped_uri, commits[delta_tables.EVENTS_DEDUPED].version, totals["output"],
-             totals["within_batch"], totals["cross_batch"], timings)
+    log.info("committed %s version %s (%d rows, %d of them ID conflicts kept; %d within-batch and %d cross-batch "
+             "duplicates dropped; phase seconds %s)", deduped_uri, commits[delta_tables.EVENTS_DEDUPED].version,
+             totals["output"], decision.id_conflicts, totals["within_batch"], totals["cross_batch"], timings)
 
     summary = {
         "app": APP,
@@ -384,6 +407,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         "cross_batch_duplicates": totals["cross_batch"],
         "duplicates": totals["within_batch"] + totals["cross_batch"],
         "null_msg_id": decision.null_ids,
+        "id_conflicts": decision.id_conflicts,
         "buckets": MSGID_BUCKETS,
         "exact_copies": decision.exact_copies,
         "per_event_type": decision.per_type,

@@ -247,6 +247,14 @@ EVENTS_COLUMNS: tuple[str, ...] = tuple(EVENTS_SCHEMA.names)
 QUARANTINE_COLUMNS: tuple[str, ...] = tuple(QUARANTINE_SCHEMA.names)
 UNION_COLUMNS: tuple[str, ...] = tuple(UNION_SCHEMA.names)
 
+#: The ``events`` columns that are not a message's content: where and when JetStream stored it
+#: (``stream``, ``stream_seq``, ``published_at``), its ID (``msg_id``) and our partition columns
+#: (``interval_id``, ``date``). Every other column is decoded from the subject and the payload.
+NOT_CONTENT_COLUMNS = frozenset({"stream", "stream_seq", "published_at", "msg_id", "interval_id", "date"})
+#: The ``events`` columns whose values make a message's content digest
+#: (:mod:`airflow_provider_plgd.spark.content_digest`), in schema order.
+CONTENT_COLUMNS: tuple[str, ...] = tuple(c for c in EVENTS_COLUMNS if c not in NOT_CONTENT_COLUMNS)
+
 
 # ----------------------------------------------------------------------------------------------
 # Spark

@@ -1,6 +1,7 @@
 """The whole chain of one interval checked against its ledger (:func:`reconcile`, the ``summary``
 task): stream = staged + skipped per range; staged = decoded + quarantined; decoded = kept +
-duplicates; no hole before the interval. It writes ``summary.json`` beside the ledger records
+duplicates (within the interval + seen before), ID conflicts among the kept; no hole before the
+interval. It writes ``summary.json`` beside the ledger records
 (:mod:`.ledger`), which :func:`is_reconciled` reads: the rule of the staging expiry
 (:func:`expire_staging`).
 """
@@ -105,6 +106,15 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         if int(dedupe.get("output", 0)) + int(dedupe.get("duplicates", 0)) != int(dedupe.get("input", -1)):
             problems.append(f"dedupe: {dedupe.get('input')} read != {dedupe.get('output')} kept + "
                             f"{dedupe.get('duplicates')} duplicates dropped")
+        if (int(dedupe.get("within_batch_duplicates", 0)) + int(dedupe.get("cross_batch_duplicates", 0))
+                != int(dedupe.get("duplicates", 0))):
+            problems.append(f"dedupe: {dedupe.get('duplicates')} duplicates dropped != "
+                            f"{dedupe.get('within_batch_duplicates')} within the interval + "
+                            f"{dedupe.get('cross_batch_duplicates')} seen before")
+        # rows kept although their message ID was taken by another content: part of the kept rows
+        if not 0 <= int(dedupe.get("id_conflicts", 0)) <= int(dedupe.get("output", 0)):
+            problems.append(f"dedupe: {dedupe.get('id_conflicts')} ID conflicts kept, not within the "
+                            f"{dedupe.get('output')} rows kept")
     if not plan.get("spark_skip") and not apps.get("rebuild"):
         problems.append("rebuild: no run summary (no snapshot includes this interval)")
     chain = {
@@ -124,6 +134,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         "kept": dedupe.get("output"),
         "duplicates_within_interval": dedupe.get("within_batch_duplicates"),
         "duplicates_seen_before": dedupe.get("cross_batch_duplicates"),
+        "id_conflicts_kept": dedupe.get("id_conflicts"),
         "snapshot_version": (apps.get("rebuild") or {}).get("version"),
         "spark_skipped": plan.get("spark_skip"),
         "selection": selection_text(plan),

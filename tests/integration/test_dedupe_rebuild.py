@@ -97,15 +97,18 @@ DRIVER = textwrap.dedent('''
         return (spark.read.schema(schemas.events_spark_schema()).option("basePath", root + "/" + table)
                 .parquet(*log_files(table, [iid])))
 
-    # dedupe: lowest stream_seq per msg_id (ties: stream, subject), minus the previous intervals' IDs
-    events = spark_frame("events", last_iid)
+    # dedupe: a message is (msg_id, content): lowest stream_seq per message (ties: stream, subject),
+    # minus the messages of the previous intervals' events; the content by Spark's own xxhash64
+    content = F.xxhash64(*schemas.CONTENT_COLUMNS)
+    events = spark_frame("events", last_iid).withColumn("_content", content)
     previous = out["dedupe"][-1]["previous_intervals"]
-    seen = (spark.read.schema("msg_id string").parquet(*log_files("msgid_index", previous)).distinct()
+    seen = (spark.read.schema(schemas.events_spark_schema()).option("basePath", root + "/events")
+            .parquet(*log_files("events", previous)).select("msg_id", content.alias("_content")).distinct()
             .withColumn("_seen", F.lit(True)))
-    order = Window.partitionBy("msg_id").orderBy(F.col("stream_seq").asc_nulls_last(),
-                                                 F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last())
+    order = Window.partitionBy("msg_id", "_content").orderBy(
+        F.col("stream_seq").asc_nulls_last(), F.col("stream").asc_nulls_last(), F.col("subject").asc_nulls_last())
     marked = (events.withColumn("_rank", F.when(F.col("msg_id").isNull(), F.lit(1)).otherwise(F.row_number().over(order)))
-              .join(seen, "msg_id", "left")
+              .join(seen, ["msg_id", "_content"], "left")
               .withColumn("_class", F.when(F.col("_seen"), F.lit("cross_batch"))
                           .when(F.col("_rank") > 1, F.lit("within_batch")).otherwise(F.lit("kept"))))
     per_type = {}

@@ -234,7 +234,8 @@ def test_plan_interval_lets_a_run_write_a_narrower_view_to_another_allowed_root(
 # summarize_interval
 
 
-def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: int = 0) -> None:
+def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: int = 0,
+                   id_conflicts: int | None = None) -> None:
     """A ledger of 3 messages in one range, staged by one fetch task (2 of owner A, 1 of owner B),
     and the decode, dedupe and rebuild summaries, written with the project's writers."""
     counted = FakeHook("EVENTS", [(1, 4, 3)]).count_ranges([ledger.SCOPE_FILTER])
@@ -253,7 +254,7 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
         "decode": {"fetched": 3, "decoded": decoded, "quarantined": 3 - decoded,
                    "per_reason": {"bad_cbor": 3 - decoded} if decoded < 3 else {}},
         "dedupe": {"input": decoded, "output": kept, "duplicates": duplicates, "within_batch_duplicates": duplicates,
-                   "cross_batch_duplicates": 0},
+                   "cross_batch_duplicates": 0, **({} if id_conflicts is None else {"id_conflicts": id_conflicts})},
         "rebuild": {"version": "20260301T110000Z", "rows": {"resources": 1}},
     }.items():
         write_summary(summary_path(Layout.of(root), app, INTERVAL), summary)
@@ -295,6 +296,18 @@ def test_summarize_interval_raises_ledger_error_when_the_chain_does_not_add_up(r
     written = json.loads(Path(ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is False and written["problems"] == [problem]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [f"Does not reconcile: {problem}"]
+
+
+def test_summarize_interval_counts_id_conflicts_among_the_kept_rows(root):
+    """Rows kept under a message ID that another content also has (a Nats-Msg-Id reused outside
+    JetStream's duplicate window) are part of the kept rows: more of them than rows kept is a problem."""
+    write_interval(root, decoded=3, kept=3, id_conflicts=1)
+    result = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS).as_dict()
+    assert result["reconciled"] is True and result["chain"]["id_conflicts_kept"] == 1
+    write_interval(root, decoded=3, kept=3, id_conflicts=4)
+    with pytest.raises(LedgerError) as err:
+        summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS)
+    assert err.value.problems == ["dedupe: 4 ID conflicts kept, not within the 3 rows kept"]
 
 
 def test_summarize_interval_without_a_ledger_names_where_the_plan_writes_it(root):
