@@ -297,7 +297,7 @@ def own_roots(author: RunParams, jetstream_conn_id: str) -> tuple[str, ...]:
     default = Layout.resolve(author.storage_root, jetstream_conn_id).root
     conn = connection_storage_root(jetstream_conn_id)
     conn_root = Layout.of(conn).root if conn else None
-    return (default,) if conn_root in (None, default) else (default, conn_root)
+    return (default,) if conn_root is None or conn_root == default else (default, conn_root)
 
 
 def check_root_apart(run: RunParams, author: RunParams, jetstream_conn_id: str) -> str:

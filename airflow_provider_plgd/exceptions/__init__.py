@@ -319,12 +319,12 @@ class StorageRootOverlapError(PlgdError, ValueError):
     (``_delta_log``) (``airflow_provider_plgd.tables.root_guard``). Raised before anything is written;
     in an Airflow task it fails the task without retries.
 
-    :ivar root: the run's root. :ivar found: the root, table or record it overlaps.
+    :ivar run_root: the run's root. :ivar found: the root or table it overlaps.
     """
 
-    def __init__(self, message: str, *, root: str, found: str) -> None:
+    def __init__(self, message: str, *, run_root: str, found: str) -> None:
         super().__init__(message)
-        self.root = root
+        self.run_root = run_root
         self.found = found
 
 

@@ -21,7 +21,8 @@ listing sees foreign folders. Two checks keep roots apart, both before anything 
   - down: the root's own folders hold nothing foreign. Below a folder of the layout (``staging``,
     ``snapshots``, ``_ledger``, ``_runs``, an interval table without a Delta log) no folder is a
     pipeline's root or (where the layout has no table) a Delta table; any other folder of the root
-    is no pipeline's root, nor (while the root has no identity of its own) a Delta table. The root is listed, and each of its layout folders that is not a table; Delta
+    is no pipeline's root, nor (while the root has no identity of its own) a Delta table. The root
+    is listed, and each of its layout folders that is not a table; Delta
     tables are never listed, so the cost does not grow with the data.
 
 Paths are compared in :func:`~.storage_root.normalize_storage_root`'s spelling (no percent escape,
@@ -58,29 +59,29 @@ _HOW = ("Nothing was written. A storage root must be a folder of its own, apart 
         "and table (docs/operations.md, \"Storage roots\").")
 
 
-def ancestors(root: str) -> list[str]:
-    """The proper ancestors of ``root`` (normalised spelling), nearest first, down to the bucket of a
+def ancestors(location: str) -> list[str]:
+    """The proper ancestors of the root ``location`` (normalised spelling), nearest first, down to the bucket of a
     URL or the first folder of a local path: ``/a/b/c`` -> ``["/a/b", "/a"]``,
     ``s3://lake/x/y`` -> ``["s3://lake/x", "s3://lake"]``."""
-    scheme, sep, rest = root.partition("://")
-    prefix, path = (f"{scheme}://", rest) if sep else ("/", root.lstrip("/"))
+    scheme, sep, rest = location.partition("://")
+    prefix, path = (f"{scheme}://", rest) if sep else ("/", location.lstrip("/"))
     segments = path.split("/")
     return [prefix + "/".join(segments[:n]) for n in range(len(segments) - 1, 0, -1)]
 
 
-def check_apart_of(root: str, others: Iterable[str]) -> None:
-    """Refuse ``root`` when it lies strictly inside, or strictly above, one of ``others`` (all in
+def check_apart_of(location: str, others: Iterable[str]) -> None:
+    """Refuse the root ``location`` when it lies strictly inside, or strictly above, one of ``others`` (all in
     :func:`~.storage_root.normalize_storage_root`'s spelling). No I/O.
 
     :raises StorageRootOverlapError: names both roots.
     """
     for other in others:
-        if not other or other == root:
+        if not other or other == location:
             continue
-        if same_or_below(root, other):
-            raise _overlap(root, other, f"it lies inside {other!r}, a root this DAG writes")
-        if same_or_below(other, root):
-            raise _overlap(root, other, f"it holds {other!r}, a root this DAG writes")
+        if same_or_below(location, other):
+            raise _overlap(location, other, f"it lies inside {other!r}, a root this DAG writes")
+        if same_or_below(other, location):
+            raise _overlap(location, other, f"it holds {other!r}, a root this DAG writes")
 
 
 def check_apart(layout: Layout, others: Iterable[str] = ()) -> None:
@@ -90,29 +91,29 @@ def check_apart(layout: Layout, others: Iterable[str] = ()) -> None:
     :param others: roots the DAG writes by its own settings (normalised spelling).
     :raises StorageRootOverlapError: names the run's root and what it overlaps.
     """
-    root = layout.root
-    check_apart_of(root, others)
-    fs, _ = storage.to_fs(root)
+    top = layout.root
+    check_apart_of(top, others)
+    fs, _ = storage.to_fs(top)
     local = storage.is_local(fs)
-    chains = [ancestors(root)]
+    chains = [ancestors(top)]
     if local:  # a symbolic link on the way may lead into another root
-        real = os.path.realpath(root)
-        if real != root:  # (the root itself there is the same folder: its own records are its own)
+        real = os.path.realpath(top)
+        if real != top:  # (the root itself there is the same folder: its own records are its own)
             check_apart_of(real, [os.path.realpath(o) for o in others if o and "://" not in o])
             chains.append(ancestors(real))
     probes = [(a, storage.join_path(a, LEDGER_DIR, PIPELINE_FILE), "a pipeline's root") for c in chains for a in c]
     probes += [(a, storage.join_path(a, DELTA_LOG), "a Delta table") for c in chains for a in c]
-    probes.append((root, storage.join_path(root, DELTA_LOG), "a Delta table"))
-    _refuse_found(fs, root, probes, inside=True)
-    _check_below(fs, root)
+    probes.append((top, storage.join_path(top, DELTA_LOG), "a Delta table"))
+    _refuse_found(fs, top, probes, inside=True)
+    _check_below(fs, top)
 
 
-def _check_below(fs, root: str) -> None:
+def _check_below(fs, top: str) -> None:
     """The down rule of the module: the root's own folders hold no foreign root or table."""
     from airflow_provider_plgd.tables.delta_tables import INTERVAL_TABLES
 
-    children = _folders(fs, root)
-    recorded = bool(children) and bool(fs.exists(storage.to_fs(storage.join_path(root, LEDGER_DIR, PIPELINE_FILE))[1]))
+    children = _folders(fs, top)
+    recorded = bool(children) and bool(fs.exists(storage.to_fs(storage.join_path(top, LEDGER_DIR, PIPELINE_FILE))[1]))
     probes: list[tuple[str, str, str]] = []
     listed: list[tuple[str, bool]] = []  # (layout folder to list, whether a table there is ours)
     tables = [c for c in children if posixpath.basename(c) in INTERVAL_TABLES]
@@ -135,7 +136,7 @@ def _check_below(fs, root: str) -> None:
             probes.append((inner, storage.join_path(inner, LEDGER_DIR, PIPELINE_FILE), "a pipeline's root"))
             if not tables_ours:
                 probes.append((inner, storage.join_path(inner, DELTA_LOG), "a Delta table"))
-    _refuse_found(fs, root, probes, inside=False)
+    _refuse_found(fs, top, probes, inside=False)
 
 
 def _folders(fs, url: str) -> list[str]:
@@ -151,7 +152,7 @@ def _folders(fs, url: str) -> list[str]:
     if len(entries) > MAX_ENTRIES:
         raise StorageRootOverlapError(
             f"the storage root folder {url!r} holds more than {MAX_ENTRIES} entries; it is not a folder of its own. "
-            + _HOW, root=url, found=url)
+            + _HOW, run_root=url, found=url)
     base = url.rstrip("/")
     names = [str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory"]
     return [f"{base}/{n}" for n in sorted(set(names)) if n]
@@ -161,19 +162,19 @@ def _exist(fs, urls: list[str]) -> list[bool]:
     return storage.map_io(lambda url: bool(fs.exists(storage.to_fs(url)[1])), urls)
 
 
-def _refuse_found(fs, root: str, probes: list[tuple[str, str, str]], *, inside: bool) -> None:
+def _refuse_found(fs, top: str, probes: list[tuple[str, str, str]], *, inside: bool) -> None:
     found = _exist(fs, [p for _, p, _ in probes])
     for (where, probe, what), hit in zip(probes, found):
         if hit:
-            if inside and where == root:
+            if inside and where == top:
                 reason = f"it is {what} ({probe} exists)"
             elif inside:
                 reason = f"it lies inside {where!r}, {what} ({probe} exists)"
             else:
                 reason = f"it holds {where!r}, {what} ({probe} exists)"
-            raise _overlap(root, where, reason)
+            raise _overlap(top, where, reason)
 
 
-def _overlap(root: str, found: str, reason: str) -> StorageRootOverlapError:
-    return StorageRootOverlapError(f"the storage root {root!r} overlaps another one: {reason}. {_HOW}",
-                                   root=root, found=found)
+def _overlap(top: str, found: str, reason: str) -> StorageRootOverlapError:
+    return StorageRootOverlapError(f"the storage root {top!r} overlaps another one: {reason}. {_HOW}",
+                                   run_root=top, found=found)
