@@ -73,8 +73,10 @@ def param_schemas() -> dict[str, dict[str, Any]]:
         "storage_root": {"type": ["null", "string"], "title": "Storage root",
                          "description": "Root of staging and tables: a local path or an fsspec URL such as "
                                         "s3://bucket/plgd, one the DAG author allows (the DAG's default, "
-                                        "build_etl_dag(storage_roots=...), or the connection's). Empty: the "
-                                        "connection's storage_root extra, else $AIRFLOW_HOME/plgd."},
+                                        "build_etl_dag(storage_roots=...) or a folder below one, or the "
+                                        "connection's), never inside or above another pipeline's root or a "
+                                        "table. Empty: the connection's storage_root extra, else "
+                                        "$AIRFLOW_HOME/plgd."},
         "settle_seconds": {"type": "integer", "minimum": 0, "title": "Settle time (s)",
                            "description": "Seconds after the interval end before it counts as complete "
                                           "(late publishes)."},
