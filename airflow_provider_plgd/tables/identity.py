@@ -179,7 +179,7 @@ def record_first(layout: Layout, identity: PipelineIdentity) -> tuple[dict[str, 
 
 
 def forget(layout: Layout) -> None:
-    """Remove the identity that :func:`record` has just recorded (``plan`` refuses the root after
+    """Remove the identity that :func:`record_first` has just recorded (``plan`` refuses the root after
     all: nothing else was written there)."""
     storage.remove(layout.pipeline_file())
 
