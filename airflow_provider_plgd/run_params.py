@@ -14,7 +14,9 @@ here that the DAG author controls, in ``plan`` (before anything is read or writt
   ``spark.executorEnv.*``, …) could run code in the Airflow worker or the executors.
 * ``storage_root``: ``""`` (the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), the
   DAG's own default, the connection's root, or a root of ``build_etl_dag(storage_roots=…)`` or a
-  folder below one, compared as fsspec and delta-rs resolve them.
+  folder below one, compared as fsspec and delta-rs resolve them; never one strictly inside or
+  above the root the DAG writes by default or the connection's (:func:`check_root_apart`; what the
+  storage holds is checked in ``plan``: ``tables.root_guard``).
 * the pipeline's identity (``airflow_provider_plgd.tables.identity``): ``stream``, ``lookback_intervals``
   and ``max_content_bytes`` only with the DAG author's value; ``owners`` and ``event_types`` the
   author's too, or on another allowed root a subset of them (:func:`check_identity_params`); each
@@ -43,11 +45,13 @@ __all__ = [
     "STORAGE_ROOTS_ENV",
     "UntrustedRunParamError",
     "check_identity_params",
+    "check_root_apart",
     "check_run",
     "check_run_params",
     "check_run_spark_conf",
     "check_run_storage_root",
     "env_storage_roots",
+    "own_roots",
     "run_spark_conf_policy",
 ]
 
@@ -280,21 +284,64 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
 IDENTITY_PARAMS = ("stream", "owners", "event_types", "lookback_intervals", "max_content_bytes")
 
 
-def check_identity_params(run: RunParams, author: RunParams) -> None:
+def own_roots(author: RunParams, jetstream_conn_id: str) -> tuple[str, ...]:
+    """The roots the DAG writes by its own settings: its default root resolved (the author's
+    ``storage_root``, else the connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``),
+    then the connection's root when it has one and it is another (normalised spelling).
+
+    :raises ValueError: a root that is refused (``normalize_storage_root``).
+    """
+    from airflow_provider_plgd.tables.layout import Layout
+    from airflow_provider_plgd.tables.storage_root import connection_storage_root
+
+    default = Layout.resolve(author.storage_root, jetstream_conn_id).root
+    conn = connection_storage_root(jetstream_conn_id)
+    conn_root = Layout.of(conn).root if conn else None
+    return (default,) if conn_root is None or conn_root == default else (default, conn_root)
+
+
+def check_root_apart(run: RunParams, author: RunParams, jetstream_conn_id: str) -> str:
+    """The run's root resolved, refused when it lies strictly inside, or strictly above, a root the
+    DAG writes by its own settings (:func:`own_roots`; ``tables.root_guard.check_apart_of``). The
+    DAG's default root itself passes. No I/O (the connection is read).
+
+    :return: the run's root (normalised spelling).
+    :raises StorageRootOverlapError: names both roots.
+    """
+    from airflow_provider_plgd.tables.layout import Layout
+    from airflow_provider_plgd.tables.root_guard import check_apart_of
+
+    root = Layout.resolve(run.storage_root, jetstream_conn_id).root
+    mine = own_roots(author, jetstream_conn_id)
+    if root != mine[0]:
+        check_apart_of(root, mine)
+    return root
+
+
+def check_identity_params(run: RunParams, author: RunParams, jetstream_conn_id: str | None = None) -> None:
     """Refuse a run whose identity params (:data:`IDENTITY_PARAMS`) differ from the DAG author's.
 
-    On the DAG's own storage root (``""`` or the DAG's default) each must equal the author's value.
-    On another root the author allows (``build_etl_dag(storage_roots=…)``) a run may write a
-    narrower view: a subset of the author's owners and event types; the stream, the lookback and
-    the decode limit stay the author's. No I/O: it runs first in ``wait_for_interval``, again in ``plan``.
+    On the DAG's own storage root (the root the author's default resolves to, however the run
+    spells it: ``""``, the default, or the connection's root when the default is ``""``) each must
+    equal the author's value. On another root the author allows (``build_etl_dag(storage_roots=…)``)
+    a run may write a narrower view: a subset of the author's owners and event types; the stream,
+    the lookback and the decode limit stay the author's. The identity recorded at a root binds
+    every later run there, one with the author's own settings too (``identity.check_recorded`` in
+    ``plan``). No I/O: it runs first in ``wait_for_interval``, again in ``plan``.
 
     :param run: the run's checked params; ``author``: the DAG's own (``check_run_params`` of its defaults).
+    :param jetstream_conn_id: the connection whose ``storage_root`` extra ``""`` resolves to (None:
+        the roots are compared as given).
     :raises PipelineIdentityError: names each setting, the DAG author's value and the run's.
     """
     from airflow_provider_plgd.tables import identity
+    from airflow_provider_plgd.tables.layout import Layout
 
     mine, theirs = run.identity(), author.identity()
-    own_root = run.storage_root in ("", author.storage_root)
+    own_root = run.storage_root in ("", author.storage_root) or (
+        jetstream_conn_id is not None
+        and Layout.resolve(run.storage_root, jetstream_conn_id) == Layout.resolve(author.storage_root,
+                                                                                  jetstream_conn_id))
     found = []
     for name in IDENTITY_PARAMS:
         if name in ("owners", "event_types") and not own_root:
@@ -316,16 +363,20 @@ def check_run(params: Mapping[str, Any], author: RunParams, *, spark_conf_policy
     """:func:`check_run_params`, then :func:`check_identity_params` against the DAG author's: the
     checks of the ETL DAG's first task (``wait_for_interval``) and of ``plan``, before any I/O.
 
+    The run's root is checked against the roots the DAG writes too (:func:`check_root_apart`).
+
     :raises UntrustedRunParamError: a param outside what the DAG author allows; also (its message
-        starting with ``PipelineIdentityError:``, the cause kept) a param that changes the
-        pipeline's identity. No retries.
+        starting with ``StorageRootOverlapError:`` or ``PipelineIdentityError:``, the cause kept) a
+        root inside or above one the DAG writes, or a param that changes the pipeline's identity.
+        No retries.
     """
-    from airflow_provider_plgd.exceptions import PipelineIdentityError
+    from airflow_provider_plgd.exceptions import PipelineIdentityError, StorageRootOverlapError
 
     checked = check_run_params(params, spark_conf_policy=spark_conf_policy, storage_roots=storage_roots,
                                jetstream_conn_id=jetstream_conn_id)
     try:
-        check_identity_params(checked, author)
-    except PipelineIdentityError as err:
-        raise UntrustedRunParamError(f"PipelineIdentityError: {err}") from err
+        check_root_apart(checked, author, jetstream_conn_id)
+        check_identity_params(checked, author, jetstream_conn_id)
+    except (PipelineIdentityError, StorageRootOverlapError) as err:
+        raise UntrustedRunParamError(f"{type(err).__name__}: {err}") from err
     return checked

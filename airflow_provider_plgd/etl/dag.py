@@ -20,7 +20,7 @@ from airflow_provider_plgd.etl.assets import (
     staging_extra,
 )
 from airflow_provider_plgd.etl.intervals import require_data_interval
-from airflow_provider_plgd.etl.params import etl_params
+from airflow_provider_plgd.etl.params import etl_params, params_of_run
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, IntervalPlan, plan_interval
 from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summarize_interval
 from airflow_provider_plgd.operators.links import PlgdTablesLink
@@ -213,7 +213,7 @@ def build_etl_dag(
         def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
             """The run's data interval, and its params against the pipeline's identity (no I/O)."""
             window = require_data_interval(context, schedule=schedule, start_date=start_date)
-            run_params.check_run(context.get("params", defaults), author, spark_conf_policy=spark_conf_policy,
+            run_params.check_run(params_of_run(context, defaults), author, spark_conf_policy=spark_conf_policy,
                                  storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
             return window
 
@@ -243,7 +243,7 @@ def build_etl_dag(
             def report_lineage(servers: Sequence[str], stream: str, layout: Layout) -> None:
                 lineage.report_task_lineage(context, lineage.plan_lineage, servers, stream, layout, ledger.SCOPE_FILTER)
 
-            return plan_interval(context["params"], start=start, end=end, dag_id=dag_id,
+            return plan_interval(params_of_run(context, defaults), start=start, end=end, dag_id=dag_id,
                                  jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
                                  allowed_roots=allowed_roots, author=author, fetch_range_messages=fetch_range_messages,
                                  report_lineage=report_lineage).as_dict()  # the XCom edge

@@ -73,8 +73,10 @@ def param_schemas() -> dict[str, dict[str, Any]]:
         "storage_root": {"type": ["null", "string"], "title": "Storage root",
                          "description": "Root of staging and tables: a local path or an fsspec URL such as "
                                         "s3://bucket/plgd, one the DAG author allows (the DAG's default, "
-                                        "build_etl_dag(storage_roots=...), or the connection's). Empty: the "
-                                        "connection's storage_root extra, else $AIRFLOW_HOME/plgd."},
+                                        "build_etl_dag(storage_roots=...) or a folder below one, or the "
+                                        "connection's), never inside or above another pipeline's root or a "
+                                        "table. Empty: the connection's storage_root extra, else "
+                                        "$AIRFLOW_HOME/plgd."},
         "settle_seconds": {"type": "integer", "minimum": 0, "title": "Settle time (s)",
                            "description": "Seconds after the interval end before it counts as complete "
                                           "(late publishes)."},
@@ -122,3 +124,31 @@ def run_params_used(params: Mapping[str, Any], storage_root: str) -> dict[str, A
     ``params``: the DAG's defaults updated with the run's conf), for the summary's log line and XCom."""
     return {"storage_root": storage_root, **{k: params.get(k) for k in SUMMARY_PARAMS}}
 
+
+
+def params_of_run(context: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The params one run uses: the DAG author's ``defaults`` (the DAG's params as built) updated with
+    the run's own conf (``dag_run.conf``; Airflow's ``[core] dag_run_conf_overrides_params``), the
+    values ``wait_for_interval`` and ``plan`` check against the pipeline's identity.
+
+    Not ``context["params"]``: a process that runs several runs of one DAG object (``dag.test()``,
+    ``airflow dags test``) keeps the values of an earlier run's conf in the tasks' ``Param``
+    objects, so a later run without that key would get the earlier run's value (a narrower
+    ``owners``, say) instead of the author's. A context without a run (a caller's own) gives its
+    ``params``.
+
+    :param context: the task's Airflow context. :param defaults: ``{param: value}`` of the DAG.
+    :return: ``{param: value}``.
+    """
+    dag_run = context.get("dag_run")
+    if dag_run is None:
+        return dict(context.get("params") or defaults)
+    try:  # Airflow 3.x (the task SDK's settings)
+        from airflow.sdk.configuration import conf
+    except ImportError:  # pragma: no cover - Airflow 2.11
+        from airflow.configuration import conf  # type: ignore[no-redef]
+
+    conf_value = getattr(dag_run, "conf", None) or {}
+    if not conf.getboolean("core", "dag_run_conf_overrides_params", fallback=True):
+        conf_value = {}
+    return {**defaults, **conf_value}

@@ -101,12 +101,14 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
     a triggering user may set is checked, and those of the pipeline's identity against the DAG
     author's (``run_params.check_run``); the storage
-    root is resolved and its layout checked; the identity is compared with the one recorded at the
+    root is resolved, refused when it lies inside or above another root or a table
+    (``tables.root_guard.check_apart``), and its layout checked; the identity is compared with the one recorded at the
     root (``identity.check_recorded``); a new interval older than the chain's head is refused
     (``chain.check_not_behind_head``); no unplanned stretch may precede the interval
     (``ledger_guards.check_no_gap_before``, ``ledger_guards.check_no_hole_before``); the interval must be complete on the server
     (``require_interval_complete``); the identity is recorded when the root has none
-    (``identity.record``) and the ledger's ``stream.json`` is written
+    (``identity.record_first``, one create-if-absent; a root recorded at the same moment inside
+    or above this one is found by a second ``check_apart``) and the ledger's ``stream.json`` is written
     (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
 
     :param params: the run's params (the DAG's :data:`~airflow_provider_plgd.etl.params.DEFAULT_PARAMS`
@@ -126,7 +128,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :return: the plan (its ``as_dict()`` is the ``plan`` XCom).
     :raises UntrustedRunParamError: a run param that fails its check or differs from the DAG
         author's identity (no retries).
-    :raises AirflowFailException: a storage root of the old layout (``OldLayoutError``), settings
+    :raises AirflowFailException: a storage root inside or above another root or a table
+        (``StorageRootOverlapError``), a storage root of the old layout (``OldLayoutError``), settings
         other than the identity recorded at the root (``PipelineIdentityError``), a new interval older than
         the chain's head (``OutOfOrderIntervalError``), a rerun that would narrow the selection or
         lose messages (``NarrowerRerunError``, ``FewerMessagesError``): the same answer on every retry.
@@ -135,12 +138,13 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
     from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.tables import chain, identity, ledger, ledger_guards
+    from airflow_provider_plgd.tables import chain, identity, ledger, ledger_guards, root_guard
     from airflow_provider_plgd.exceptions import (
         FewerMessagesError,
         NarrowerRerunError,
         OutOfOrderIntervalError,
         PipelineIdentityError,
+        StorageRootOverlapError,
     )
     from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 
@@ -148,8 +152,12 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
                                    jetstream_conn_id=jetstream_conn_id)
     layout = Layout.resolve(checked.storage_root, jetstream_conn_id)  # the one resolution of the run's root
-    try:  # tables of the layout before Delta Lake: refused before anything is fetched
+    dag_roots = run_params.own_roots(author, jetstream_conn_id)
+    try:  # a root inside or above another root or a table (by their records), then the layout before Delta Lake
+        root_guard.check_apart(layout, dag_roots if layout.root != dag_roots[0] else ())
         delta_tables.check_layout(layout)
+    except StorageRootOverlapError as err:
+        raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     except OldLayoutError as err:
         raise _FailWithoutRetry(str(err)) from None
     pipeline_identity = identity.PipelineIdentity.of(storage_root=layout.root, **checked.identity())
@@ -180,7 +188,14 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     hook.require_interval_complete(start, end, settle_seconds=checked.numbers["settle_seconds"])
     owners = list(selection.owners) or None  # None: every owner, read through plgd.>
     try:
-        identity.record(layout, pipeline_identity)  # the first plan on a root records it (checked above)
+        # the first plan on a root records it (checked above), atomically: of two at once one wins
+        _recorded, first = identity.record_first(layout, pipeline_identity)
+        if first:  # a root made at the same moment inside or above this one: its record is there now
+            try:
+                root_guard.check_apart(layout)
+            except StorageRootOverlapError as err:
+                identity.forget(layout)
+                raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
         record = write_interval_ledger(
             hook, layout, window, owners, list(selection.event_types),
             accept_fewer=checked.accept_fewer_messages,

@@ -8,7 +8,8 @@
   ``$JS.API.*`` responses. :class:`TlsDowngradeError` guards the TLS handshake.
 * The interval ledger and the tables: :class:`LedgerError` and its subclasses (among them the
   chain's :class:`ChainHoleError` and :class:`OutOfOrderIntervalError`), :class:`TableCommitError`,
-  :class:`OldLayoutError`; the pipeline's identity: :class:`PipelineIdentityError`.
+  :class:`OldLayoutError`; the pipeline's identity: :class:`PipelineIdentityError`; roots that
+  overlap: :class:`StorageRootOverlapError`.
 * Decoding plgd messages: :class:`PlgdDecodeError` (reasons :data:`DECODE_ERROR_REASONS`).
 * Spark's code: :class:`PyFilesIntegrityError`; Spark settings: :class:`SparkConfError`; the
   simulator: :class:`PublishError`.
@@ -312,6 +313,21 @@ class OldLayoutError(PlgdError, ValueError):
         self.path = path
 
 
+class StorageRootOverlapError(PlgdError, ValueError):
+    """A run's storage root overlaps another one: it lies inside, or holds, the root that the DAG
+    writes by default, a recorded pipeline's root (``_ledger/pipeline.json``) or a Delta table
+    (``_delta_log``) (``airflow_provider_plgd.tables.root_guard``). Raised before anything is written;
+    in an Airflow task it fails the task without retries.
+
+    :ivar run_root: the run's root. :ivar found: the root or table it overlaps.
+    """
+
+    def __init__(self, message: str, *, run_root: str, found: str) -> None:
+        super().__init__(message)
+        self.run_root = run_root
+        self.found = found
+
+
 class SparkConfError(PlgdError, TypeError, ValueError):
     """Spark settings to merge (``build_etl_dag(spark_conf=...)``, a run's ``spark_conf`` param
     reaching ``PlgdSparkSubmitOperator``) are not an object of setting name -> string, number,
@@ -425,6 +441,7 @@ __all__ = [
     "RangeChangedError",
     "SparkApplicationTimeoutError",  # noqa: F822
     "SparkConfError",
+    "StorageRootOverlapError",
     "StreamNotFoundError",
     "StreamSourceStaleError",
     "TableCommitError",

@@ -421,31 +421,40 @@ def vacuum(uri: str, retention_hours: int) -> int:
 # The layout of a storage root
 # ---------------------------------------------------------------------------------------------
 
+#: ``interval=…`` folders of one table whose ``_manifest.json`` :func:`check_layout` looks for.
+_OLD_LAYOUT_PROBES = 16
+
+
 def check_layout(layout: Layout) -> None:
-    """Refuse a storage root written with the layout before Delta Lake (our own ``_manifest.json``
-    folders ``events/interval=<id>`` and ``snapshots/_latest.json``).
+    """Refuse a storage root written with the layout before Delta Lake, recognised by its records:
+    an ``events/interval=<id>/_manifest.json`` (any interval table) or ``snapshots/_latest.json``.
+    A folder name alone is no such record (a run's root may be a folder a user named
+    ``interval=…``), and a table folder with a Delta log is a Delta table: it is not listed, so the
+    cost does not grow with the data.
 
     :raises OldLayoutError: names the folder and what to do.
     """
     from airflow_provider_plgd.exceptions import OldLayoutError
 
     fs, latest = to_fs(join_path(layout.snapshots_dir(), "_latest.json"))
-    probes = [latest]
-    for name in INTERVAL_TABLES:
-        folder = to_fs(layout.table(name))[1]
+    probes = [(latest, latest)]  # (what the error names, the record that shows it)
+    folders = [to_fs(layout.table(name))[1] for name in INTERVAL_TABLES]
+    delta = [fs.exists(join_path(folder, "_delta_log")) for folder in folders]
+    for folder, is_delta in zip(folders, delta):
+        if is_delta:
+            continue
         try:
             entries = fs.ls(folder, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        old = [e for e in entries if str(e).rstrip("/").rsplit("/", 1)[-1].startswith("interval=")]
-        if old:
-            probes.insert(0, str(old[0]))
-    for probe in probes:
+        old = [str(e).rstrip("/") for e in entries if str(e).rstrip("/").rsplit("/", 1)[-1].startswith("interval=")]
+        probes[:0] = [(e, join_path(e, "_manifest.json")) for e in old[:_OLD_LAYOUT_PROBES]]
+    for shown, probe in probes:
         if fs.exists(probe):
             raise OldLayoutError(
-                f"{probe} belongs to the storage layout before Delta Lake (folders with _manifest.json and "
+                f"{shown} belongs to the storage layout before Delta Lake (folders with _manifest.json and "
                 f"_latest.json); this version writes Delta tables. Use an empty storage root, or move {layout.root}'s "
-                "old folders away and rerun the intervals", path=probe)
+                "old folders away and rerun the intervals", path=shown)
 
 
 @dataclass(frozen=True)

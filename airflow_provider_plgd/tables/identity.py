@@ -10,7 +10,8 @@ is the one before plus an interval), so every run that writes them must use the 
 * ``lookback_intervals``: dedupe's lookback;
 * ``max_content_bytes``: decode's limit of one event's decoded size (bytes).
 
-The first ``plan`` on a root records them in ``{root}/_ledger/pipeline.json`` (:data:`IDENTITY_FILE`);
+The first ``plan`` on a root records them in ``{root}/_ledger/pipeline.json`` (:data:`IDENTITY_FILE`),
+in one create-if-absent (:func:`create_exclusive`: of two first plans at once exactly one records);
 every later ``plan``, and each Spark application before it reads anything, compares its own
 settings with the record (:func:`check_recorded`) and is refused with
 :class:`~airflow_provider_plgd.exceptions.PipelineIdentityError`, which names each setting, the
@@ -20,6 +21,10 @@ too (:meth:`PipelineIdentity.as_dict`, key ``pipeline``). docs/reliability.md, "
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,17 +146,82 @@ def check_recorded(layout: Layout, run: Mapping[str, Any]) -> dict[str, Any] | N
 
 
 def record(layout: Layout, identity: PipelineIdentity) -> dict[str, Any]:
-    """Check ``identity`` against the one recorded at ``layout``'s root (:func:`check_recorded`) and
-    record it there when none is.
+    """:func:`record_first`'s recorded identity.
 
-    :raises PipelineIdentityError: as :func:`check_recorded`.
+    :raises PipelineIdentityError: as :func:`check_recorded`, also for the loser of a race.
+    """
+    return record_first(layout, identity)[0]
+
+
+def record_first(layout: Layout, identity: PipelineIdentity) -> tuple[dict[str, Any], bool]:
+    """Check ``identity`` against the one recorded at ``layout``'s root (:func:`check_recorded`) and
+    record it there when none is, in one create-if-absent (:func:`create_exclusive`): of two first
+    ``plan`` runs at once, exactly one records its identity; the other then reads it and is refused
+    when its settings differ (or goes on when they are the same).
+
+    :return: ``(the recorded identity, whether this call recorded it)``.
+    :raises PipelineIdentityError: as :func:`check_recorded`, also for the loser of a race.
+    :raises OSError: the write failed (names the path).
     """
     found = check_recorded(layout, identity.as_dict())
     if found is not None:
-        return found
+        return found, False
     value = {"version": IDENTITY_VERSION, **identity.as_dict()}
-    storage.write_json(layout.pipeline_file(), value, indent=1)
-    return value
+    data = (json.dumps(value, indent=1, sort_keys=True) + "\n").encode("utf-8")
+    try:
+        create_exclusive(layout.pipeline_file(), data)
+    except FileExistsError:  # another first plan recorded first: its identity binds this run
+        found = check_recorded(layout, identity.as_dict())
+        if found is None:  # pragma: no cover - removed again in between
+            raise
+        return found, False
+    return value, True
+
+
+def forget(layout: Layout) -> None:
+    """Remove the identity that :func:`record_first` has just recorded (``plan`` refuses the root after
+    all: nothing else was written there)."""
+    storage.remove(layout.pipeline_file())
+
+
+def create_exclusive(url: str, data: bytes) -> None:
+    """Create the file ``url`` with ``data`` only if no file is there, atomically: readers see no
+    file or the whole one, and of two writers at once exactly one succeeds.
+
+    * local: the data goes to a temporary file, which is then hard-linked to ``url``
+      (``link`` fails when the name exists);
+    * S3 (``s3://``): one PUT with ``If-None-Match: *`` (S3 conditional writes; moto too);
+    * another store: fsspec's ``pipe_file(mode="create")`` (atomic where the store implements it).
+
+    :raises FileExistsError: ``url`` exists (or another writer created it first).
+    :raises OSError: the write failed (names the path).
+    """
+    import posixpath
+    import uuid
+
+    fs, path = storage.to_fs(url)
+    with storage.io_error_with_path(fs, path, "create"):
+        if storage.is_local(fs):
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            tmp = f"{posixpath.dirname(path)}/.{posixpath.basename(path)}.{uuid.uuid4().hex}.inprogress"
+            fs.pipe_file(tmp, data)
+            try:
+                os.link(tmp, path)
+            finally:
+                os.unlink(tmp)
+            return
+        for attempt in range(5):
+            try:
+                fs.pipe_file(path, data, mode="create")
+                return
+            except OSError as err:
+                code = ((getattr(err.__cause__, "response", None) or {}).get("Error") or {}).get("Code")
+                if isinstance(err, FileExistsError) or code == "PreconditionFailed":  # 412: the key exists
+                    raise FileExistsError(errno.EEXIST, f"{url} exists") from err
+                # 409 ConditionalRequestConflict: another conditional PUT of the key is under way
+                if code != "ConditionalRequestConflict" or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
 
 def check_app(layout: Layout, **settings: Any) -> dict[str, Any] | None:
