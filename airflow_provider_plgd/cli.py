@@ -9,7 +9,8 @@ behind the stream in messages and seconds. It reads only the tables, the ledger 
 Credentials never go on the command line: ``--conn-id`` names an Airflow connection of type
 ``plgd_jetstream`` (e.g. from ``AIRFLOW_CONN_<ID>`` in the environment); ``--servers`` takes
 server URLs without credentials, with ``--creds-file`` (a path) when the server needs them.
-Exit status: 0; 1 when the chain has holes or failed intervals; 2 for bad arguments.
+Exit status: 0; 1 when the chain has problems (``ChainStatus.problems``: holes, failed or stale
+intervals, or unfinished or not-done ones older than the newest planned interval); 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _hook(args: argparse.Namespace) -> Any:
 
 
 def status_main(args: argparse.Namespace) -> int:
-    """``plgd-etl status``: print the view; 1 when the chain has holes or failed intervals."""
+    """``plgd-etl status``: print the view; 1 when it has problems (``ChainStatus.problems``)."""
     from airflow_provider_plgd.status import DEFAULT_RECENT, chain_status, format_status, with_stream_lag
 
     if args.creds_file and not args.servers:
@@ -72,7 +73,7 @@ def status_main(args: argparse.Namespace) -> int:
         if hook is not None:
             view = with_stream_lag(view, hook)
     print(json.dumps(view.as_dict(), indent=1) if args.json else format_status(view), file=out)
-    return 1 if view.holes or view.failed else 0
+    return 1 if view.problems() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
