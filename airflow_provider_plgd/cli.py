@@ -1,7 +1,7 @@
 """``plgd-etl``: command-line tools for the tables of a pipeline (console script, ``setup.cfg``).
 
 ``plgd-etl status --root ROOT [--stream EVENTS] [--json] [--conn-id ID | --servers URL[,URL]]
-[--creds-file PATH] [--recent N]`` prints the status view (:mod:`airflow_provider_plgd.status`):
+[--creds-file PATH] [--recent N] [--overdue-seconds S]`` prints the status view (:mod:`airflow_provider_plgd.status`):
 the chain (head, committed intervals, holes, unfinished and failed intervals, stretches never
 planned), each table's Delta version, files and rows, and, with a connection or servers, the lag
 behind the stream in messages and seconds. It reads only the tables, the ledger and the server.
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--creds-file", help="a NATS .creds file for --servers")
     status.add_argument("--recent", type=int, default=None,
                         help="how many of the newest intervals' summaries are read for failed intervals (default 48)")
+    status.add_argument("--overdue-seconds", type=float, default=None,
+                        help="the newest planned interval counts as a problem when its plan is older than this "
+                             "(default: the interval's length; before that it may still be running)")
     return parser
 
 
@@ -68,7 +71,9 @@ def status_main(args: argparse.Namespace) -> int:
         raise ValueError(f"--recent must be >= 0, got {recent}")
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # what libraries print (Airflow's config, logs): not the view
-        view = chain_status(args.root, args.stream, recent=recent)
+        if args.overdue_seconds is not None and args.overdue_seconds < 0:
+            raise ValueError(f"--overdue-seconds must be >= 0, got {args.overdue_seconds}")
+        view = chain_status(args.root, args.stream, recent=recent, overdue_seconds=args.overdue_seconds)
         hook = _hook(args)
         if hook is not None:
             view = with_stream_lag(view, hook)

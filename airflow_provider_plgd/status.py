@@ -28,8 +28,9 @@ Classes of the time intervals the ledger holds (sequence and durable IDs are not
 * **never planned**: stretches between planned intervals that no ``plan`` recorded.
 
 :meth:`ChainStatus.problems` is what makes ``plgd-etl status`` exit 1: holes, failed and stale
-intervals, and unfinished or not-done intervals older than the newest planned one (the newest may
-still be running).
+intervals, and unfinished or not-done intervals older than the newest planned one, or the newest
+planned one itself once its plan is older than ``overdue_seconds`` (default: the interval's
+length; until then it may still be running).
 
 ``plgd-etl status`` (:mod:`airflow_provider_plgd.cli`) prints :func:`format_status`; the
 maintenance DAG logs it.
@@ -104,13 +105,15 @@ class ChainStatus:
     not_done: tuple[tuple[str, str], ...] = ()
     stale: tuple[str, ...] = ()
     newest_planned: str | None = None
+    newest_overdue: bool = False
 
     def problems(self) -> list[str]:
         """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy."""
         newest = _order_key(self.newest_planned) if self.newest_planned else None
 
-        def older(interval_id: str) -> bool:
-            return newest is not None and _order_key(interval_id) < newest
+        def older(interval_id: str) -> bool:  # the newest planned interval counts once it is overdue
+            return newest is not None and (_order_key(interval_id) < newest
+                                           or (self.newest_overdue and interval_id == self.newest_planned))
 
         found = [f"hole: {h.interval_id} ({h.messages} messages)" for h in self.holes]
         found += [f"failed: {i}: {p}" for i, p in self.failed]
@@ -137,7 +140,7 @@ class ChainStatus:
                       "never_planned_count": len(self.never_planned),
                       "not_done": [{"interval_id": i, "reason": r} for i, r in self.not_done[:cut]],
                       "not_done_count": len(self.not_done), "stale": list(self.stale[:cut]),
-                      "newest_planned": self.newest_planned},
+                      "newest_planned": self.newest_planned, "newest_overdue": self.newest_overdue},
             "problems": self.problems()[:cut],
             "tables": {t.table: {k: v for k, v in asdict(t).items() if k != "table"} for t in self.tables},
             "lag": asdict(self.lag) if self.lag else None,
@@ -238,13 +241,17 @@ def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: in
                      int(messages), round(seconds, 3))
 
 
-def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEFAULT_RECENT) -> ChainStatus:
+def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEFAULT_RECENT,
+                 overdue_seconds: float | None = None) -> ChainStatus:
     """Read the status view of the tables at ``root`` (module docstring), without the lag
     (:func:`with_stream_lag` adds it).
 
     :param root: the storage root (path, fsspec URL or :class:`Layout`).
     :param stream: the stream whose ledger is read (``_ledger/{stream}``).
     :param recent: the newest intervals whose ``summary.json`` is read for failed intervals.
+    :param overdue_seconds: the newest planned interval counts in :meth:`ChainStatus.problems`
+        when its newest plan (``run_version``) is older than this (s); None: the interval's length.
+        Until then it may still be running.
     :raises ValueError: a stream name that is not safe in a path, or a root that ``Layout.of`` refuses.
     """
     from airflow_provider_plgd.tables import chain
@@ -293,10 +300,16 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     not_done, stale = _not_done(layout, stream, log, committed, summarized, record, recent)
     failed_ids = {i for i, _ in failed}
     not_done = [(i, r) for i, r in not_done if i not in failed_ids]
+    overdue = False
+    if planned:
+        newest_plan = ledger.read_plan(layout, stream, ids[-1]) or {}
+        wait = (planned[-1].end_ns - planned[-1].start_ns) / 1e9 if overdue_seconds is None else float(overdue_seconds)
+        started = newest_plan.get("run_version")
+        overdue = started is not None and time.time() - int(started) / 1000 > wait
     return ChainStatus(layout.root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
                        tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
                        int(head_plan["end_seq_exclusive"]) if head_plan else None, tuple(not_done), tuple(stale),
-                       ids[-1] if ids else None)
+                       ids[-1] if ids else None, overdue)
 
 
 def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:

@@ -342,3 +342,47 @@ def folded_input(layout: Layout, snapshots: Layout, interval_id: str) -> tuple[d
     if "sha256" in recorded:
         return record, _file_fingerprint(layout, interval_id) != recorded
     return record, not content.same_content(recorded, input_fingerprint(layout, interval_id))
+
+
+def check_before_run(layout: Layout, interval_id: str) -> None:
+    """``plan``'s check, before a run of ``interval_id`` commits anything to any table: the
+    refusals its dedupe or rebuild could meet after the decode commit, made first.
+
+    * An interval before it is stale (:func:`stale_intervals`): its rebuild would have to fold it.
+    * It is older than the latest snapshot's interval and has deduplicated rows: the snapshot that
+      folded it, and the one before that, must be in the ``_device_state`` log (a rerun compares with the first, and a
+      changed interval is rebuilt on the second).
+
+    :raises ChainRepairError: names the intervals or the snapshot, and what to do.
+    """
+    from airflow_provider_plgd.tables import snapshot_store
+
+    kind = interval_kind(interval_id)
+    before = [s for s in stale_intervals(layout) if interval_kind(s.interval_id) == kind
+              and _order(s.interval_id) < _order(interval_id)]
+    if before:
+        named = ", ".join(s.interval_id for s in before[:10]) + (", ..." if len(before) > 10 else "")
+        raise ChainRepairError(
+            f"interval {interval_id}: refused: earlier interval(s) {named} are stale (deduplicated before "
+            f"{before[0].because} was deduplicated again with other message IDs), and this run would build on "
+            "them. Nothing was written. Rerun them first, oldest first (docs/operations.md, \"Backfill and reruns\", "
+            "\"Rerun an interval\").", interval_id=interval_id)
+    latest = snapshot_store.latest(layout)
+    through = (latest or {}).get("interval_id")
+    if latest is None or not through or interval_kind(through) != kind or _order(through) <= _order(interval_id):
+        return
+    if not delta_tables.table_files(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED),
+                                    where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
+        return  # no deduplicated rows: no snapshot folded it, its rebuild folds nothing
+    folding = snapshot_store.snapshot_folding(layout, interval_id)
+    parent = (folding or {}).get("parent")
+    if folding is None or (parent and snapshot_store.snapshot(layout, parent) is None):
+        missing = "no snapshot in its Delta log records folding it" if folding is None else \
+            f"the snapshot before the one that folded it ({parent}) is no longer in its Delta log"
+        raise ChainRepairError(
+            f"interval {interval_id}: refused: it is older than the latest snapshot {latest['version']} (of "
+            f"{through}), and {missing} ({snapshot_store.snapshot_table_uri(layout, snapshot_store.STATE_TABLE)}; log "
+            "retention), so a rerun could not be checked or repaired in place. Nothing was written. Roll the "
+            "snapshots back to one still in the log (snapshot_store.roll_back) and rerun every interval after it, "
+            "or write the stream again to a new storage root (docs/operations.md, \"Rerun an interval\").",
+            interval_id=interval_id)
