@@ -63,14 +63,14 @@ def check_older_interval(layout: Layout, snapshots: Layout, latest: Mapping[str,
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
             f"the Delta log of {where} records folding it, so this rerun cannot check that the later snapshots "
             "hold its events; nothing was changed. Rebuild from an older snapshot: "
-            "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Repair in "
-            "place\"), then rerun every interval after it, oldest first", interval_id=interval_id)
+            "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Rerun an "
+            "interval\"), then rerun every interval after it, oldest first", interval_id=interval_id)
     parent = record.get("parent")
     if changed and parent and snapshot_store.snapshot(snapshots, parent) is None:
         raise chain.ChainRepairError(
             f"interval {interval_id}: its deduplicated events changed since snapshot {record['version']} folded "
             f"them, and the snapshot before it ({parent}) is no longer in the Delta log of {where}, so it cannot be "
-            "rebuilt in place; nothing was changed (docs/operations.md, \"Repair in place\")",
+            "rebuilt in place; nothing was changed (docs/operations.md, \"Rerun an interval\")",
             interval_id=interval_id)
     return record, bool(changed)
 
@@ -194,7 +194,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         named = ", ".join(f"{i} (after {stale[i]} was deduplicated again)" for i in intervals if i in stale)
         raise chain.ChainRepairError(
             f"interval {interval_id}: rebuild refused: the deduplicated events of {named} are stale; nothing was "
-            "written. Rerun those intervals' dedupe first, oldest first (docs/operations.md, \"Repair in place\")",
+            "written. Rerun those intervals' dedupe first, oldest first (docs/operations.md, \"Rerun an interval\")",
             interval_id=interval_id)
     buckets = int(base["buckets"]) if base else args.buckets
     if base and buckets != args.buckets:

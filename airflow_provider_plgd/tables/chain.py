@@ -230,14 +230,14 @@ def check_rerun(layout: Layout, interval_id: str, digest: Any, *, log: DedupeLog
                     f"{latest['version']} includes it, but {missing} is no longer in the Delta log of "
                     f"{snapshot_store.snapshot_table_uri(layout, snapshot_store.STATE_TABLE)} (log retention), so the "
                     "snapshots cannot be rebuilt from before it. Nothing was written. Write the stream again to a new "
-                    "storage root (docs/operations.md, \"Repair in place\").", interval_id=interval_id)
+                    "storage root (docs/operations.md, \"Rerun an interval\").", interval_id=interval_id)
     return RerunChange(ids_changed, content_changed, later if ids_changed else ())
 
 
 @dataclass(frozen=True)
 class StaleInterval:
     """An interval whose deduplicated events were decided before ``because`` (an earlier interval)
-    was deduplicated again with other message IDs: rerun it (docs/operations.md, "Repair in place")."""
+    was deduplicated again with other message IDs: rerun it (docs/operations.md, "Rerun an interval")."""
 
     interval_id: str
     because: str
