@@ -14,7 +14,10 @@ rows):
    :func:`dedupe_decision.decide`, writes the bucket's index file and emits its counts and the
    positions of its dropped rows.
 3. **Copy** (:func:`make_copy_task`): the dropped positions are shuffled to the task that copies
-   their file; each ``events`` file is copied minus its dropped rows (byte for byte without drops).
+   their file; each ``events`` file is copied minus its dropped rows (byte for byte without drops),
+   and the task computes the content digest of the rows it wrote (``tables.content``). The driver
+   adds the per-file digests, checks a rerun against the chain (``chain.check_rerun``) and commits
+   the interval's digest in the commit metadata.
 """
 
 from __future__ import annotations
