@@ -1,7 +1,7 @@
 """``plgd-etl``: command-line tools for the tables of a pipeline (console script, ``setup.cfg``).
 
 ``plgd-etl status --root ROOT [--stream EVENTS] [--json] [--conn-id ID | --servers URL[,URL]]
-[--creds-file PATH] [--recent N]`` prints the status view (:mod:`airflow_provider_plgd.status`):
+[--creds-file PATH] [--recent N] [--overdue-seconds S]`` prints the status view (:mod:`airflow_provider_plgd.status`):
 the chain (head, committed intervals, holes, unfinished and failed intervals, stretches never
 planned), each table's Delta version, files and rows, and, with a connection or servers, the lag
 behind the stream in messages and seconds. It reads only the tables, the ledger and the server.
@@ -9,7 +9,8 @@ behind the stream in messages and seconds. It reads only the tables, the ledger 
 Credentials never go on the command line: ``--conn-id`` names an Airflow connection of type
 ``plgd_jetstream`` (e.g. from ``AIRFLOW_CONN_<ID>`` in the environment); ``--servers`` takes
 server URLs without credentials, with ``--creds-file`` (a path) when the server needs them.
-Exit status: 0; 1 when the chain has holes or failed intervals; 2 for bad arguments.
+Exit status: 0; 1 when the chain has problems (``ChainStatus.problems``: holes, failed or stale
+intervals, or unfinished or not-done ones older than the newest planned interval); 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--creds-file", help="a NATS .creds file for --servers")
     status.add_argument("--recent", type=int, default=None,
                         help="how many of the newest intervals' summaries are read for failed intervals (default 48)")
+    status.add_argument("--overdue-seconds", type=float, default=None,
+                        help="the newest planned interval counts as a problem when its plan is older than this "
+                             "(default: the interval's length; before that it may still be running)")
     return parser
 
 
@@ -57,7 +61,7 @@ def _hook(args: argparse.Namespace) -> Any:
 
 
 def status_main(args: argparse.Namespace) -> int:
-    """``plgd-etl status``: print the view; 1 when the chain has holes or failed intervals."""
+    """``plgd-etl status``: print the view; 1 when it has problems (``ChainStatus.problems``)."""
     from airflow_provider_plgd.status import DEFAULT_RECENT, chain_status, format_status, with_stream_lag
 
     if args.creds_file and not args.servers:
@@ -67,12 +71,14 @@ def status_main(args: argparse.Namespace) -> int:
         raise ValueError(f"--recent must be >= 0, got {recent}")
     out = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # what libraries print (Airflow's config, logs): not the view
-        view = chain_status(args.root, args.stream, recent=recent)
+        if args.overdue_seconds is not None and args.overdue_seconds < 0:
+            raise ValueError(f"--overdue-seconds must be >= 0, got {args.overdue_seconds}")
+        view = chain_status(args.root, args.stream, recent=recent, overdue_seconds=args.overdue_seconds)
         hook = _hook(args)
         if hook is not None:
             view = with_stream_lag(view, hook)
     print(json.dumps(view.as_dict(), indent=1) if args.json else format_status(view), file=out)
-    return 1 if view.holes or view.failed else 0
+    return 1 if view.problems() else 0
 
 
 def main(argv: list[str] | None = None) -> int:

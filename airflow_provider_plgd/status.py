@@ -18,7 +18,19 @@ Classes of the time intervals the ledger holds (sequence and durable IDs are not
 * **holes**: the stream held messages, they are not committed, and a later interval is (``chain``'s rule);
 * **unfinished**: the same, after the chain's head (running, failed, or not run yet);
 * **failed**: their ``summary.json`` says they do not reconcile (``reconciled: false``);
+* **not done**: committed by dedupe, but not done (an interval is done when every stage of its
+  newest run committed and the latest snapshot includes it): **stale** (deduplicated before an
+  earlier interval's rerun changed its message IDs, ``chain.stale_intervals``), not in the latest
+  snapshot (after its interval, or a repair in place rolled the snapshots back before it), folded
+  by the latest snapshot in an earlier run's form (its rows changed since, ``chain.folded_input``),
+  or without a ``summary.json`` of its newest run (the plan's ``run_version``; among the newest
+  ``recent`` intervals);
 * **never planned**: stretches between planned intervals that no ``plan`` recorded.
+
+:meth:`ChainStatus.problems` is what makes ``plgd-etl status`` exit 1: holes, failed and stale
+intervals, and unfinished or not-done intervals older than the newest planned one, or the newest
+planned one itself once its plan is older than ``overdue_seconds`` (default: the interval's
+length; until then it may still be running).
 
 ``plgd-etl status`` (:mod:`airflow_provider_plgd.cli`) prints :func:`format_status`; the
 maintenance DAG logs it.
@@ -90,6 +102,24 @@ class ChainStatus:
     lag: StreamLag | None = None
     seconds: float = 0.0
     head_end_seq: int | None = None
+    not_done: tuple[tuple[str, str], ...] = ()
+    stale: tuple[str, ...] = ()
+    newest_planned: str | None = None
+    newest_overdue: bool = False
+
+    def problems(self) -> list[str]:
+        """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy."""
+        newest = _order_key(self.newest_planned) if self.newest_planned else None
+
+        def older(interval_id: str) -> bool:  # the newest planned interval counts once it is overdue
+            return newest is not None and (_order_key(interval_id) < newest
+                                           or (self.newest_overdue and interval_id == self.newest_planned))
+
+        found = [f"hole: {h.interval_id} ({h.messages} messages)" for h in self.holes]
+        found += [f"failed: {i}: {p}" for i, p in self.failed]
+        found += [f"unfinished: {u.interval_id}" for u in self.unfinished if older(u.interval_id)]
+        found += [f"not done: {i}: {r}" for i, r in self.not_done if i in set(self.stale) or older(i)]
+        return found
 
     def as_dict(self, *, brief: bool = False) -> dict[str, Any]:
         """JSON form; ``brief`` keeps the first :data:`BRIEF_ITEMS` of each list (and their counts)."""
@@ -107,7 +137,11 @@ class ChainStatus:
                       "failed": [{"interval_id": i, "problem": p} for i, p in self.failed[:cut]],
                       "failed_count": len(self.failed),
                       "never_planned": [{"start": a, "end": b} for a, b in self.never_planned[:cut]],
-                      "never_planned_count": len(self.never_planned)},
+                      "never_planned_count": len(self.never_planned),
+                      "not_done": [{"interval_id": i, "reason": r} for i, r in self.not_done[:cut]],
+                      "not_done_count": len(self.not_done), "stale": list(self.stale[:cut]),
+                      "newest_planned": self.newest_planned, "newest_overdue": self.newest_overdue},
+            "problems": self.problems()[:cut],
             "tables": {t.table: {k: v for k, v in asdict(t).items() if k != "table"} for t in self.tables},
             "lag": asdict(self.lag) if self.lag else None,
             "seconds": round(self.seconds, 3),
@@ -115,6 +149,50 @@ class ChainStatus:
 
 
 # ---------------------------------------------------------------------------------------------
+
+def _order_key(interval_id: str) -> tuple[int, int]:
+    key = times.parse_interval_key(interval_id)
+    return key.low, key.high
+
+
+def _not_done(layout: Layout, stream: str, log: Any, committed: Sequence[str], summarized: set[str],
+              record: Mapping[str, Any] | None, recent: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(not done [(interval, reason)], stale [interval])`` of the committed intervals (module docstring)."""
+    from airflow_provider_plgd.tables import chain
+
+    reasons: dict[str, str] = {}
+    stale = chain.stale_intervals(layout, log)
+    for s in stale:
+        reasons[s.interval_id] = f"stale: deduplicated before {s.because} was deduplicated again with other message IDs"
+    through = record.get("interval_id") if record else None
+    through_key = _order_key(through) if through and chain.interval_kind(through) == "time" else None
+    made = record.get("run_version") if record else None
+    for interval_id in committed:
+        if interval_id in reasons:
+            continue
+        if through_key is None or _order_key(interval_id) > through_key:
+            reasons[interval_id] = "not in the latest snapshot" + (f" {record['version']}" if record else "")
+            continue
+        run = chain.dedupe_run(log, interval_id)
+        if record is not None and made is not None and run is not None and run > int(made):  # deduplicated again after it
+            _, changed = chain.folded_input(layout, layout, interval_id)
+            if changed is not False:
+                reasons[interval_id] = (f"the latest snapshot {record['version']} (of {through}) folded an earlier "
+                                        "run of it: rebuild it, then every interval after it")
+    for interval_id in list(committed)[-max(0, int(recent)):]:
+        if interval_id in reasons:
+            continue
+        if interval_id not in summarized:
+            reasons[interval_id] = "no summary.json (its summary step did not run)"
+            continue
+        plan, summary = ledger.read_plan(layout, stream, interval_id), ledger.read_summary(layout, stream, interval_id)
+        planned_run = (plan or {}).get("run_version")
+        if planned_run is not None and (summary or {}).get("run_version") != planned_run:
+            reasons[interval_id] = (f"its newest run (planned at {planned_run} ms) has no summary; summary.json is an "
+                                    "earlier run's")
+    ordered = sorted(reasons, key=_order_key)
+    return [(i, reasons[i]) for i in ordered], [s.interval_id for s in stale]
+
 
 def _ledger_listing(layout: Layout, stream: str) -> tuple[list[times.Interval], set[str]]:
     """The planned time intervals (oldest first) and the IDs with a ``summary.json``: one listing."""
@@ -163,13 +241,17 @@ def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: in
                      int(messages), round(seconds, 3))
 
 
-def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEFAULT_RECENT) -> ChainStatus:
+def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEFAULT_RECENT,
+                 overdue_seconds: float | None = None) -> ChainStatus:
     """Read the status view of the tables at ``root`` (module docstring), without the lag
     (:func:`with_stream_lag` adds it).
 
     :param root: the storage root (path, fsspec URL or :class:`Layout`).
     :param stream: the stream whose ledger is read (``_ledger/{stream}``).
     :param recent: the newest intervals whose ``summary.json`` is read for failed intervals.
+    :param overdue_seconds: the newest planned interval counts in :meth:`ChainStatus.problems`
+        when its newest plan (``run_version``) is older than this (s); None: the interval's length.
+        Until then it may still be running.
     :raises ValueError: a stream name that is not safe in a path, or a root that ``Layout.of`` refuses.
     """
     from airflow_provider_plgd.tables import chain
@@ -215,9 +297,19 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     tables += [delta_tables.table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(layout, t))
                for t in snapshot_store.PUBLIC_TABLES]
     head_plan = ledger.read_plan(layout, stream, head) if head else None
+    not_done, stale = _not_done(layout, stream, log, committed, summarized, record, recent)
+    failed_ids = {i for i, _ in failed}
+    not_done = [(i, r) for i, r in not_done if i not in failed_ids]
+    overdue = False
+    if planned:
+        newest_plan = ledger.read_plan(layout, stream, ids[-1]) or {}
+        wait = (planned[-1].end_ns - planned[-1].start_ns) / 1e9 if overdue_seconds is None else float(overdue_seconds)
+        started = newest_plan.get("run_version")
+        overdue = started is not None and time.time() - int(started) / 1000 > wait
     return ChainStatus(layout.root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
                        tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
-                       int(head_plan["end_seq_exclusive"]) if head_plan else None)
+                       int(head_plan["end_seq_exclusive"]) if head_plan else None, tuple(not_done), tuple(stale),
+                       ids[-1] if ids else None, overdue)
 
 
 def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:
@@ -248,6 +340,7 @@ def format_status(status: ChainStatus, *, limit: int = BRIEF_ITEMS) -> str:
     lines += listed("unfinished", [f"{h.interval_id} ({h.messages if h.messages >= 0 else '?'} messages)"
                                    for h in status.unfinished])
     lines += listed("failed", [f"{i}: {p}" for i, p in status.failed])
+    lines += listed("not done", [f"{i}: {r}" for i, r in status.not_done])
     lines += listed("never planned", [f"[{a}, {b})" for a, b in status.never_planned])
     lines.append("tables:")
     width = max(len(t.table) for t in status.tables) if status.tables else 5
@@ -260,4 +353,6 @@ def format_status(status: ChainStatus, *, limit: int = BRIEF_ITEMS) -> str:
         lines.append(f"stream {lag.stream} at {lag.servers}: last sequence {lag.last_seq}"
                      + (f" ({lag.last_time})" if lag.last_time else "")
                      + f"; lag {lag.messages} messages, {lag.seconds:g} s behind the chain's head")
+    problems = status.problems()
+    lines.append("healthy" if not problems else f"NOT HEALTHY ({len(problems)} problem(s); the first: {problems[0]})")
     return "\n".join(lines)

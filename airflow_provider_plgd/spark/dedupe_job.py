@@ -15,7 +15,10 @@ rows):
    :func:`dedupe_decision.decide`, writes the bucket's index file and emits its counts and the
    positions of its dropped rows.
 3. **Copy** (:func:`make_copy_task`): the dropped positions are shuffled to the task that copies
-   their file; each ``events`` file is copied minus its dropped rows (byte for byte without drops).
+   their file; each ``events`` file is copied minus its dropped rows (byte for byte without drops),
+   and the task computes the content digest of the rows it wrote (``tables.content``). The driver
+   adds the per-file digests, checks a rerun against the chain (``chain.check_rerun``) and commits
+   the interval's digest in the commit metadata.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pyarrow as pa
 
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity, storage
+from airflow_provider_plgd.tables import chain, content, delta_tables, file_records, identity, storage
 from airflow_provider_plgd.spark import dedupe_decision, schemas
 from airflow_provider_plgd.spark.content_digest import content_digests
 from airflow_provider_plgd.spark import snapshot_buckets
@@ -256,19 +259,22 @@ def make_copy_task(*, source: str, target: str, files: Sequence[delta_tables.Dat
             with fs.open(f"{src}/{f.path}", "rb") as fh:
                 pf = pq.ParquetFile(fh)
                 metadata = pf.metadata
-                table = pf.read() if gone else None
-            if table is not None:
+                table = pf.read()
+            if gone:
                 row_group = max((metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)), default=1)
                 keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
                                           value_set=pa.array(gone, pa.int64())))
-                size, metadata = write_parquet_file(fs, out, table.filter(keep), row_group_size=row_group)
+                table = table.filter(keep)
+                size, metadata = write_parquet_file(fs, out, table, row_group_size=row_group)
             else:
                 fs.makedirs(posixpath.dirname(out), exist_ok=True)
                 fs.copy(f"{src}/{f.path}", out)
                 size = fs.size(out)
-            yield -1, ("written", file_records.file_record(
-                names[number], rows=metadata.num_rows, size=size, partition=f.partition,
-                stats=file_records.parquet_stats(metadata)))
+            record = file_records.file_record(names[number], rows=metadata.num_rows, size=size, partition=f.partition,
+                                              stats=file_records.parquet_stats(metadata))
+            # the content digest of the rows written, where they are (tables.content)
+            record[content.CONTENT_KEY] = content.table_digest(table, f.partition).as_dict()
+            yield -1, ("written", record)
 
     return task
 
@@ -385,9 +391,16 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
             f"{done['index_rows']}; nothing committed"
         )
     timings["decide_and_write"] = round(time.time() - phase, 3)
+    digest = content.merge_all(content.ContentDigest.from_dict(f[content.CONTENT_KEY]) for f in written)
+    if digest.rows != kept_rows:
+        raise RuntimeError(f"interval {interval_id}: the copy tasks' content digests count {digest.rows} rows, the "
+                           f"files hold {kept_rows}; nothing committed")
+    # a rerun of an interval that later ones built on: checked before the first commit (chain.check_rerun)
+    change = chain.check_rerun(layout, interval_id, digest, log=log_)
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
-            "pipeline": recorded}
+            "pipeline": recorded, content.CONTENT_KEY: {interval_id: digest.as_dict()},
+            chain.IDS_CHANGED_KEY: change.ids_changed}
     commits = delta_tables.commit_interval(APP, interval_id, (
         (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
         (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),
@@ -416,6 +429,9 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         "events_deduped_path": deduped_uri,
         "msgid_index_path": index_uri,
         "delta_versions": {name: c.version for name, c in commits.items()},
+        "run_version": run_version,
+        "content": digest.as_dict(),
+        "stale_after": list(change.stale),
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
     }

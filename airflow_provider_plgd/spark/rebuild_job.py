@@ -9,7 +9,6 @@ docstring gives the steps. Here: the base (:func:`choose_base`), the intervals t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -29,13 +28,11 @@ log = logging.getLogger("plgd.spark.rebuild")
 
 
 def input_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:
-    """What a snapshot folded of one interval: ``{"rows", "sha256"}`` of the ``events_deduped``
-    files the Delta log names for it (each file's partition values, rows and bytes; not its
-    run-unique name), so a rerun that commits the same rows in the same files compares equal."""
-    uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
-    files = delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
-    entries = sorted((json.dumps(f.partition, sort_keys=True), f.rows, f.size) for f in files)
-    return {"rows": sum(f.rows for f in files), "sha256": hashlib.sha256(json.dumps(entries).encode()).hexdigest()}
+    """What a snapshot folded of one interval, by content: ``{"rows", "ids", "digest"}`` of its
+    ``events_deduped`` rows (``chain.input_fingerprint``: the digest dedupe computed where it wrote
+    the rows and recorded in its commit, ``tables.content``), so the same rows in other files
+    (a compaction, another fetch split or cluster size) compare equal, and a changed row does not."""
+    return chain.input_fingerprint(layout, interval_id)
 
 
 def deduped(layout: Layout, interval_id: str) -> bool:
@@ -45,38 +42,37 @@ def deduped(layout: Layout, interval_id: str) -> bool:
                                       interval_id)
 
 
-def check_older_interval(layout: Layout, snapshots: Layout, latest: Mapping[str, Any], interval_id: str) -> dict[str, Any]:
+def check_older_interval(layout: Layout, snapshots: Layout, latest: Mapping[str, Any],
+                         interval_id: str) -> tuple[dict[str, Any], bool]:
     """A rerun of an interval older than the latest snapshot (a cleared past run): the snapshot that
-    folded it and every later one already include the interval. When its deduplicated events are
-    what that snapshot folded (:func:`input_fingerprint`), nothing is rebuilt: the latest snapshot
-    stays the latest (no snapshot goes back in time, no event is folded twice).
+    folded it and every later one include the interval. When its deduplicated events are what that
+    snapshot folded (``chain.folded_input``, by content), nothing is rebuilt: the latest snapshot
+    stays the latest (no snapshot goes back in time, no event is folded twice). When they changed,
+    the interval is rebuilt on the snapshot before it (repair in place: the later intervals are
+    then not in the latest snapshot until each is rebuilt again, oldest first).
 
-    :return: that snapshot's record.
-    :raises RuntimeError: the interval's events changed since (the later snapshots were built on the
-        old ones), or no snapshot in the log folded it, so the two cannot be compared; the message
-        names the snapshots and what to do.
+    :return: ``(record, changed)``: the record of the snapshot that folded it, and whether its
+        events changed since.
+    :raises ChainRepairError: no snapshot in the log folded it (so the two cannot be compared), or
+        the snapshot before it is gone from the log; nothing was changed.
     """
-    record = snapshot_store.snapshot_folding(snapshots, interval_id)
-    recorded = ((record or {}).get("inputs") or {}).get(interval_id)
+    record, changed = chain.folded_input(layout, snapshots, interval_id)
     where = snapshot_store.snapshot_table_uri(snapshots, snapshot_store.STATE_TABLE)
-    if record is None or recorded is None:
-        raise RuntimeError(
+    if record is None or changed is None:
+        raise chain.ChainRepairError(
             f"interval {interval_id} is older than the latest snapshot {latest['version']}, and no snapshot in "
             f"the Delta log of {where} records folding it, so this rerun cannot check that the later snapshots "
             "hold its events; nothing was changed. Rebuild from an older snapshot: "
-            "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Backfill and reruns\"), "
-            "then rerun every interval after it, oldest first"
-        )
-    current = input_fingerprint(layout, interval_id)
-    if current != recorded:
-        raise RuntimeError(
+            "snapshot_store.roll_back(root, <version>) makes it the latest again (docs/operations.md, \"Rerun an "
+            "interval\"), then rerun every interval after it, oldest first", interval_id=interval_id)
+    parent = record.get("parent")
+    if changed and parent and snapshot_store.snapshot(snapshots, parent) is None:
+        raise chain.ChainRepairError(
             f"interval {interval_id}: its deduplicated events changed since snapshot {record['version']} folded "
-            f"them ({recorded['rows']} rows then, {current['rows']} now), and the later snapshots up to "
-            f"{latest['version']} were built on the old ones; nothing was changed. Roll the snapshots back to "
-            f"{record.get('parent') or 'before the first (delete snapshots/)'} with snapshot_store.roll_back(root, "
-            "<version>) (docs/operations.md, \"Backfill and reruns\") and rerun every later interval too, oldest first"
-        )
-    return record
+            f"them, and the snapshot before it ({parent}) is no longer in the Delta log of {where}, so it cannot be "
+            "rebuilt in place; nothing was changed (docs/operations.md, \"Rerun an interval\")",
+            interval_id=interval_id)
+    return record, bool(changed)
 
 
 def choose_base(snapshots: Layout, latest: Mapping[str, Any] | None, version: str,
@@ -146,7 +142,9 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     :param args: the parsed command line (``rebuild_snapshots.parse_args``: ``args.interval`` is the
         checked :class:`~airflow_provider_plgd.times.Interval` of ``--interval-id``).
 
-    :raises RuntimeError: see :func:`choose_base` and :func:`check_older_interval`.
+    :raises RuntimeError: see :func:`choose_base`.
+    :raises ChainRepairError: see :func:`check_older_interval`; or an interval to fold is stale
+        (``chain.stale_intervals``: deduplicated before an earlier interval changed).
     :raises PipelineIdentityError: the root differs from the identity recorded there (``identity.check_app``).
     :raises ChainHoleError: an earlier planned interval with messages is not deduplicated (``chain``).
     :raises FileNotFoundError: the interval's deduplicated events are not committed.
@@ -166,8 +164,12 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     t_ns = window.end_ns  # the snapshot time is the interval end
     version = snapshot_store.version_id(t_ns)
     latest = snapshot_store.latest(snapshots)
+    repairing: str | None = None
     if latest is not None and latest["version"] > version:  # a cleared past interval
-        included = check_older_interval(layout, snapshots, latest, interval_id)
+        included, changed = check_older_interval(layout, snapshots, latest, interval_id)
+        if changed:
+            repairing = latest["version"]
+    if latest is not None and latest["version"] > version and not repairing:
         log.info("interval %s: its events are unchanged since snapshot %s folded them; the latest snapshot %s "
                  "includes them, nothing to rebuild", interval_id, included["version"], latest["version"])
         summary = {
@@ -179,8 +181,21 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         }
         return finish_run(summary, layout=args.snapshots, app=APP, interval_id=interval_id,
                           explicit_path=args.summary_path)
-    base = choose_base(snapshots, latest, version, interval_id)
+    if repairing:  # rebuild on the snapshot before the interval (check_older_interval)
+        base = snapshot_store.snapshot(snapshots, included["parent"]) if included.get("parent") else None
+        log.warning("interval %s: its deduplicated events changed since snapshot %s folded them; rebuilding it on "
+                    "%s (the snapshots after it, up to %s, are no longer the latest: rerun their intervals, oldest "
+                    "first)", interval_id, included["version"], base["version"] if base else "nothing", repairing)
+    else:
+        base = choose_base(snapshots, latest, version, interval_id)
     intervals = intervals_to_fold(layout, interval_id, base)
+    stale = {s.interval_id: s.because for s in chain.stale_intervals(layout)}
+    if any(i in stale for i in intervals):
+        named = ", ".join(f"{i} (after {stale[i]} was deduplicated again)" for i in intervals if i in stale)
+        raise chain.ChainRepairError(
+            f"interval {interval_id}: rebuild refused: the deduplicated events of {named} are stale; nothing was "
+            "written. Rerun those intervals' dedupe first, oldest first (docs/operations.md, \"Rerun an interval\")",
+            interval_id=interval_id)
     buckets = int(base["buckets"]) if base else args.buckets
     if base and buckets != args.buckets:
         log.info("keeping the base snapshot's %d buckets (--buckets %d applies to a first snapshot only)",
@@ -241,6 +256,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         "run_version": run_version,
         "interval_id": interval_id,
         "pipeline": recorded,
+        "supersedes": repairing,  # the latest snapshot before a repair in place (None otherwise)
     }
     delta_versions: dict[str, int] = {}
     rows: dict[str, int] = {}
@@ -279,7 +295,9 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
         "snapshot_time": record["snapshot_time"],
         "snapshot_time_ns": t_ns,
         "parent": record["parent"],
+        "supersedes": repairing,
         "run_id": run_id,
+        "run_version": run_version,
         "intervals": intervals,
         "events": n_events,
         "buckets": buckets,

@@ -7,6 +7,7 @@ The path rule and the readers live in ``airflow_provider_plgd.tables.run_summary
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Mapping
 
 from airflow_provider_plgd.tables.layout import Layout
@@ -35,7 +36,7 @@ def finish_run(summary: dict[str, Any], *, layout: Layout, app: str, interval_id
     """The common end of every app's ``run``: write ``summary`` (:func:`write_summary` at
     :func:`summary_path`), add its location as ``summary["summary_path"]`` and return it.
 
-    With an active SparkSession the summary also gets ``spark_application``: the application ID
+    The summary gets ``written_ms`` (unix ms, when written). With an active SparkSession it also gets ``spark_application``: the application ID
     and the driver's Spark UI URL (:func:`airflow_provider_plgd.spark.session.spark_application_info`).
 
     :param summary: JSON-serialisable dict (the app's documented summary keys).
@@ -50,6 +51,8 @@ def finish_run(summary: dict[str, Any], *, layout: Layout, app: str, interval_id
     application = spark_application_info()
     if application is not None:
         summary.setdefault("spark_application", application)
+    # when it was written (unix ms): the summary step tells it from an earlier run's (reconcile)
+    summary.setdefault("written_ms", time.time_ns() // 1_000_000)
     path = summary_path(layout, app, interval_id, explicit_path)
     write_summary(path, summary)
     summary["summary_path"] = path

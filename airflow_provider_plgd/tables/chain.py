@@ -64,7 +64,7 @@ class DedupeLog:
 
     def head(self, kind: str = "time") -> str | None:
         """The chain's head: the latest interval of ``kind`` with message IDs, or None."""
-        found = [i for i in self.with_ids if _kind(i) == kind]
+        found = [i for i in self.with_ids if interval_kind(i) == kind]
         return max(found, key=_order) if found else None
 
 
@@ -77,7 +77,8 @@ def dedupe_log(layout: Layout) -> DedupeLog:
     return DedupeLog(index, deduped, tuple(with_ids))
 
 
-def _kind(interval_id: str) -> str:
+def interval_kind(interval_id: str) -> str:
+    """``times.interval_kind``, or ``"other"`` for an ID it does not parse."""
     try:
         return times.interval_kind(interval_id)
     except ValueError:
@@ -104,7 +105,7 @@ def holes_before(layout: Layout, stream: str, interval_id: str, log: DedupeLog |
     Reads one listing of the ledger, and ``stream.json`` of each planned interval after the latest
     one before ``interval_id`` with message IDs that dedupe has not committed.
     """
-    if _kind(interval_id) != "time":
+    if interval_kind(interval_id) != "time":
         return []
     log = log or dedupe_log(layout)
     start_ns = times.Interval.from_id(interval_id).start_ns
@@ -148,7 +149,7 @@ def check_not_behind_head(interval_id: str, log: DedupeLog, *, processed_before:
         dedupe committed), which the chain already holds.
     :raises OutOfOrderIntervalError: names the interval, the head and the way out.
     """
-    head = log.head(_kind(interval_id))
+    head = log.head(interval_kind(interval_id))
     if processed_before or head is None or _order(head) <= _order(interval_id):
         return
     raise OutOfOrderIntervalError(
@@ -158,3 +159,230 @@ def check_not_behind_head(interval_id: str, log: DedupeLog, *, processed_before:
         "it, write the stream again, from its first interval, to a new storage root (docs/operations.md, "
         "\"Holes in the interval chain\").",
         interval_id=interval_id, head=head)
+
+
+# ---------------------------------------------------------------------------------------------
+# reruns of older intervals: what they make stale (repair in place)
+# ---------------------------------------------------------------------------------------------
+
+#: The key of dedupe's commit metadata that says whether the commit changed the interval's
+#: message IDs against what it replaced (True for a first commit, or when that is unknown).
+IDS_CHANGED_KEY = "ids_changed"
+
+
+class ChainRepairError(RuntimeError):
+    """A rerun of an older interval that the later snapshots cannot be repaired from (raised
+    before any commit): ``interval_id``, and what is missing in the Delta log."""
+
+    def __init__(self, message: str, *, interval_id: str) -> None:
+        super().__init__(message)
+        self.interval_id = interval_id
+
+
+@dataclass(frozen=True)
+class RerunChange:
+    """What a dedupe run of an interval changes (:func:`check_rerun`).
+
+    :ivar ids_changed: its message IDs differ from the committed run's (True for a first run).
+    :ivar content_changed: its rows differ (by content digest) from the committed run's.
+    :ivar stale: the later intervals of the chain this commit makes stale (oldest first).
+    """
+
+    ids_changed: bool
+    content_changed: bool
+    stale: tuple[str, ...] = ()
+
+
+def check_rerun(layout: Layout, interval_id: str, digest: Any, *, log: DedupeLog | None = None) -> RerunChange:
+    """Before dedupe commits ``interval_id`` with rows of content ``digest``
+    (:class:`~airflow_provider_plgd.tables.content.ContentDigest`): what the commit changes, and
+    whether the chain can be repaired after it.
+
+    * IDs changed and later intervals are in the chain: they become stale (:func:`stale_intervals`
+      names them until each is deduplicated again).
+    * Rows changed and the latest snapshot (under ``layout``) folded the interval: the rebuild of
+      the interval will build again on the snapshot before it (``rebuild_job``), which must still
+      be in the Delta log. Refused here when it is not, before any table is written.
+
+    :raises ChainRepairError: the snapshots cannot be rebuilt from before the interval.
+    """
+    from airflow_provider_plgd.tables import content, snapshot_store
+
+    log = log or dedupe_log(layout)
+    new = digest.as_dict()
+    before = content.fingerprint(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED), interval_id,
+                                 dt=log.deduped) if log.committed(interval_id) else None
+    ids_changed = before is None or before.get("digest") is None or before.get("ids") != new["ids"] \
+        or any(s.because == interval_id for s in stale_intervals(layout, log))  # still pending: stays changed
+    content_changed = not content.same_content(before, new)
+    kind = interval_kind(interval_id)
+    later = tuple(i for i in log.with_ids if interval_kind(i) == kind and _order(i) > _order(interval_id))
+    if content_changed and later:
+        latest = snapshot_store.latest(layout)
+        if latest is not None and latest.get("interval_id") and interval_kind(latest["interval_id"]) == kind \
+                and _order(latest["interval_id"]) > _order(interval_id):
+            folding = snapshot_store.snapshot_folding(layout, interval_id)
+            parent = (folding or {}).get("parent")
+            if folding is None or (parent and snapshot_store.snapshot(layout, parent) is None):
+                missing = "the snapshot that folded it" if folding is None else f"its parent snapshot {parent}"
+                raise ChainRepairError(
+                    f"interval {interval_id}: dedupe refused: its rows changed and the latest snapshot "
+                    f"{latest['version']} includes it, but {missing} is no longer in the Delta log of "
+                    f"{snapshot_store.snapshot_table_uri(layout, snapshot_store.STATE_TABLE)} (log retention), so the "
+                    "snapshots cannot be rebuilt from before it. Nothing was written. Write the stream again to a new "
+                    "storage root (docs/operations.md, \"Rerun an interval\").", interval_id=interval_id)
+    return RerunChange(ids_changed, content_changed, later if ids_changed else ())
+
+
+@dataclass(frozen=True)
+class StaleInterval:
+    """An interval whose deduplicated events were decided before ``because`` (an earlier interval)
+    was deduplicated again with other message IDs: rerun it (docs/operations.md, "Rerun an interval")."""
+
+    interval_id: str
+    because: str
+
+
+def dedupe_run(log: DedupeLog, interval_id: str) -> int | None:
+    """The run version of the interval's newest dedupe commit of ``events_deduped`` (None: none)."""
+    if log.deduped is None:
+        return None
+    value = log.deduped.transaction_version(f"plgd.{_DEDUPE}.{delta_tables.EVENTS_DEDUPED}/{interval_id}")
+    return None if value is None else int(value)
+
+
+def stale_intervals(layout: Layout, log: DedupeLog | None = None) -> list[StaleInterval]:
+    """The stale intervals of the chain (:class:`StaleInterval`), oldest first: Y is stale when an
+    earlier interval X (same kind) has a dedupe run newer than Y's whose commit changed X's message
+    IDs (its metadata's :data:`IDS_CHANGED_KEY`; unknown counts as changed). Every later interval
+    counts, not only those whose lookback reaches X: the snapshots after X are rebuilt anyway.
+
+    Reads the run versions of every interval from the log's transactions (one table state), and the
+    commit metadata only of the intervals rerun after a later one (newest commits first).
+    """
+    log = log or dedupe_log(layout)
+    runs: dict[str, int] = {}
+    for i in log.with_ids:
+        run = dedupe_run(log, i)
+        if run is not None and interval_kind(i) != "other":
+            runs[i] = run
+    ordered = sorted(runs, key=lambda i: (interval_kind(i), _order(i)))
+    candidates: dict[str, int] = {}
+    later_min: dict[str, int] = {}
+    for i in reversed(ordered):  # the smallest run version after each interval, by kind
+        kind = interval_kind(i)
+        if kind in later_min and runs[i] > later_min[kind]:
+            candidates[i] = runs[i]
+        later_min[kind] = min(later_min.get(kind, runs[i]), runs[i])
+    if not candidates:
+        return []
+    changed = _ids_changed(log, candidates)
+    stale: dict[str, str] = {}
+    for x in sorted((c for c in candidates if changed.get(c, True)), key=_order):
+        for y in ordered:
+            if interval_kind(y) == interval_kind(x) and _order(y) > _order(x) and runs[y] < candidates[x]:
+                stale.setdefault(y, x)
+    return [StaleInterval(y, stale[y]) for y in sorted(stale, key=_order)]
+
+
+def _ids_changed(log: DedupeLog, runs: dict[str, int]) -> dict[str, bool]:
+    """``{interval: ids_changed}`` of the dedupe commits ``runs`` (interval -> run version), read
+    from ``events_deduped``'s history, newest first, only as far back as needed."""
+    found: dict[str, bool] = {}
+    dt = log.deduped
+    if dt is None:
+        return found
+    limit = 16
+    while True:
+        entries = dt.history(limit=limit)
+        for entry in entries:
+            meta = delta_tables.commit_metadata(entry)
+            interval_id = meta.get("interval_id")
+            if meta.get("app") == _DEDUPE and interval_id in runs and interval_id not in found \
+                    and meta.get("run_version") == runs[interval_id]:
+                found[interval_id] = bool(meta.get(IDS_CHANGED_KEY, True))
+        if set(runs) <= set(found) or len(entries) < limit:
+            return found
+        limit *= 4
+
+
+def _file_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:
+    """The fingerprint snapshots recorded before content digests (each file's partition, rows and
+    bytes): compared only with records of that form."""
+    import hashlib
+    import json
+
+    uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
+    files = delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
+    entries = sorted((json.dumps(f.partition, sort_keys=True), f.rows, f.size) for f in files)
+    return {"rows": sum(f.rows for f in files), "sha256": hashlib.sha256(json.dumps(entries).encode()).hexdigest()}
+
+
+def input_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:
+    """What ``events_deduped`` holds of one interval, by content (``content.fingerprint``:
+    ``{"rows", "ids", "digest"}``; rows that dedupe wrote before digests: :func:`_file_fingerprint`):
+    what a snapshot records of each interval it folds."""
+    from airflow_provider_plgd.tables import content
+
+    found = content.fingerprint(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED), interval_id)
+    return found if found.get("digest") else _file_fingerprint(layout, interval_id)  # written before digests
+
+
+def folded_input(layout: Layout, snapshots: Layout, interval_id: str) -> tuple[dict[str, Any] | None, bool | None]:
+    """``(record, changed)``: the newest snapshot record that folded ``interval_id`` (None: none in
+    the log), and whether the interval's deduplicated events differ from what it folded (None:
+    unknown, the record keeps no fingerprint of it). Compared by content digest; records written
+    before digests by their file fingerprint (:func:`_file_fingerprint`)."""
+    from airflow_provider_plgd.tables import content, snapshot_store
+
+    record = snapshot_store.snapshot_folding(snapshots, interval_id)
+    recorded = ((record or {}).get("inputs") or {}).get(interval_id)
+    if record is None or recorded is None:
+        return record, None
+    if "sha256" in recorded:
+        return record, _file_fingerprint(layout, interval_id) != recorded
+    return record, not content.same_content(recorded, input_fingerprint(layout, interval_id))
+
+
+def check_before_run(layout: Layout, interval_id: str) -> None:
+    """``plan``'s check, before a run of ``interval_id`` commits anything to any table: the
+    refusals its dedupe or rebuild could meet after the decode commit, made first.
+
+    * An interval before it is stale (:func:`stale_intervals`): its rebuild would have to fold it.
+    * It is older than the latest snapshot's interval and has deduplicated rows: the snapshot that
+      folded it, and the one before that, must be in the ``_device_state`` log (a rerun compares with the first, and a
+      changed interval is rebuilt on the second).
+
+    :raises ChainRepairError: names the intervals or the snapshot, and what to do.
+    """
+    from airflow_provider_plgd.tables import snapshot_store
+
+    kind = interval_kind(interval_id)
+    before = [s for s in stale_intervals(layout) if interval_kind(s.interval_id) == kind
+              and _order(s.interval_id) < _order(interval_id)]
+    if before:
+        named = ", ".join(s.interval_id for s in before[:10]) + (", ..." if len(before) > 10 else "")
+        raise ChainRepairError(
+            f"interval {interval_id}: refused: earlier interval(s) {named} are stale (deduplicated before "
+            f"{before[0].because} was deduplicated again with other message IDs), and this run would build on "
+            "them. Nothing was written. Rerun them first, oldest first (docs/operations.md, \"Backfill and reruns\", "
+            "\"Rerun an interval\").", interval_id=interval_id)
+    latest = snapshot_store.latest(layout)
+    through = (latest or {}).get("interval_id")
+    if latest is None or not through or interval_kind(through) != kind or _order(through) <= _order(interval_id):
+        return
+    if not delta_tables.table_files(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED),
+                                    where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
+        return  # no deduplicated rows: no snapshot folded it, its rebuild folds nothing
+    folding = snapshot_store.snapshot_folding(layout, interval_id)
+    parent = (folding or {}).get("parent")
+    if folding is None or (parent and snapshot_store.snapshot(layout, parent) is None):
+        missing = "no snapshot in its Delta log records folding it" if folding is None else \
+            f"the snapshot before the one that folded it ({parent}) is no longer in its Delta log"
+        raise ChainRepairError(
+            f"interval {interval_id}: refused: it is older than the latest snapshot {latest['version']} (of "
+            f"{through}), and {missing} ({snapshot_store.snapshot_table_uri(layout, snapshot_store.STATE_TABLE)}; log "
+            "retention), so a rerun could not be checked or repaired in place. Nothing was written. Roll the "
+            "snapshots back to one still in the log (snapshot_store.roll_back) and rerun every interval after it, "
+            "or write the stream again to a new storage root (docs/operations.md, \"Rerun an interval\").",
+            interval_id=interval_id)

@@ -12,7 +12,8 @@ passed, checkpoints, log cleanup and vacuum (``deltalake``; no Spark, no Airflow
   most ``max_intervals`` per table and run, ``intervals_per_commit`` per Delta commit). Compaction
   keeps the rows and their order within each partition (``dataChange = false`` in the log);
   the rows of each compacted interval are counted from the log before and after, and a difference
-  fails the run (:class:`~airflow_provider_plgd.exceptions.MaintenanceError`). Not Z-order:
+  fails the run; the compaction's commit carries the content digests of the intervals it rewrote
+  (``tables.content``), so the rebuild's "unchanged" check still finds them after the log cleanup (:class:`~airflow_provider_plgd.exceptions.MaintenanceError`). Not Z-order:
   the tables are partitioned by ``interval_id`` (and ``event_type``), an hourly partition is far
   below the target file size, so a compacted partition is one file whose ``device_id`` range spans
   every device: no file can be skipped by a ``device_id`` filter, and delta-rs's ``z_order``
@@ -47,7 +48,7 @@ from typing import Any
 
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables import content, delta_tables
 
 log = logging.getLogger("plgd.maintenance")
 
@@ -226,7 +227,12 @@ def compact_table(uri: str, head: str | None, settings: MaintenanceSettings = Ma
     for at in range(0, len(todo), int(settings.intervals_per_commit)):
         chunk = todo[at: at + int(settings.intervals_per_commit)]
         before = _rows_by_interval([f for f in files if f.partition.get(delta_tables.INTERVAL_COLUMN) in chunk])
-        meta = {"operation": MAINTENANCE_OPERATION, "intervals": chunk, "head_interval": head}
+        meta: dict[str, Any] = {"operation": MAINTENANCE_OPERATION, "intervals": chunk, "head_interval": head}
+        # the content digests of the rows it rewrites travel with them (tables.content): the log
+        # entries of the interval's dedupe commit may be cleaned up later
+        carried = content.interval_contents(uri, chunk, dt=dt)
+        if carried:
+            meta[content.CONTENT_KEY] = {i: d.as_dict() for i, d in sorted(carried.items())}
         props = CommitProperties(custom_metadata={delta_tables.METADATA_KEY: json.dumps(meta, sort_keys=True)})
         version_before = dt.version()
         try:

@@ -57,7 +57,11 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     :param apps: the run summaries of ``decode``, ``dedupe`` and ``rebuild`` (``run_summary``).
     :param holes: one line per earlier interval with messages that is not in the tables
         (``chain.holes_before``): each is a problem.
-    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "per_event_type":
+    A summary written before the plan's ``run_version`` (``written_ms``) is an earlier run's: a
+    problem. ``summary.json`` keeps the plan's ``run_version``: the status view tells a summary of
+    the newest run from an earlier run's by it.
+
+    :return: ``{"version", "interval_id", "stream", "chain": {...numbers...}, "run_version", "per_event_type":
         {event_type: staged} (non-zero only), "problems": [str], "reconciled": bool}``;
         ``reconciled`` is False when any problem was found (the caller fails the run).
     """
@@ -82,6 +86,16 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     for record in records:
         for reason, n in (record.get("skipped") or {}).items():
             skipped[reason] = skipped.get(reason, 0) + int(n)
+    # the newest run's summaries only: one written before this run's plan is an earlier run's
+    started = plan.get("run_version")
+    current_apps: dict[str, Mapping[str, Any] | None] = dict(apps)
+    for app, summary in apps.items():
+        written = (summary or {}).get("written_ms")
+        if started is not None and written is not None and int(written) < int(started):
+            problems.append(f"{app}: the run summary is an earlier run's (written at {int(written)} ms, before this "
+                            f"run's plan at {int(started)} ms): this run's {app} did not finish")
+            current_apps[app] = None
+    apps = current_apps
     decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
     if plan.get("spark_skip") and not decode and not dedupe:
         # an empty interval whose Spark tasks were skipped (etl.spark_skip_reason): nothing to decode
@@ -89,7 +103,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         decode = {"fetched": 0, "decoded": 0, "quarantined": 0, "per_reason": {}, "skipped": plan["spark_skip"]}
         dedupe = {"input": 0, "output": 0, "duplicates": 0, "within_batch_duplicates": 0,
                   "cross_batch_duplicates": 0, "skipped": plan["spark_skip"]}
-    if not decode:
+    if not decode and not any(p.startswith("decode:") for p in problems):
         problems.append("decode: no run summary")
     else:
         if int(decode.get("fetched", -1)) != staged:
@@ -98,7 +112,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
             problems.append(f"decode: {decode.get('fetched')} read != {decode.get('decoded')} decoded + "
                             f"{decode.get('quarantined')} quarantined")
     problems += [f"the chain has a hole before this interval: {h}" for h in holes]
-    if not dedupe:
+    if not dedupe and not any(p.startswith("dedupe:") for p in problems):
         problems.append("dedupe: no run summary")
     elif decode:
         if int(dedupe.get("input", -1)) != int(decode.get("decoded", -2)):
@@ -115,7 +129,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         if not 0 <= int(dedupe.get("id_conflicts", 0)) <= int(dedupe.get("output", 0)):
             problems.append(f"dedupe: {dedupe.get('id_conflicts')} ID conflicts kept, not within the "
                             f"{dedupe.get('output')} rows kept")
-    if not plan.get("spark_skip") and not apps.get("rebuild"):
+    if not plan.get("spark_skip") and not apps.get("rebuild") and not any(p.startswith("rebuild:") for p in problems):
         problems.append("rebuild: no run summary (no snapshot includes this interval)")
     chain = {
         "holes": list(holes),
@@ -140,7 +154,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         "selection": selection_text(plan),
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
-              "problems": problems, "reconciled": not problems}
+              "run_version": started, "problems": problems, "reconciled": not problems}
     write_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE), result)
     return {**result, "per_event_type": dict(sorted(per_event_type.items()))}
 

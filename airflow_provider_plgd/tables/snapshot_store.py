@@ -24,7 +24,8 @@ owns the paths)::
     {"snapshot": str (version), "snapshot_time_ns": int, "snapshot_time": ISO str,
      "parent": str | null, "run_id": str, "interval_id": str (newest interval folded),
      "intervals": [str] (folded by this rebuild),
-     "inputs": {interval: {"rows", "sha256"}} (what was folded of each, ``rebuild_job.input_fingerprint``),
+     "inputs": {interval: {"rows", "ids", "digest"}} (what was folded of each, by content: ``rebuild_job.input_fingerprint``),
+     "supersedes": str | null (the latest snapshot before a repair in place), "run_version": int (ms),
      "buckets": int, "bucket_expr": str, "next_expiry_ns": {"<bucket>": int} (smallest pending
      valid_until per bucket), "rows": {table: int}, "delta_versions": {table: int}, "stats": {...}}
 

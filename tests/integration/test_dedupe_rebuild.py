@@ -190,7 +190,7 @@ DRIVER = textwrap.dedent('''
     # every events file of the first interval staged twice (rows identical in msg_id, stream and
     # stream_seq; the copies added to the Delta log in one more commit): dedupe must still keep
     # exactly one row per message ID
-    import shutil, time
+    import os, shutil, time
     import pyarrow as pa
     from deltalake.transaction import AddAction
     first_iid = cfg["intervals"][0][0]
@@ -214,6 +214,90 @@ DRIVER = textwrap.dedent('''
     shutil.copytree(root + "/snapshots", cfg["root_gc"] + "/snapshots")
     out["vacuum"] = {t: delta_tables.vacuum(snapshot_store.snapshot_table_uri(Layout.of(cfg["root_gc"]), t), 0)
                      for t in snapshot_store.ALL_TABLES}
+
+    # ---- issue 39, on a copy of the tables (root_fix); each step's error is recorded, not raised
+    import traceback
+    import pyarrow.compute as pc, pyarrow.parquet as pq
+    from airflow_provider_plgd.tables import chain, file_records, maintenance
+    root_fix, root_fresh = cfg["root_fix"], cfg["root_fresh"]
+    ids = [iid for iid, _ in cfg["intervals"]]
+    ends = dict(cfg["intervals"])
+    shutil.copytree(root, root_fix)
+    def attempt(key, fn):
+        try:
+            out[key] = fn()
+        except Exception as exc:
+            out[key] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
+    def files_of(table, iid):
+        return sorted(f.path for f in delta_tables.table_files(root_fix + "/" + table, where={"interval_id": [iid]}))
+    def rebuild(r, iid):
+        return rebuild_snapshots.run(spark, rebuild_snapshots.parse_args(
+            ["--root", r, "--interval-id", iid, "--snapshot-time", ends[iid]]))
+    def dedupe(r, iid):
+        return dedupe_events.run(spark, dedupe_events.parse_args(
+            ["--root", r, "--interval-id", iid, "--lookback-intervals", "24"]))
+    arrow_schemas = {"events": schemas.EVENTS_SCHEMA, "quarantine": schemas.QUARANTINE_SCHEMA}
+    def rerun_decode(iid, tag, change):
+        """A decode rerun of ``iid`` as decode commits it: ``change`` (a pyarrow table -> tables)
+        gives each events file's new files; the quarantine files are written again as they are."""
+        records = {"events": [], "quarantine": []}
+        for table in ("events", "quarantine"):
+            for f in delta_tables.table_files(root_fix + "/" + table, where={"interval_id": [iid]}):
+                rows = pq.read_table(f.url)
+                for n, part in enumerate(change(rows) if table == "events" else [rows]):
+                    rel = f.path[:-len(".parquet")] + f"-{tag}{n}.parquet"
+                    pq.write_table(part, root_fix + "/" + table + "/" + rel, coerce_timestamps="us")
+                    records[table].append(file_records.file_record(
+                        rel, rows=part.num_rows, size=os.path.getsize(root_fix + "/" + table + "/" + rel),
+                        partition=f.partition))
+        rv = int(time.time() * 1000)
+        delta_tables.commit_interval("decode", iid, [
+            (t, root_fix + "/" + t, arrow_schemas[t], records[t], sum(r["rows"] for r in records[t]))
+            for t in ("events", "quarantine")], run_version=rv,
+            metadata={"app": "decode", "interval_id": iid, "run_version": rv})
+    # A: the same rows in other files compare equal. A rerun of an older interval whose decode
+    # wrote its rows into twice as many files (another max_fetch_tasks or cluster size), then a
+    # compaction of the passed intervals by table maintenance: each time, the older interval's
+    # rebuild finds its events unchanged (content digests), not changed (file sizes)
+    rerun_decode(ids[1], "split", lambda t: [t.slice(0, t.num_rows // 2), t.slice(t.num_rows // 2)])
+    attempt("fix_dedupe_split", lambda: dedupe(root_fix, ids[1]))
+    attempt("fix_unchanged_split", lambda: rebuild(root_fix, ids[1]))
+    before = files_of("events_deduped", ids[1])
+    out["fix_maintenance"] = maintenance.maintain_tables(root_fix).as_dict()
+    out["fix_files"] = {"before": before, "after": files_of("events_deduped", ids[1])}
+    attempt("fix_unchanged", lambda: rebuild(root_fix, ids[1]))
+    # C + D: a message of an older interval X, whose copy a later interval dropped as seen in X, is
+    # deleted from the stream; X is rerun without it (accept_fewer_messages)
+    def table_of(table, intervals, columns):
+        return DeltaTable(root_fix + "/" + table).to_pyarrow_table(
+            partitions=[("interval_id", "in", intervals)], columns=columns)
+    for k in range(1, len(ids) - 1):
+        later = set(table_of("events", ids[k + 1:], ["msg_id"]).column("msg_id").to_pylist())
+        kept = set(table_of("events_deduped", ids[k + 1:], ["msg_id"]).column("msg_id").to_pylist())
+        own = set(table_of("events", [ids[k]], ["msg_id"]).column("msg_id").to_pylist())
+        candidates = sorted(m for m in (own & later) - kept if m is not None)
+        if candidates:
+            break
+    x, gone = ids[k], candidates[0]
+    out["fix_x"], out["fix_gone"] = x, gone
+    rerun_decode(x, "purged", lambda t: [t.filter(pc.invert(pc.fill_null(pc.equal(t.column("msg_id"), gone), False)))])
+    attempt("fix_dedupe_x", lambda: dedupe(root_fix, x))  # commits; the later intervals become stale
+    attempt("fix_stale", lambda: [[s.interval_id, s.because] for s in chain.stale_intervals(Layout.of(root_fix))])
+    attempt("fix_refused", lambda: rebuild(root_fix, ids[-1]))  # would fold a stale interval: refused
+    attempt("fix_rebuild_x", lambda: rebuild(root_fix, x))  # repaired in place on the snapshot before it
+    out["fix_latest_after_repair"] = snapshot_store.latest(Layout.of(root_fix))["interval_id"]
+    for iid in ids[ids.index(x) + 1:]:  # the stale intervals, in order (a cleared run or a backfill of each)
+        attempt("fix_dedupe_" + iid, lambda: dedupe(root_fix, iid))
+        attempt("fix_rebuild_" + iid, lambda: rebuild(root_fix, iid))
+    attempt("fix_stale_after", lambda: [s.interval_id for s in chain.stale_intervals(Layout.of(root_fix))])
+    # a fresh run over what the stream still holds (the same events and quarantine)
+    os.makedirs(root_fresh)
+    for table in ("events", "quarantine"):
+        shutil.copytree(root_fix + "/" + table, root_fresh + "/" + table)
+    for iid in ids:
+        dedupe(root_fresh, iid)
+    rebuild(root_fresh, ids[-1])  # one snapshot of every interval (equal to one per interval: test_incremental_…)
+
     spark.stop()
     json.dump(out, open(cfg["out"], "w"), default=str)
 ''')
@@ -276,6 +360,7 @@ def pipeline(tmp_path_factory):
     driver.write_text(DRIVER)
     cfg = {"root": str(root), "root_all": str(root_all), "root_gc": str(base / "data_gc"),
            "root_dup": str(base / "data_dup"), "root_spark": str(base / "data_spark"), "buckets": BUCKETS, "out": str(base / "out.json"),
+           "root_fix": str(base / "data_fix"), "root_fresh": str(base / "data_fresh"),
            "intervals": [[iid, end] for iid, end, _ in intervals], "last_end_ns": intervals[-1][2],
            "device_ids": sorted({m.device_id for m in sim.messages if getattr(m, "device_id", None)})}
     (base / "cfg.json").write_text(json.dumps(cfg))
@@ -292,6 +377,7 @@ def pipeline(tmp_path_factory):
     p.root_gc = base / "data_gc"
     p.root_dup = base / "data_dup"
     p.root_spark = base / "data_spark"
+    p.root_fix, p.root_fresh = base / "data_fix", base / "data_fresh"
     return p
 
 
@@ -567,3 +653,46 @@ def test_maintenance_of_the_spark_tables_keeps_every_row(pipeline, tmp_path):
             per_partition[key] = per_partition.get(key, 0) + 1
     assert per_partition and set(per_partition.values()) == {1}
     assert {t: table_rows(root, t) for t in snapshot_store.PUBLIC_TABLES} == snapshots
+
+
+def test_an_older_intervals_rerun_compares_content_not_files(pipeline):
+    """An older interval's rows written again into twice as many files (another fetch split or
+    cluster size), and then compacted by table maintenance: each time, a rerun of its rebuild finds
+    its events unchanged, compared by the content digest dedupe recorded (and the compaction
+    carried), not by files and sizes."""
+    out = pipeline.out
+    iid = pipeline.intervals[1][0]
+    assert out["fix_unchanged_split"].get("unchanged") is True, out["fix_unchanged_split"]
+    assert out["fix_dedupe_split"].get("stale_after") == [], out["fix_dedupe_split"]  # the same message IDs
+    assert out["fix_maintenance"]["tables"]["events_deduped"]["compacted"]["intervals"] >= 1
+    assert len(out["fix_files"]["after"]) < len(out["fix_files"]["before"])
+    assert out["fix_unchanged"].get("unchanged") is True, out["fix_unchanged"]
+    assert out["fix_unchanged"]["interval_id"] == iid
+
+
+def test_a_rerun_of_an_older_interval_is_repaired_in_place(pipeline):
+    """A message of an older interval X is deleted from the stream after a later interval dropped its
+    copy as seen in X; X is rerun without it. Dedupe commits X and names the later intervals stale;
+    the head's rebuild refuses to fold them (before any commit); X's rebuild repairs on the snapshot
+    before it; rerunning the stale intervals in order brings the message back. Afterwards the tables
+    equal a fresh run over the same events (read with deltalake)."""
+    out = pipeline.out
+    ids = [iid for iid, _, _ in pipeline.intervals]
+    x, gone = out["fix_x"], out["fix_gone"]
+    after = ids[ids.index(x) + 1:]
+    fix, fresh = pipeline.root_fix, pipeline.root_fresh
+    deduped = delta_rows(str(fix / "events_deduped"))
+    assert [r["interval_id"] for r in deduped if r["msg_id"] == gone] in ([i] for i in after)  # back, once
+    canonical = lambda rows: sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows)  # noqa: E731
+    assert canonical(deduped) == canonical(delta_rows(str(fresh / "events_deduped")))
+    for table in snapshot_store.PUBLIC_TABLES:
+        assert table_rows(fix, table) == table_rows(fresh, table), table
+    for iid in after:
+        assert "error" not in out["fix_rebuild_" + iid], out["fix_rebuild_" + iid]
+    assert out["fix_dedupe_x"].get("stale_after") == after, out["fix_dedupe_x"]
+    assert [s[0] for s in out["fix_stale"]] == after and {s[1] for s in out["fix_stale"]} == {x}
+    assert "stale" in out["fix_refused"]["error"] and ids[-1] in out["fix_refused"]["error"]
+    assert out["fix_rebuild_x"].get("unchanged") is None and out["fix_rebuild_x"].get("supersedes"), out["fix_rebuild_x"]
+    assert out["fix_latest_after_repair"] == x
+    assert out["fix_stale_after"] == []
+    assert snapshot_store.latest(Layout.of(str(fix)))["interval_id"] == ids[-1]

@@ -128,3 +128,72 @@ def test_status_of_an_empty_root_and_bad_arguments(tmp_path):
     assert bad.returncode == 2 and "secret" not in bad.stderr and "credentials" in bad.stderr
     bad = run_status("--root", str(tmp_path), "--stream", "EV/ENTS")
     assert bad.returncode == 2 and "EV/ENTS" in bad.stderr
+
+
+def _planned(root: str, interval_id: str, count: int, run_version_ms: int) -> None:
+    """``stream.json`` of a run of the interval planned at ``run_version_ms`` (unix ms)."""
+    plan(root, interval_id, 1, 1 + count, count)
+    path = storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "stream.json")
+    record = ledger.read_ledger_file(path)
+    record["run_version"] = run_version_ms
+    ledger.write_ledger_file(path, record)
+
+
+def _reconciled(root: str, interval_id: str, run_version_ms: int) -> None:
+    """The ``summary.json`` the summary step writes for a run that reconciled."""
+    ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id),
+                                               "summary.json"),
+                             {"version": ledger.LEDGER_VERSION, "interval_id": interval_id, "stream": "EVENTS",
+                              "chain": {}, "run_version": run_version_ms, "problems": [], "reconciled": True})
+
+
+def test_status_counts_an_interval_done_only_when_its_newest_run_finished(tmp_path):
+    """Issue 39, B. Three hourly intervals; I0 and I1 done (dedupe, the latest snapshot, a
+    reconciled summary of their newest run): healthy. I2's rebuild is killed (dedupe committed, no
+    snapshot, no summary) and its plan is 90 min old: not healthy, I2 named "not in the latest
+    snapshot" (within --overdue-seconds it may still be running: healthy). Then I0 is rerun and
+    its dedupe commits other rows (a message fewer): its old summary.json is an earlier run's, and
+    I1 and I2 are stale (they were deduplicated before I0 changed); each is named."""
+    root = str(tmp_path / "root")
+    now_ms = time.time_ns() // 1_000_000
+    start_ns = (time.time_ns() // HOUR - 4) * HOUR
+    sim = generate(SimulationConfig(seed=4, owners=1, devices_per_owner=2, resources_per_device=2, intervals=3,
+                                    steps_per_interval=6, interval_seconds=3600.0, start_time_ns=start_ns))
+    ids = interval_tables.interval_ids(sim)
+    decoded = interval_tables.decoded_intervals(sim)
+    runs = {0: now_ms - 3 * 3600_000, 1: now_ms - 2 * 3600_000, 2: now_ms - 90 * 60_000}
+    for k in (0, 1):
+        _planned(root, ids[k], decoded[k][0].num_rows, runs[k])
+        interval_tables.commit_interval_tables(root, ids[k], *decoded[k])
+    interval_tables.commit_snapshot_record(root, ids[1], [ids[0], ids[1]])
+    for k in (0, 1):
+        _reconciled(root, ids[k], runs[k])
+    healthy = run_status("--root", root, "--json")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert json.loads(healthy.stdout).get("problems", []) == []
+
+    # I2: planned, decoded and deduplicated; its rebuild killed (no snapshot, no summary)
+    _planned(root, ids[2], decoded[2][0].num_rows, runs[2])
+    interval_tables.commit_interval_tables(root, ids[2], *decoded[2])
+    killed = run_status("--root", root, "--json")
+    assert killed.returncode == 1, killed.stdout
+    chain = json.loads(killed.stdout)["chain"]
+    assert chain["newest_planned"] == ids[2] and chain["newest_overdue"] is True
+    assert chain["not_done"] == [{"interval_id": ids[2],
+                                  "reason": f"not in the latest snapshot {ids[1].split('_')[1]}"}]
+    assert run_status("--root", root, "--overdue-seconds", "7200").returncode == 0  # may still be running
+
+    # I0 rerun: planned again now, its dedupe commits one message fewer (the stream lost it); the
+    # run stops before its summary
+    _planned(root, ids[0], decoded[0][0].num_rows - 1, now_ms)
+    events, quarantine = decoded[0]
+    interval_tables.commit_interval_tables(root, ids[0], events.slice(1), quarantine)
+    rerun = run_status("--root", root, "--json", "--overdue-seconds", "7200")
+    assert rerun.returncode == 1, rerun.stdout
+    chain = json.loads(rerun.stdout)["chain"]
+    reasons = {n["interval_id"]: n["reason"] for n in chain["not_done"]}
+    assert chain["stale"] == [ids[1], ids[2]]
+    assert reasons[ids[1]].startswith(f"stale: deduplicated before {ids[0]} was deduplicated again")
+    assert reasons[ids[0]].startswith(f"its newest run (planned at {now_ms} ms) has no summary")
+    text = run_status("--root", root, "--overdue-seconds", "7200")
+    assert text.returncode == 1 and "NOT HEALTHY" in text.stdout and f"{ids[1]}: stale" in text.stdout

@@ -1,6 +1,7 @@
 """Reruns of an interval. One older than the latest snapshot (``rebuild_job.check_older_interval``,
-on real Delta tables in a temp folder): unchanged input is a no-op, changed input or a snapshot no
-longer kept is refused loudly (docs/reliability.md, "Reruns of old intervals"). One that selects
+on real Delta tables in a temp folder): input unchanged by content is a no-op, changed input is
+rebuilt in place, a snapshot no longer kept is refused loudly (docs/reliability.md, "Reruns of old
+intervals"). One that selects
 less than the interval's earlier run (``ledger_guards.check_selection_covers``) is refused."""
 
 from __future__ import annotations
@@ -18,31 +19,42 @@ I1, I3 = "20260101T000000Z_20260101T010000Z", "20260101T020000Z_20260101T030000Z
 V1, V3 = "20260101T010000Z", "20260101T030000Z"
 
 
-def deduped(root: Path, interval: str, name: str, rows: int) -> None:
-    """Commit ``rows`` rows of interval ``interval`` to ``events_deduped`` (one file ``name``)."""
+def deduped(root: Path, interval: str, name: str, rows: int, *, files: int = 1, changed: int | None = None) -> None:
+    """Commit ``rows`` rows of interval ``interval`` to ``events_deduped`` in ``files`` files (named
+    ``name`` + index), with the content digest dedupe records (``tables.content``); row ``changed``
+    gets another subject."""
     import pyarrow as pa
 
-    from airflow_provider_plgd.tables import delta_tables, file_records
+    from airflow_provider_plgd.tables import content, delta_tables, file_records
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
     from airflow_provider_plgd.tables.storage import to_fs
 
     uri = delta_tables.interval_table_uri(Layout.of(str(root)), delta_tables.EVENTS_DEDUPED)
-    rel = f"interval_id={interval}/event_type=x/{name}"
     fs, base = to_fs(uri)
-    size, meta = write_parquet_file(fs, f"{base}/{rel}", pa.table({"msg_id": [f"m{i}" for i in range(rows)]}))
-    record = file_records.file_record(rel, rows=rows, size=size, partition={"interval_id": interval, "event_type": "x"},
-                                      stats=file_records.parquet_stats(meta))
-    delta_tables.commit_files(uri, [record], schema=schemas.EVENTS_SCHEMA, partition_by=("interval_id", "event_type"),
-                              replace=delta_tables.interval_filter(interval), metadata={"interval_id": interval},
+    table = pa.table({"msg_id": [f"m{i}" for i in range(rows)],
+                      "subject": ["changed" if i == changed else f"s{i}" for i in range(rows)]})
+    records, digest = [], content.ContentDigest()
+    cut = [round(k * rows / files) for k in range(files + 1)]
+    for k in range(files):
+        rel = f"interval_id={interval}/event_type=x/{name}-{k}.parquet"
+        part = table.slice(cut[k], cut[k + 1] - cut[k])
+        size, meta = write_parquet_file(fs, f"{base}/{rel}", part)
+        partition = {"interval_id": interval, "event_type": "x"}
+        records.append(file_records.file_record(rel, rows=part.num_rows, size=size, partition=partition,
+                                                stats=file_records.parquet_stats(meta)))
+        digest = digest.merge(content.table_digest(part, partition))
+    delta_tables.commit_files(uri, records, schema=schemas.EVENTS_SCHEMA, partition_by=("interval_id", "event_type"),
+                              replace=delta_tables.interval_filter(interval),
+                              metadata={"interval_id": interval, "content": {interval: digest.as_dict()}},
                               app_id=f"test/{interval}", run_version=time.time_ns())
 
 
-def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> None:
+def snapshot(root: Path, version: str, interval: str, inputs: dict | None, parent: str | None = None) -> None:
     """Commit a snapshot record of ``version`` that folded ``interval`` (no rows)."""
     from airflow_provider_plgd.tables import delta_tables
 
-    record = {"snapshot": version, "snapshot_time_ns": 1, "buckets": 1, "parent": None, "interval_id": interval,
+    record = {"snapshot": version, "snapshot_time_ns": 1, "buckets": 1, "parent": parent, "interval_id": interval,
               "intervals": [interval]}
     if inputs is not None:
         record["inputs"] = inputs
@@ -51,33 +63,38 @@ def snapshot(root: Path, version: str, interval: str, inputs: dict | None) -> No
                               replace=None, metadata=record, app_id=f"test/{version}", run_version=time.time_ns())
 
 
-def test_unchanged_input_is_a_no_op_and_changed_input_is_refused(tmp_path):
-    root = tmp_path
-    deduped(root, I1, "part-00000-w1.parquet", 10)
-    folded = rebuild_job.input_fingerprint(Layout.of(str(root)), I1)
+def test_the_same_rows_in_other_files_are_unchanged_and_a_changed_row_is_repaired(tmp_path):
+    """Compared by content digest, not by files: the same rows in 3 files instead of 1 (a
+    compaction's or another fetch split's layout) are unchanged; one row with another value, in
+    files of the same sizes, is changed (the rebuild then repairs in place on the parent)."""
+    root, layout = tmp_path, Layout.of(str(tmp_path))
+    deduped(root, I1, "part-00000-w1", 10)
+    folded = rebuild_job.input_fingerprint(layout, I1)
+    assert folded["rows"] == 10 and folded["digest"]
     snapshot(root, V1, I1, {I1: folded})
     latest = {"version": V3, "interval_id": I3}
-    # the rerun committed the same rows in the same partition files (other run-unique names): unchanged
-    deduped(root, I1, "part-00000-w2.parquet", 10)
-    assert rebuild_job.check_older_interval(Layout.of(str(root)), Layout.of(str(root)), latest, I1)["version"] == V1
-    # fewer rows now (e.g. accept_fewer_messages after a purge): the later snapshots hold the old ones
-    deduped(root, I1, "part-00000-w3.parquet", 9)
-    with pytest.raises(RuntimeError, match=rf"interval {I1}: its deduplicated events changed since snapshot "
-                                           rf"{V1} folded them \(10 rows then, 9 now\).*{V3}"):
-        rebuild_job.check_older_interval(Layout.of(str(root)), Layout.of(str(root)), latest, I1)
+    deduped(root, I1, "part-00000-w2", 10, files=3)
+    record, changed = rebuild_job.check_older_interval(layout, layout, latest, I1)
+    assert record["version"] == V1 and changed is False
+    deduped(root, I1, "part-00000-w3", 10, files=3, changed=4)
+    record, changed = rebuild_job.check_older_interval(layout, layout, latest, I1)
+    assert record["version"] == V1 and changed is True
 
 
 def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
-    deduped(tmp_path, I1, "part-00000-w1.parquet", 1)
+    from airflow_provider_plgd.tables.chain import ChainRepairError
+
+    deduped(tmp_path, I1, "part-00000-w1", 1)
     latest = {"version": V3, "interval_id": I3}
-    with pytest.raises(RuntimeError, match="no snapshot in the Delta log .* records folding it"):
+    with pytest.raises(ChainRepairError, match="no snapshot in the Delta log .* records folding it"):
         rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
     snapshot(tmp_path, V1, I1, None)  # a record without inputs
-    with pytest.raises(RuntimeError, match="records folding it"):
+    with pytest.raises(ChainRepairError, match="records folding it"):
         rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
-
-
-
+    # changed rows, and the snapshot before the one that folded it is gone: no repair in place
+    snapshot(tmp_path, V1, I1, {I1: {"rows": 1, "ids": "0", "digest": "1"}}, parent="20251231T230000Z")
+    with pytest.raises(ChainRepairError, match="20251231T230000Z\) is no longer in the Delta log"):
+        rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
 
 
 def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():

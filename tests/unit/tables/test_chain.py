@@ -105,3 +105,39 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
     assert result["chain"]["holes"] == [f"interval {IDS[0]} (2 messages) was never deduplicated"]
     assert any(p.startswith(f"the chain has a hole before this interval: interval {IDS[0]}")
                for p in result["problems"]), result["problems"]
+
+
+def test_a_rerun_that_changes_an_older_intervals_ids_makes_the_later_ones_stale(tmp_path):
+    """``chain.stale_intervals`` and ``chain.check_before_run`` on tables written like the Spark
+    applications write them (``plgd_devtools.interval_tables``): I0's dedupe rerun with a message
+    fewer makes I1 and I2 stale; a run of I2 or later is refused before any commit (it would fold
+    I1); I1 may run (its rerun is the repair), and I1's rerun clears it; a rerun older than a
+    snapshot whose parent is gone from the log is refused."""
+    from plgd_devtools import interval_tables
+    from airflow_provider_plgd.simulator import SimulationConfig, generate
+
+    root = str(tmp_path)
+    sim = generate(SimulationConfig(seed=2, owners=1, devices_per_owner=2, resources_per_device=1, intervals=3,
+                                    steps_per_interval=5))
+    ids = interval_tables.interval_ids(sim)
+    decoded = interval_tables.decoded_intervals(sim)
+    for k in range(3):
+        interval_tables.commit_interval_tables(root, ids[k], *decoded[k])
+    interval_tables.commit_snapshot_record(root, ids[2], ids)
+    layout = Layout.of(root)
+    assert chain.stale_intervals(layout) == []
+    chain.check_before_run(layout, ids[2])
+    interval_tables.commit_interval_tables(root, ids[0], *decoded[0])  # the same rows again: the devtools
+    stale = chain.stale_intervals(layout)  # writer records no ids_changed, which counts as changed
+    assert [(s.interval_id, s.because) for s in stale] == [(ids[1], ids[0]), (ids[2], ids[0])]
+    with pytest.raises(chain.ChainRepairError, match=rf"interval {ids[2]}: refused: earlier interval\(s\) {ids[1]} "
+                                                     "are stale"):
+        chain.check_before_run(layout, ids[2])
+    chain.check_before_run(layout, ids[1])
+    interval_tables.commit_interval_tables(root, ids[1], *decoded[1])
+    assert [s.interval_id for s in chain.stale_intervals(layout)] == [ids[2]]
+    interval_tables.commit_interval_tables(root, ids[2], *decoded[2])
+    assert chain.stale_intervals(layout) == []
+    interval_tables.commit_snapshot_record(root, ids[2], ids[1:], parent="20000101T000000Z")  # parent not in the log
+    with pytest.raises(chain.ChainRepairError, match="20000101T000000Z\\) is no longer in its Delta log"):
+        chain.check_before_run(layout, ids[1])
