@@ -48,8 +48,11 @@ EXECUTOR_APIS = ("rdd", "dataframe")
 #: The rows of the ``dataframe`` implementation: target partition, producing partition (-1: the
 #: driver's ``extra`` pairs and the markers), position in the producer's output, pickled value (null: marker).
 ROW_SCHEMA = "p int, src int, seq long, v binary"
-#: Rows per Arrow batch a step yields (values are small records or Arrow IPC streams of a few MB).
+#: Rows per Arrow batch a step yields and gets (values are small records or Arrow IPC streams of a few MB).
 _BATCH_ROWS = 64
+#: The Spark setting of the rows per Arrow batch into ``mapInArrow``, set to :data:`_BATCH_ROWS`
+#: for the job (restored after).
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 StepFn = Callable[[Iterator[Any]], Iterable[Any]]
 
@@ -197,7 +200,16 @@ def _dataframe_stages(spark: Any, tasks: list[Any], fn: StepFn, shuffles: Sequen
                     for j, (k, v) in enumerate(shuffle.extra)]
             df = df.unionByName(spark.createDataFrame(rows, ROW_SCHEMA))
         df = df.repartitionById(shuffle.partitions, "p").mapInArrow(_shuffle_step(shuffle.fn, nxt), ROW_SCHEMA)
-    table = df.toArrow()
+    # at most _BATCH_ROWS values per Arrow batch into a step too: a binary column holds < 2 GiB per batch
+    previous = _conf(spark, ARROW_BATCH_CONF)
+    spark.conf.set(ARROW_BATCH_CONF, str(_BATCH_ROWS))
+    try:
+        table = df.toArrow()
+    finally:
+        if previous is None:
+            spark.conf.unset(ARROW_BATCH_CONF)
+        else:
+            spark.conf.set(ARROW_BATCH_CONF, previous)
     order = sorted(zip(table.column("p").to_pylist(), table.column("seq").to_pylist(), range(table.num_rows)))
     values = table.column("v").to_pylist()
     return [pickle.loads(values[j]) for _, _, j in order]
