@@ -74,9 +74,9 @@ def _snapshot_rows(root: Path, table: str) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 
-def _connect_app(remote: str, app: str, *args: str, log: Path) -> dict:
-    """``python spark_apps/<app>.py ARGS`` with ``SPARK_REMOTE``; the run summary it returns is
-    read from ``_runs`` by the caller. Holds the Spark lock; fails with the log tail."""
+def _connect_app(remote: str, app: str, *args: str, log: Path) -> None:
+    """``python spark_apps/<app>.py ARGS`` with ``SPARK_REMOTE`` (the run summary lands in
+    ``_runs``). Holds the Spark lock; fails with the log tail."""
     env = dict(os.environ, SPARK_REMOTE=remote, PYTHONPATH=str(REPO))
     env.pop("PYSPARK_PYTHON", None)  # the client runs no Python worker
     with spark_lock(), log.open("ab") as fh:
@@ -85,7 +85,6 @@ def _connect_app(remote: str, app: str, *args: str, log: Path) -> dict:
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
         pytest.fail(f"{app} on Spark Connect failed ({proc.returncode}):\n{tail}")
-    return {}
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +132,10 @@ def test_the_applications_on_connect_write_the_classic_tables(both_ways):
             a = json.loads((classic / "_runs" / app / f"interval={iid}.json").read_text())
             b = json.loads((connect / "_runs" / app / f"interval={iid}.json").read_text())
             keys = ("fetched", "decoded", "quarantined", "per_event_type", "per_reason") if app == "decode" \
-                else ("per_event_type", "input", "output")
+                else ("per_event_type", "input", "output", "duplicates", "null_msg_id")
             assert {k: b.get(k) for k in keys} == {k: a.get(k) for k in keys}, (app, iid)
+    assert sum(json.loads((connect / "_runs" / "dedupe" / f"interval={iid}.json").read_text())["duplicates"]
+               for iid in intervals) > 0
     # the Connect runs ran as clients of the server (its application, no SparkContext of their own)
     log = (base / "connect.log").read_text()
     assert "shipped" in log and "to the Spark Connect session" in log
