@@ -18,6 +18,7 @@ BENCHMARKS = [
     ("bench.bench_decode", [], ["--messages", "100000"]),
     ("bench.bench_rebuild", [], ["--events", "100000"]),
     ("bench.bench_maintenance", [], ["--intervals", "8", "--steady", "1", "--repeat", "3"]),
+    ("bench.bench_executor_tasks", [], ["--repeat", "1"]),
     ("bench.e2e.run", [], ["--events", "100000", "--also"]),  # the whole DAG; 1M + 100k take ~15 min
 ]
 

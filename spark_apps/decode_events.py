@@ -7,6 +7,11 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         [--owners o1,o2] [--event-types resourcechanged,...] \\
         [--max-content-bytes 4194304] [--summary-path /data/plgd/_runs/decode/interval=....json]
 
+On Spark Connect (docs/spark-connect.md), the same arguments, as a plain Python program whose
+``main`` ships the code with ``addArtifacts``::
+
+    SPARK_REMOTE=sc://host:15002 python spark_apps/decode_events.py --root ... --interval-id ...
+
 ``--max-content-bytes`` (default 4 MiB, ``codec.DEFAULT_MAX_DECODED_BYTES``) caps the decoded
 (snappy-decompressed) size of each event and so of its resource content; a payload over it is
 quarantined as ``content_too_large`` before anything is decompressed (decode bombs).
@@ -22,7 +27,7 @@ Steps:
    The driver cuts each file into row ranges of about 10,000 rows by its row count in the log (no
    data file is opened on the driver) and packs them into a few tasks of decreasing size
    (``task_plan.plan_tasks``); each task reads its files' footers and its row groups with pyarrow.
-2. One pass (``RDD.mapPartitions`` with ``decode_job.make_rdd_task``): each task decodes its
+2. One pass (``executor_tasks.run_tasks`` with ``decode_job.make_rdd_task``): each task decodes its
    staging batches once (``airflow_provider_plgd.spark.decode_batch``) and writes the decoded rows
    and the quarantined rows itself with pyarrow (``parquet_io.ArrowPartitionedWriter``) into the
    two table folders, under file names unique to this run; it returns one small record per

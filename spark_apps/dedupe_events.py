@@ -6,6 +6,11 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         --root /data/plgd --interval-id 20260101T000000Z_20260101T010000Z \\
         [--lookback-intervals 24] [--previous-intervals ID,ID,...] [--summary-path ...]
 
+On Spark Connect (docs/spark-connect.md), the same arguments, as a plain Python program whose
+``main`` ships the code with ``addArtifacts``::
+
+    SPARK_REMOTE=sc://host:15002 python spark_apps/dedupe_events.py --root ... --interval-id ...
+
 Input: the interval's rows of the Delta table ``{root}/events`` (committed by ``decode_events``;
 the files its log names). Output, each table in one Delta transaction that replaces the
 interval's rows (``delta_tables.commit_files``):

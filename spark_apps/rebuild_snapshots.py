@@ -7,6 +7,11 @@ Usage (``--py-files`` from ``airflow_provider_plgd.spark_deps.build_py_files_zip
         [--buckets 32] [--vacuum-retention-hours 168] \\
         [--snapshots-root /data/other] [--summary-path ...]
 
+On Spark Connect (docs/spark-connect.md), the same arguments, as a plain Python program whose
+``main`` ships the code with ``addArtifacts``::
+
+    SPARK_REMOTE=sc://host:15002 python spark_apps/rebuild_snapshots.py --root ... --interval-id ...
+
 Semantics: docs/wire-format.md §4 and §4.9, implemented in :mod:`airflow_provider_plgd.spark.fold` (pure Python, one
 device at a time); the Delta tables and snapshot records: :mod:`airflow_provider_plgd.tables.snapshot_store`; the job:
 :mod:`airflow_provider_plgd.spark.rebuild_job`; the
@@ -29,7 +34,7 @@ Steps
    ``device_ids``) and a bucket ``pmod(xxhash64(device_id), buckets)``. Buckets whose
    ``next_expiry_ns`` in the base record is before the snapshot time, and buckets that differ from
    the base (an earlier or killed run of this snapshot), are folded even without new events.
-4. **Per touched bucket** (a Python RDD shuffle by bucket, :mod:`airflow_provider_plgd.spark.rebuild_input`;
+4. **Per touched bucket** (a shuffle by bucket, :mod:`airflow_provider_plgd.spark.rebuild_input`;
    n = min(buckets, 200, 4 x ``defaultParallelism``) reduce tasks, each taking whole buckets one after the other ->
    :func:`airflow_provider_plgd.tables.snapshot_store.rebuild_bucket`, pyarrow + fsspec on the executor): read the
    base's files of that bucket, parse and fold only the states of the devices with new events or

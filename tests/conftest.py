@@ -151,3 +151,23 @@ def spark_cluster():
         patch.setenv("SPARK_DAEMON_JAVA_OPTS", FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"])
         with SparkCluster(workers=2, cores=1, memory="1g") as cluster:
             yield cluster
+
+
+# --- Spark Connect (issue 41) ----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def spark_connect_server(executor_python):
+    """A Spark Connect server (:class:`plgd_devtools.spark_connect.SparkConnectServer`, ``local[2]``)
+    on a free loopback port, whose Python workers run ``executor_python`` (no provider installed:
+    the clients ship it with ``addArtifacts``). Session scope, started by the first test that asks
+    for it (under the Spark lock); stopped by PID, its temp dir removed at teardown. The tests that
+    run jobs on it take the Spark lock themselves."""
+    from plgd_devtools.spark import spark_lock
+    from plgd_devtools.spark_connect import SparkConnectServer
+
+    server = SparkConnectServer(python=executor_python)
+    with spark_lock():
+        server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import delta_tables, identity
-from airflow_provider_plgd.spark import schemas
+from airflow_provider_plgd.spark import executor_tasks, schemas
 from airflow_provider_plgd.spark.app_args import DecodeArgs
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
 from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
@@ -104,15 +104,14 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
 def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_id: str, *,
                   batch_rows: int = 10_000, row_group_rows: int = 65_536,
                   max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES, owners: Sequence[str] | None = None):
-    """Build the ``RDD.mapPartitions`` function of the decode pass.
+    """Build the task function of the decode pass (``executor_tasks.run_tasks``).
 
     Input: the partition's elements, each a list of units (:func:`staging_units` packed by
     :func:`task_plan.plan_tasks`); the task reads those slices with pyarrow (``batch_rows`` rows
     per batch; only the rows of ``owners`` when given), runs :func:`_decode_task` and yields its
-    records (dicts, see :func:`_decode_task`). A plain Python RDD task needs no SQL planning, no
-    Arrow stream between JVM and worker and no second Python worker, which is cheaper than
-    ``spark.range(...).mapInArrow``, both for the first job and per warm task (figures:
-    docs/performance.md, "Measurements behind design choices", M11).
+    records (dicts, see :func:`_decode_task`). On classic Spark it runs as a plain Python RDD
+    task, on Spark Connect in ``mapInArrow`` (figures: docs/performance.md, "Measurements behind
+    design choices", M11).
     """
 
     def task(unit_lists):
@@ -257,7 +256,7 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
              f" (of them, the rows of {len(owners)} owner(s) are read)" if owners else "")
 
     # row ranges of the staging files (about SLICE_ROWS rows each) packed into a few tasks of decreasing size
-    tasks = plan_tasks(staging_units(files), spark.sparkContext.defaultParallelism)
+    tasks = plan_tasks(staging_units(files), executor_tasks.default_parallelism(spark))
     events_uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS)
     quarantine_uri = delta_tables.interval_table_uri(layout, delta_tables.QUARANTINE)
     write_id = new_write_id()
@@ -267,7 +266,7 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
     # one pass: every payload is decoded once, and both tables are written by the same tasks
     task = make_rdd_task(interval_id, events_uri, quarantine_uri, write_id, max_content_bytes=args.max_content_bytes,
                          owners=owners)
-    written = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(task).collect() if tasks else []
+    written = executor_tasks.run_tasks(spark, tasks, task)
     timings["decode_and_write"] = round(time.time() - phase, 3)
 
     per_event_type: dict[str, int] = {}

@@ -33,7 +33,7 @@ import pyarrow as pa
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import chain, content, delta_tables, file_records, identity, storage
-from airflow_provider_plgd.spark import dedupe_decision, schemas
+from airflow_provider_plgd.spark import dedupe_decision, executor_tasks, schemas
 from airflow_provider_plgd.spark.content_digest import content_digests
 from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.app_args import DedupeArgs
@@ -286,7 +286,6 @@ def dedupe_on_executors(spark, *, layout: Layout, interval_id: str, files: list[
     :return: ``{"decision": dedupe_decision.Decision (counts only: per_type, null_ids,
         id_conflicts, exact_copies), "index_rows", "index_records" [file_record], "written" [file_record]}``.
     """
-    sc = spark.sparkContext
     decision = dedupe_decision.Decision()
     result: dict[str, Any] = {"decision": decision, "index_rows": 0, "index_records": [], "written": []}
     if not files:
@@ -296,19 +295,19 @@ def dedupe_on_executors(spark, *, layout: Layout, interval_id: str, files: list[
     target = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
     names = [posixpath.join(posixpath.dirname(f.path), data_file_name(i, write_id)) for i, f in enumerate(files)]
     units = [(f.url, i, f.rows, f.partition) for i, f in enumerate(files)]
-    slots = sc.defaultParallelism
+    slots = executor_tasks.default_parallelism(spark)
     key_tasks = plan_tasks(units, slots, min_rows=ROWS_PER_TASK)
     copy_of = {u[1]: t for t, task in enumerate(plan_tasks(units, slots)) for u in task}
     copy_tasks = max(copy_of.values()) + 1
     partitions = decide_partitions(slots, sum(max(0, f.rows) for f in files))
-    decided = (sc.parallelize(key_tasks, len(key_tasks)).mapPartitions(make_key_task(partitions=partitions))
-               .partitionBy(partitions, lambda p: p)
-               .mapPartitions(make_decide_task(interval_id=interval_id, index_uri=index_uri, write_id=write_id,
-                                               previous=previous_index_files(layout, previous))))
-    copies = sc.parallelize([(i, ("file", None)) for i in range(len(files))], copy_tasks)
-    records = (decided.union(copies).partitionBy(copy_tasks, lambda k: copy_of.get(k, 0))
-               .mapPartitions(make_copy_task(source=source, target=target, files=files, names=names))
-               .collect())
+    records = executor_tasks.run_stages(
+        spark, key_tasks, make_key_task(partitions=partitions),
+        executor_tasks.Shuffle(partitions, make_decide_task(interval_id=interval_id, index_uri=index_uri,
+                                                            write_id=write_id,
+                                                            previous=previous_index_files(layout, previous))),
+        executor_tasks.Shuffle(copy_tasks, make_copy_task(source=source, target=target, files=files, names=names),
+                               partition_of=lambda k: copy_of.get(k, 0),
+                               extra=[(i, ("file", None)) for i in range(len(files))]))
     for _, (kind, value) in records:
         if kind == "counts":
             decision.merge(value)

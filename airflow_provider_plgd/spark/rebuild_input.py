@@ -1,5 +1,5 @@
 """The rebuild's input without the JVM: ``events_deduped`` files -> events keyed by device and
-bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store``.
+bucket, gathered per bucket by a shuffle of Python tasks (``executor_tasks``), folded by ``snapshot_store``.
 
 ``rebuild_snapshots`` runs :func:`fold_touched_buckets`:
 
@@ -11,8 +11,8 @@ bucket, gathered per bucket by a Python RDD shuffle, folded by ``snapshot_store`
    ``pmod(xxhash64(device_id), buckets)`` with the ``xxhash`` wheel, so the buckets are the ones of
    every earlier snapshot, without a Spark SQL job), and emits one Arrow IPC stream per target
    partition (``bucket % partitions``).
-3. **Reduce** (``RDD.partitionBy``): each partition gathers its buckets' events and runs
-   ``snapshot_buckets.rebuild_partition`` (fold, carry over, write), also for the buckets of the
+3. **Reduce** (``executor_tasks.Shuffle``: ``RDD.partitionBy`` or ``repartitionById``): each
+   partition gathers its buckets' events and runs ``snapshot_buckets.rebuild_partition`` (fold, carry over, write), also for the buckets of the
    partition whose pendings expire without new events. Returns the
    ``snapshot_buckets.BUCKET_RESULT_SCHEMA`` rows as dicts.
 
@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.spark import fold
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import executor_tasks, snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import ipc_bytes, read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
 
@@ -77,7 +77,7 @@ def _devices_of(table):
 
 
 def make_map_task(buckets: int, partitions: int):
-    """``RDD.mapPartitions`` function: file lists -> ``(partition, Arrow IPC stream bytes)``.
+    """Map step function (``executor_tasks.run_stages``): file lists -> ``(partition, Arrow IPC stream bytes)``.
 
     Each row of the files (``fold.FOLD_INPUT_COLUMNS``), once per device it applies to, with two
     more columns: ``_device`` (string) and ``_bucket`` (int32, ``pmod(xxhash64(_device),
@@ -113,7 +113,7 @@ def make_map_task(buckets: int, partitions: int):
 
 
 def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapping[str, Any]):
-    """``RDD.mapPartitions`` function: ``(partition, IPC bytes)`` pairs of one partition ->
+    """Reduce step function (``executor_tasks.Shuffle``): ``(partition, IPC bytes)`` pairs of one partition ->
     ``snapshot_buckets.BUCKET_RESULT_SCHEMA`` rows (dicts) of every bucket it folds.
 
     :param expiring: buckets whose pendings expire by the snapshot time; the partition
@@ -154,19 +154,14 @@ def fold_touched_buckets(spark, layout: Layout, intervals: Sequence[str], *, buc
     import time
 
     started = time.time()
-    sc = spark.sparkContext
-    tasks = plan_tasks(interval_files(layout, intervals), sc.defaultParallelism)
+    tasks = plan_tasks(interval_files(layout, intervals), executor_tasks.default_parallelism(spark))
     if timings is not None:
         timings["list"] = round(time.time() - started, 3)
     if not tasks and not expiring:
         return []
     started = time.time()
-    if tasks:
-        mapped = sc.parallelize(tasks, len(tasks)).mapPartitions(make_map_task(buckets, partitions))
-    else:
-        mapped = sc.parallelize([], 1)
-    shuffled = mapped.partitionBy(partitions, lambda p: p)
-    results = shuffled.mapPartitions(make_reduce_task(partitions, expiring, fold_kwargs)).collect()
+    results = executor_tasks.run_stages(spark, tasks, make_map_task(buckets, partitions), executor_tasks.Shuffle(
+        partitions, make_reduce_task(partitions, expiring, fold_kwargs)))
     if timings is not None:
         timings["fold"] = round(time.time() - started, 3)
     return results

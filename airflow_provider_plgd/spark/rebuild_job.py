@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity
-from airflow_provider_plgd.spark import rebuild_input
+from airflow_provider_plgd.spark import executor_tasks, rebuild_input
 from airflow_provider_plgd.tables import snapshot_store
 from airflow_provider_plgd.spark import snapshot_buckets
 from airflow_provider_plgd.spark.app_args import RebuildArgs
@@ -218,7 +218,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
                        table_schemas=table_schemas, snapshot_time_ns=t_ns)
     # A few tasks per core, each folding several whole buckets one after the other: one task per
     # bucket made the per-task cost (Python worker round trip, closure) grow with the bucket count.
-    partitions = max(1, min(buckets, 200, 4 * spark.sparkContext.defaultParallelism))
+    partitions = max(1, min(buckets, 200, 4 * executor_tasks.default_parallelism(spark)))
     timings: dict[str, float] = {"plan": round(time.time() - started, 3)}
     phase = time.time()
     results = rebuild_input.fold_touched_buckets(spark, layout, intervals, buckets=buckets, partitions=partitions,

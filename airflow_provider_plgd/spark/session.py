@@ -6,6 +6,12 @@
 * :func:`spark_application_info` / :func:`log_spark_application`: the application ID and the
   driver's Spark UI URL (the run summary's ``spark_application``; the operator's "Spark
   application" link reads the log line).
+* :func:`ship_code`: on Spark Connect, the provider's ``--py-files`` zip as a session artifact
+  (the server's Python workers import the plgd code from it).
+
+Each application runs on classic Spark (``spark-submit app.py``) or, as a plain Python program,
+on a Spark Connect server (``SPARK_REMOTE=sc://host:port python app.py ...``: pyspark's
+``SparkSession.builder`` connects there; docs/spark-connect.md).
 
 Only the functions import pyspark, so the module imports without it.
 """
@@ -78,8 +84,40 @@ def spark_application_info(spark: Any = None) -> dict[str, Any] | None:
         spark = SparkSession.getActiveSession()
         if spark is None:
             return None
+    from airflow_provider_plgd.spark.executor_tasks import is_connect
+
+    if is_connect(spark):  # no SparkContext on the client: the server's application, no UI URL
+        return {"app_id": spark.conf.get("spark.app.id", None), "ui_web_url": None}
     context = spark.sparkContext
     return {"app_id": context.applicationId, "ui_web_url": context.uiWebUrl}
+
+
+def ship_code(spark: Any) -> str | None:
+    """On a Spark Connect session, add the provider's ``--py-files`` zip
+    (``spark_deps.build_py_files_zip``, built from this process's own ``airflow_provider_plgd``) to
+    the session (``SparkSession.addArtifacts(zip, pyfile=True)``), so the server's Python workers
+    (the tasks of ``executor_tasks`` and the ``plgd-jetstream`` data source) import the same code
+    as the client; they need only ``requirements-executor.txt``. Classic Spark: nothing
+    (``spark-submit --py-files`` ships it).
+
+    :return: the zip's path (a temp dir of this process, removed at exit), or None on classic Spark.
+    """
+    from airflow_provider_plgd.spark.executor_tasks import is_connect
+
+    if not is_connect(spark):
+        return None
+    import atexit
+    import shutil
+    import tempfile
+
+    from airflow_provider_plgd.spark_deps import build_py_files_zip
+
+    folder = tempfile.mkdtemp(prefix="plgd-connect-artifacts-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = build_py_files_zip(folder)
+    spark.addArtifacts(path, pyfile=True)
+    log.info("shipped %s to the Spark Connect session as a Python artifact", path)
+    return path
 
 
 def log_spark_application(spark: Any) -> None:
@@ -94,8 +132,9 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], Args
             argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The command-line entry of every app (its ``main``): parse ``argv`` (default
     ``sys.argv[1:]``), set up logging (``--log-level``), build the SparkSession
-    (:func:`build_spark_session`), log the application (:func:`log_spark_application`),
-    ``run(spark, args)``, stop Spark, return the summary.
+    (:func:`build_spark_session`; on Spark Connect when ``SPARK_REMOTE`` is set), ship the code
+    (:func:`ship_code`, Connect only), log the application (:func:`log_spark_application`),
+    ``run(spark, args)``, stop Spark (a Connect client closes its session), return the summary.
 
     An exception from ``run`` stops Spark and propagates, so ``spark-submit`` exits non-zero
     (Airflow's ``SparkSubmitOperator`` then fails the task); bad arguments exit with argparse's
@@ -108,6 +147,7 @@ def run_app(session_name: str, parse_args: Callable[[Sequence[str] | None], Args
     setup_logging(args.log_level)
     spark = build_spark_session(session_name)
     try:
+        ship_code(spark)
         log_spark_application(spark)
         return run(spark, args)
     finally:
