@@ -3,7 +3,8 @@
 * :func:`spark_submit_env`: the environment ``spark-submit`` needs from a virtualenv (the venv's
   ``bin`` on ``PATH`` so that it finds ``SPARK_HOME`` in the pyspark package, and the venv's
   python for the driver and the Python workers).
-* :func:`spark_lock`: one Spark job at a time on a small shared machine (an exclusive ``flock``).
+* :func:`spark_lock`: one Spark job at a time on a small shared machine (an exclusive ``flock``),
+  or ``PLGD_SPARK_SLOTS`` at a time (``make test``'s xdist workers).
 * :data:`FAST_LOCAL_SPARK_CONF`: Spark settings for short runs on small data.
 * :func:`spark_app_module`: a Spark application script imported in this process (its
   ``parse_args``/``main``), from a source checkout or an installed provider.
@@ -22,13 +23,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 
 from airflow_provider_plgd.spark_deps import spark_app_path
 
-#: The lock file that serialises Spark jobs and DAG runs of tests and benchmarks on one machine.
 #: Extra Spark settings (``build_etl_dag(spark_conf=…)``) for short runs on small data with
 #: ``local[*]`` (the demo, the tests and the benchmarks), where the provider is installed in the Python that runs the Spark apps:
 #:
@@ -51,9 +52,14 @@ FAST_LOCAL_SPARK_CONF: dict[str, str] = {
 }
 
 
+#: The lock file that serialises Spark jobs and DAG runs of tests and benchmarks on one machine.
 SPARK_LOCK = "/tmp/spark.lock"
 #: Set to ``1`` when the caller already holds :data:`SPARK_LOCK` (``flock /tmp/spark.lock pytest``).
 LOCK_HELD_ENV = "PLGD_SPARK_LOCK_HELD"
+#: How many Spark jobs may run at once (default 1): ``make test`` sets it to its number of xdist
+#: workers, so that the workers' Spark jobs run side by side; a slot is a lock file
+#: (:data:`SPARK_LOCK`, then ``SPARK_LOCK.1``, ...).
+SLOTS_ENV = "PLGD_SPARK_SLOTS"
 
 
 def spark_app_module(name: str) -> ModuleType:
@@ -97,8 +103,15 @@ def spark_submit_env(base: Mapping[str, str] | None = None, *, python: str | Non
 
 
 @contextlib.contextmanager
-def spark_lock(path: str = SPARK_LOCK) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` for the ``with`` block (blocks until free).
+def spark_lock(path: str = SPARK_LOCK, *, alone: bool = False) -> Iterator[None]:
+    """Hold a Spark slot for the ``with`` block (blocks until one is free): an exclusive ``flock``
+    on ``path`` or, when ``PLGD_SPARK_SLOTS=N`` allows N jobs at once, on one of ``path``,
+    ``path.1`` ... ``path.{N-1}``. With one slot (the default) this is one ``flock`` on ``path``,
+    as ``flock /tmp/spark.lock <command>`` takes it.
+
+    :param alone: hold every slot: no other Spark job of the machine runs meanwhile (a test whose
+        assertion depends on having the machine's cores). Slots are taken in order, so two such
+        callers cannot deadlock.
 
     Skipped when ``PLGD_SPARK_LOCK_HELD=1`` says the caller already holds it, which would
     otherwise deadlock. Unlocked explicitly at the end: a process forked inside the block (e.g.
@@ -108,13 +121,41 @@ def spark_lock(path: str = SPARK_LOCK) -> Iterator[None]:
     if os.environ.get(LOCK_HELD_ENV) == "1":
         yield
         return
+    try:
+        slots = max(1, int(os.environ.get(SLOTS_ENV, "1")))
+    except ValueError:
+        raise ValueError(f"{SLOTS_ENV}={os.environ[SLOTS_ENV]!r}: expected a whole number of Spark slots") from None
+    paths = [path] + [f"{path}.{i}" for i in range(1, slots)]
+    with contextlib.ExitStack() as stack:
+        if alone or slots == 1:
+            for slot in paths:
+                stack.enter_context(_flocked(slot, blocking=True))
+        else:
+            _take_one_slot(stack, paths)
+        yield
+
+
+def _take_one_slot(stack: contextlib.ExitStack, paths: list[str]) -> None:
+    delay = 0.05
+    while True:
+        for slot in paths:
+            try:
+                stack.enter_context(_flocked(slot, blocking=False))
+                return
+            except BlockingIOError:
+                continue
+        time.sleep(delay)
+        delay = min(1.0, delay * 2)
+
+
+@contextlib.contextmanager
+def _flocked(path: str, *, blocking: bool) -> Iterator[None]:
     with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
 
 #: The JVM options of ``spark-submit``'s launcher JVM (``SPARK_LAUNCHER_OPTS``: the short Java
 #: program that builds the driver's command line): the same short-run JIT and GC as the driver.
