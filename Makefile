@@ -63,7 +63,7 @@ test: venv venv-executor
 ## make test-airflow2: the Airflow 2.11 subset: tests/airflow2 (DAG import, provider registration, a real
 ## `airflow dags backfill` against nats-server) and the unit tests.
 test-airflow2: venv-airflow2
-	PATH="$(BIN2):$$PATH" $(BIN2)/python -m pytest -q -rs -p no:cacheprovider -m "not spark" \
+	PATH="$(BIN2):$$PATH" $(BIN2)/python -m pytest -q -rs -p no:cacheprovider -m "not spark" $(XDIST) \
 		tests/airflow2 tests/unit $(PYTEST_ARGS)
 
 ## make lint: ruff with the rules of pyproject.toml, then mypy with its [tool.mypy] (CI runs it before the tests)

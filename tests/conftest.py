@@ -69,6 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [item for path in order for item in by_file[path]]
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The total after ``--durations``: wall time of the session, and the summed time of every
     test's setup, call and teardown (larger than the wall time when xdist workers run side by side)."""
