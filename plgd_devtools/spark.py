@@ -186,7 +186,9 @@ def _cds_key(python: str) -> str:
     try:
         import pyspark
 
-        spark = f"{pyspark.__version__}:{Path(pyspark.__file__).parent}"
+        jars = Path(pyspark.__file__).parent / "jars"
+        # a reinstalled pyspark has new jar files, which the JVM would refuse to map from the old archive
+        spark = f"{pyspark.__version__}:{jars}:{jars.stat().st_mtime_ns if jars.exists() else 0}"
     except ImportError:
         spark = "none"
     stat = os.stat(java_real) if java_real else None
