@@ -73,7 +73,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The total after ``--durations``: wall time of the session, and the summed time of every
     test's setup, call and teardown (larger than the wall time when xdist workers run side by side)."""
-    reports = [r for key in ("passed", "failed", "error", "skipped") for r in terminalreporter.stats.get(key, [])
+    # passed setups and teardowns are kept under the key "" of stats, the others under their outcome
+    reports = [r for values in terminalreporter.stats.values() for r in values
                if getattr(r, "when", None) in ("setup", "call", "teardown")]
     if not reports:
         return
