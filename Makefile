@@ -5,6 +5,12 @@ BIN := $(abspath $(VENV))/bin
 # spark-submit finds SPARK_HOME (pyspark) only with the venv's bin on PATH.
 RUN := PATH="$(BIN):$$PATH" PYSPARK_PYTHON="$(BIN)/python"
 PYTEST_ARGS ?=
+# pytest-xdist workers of `make test` (docs/testing.md): 2 on a 2-core machine (the tests wait on
+# servers, schedulers and JVM starts as much as they compute); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+# Each worker may run one Spark job at a time (PLGD_SPARK_SLOTS: plgd_devtools.spark.spark_lock).
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+SPARK_SLOTS := $(if $(filter 0,$(TEST_WORKERS)),1,$(TEST_WORKERS))
 
 .PHONY: venv venv-airflow2 venv-executor test test-airflow2 lint demo proto bench clean
 
@@ -48,14 +54,16 @@ $(VENVX)/.installed: requirements-executor.txt
 		echo "$(VENVX) must not hold airflow_provider_plgd (the executors get it with --py-files)"; exit 1; fi
 	touch $@
 
-## make test: the whole suite (real nats-server, spark-submit and Airflow)
+## make test: the whole suite (real nats-server, spark-submit and Airflow) on $(TEST_WORKERS) xdist workers;
+## prints the 15 slowest tests and the total (docs/testing.md)
 test: venv venv-executor
-	$(RUN) PLGD_EXECUTOR_PYTHON="$(BINX)/python" $(BIN)/python -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
+	$(RUN) PLGD_EXECUTOR_PYTHON="$(BINX)/python" PLGD_SPARK_SLOTS=$(SPARK_SLOTS) \
+		$(BIN)/python -m pytest -q -rs --durations=15 $(XDIST) $(PYTEST_ARGS)
 
 ## make test-airflow2: the Airflow 2.11 subset: tests/airflow2 (DAG import, provider registration, a real
 ## `airflow dags backfill` against nats-server) and the unit tests.
 test-airflow2: venv-airflow2
-	PATH="$(BIN2):$$PATH" $(BIN2)/python -m pytest -q -rs -p no:cacheprovider -m "not spark" \
+	PATH="$(BIN2):$$PATH" $(BIN2)/python -m pytest -q -rs -p no:cacheprovider -m "not spark" $(XDIST) \
 		tests/airflow2 tests/unit $(PYTEST_ARGS)
 
 ## make lint: ruff with the rules of pyproject.toml, then mypy with its [tool.mypy] (CI runs it before the tests)

@@ -4,6 +4,11 @@ S3-compatible server (moto) for the object-storage tests.
 
 Airflow settings are fixed here, before anything imports airflow: AIRFLOW_HOME is a temp dir of
 this test session (never the user's), examples off, unit-test mode on.
+
+The suite's time (docs/testing.md): with pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``)
+each worker is its own session, with its own servers and AIRFLOW_HOME; the test files start
+heaviest first (:func:`pytest_collection_modifyitems`); every ``spark-submit`` of a session that
+runs Spark starts from a class-data sharing archive (:func:`fast_spark_starts`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="plgd-test-airflow-home-")
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
@@ -25,6 +31,92 @@ import pytest  # noqa: E402
 from plgd_devtools.nats_server import NatsServer, recreate_stream  # noqa: E402
 from plgd_devtools.postgres_server import PostgresServer  # noqa: E402
 from plgd_devtools.s3_server import S3Server  # noqa: E402
+
+#: Set to ``1`` to run ``spark-submit`` without the harness's JVM start settings (to compare).
+NO_FAST_SPARK_ENV = "PLGD_TEST_NO_FAST_SPARK"
+_SESSION_START = time.monotonic()
+
+
+# -- the order of the test files: heaviest first -------------------------------------------------
+
+def _weight(item: pytest.Item) -> tuple[int, int]:
+    """``(tier, heavy tests)`` of one test: tier 3 runs an Airflow stack or a Spark cluster, 2 runs
+    Spark, 1 is an Airflow or integration test, 0 a unit test."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & {"airflow_postgres_db", "postgres_server", "spark_cluster"}:
+        return 3, 1
+    if item.get_closest_marker("spark"):
+        return 2, 1
+    if item.get_closest_marker("airflow") or "integration" in item.nodeid.split("/"):
+        return 1, 1
+    return 0, 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the test files heaviest first (the tier of their heaviest test, then how many heavy
+    tests they hold), keeping the order inside each file. With ``--dist loadfile
+    --no-loadscope-reorder`` the long files start at once and the unit tests fill the end, so that
+    the workers finish together. Deterministic: every xdist worker must collect the same order."""
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    weights = {}
+    for path, file_items in by_file.items():
+        ws = [_weight(i) for i in file_items]
+        tier = max(w[0] for w in ws)
+        weights[path] = (tier, sum(w[1] for w in ws if w[0] == tier))
+    order = sorted(by_file, key=lambda path: (-weights[path][0], -weights[path][1]))
+    items[:] = [item for path in order for item in by_file[path]]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The total after ``--durations``: wall time of the session, and the summed time of every
+    test's setup, call and teardown (larger than the wall time when xdist workers run side by side)."""
+    # passed setups and teardowns are kept under the key "" of stats, the others under their outcome
+    reports = [r for values in terminalreporter.stats.values() for r in values
+               if getattr(r, "when", None) in ("setup", "call", "teardown")]
+    if not reports:
+        return
+    summed = sum(getattr(r, "duration", 0.0) for r in reports)
+    workers = getattr(config.option, "numprocesses", None) or 1
+    terminalreporter.write_line(
+        f"total: {time.monotonic() - _SESSION_START:.0f} s wall for the session, {summed:.0f} s summed over "
+        f"the tests' setup, call and teardown ({workers} worker(s)); budget: docs/testing.md")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_spark_starts(request: pytest.FixtureRequest):
+    """Faster ``spark-submit`` starts for a session that runs Spark tests (marker ``spark`` or the
+    ``spark_cluster`` fixture): :func:`plgd_devtools.spark.fast_jvm_start_env` (a class-data sharing
+    archive of the driver JVM, built once per machine; the launcher JVM with C1 only), set in
+    ``os.environ`` so that every child process (``spark-submit``, the Airflow components) inherits
+    it. Same JVM, classes and Spark settings: only the start is shorter. Off with
+    ``PLGD_TEST_NO_FAST_SPARK=1``."""
+    items = request.session.items
+    wanted = os.environ.get(NO_FAST_SPARK_ENV) != "1" and any(
+        item.get_closest_marker("spark") or "spark_cluster" in getattr(item, "fixturenames", ()) for item in items)
+    if not wanted:
+        yield None
+        return
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:  # make test-airflow2: no Spark
+        yield None
+        return
+    from plgd_devtools.spark import fast_jvm_start_env
+
+    env = fast_jvm_start_env()
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

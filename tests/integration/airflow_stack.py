@@ -189,6 +189,9 @@ def airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datet
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
+        # the scheduler's sleep when a loop found nothing to do (Airflow's default: 1 s): the next task
+        # of a run is queued sooner (docs/testing.md); PLGD_TEST_SCHEDULER_IDLE_SLEEP to compare
+        "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": os.environ.get("PLGD_TEST_SCHEDULER_IDLE_SLEEP", "0.25"),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": json.dumps({
             "conn_type": "plgd_jetstream", "host": nats_server.host, "port": nats_server.port,
