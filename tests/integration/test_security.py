@@ -200,7 +200,7 @@ def test_unknown_nkey_fails_with_auth_error_without_seed(tls_server, pki, monkey
     "not-a-seed-0123456789",
     "SUAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",  # right prefix, bad length/checksum
     new_nkey("account")[0],  # a valid seed, but of an account, not a user
-])
+], ids=["not-a-seed", "bad-checksum", "account-seed"])  # fixed IDs: each xdist worker draws its own seed
 def test_malformed_nkey_seed_fails_before_connecting_without_seed(tls_server, pki, monkeypatch, seed, no_leak):
     files = pki["good"]
     set_conn(monkeypatch, extra={"servers": tls_server.url, "nkey_seed_secret": seed, "tls_ca": files.ca})
