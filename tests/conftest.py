@@ -107,16 +107,10 @@ def fast_spark_starts(request: pytest.FixtureRequest):
     from plgd_devtools.spark import fast_jvm_start_env
 
     env = fast_jvm_start_env()
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the session's environment, restored at its end
+        for key, value in env.items():
+            patch.setenv(key, value)
         yield env
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

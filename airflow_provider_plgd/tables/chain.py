@@ -292,18 +292,14 @@ def _ids_changed(log: DedupeLog, runs: dict[str, int]) -> dict[str, bool]:
     dt = log.deduped
     if dt is None:
         return found
-    limit = 16
-    while True:
-        entries = dt.history(limit=limit)
-        for entry in entries:
-            meta = delta_tables.commit_metadata(entry)
-            interval_id = meta.get("interval_id")
-            if meta.get("app") == _DEDUPE and interval_id in runs and interval_id not in found \
-                    and meta.get("run_version") == runs[interval_id]:
-                found[interval_id] = bool(meta.get(IDS_CHANGED_KEY, True))
-        if set(runs) <= set(found) or len(entries) < limit:
-            return found
-        limit *= 4
+    for _entry, meta in delta_tables.history_newest_first(dt):
+        interval_id = meta.get("interval_id")
+        if meta.get("app") == _DEDUPE and interval_id in runs and interval_id not in found \
+                and meta.get("run_version") == runs[interval_id]:
+            found[interval_id] = bool(meta.get(IDS_CHANGED_KEY, True))
+        if set(runs) <= set(found):
+            break
+    return found
 
 
 def _file_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:

@@ -138,18 +138,13 @@ def interval_contents(uri: str, interval_ids: Iterable[str], *, dt: Any = None) 
     dt = dt if dt is not None else delta_tables.open_table(uri)
     if dt is None:
         return found
-    limit = 16
-    while True:
-        entries = dt.history(limit=limit)
-        for entry in entries:
-            for interval_id, digest in from_metadata(delta_tables.commit_metadata(entry)).items():
-                if interval_id in wanted and interval_id not in found:
-                    found[interval_id] = digest
-            if wanted <= set(found):
-                return found
-        if len(entries) < limit:
-            return found
-        limit *= 4
+    for _entry, meta in delta_tables.history_newest_first(dt):
+        for interval_id, digest in from_metadata(meta).items():
+            if interval_id in wanted and interval_id not in found:
+                found[interval_id] = digest
+        if wanted <= set(found):
+            break
+    return found
 
 
 def fingerprint(uri: str, interval_id: str, *, dt: Any = None) -> dict[str, Any]:

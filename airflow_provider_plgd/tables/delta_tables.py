@@ -41,7 +41,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
 
 from airflow_provider_plgd.tables.layout import Layout
@@ -313,6 +313,20 @@ def commit_metadata(entry: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def history_newest_first(dt: Any, *, first: int = 16) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(history entry, our metadata)`` of each commit of the open table ``dt``, newest first, read
+    as far back as the caller consumes: ``DeltaTable.history`` with ``first`` entries, then 4 times
+    as many each round (a reader that finds what it needs near the head reads little of the log)."""
+    limit, seen = first, 0
+    while True:
+        entries = dt.history(limit=limit)
+        for entry in entries[seen:]:
+            yield entry, commit_metadata(entry)
+        if len(entries) < limit:
+            return
+        seen, limit = len(entries), limit * 4
 
 
 def commits(uri: str, *, limit: int | None = None) -> list[dict[str, Any]]:

@@ -158,16 +158,11 @@ def latest(layout: Layout) -> dict[str, Any] | None:
     state = delta_tables.open_table(snapshot_table_uri(layout, STATE_TABLE))
     if state is None:
         return None
-    limit = 8
-    while True:  # the newest commits first; a vacuum adds commits without a record
-        entries = state.history(limit=limit)
-        for entry in entries:
-            meta = delta_tables.commit_metadata(entry)
-            if meta.get("snapshot"):
-                return {**meta, "version": meta["snapshot"], "delta_version": int(entry["version"])}
-        if len(entries) < limit:
-            return None
-        limit *= 4
+    # the newest commits first; a vacuum adds commits without a record
+    for entry, meta in delta_tables.history_newest_first(state, first=8):
+        if meta.get("snapshot"):
+            return {**meta, "version": meta["snapshot"], "delta_version": int(entry["version"])}
+    return None
 
 
 def latest_snapshot(root: StorageRoot) -> dict[str, Any] | None:

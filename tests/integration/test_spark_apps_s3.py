@@ -91,18 +91,14 @@ def s3(tmp_path_factory):
 
     with S3Server(bucket=BUCKET) as server:
         env = server.env()
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        fsspec.filesystem("s3").clear_instance_cache()
-        try:
-            yield env
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        with pytest.MonkeyPatch.context() as patch:  # the module's environment, restored at its end
+            for key, value in env.items():
+                patch.setenv(key, value)
             fsspec.filesystem("s3").clear_instance_cache()
+            try:
+                yield env
+            finally:
+                fsspec.filesystem("s3").clear_instance_cache()
 
 
 @pytest.fixture(scope="module")
