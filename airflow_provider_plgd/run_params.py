@@ -242,7 +242,7 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
     """
     from airflow_provider_plgd.coerce import token_list
     from airflow_provider_plgd.fetch.selection import Selection
-    from airflow_provider_plgd.hooks.connection import check_stream_name
+    from airflow_provider_plgd.jetstream.connection import check_stream_name
     from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
     try:

@@ -22,8 +22,8 @@ from typing import Any, Sequence
 import nats
 
 from ..exceptions import JetStreamError, PublishError, StreamNotFoundError
-from ..hooks.api import JetStreamApi
-from ..hooks.connection import strip_userinfo
+from ..jetstream.api import JetStreamApi
+from ..jetstream.connection import strip_userinfo
 from ..plgd.subjects import subject_matches
 from .generator import Simulation
 

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from airflow_provider_plgd.hooks.blocking import blocking
+from airflow_provider_plgd.jetstream.blocking import blocking
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
 

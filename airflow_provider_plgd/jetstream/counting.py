@@ -2,7 +2,7 @@
 
 One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the Airflow face;
 ``acount_interval``, ``acount_ranges`` and ``acount_messages`` call these functions over a
-:class:`~airflow_provider_plgd.hooks.api.JetStreamApi`).
+:class:`~airflow_provider_plgd.jetstream.api.JetStreamApi`).
 
 * A time bound becomes a stream sequence: the first sequence stored at or after it, the starting
   sequence of an ephemeral ``by_start_time`` consumer (``delivered.stream_seq + 1``; NATS
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_plgd.exceptions import JetStreamTimeoutError
-from airflow_provider_plgd.hooks.api import JetStreamApi, StreamState
+from airflow_provider_plgd.jetstream.api import JetStreamApi, StreamState
 
 #: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
 COUNT_INACTIVE_THRESHOLD_S = 10.0

@@ -1,13 +1,16 @@
-"""Connection settings of the ``plgd_jetstream`` connection type and their checks.
+"""Connection settings of the ``plgd_jetstream`` connection type, their fields and their checks.
 
-Everything the hook needs to know about an Airflow connection lives here (like the Amazon
-provider's ``utils/connection_wrapper.py``): :class:`JetStreamSettings`, parsing of the Airflow
-connection (:func:`settings_from_connection`), the checks of server URLs and stream names, and
-registering secrets with Airflow's log masker. Opening a client on the settings (credentials, TLS,
-the clear-text guard) is :mod:`.client`.
+Everything the client needs to know about a connection lives here (like the Amazon provider's
+``utils/connection_wrapper.py``): the connection type and its extra fields (:data:`CONN_TYPE`,
+:data:`CONN_FIELDS`, :data:`NKEY_SEED_EXTRA`; ``get_provider_info`` declares them to Airflow),
+:class:`JetStreamSettings`, parsing of a connection object (:func:`settings_from_connection`: any
+object with Airflow ``Connection``'s attributes) and the checks of server URLs and stream names.
+No Airflow import: the Spark executors use it. Registering the secrets with Airflow's log masker
+is the hook's (``hooks.base.mask_settings_secrets``); opening a client on the settings
+(credentials, TLS, the clear-text guard) is :mod:`.client`.
 
 Source: nats-py 2.x ``nats.connect`` options; NATS docs, "JetStream > Naming streams, consumers
-and accounts"; Airflow's secrets masker (``mask_secret``).
+and accounts".
 """
 
 from __future__ import annotations
@@ -17,9 +20,51 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from airflow_provider_plgd.get_provider_info import CONN_FIELDS, CONN_TYPE, NKEY_SEED_EXTRA
-
 _log = logging.getLogger(__name__)
+
+CONN_TYPE = "plgd_jetstream"
+#: Extra that holds the NKEY user seed. Airflow redacts extras whose name contains a sensitive word
+#: (``secret``, ``token``, ``password``, ...); the former name ``nkey_seed`` matches none of them.
+NKEY_SEED_EXTRA = "nkey_seed_secret"
+
+
+def _string_field(label: str, description: str, *, secret: bool = False, default: Any = None) -> dict:
+    schema: dict[str, Any] = {"type": ["string", "null"]}
+    if secret:
+        schema["format"] = "password"
+    if default is not None:
+        schema["default"] = default
+    return {"label": label, "description": description, "schema": schema}
+
+
+#: Connection extra fields of ``plgd_jetstream``; one home, also used by the hook's form widgets.
+CONN_FIELDS: dict[str, dict] = {
+    # Airflow 3 shows an extra field's description under it but not a placeholder (placeholders
+    # apply to the standard fields only), so each example is in the description.
+    "servers": _string_field(
+        "Servers",
+        "Comma-separated nats://, tls://, ws:// or wss:// URLs, tried in order, e.g. "
+        "tls://nats-1:4222,tls://nats-2:4222. No credentials in them (use Login/Password, Token or NKEY seed); "
+        "no ws:// with TLS (use wss://). Overrides Host/Port when set.",
+    ),
+    "stream": _string_field("Stream", "JetStream stream that holds plgd events (subjects plgd.>); default EVENTS.",
+                            default="EVENTS"),
+    "token": _string_field("Token", "NATS authentication token.", secret=True),
+    # The extra's name must contain a word Airflow treats as sensitive ("secret"): the UI and the
+    # REST API redact extras by key name only (``should_hide_value_for_key``), not by ``format``.
+    NKEY_SEED_EXTRA: _string_field("NKEY seed", "NKEY user seed (starts with SU).", secret=True),
+    "creds_file": _string_field("Credentials file", "Path to a NATS .creds file (JWT + NKEY seed)."),
+    "tls_ca": _string_field("TLS CA file", "Path to the CA certificate (PEM) that signed the server's cert."),
+    "tls_cert": _string_field("TLS client certificate", "Path to the client certificate (PEM)."),
+    "tls_key": _string_field("TLS client key", "Path to the client private key (PEM)."),
+    "storage_root": _string_field(
+        "Storage root",
+        "Default root for staging and tables: a local path or an fsspec URL such as s3://bucket/plgd "
+        "(s3a:// is read as s3://). S3 endpoint and credentials come from the AWS_* environment "
+        "of the workers, never from this field.",
+    ),
+}
+
 
 DEFAULT_STREAM = "EVENTS"
 DEFAULT_PORT = 4222
@@ -77,7 +122,7 @@ class JetStreamSettings:
 
 def field_name(key: str) -> str:
     """How errors name a connection field: the connection form's label and the extra's key, e.g.
-    ``Credentials file ('creds_file')`` (labels from ``get_provider_info.CONN_FIELDS``)."""
+    ``Credentials file ('creds_file')`` (labels from :data:`CONN_FIELDS`)."""
     return f"{CONN_FIELDS[key]['label']} ({key!r})"
 
 
@@ -89,41 +134,6 @@ def strip_userinfo(url: str) -> str:
     if "@" not in rest:
         return url
     return f"{scheme}{sep}{rest.rsplit('@', 1)[1]}"
-
-
-def mask_settings_secrets(s: JetStreamSettings) -> None:
-    """Register the connection's secrets with Airflow's secrets masker (task logs show ``***``).
-
-    Airflow masks the password and extras named like a secret (``token``, ``nkey_seed_secret``)
-    itself when it reads a connection, but not the former ``nkey_seed`` extra; the hook registers
-    every secret it uses, whatever the extra's name. Airflow does not mask values shorter than
-    ``[logging] min_length_masked_secret`` (default 5 characters). On Airflow 3 the Task SDK's
-    ``mask_secret`` also tells the supervisor process.
-    """
-    values = s.secret_values()
-    if not values:
-        return
-    from airflow_provider_plgd.compat import mask_secret
-
-    if mask_secret is None:  # pragma: no cover - no secrets masker in this Airflow
-        return
-    for value in values:
-        mask_secret(value)
-
-
-async def amask_settings_secrets(s: JetStreamSettings) -> None:
-    """Async :func:`mask_settings_secrets` (``amask_secret`` on Airflow 3: the sync form must not
-    talk to the supervisor from inside an event loop)."""
-    values = s.secret_values()
-    if not values:
-        return
-    from airflow_provider_plgd.compat import amask_secret
-
-    if amask_secret is None:  # pragma: no cover - Airflow 2.11 / older 3.x
-        mask_settings_secrets(s)
-        return
-    for value in values:
-        await amask_secret(value)
 
 
 def _extra(extras: dict[str, Any], name: str) -> Any:

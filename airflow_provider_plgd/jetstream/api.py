@@ -30,7 +30,7 @@ from airflow_provider_plgd.exceptions import (
     JetStreamTimeoutError,
     StreamNotFoundError,
 )
-from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.times import NS_PER_S, ns_to_rfc3339, parse_rfc3339_ns
 
 #: Seconds to wait for a JetStream API answer.

@@ -2,7 +2,7 @@
 
 Up to ``PREFETCH_PULLS`` ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`` pull requests (``batch``,
 ``max_bytes``, ``expires`` ns) are in flight into one inbox subscription; each message's metadata
-comes from its reply subject (:func:`~airflow_provider_plgd.hooks.messages.parse_ack_reply`); status
+comes from its reply subject (:func:`~airflow_provider_plgd.jetstream.messages.parse_ack_reply`); status
 messages ``100`` (heartbeat), ``404``/``408`` (no messages / request expired), ``409`` (max bytes
 reached, batch completed, consumer deleted, ...) and ``503`` (no responders) end pulls or the read.
 :func:`read_batches` creates the consumer, reads it with :class:`PullReader` and deletes it: the
@@ -30,8 +30,8 @@ from airflow_provider_plgd.exceptions import (
     JetStreamError,
     JetStreamTimeoutError,
 )
-from airflow_provider_plgd.hooks.api import JetStreamApi
-from airflow_provider_plgd.hooks.messages import StreamMessage, parse_ack_reply
+from airflow_provider_plgd.jetstream.api import JetStreamApi
+from airflow_provider_plgd.jetstream.messages import StreamMessage, parse_ack_reply
 from airflow_provider_plgd.times import NS_PER_S
 
 #: Default messages per pull request (= per batch): :meth:`JetStreamHook.aiter_batches`,

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_plgd.hooks.api import JetStreamApi
-from airflow_provider_plgd.hooks.messages import StreamMessage, parse_ack_reply
+from airflow_provider_plgd.jetstream.api import JetStreamApi
+from airflow_provider_plgd.jetstream.messages import StreamMessage, parse_ack_reply
 
 
 class DurableConsumer:

@@ -21,8 +21,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, TlsDowngradeError
-from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
-from airflow_provider_plgd.hooks.connection import JetStreamSettings, field_name, strip_userinfo
+from airflow_provider_plgd.jetstream.connection import (
+    NKEY_SEED_EXTRA,
+    JetStreamSettings,
+    field_name,
+    strip_userinfo,
+)
 
 _log = logging.getLogger(__name__)
 
