@@ -34,6 +34,8 @@ from airflow_provider_plgd.times import to_ns
 if TYPE_CHECKING:
     from typing import Self  # Python 3.11+; annotations only (3.10 is supported)
 
+    from airflow_provider_plgd.tables.layout import Layout
+
 
 def mask_settings_secrets(s: JetStreamSettings) -> None:
     """Register the connection's secrets with Airflow's secrets masker (task logs show ``***``).
@@ -200,3 +202,27 @@ def check_bounds(start_time: Any, end_time: Any, start_seq: Any,
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     return start_ns, end_ns, start_seq, end_seq
+
+
+def connection_storage_root(jetstream_conn_id: str) -> str | None:
+    """The ``storage_root`` extra of the connection, or None (also when the connection is missing
+    or invalid: that surfaces when the stream is read). The one place that reads it: ``tables/``
+    is given the value (``Layout.resolve``, ``storage_root.resolve_storage_root``)."""
+    try:
+        return JetStreamBaseHook(jetstream_conn_id=jetstream_conn_id).get_settings().storage_root or None
+    except Exception:  # noqa: BLE001 - connection missing or invalid: fall back to AIRFLOW_HOME
+        return None
+
+
+def resolve_layout(value: str | None, jetstream_conn_id: str) -> Layout:
+    """The layout of the storage root ``value``, else of the connection's ``storage_root`` extra
+    (:func:`connection_storage_root`, looked up only when ``value`` is empty), else of
+    ``$AIRFLOW_HOME/plgd`` (``Layout.resolve``).
+
+    :param value: an explicit root, or ``""``/None for the defaults.
+    :param jetstream_conn_id: the ``plgd_jetstream`` connection whose extra is the next default.
+    :raises ValueError: a root that is refused (the message names it).
+    """
+    from airflow_provider_plgd.tables.layout import Layout
+
+    return Layout.resolve(value, None if value else connection_storage_root(jetstream_conn_id))

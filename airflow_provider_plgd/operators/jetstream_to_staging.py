@@ -423,11 +423,12 @@ class JetStreamToStagingOperator(BaseOperator):
         if self.storage_root not in (None, ""):
             return Layout.of(self.storage_root)
 
+        from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd.run_params import check_run_storage_root
 
         params = context.get("params") or {}  # a run param: only a root the DAG author or the connection allows
         root = check_run_storage_root(params.get("storage_root"), self.storage_roots, self.jetstream_conn_id)
-        return Layout.resolve(root, self.jetstream_conn_id)
+        return resolve_layout(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
         """True for a range of the ledger's plan (``ledger_range``)."""
