@@ -95,7 +95,7 @@ async def _connect(servers: Sequence[str], connect_options: dict[str, Any] | Non
 
 
 def _api(nc: Any, servers: Sequence[str]) -> JetStreamApi:
-    """The one JetStream API client (``hooks/api.py``) over the simulator's connection."""
+    """The one JetStream API client (``jetstream/api.py``) over the simulator's connection."""
     return JetStreamApi(nc, ", ".join(strip_userinfo(s) for s in servers))
 
 

@@ -97,7 +97,7 @@ def is_missing_stream_error(exc: BaseException | None) -> bool:
     """True when ``exc`` (or its cause) says the stream does not exist.
 
     Recognises :class:`airflow_provider_plgd.exceptions.StreamNotFoundError` (what the one JetStream
-    API client, ``hooks/api.py``, raises for a missing stream) and the JetStream error code 10059.
+    API client, ``jetstream/api.py``, raises for a missing stream) and the JetStream error code 10059.
     """
     from airflow_provider_plgd.exceptions import StreamNotFoundError
 

@@ -1,4 +1,4 @@
-"""The one helper that builds each sync hook method from its async one (``hooks/blocking.py``)."""
+"""The one helper that builds each sync hook method from its async one (``jetstream/blocking.py``)."""
 
 from __future__ import annotations
 
