@@ -16,51 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+# The connection type and its fields have their one home with the connection settings (no Airflow there).
+from airflow_provider_plgd.jetstream.connection import CONN_FIELDS, CONN_TYPE, NKEY_SEED_EXTRA  # noqa: F401
 
 HOOK_CLASS = "airflow_provider_plgd.hooks.jetstream.JetStreamHook"
-CONN_TYPE = "plgd_jetstream"
-#: Extra that holds the NKEY user seed. Airflow redacts extras whose name contains a sensitive word
-#: (``secret``, ``token``, ``password``, ...); the former name ``nkey_seed`` matches none of them.
-NKEY_SEED_EXTRA = "nkey_seed_secret"
-
-
-def _string_field(label: str, description: str, *, secret: bool = False, default: Any = None) -> dict:
-    schema: dict[str, Any] = {"type": ["string", "null"]}
-    if secret:
-        schema["format"] = "password"
-    if default is not None:
-        schema["default"] = default
-    return {"label": label, "description": description, "schema": schema}
-
-
-#: Connection extra fields of ``plgd_jetstream``; one home, also used by the hook's form widgets.
-CONN_FIELDS: dict[str, dict] = {
-    # Airflow 3 shows an extra field's description under it but not a placeholder (placeholders
-    # apply to the standard fields only), so each example is in the description.
-    "servers": _string_field(
-        "Servers",
-        "Comma-separated nats://, tls://, ws:// or wss:// URLs, tried in order, e.g. "
-        "tls://nats-1:4222,tls://nats-2:4222. No credentials in them (use Login/Password, Token or NKEY seed); "
-        "no ws:// with TLS (use wss://). Overrides Host/Port when set.",
-    ),
-    "stream": _string_field("Stream", "JetStream stream that holds plgd events (subjects plgd.>); default EVENTS.",
-                            default="EVENTS"),
-    "token": _string_field("Token", "NATS authentication token.", secret=True),
-    # The extra's name must contain a word Airflow treats as sensitive ("secret"): the UI and the
-    # REST API redact extras by key name only (``should_hide_value_for_key``), not by ``format``.
-    NKEY_SEED_EXTRA: _string_field("NKEY seed", "NKEY user seed (starts with SU).", secret=True),
-    "creds_file": _string_field("Credentials file", "Path to a NATS .creds file (JWT + NKEY seed)."),
-    "tls_ca": _string_field("TLS CA file", "Path to the CA certificate (PEM) that signed the server's cert."),
-    "tls_cert": _string_field("TLS client certificate", "Path to the client certificate (PEM)."),
-    "tls_key": _string_field("TLS client key", "Path to the client private key (PEM)."),
-    "storage_root": _string_field(
-        "Storage root",
-        "Default root for staging and tables: a local path or an fsspec URL such as s3://bucket/plgd "
-        "(s3a:// is read as s3://). S3 endpoint and credentials come from the AWS_* environment "
-        "of the workers, never from this field.",
-    ),
-}
-
 #: Standard fields of the form. Airflow 3 shows placeholders of the standard fields (host, port,
 #: login, password) only; the extra fields' hints are in their ``description`` (``CONN_FIELDS``).
 #: The ``servers``/``stream`` placeholders are for the Airflow 2.11 form.

@@ -184,8 +184,9 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
         differently (``normalize_storage_root``'s refusals), or a root nobody allowed (named, with
         the allowed ones).
     """
+    from airflow_provider_plgd.hooks.base import connection_storage_root
     from airflow_provider_plgd.tables.layout import Layout
-    from airflow_provider_plgd.tables.storage_root import connection_storage_root, same_or_below
+    from airflow_provider_plgd.tables.storage_root import same_or_below
 
     if value is None or value == "":
         return ""
@@ -242,7 +243,7 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
     """
     from airflow_provider_plgd.coerce import token_list
     from airflow_provider_plgd.fetch.selection import Selection
-    from airflow_provider_plgd.hooks.connection import check_stream_name
+    from airflow_provider_plgd.jetstream.connection import check_stream_name
     from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 
     try:
@@ -291,10 +292,10 @@ def own_roots(author: RunParams, jetstream_conn_id: str) -> tuple[str, ...]:
 
     :raises ValueError: a root that is refused (``normalize_storage_root``).
     """
+    from airflow_provider_plgd.hooks.base import connection_storage_root, resolve_layout
     from airflow_provider_plgd.tables.layout import Layout
-    from airflow_provider_plgd.tables.storage_root import connection_storage_root
 
-    default = Layout.resolve(author.storage_root, jetstream_conn_id).root
+    default = resolve_layout(author.storage_root, jetstream_conn_id).root
     conn = connection_storage_root(jetstream_conn_id)
     conn_root = Layout.of(conn).root if conn else None
     return (default,) if conn_root is None or conn_root == default else (default, conn_root)
@@ -308,10 +309,10 @@ def check_root_apart(run: RunParams, author: RunParams, jetstream_conn_id: str) 
     :return: the run's root (normalised spelling).
     :raises StorageRootOverlapError: names both roots.
     """
-    from airflow_provider_plgd.tables.layout import Layout
+    from airflow_provider_plgd.hooks.base import resolve_layout
     from airflow_provider_plgd.tables.root_guard import check_apart_of
 
-    root = Layout.resolve(run.storage_root, jetstream_conn_id).root
+    root = resolve_layout(run.storage_root, jetstream_conn_id).root
     mine = own_roots(author, jetstream_conn_id)
     if root != mine[0]:
         check_apart_of(root, mine)
@@ -334,13 +335,13 @@ def check_identity_params(run: RunParams, author: RunParams, jetstream_conn_id: 
         the roots are compared as given).
     :raises PipelineIdentityError: names each setting, the DAG author's value and the run's.
     """
+    from airflow_provider_plgd.hooks.base import resolve_layout
     from airflow_provider_plgd.tables import identity
-    from airflow_provider_plgd.tables.layout import Layout
 
     mine, theirs = run.identity(), author.identity()
     own_root = run.storage_root in ("", author.storage_root) or (
         jetstream_conn_id is not None
-        and Layout.resolve(run.storage_root, jetstream_conn_id) == Layout.resolve(author.storage_root,
+        and resolve_layout(run.storage_root, jetstream_conn_id) == resolve_layout(author.storage_root,
                                                                                   jetstream_conn_id))
     found = []
     for name in IDENTITY_PARAMS:

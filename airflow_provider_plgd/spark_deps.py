@@ -11,7 +11,7 @@ Zip content: the ``airflow_provider_plgd`` package, whole (every file but ``__py
 compiled files), under its package path, with the Spark applications under
 ``airflow_provider_plgd/spark_apps/`` as the wheel installs them (the same zip, byte for byte, from a
 checkout and from an install). The executors import only the modules that need no
-Airflow (``plgd/``, ``spark/``, ``spark_apps/``, ``staging``, ``ledger``, ``run_summary``,
+Airflow (``plgd/``, ``spark/``, ``jetstream/``, ``spark_apps/``, ``staging``, ``ledger``, ``run_summary``,
 ``exceptions``); the Airflow-side modules travel along unused. A package boundary instead of a
 file list: a new module needs no entry here.
 

@@ -226,7 +226,7 @@ def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: in
     :param head_end_ns: the head interval's end (unix ns), or None.
     :raises JetStreamError: the server cannot be reached or has no such stream (the hook's errors).
     """
-    from airflow_provider_plgd.hooks.api import StreamState
+    from airflow_provider_plgd.jetstream.api import StreamState
 
     info = hook.stream_info(stream)
     state = StreamState.of_info(info)

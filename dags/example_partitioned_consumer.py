@@ -57,7 +57,7 @@ if PartitionedAssetTimetable is not None:
             from airflow_provider_plgd import times
             from airflow_provider_plgd.tables import delta_tables, staging
             from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
-            from airflow_provider_plgd.tables.layout import Layout
+            from airflow_provider_plgd.hooks.base import resolve_layout
 
             log = logging.getLogger("airflow.task")
             key = context.get("partition_key")
@@ -69,7 +69,7 @@ if PartitionedAssetTimetable is not None:
                                  f"(<start>_<end>, seq-<first>-<last> or durable-<first>-<last>): {exc}") from None
             params = context.get("params") or {}
             root = check_run_storage_root(params.get("storage_root"), env_storage_roots(), JETSTREAM_CONN_ID)
-            layout = Layout.resolve(root, JETSTREAM_CONN_ID)
+            layout = resolve_layout(root, JETSTREAM_CONN_ID)
             uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
             frame = (pl.scan_delta(uri, storage_options=delta_tables.storage_options(uri) or None)
                      .filter(pl.col(delta_tables.INTERVAL_COLUMN) == interval_id)

@@ -61,14 +61,14 @@ with DAG(
 
         from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
-        from airflow_provider_plgd.tables.layout import Layout
+        from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd import latest_snapshot, read_snapshot
 
         log = logging.getLogger("airflow.task")
         # a run param is untrusted input: only "", the connection's root or a root the deployment
         # allows (PLGD_ETL_STORAGE_ROOTS, as for the ETL DAG)
         root = check_run_storage_root((params or {}).get("storage_root"), env_storage_roots(), JETSTREAM_CONN_ID)
-        layout = Layout.resolve(root, JETSTREAM_CONN_ID)
+        layout = resolve_layout(root, JETSTREAM_CONN_ID)
         snapshot = latest_snapshot(layout)
         if snapshot is None:
             raise FileNotFoundError(f"no committed snapshot under {layout.snapshots_dir()}")

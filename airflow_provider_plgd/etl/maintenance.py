@@ -87,9 +87,9 @@ def build_maintenance_dag(
             """Run :func:`airflow_provider_plgd.tables.maintenance.maintain_tables` and log the status view."""
             from airflow_provider_plgd.tables.maintenance import maintain_tables
             from airflow_provider_plgd.status import chain_status, format_status
-            from airflow_provider_plgd.tables.layout import Layout
+            from airflow_provider_plgd.hooks.base import resolve_layout
 
-            layout = Layout.resolve(storage_root, jetstream_conn_id)
+            layout = resolve_layout(storage_root, jetstream_conn_id)
             report = maintain_tables(layout, settings=chosen, stream=stream, staging_retention_seconds=retention_s)
             status = chain_status(layout, stream)
             for line in format_status(status).splitlines():

@@ -28,7 +28,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
 #: ``plgd.subjects.validate_owner_id`` (no leading ``_``; no ``.``, ``*``, ``>``, ``/``, ``\``,
 #: ``=``, ``?``, ``[``, ``]``, whitespace or control characters). ``plan`` checks the same again.
 OWNER_ID_PATTERN = r"^[^_.*>/\\=?\[\]\s\x00-\x1f\x7f][^.*>/\\=?\[\]\s\x00-\x1f\x7f]*$"
-#: JSON-schema ``pattern`` of a stream name (``hooks.connection.check_stream_name``).
+#: JSON-schema ``pattern`` of a stream name (``jetstream.connection.check_stream_name``).
 STREAM_NAME_PATTERN = r"^[^.*>/\\\s\x00-\x1f\x7f]+$"
 
 #: The description of the ``spark_conf`` param (shown in the trigger form).

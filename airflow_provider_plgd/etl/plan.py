@@ -17,6 +17,7 @@ from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.fetch.selection import Selection
+from airflow_provider_plgd.hooks.base import resolve_layout
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import ALL_OWNERS
 
@@ -151,7 +152,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     # the trust boundary: every param a triggering user may set, checked before anything is read
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
                                    jetstream_conn_id=jetstream_conn_id)
-    layout = Layout.resolve(checked.storage_root, jetstream_conn_id)  # the one resolution of the run's root
+    layout = resolve_layout(checked.storage_root, jetstream_conn_id)  # the one resolution of the run's root
     dag_roots = run_params.own_roots(author, jetstream_conn_id)
     try:  # a root inside or above another root or a table (by their records), then the layout before Delta Lake
         root_guard.check_apart(layout, dag_roots if layout.root != dag_roots[0] else ())

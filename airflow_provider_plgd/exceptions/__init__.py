@@ -168,7 +168,7 @@ class StreamSourceStaleError(IntervalNotCompleteError):
     the interval may still wait on the other side, so the sensor, the plan and the fetch fail
     loudly instead of calling the interval complete or waiting forever.
     Retrying succeeds once the link is back and the mirror has caught up
-    (:mod:`airflow_provider_plgd.completeness`).
+    (:mod:`airflow_provider_plgd.jetstream.completeness`).
 
     :ivar upstreams: the mirror's origin, not current: ``[{"kind": "mirror" | "source", "name", "api",
         "lag", "active_ns", "contact_ns", "error"}]`` (ns; ``contact_ns``: server time of the last

@@ -1,7 +1,7 @@
 """The fetch pipeline: range, bounded, owner-wide and durable reads into the staging Delta table.
 
 :class:`FetchPipeline` runs one fetch task's work: it checks the interval is complete (time
-bounds, :mod:`airflow_provider_plgd.completeness`) and retained (:mod:`.retention`), learns what the
+bounds, :mod:`airflow_provider_plgd.jetstream.completeness`) and retained (:mod:`.retention`), learns what the
 stream holds (the ledger's range count, or a server count per owner or batch), refuses a rerun that
 would commit fewer messages, reads through the hook (``JetStreamHook.aiter_batches`` or the durable
 consumer), hands each message to its (owner, event type) batch in a :class:`~.stager.Stager` on one
@@ -31,9 +31,9 @@ from airflow_provider_plgd.fetch.router import Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import default_spool_dir, remove_stale_spools
 from airflow_provider_plgd.fetch.stager import Stager
-from airflow_provider_plgd.hooks.api import StreamState
-from airflow_provider_plgd.hooks.messages import StreamMessage
-from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.jetstream.api import StreamState
+from airflow_provider_plgd.jetstream.messages import StreamMessage
+from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.tables.layout import Layout
 
 

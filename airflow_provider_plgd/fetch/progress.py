@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.jetstream.messages import StreamMessage
 
 #: Batches handed to the writer thread and not yet written, at most.
 WRITE_AHEAD = 2

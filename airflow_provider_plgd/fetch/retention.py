@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_plgd.exceptions import MessagesExpiredError
-from airflow_provider_plgd.hooks.api import StreamState
+from airflow_provider_plgd.jetstream.api import StreamState
 from airflow_provider_plgd.times import ns_to_rfc3339, parse_rfc3339_ns
 
 
@@ -31,7 +31,7 @@ def check_retained(state: StreamState | Mapping[str, Any], stream: str, bounds: 
     * sequence bounds ``[start_seq, end_seq]``: missing exactly when ``start_seq < first_seq``:
       sequences ``start_seq .. min(end_seq, first_seq - 1)``.
 
-    :param state: the stream state (``hooks.api.StreamState``, or its dict as in ``JetStreamHook.astream_info``).
+    :param state: the stream state (``jetstream.api.StreamState``, or its dict as in ``JetStreamHook.astream_info``).
     :param stream: the stream name (for the message).
     :param bounds: the operator's bounds (``kind`` ``"time"`` with ``start_ns``/``end_ns``, or
         ``"seq"`` with ``start_seq``/``end_seq``); other kinds are not checked.

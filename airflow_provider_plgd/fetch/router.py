@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.fetch.selection import Target
-from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.plgd.subjects import (
     TOKEN_OWNERS,
     TOKEN_PLGD,

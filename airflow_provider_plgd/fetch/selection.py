@@ -3,7 +3,7 @@
 The fetch operator builds a :class:`Selection` in ``execute`` from its arguments (or the ledger's
 plan), the ETL DAG's ``plan`` from its params; everything downstream takes it as given. Two checks
 stay elsewhere: staging's path-safety check (``staging.validate_partition_value``), which guards
-every path it builds whoever calls it, and the stream name (``hooks.connection.check_stream_name``),
+every path it builds whoever calls it, and the stream name (``jetstream.connection.check_stream_name``),
 checked by the hook where the stream is resolved: without a ``stream`` argument it comes from the
 Airflow connection, which is read only after the arguments passed their checks.
 """

@@ -1,9 +1,10 @@
 """The connection side of the JetStream hooks (connection type ``plgd_jetstream``), shared by every role.
 
-:class:`JetStreamBaseHook` reads the Airflow connection once (:mod:`.connection`: settings and their
-checks, secrets registered with the log masker), opens a nats-py
+:class:`JetStreamBaseHook` reads the Airflow connection once (settings and their checks:
+:mod:`airflow_provider_plgd.jetstream.connection`; secrets registered with Airflow's log masker:
+:func:`mask_settings_secrets`), opens a nats-py
 client (:meth:`JetStreamBaseHook.aconnect`) and hands out the JetStream API client over it
-(:meth:`JetStreamBaseHook.api`, :mod:`.api`). The roles build on it, like the Kafka provider's
+(:meth:`JetStreamBaseHook.api`, :mod:`airflow_provider_plgd.jetstream.api`). The roles build on it, like the Kafka provider's
 hooks: :mod:`.info` (stream info, completeness, counting), :mod:`.consume` (bounded reads and the
 durable consumer), :mod:`.produce` (publish); :class:`~.jetstream.JetStreamHook` has them all.
 
@@ -20,20 +21,55 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd.compat import BaseHook
 from airflow_provider_plgd.exceptions import JetStreamConnectionError
-from airflow_provider_plgd.get_provider_info import CONN_TYPE
-from airflow_provider_plgd.hooks.api import JetStreamApi
-from airflow_provider_plgd.hooks.client import connect
-from airflow_provider_plgd.hooks.connection import (
+from airflow_provider_plgd.jetstream.api import JetStreamApi
+from airflow_provider_plgd.jetstream.client import connect
+from airflow_provider_plgd.jetstream.connection import (
+    CONN_TYPE,
     JetStreamSettings,
-    amask_settings_secrets,
     check_stream_name,
-    mask_settings_secrets,
     settings_from_connection,
 )
 from airflow_provider_plgd.times import to_ns
 
 if TYPE_CHECKING:
     from typing import Self  # Python 3.11+; annotations only (3.10 is supported)
+
+    from airflow_provider_plgd.tables.layout import Layout
+
+
+def mask_settings_secrets(s: JetStreamSettings) -> None:
+    """Register the connection's secrets with Airflow's secrets masker (task logs show ``***``).
+
+    Airflow masks the password and extras named like a secret (``token``, ``nkey_seed_secret``)
+    itself when it reads a connection, but not the former ``nkey_seed`` extra; the hook registers
+    every secret it uses, whatever the extra's name. Airflow does not mask values shorter than
+    ``[logging] min_length_masked_secret`` (default 5 characters). On Airflow 3 the Task SDK's
+    ``mask_secret`` also tells the supervisor process.
+    """
+    values = s.secret_values()
+    if not values:
+        return
+    from airflow_provider_plgd.compat import mask_secret
+
+    if mask_secret is None:  # pragma: no cover - no secrets masker in this Airflow
+        return
+    for value in values:
+        mask_secret(value)
+
+
+async def amask_settings_secrets(s: JetStreamSettings) -> None:
+    """Async :func:`mask_settings_secrets` (``amask_secret`` on Airflow 3: the sync form must not
+    talk to the supervisor from inside an event loop)."""
+    values = s.secret_values()
+    if not values:
+        return
+    from airflow_provider_plgd.compat import amask_secret
+
+    if amask_secret is None:  # pragma: no cover - Airflow 2.11 / older 3.x
+        mask_settings_secrets(s)
+        return
+    for value in values:
+        await amask_secret(value)
 
 
 class JetStreamBaseHook(BaseHook):
@@ -73,7 +109,7 @@ class JetStreamBaseHook(BaseHook):
         """Read the Airflow connection once (sync) and return :class:`JetStreamSettings`.
 
         Registers every secret of the connection with Airflow's log masker (see
-        :func:`.connection.mask_settings_secrets`).
+        :func:`mask_settings_secrets`).
         """
         if self._settings is None:
             conn = self.get_connection(self.jetstream_conn_id)
@@ -123,14 +159,14 @@ class JetStreamBaseHook(BaseHook):
     def stream(self) -> str:
         """The stream name in use (argument, else connection extra ``stream``, else ``EVENTS``).
 
-        :raises ValueError: the argument is not a valid stream name (``hooks.connection.check_stream_name``).
+        :raises ValueError: the argument is not a valid stream name (``jetstream.connection.check_stream_name``).
         """
         return check_stream_name(self._stream_override) if self._stream_override else self.get_settings().stream
 
     @contextlib.asynccontextmanager
     async def aconnect(self) -> AsyncIterator[Any]:
         """Connect to the first reachable server and yield the nats-py client; close it on exit
-        (:func:`~airflow_provider_plgd.hooks.client.connect`: errors, TLS guard).
+        (:func:`~airflow_provider_plgd.jetstream.client.connect`: errors, TLS guard).
 
         A bare nats-py error raised while the client is in use (e.g. ``ConnectionClosedError``
         when the server goes away) becomes :class:`JetStreamConnectionError` naming the stream.
@@ -166,3 +202,27 @@ def check_bounds(start_time: Any, end_time: Any, start_seq: Any,
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     return start_ns, end_ns, start_seq, end_seq
+
+
+def connection_storage_root(jetstream_conn_id: str) -> str | None:
+    """The ``storage_root`` extra of the connection, or None (also when the connection is missing
+    or invalid: that surfaces when the stream is read). The one place that reads it: ``tables/``
+    is given the value (``Layout.resolve``, ``storage_root.resolve_storage_root``)."""
+    try:
+        return JetStreamBaseHook(jetstream_conn_id=jetstream_conn_id).get_settings().storage_root or None
+    except Exception:  # noqa: BLE001 - connection missing or invalid: fall back to AIRFLOW_HOME
+        return None
+
+
+def resolve_layout(value: str | None, jetstream_conn_id: str) -> Layout:
+    """The layout of the storage root ``value``, else of the connection's ``storage_root`` extra
+    (:func:`connection_storage_root`, looked up only when ``value`` is empty), else of
+    ``$AIRFLOW_HOME/plgd`` (``Layout.resolve``).
+
+    :param value: an explicit root, or ``""``/None for the defaults.
+    :param jetstream_conn_id: the ``plgd_jetstream`` connection whose extra is the next default.
+    :raises ValueError: a root that is refused (the message names it).
+    """
+    from airflow_provider_plgd.tables.layout import Layout
+
+    return Layout.resolve(value, None if value else connection_storage_root(jetstream_conn_id))

@@ -13,10 +13,10 @@ import datetime as dt
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 from airflow_provider_plgd.hooks.base import JetStreamBaseHook, check_bounds
-from airflow_provider_plgd.hooks.blocking import blocking
-from airflow_provider_plgd.hooks.durable import DurableConsumer
-from airflow_provider_plgd.hooks.messages import StreamMessage
-from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE, read_batches
+from airflow_provider_plgd.jetstream.blocking import blocking
+from airflow_provider_plgd.jetstream.durable import DurableConsumer
+from airflow_provider_plgd.jetstream.messages import StreamMessage
+from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE, read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
 
 
@@ -79,7 +79,7 @@ class JetStreamConsumeHook(JetStreamBaseHook):
     async def adurable_consumer(self, name: str, filters: Sequence[str], *,
                                 ack_wait_seconds: float) -> AsyncIterator[DurableConsumer]:
         """Open durable pull consumer ``name`` of the stream (created on first use, ack policy
-        explicit; see :class:`~airflow_provider_plgd.hooks.durable.DurableConsumer`) on a new
+        explicit; see :class:`~airflow_provider_plgd.jetstream.durable.DurableConsumer`) on a new
         connection, and yield it; the connection closes on exit.
 
         :param filters: its subject filters (one or more).

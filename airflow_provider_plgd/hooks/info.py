@@ -17,14 +17,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_plgd.completeness import IntervalStatus, read_interval_status, require_interval_complete
+from airflow_provider_plgd.jetstream.completeness import IntervalStatus, read_interval_status, require_interval_complete
 from airflow_provider_plgd.exceptions import JetStreamError
-from airflow_provider_plgd.hooks import counting
-from airflow_provider_plgd.hooks.api import page_subjects
+from airflow_provider_plgd.jetstream import counting
+from airflow_provider_plgd.jetstream.api import page_subjects
 from airflow_provider_plgd.hooks.base import JetStreamBaseHook, check_bounds
-from airflow_provider_plgd.hooks.blocking import blocking
-from airflow_provider_plgd.hooks.connection import check_stream_name
-from airflow_provider_plgd.hooks.counting import COUNT_INACTIVE_THRESHOLD_S
+from airflow_provider_plgd.jetstream.blocking import blocking
+from airflow_provider_plgd.jetstream.connection import check_stream_name
+from airflow_provider_plgd.jetstream.counting import COUNT_INACTIVE_THRESHOLD_S
 from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
 from airflow_provider_plgd.times import to_ns
 
@@ -63,7 +63,7 @@ class JetStreamInfoHook(JetStreamBaseHook):
         2.10+) is at or after ``end_time + settle_seconds`` and, for a mirror, its origin was in
         contact after that with ``lag`` 0; the local clock is never used. A ``settled`` decision
         on a mirror is confirmed by a second reading ``completeness.CONFIRM_SECONDS`` later.
-        Rule and sources: :mod:`airflow_provider_plgd.completeness`.
+        Rule and sources: :mod:`airflow_provider_plgd.jetstream.completeness`.
 
         :param end_time: exclusive interval end: timezone-aware ``datetime`` or int unix ns.
         :param settle_seconds: seconds (>= 0) after the end, on the server's clock.
@@ -71,7 +71,7 @@ class JetStreamInfoHook(JetStreamBaseHook):
             count that filter's messages at or after the end (``newer_messages``).
         :param source_wait_seconds: seconds (>= 0) past end + settle after which a mirror that is
             still not current makes the status ``stale`` (None: the default of ``completeness``).
-        :return: the :class:`~airflow_provider_plgd.completeness.IntervalStatus` (``newer_messages``:
+        :return: the :class:`~airflow_provider_plgd.jetstream.completeness.IntervalStatus` (``newer_messages``:
             the count of ``subject_filter``, else 0).
         :raises StreamNotFoundError: missing stream. :raises JetStreamAPIError: no server time
             in the answer (nats-server older than 2.10). :raises ValueError: bad arguments.

@@ -15,11 +15,11 @@ the Kafka provider's admin, consumer and producer hooks:
 - :mod:`~airflow_provider_plgd.hooks.produce`: :class:`JetStreamProduceHook`, publish.
 
 Below them, without Airflow (the Spark data source uses them on executors):
-:mod:`~airflow_provider_plgd.hooks.connection` (settings, checks, opening a client),
-:mod:`~airflow_provider_plgd.hooks.api` (the one JetStream API client: requests, errors, consumers,
-pulls, acks, publish), :mod:`~airflow_provider_plgd.hooks.counting`,
-:mod:`~airflow_provider_plgd.hooks.pull`, :mod:`~airflow_provider_plgd.hooks.durable`,
-:mod:`~airflow_provider_plgd.hooks.messages`; :mod:`~airflow_provider_plgd.hooks.blocking` builds
+:mod:`~airflow_provider_plgd.jetstream.connection` (settings, checks, opening a client),
+:mod:`~airflow_provider_plgd.jetstream.api` (the one JetStream API client: requests, errors, consumers,
+pulls, acks, publish), :mod:`~airflow_provider_plgd.jetstream.counting`,
+:mod:`~airflow_provider_plgd.jetstream.pull`, :mod:`~airflow_provider_plgd.jetstream.durable`,
+:mod:`~airflow_provider_plgd.jetstream.messages`; :mod:`~airflow_provider_plgd.jetstream.blocking` builds
 every sync method from its async one.
 """
 
@@ -38,13 +38,13 @@ from airflow_provider_plgd.exceptions import (
     StreamNotFoundError,
 )
 from airflow_provider_plgd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
-from airflow_provider_plgd.hooks.api import page_subjects
+from airflow_provider_plgd.jetstream.api import page_subjects
 from airflow_provider_plgd.hooks.base import JetStreamBaseHook
 from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
 from airflow_provider_plgd.hooks.info import JetStreamInfoHook
-from airflow_provider_plgd.hooks.messages import StreamMessage
+from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.hooks.produce import JetStreamProduceHook
-from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

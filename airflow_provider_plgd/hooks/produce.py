@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from airflow_provider_plgd.hooks.base import JetStreamBaseHook
-from airflow_provider_plgd.hooks.blocking import blocking
+from airflow_provider_plgd.jetstream.blocking import blocking
 
 
 class JetStreamProduceHook(JetStreamBaseHook):

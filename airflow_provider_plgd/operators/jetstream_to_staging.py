@@ -23,7 +23,7 @@ from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.bounds import read_bounds
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
-from airflow_provider_plgd.hooks.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
 from airflow_provider_plgd.tables.layout import Layout
 
@@ -98,7 +98,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
     **Incomplete intervals** (time bounds): before reading, the interval must be complete on the
     NATS server's clock (``JetStreamHook.arequire_interval_complete``, rule in
-    :mod:`airflow_provider_plgd.completeness`): the stream holds a message with a server timestamp
+    :mod:`airflow_provider_plgd.jetstream.completeness`): the stream holds a message with a server timestamp
     at or after the end, or the server's time is at or after ``end + settle_seconds`` and, for a
     mirror, its origin was in contact after that with ``lag`` 0. Otherwise
     the task fails with the retryable
@@ -162,7 +162,7 @@ class JetStreamToStagingOperator(BaseOperator):
         (server clock) after which a mirror that is still not current
         fails the task with ``StreamSourceStaleError`` (templated; default
         ``completeness.DEFAULT_SOURCE_WAIT_SECONDS``, 1 h).
-    :param batch_size: messages per JetStream pull request (default ``hooks.pull.DEFAULT_BATCH_SIZE``, 1000).
+    :param batch_size: messages per JetStream pull request (default ``jetstream.pull.DEFAULT_BATCH_SIZE``, 1000).
     :param row_group_size: rows per Parquet row group (default 50,000).
     :param row_group_bytes: payload bytes per row group before it is cut early (default 32 MiB).
     :param max_rows_per_file: rows per staging file (default 1,000,000).
@@ -423,11 +423,12 @@ class JetStreamToStagingOperator(BaseOperator):
         if self.storage_root not in (None, ""):
             return Layout.of(self.storage_root)
 
+        from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd.run_params import check_run_storage_root
 
         params = context.get("params") or {}  # a run param: only a root the DAG author or the connection allows
         root = check_run_storage_root(params.get("storage_root"), self.storage_roots, self.jetstream_conn_id)
-        return Layout.resolve(root, self.jetstream_conn_id)
+        return resolve_layout(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
         """True for a range of the ledger's plan (``ledger_range``)."""

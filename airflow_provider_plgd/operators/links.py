@@ -12,7 +12,7 @@ Both are XCom-backed, like the Amazon provider's links: the task pushes what the
 XCom (:data:`SPARK_APP_XCOM_KEY`, :data:`TABLES_XCOM_KEY`) and ``get_link`` formats it. Airflow 3
 calls ``get_link`` on the worker when the task ends and stores the result under the link's
 ``xcom_key`` (the API server reads that); Airflow 2.11's webserver calls ``get_link`` itself. No
-link and no XCom value carries credentials (``hooks.connection.strip_userinfo``). Both classes are listed in the
+link and no XCom value carries credentials (``jetstream.connection.strip_userinfo``). Both classes are listed in the
 provider info's ``extra-links``. Documented in ``docs/operations.md``, "Links to Spark and the
 tables".
 """
@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from airflow_provider_plgd.compat import BaseOperatorLink, XCom
-from airflow_provider_plgd.hooks.connection import strip_userinfo
+from airflow_provider_plgd.jetstream.connection import strip_userinfo
 # what every plgd Spark application logs once its SparkContext is up (log_spark_application)
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 from airflow_provider_plgd.tables.layout import Layout

@@ -4,7 +4,7 @@ Complete means: the stream holds a message whose server timestamp is at or after
 end, or the NATS server's clock is at ``end + settle_seconds`` or later and, for a mirror, its
 origin was in contact after that with ``lag`` 0. Both are judged on the
 server's values, never on the worker's or triggerer's clock
-(:mod:`airflow_provider_plgd.completeness`). Works in poke mode and in deferrable mode
+(:mod:`airflow_provider_plgd.jetstream.completeness`). Works in poke mode and in deferrable mode
 (:class:`~airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger`).
 Source: ``docs/architecture.md`` ("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
 """
@@ -41,7 +41,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     Succeeds when the stream holds a message (any subject) with a JetStream server timestamp at
     or after the end, or when the NATS server's time is at or after the end plus
     ``settle_seconds`` and, for a mirror (e.g. of the hub's stream across a leafnode), its origin
-    was in contact after that with ``lag`` 0 (:mod:`airflow_provider_plgd.completeness`).
+    was in contact after that with ``lag`` 0 (:mod:`airflow_provider_plgd.jetstream.completeness`).
     Returns (XCom) ``{"status": "success", "reason": "newer_message" | "settled", "end_ns",
     "newer_messages", "server_time_ns"}`` (``newer_messages``: messages of
     ``subject_filter`` at or after the end; ``server_time_ns``: the server's time of the deciding
@@ -115,12 +115,12 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         return times.to_ns(end, "end_time")
 
     def _settle(self) -> float:
-        from airflow_provider_plgd.completeness import check_settle_seconds
+        from airflow_provider_plgd.jetstream.completeness import check_settle_seconds
 
         return check_settle_seconds(self.settle_seconds)
 
     def _source_wait(self) -> float | None:
-        from airflow_provider_plgd.completeness import check_source_wait_seconds
+        from airflow_provider_plgd.jetstream.completeness import check_source_wait_seconds
 
         value = self.source_wait_seconds
         return None if value in (None, "", "None") else check_source_wait_seconds(value)

@@ -22,8 +22,8 @@ from typing import Any, Sequence
 import nats
 
 from ..exceptions import JetStreamError, PublishError, StreamNotFoundError
-from ..hooks.api import JetStreamApi
-from ..hooks.connection import strip_userinfo
+from ..jetstream.api import JetStreamApi
+from ..jetstream.connection import strip_userinfo
 from ..plgd.subjects import subject_matches
 from .generator import Simulation
 
@@ -95,7 +95,7 @@ async def _connect(servers: Sequence[str], connect_options: dict[str, Any] | Non
 
 
 def _api(nc: Any, servers: Sequence[str]) -> JetStreamApi:
-    """The one JetStream API client (``hooks/api.py``) over the simulator's connection."""
+    """The one JetStream API client (``jetstream/api.py``) over the simulator's connection."""
     return JetStreamApi(nc, ", ".join(strip_userinfo(s) for s in servers))
 
 

@@ -13,14 +13,14 @@ Columns: exactly the staging schema (:data:`airflow_provider_plgd.tables.staging
 ``stream_seq``, ``subject``, ``published_at``, ``msg_id``, ``headers``, ``data``).
 
 **Batch** (:class:`JetStreamBatchReader`). On the driver, the bounds become the stream-sequence
-range ``[first, stop)`` (``hooks.counting.resolve_range``: ``start``/``end`` on the server's clock,
+range ``[first, stop)`` (``jetstream.counting.resolve_range``: ``start``/``end`` on the server's clock,
 ``start_seq``/``end_seq`` inclusive, never past the stream's last sequence), cut into partitions
 of at most ``max_partition_messages`` messages matching ``subjects``, each with the server's exact
-count (``hooks.counting.split_range``). Before that, an ``end`` must be complete on the server's
+count (``jetstream.counting.split_range``). Before that, an ``end`` must be complete on the server's
 clock (``completeness``: a stored message at or after it, or the server's time past ``end +
 settle_seconds``) and a ``start``/``start_seq`` must still be retained (``fetch.retention``). On an
 executor, each partition reads exactly its range with one ephemeral consumer
-(``hooks.pull.read_batches``) and fails with :class:`~airflow_provider_plgd.exceptions.RangeChangedError`
+(``jetstream.pull.read_batches``) and fails with :class:`~airflow_provider_plgd.exceptions.RangeChangedError`
 naming the range when it reads another number of messages than counted (a purge, a deletion or
 an expiry during the read) or when the stream was re-created. Same bounds, same rows.
 
@@ -55,17 +55,17 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from airflow_provider_plgd.coerce import non_negative_seconds, positive_int
-from airflow_provider_plgd.completeness import read_interval_status, require_interval_complete
+from airflow_provider_plgd.jetstream.completeness import read_interval_status, require_interval_complete
 from airflow_provider_plgd.exceptions import RangeChangedError
 from airflow_provider_plgd.fetch.retention import check_retained
-from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
-from airflow_provider_plgd.hooks.api import JetStreamApi, StreamState
-from airflow_provider_plgd.hooks.client import connect
-from airflow_provider_plgd.hooks.connection import JetStreamSettings, settings_from_connection
-from airflow_provider_plgd.hooks.counting import count_boundaries, resolve_range, seq_at, split_range
-from airflow_provider_plgd.hooks.messages import StreamMessage
-from airflow_provider_plgd.hooks.blocking import iterate_in_loop
-from airflow_provider_plgd.hooks.pull import read_batches
+from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
+from airflow_provider_plgd.jetstream.api import JetStreamApi, StreamState
+from airflow_provider_plgd.jetstream.client import connect
+from airflow_provider_plgd.jetstream.connection import JetStreamSettings, settings_from_connection
+from airflow_provider_plgd.jetstream.counting import count_boundaries, resolve_range, seq_at, split_range
+from airflow_provider_plgd.jetstream.messages import StreamMessage
+from airflow_provider_plgd.jetstream.blocking import iterate_in_loop
+from airflow_provider_plgd.jetstream.pull import read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
 from airflow_provider_plgd.tables.staging import SCHEMA, message_arrays
 from airflow_provider_plgd.times import parse_rfc3339_ns, to_ns
@@ -160,7 +160,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions
         (use ``nkey_seed_secret``), no ``servers``, credentials inside a server URL, a bad value
         (the message names the option and what was expected; never a secret's value), ``end``
         not after ``start``, ``end_seq`` before ``start_seq``, and the connection type's checks
-        (``hooks.connection.settings_from_connection``).
+        (``jetstream.connection.settings_from_connection``).
     """
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
     allowed = {*CONNECTION_OPTIONS, *_COMMON_OPTIONS, *(_STREAM_OPTIONS if streaming else _BATCH_OPTIONS)}

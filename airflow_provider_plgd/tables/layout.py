@@ -100,16 +100,18 @@ class Layout:
         return cls(normalize_storage_root(_root_text(value)))
 
     @classmethod
-    def resolve(cls, value: str | None, jetstream_conn_id: str) -> Layout:
+    def resolve(cls, value: str | None, connection_root: str | None) -> Layout:
         """The layout of the storage root that ``value`` or the defaults give
-        (:func:`~airflow_provider_plgd.tables.storage_root.resolve_storage_root`: the value, else the
-        connection's ``storage_root`` extra, else ``$AIRFLOW_HOME/plgd``), normalised there once.
+        (:func:`~airflow_provider_plgd.tables.storage_root.resolve_storage_root`: the value, else
+        ``connection_root``, else ``$AIRFLOW_HOME/plgd``), normalised there once.
 
+        :param connection_root: the connection's ``storage_root`` extra, looked up by the caller
+            (``hooks.base.resolve_layout`` does both), or None.
         :raises ValueError: a root that is refused (the message names it).
         """
         from airflow_provider_plgd.tables.storage_root import resolve_storage_root
 
-        return cls(resolve_storage_root(value, jetstream_conn_id))
+        return cls(resolve_storage_root(value, connection_root))
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> Layout:

@@ -2,7 +2,8 @@
 
 Order: an explicit value (operator ``storage_root`` or DAG param ``storage_root``), else the
 ``storage_root`` extra of the ``plgd_jetstream`` connection (plain or ``extra__plgd_jetstream__``
-prefixed, read by :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook`), else
+prefixed; the Airflow side reads it, ``hooks.base.connection_storage_root``, and passes the value
+down: no module of ``tables/`` imports Airflow), else
 ``$AIRFLOW_HOME/plgd`` (``~/airflow/plgd`` when ``AIRFLOW_HOME`` is unset).
 
 S3 and S3-compatible stores (MinIO, Ceph RGW) are spelled ``s3://bucket/prefix``. Every part of
@@ -111,30 +112,19 @@ def same_or_below(root: str, base: str) -> bool:
     return root == base or root.startswith(base + "/")
 
 
-def resolve_storage_root(value: str | None, jetstream_conn_id: str) -> str:
+def resolve_storage_root(value: str | None, connection_root: str | None) -> str:
     """Return the storage root: a local path or an fsspec URL (``s3://…``), without a trailing slash
     (:func:`normalize_storage_root`).
 
     :param value: an explicit root; used when non-empty.
-    :param jetstream_conn_id: the connection whose ``storage_root`` extra is the next default.
-        A missing connection is not an error here (it surfaces when the stream is read).
+    :param connection_root: the next default: the ``storage_root`` extra of the ``plgd_jetstream``
+        connection, looked up by the caller (the Airflow side:
+        ``hooks.base.connection_storage_root``), or None. This module reads no connection.
     :raises ValueError: a root with credentials in the URL (:func:`normalize_storage_root`).
     """
     if value:
         return normalize_storage_root(value)
-    root = connection_storage_root(jetstream_conn_id)
-    if root:
-        return normalize_storage_root(root)
+    if connection_root:
+        return normalize_storage_root(connection_root)
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
     return normalize_storage_root(str(Path(home).absolute() / "plgd"))
-
-
-def connection_storage_root(jetstream_conn_id: str) -> str | None:
-    """The ``storage_root`` extra of the connection, or None (also when the connection is missing
-    or invalid: that surfaces when the stream is read)."""
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-
-    try:
-        return JetStreamHook(jetstream_conn_id=jetstream_conn_id).get_settings().storage_root or None
-    except Exception:  # noqa: BLE001 - connection missing or invalid: fall back to AIRFLOW_HOME
-        return None

@@ -5,7 +5,7 @@ timestamp is at or after ``end`` (server timestamps grow with the stream sequenc
 older can still arrive), or when the NATS server's clock is at ``end + settle_seconds`` or
 later and, for a mirror, its origin was in contact after that with ``lag`` 0. Both are judged
 on values the server sends, never on the triggerer's clock
-(:mod:`airflow_provider_plgd.completeness`). A mirror still not current past
+(:mod:`airflow_provider_plgd.jetstream.completeness`). A mirror still not current past
 ``end + settle_seconds + source_wait_seconds`` ends the wait with an error. A check that fails
 (connection undefined, server down) is never taken for "complete": it is logged and retried.
 Source: ``docs/architecture.md`` ("Bounded batches"), ``docs/reliability.md`` ("Complete intervals").
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_plgd.compat import BaseTrigger, TriggerEvent
 
 if TYPE_CHECKING:
-    from airflow_provider_plgd.completeness import IntervalStatus
+    from airflow_provider_plgd.jetstream.completeness import IntervalStatus
 
 CLASSPATH = "airflow_provider_plgd.triggers.interval_complete.JetStreamIntervalCompleteTrigger"
 
@@ -30,13 +30,13 @@ async def read_status_failing_stale(
 ) -> IntervalStatus:
     """One check of the interval ending at ``end_ns`` (``hook.aget_interval_status``), failing when stale.
 
-    :return: the hook's :class:`~airflow_provider_plgd.completeness.IntervalStatus`.
+    :return: the hook's :class:`~airflow_provider_plgd.jetstream.completeness.IntervalStatus`.
     :raises StreamSourceStaleError: a mirror's link is still not current past
         ``end + settle_seconds + source_wait_seconds`` (``completeness.require_interval_complete``).
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
         mean "complete".
     """
-    from airflow_provider_plgd.completeness import require_interval_complete
+    from airflow_provider_plgd.jetstream.completeness import require_interval_complete
 
     status: IntervalStatus = await hook.aget_interval_status(
         int(end_ns), settle_seconds=float(settle_seconds), subject_filter=subject_filter,
@@ -97,7 +97,7 @@ def is_missing_stream_error(exc: BaseException | None) -> bool:
     """True when ``exc`` (or its cause) says the stream does not exist.
 
     Recognises :class:`airflow_provider_plgd.exceptions.StreamNotFoundError` (what the one JetStream
-    API client, ``hooks/api.py``, raises for a missing stream) and the JetStream error code 10059.
+    API client, ``jetstream/api.py``, raises for a missing stream) and the JetStream error code 10059.
     """
     from airflow_provider_plgd.exceptions import StreamNotFoundError
 

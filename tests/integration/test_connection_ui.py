@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
+from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
 from plgd_devtools.nats_server import free_port, new_nkey
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock
 

@@ -252,7 +252,7 @@ def test_durable_crash_between_commit_and_ack_redelivers_into_an_overlapping_bat
     when the retry's batch has other boundaries; every message is staged, and the overlap is exactly
     the unacknowledged batch. Dedupe drops such copies across batches
     (test_faults_spark.py::test_overlapping_durable_batches_are_deduplicated)."""
-    from airflow_provider_plgd.hooks.api import JetStreamApi
+    from airflow_provider_plgd.jetstream.api import JetStreamApi
 
     subj = registrations_subject(O1, "devicesregistered")
     publish_messages(jetstream.url, [(subj, f"d-{i}".encode(), None) for i in range(25)])
@@ -381,7 +381,7 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
     the replacement switched off), the pull reader notices within a second and fails with
     JetStreamConnectionError instead of waiting ~43 s for answers nobody reads."""
     from airflow_provider_plgd.exceptions import JetStreamConnectionError
-    from airflow_provider_plgd.hooks import client as client_module
+    from airflow_provider_plgd.jetstream import client as client_module
     from airflow_provider_plgd.hooks import jetstream as hook_module
 
     monkeypatch.setattr(client_module, "NON_UTF8_REPLACEMENT", "strict")

@@ -13,8 +13,8 @@ import nats
 import pytest
 
 from airflow_provider_plgd.hooks import jetstream as js_module
-from airflow_provider_plgd.hooks import pull as pull_module
-from airflow_provider_plgd.hooks.connection import settings_from_connection
+from airflow_provider_plgd.jetstream import pull as pull_module
+from airflow_provider_plgd.jetstream.connection import settings_from_connection
 from airflow_provider_plgd.hooks.jetstream import (
     JetStreamAuthError,
     JetStreamConnectionError,
@@ -24,7 +24,7 @@ from airflow_provider_plgd.hooks.jetstream import (
     StreamNotFoundError,
     page_subjects,
 )
-from airflow_provider_plgd.hooks.messages import parse_ack_reply
+from airflow_provider_plgd.jetstream.messages import parse_ack_reply
 from airflow_provider_plgd.times import ns_to_rfc3339, to_ns
 from plgd_devtools.nats_server import NatsServer, free_port
 
@@ -101,7 +101,7 @@ def test_publish_with_and_without_msg_id(jetstream):
 def test_each_role_hook_works_alone_and_direct_get_matches_the_read(jetstream):
     """The role hooks (produce, info, consume) on the same connection, each by itself; the API
     client's direct get returns what the pull read delivered (subject, time, headers, bytes)."""
-    from airflow_provider_plgd.hooks.client import connect
+    from airflow_provider_plgd.jetstream.client import connect
     from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
     from airflow_provider_plgd.hooks.info import JetStreamInfoHook
     from airflow_provider_plgd.hooks.produce import JetStreamProduceHook

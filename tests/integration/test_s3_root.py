@@ -87,7 +87,7 @@ def test_one_spelling_for_s3_roots(value, expected, caplog):
 
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.tables.storage_root"):
         assert normalize_storage_root(value) == expected
-        assert resolve_storage_root(value, "unused") == expected
+        assert resolve_storage_root(value, None) == expected
     assert ("s3a:// is Hadoop's spelling" in caplog.text) == value.lower().startswith("s3a://")
 
 
@@ -102,7 +102,10 @@ def test_the_connection_extra_gives_an_s3_root(s3, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
         {"conn_type": "plgd_jetstream", "host": "127.0.0.1", "port": 4222,
          "extra": {"stream": "EVENTS", "storage_root": "s3a://plgd-test/from-conn/"}}))
-    assert resolve_storage_root("", "plgd_jetstream_default") == "s3://plgd-test/from-conn"
+    from airflow_provider_plgd.hooks.base import connection_storage_root, resolve_layout
+
+    assert connection_storage_root("plgd_jetstream_default") == "s3a://plgd-test/from-conn/"
+    assert resolve_layout("", "plgd_jetstream_default").root == "s3://plgd-test/from-conn"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, JetStreamError
-from airflow_provider_plgd.hooks.connection import settings_from_connection
+from airflow_provider_plgd.jetstream.connection import settings_from_connection
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 from airflow_provider_plgd.plgd.subjects import registrations_subject
 from plgd_devtools.nats_server import (
@@ -287,7 +287,7 @@ def test_missing_or_malformed_creds_file_fails_fast_naming_the_path(operator_ser
 def test_settings_repr_and_errors_hold_no_secret():
     from types import SimpleNamespace
 
-    from airflow_provider_plgd.hooks.connection import JetStreamSettings
+    from airflow_provider_plgd.jetstream.connection import JetStreamSettings
 
     conn = SimpleNamespace(conn_id="c", host="nats://h", port=None, login="u", password="pw-123456",
                            extra_dejson={"token": "tok-123456", "nkey_seed_secret": "SUseed123456"})
@@ -436,7 +436,7 @@ def test_ws_server_with_tls_settings_is_refused_before_connect(pki, monkeypatch,
     connection is refused when it is read, and the guard inside the handshake refuses too."""
     import nats.errors
 
-    from airflow_provider_plgd.hooks.client import _tls_guarded_client
+    from airflow_provider_plgd.jetstream.client import _tls_guarded_client
     from plgd_devtools.nats_server import free_port
 
     files = pki["good"]

@@ -229,7 +229,7 @@ def test_purge_in_the_middle_of_a_partition(jetstream, caplog, monkeypatch):
     fails it with the range; the planning log shows the options with the secrets redacted."""
     import logging
 
-    from airflow_provider_plgd.hooks import pull
+    from airflow_provider_plgd.jetstream import pull
 
     # after the purge the reader's next pull waits for messages until it expires (30 s): shorten it
     monkeypatch.setattr(pull, "PULL_EXPIRES_S", 2.0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.completeness import (
+from airflow_provider_plgd.jetstream.completeness import (
     confirm_status,
     IntervalStatus,
     Upstream,

@@ -505,7 +505,7 @@ def test_connections_resolve_with_the_real_code(airflow_env, monkeypatch):
     pytest.importorskip("airflow")
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from airflow_provider_plgd.hooks.connection import settings_from_connection
+    from airflow_provider_plgd.jetstream.connection import settings_from_connection
 
     for key in ("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT"):
         monkeypatch.setenv(key, airflow_env[key])

@@ -132,7 +132,7 @@ def test_operator_rejects_hostile_stream_names(value, tmp_path, unreachable_conn
 
 @pytest.mark.parametrize("value", ["EV.X", "*", ">", "a b", "../x", "a/b", "a\\b", "a\x00b", "a\u202eb"])
 def test_hook_rejects_hostile_stream_names_from_the_connection_or_argument(value):
-    from airflow_provider_plgd.hooks.connection import check_stream_name, settings_from_connection
+    from airflow_provider_plgd.jetstream.connection import check_stream_name, settings_from_connection
 
     conn = SimpleNamespace(conn_id="c", host="127.0.0.1", port=4222, login=None, password=None, extra_dejson={})
     for call in (lambda: settings_from_connection(SimpleNamespace(**{**vars(conn), "extra_dejson": {"stream": value}})),
@@ -256,7 +256,7 @@ def test_every_secret_extra_has_a_name_airflow_redacts():
     a word of ``DEFAULT_SENSITIVE_FIELDS`` inside the name), never by the field's
     ``format: password``. Every secret field of ``conn-fields`` -- plain, and with the
     ``extra__plgd_jetstream__`` prefix of the Airflow < 3.2 form -- must be such a name."""
-    from airflow_provider_plgd.get_provider_info import CONN_FIELDS, NKEY_SEED_EXTRA
+    from airflow_provider_plgd.jetstream.connection import CONN_FIELDS, NKEY_SEED_EXTRA
 
     should_hide = _should_hide()
     secret = sorted(n for n, spec in CONN_FIELDS.items() if spec["schema"].get("format") == "password")
@@ -275,7 +275,7 @@ def test_rest_api_response_model_redacts_every_secret_of_the_connection():
     from airflow.api_fastapi.core_api.datamodels.connections import ConnectionResponse
     from airflow.models import Connection
 
-    from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
+    from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
 
     secrets = {"password": "pw-Lk29sQx", "token": "tok-Pq83vNm", "seed": "SUAGJ3XQ" + "A" * 50}
     conn = Connection(conn_id="plgd_ui", conn_type="plgd_jetstream", login="etl", password=secrets["password"],
@@ -301,7 +301,7 @@ def test_credentials_inside_a_server_url_are_refused_without_showing_them(url):
     """Airflow shows the Host field and the ``servers`` extra in clear text (UI, REST API), so a
     password or token inside a URL would be shown to every UI user: refused, pointing to
     Login/Password and ``token``; only the part after the last ``@`` is quoted."""
-    from airflow_provider_plgd.hooks.connection import settings_from_connection
+    from airflow_provider_plgd.jetstream.connection import settings_from_connection
 
     for conn in (conn_of(extra_dejson={"servers": f"nats://ok:4222,{url}"}), conn_of(host=url)):
         with pytest.raises(ValueError) as err:
@@ -314,7 +314,7 @@ def test_credentials_inside_a_server_url_are_refused_without_showing_them(url):
 def test_ws_servers_under_tls_settings_are_refused_and_wss_is_accepted():
     """nats-py never switches a ``ws://`` connection to TLS: with TLS configured it would send
     CONNECT (user, password, token) in clear text."""
-    from airflow_provider_plgd.hooks.connection import settings_from_connection
+    from airflow_provider_plgd.jetstream.connection import settings_from_connection
 
     for extra in ({"servers": "ws://127.0.0.1:8080", "tls_ca": "/ca.pem"},
                   {"servers": "ws://127.0.0.1:8080", "tls_cert": "/c.pem", "tls_key": "/k.pem"},
@@ -334,7 +334,7 @@ def test_ws_servers_under_tls_settings_are_refused_and_wss_is_accepted():
 def test_former_nkey_seed_extra_is_still_read_with_a_warning(caplog):
     import logging
 
-    from airflow_provider_plgd.hooks.connection import settings_from_connection
+    from airflow_provider_plgd.jetstream.connection import settings_from_connection
 
     seed = "SUAGJ3XQ" + "B" * 50
     caplog.set_level(logging.WARNING)

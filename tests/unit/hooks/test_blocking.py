@@ -1,4 +1,4 @@
-"""The one helper that builds each sync hook method from its async one (``hooks/blocking.py``)."""
+"""The one helper that builds each sync hook method from its async one (``jetstream/blocking.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from airflow_provider_plgd.hooks.blocking import blocking
+from airflow_provider_plgd.jetstream.blocking import blocking
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
 

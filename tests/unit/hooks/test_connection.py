@@ -34,7 +34,7 @@ def test_hints_are_where_airflow3_shows_them():
 def test_secret_extra_fields_are_password_inputs():
     """The Add form types the token and the NKEY seed into password inputs (``format: password``;
     the browser test checks the rendered ``<input type=password>``); the others stay readable."""
-    from airflow_provider_plgd.get_provider_info import NKEY_SEED_EXTRA
+    from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
 
     fields = _meta().extra_fields
     secret = {name for name, field in fields.items() if field["schema"].get("format") == "password"}

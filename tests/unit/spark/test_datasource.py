@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from airflow_provider_plgd.hooks import counting  # noqa: E402
-from airflow_provider_plgd.hooks.connection import JetStreamSettings  # noqa: E402
-from airflow_provider_plgd.hooks.messages import StreamMessage  # noqa: E402
+from airflow_provider_plgd.jetstream import counting  # noqa: E402
+from airflow_provider_plgd.jetstream.connection import JetStreamSettings  # noqa: E402
+from airflow_provider_plgd.jetstream.messages import StreamMessage  # noqa: E402
 from airflow_provider_plgd.spark import datasource as ds  # noqa: E402
 from airflow_provider_plgd.tables.staging import SCHEMA  # noqa: E402
 
