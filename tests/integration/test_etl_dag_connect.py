@@ -42,13 +42,23 @@ dag = build_etl_dag(dag_id="plgd_test_connect", schedule=timedelta(seconds=INTER
 
 
 class ChildWatch(threading.Thread):
-    """Records the command line and environment of every process running a ``spark_apps`` script
-    (the Connect clients the Spark tasks start), polling ``/proc``."""
+    """Records the command line and environment of every process below this one running a
+    ``spark_apps`` script (the Connect clients the Spark tasks start), polling ``/proc``."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.seen: dict[int, tuple[list[str], dict[str, str]]] = {}
         self.stopped = threading.Event()
+
+    @staticmethod
+    def _descends_from_us(pid: int) -> bool:
+        me = os.getpid()
+        while pid > 1:
+            status = Path(f"/proc/{pid}/status").read_text()
+            pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+            if pid == me:
+                return True
+        return False
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -58,6 +68,8 @@ class ChildWatch(threading.Thread):
                 try:
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
                     if not any(f"spark_apps/{app}.py" in a for a in argv for app in APPS):
+                        continue
+                    if not self._descends_from_us(int(pid)):  # other tests may run the same scripts
                         continue
                     raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
                 except OSError:
