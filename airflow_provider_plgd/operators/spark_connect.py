@@ -63,7 +63,7 @@ def connect_url_and_token(conn_id: str) -> tuple[str, str | None]:
     conn = hook.get_connection(conn_id)
     url = hook.get_connection_url()
     head, sep, params = url.partition("/;")
-    kept = [p for p in params.split(";") if p and not p.startswith(f"{SparkConnectHook.PARAM_TOKEN}=")]
+    kept = [p for p in params.split(";") if p and not p.startswith("token=")]  # pyspark's ChannelBuilder name
     remote = head + ("/;" + ";".join(kept) if kept else ("/" if sep else ""))
     return remote, conn.password or None
 
