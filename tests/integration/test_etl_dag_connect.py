@@ -157,3 +157,24 @@ def test_etl_dag_on_spark_connect_matches_ground_truth_and_keeps_the_token_out(
     apps = {t: v for t, k, v in xcoms if k == SPARK_APP_XCOM_KEY}
     assert set(apps) == {"decode", "dedupe", "rebuild"} and all(v["app_id"] for v in apps.values()), xcoms
     assert TOKEN not in repr(xcoms)
+
+
+def test_a_run_may_set_no_spark_setting_on_connect(jetstream, dags_folder, tmp_path, capfd, monkeypatch):
+    """Who may set what: on Connect the server's settings apply, so the run's ``spark_conf`` may hold
+    nothing, not even a setting the spark-submit DAG allows (``spark.executor.memory``); the run
+    fails in its first task, before anything is read or written or a client starts."""
+    root = tmp_path / "root"
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
+        {"conn_type": "spark_connect", "host": "localhost", "port": 9, "password": TOKEN}))
+    text = (DAG_FILE.replace("plgd_test_connect", "plgd_test_connect_conf").replace("INTERVAL", repr(INTERVAL))
+            .replace("CONN_ID", repr(CONN_ID)).replace("ROOT", repr(str(root))))
+    dag = load_test_dag(dags_folder, "plgd_test_connect_conf", text, "plgd_test_connect_conf")
+    end = datetime.fromtimestamp((int(time.time() // INTERVAL) - 1) * INTERVAL, tz=UTC)  # a past interval
+    dr = dag.test(logical_date=end, run_conf={"spark_conf": {"spark.executor.memory": "4g"}})
+    logged = "".join(capfd.readouterr())
+    states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dr.get_task_instances()
+              if ti.map_index in (-1, 0)}
+    assert states["wait_for_interval"] == "failed" and states["decode"] == "upstream_failed", states
+    assert "the Spark setting 'spark.executor.memory' may not be set by a run" in logged, logged[-3000:]
+    assert not root.exists() or not any(root.rglob("*"))
+    assert TOKEN not in logged
