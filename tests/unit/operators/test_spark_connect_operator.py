@@ -98,3 +98,37 @@ def test_build_etl_dag_refuses_spark_settings_with_connect():
     dag = build_etl_dag(dag_id="plgd_unit_connect", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
                         spark_connect_conn_id="x")
     assert type(dag.get_task("rebuild")).__name__ == "PlgdSparkConnectOperator"
+
+
+def test_a_timeout_kills_the_client_process(connection, tmp_path):
+    """Airflow's ``execution_timeout`` raises ``AirflowTaskTimeout`` in the task (from SIGALRM): the
+    child is stopped by its process group and the task fails with ``SparkApplicationTimeoutError``."""
+    import os
+    import signal
+    import time
+
+    from airflow_provider_plgd.compat import AirflowTaskTimeout
+    from airflow_provider_plgd.exceptions import SparkApplicationTimeoutError
+
+    pid_file = tmp_path / "pid"
+    app = tmp_path / "app.py"
+    app.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nprint('started', flush=True)\n"
+                   "time.sleep(120)\n")
+    op = PlgdSparkConnectOperator(task_id="decode", conn_id=connection, application=str(app))
+
+    def timeout(*_: Any) -> None:
+        raise AirflowTaskTimeout("Timeout")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(3)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(SparkApplicationTimeoutError, match="did not finish within"):
+            op.execute({"params": {}, "ti": FakeTI()})
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - t0 < 30
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
