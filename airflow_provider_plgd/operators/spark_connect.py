@@ -29,9 +29,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow.models import BaseOperator
-
-from airflow_provider_plgd.compat import AirflowTaskTimeout
+from airflow_provider_plgd.compat import AirflowTaskTimeout, BaseOperator
 from airflow_provider_plgd.exceptions import SparkApplicationTimeoutError
 from airflow_provider_plgd.operators.links import SPARK_APP_XCOM_KEY, parse_spark_application_line
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
