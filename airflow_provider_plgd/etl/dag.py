@@ -86,6 +86,7 @@ def build_etl_dag(
     params: dict[str, Any] | None = None,
     jetstream_conn_id: str = "plgd_jetstream_default",
     spark_conn_id: str = "spark_default",
+    spark_connect_conn_id: str | None = None,
     spark_conf: Mapping[str, str | None] | None = None,
     default_args: dict[str, Any] | None = None,
     tags: list[str] | None = None,
@@ -126,6 +127,12 @@ def build_etl_dag(
     :param params: overrides of :data:`DEFAULT_PARAMS`.
     :param jetstream_conn_id: the ``plgd_jetstream`` connection (connection IDs are not templated).
     :param spark_conn_id: the ``spark`` connection used by the three ``SparkSubmitOperator`` tasks.
+    :param spark_connect_conn_id: a ``spark_connect`` connection (Spark provider): the three Spark
+        tasks then run the applications as Spark Connect clients on that server
+        (:class:`~airflow_provider_plgd.operators.spark_connect.PlgdSparkConnectOperator`) instead
+        of ``spark-submit``; ``spark_conn_id``, ``spark_conf`` and ``spark_ui_url_template`` are
+        not used, and a run's ``spark_conf`` must be empty (refused in ``wait_for_interval``
+        otherwise; docs/spark-connect.md). Default: none.
     :param spark_conf: Spark settings (``--conf``) added to :data:`DEFAULT_SPARK_CONF` for the three
         Spark tasks; a ``None`` value removes a default. E.g. ``{"spark.executor.memory": "4g"}``. Values may be Jinja templates.
         The ``spark_conf`` DAG param of a run is merged over these when the task runs.
@@ -164,6 +171,8 @@ def build_etl_dag(
         not raised: the next run tries again).
     :return: the ``DAG``. Its assets are ``plgd://<dag_id>/{staging,events,quarantine,events_deduped,snapshots}``.
     :raises SparkConfError: when ``spark_conf`` is not a mapping of strings (a ``TypeError``).
+    :raises ValueError: ``spark_conf``, ``run_spark_conf_keys`` or ``spark_ui_url_template`` given with
+        ``spark_connect_conn_id``.
     :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
         type, a relative storage root, a number out of bounds; names the param).
     """
@@ -175,9 +184,14 @@ def build_etl_dag(
 
     from airflow_provider_plgd import run_params
 
+    if spark_connect_conn_id and (spark_conf or spark_ui_url_template or run_spark_conf_keys):
+        raise ValueError("build_etl_dag(spark_connect_conn_id=...): spark_conf, run_spark_conf_keys and "
+                         "spark_ui_url_template apply to spark-submit only; on Spark Connect the server's "
+                         "settings apply")
     merged_params = etl_params(params)
     conf = merge_spark_conf(DEFAULT_SPARK_CONF, spark_conf, source="build_etl_dag(spark_conf=...)")
-    spark_conf_policy = run_params.run_spark_conf_policy(run_spark_conf_keys)
+    # on Spark Connect a run may set no Spark setting: refused in the first task, before any I/O
+    spark_conf_policy = run_params.run_spark_conf_policy({} if spark_connect_conn_id else run_spark_conf_keys)
     default_root = merged_params["storage_root"]
     allowed_roots = [getattr(default_root, "value", default_root) or "", *storage_roots]
     # the pipeline's identity: the author's stream, selection, lookback, decode limit and root
@@ -296,8 +310,19 @@ def build_etl_dag(
         interval_arg = "{{ " + x + "['interval_id'] }}"
         def spark_task(app: str, application: str, name: str, args: list[str], outlets: list[Any],
                        display_name: str, **kwargs: Any) -> Any:
-            """One of the three Spark tasks: task ID ``app`` runs ``spark_apps/<application>.py``,
-            and its run summary goes into its asset events."""
+            """One of the three Spark tasks: task ID ``app`` runs ``spark_apps/<application>.py``
+            (``spark-submit``, or a Spark Connect client), and its run summary goes into its asset events."""
+            if spark_connect_conn_id:
+                from airflow_provider_plgd.operators.spark_connect import PlgdSparkConnectOperator
+
+                return PlgdSparkConnectOperator(
+                    task_id=app, conn_id=spark_connect_conn_id, name=name,
+                    application=spark_app_path(application), application_args=args, outlets=outlets,
+                    run_conf_param="spark_conf", run_conf_keys=spark_conf_policy,
+                    execution_timeout=spark_execution_timeout,
+                    post_execute=lambda context, result=None: emit_app_asset_events(
+                        context, app, assets, partitioned=partitioned_asset_events),
+                    task_display_name=display_name, doc_md=TASK_DOCS[app], **kwargs)
             return SparkSubmitOperator(
                 task_id=app,
                 name=name,
