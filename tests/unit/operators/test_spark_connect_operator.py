@@ -60,7 +60,8 @@ def test_the_child_gets_the_server_and_token_in_its_environment_only(connection,
     op.execute({"params": {"spark_conf": {}}, "ti": ti})
     logged = "".join(capfd.readouterr())  # the task log (Airflow writes it to the console here)
     line = next(x for x in logged.splitlines() if '{"argv"' in x)
-    got = json.loads(line[line.index('{"argv"'):line.index("}") + 1])
+    start = line.index('{"argv"')  # Airflow 2's log format puts "{file.py:line}" before the message
+    got = json.loads(line[start:line.index("}", start) + 1])
     # the child got the token in its environment (it printed it: the log line shows *** instead)
     assert got == {"argv": ["--root", "/r", "--interval-id", "i"],
                    "remote": "sc://spark.example:15003/;user_id=alice;use_ssl=True", "token": "***"}
