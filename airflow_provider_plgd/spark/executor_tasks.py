@@ -117,7 +117,8 @@ def default_parallelism(spark: Any) -> int:
 
     :data:`PARALLELISM_CONF` when set, else ``spark.default.parallelism`` when set, else on classic
     Spark ``sparkContext.defaultParallelism``, and on Spark Connect the partitions of
-    ``spark.range(n)`` (the server's default, its executors' cores; one small job, no shuffle).
+    ``spark.range(n)`` (the server's default, its executors' cores; one small job, no shuffle,
+    run once per session: its answer is kept in the session's :data:`PARALLELISM_CONF`).
 
     :raises ValueError: a setting that is not a positive integer.
     """
@@ -138,7 +139,12 @@ def default_parallelism(spark: Any) -> int:
     # the leaf parallelism the server gives spark.range without numPartitions
     row = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).groupBy().agg(
         F.max("p").alias("p")).first()
-    return max(1, int(row["p"]) + 1) if row is not None and row["p"] is not None else 1
+    slots = max(1, int(row["p"]) + 1) if row is not None and row["p"] is not None else 1
+    try:  # the next caller of this session (rebuild asks twice) reads it instead of a second job
+        spark.conf.set(PARALLELISM_CONF, str(slots))
+    except Exception:  # noqa: BLE001 - a server that refuses the key: measure again next time
+        pass
+    return slots
 
 
 def run_tasks(spark: Any, tasks: Sequence[Any], fn: StepFn) -> list[Any]:

@@ -17,6 +17,7 @@ from airflow_provider_plgd.operators.links import (
     PlgdSparkApplicationLink,
     PlgdTablesLink,
 )
+from tests.unit.operators.fakes import FakeTI
 
 TI_KEY = object()  # what Airflow passes as ti_key; the fake XCom only compares it
 
@@ -30,14 +31,6 @@ class FakeXCom:
     def get_value(cls, *, ti_key: Any, key: str) -> Any:
         assert ti_key is TI_KEY
         return cls.values.get(key)
-
-
-class FakeTI:
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 @pytest.fixture

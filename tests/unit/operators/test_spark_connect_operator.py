@@ -16,6 +16,7 @@ from airflow_provider_plgd.operators.spark_connect import (
     SparkConnectApplicationError,
     connect_url_and_token,
 )
+from tests.unit.operators.fakes import FakeTI
 
 TOKEN = "unit-token-7d1b"
 APP = textwrap.dedent('''
@@ -26,14 +27,6 @@ APP = textwrap.dedent('''
     print("x plgd spark application: app_id=app-42 ui_web_url=None")
     sys.exit(int(os.environ.get("APP_EXIT", "0")))
 ''')
-
-
-class FakeTI:
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 @pytest.fixture
