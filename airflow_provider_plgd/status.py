@@ -38,15 +38,17 @@ maintenance DAG logs it.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
 import dataclasses
+import time
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, ledger, staging, storage
+from airflow_provider_plgd.tables import delta_tables, ledger, staging
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
+from airflow_provider_plgd.tables.ledger_listing import list_ledger, never_planned
+from airflow_provider_plgd.times import IntervalId
 
 #: How many of the newest intervals' ``summary.json`` are read for failed intervals.
 DEFAULT_RECENT = 48
@@ -109,10 +111,10 @@ class ChainStatus:
 
     def problems(self) -> list[str]:
         """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy."""
-        newest = _order_key(self.newest_planned) if self.newest_planned else None
+        newest = IntervalId.parse(self.newest_planned) if self.newest_planned else None
 
         def older(interval_id: str) -> bool:  # the newest planned interval counts once it is overdue
-            return newest is not None and (_order_key(interval_id) < newest
+            return newest is not None and (IntervalId.parse(interval_id) < newest
                                            or (self.newest_overdue and interval_id == self.newest_planned))
 
         found = [f"hole: {h.interval_id} ({h.messages} messages)" for h in self.holes]
@@ -150,32 +152,27 @@ class ChainStatus:
 
 # ---------------------------------------------------------------------------------------------
 
-def _order_key(interval_id: str) -> tuple[int, int]:
-    key = times.parse_interval_key(interval_id)
-    return key.low, key.high
-
-
-def _not_done(layout: Layout, stream: str, log: Any, committed: Sequence[str], summarized: set[str],
+def _not_done(layout: Layout, stream: str, log: Any, committed: Sequence[IntervalId], summarized: Set[IntervalId],
               record: Mapping[str, Any] | None, recent: int) -> tuple[list[tuple[str, str]], list[str]]:
     """``(not done [(interval, reason)], stale [interval])`` of the committed intervals (module docstring)."""
     from airflow_provider_plgd.tables import chain
 
-    reasons: dict[str, str] = {}
+    reasons: dict[IntervalId, str] = {}
     stale = chain.stale_intervals(layout, log)
     for s in stale:
         reasons[s.interval_id] = f"stale: deduplicated before {s.because} was deduplicated again with other message IDs"
-    through = record.get("interval_id") if record else None
-    through_key = _order_key(through) if through and chain.interval_kind(through) == "time" else None
+    through = IntervalId.parse_or_none(record.get("interval_id")) if record else None
+    through_key = through if through is not None and through.kind == "time" else None
     made = record.get("run_version") if record else None
     for interval_id in committed:
         if interval_id in reasons:
             continue
-        if through_key is None or _order_key(interval_id) > through_key:
+        if through_key is None or interval_id > through_key:
             reasons[interval_id] = "not in the latest snapshot" + (f" {record['version']}" if record else "")
             continue
         run = chain.dedupe_run(log, interval_id)
         if record is not None and made is not None and run is not None and run > int(made):  # deduplicated again after it
-            _, changed = chain.folded_input(layout, layout, interval_id)
+            _, changed = chain.folded_input(layout, layout, str(interval_id))
             if changed is not False:
                 reasons[interval_id] = (f"the latest snapshot {record['version']} (of {through}) folded an earlier "
                                         "run of it: rebuild it, then every interval after it")
@@ -185,37 +182,13 @@ def _not_done(layout: Layout, stream: str, log: Any, committed: Sequence[str], s
         if interval_id not in summarized:
             reasons[interval_id] = "no summary.json (its summary step did not run)"
             continue
-        plan, summary = ledger.read_plan(layout, stream, interval_id), ledger.read_summary(layout, stream, interval_id)
+        plan = ledger.read_plan(layout, stream, str(interval_id))
+        summary = ledger.read_summary(layout, stream, str(interval_id))
         planned_run = (plan or {}).get("run_version")
         if planned_run is not None and (summary or {}).get("run_version") != planned_run:
             reasons[interval_id] = (f"its newest run (planned at {planned_run} ms) has no summary; summary.json is an "
                                     "earlier run's")
-    ordered = sorted(reasons, key=_order_key)
-    return [(i, reasons[i]) for i in ordered], [s.interval_id for s in stale]
-
-
-def _ledger_listing(layout: Layout, stream: str) -> tuple[list[times.Interval], set[str]]:
-    """The planned time intervals (oldest first) and the IDs with a ``summary.json``: one listing."""
-    fs, base = storage.to_fs(layout.ledger_stream_dir(stream))
-    try:
-        paths = [str(p).rstrip("/") for p in fs.glob(f"{base}/interval=*/*.json")]
-    except FileNotFoundError:
-        return [], set()
-    planned, summarized = [], set()
-    for path in paths:
-        folder, name = path.rsplit("/", 2)[-2:]
-        interval_id = folder[len("interval="):]
-        try:
-            window = times.parse_interval_key(interval_id).window
-        except ValueError:
-            continue
-        if window is None:
-            continue
-        if name == ledger.PLAN_FILE:
-            planned.append(window)
-        elif name == ledger.SUMMARY_FILE:
-            summarized.add(interval_id)
-    return sorted(planned, key=lambda i: (i.start_ns, i.end_ns)), summarized
+    return [(str(i), reasons[i]) for i in sorted(reasons)], [str(s.interval_id) for s in stale]
 
 
 def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: int | None) -> StreamLag:
@@ -254,62 +227,55 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
         Until then it may still be running.
     :raises ValueError: a stream name that is not safe in a path, or a root that ``Layout.of`` refuses.
     """
-    from airflow_provider_plgd.tables import chain
-    from airflow_provider_plgd.tables import snapshot_store
+    from airflow_provider_plgd.tables import chain, snapshot_store
 
     t0 = time.monotonic()
     layout = Layout.of(root)
     stream = staging.validate_partition_value(stream, "stream")
-    planned, summarized = _ledger_listing(layout, stream)
-    ids = [times.interval_id(i.start_ns, i.end_ns) for i in planned]
+    listing = list_ledger(layout, stream)
+    ids = listing.planned
     log = chain.dedupe_log(layout)
     committed = [i for i in ids if log.committed(i)]
     head = log.head("time")
-    head_start = times.Interval.from_id(head).start_ns if head else None
     holes, unfinished, empty = [], [], 0
-    for interval, interval_id in zip(planned, ids):
+    for interval_id in ids:
         if interval_id in committed:
             continue
-        plan = ledger.read_plan(layout, stream, interval_id)
+        plan = ledger.read_plan(layout, stream, str(interval_id))
         messages = int(plan.get("total") or 0) if plan else -1
         if messages == 0:
             empty += 1
-        elif head_start is not None and interval.start_ns < head_start:
-            holes.append(IntervalCount(interval_id, messages))
+        elif chain.is_hole(interval_id, messages, log, before=head):
+            holes.append(IntervalCount(str(interval_id), messages))
         else:
-            unfinished.append(IntervalCount(interval_id, messages))
+            unfinished.append(IntervalCount(str(interval_id), messages))
     failed = []
-    for interval_id in [i for i in ids if i in summarized][-max(0, int(recent)):]:
-        summary = ledger.read_summary(layout, stream, interval_id)
+    for interval_id in [i for i in ids if i in listing.summarized][-max(0, int(recent)):]:
+        summary = ledger.read_summary(layout, stream, str(interval_id))
         if summary is not None and not summary.get("reconciled", True):
             problems = list(summary.get("problems") or [])
-            failed.append((interval_id, str(problems[0]) if problems else "does not reconcile"))
-    never = []
-    covered = planned[0].end_ns if planned else None
-    for interval in planned[1:]:
-        if covered is not None and interval.start_ns > covered:
-            never.append((times.ns_to_rfc3339(covered), times.ns_to_rfc3339(interval.start_ns)))
-        covered = max(covered or 0, interval.end_ns)
+            failed.append((str(interval_id), str(problems[0]) if problems else "does not reconcile"))
+    never = [(times.ns_to_rfc3339(a), times.ns_to_rfc3339(b)) for a, b in never_planned(ids)]
     record = snapshot_store.latest(layout)
     snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
     tables = [delta_tables.table_status(name, delta_tables.interval_table_uri(layout, name))
               for name in delta_tables.INTERVAL_TABLES]
     tables += [delta_tables.table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(layout, t))
                for t in snapshot_store.PUBLIC_TABLES]
-    head_plan = ledger.read_plan(layout, stream, head) if head else None
-    not_done, stale = _not_done(layout, stream, log, committed, summarized, record, recent)
+    head_plan = ledger.read_plan(layout, stream, str(head)) if head else None
+    not_done, stale = _not_done(layout, stream, log, committed, listing.summarized, record, recent)
     failed_ids = {i for i, _ in failed}
     not_done = [(i, r) for i, r in not_done if i not in failed_ids]
     overdue = False
-    if planned:
-        newest_plan = ledger.read_plan(layout, stream, ids[-1]) or {}
-        wait = (planned[-1].end_ns - planned[-1].start_ns) / 1e9 if overdue_seconds is None else float(overdue_seconds)
+    if ids:
+        newest_plan = ledger.read_plan(layout, stream, str(ids[-1])) or {}
+        wait = (ids[-1].high - ids[-1].low) / 1e9 if overdue_seconds is None else float(overdue_seconds)
         started = newest_plan.get("run_version")
         overdue = started is not None and time.time() - int(started) / 1000 > wait
-    return ChainStatus(layout.root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
+    return ChainStatus(layout.root, stream, len(ids), len(committed), empty, str(head) if head else None, snapshot, tuple(holes), tuple(unfinished),
                        tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
                        int(head_plan["end_seq_exclusive"]) if head_plan else None, tuple(not_done), tuple(stale),
-                       ids[-1] if ids else None, overdue)
+                       str(ids[-1]) if ids else None, overdue)
 
 
 def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:

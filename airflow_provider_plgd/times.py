@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import total_ordering
 from typing import Any
 
 __all__ = [
     "Interval",
+    "IntervalId",
     "compact_time",
     "durable_interval_id",
     "interval_end_epoch",
@@ -156,8 +158,7 @@ def interval_id(start: datetime | int | str, end: datetime | int | str) -> str:
     :param end: exclusive end.
     :raises ValueError: naive datetimes, or ``end <= start``.
     """
-    start_ns, end_ns = _ordered_ns(start, end, ("start", "end"))
-    return f"{compact_time(start_ns)}_{compact_time(end_ns)}"
+    return str(IntervalId("time", *_ordered_ns(start, end, ("start", "end"))))
 
 
 @dataclass(frozen=True)
@@ -187,12 +188,12 @@ class Interval:
         return cls(*_ordered_ns(start, end, ("start_time", "end_time")))
 
     @classmethod
-    def from_id(cls, value: str) -> Interval:
+    def from_id(cls, value: str | IntervalId) -> Interval:
         """The interval of a time interval ID ``{start}_{end}`` (:func:`interval_id`).
 
         :raises ValueError: not a time interval ID (sequence and durable IDs name no times).
         """
-        key = parse_interval_key(value)
+        key = IntervalId.parse(value)
         if key.window is None:
             raise ValueError(f"interval ID {value!r} names a {key.kind} range, not a time interval "
                              "(expected <start>_<end>)")
@@ -211,7 +212,12 @@ class Interval:
     @property
     def id(self) -> str:
         """The folder ID ``{start}_{end}`` (:func:`interval_id`)."""
-        return f"{compact_time(self.start_ns)}_{compact_time(self.end_ns)}"
+        return str(self.key)
+
+    @property
+    def key(self) -> IntervalId:
+        """The :class:`IntervalId` of this interval."""
+        return IntervalId("time", self.start_ns, self.end_ns)
 
     def bounds(self) -> dict[str, Any]:
         """The bounds as the staging manifests and the ledger store them: ``{"kind": "time",
@@ -233,7 +239,7 @@ def seq_interval_id(first_seq: int, last_seq: int) -> str:
     :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
     """
     _check_seq_range(first_seq, last_seq)
-    return f"seq-{int(first_seq):012d}-{int(last_seq):012d}"
+    return str(IntervalId("seq", int(first_seq), int(last_seq)))
 
 
 def durable_interval_id(first_seq: int, last_seq: int) -> str:
@@ -242,71 +248,159 @@ def durable_interval_id(first_seq: int, last_seq: int) -> str:
     :raises ValueError: a sequence below 1, or ``last_seq < first_seq``.
     """
     _check_seq_range(first_seq, last_seq)
-    return f"durable-{int(first_seq):012d}-{int(last_seq):012d}"
+    return str(IntervalId("durable", int(first_seq), int(last_seq)))
 
 
-@dataclass(frozen=True)
-class IntervalKey:
-    """An interval ID, parsed (:func:`parse_interval_key`, the one parser of interval IDs).
+#: The kinds of interval IDs: a time interval, a stream-sequence range, a durable consumer's batch.
+INTERVAL_KINDS = ("time", "seq", "durable")
+
+_EXPECTED_ID = "expected <start>_<end>, seq-<first>-<last> or durable-<first>-<last>"
+
+
+@total_ordering
+@dataclass(frozen=True, eq=False)
+class IntervalId:
+    """An interval ID, parsed: the one value type of interval IDs (:meth:`parse` reads the text,
+    ``str()`` writes it back; the text is used only at the JSON, XCom and path edges).
+
+    IDs of one kind sort in stream order (start, then end); kinds sort apart (``durable`` <
+    ``seq`` < ``time``), and only IDs of one kind are in one chain (:meth:`precedes`). An ID is
+    equal to, and hashes as, its text, so IDs read from JSON or a Delta log find it in sets and dicts.
 
     :ivar kind: ``"time"``, ``"seq"`` or ``"durable"``.
     :ivar low: the start (unix ns) of a time interval, else the first stream sequence.
     :ivar high: the end (unix ns, exclusive) of a time interval, else the last stream sequence (inclusive).
+    :raises ValueError: an unknown kind, or bounds out of order (names them).
     """
 
     kind: str
     low: int
     high: int
 
+    def __post_init__(self) -> None:
+        if self.kind not in INTERVAL_KINDS:
+            raise ValueError(f"interval ID kind {self.kind!r} is not one of {INTERVAL_KINDS}")
+        for name in ("low", "high"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"IntervalId.{name} must be int, got {type(value).__name__}: {value!r}")
+        if self.kind == "time":
+            _ordered_ns(self.low, self.high, ("start", "end"))
+        else:
+            _check_seq_range(self.low, self.high)
+
+    @classmethod
+    def parse(cls, value: str | IntervalId, what: str = "staging interval ID") -> IntervalId:
+        """Parse an interval ID (:func:`interval_id`, :func:`seq_interval_id`,
+        :func:`durable_interval_id`); an :class:`IntervalId` is returned as it is.
+
+        :param what: what the value is, for the error message.
+        :raises ValueError: the value is not an interval ID in its one spelling, the form these functions write
+            (names the value and the expected forms).
+        """
+        if isinstance(value, IntervalId):
+            return value
+        try:
+            if value.startswith(("seq-", "durable-")):
+                kind, first, last = value.split("-")
+                parsed = cls(kind, int(first), int(last))
+            else:
+                start, end = value.split("_")
+                parsed = cls("time", _parse_compact(start), _parse_compact(end))
+        except (ValueError, AttributeError, TypeError):
+            raise ValueError(f"not a {what}: {value!r} ({_EXPECTED_ID})") from None
+        if str(parsed) != value:
+            raise ValueError(f"not a {what} in its one spelling: {value!r} (expected {str(parsed)!r})")
+        return parsed
+
+    @classmethod
+    def parse_or_none(cls, value: Any) -> IntervalId | None:
+        """:meth:`parse`, or None for a value that is not an interval ID (a foreign folder or partition)."""
+        try:
+            return cls.parse(value)
+        except ValueError:
+            return None
+
+    @classmethod
+    def of_window(cls, window: Interval) -> IntervalId:
+        """The ID of a time interval."""
+        return cls("time", window.start_ns, window.end_ns)
+
+    def __repr__(self) -> str:
+        return f"IntervalId({str(self)!r})"
+
+    def __str__(self) -> str:
+        if self.kind == "time":
+            return f"{compact_time(self.low)}_{compact_time(self.high)}"
+        return f"{self.kind}-{self.low:012d}-{self.high:012d}"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IntervalId):
+            return (self.kind, self.low, self.high) == (other.kind, other.low, other.high)
+        if isinstance(other, str):
+            return str(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, IntervalId):
+            return NotImplemented
+        return (self.kind, self.low, self.high) < (other.kind, other.low, other.high)
+
+    @property
+    def stop(self) -> int:
+        """The exclusive end: ``high`` of a time interval, ``high + 1`` of a sequence range."""
+        return self.high if self.kind == "time" else self.high + 1
+
     @property
     def window(self) -> Interval | None:
         """The :class:`Interval` of a time interval ID; None for sequence and durable IDs."""
         return Interval(self.low, self.high) if self.kind == "time" else None
 
+    def same_kind(self, other: IntervalId) -> bool:
+        """True when both IDs are of one kind (comparable in one chain)."""
+        return self.kind == other.kind
 
-def parse_interval_key(value: str) -> IntervalKey:
-    """Parse an interval ID (:func:`interval_id`, :func:`seq_interval_id`, :func:`durable_interval_id`).
+    def precedes(self, other: IntervalId) -> bool:
+        """True when this interval is of ``other``'s kind and ends at or before ``other``'s start."""
+        return self.kind == other.kind and self.stop <= other.low
+
+
+#: The former name of :class:`IntervalId`.
+IntervalKey = IntervalId
+
+
+def parse_interval_key(value: str) -> IntervalId:
+    """:meth:`IntervalId.parse` (the former name).
 
     :raises ValueError: the value is not an interval ID of this module.
     """
-    try:
-        if value.startswith(("seq-", "durable-")):
-            kind, first, last = value.split("-")
-            return IntervalKey(kind, int(first), int(last))
-        start, end = value.split("_")
-        return IntervalKey("time", _parse_compact(start), _parse_compact(end))
-    except (ValueError, AttributeError):
-        raise ValueError(
-            f"not a staging interval ID: {value!r} "
-            "(expected <start>_<end>, seq-<first>-<last> or durable-<first>-<last>)"
-        ) from None
+    return IntervalId.parse(value)
 
 
 def parse_interval_id(value: str) -> dict[str, Any]:
     """An interval ID's bounds as JSON: ``{"kind": "time", "start_ns", "end_ns"}``,
     ``{"kind": "seq", "first_seq", "last_seq"}`` or ``{"kind": "durable", "first_seq", "last_seq"}``
-    (:func:`parse_interval_key`).
+    (:meth:`IntervalId.parse`).
 
     :raises ValueError: the value is not an interval ID of this module.
     """
-    key = parse_interval_key(value)
+    key = IntervalId.parse(value)
     if key.kind == "time":
         return {"kind": "time", "start_ns": key.low, "end_ns": key.high}
     return {"kind": key.kind, "first_seq": key.low, "last_seq": key.high}
 
 
-def interval_kind(value: str) -> str:
-    """``"time"`` for ``<start>_<end>`` IDs, else ``"seq"``/``"durable"``: IDs of one kind sort in
-    stream order; IDs of different kinds are not comparable.
+def interval_kind(value: str | IntervalId) -> str:
+    """``"time"`` for ``<start>_<end>`` IDs, else ``"seq"``/``"durable"`` (:attr:`IntervalId.kind`).
 
     :raises ValueError: not an interval ID."""
-    return parse_interval_key(value).kind
+    return IntervalId.parse(value).kind
 
 
-def interval_end_epoch(value: str) -> float | None:
+def interval_end_epoch(value: str | IntervalId) -> float | None:
     """The end of a time interval ID in epoch seconds; None for sequence/durable IDs and other text."""
-    try:
-        key = parse_interval_key(value)
-    except ValueError:
-        return None
-    return key.high / NS_PER_S if key.kind == "time" else None
+    key = IntervalId.parse_or_none(value)
+    return key.high / NS_PER_S if key is not None and key.kind == "time" else None

@@ -174,7 +174,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     # what dedupe and rebuild would refuse after decode's commit: stale intervals before this one,
     # a rerun older than the snapshots the log still holds (retried: a run before may still finish)
-    chain.check_before_run(layout, interval)
+    chain.check_before_run(layout, times.IntervalId.parse(interval))
     selection = Selection(checked.owners, checked.event_types)  # checked once, in check_run_params
     # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
     # its events would be missing from this interval's snapshot

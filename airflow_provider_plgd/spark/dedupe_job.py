@@ -26,21 +26,21 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, content, delta_tables, file_records, identity, storage
-from airflow_provider_plgd.spark import dedupe_decision, executor_tasks, schemas
-from airflow_provider_plgd.spark.content_digest import content_digests
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import dedupe_decision, executor_tasks, schemas, snapshot_buckets
 from airflow_provider_plgd.spark.app_args import DedupeArgs
+from airflow_provider_plgd.spark.content_digest import content_digests
 from airflow_provider_plgd.spark.parquet_io import data_file_name, ipc_bytes, write_parquet_file
-from airflow_provider_plgd.tables.staging import new_write_id
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
+from airflow_provider_plgd.tables import chain, content, delta_tables, file_records, identity, storage
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.staging import new_write_id
+from airflow_provider_plgd.times import IntervalId
 
 APP = "dedupe"
 DEFAULT_LOOKBACK = 24
@@ -72,12 +72,12 @@ def msgid_bucket(msg_id: str | None, buckets: int = MSGID_BUCKETS) -> int:
     return 0 if msg_id is None else snapshot_buckets.device_bucket(msg_id, buckets)
 
 
-def previous_intervals(done: Sequence[str], interval_id: str, lookback: int) -> list[str]:
+def previous_intervals(done: Sequence[IntervalId | str], interval_id: IntervalId | str, lookback: int) -> list[str]:
     """The last ``lookback`` intervals of ``done`` (those with rows in ``msgid_index``, sorted:
     ``chain.DedupeLog.with_ids``) of the same kind as ``interval_id`` that sort before it (oldest first)."""
-    kind = times.interval_kind(interval_id)
-    before = [i for i in done if i < interval_id and times.interval_kind(i) == kind]
-    return before[-lookback:] if lookback else []
+    this = IntervalId.parse(interval_id)
+    before = sorted(i for i in map(IntervalId.parse_or_none, done) if i is not None and i.same_kind(this) and i < this)
+    return [str(i) for i in before[-lookback:]] if lookback else []
 
 
 def previous_index_files(layout: Layout, previous: Sequence[str]) -> dict[int, list[str]]:
@@ -221,7 +221,8 @@ def make_decide_task(*, interval_id: str, index_uri: str, write_id: str, previou
         dropped = keys.select(["_file", "_row"]).take(decision.dropped_rows)
         if dropped.num_rows:
             grouped = dropped.group_by("_file").aggregate([("_row", "list")])
-            for number, rows in zip(grouped.column("_file").to_pylist(), grouped.column("_row_list").to_pylist()):
+            for number, rows in zip(grouped.column("_file").to_pylist(), grouped.column("_row_list").to_pylist(),
+                                    strict=True):
                 yield int(number), ("drop", sorted(rows))
 
     return task
@@ -395,7 +396,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         raise RuntimeError(f"interval {interval_id}: the copy tasks' content digests count {digest.rows} rows, the "
                            f"files hold {kept_rows}; nothing committed")
     # a rerun of an interval that later ones built on: checked before the first commit (chain.check_rerun)
-    change = chain.check_rerun(layout, interval_id, digest, log=log_)
+    change = chain.check_rerun(layout, IntervalId.parse(interval_id), digest, log=log_)
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
             "pipeline": recorded, content.CONTENT_KEY: {interval_id: digest.as_dict()},
@@ -430,7 +431,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         "delta_versions": {name: c.version for name, c in commits.items()},
         "run_version": run_version,
         "content": digest.as_dict(),
-        "stale_after": list(change.stale),
+        "stale_after": [str(i) for i in change.stale],
         "seconds": round(time.time() - started, 3),
         "phase_seconds": timings,
     }

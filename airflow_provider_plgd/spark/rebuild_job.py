@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity
-from airflow_provider_plgd.spark import executor_tasks, rebuild_input
-from airflow_provider_plgd.tables import snapshot_store
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import executor_tasks, rebuild_input, snapshot_buckets
 from airflow_provider_plgd.spark.app_args import RebuildArgs
 from airflow_provider_plgd.spark.summary import finish_run
+from airflow_provider_plgd.tables import chain, delta_tables, file_records, identity, snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.times import IntervalId
 
 APP = "rebuild"
 log = logging.getLogger("plgd.spark.rebuild")
@@ -110,10 +110,12 @@ def intervals_to_fold(layout: Layout, interval_id: str, base: Mapping[str, Any] 
             f"{delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)} and msgid_index); run dedupe_events first"
         )
     done = delta_tables.committed_intervals(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED))
-    kind = times.interval_kind(interval_id)
-    after = base.get("interval_id") if base else None
-    return [i for i in done if times.interval_kind(i) == kind and i <= interval_id
-            and (after is None or i > after)]
+    this = IntervalId.parse(interval_id)
+    after = IntervalId.parse(base["interval_id"], "base snapshot's interval ID") \
+        if base and base.get("interval_id") else None
+    fold = sorted(i for i in map(IntervalId.parse_or_none, done)
+                  if i is not None and i.same_kind(this) and i <= this and (after is None or i > after))
+    return [str(i) for i in fold]
 
 
 def diverged_buckets(layout: Layout, base: Mapping[str, Any] | None) -> set[int]:
@@ -189,7 +191,7 @@ def run(spark, args: RebuildArgs) -> dict[str, Any]:
     else:
         base = choose_base(snapshots, latest, version, interval_id)
     intervals = intervals_to_fold(layout, interval_id, base)
-    stale = {s.interval_id: s.because for s in chain.stale_intervals(layout)}
+    stale = {str(s.interval_id): str(s.because) for s in chain.stale_intervals(layout)}
     if any(i in stale for i in intervals):
         named = ", ".join(f"{i} (after {stale[i]} was deduplicated again)" for i in intervals if i in stale)
         raise chain.ChainRepairError(

@@ -11,8 +11,11 @@ not wait for its past; a run can be cleared, a table rewritten by hand), so the 
   (their ``app_transactions`` ``plgd.dedupe.{table}/{interval}``, ``delta_tables.run_committed``'s
   rule) and which hold message IDs (the partitions of ``msgid_index``).
 
-The **head** is the latest interval whose message IDs are in ``msgid_index``: what later intervals
-built on. Two rules:
+Interval IDs are :class:`~airflow_provider_plgd.times.IntervalId` values: IDs of one kind are in
+one chain, in their order (start, then end); kinds are never compared. The **head** is the latest
+interval whose message IDs are in ``msgid_index``: what later intervals built on. A **hole** is a
+planned interval whose stream held messages, that dedupe has not committed, and that ends before
+an interval that builds on the chain (:func:`is_hole`). Two rules:
 
 * :func:`check_no_hole`: every planned interval after the latest committed one before this one,
   whose stream held messages, is committed by dedupe (``ChainHoleError`` otherwise). By induction
@@ -30,10 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, ledger, ledger_guards
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
+from airflow_provider_plgd.tables import delta_tables, ledger, ledger_guards
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.times import IntervalId
 
 #: The app of the stage that puts an interval into the chain (``delta_tables.commit_interval``'s key).
 _DEDUPE = "dedupe"
@@ -43,29 +46,33 @@ _DEDUPE = "dedupe"
 class DedupeLog:
     """What dedupe committed at a root, read once from the Delta logs (:func:`dedupe_log`).
 
-    :ivar with_ids: the intervals with files in ``msgid_index``, sorted.
+    :ivar with_ids: the intervals with files in ``msgid_index``, sorted (partitions that are not
+        interval IDs are left out).
     """
 
     index: Any  # deltalake.DeltaTable of msgid_index, or None
     deduped: Any  # deltalake.DeltaTable of events_deduped, or None
-    with_ids: tuple[str, ...]
+    with_ids: tuple[IntervalId, ...]
 
-    def committed(self, interval_id: str) -> bool:
+    def committed(self, interval_id: IntervalId | str) -> bool:
         """True when one dedupe run committed the interval to both tables (``delta_tables.run_committed``)."""
         versions = {None if dt is None else dt.transaction_version(f"plgd.{_DEDUPE}.{name}/{interval_id}")
                     for name, dt in ((delta_tables.MSGID_INDEX, self.index),
                                      (delta_tables.EVENTS_DEDUPED, self.deduped))}
         return None not in versions and len(versions) == 1
 
-    def started(self, interval_id: str) -> bool:
+    def started(self, interval_id: IntervalId | str) -> bool:
         """True when a dedupe run committed the interval's ``msgid_index`` (its first commit) once."""
         return self.index is not None and \
             self.index.transaction_version(f"plgd.{_DEDUPE}.{delta_tables.MSGID_INDEX}/{interval_id}") is not None
 
-    def head(self, kind: str = "time") -> str | None:
+    def head(self, kind: str = "time") -> IntervalId | None:
         """The chain's head: the latest interval of ``kind`` with message IDs, or None."""
-        found = [i for i in self.with_ids if interval_kind(i) == kind]
-        return max(found, key=_order) if found else None
+        return max((i for i in self.with_ids if i.kind == kind), default=None)
+
+    def later(self, interval: IntervalId) -> tuple[IntervalId, ...]:
+        """The intervals with message IDs of ``interval``'s kind after it, oldest first."""
+        return tuple(i for i in self.with_ids if i.same_kind(interval) and i > interval)
 
 
 def dedupe_log(layout: Layout) -> DedupeLog:
@@ -73,52 +80,56 @@ def dedupe_log(layout: Layout) -> DedupeLog:
     uri = delta_tables.interval_table_uri(layout, delta_tables.MSGID_INDEX)
     index = delta_tables.open_table(uri)
     deduped = delta_tables.open_table(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED))
-    with_ids = delta_tables.committed_intervals(uri, dt=index) if index is not None else []
-    return DedupeLog(index, deduped, tuple(with_ids))
+    found = [IntervalId.parse_or_none(i) for i in delta_tables.committed_intervals(uri, dt=index)] \
+        if index is not None else []
+    return DedupeLog(index, deduped, tuple(sorted(i for i in found if i is not None)))
 
 
-def interval_kind(interval_id: str) -> str:
-    """``times.interval_kind``, or ``"other"`` for an ID it does not parse."""
-    try:
-        return times.interval_kind(interval_id)
-    except ValueError:
-        return "other"
-
-
-def _order(interval_id: str) -> tuple[int, int]:
-    key = times.parse_interval_key(interval_id)
-    return key.low, key.high
+def interval_kind(interval_id: IntervalId | str) -> str:
+    """The kind of an interval ID (``IntervalId.kind``), or ``"other"`` for a value that is not one."""
+    parsed = IntervalId.parse_or_none(interval_id)
+    return "other" if parsed is None else parsed.kind
 
 
 @dataclass(frozen=True)
 class Hole:
     """An earlier interval whose stream held ``messages`` messages and that dedupe has not committed."""
 
-    interval_id: str
+    interval_id: IntervalId
     messages: int
 
 
-def holes_before(layout: Layout, stream: str, interval_id: str, log: DedupeLog | None = None) -> list[Hole]:
-    """The holes of the chain before a time interval (:func:`check_no_hole`'s rule), oldest first;
-    ``[]`` for sequence and durable intervals (not chained by the ledger).
+def is_hole(interval: IntervalId, messages: int, log: DedupeLog, *, before: IntervalId | None) -> bool:
+    """The one rule of a hole: a planned ``interval`` whose stream held ``messages`` (> 0), that
+    dedupe has not committed (``log``), and that ends at or before the start of ``before`` (an
+    interval that builds on the chain: the head, or the interval being run; None: no hole)."""
+    return messages > 0 and before is not None and interval.precedes(before) and not log.committed(interval)
+
+
+def holes_before(layout: Layout, stream: str, interval_id: IntervalId | str,
+                 log: DedupeLog | None = None) -> list[Hole]:
+    """The holes of the chain before a time interval (:func:`is_hole`), oldest first; ``[]`` for
+    sequence and durable intervals (not chained by the ledger) and values that are not interval IDs.
 
     Reads one listing of the ledger, and ``stream.json`` of each planned interval after the latest
     one before ``interval_id`` with message IDs that dedupe has not committed.
     """
-    if interval_kind(interval_id) != "time":
+    target = IntervalId.parse_or_none(interval_id)
+    if target is None or target.kind != "time":
         return []
     log = log or dedupe_log(layout)
-    start_ns = times.Interval.from_id(interval_id).start_ns
-    planned = [i.id for i in ledger_guards.planned_before(layout, stream, start_ns)]
-    anchored = [i for i in planned if i in set(log.with_ids)]
+    planned = ledger_guards.planned_before(layout, stream, target.low)
+    with_ids = set(log.with_ids)
+    anchored = [i for i in planned if i in with_ids]
     after = planned[planned.index(anchored[-1]) + 1:] if anchored else planned
     holes = []
     for earlier in after:
         if log.committed(earlier):
             continue
-        plan = ledger.read_plan(layout, stream, earlier)
-        if plan is not None and int(plan.get("total") or 0) > 0:
-            holes.append(Hole(earlier, int(plan["total"])))
+        plan = ledger.read_plan(layout, stream, str(earlier))
+        messages = int(plan.get("total") or 0) if plan is not None else 0
+        if is_hole(earlier, messages, log, before=target):
+            holes.append(Hole(earlier, messages))
     return holes
 
 
@@ -139,18 +150,20 @@ def check_no_hole(layout: Layout, stream: str, interval_id: str, *, stage: str, 
         "now would lose their messages. Nothing was read or written. Run those intervals first (clear their "
         "failed tasks, or backfill them with --reprocess-behavior failed), then this one (docs/operations.md, "
         "\"Holes in the interval chain\").",
-        interval_id=interval_id, holes=[h.interval_id for h in holes])
+        interval_id=str(interval_id), holes=[str(h.interval_id) for h in holes])
 
 
-def check_not_behind_head(interval_id: str, log: DedupeLog, *, processed_before: bool, stage: str) -> None:
+def check_not_behind_head(interval_id: IntervalId | str, log: DedupeLog, *, processed_before: bool,
+                          stage: str) -> None:
     """Refuse a new interval older than the chain's head (:meth:`DedupeLog.head` of its kind).
 
     :param processed_before: the interval was processed before (a rerun: ``plan`` of it ran, or its
         dedupe committed), which the chain already holds.
     :raises OutOfOrderIntervalError: names the interval, the head and the way out.
     """
-    head = log.head(interval_kind(interval_id))
-    if processed_before or head is None or _order(head) <= _order(interval_id):
+    target = IntervalId.parse_or_none(interval_id)
+    head = None if target is None else log.head(target.kind)
+    if processed_before or head is None or target is None or head <= target:
         return
     raise OutOfOrderIntervalError(
         f"interval {interval_id}: {stage} refused: it is older than the chain's head {head}, and it was never "
@@ -158,7 +171,7 @@ def check_not_behind_head(interval_id: str, log: DedupeLog, *, processed_before:
         "now would keep its duplicates and leave it out of every later snapshot. Nothing was written. To include "
         "it, write the stream again, from its first interval, to a new storage root (docs/operations.md, "
         "\"Holes in the interval chain\").",
-        interval_id=interval_id, head=head)
+        interval_id=str(interval_id), head=str(head))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,10 +203,10 @@ class RerunChange:
 
     ids_changed: bool
     content_changed: bool
-    stale: tuple[str, ...] = ()
+    stale: tuple[IntervalId, ...] = ()
 
 
-def check_rerun(layout: Layout, interval_id: str, digest: Any, *, log: DedupeLog | None = None) -> RerunChange:
+def check_rerun(layout: Layout, interval_id: IntervalId, digest: Any, *, log: DedupeLog | None = None) -> RerunChange:
     """Before dedupe commits ``interval_id`` with rows of content ``digest``
     (:class:`~airflow_provider_plgd.tables.content.ContentDigest`): what the commit changes, and
     whether the chain can be repaired after it.
@@ -210,18 +223,17 @@ def check_rerun(layout: Layout, interval_id: str, digest: Any, *, log: DedupeLog
 
     log = log or dedupe_log(layout)
     new = digest.as_dict()
-    before = content.fingerprint(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED), interval_id,
-                                 dt=log.deduped) if log.committed(interval_id) else None
+    before = content.fingerprint(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED),
+                                 str(interval_id), dt=log.deduped) if log.committed(interval_id) else None
     ids_changed = before is None or before.get("digest") is None or before.get("ids") != new["ids"] \
         or any(s.because == interval_id for s in stale_intervals(layout, log))  # still pending: stays changed
     content_changed = not content.same_content(before, new)
-    kind = interval_kind(interval_id)
-    later = tuple(i for i in log.with_ids if interval_kind(i) == kind and _order(i) > _order(interval_id))
+    later = log.later(interval_id)
     if content_changed and later:
         latest = snapshot_store.latest(layout)
-        if latest is not None and latest.get("interval_id") and interval_kind(latest["interval_id"]) == kind \
-                and _order(latest["interval_id"]) > _order(interval_id):
-            folding = snapshot_store.snapshot_folding(layout, interval_id)
+        through = IntervalId.parse_or_none((latest or {}).get("interval_id"))
+        if latest is not None and through is not None and through.same_kind(interval_id) and through > interval_id:
+            folding = snapshot_store.snapshot_folding(layout, str(interval_id))
             parent = (folding or {}).get("parent")
             if folding is None or (parent and snapshot_store.snapshot(layout, parent) is None):
                 missing = "the snapshot that folded it" if folding is None else f"its parent snapshot {parent}"
@@ -230,7 +242,7 @@ def check_rerun(layout: Layout, interval_id: str, digest: Any, *, log: DedupeLog
                     f"{latest['version']} includes it, but {missing} is no longer in the Delta log of "
                     f"{snapshot_store.snapshot_table_uri(layout, snapshot_store.STATE_TABLE)} (log retention), so the "
                     "snapshots cannot be rebuilt from before it. Nothing was written. Write the stream again to a new "
-                    "storage root (docs/operations.md, \"Rerun an interval\").", interval_id=interval_id)
+                    "storage root (docs/operations.md, \"Rerun an interval\").", interval_id=str(interval_id))
     return RerunChange(ids_changed, content_changed, later if ids_changed else ())
 
 
@@ -239,11 +251,11 @@ class StaleInterval:
     """An interval whose deduplicated events were decided before ``because`` (an earlier interval)
     was deduplicated again with other message IDs: rerun it (docs/operations.md, "Rerun an interval")."""
 
-    interval_id: str
-    because: str
+    interval_id: IntervalId
+    because: IntervalId
 
 
-def dedupe_run(log: DedupeLog, interval_id: str) -> int | None:
+def dedupe_run(log: DedupeLog, interval_id: IntervalId | str) -> int | None:
     """The run version of the interval's newest dedupe commit of ``events_deduped`` (None: none)."""
     if log.deduped is None:
         return None
@@ -261,41 +273,40 @@ def stale_intervals(layout: Layout, log: DedupeLog | None = None) -> list[StaleI
     commit metadata only of the intervals rerun after a later one (newest commits first).
     """
     log = log or dedupe_log(layout)
-    runs: dict[str, int] = {}
+    runs: dict[IntervalId, int] = {}
     for i in log.with_ids:
         run = dedupe_run(log, i)
-        if run is not None and interval_kind(i) != "other":
+        if run is not None:
             runs[i] = run
-    ordered = sorted(runs, key=lambda i: (interval_kind(i), _order(i)))
-    candidates: dict[str, int] = {}
+    ordered = sorted(runs)
+    candidates: dict[IntervalId, int] = {}
     later_min: dict[str, int] = {}
     for i in reversed(ordered):  # the smallest run version after each interval, by kind
-        kind = interval_kind(i)
-        if kind in later_min and runs[i] > later_min[kind]:
+        if i.kind in later_min and runs[i] > later_min[i.kind]:
             candidates[i] = runs[i]
-        later_min[kind] = min(later_min.get(kind, runs[i]), runs[i])
+        later_min[i.kind] = min(later_min.get(i.kind, runs[i]), runs[i])
     if not candidates:
         return []
     changed = _ids_changed(log, candidates)
-    stale: dict[str, str] = {}
-    for x in sorted((c for c in candidates if changed.get(c, True)), key=_order):
+    stale: dict[IntervalId, IntervalId] = {}
+    for x in sorted(c for c in candidates if changed.get(c, True)):
         for y in ordered:
-            if interval_kind(y) == interval_kind(x) and _order(y) > _order(x) and runs[y] < candidates[x]:
+            if y.same_kind(x) and y > x and runs[y] < candidates[x]:
                 stale.setdefault(y, x)
-    return [StaleInterval(y, stale[y]) for y in sorted(stale, key=_order)]
+    return [StaleInterval(y, stale[y]) for y in sorted(stale)]
 
 
-def _ids_changed(log: DedupeLog, runs: dict[str, int]) -> dict[str, bool]:
+def _ids_changed(log: DedupeLog, runs: dict[IntervalId, int]) -> dict[IntervalId, bool]:
     """``{interval: ids_changed}`` of the dedupe commits ``runs`` (interval -> run version), read
     from ``events_deduped``'s history, newest first, only as far back as needed."""
-    found: dict[str, bool] = {}
+    found: dict[IntervalId, bool] = {}
     dt = log.deduped
     if dt is None:
         return found
     for _entry, meta in delta_tables.history_newest_first(dt):
-        interval_id = meta.get("interval_id")
-        if meta.get("app") == _DEDUPE and interval_id in runs and interval_id not in found \
-                and meta.get("run_version") == runs[interval_id]:
+        interval_id = IntervalId.parse_or_none(meta.get("interval_id"))
+        if meta.get("app") == _DEDUPE and interval_id is not None and interval_id in runs \
+                and interval_id not in found and meta.get("run_version") == runs[interval_id]:
             found[interval_id] = bool(meta.get(IDS_CHANGED_KEY, True))
         if set(runs) <= set(found):
             break
@@ -340,7 +351,7 @@ def folded_input(layout: Layout, snapshots: Layout, interval_id: str) -> tuple[d
     return record, not content.same_content(recorded, input_fingerprint(layout, interval_id))
 
 
-def check_before_run(layout: Layout, interval_id: str) -> None:
+def check_before_run(layout: Layout, interval_id: IntervalId) -> None:
     """``plan``'s check, before a run of ``interval_id`` commits anything to any table: the
     refusals its dedupe or rebuild could meet after the decode commit, made first.
 
@@ -353,24 +364,22 @@ def check_before_run(layout: Layout, interval_id: str) -> None:
     """
     from airflow_provider_plgd.tables import snapshot_store
 
-    kind = interval_kind(interval_id)
-    before = [s for s in stale_intervals(layout) if interval_kind(s.interval_id) == kind
-              and _order(s.interval_id) < _order(interval_id)]
+    before = [s for s in stale_intervals(layout) if s.interval_id.same_kind(interval_id) and s.interval_id < interval_id]
     if before:
-        named = ", ".join(s.interval_id for s in before[:10]) + (", ..." if len(before) > 10 else "")
+        named = ", ".join(str(s.interval_id) for s in before[:10]) + (", ..." if len(before) > 10 else "")
         raise ChainRepairError(
             f"interval {interval_id}: refused: earlier interval(s) {named} are stale (deduplicated before "
             f"{before[0].because} was deduplicated again with other message IDs), and this run would build on "
             "them. Nothing was written. Rerun them first, oldest first (docs/operations.md, \"Backfill and reruns\", "
-            "\"Rerun an interval\").", interval_id=interval_id)
+            "\"Rerun an interval\").", interval_id=str(interval_id))
     latest = snapshot_store.latest(layout)
-    through = (latest or {}).get("interval_id")
-    if latest is None or not through or interval_kind(through) != kind or _order(through) <= _order(interval_id):
+    through = IntervalId.parse_or_none((latest or {}).get("interval_id"))
+    if latest is None or through is None or not through.same_kind(interval_id) or through <= interval_id:
         return
     if not delta_tables.table_files(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED),
-                                    where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
+                                    where={delta_tables.INTERVAL_COLUMN: [str(interval_id)]}):
         return  # no deduplicated rows: no snapshot folded it, its rebuild folds nothing
-    folding = snapshot_store.snapshot_folding(layout, interval_id)
+    folding = snapshot_store.snapshot_folding(layout, str(interval_id))
     parent = (folding or {}).get("parent")
     if folding is None or (parent and snapshot_store.snapshot(layout, parent) is None):
         missing = "no snapshot in its Delta log records folding it" if folding is None else \
@@ -381,4 +390,4 @@ def check_before_run(layout: Layout, interval_id: str) -> None:
             "retention), so a rerun could not be checked or repaired in place. Nothing was written. Roll the "
             "snapshots back to one still in the log (snapshot_store.roll_back) and rerun every interval after it, "
             "or write the stream again to a new storage root (docs/operations.md, \"Rerun an interval\").",
-            interval_id=interval_id)
+            interval_id=str(interval_id))

@@ -3,7 +3,7 @@
 * :func:`check_not_fewer`: a rerun of an interval may not replace its data with fewer messages
   (the stream was purged or re-created) unless asked (``accept_fewer_messages``).
 * :func:`check_no_gap_before` / :func:`check_no_hole_before`: no stretch before the interval that
-  no run planned (:func:`planned_before`: the planned intervals, from one listing of the ledger).
+  no run planned (:func:`planned_before`: the planned intervals, from ``ledger_listing``).
 * :func:`check_selection_covers`: a rerun may not select fewer owners or event types than the
   interval's earlier run staged.
 
@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, NarrowerRerunError
 from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables.ledger import PLAN_FILE, SCOPE_FILTER, UNROUTED_OWNER
+from airflow_provider_plgd.tables.ledger import SCOPE_FILTER, UNROUTED_OWNER
+from airflow_provider_plgd.tables.ledger_listing import list_ledger, never_planned
+from airflow_provider_plgd.times import IntervalId
 
 
 def _owners_with_messages(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
@@ -89,31 +92,16 @@ def check_not_fewer(previous: Mapping[str, Any] | None, new: Mapping[str, Any], 
     )
 
 
-def planned_before(layout: Layout, stream: str, start_ns: int) -> list[Any]:
-    """The time intervals (``times.Interval``) of ``{root}/_ledger/{stream}/`` that end at or before
-    ``start_ns`` and hold a ``stream.json`` (their ``plan`` ran), oldest first; one listing of the
-    ledger (not one request per interval: object stores)."""
-    from airflow_provider_plgd import times
-
-    fs, base = storage.to_fs(layout.ledger_stream_dir(stream))
-    try:
-        names = [p.rstrip("/").rsplit("/", 2)[-2] for p in fs.glob(f"{base}/interval=*/{PLAN_FILE}")]
-    except FileNotFoundError:
-        return []
-    planned = []
-    for name in names:
-        window = times.parse_interval_key(name[len("interval="):]).window if name.startswith("interval=") else None
-        if window is not None and window.end_ns <= start_ns:
-            planned.append(window)
-    return sorted(planned, key=lambda i: (i.start_ns, i.end_ns))
+def planned_before(layout: Layout, stream: str, start_ns: int) -> list[IntervalId]:
+    """The time intervals of ``{root}/_ledger/{stream}/`` that end at or before ``start_ns`` and
+    hold a ``stream.json`` (their ``plan`` ran), oldest first (``ledger_listing.list_ledger``)."""
+    return list_ledger(layout, stream).planned_before(start_ns)
 
 
 def _gap_error(interval_id: str, dag_id: str, gap: tuple[int, int], start_ns: int, *, hole: bool) -> IntervalGapError:
     """The :class:`IntervalGapError` of ``gap`` (unix ns): right before the interval (``hole``
     False: backfill the gap and this interval) or further back (True: backfill from the gap to
     this interval's start and rerun what was processed after the gap)."""
-    from airflow_provider_plgd import times
-
     begin, end = times.ns_to_rfc3339(gap[0]), times.ns_to_rfc3339(gap[1])
     lines = [f"interval {interval_id}:", f"no interval of [{begin}, {end}) was ever planned,",
              "so processing this one would build its snapshot without those events."]
@@ -146,14 +134,12 @@ def check_no_gap_before(layout: Layout, stream: str, interval_id: str, *, dag_id
     :raises IntervalGapError: ``[latest end, start)`` has no planned interval; the message names
         that range and the backfill that fills it.
     """
-    from airflow_provider_plgd import times
-
-    window = times.parse_interval_key(interval_id).window
+    window = IntervalId.parse(interval_id).window
     if window is None:
         return
     start_ns = window.start_ns
     planned = planned_before(layout, stream, start_ns)
-    latest = max((i.end_ns for i in planned), default=None)
+    latest = max((i.high for i in planned), default=None)
     if latest is not None and latest != start_ns:
         raise _gap_error(interval_id, dag_id, (latest, start_ns), start_ns, hole=False)
 
@@ -175,19 +161,12 @@ def check_no_hole_before(layout: Layout, stream: str, interval_id: str, *, dag_i
         planned one)``; the message names it and the backfill that fills it and reruns the
         intervals after it.
     """
-    from airflow_provider_plgd import times
-
-    window = times.parse_interval_key(interval_id).window
+    window = IntervalId.parse(interval_id).window
     if window is None:
         return
-    planned = planned_before(layout, stream, window.start_ns)
-    if not planned:
-        return
-    covered = planned[0].end_ns
-    for earlier in planned[1:]:  # the stretch right before this one: check_no_gap_before
-        if earlier.start_ns > covered:
-            raise _gap_error(interval_id, dag_id, (covered, earlier.start_ns), window.start_ns, hole=True)
-        covered = max(covered, earlier.end_ns)
+    gaps = never_planned(planned_before(layout, stream, window.start_ns))  # the stretch right before
+    if gaps:  # this one: check_no_gap_before
+        raise _gap_error(interval_id, dag_id, gaps[0], window.start_ns, hole=True)
 
 
 def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any],
@@ -252,8 +231,8 @@ def owners_of_run(layout: Layout, stream: str, interval_id: str,
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.plgd.subjects import subject_owner
+    from airflow_provider_plgd.tables import delta_tables
 
     outputs: dict[str, int] = {}
     for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
@@ -262,7 +241,8 @@ def owners_of_run(layout: Layout, stream: str, interval_id: str,
             fs, path = storage.to_fs(f.url)
             with fs.open(path, "rb") as fh:
                 values = pc.value_counts(pq.read_table(fh, columns=[column]).column(column))
-            for value, n in zip(values.field("values").to_pylist(), values.field("counts").to_pylist()):
+            for value, n in zip(values.field("values").to_pylist(), values.field("counts").to_pylist(),
+                                strict=True):
                 owner = value if column == "owner_id" else subject_owner(value or "")
                 owner = owner or UNROUTED_OWNER
                 outputs[owner] = outputs.get(owner, 0) + int(n)

@@ -46,9 +46,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout, StorageRoot
-from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import content, delta_tables
+from airflow_provider_plgd.tables.layout import Layout, StorageRoot
+from airflow_provider_plgd.times import IntervalId
 
 log = logging.getLogger("plgd.maintenance")
 
@@ -154,29 +154,18 @@ def chain_head(layout: Layout) -> str | None:
     return None if record is None else str(record["interval_id"])
 
 
-def _order(interval_id: str) -> tuple[str, int, int]:
-    key = times.parse_interval_key(interval_id)
-    return key.kind, key.low, key.high + (0 if key.kind == "time" else 1)
-
-
 def passed_intervals(intervals: Iterable[str], head: str | None) -> list[str]:
     """The intervals of ``intervals`` that end at or before the start of ``head`` and are of its
-    kind (time or sequence IDs; others are not comparable), oldest first; ``[]`` without a head.
+    kind (``IntervalId.precedes``; values that are not interval IDs are left out), oldest first;
+    ``[]`` without a head.
 
     :raises ValueError: ``head`` is not an interval ID.
     """
     if head is None:
         return []
-    kind, head_start, _ = _order(head)
-    passed = []
-    for interval_id in intervals:
-        try:
-            k, start, end = _order(interval_id)
-        except ValueError:
-            continue
-        if k == kind and end <= head_start:
-            passed.append((start, interval_id))
-    return [i for _, i in sorted(passed)]
+    last = IntervalId.parse(head, "head interval ID")
+    passed = (IntervalId.parse_or_none(i) for i in intervals)
+    return [str(i) for i in sorted(i for i in passed if i is not None and i.precedes(last))]
 
 
 # ---------------------------------------------------------------------------------------------
