@@ -170,7 +170,7 @@ def write_staging(root: str, messages, stream: str = "EVENTS") -> int:
     with Stager(stream=stream, spill_dir=tempfile.gettempdir()) as stager:
         for (owner, event_type), rows in sorted(groups.items()):
             stager.add(owner, event_type, rows)
-        records = stager.write(staging.table_uri(Layout.of(root), stream), INTERVAL_ID,
+        records = stager.write(Layout.of(root).staging_table(stream), INTERVAL_ID,
                                staging.range_file_prefix(0, 1, staging.new_write_id()))
     staging_commits.commit_range(Layout.of(root), stream, INTERVAL_ID, 0, 1, records)
     return sum(int(r["rows"]) for r in records)

@@ -210,7 +210,6 @@ def _rss_mb(pid: int | None) -> float:
 def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespace, s3: S3Server | None) -> dict:
     """Publish, plan and fetch one case; return its figures."""
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.etl import write_interval_ledger
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
@@ -236,7 +235,7 @@ def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespa
     if record["total"] != published:
         raise SystemExit(f"the plan counts {record['total']}, published {published}")
     at_plan = counts.snapshot()
-    base = ledger.interval_dir(Layout.of(root), "EVENTS", interval)
+    base = Layout.of(root).ledger_interval_dir("EVENTS", interval)
     t0 = time.perf_counter()
     staged = 0
     for i in range(record["fetch_ranges"]):

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import delta_tables, file_records
+from airflow_provider_plgd.tables.delta_tables import TableCommit
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.tables import snapshot_store as ss
 from airflow_provider_plgd.spark import snapshot_buckets
@@ -116,8 +117,9 @@ def commit_interval_tables(root: StorageRoot, interval_id: str, events: pa.Table
                 f"part-00000-{write_id}.parquet")] if quarantine.num_rows else []
     meta = {"interval_id": interval_id, "run_version": run_version}
     commits = delta_tables.commit_interval("decode", interval_id, [
-        (delta_tables.EVENTS, uri[delta_tables.EVENTS], schemas.EVENTS_SCHEMA, ev, events.num_rows),
-        (delta_tables.QUARANTINE, uri[delta_tables.QUARANTINE], schemas.QUARANTINE_SCHEMA, q, quarantine.num_rows),
+        TableCommit(delta_tables.EVENTS, uri[delta_tables.EVENTS], schemas.EVENTS_SCHEMA, ev, events.num_rows),
+        TableCommit(delta_tables.QUARANTINE, uri[delta_tables.QUARANTINE], schemas.QUARANTINE_SCHEMA, q,
+                    quarantine.num_rows),
     ], run_version=run_version, metadata=meta)
     if not dedupe:
         return {name: c.version for name, c in commits.items()}
@@ -141,8 +143,9 @@ def commit_interval_tables(root: StorageRoot, interval_id: str, events: pa.Table
                               f"part-{b:05d}-{write_id}.parquet"))
     dd = _by_type(uri[delta_tables.EVENTS_DEDUPED], kept, interval_id, files_per_partition, write_id)
     commits.update(delta_tables.commit_interval("dedupe", interval_id, [
-        (delta_tables.MSGID_INDEX, uri[delta_tables.MSGID_INDEX], MSGID_INDEX_SCHEMA, idx, index.num_rows),
-        (delta_tables.EVENTS_DEDUPED, uri[delta_tables.EVENTS_DEDUPED], schemas.EVENTS_SCHEMA, dd, kept.num_rows),
+        TableCommit(delta_tables.MSGID_INDEX, uri[delta_tables.MSGID_INDEX], MSGID_INDEX_SCHEMA, idx, index.num_rows),
+        TableCommit(delta_tables.EVENTS_DEDUPED, uri[delta_tables.EVENTS_DEDUPED], schemas.EVENTS_SCHEMA, dd,
+                    kept.num_rows),
     ], run_version=run_version, metadata=meta))
     return {name: c.version for name, c in commits.items()}
 

@@ -174,7 +174,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     # what dedupe and rebuild would refuse after decode's commit: stale intervals before this one,
     # a rerun older than the snapshots the log still holds (retried: a run before may still finish)
-    chain.check_before_run(layout, times.IntervalId.parse(interval))
+    chain.check_before_run(layout, interval)
     selection = Selection(checked.owners, checked.event_types)  # checked once, in check_run_params
     # a stretch before this interval that no run planned (IntervalGapError, retried, then fails):
     # its events would be missing from this interval's snapshot
@@ -239,7 +239,7 @@ def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, own
 
     :param window: the interval (its ID names the ledger folder). :param owners: checked owner IDs
         (``fetch.selection.Selection``), or None for every owner.
-    :return: the record (``ledger.plan_record`` plus ``spark_skip``).
+    :return: the record (``ledger.PlanRecord.as_dict``, with ``spark_skip``).
     """
     import time
 
@@ -255,7 +255,7 @@ def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, own
                                 read_filters=read_filters, bounds=window.bounds(), run_version=run_version)
     plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(layout, plan.as_dict(), window.end_ns))
     record = plan.as_dict()
-    base = ledger.interval_dir(layout, plan.stream, interval)
+    base = layout.ledger_interval_dir(plan.stream, interval)
     previous, previous_records = ledger.read_records(layout, plan.stream, interval)
     ledger_guards.check_selection_covers(
         previous, record, previous_records,

@@ -280,9 +280,10 @@ class FetchPipeline:
         event_types = {et: s.as_dict() for et, s in sorted(stager.summaries.items()) if s.count}
         owners = stager.owners - (1 if unrouted else 0)  # owners with messages; _unrouted is none
         record_path = storage.join_path(self.ledger_dir, ledger.FETCH_DIR, ledger.range_record_name(rng.index))
-        ledger.write_ledger_file(record_path, ledger.fetch_record(
-            interval_id=interval, stream=stream, range_=rng, staged=staged, skipped=skipped, event_types=event_types,
-            run_version=run_version, owners=owners, unrouted=unrouted, delta_version=done.version))
+        ledger.write_ledger_file(record_path, ledger.FetchRecord(
+            interval_id=interval, stream=stream, range=rng, staged=int(staged), skipped=skipped,
+            event_types=event_types, run_version=run_version, owners=int(owners), unrouted=int(unrouted),
+            delta_version=done.version).as_dict())
         nonempty = [v for v in event_types.values() if v["count"]]
         summary = RangeSummary(
             stream=stream, layout=layout, table=uri, interval_id=interval, range=rng, count=staged,
@@ -333,7 +334,7 @@ class FetchPipeline:
                             group: Sequence[Target]) -> list[dict[str, Any]]:
         """Write and commit one owner's batches (``staging_commits.commit_batches``); return their XCom summaries."""
         owner = group[0].owner
-        uri = staging.table_uri(layout, stream)
+        uri = layout.staging_table(stream)
         committed = None
         try:
             records = await worker.call(stager.write, uri, interval,

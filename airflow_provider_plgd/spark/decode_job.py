@@ -218,7 +218,7 @@ def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
 
     plan, records = ledger.read_records(layout, stream, interval_id)
     if plan is None:
-        raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(layout, stream, interval_id)}",
+        raise LedgerError(f"interval {interval_id}: no ledger at {layout.ledger_interval_dir(stream, interval_id)}",
                           interval_id=interval_id)
     counts = ledger.staged_counts(plan, records)
     files = staging.staged_files(layout, stream, interval_id=interval_id)
@@ -297,8 +297,9 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
             "pipeline": recorded,
             "stream": args.stream}
     commits = delta_tables.commit_interval(APP, interval_id, (
-        (delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),
-        (delta_tables.QUARANTINE, quarantine_uri, schemas.QUARANTINE_SCHEMA, quarantine_files, quarantined)),
+        delta_tables.TableCommit(delta_tables.EVENTS, events_uri, schemas.EVENTS_SCHEMA, event_files, decoded),
+        delta_tables.TableCommit(delta_tables.QUARANTINE, quarantine_uri, schemas.QUARANTINE_SCHEMA, quarantine_files,
+                                 quarantined)),
         run_version=run_version, metadata=meta)
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed %s (version %s) and %s (version %s) (phase seconds: %s)", events_uri,

@@ -396,14 +396,14 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         raise RuntimeError(f"interval {interval_id}: the copy tasks' content digests count {digest.rows} rows, the "
                            f"files hold {kept_rows}; nothing committed")
     # a rerun of an interval that later ones built on: checked before the first commit (chain.check_rerun)
-    change = chain.check_rerun(layout, IntervalId.parse(interval_id), digest, log=log_)
+    change = chain.check_rerun(layout, interval_id, digest, log=log_)
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
             "pipeline": recorded, content.CONTENT_KEY: {interval_id: digest.as_dict()},
             chain.IDS_CHANGED_KEY: change.ids_changed}
     commits = delta_tables.commit_interval(APP, interval_id, (
-        (delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
-        (delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),
+        delta_tables.TableCommit(delta_tables.MSGID_INDEX, index_uri, MSGID_INDEX_SCHEMA, index_records, index_rows),
+        delta_tables.TableCommit(delta_tables.EVENTS_DEDUPED, deduped_uri, schemas.EVENTS_SCHEMA, written, kept_rows)),
         run_version=run_version, metadata=meta)
     timings["commit"] = round(time.time() - phase, 3)
     log.info("committed %s version %s (%d rows, %d of them ID conflicts kept; %d within-batch and %d cross-batch "

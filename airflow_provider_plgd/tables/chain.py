@@ -206,7 +206,7 @@ class RerunChange:
     stale: tuple[IntervalId, ...] = ()
 
 
-def check_rerun(layout: Layout, interval_id: IntervalId, digest: Any, *, log: DedupeLog | None = None) -> RerunChange:
+def check_rerun(layout: Layout, interval_id: IntervalId | str, digest: Any, *, log: DedupeLog | None = None) -> RerunChange:
     """Before dedupe commits ``interval_id`` with rows of content ``digest``
     (:class:`~airflow_provider_plgd.tables.content.ContentDigest`): what the commit changes, and
     whether the chain can be repaired after it.
@@ -221,6 +221,7 @@ def check_rerun(layout: Layout, interval_id: IntervalId, digest: Any, *, log: De
     """
     from airflow_provider_plgd.tables import content, snapshot_store
 
+    interval_id = IntervalId.parse(interval_id)
     log = log or dedupe_log(layout)
     new = digest.as_dict()
     before = content.fingerprint(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED),
@@ -351,7 +352,7 @@ def folded_input(layout: Layout, snapshots: Layout, interval_id: str) -> tuple[d
     return record, not content.same_content(recorded, input_fingerprint(layout, interval_id))
 
 
-def check_before_run(layout: Layout, interval_id: IntervalId) -> None:
+def check_before_run(layout: Layout, interval_id: IntervalId | str) -> None:
     """``plan``'s check, before a run of ``interval_id`` commits anything to any table: the
     refusals its dedupe or rebuild could meet after the decode commit, made first.
 
@@ -364,6 +365,7 @@ def check_before_run(layout: Layout, interval_id: IntervalId) -> None:
     """
     from airflow_provider_plgd.tables import snapshot_store
 
+    interval_id = IntervalId.parse(interval_id)
     before = [s for s in stale_intervals(layout) if s.interval_id.same_kind(interval_id) and s.interval_id < interval_id]
     if before:
         named = ", ".join(str(s.interval_id) for s in before[:10]) + (", ..." if len(before) > 10 else "")

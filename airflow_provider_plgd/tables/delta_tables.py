@@ -281,25 +281,36 @@ def _remove_rewritten_leftovers(uri: str, version: int, records: Sequence[Mappin
                            "table after 3 attempts to remove them; rerun the interval", table=uri)
 
 
-def commit_interval(app: str, interval_id: str, tables: Sequence[tuple[str, str, Any, Sequence[Mapping[str, Any]], int]],
-                    *, run_version: int, metadata: Mapping[str, Any]) -> dict[str, Commit]:
+@dataclass(frozen=True)
+class TableCommit:
+    """One table's part of :func:`commit_interval`: the table ``name`` (of :data:`INTERVAL_TABLES`),
+    its ``uri``, the pyarrow ``schema``, the file ``records`` (``file_records.file_record``) and their ``rows``."""
+
+    name: str
+    uri: str
+    schema: Any
+    records: Sequence[Mapping[str, Any]]
+    rows: int
+
+
+def commit_interval(app: str, interval_id: str, tables: Sequence[TableCommit], *, run_version: int,
+                    metadata: Mapping[str, Any]) -> dict[str, Commit]:
     """Commit one run's files of an interval to each of ``tables``, in order, each in its own Delta
     transaction that replaces the interval's rows (:func:`commit_files`, idempotency key
     ``plgd.{app}.{table}/{interval_id}``, so :func:`run_committed` can tell that one run committed
     them all).
 
-    :param tables: ``(name, uri, schema, records, rows)`` per table (``name`` of
-        :data:`INTERVAL_TABLES`).
+    :param tables: one :class:`TableCommit` per table.
     :param metadata: stored in each commit, with ``rows`` of that table added.
     :return: ``{name: Commit}``.
     :raises TableCommitError: as :func:`commit_files`; the tables before it stay committed (the
         next stage waits for a rerun: :func:`run_committed`).
     """
     commits = {}
-    for name, uri, schema, records, rows in tables:
-        commits[name] = commit_files(
-            uri, records, schema=schema, partition_by=INTERVAL_TABLES[name], replace=interval_filter(interval_id),
-            metadata={**metadata, "rows": rows}, app_id=f"plgd.{app}.{name}/{interval_id}", run_version=run_version)
+    for t in tables:
+        commits[t.name] = commit_files(
+            t.uri, t.records, schema=t.schema, partition_by=INTERVAL_TABLES[t.name], replace=interval_filter(interval_id),
+            metadata={**metadata, "rows": t.rows}, app_id=f"plgd.{app}.{t.name}/{interval_id}", run_version=run_version)
     return commits
 
 

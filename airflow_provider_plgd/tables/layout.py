@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from airflow_provider_plgd.tables.storage import join_path
+from airflow_provider_plgd.times import IntervalId
 
 #: Folder of the staging tables (one per stream).
 STAGING_DIR = "staging"
@@ -149,26 +150,26 @@ class Layout:
         """``{root}/_ledger/{stream}``. :raises ValueError: a stream not safe in a path."""
         return join_path(self.root, LEDGER_DIR, validate_partition_value(stream, "stream"))
 
-    def ledger_interval_dir(self, stream: str, interval_id: str) -> str:
+    def ledger_interval_dir(self, stream: str, interval_id: IntervalId | str) -> str:
         """``{root}/_ledger/{stream}/interval={interval_id}``.
 
         :raises ValueError: a stream or interval ID that is not safe in a path.
         """
         return join_path(self.ledger_stream_dir(stream),
-                         f"interval={validate_partition_value(interval_id, 'interval_id')}")
+                         f"interval={validate_partition_value(str(interval_id), 'interval_id')}")
 
     # -- run summaries --------------------------------------------------------------------------
     def runs_dir(self) -> str:
         """``{root}/_runs``."""
         return join_path(self.root, RUNS_DIR)
 
-    def run_summary(self, app: str, interval_id: str) -> str:
+    def run_summary(self, app: str, interval_id: IntervalId | str) -> str:
         """``{root}/_runs/{app}/interval={interval_id}.json``.
 
         :raises ValueError: an app or interval ID that is not safe in a path.
         """
         return join_path(self.runs_dir(), validate_partition_value(app, "app"),
-                         f"interval={validate_partition_value(interval_id, 'interval_id')}.json")
+                         f"interval={validate_partition_value(str(interval_id), 'interval_id')}.json")
 
     # -- tables ---------------------------------------------------------------------------------
     def table(self, name: str) -> str:

@@ -1,7 +1,7 @@
 """The interval ledger: what the stream holds for an interval, and how every stage accounts for it.
 
 The ETL's ``plan`` task records, before anything is fetched, what the stream holds for the
-interval (:func:`plan_record`): its stream-sequence range cut into contiguous ranges, each with
+interval (:class:`PlanRecord`): its stream-sequence range cut into contiguous ranges, each with
 the exact number of messages the fetch reads (``plgd.>``, or the selected owners' subjects).
 Every later stage accounts for its input against that record, and the ``summary`` task checks
 the whole chain (:func:`~airflow_provider_plgd.tables.reconcile.reconcile`)::
@@ -40,10 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.tables import staging, storage
-from airflow_provider_plgd.tables.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.plgd.subjects import owner_filter
+from airflow_provider_plgd.tables import staging, storage
+from airflow_provider_plgd.tables.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
 
 #: Version of the ledger files (bump on an incompatible change). 1: per-owner counts and owner
 #: groups; 2: fetch records per owner and batch fragment (both read, for the checks of a rerun of
@@ -81,20 +81,12 @@ def read_filter(owner_id: str) -> str:
     return SCOPE_FILTER if owner_id == UNROUTED_OWNER else owner_filter(owner_id)
 
 
-def interval_dir(layout: Layout, stream: str, interval_id: str) -> str:
-    """``{root}/_ledger/{stream}/interval={interval_id}`` (string join; works for paths and URLs).
-
-    :raises ValueError: a stream or interval ID that is not safe in a path.
-    """
-    return layout.ledger_interval_dir(stream, interval_id)
-
-
 def read_plan(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
     """The interval's plan record (:data:`PLAN_FILE`), or None when no ``plan`` wrote one.
 
     :raises ValueError: as :func:`read_ledger_file`.
     """
-    return read_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), PLAN_FILE))
+    return read_ledger_file(storage.join_path(layout.ledger_interval_dir(stream, interval_id), PLAN_FILE))
 
 
 def read_summary(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
@@ -102,7 +94,7 @@ def read_summary(layout: Layout, stream: str, interval_id: str) -> dict[str, Any
 
     :raises ValueError: as :func:`read_ledger_file`.
     """
-    return read_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE))
+    return read_ledger_file(storage.join_path(layout.ledger_interval_dir(stream, interval_id), SUMMARY_FILE))
 
 
 def range_record_name(index: int) -> str:
@@ -191,7 +183,14 @@ class PlanRecord:
     def of(cls, counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
            owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str],
            run_version: int | None = None) -> PlanRecord:
-        """Build the record from ``JetStreamHook.acount_ranges`` (see :func:`plan_record`)."""
+        """Build the record from ``JetStreamHook.acount_ranges``.
+
+        :param counted: the hook's answer (``stream``, ``created``, ``state``, ``first_seq``,
+            ``end_seq_exclusive``, ``total``, ``scope_total``, ``read_total``, ``ranges``).
+        :param owners: the owners the user selected, or None (every owner: the fetch reads
+            ``SCOPE_FILTER`` and stages messages without a valid owner as ``_unrouted``).
+        :param read_filters: the filters the fetch reads with (``[SCOPE_FILTER]`` or one per owner).
+        """
         span = int(counted["end_seq_exclusive"]) - int(counted["first_seq"])
         ranges = tuple(PlanRange(i, int(r["first_seq"]), int(r["end_seq_exclusive"]), int(r["count"]))
                        for i, r in enumerate(counted["ranges"]))
@@ -276,7 +275,7 @@ class PlanRecord:
 
 @dataclass(frozen=True)
 class FetchRecord:
-    """A fetch task's record ``fetch/range-NNNNN.json`` (:func:`fetch_record`).
+    """A fetch task's record ``fetch/range-NNNNN.json`` (:meth:`as_dict`).
 
     :ivar range: the plan's range the task read. :ivar run_version: the plan's run version it
         committed under. :ivar staged: messages staged. :ivar skipped: ``{reason: n}``.
@@ -320,54 +319,9 @@ class FetchRecord:
                 "owners": self.owners, "unrouted": self.unrouted, "delta_version": self.delta_version}
 
 
-def plan_record(counted: Mapping[str, Any], *, interval_id: str, bounds: Mapping[str, Any],
-                owners: Sequence[str] | None, event_types: Sequence[str], read_filters: Sequence[str]) -> dict[str, Any]:
-    """Build ``stream.json`` from ``JetStreamHook.acount_ranges``.
-
-    :param counted: the hook's answer (``stream``, ``created``, ``state``, ``first_seq``,
-        ``end_seq_exclusive``, ``total``, ``scope_total``, ``read_total``, ``ranges``).
-    :param owners: the owners the user selected, or None (every owner: the fetch reads
-        ``SCOPE_FILTER`` and stages messages without a valid owner as ``_unrouted``).
-    :param read_filters: the filters the fetch reads with (``[SCOPE_FILTER]`` or one per owner).
-    :return: ``{"version", "interval_id", "stream", "stream_created", "bounds", "first_seq",
-        "end_seq_exclusive", "seq_span", "deleted_in_range", "stream_state", "scope_filter",
-        "scope_total", "read_filters", "total" (what the fetch must account for), "owners" (None or
-        the selection), "event_types", "not_requested" (other owners' messages of a selection),
-        "ranges": [{"index", "first_seq", "end_seq_exclusive", "count"}], "fetch_ranges"}``.
-    """
-    return PlanRecord.of(counted, interval_id=interval_id, bounds=bounds, owners=owners, event_types=event_types,
-                         read_filters=read_filters).as_dict()
-
-
-def plan_range(plan: Mapping[str, Any], index: Any) -> PlanRange:
-    """Range ``index`` (0-based) of a plan record (:meth:`PlanRecord.range`).
-
-    :raises ValueError: ``index`` not an integer in ``0 .. fetch_ranges - 1`` (names both), or a
-        plan record of another ledger version.
-    """
-    return PlanRecord.from_dict(plan).range(index)
-
-
 # ------------------------------------------------------------------------------------------------
 # fetch
 # ------------------------------------------------------------------------------------------------
-def fetch_record(*, interval_id: str, stream: str, range_: PlanRange | Mapping[str, Any], staged: int,
-                 skipped: Mapping[str, int], event_types: Mapping[str, Mapping[str, Any]],
-                 run_version: int | None, owners: int = 0, unrouted: int = 0,
-                 delta_version: int | None = None) -> dict[str, Any]:
-    """Build a fetch task's record (``fetch/range-NNNNN.json``; fields: :class:`FetchRecord`).
-
-    :param range_: the plan's range (``index``, ``first_seq``, ``end_seq_exclusive``, ``count``).
-    :param staged: messages staged; ``skipped``: ``{reason: n}``.
-    :param event_types: per event type with messages, ``{"count", "bytes", "batches", "files",
-        "first_seq", "last_seq"}``.
-    """
-    rng = range_ if isinstance(range_, PlanRange) else PlanRange.from_dict(range_)
-    return FetchRecord(interval_id=interval_id, stream=stream, range=rng, staged=int(staged), skipped=skipped,
-                       event_types=event_types, run_version=run_version, owners=int(owners), unrouted=int(unrouted),
-                       delta_version=delta_version).as_dict()
-
-
 def account_problems(what: str, expected: int, staged: int, skipped: Mapping[str, int]) -> list[str]:
     """``[]`` when ``staged + sum(skipped) == expected``, else one line naming ``what`` with the numbers."""
     got = int(staged) + sum(int(n) for n in skipped.values())
@@ -385,7 +339,7 @@ def range_problems(range_: PlanRange, staged: int, skipped: Mapping[str, int]) -
 
 def read_records(layout: Layout, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The interval's plan record (or None) and its fetch records (sorted by file name)."""
-    base = interval_dir(layout, stream, interval_id)
+    base = layout.ledger_interval_dir(stream, interval_id)
     plan = read_ledger_file(storage.join_path(base, PLAN_FILE))
     fs, p = storage.to_fs(storage.join_path(base, FETCH_DIR))
     try:
@@ -398,7 +352,7 @@ def read_records(layout: Layout, stream: str, interval_id: str) -> tuple[dict[st
 
 def clear_fetch_records(layout: Layout, stream: str, interval_id: str) -> None:
     """Delete the interval's fetch records (plan does, so a rerun's records are its own)."""
-    fs, p = storage.to_fs(storage.join_path(interval_dir(layout, stream, interval_id), FETCH_DIR))
+    fs, p = storage.to_fs(storage.join_path(layout.ledger_interval_dir(stream, interval_id), FETCH_DIR))
     if fs.exists(p):
         fs.rm(p, recursive=True)
 

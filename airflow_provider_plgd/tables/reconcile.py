@@ -12,14 +12,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.tables import storage
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import (
     ALL_OWNERS,
     LEDGER_VERSION,
     SUMMARY_FILE,
-    interval_dir,
     read_records,
     read_summary,
     staged_counts,
@@ -69,7 +68,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     if plan is None:
         return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
                 "per_event_type": {}, "reconciled": False,
-                "problems": [f"no ledger at {interval_dir(layout, stream, interval_id)} (the plan task writes it)"]}
+                "problems": [f"no ledger at {layout.ledger_interval_dir(stream, interval_id)} (the plan task writes it)"]}
     problems: list[str] = []
     try:
         counts = staged_counts(plan, records)
@@ -155,7 +154,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "run_version": started, "problems": problems, "reconciled": not problems}
-    write_ledger_file(storage.join_path(interval_dir(layout, stream, interval_id), SUMMARY_FILE), result)
+    write_ledger_file(storage.join_path(layout.ledger_interval_dir(stream, interval_id), SUMMARY_FILE), result)
     return {**result, "per_event_type": dict(sorted(per_event_type.items()))}
 
 
@@ -173,7 +172,7 @@ def expire_staging(layout: Layout, stream: str, retention_seconds: float) -> dic
     try:
         done = staging_commits.expire_intervals(layout, stream, retention_seconds=retention_seconds,
                                                 committed=lambda iid: is_reconciled(layout, stream, iid))
-    except Exception as exc:  # noqa: BLE001 - housekeeping: the next run tries again
+    except Exception as exc:  # housekeeping: the next run tries again
         log.warning("Staging of stream %s was not expired (the next run tries again): %s: %s", stream,
                     type(exc).__name__, exc)
         return None

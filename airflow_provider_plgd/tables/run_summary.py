@@ -18,14 +18,9 @@ from airflow_provider_plgd.times import interval_end_epoch
 APPS = ("decode", "dedupe", "rebuild")
 
 
-def run_summary_path(layout: Layout, app: str, interval_id: str) -> str:
-    """Return where application ``app`` writes its summary for ``interval_id`` (a path or URL string)."""
-    return layout.run_summary(app, interval_id)
-
-
 def read_app_summary(layout: Layout, app: str, interval_id: str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
-    path = run_summary_path(layout, app, interval_id)
+    path = layout.run_summary(app, interval_id)
     from airflow_provider_plgd.tables.storage import to_fs
 
     fs, fs_path = to_fs(path)

@@ -172,15 +172,6 @@ def as_filter_list(subject_filters: str | Sequence[str]) -> list[str]:
     return filters
 
 
-def table_uri(layout: Layout, stream: str) -> str:
-    """The staging table of ``stream``: ``{root}/staging/{stream}`` (a path, or a URL for object
-    stores; ``root`` may also be an ``ObjectStoragePath``).
-
-    :raises ValueError: a stream name that is not safe in a path.
-    """
-    return layout.staging_table(stream)
-
-
 def partition_folder(interval_id: str, event_type: str) -> str:
     """``interval_id={interval_id}/event_type={event_type}`` (relative to the table)."""
     return (f"{INTERVAL_COLUMN}={validate_partition_value(interval_id, 'interval_id')}/"
@@ -285,13 +276,14 @@ def open_staging_table(layout: Layout, stream: str, version: int | None = None):
     """The staging table's ``deltalake.DeltaTable`` (at ``version``), or None when there is none."""
     from airflow_provider_plgd.tables import delta_tables
 
-    return delta_tables.open_table(table_uri(layout, stream), version)
+    return delta_tables.open_table(layout.staging_table(stream), version)
 
 
 def log_files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> list[StagedFile]:
     """The data files of table ``dt`` (at ``uri``), of ``interval_ids`` only when given, sorted by path."""
-    import pyarrow.compute as pc
     from urllib.parse import unquote
+
+    import pyarrow.compute as pc
 
     actions = pa.table(dt.get_add_actions(flatten=True))
     if interval_ids is not None:
@@ -311,7 +303,7 @@ def log_files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> l
         for p, n, s, i, e, lo_o, hi_o, lo_s, hi_s, m in zip(
             col("path"), col("num_records"), col("size_bytes"), col(f"partition.{INTERVAL_COLUMN}"),
             col(f"partition.{EVENT_TYPE_COLUMN}"), col(f"min.{OWNER_COLUMN}"), col(f"max.{OWNER_COLUMN}"),
-            col("min.stream_seq"), col("max.stream_seq"), modified.to_pylist())
+            col("min.stream_seq"), col("max.stream_seq"), modified.to_pylist(), strict=True)
     ]
     return sorted(files, key=lambda f: f.path)
 
@@ -329,7 +321,7 @@ def staged_files(layout: Layout, stream: str, *, interval_id: str | None = None,
         return []
     types = None if event_types is None else set(event_types)
     wanted = None if owners is None else sorted(set(owners))
-    return [f for f in log_files(dt, table_uri(layout, stream), None if interval_id is None else [interval_id])
+    return [f for f in log_files(dt, layout.staging_table(stream), None if interval_id is None else [interval_id])
             if (types is None or f.event_type in types) and (wanted is None or f.may_hold(wanted))]
 
 
@@ -362,7 +354,7 @@ def read_staged(layout: Layout, stream: str, interval_id: str, *, owners: Iterab
             .append_column(TABLE_SCHEMA.field(EVENT_TYPE_COLUMN), pa.repeat(pa.scalar(f.event_type), n))
 
     parts = map_io(read, files)
-    schema = pa.schema([TABLE_SCHEMA.field(c) for c in file_cols + [INTERVAL_COLUMN, EVENT_TYPE_COLUMN]])
+    schema = pa.schema([TABLE_SCHEMA.field(c) for c in [*file_cols, INTERVAL_COLUMN, EVENT_TYPE_COLUMN]])
     table = pa.concat_tables([t.cast(schema) for t in parts]) if parts else schema.empty_table()
     if table.num_rows:
         order = pc.sort_indices(table, sort_keys=[(EVENT_TYPE_COLUMN, "ascending"), (OWNER_COLUMN, "ascending"),
@@ -383,7 +375,7 @@ def owners_with_messages(layout: Layout, stream: str, interval_id: str) -> dict[
         with fs.open(path, "rb") as fh:
             column = pq.read_table(fh, columns=[OWNER_COLUMN]).column(OWNER_COLUMN)
         counts = pc.value_counts(column)
-        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()))
+        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
 
     found: dict[str, int] = {}
     for part in map_io(count, staged_files(layout, stream, interval_id=interval_id)):

@@ -34,13 +34,12 @@ from airflow_provider_plgd.tables.staging import (
     batch_file_prefix,
     file_batch_owner,
     file_range,
+    log,
     log_files,
     new_write_id,
     plan_app_id,
     range_app_id,
     staged_intervals,
-    log,
-    table_uri,
     validate_partition_value,
 )
 
@@ -57,7 +56,7 @@ class StagingCommit:
 def _table(layout: Layout, stream: str):
     from airflow_provider_plgd.tables import delta_tables
 
-    return delta_tables.ensure_table(table_uri(layout, stream), TABLE_SCHEMA, PARTITION_COLUMNS)
+    return delta_tables.ensure_table(layout.staging_table(stream), TABLE_SCHEMA, PARTITION_COLUMNS)
 
 
 def _remove(f: StagedFile, now_ms: int):
@@ -133,7 +132,7 @@ def begin_interval(layout: Layout, stream: str, interval_id: str, run_version: i
     :return: the commit (``files``: the files removed; ``version`` None when the run had begun already).
     :raises TableCommitError: a newer run of the interval began first.
     """
-    uri = table_uri(layout, stream)
+    uri = layout.staging_table(stream)
     validate_partition_value(interval_id, "interval_id")
 
     def attempt() -> StagingCommit:
@@ -169,7 +168,7 @@ def committed_range(layout: Layout, stream: str, interval_id: str, range_index: 
     """
     from airflow_provider_plgd.tables import delta_tables
 
-    uri = table_uri(layout, stream)
+    uri = layout.staging_table(stream)
     dt = delta_tables.open_table(uri)
     _check_plan(dt, uri, interval_id, run_version)
     if _check_newer(uri, range_app_id(interval_id, range_index), dt.transaction_version(
@@ -217,7 +216,7 @@ def commit_range(layout: Layout, stream: str, interval_id: str, range_index: int
     """
     from airflow_provider_plgd.tables import delta_tables
 
-    uri = table_uri(layout, stream)
+    uri = layout.staging_table(stream)
     app = range_app_id(interval_id, range_index)
 
     def attempt() -> StagingCommit:
@@ -249,7 +248,7 @@ def commit_batches(layout: Layout, stream: str, interval_id: str, owner_id: str,
     """
     from airflow_provider_plgd.tables import delta_tables
 
-    uri = table_uri(layout, stream)
+    uri = layout.staging_table(stream)
     types = sorted(set(event_types))
     apps = {batch_app_id(interval_id, owner_id, t): run_version for t in types}
     batch_file_prefix(owner_id, "x")  # the owner is safe in a file name
@@ -311,7 +310,7 @@ def expire_intervals(layout: Layout, stream: str, *, retention_seconds: float, n
 
     if retention_seconds < 0:
         raise ValueError(f"staging retention must be >= 0 seconds, got {retention_seconds!r}")
-    uri = table_uri(layout, stream)
+    uri = layout.staging_table(stream)
     cutoff_ms = int(((time.time() if now_s is None else now_s) - retention_seconds) * 1000)
     old_intervals = sorted(iid for iid, s in staged_intervals(layout, stream).items() if s["modified_ms"] <= cutoff_ms)
     chosen = tuple(iid for iid in old_intervals if committed is None or committed(iid))

@@ -23,7 +23,6 @@ import pytest
 
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.compat import AIRFLOW_V_3
 
 pytestmark = [pytest.mark.airflow2, pytest.mark.skipif(AIRFLOW_V_3, reason="Airflow 2.x only (make test-airflow2)")]
@@ -110,7 +109,7 @@ def test_cli_backfill_stages_exact_batches_per_owner_event_type_and_interval(jet
 
     from deltalake import DeltaTable
 
-    rows = DeltaTable(staging.table_uri(Layout.of(str(root)), "EVENTS")).to_pyarrow_table().to_pylist()  # any Delta reader
+    rows = DeltaTable(Layout.of(str(root)).staging_table("EVENTS")).to_pyarrow_table().to_pylist()  # any Delta reader
     for k in (0, 1):
         interval_id = times.interval_id((start + k * interval) * 10**9, (start + (k + 1) * interval) * 10**9)
         batches: dict[tuple[str, str], list[int]] = {}

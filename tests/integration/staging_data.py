@@ -26,7 +26,7 @@ def write_batches(root: Any, interval_id: str, batches: Mapping[tuple[str, str],
         stager = Stager(stream=stream, spill_dir=None, **stager_kw)
         for event_type, rows in sorted(types.items()):
             stager.add(owner, event_type, list(rows))
-        mine = stager.write(staging.table_uri(Layout.of(root), stream), interval_id,
+        mine = stager.write(Layout.of(root).staging_table(stream), interval_id,
                             staging.batch_file_prefix(owner, staging.new_write_id()))
         if commit:
             staging_commits.commit_batches(Layout.of(root), stream, interval_id, owner, sorted(types), mine, time.time_ns() // 1_000_000)

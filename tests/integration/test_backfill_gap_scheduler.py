@@ -68,7 +68,6 @@ dag = build_etl_dag(
 def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_reports_the_hole(
         jetstream, airflow_postgres_db, tmp_path: Path) -> None:
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
 
     t_start = time.monotonic()
     home, dags, root = tmp_path / "airflow", tmp_path / "dags", tmp_path / "data"
@@ -101,7 +100,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
                            "AND task_id = 'plan'", DAG_ID, run_id)[0]
 
     def planned(k: int) -> bool:
-        return (Path(ledger.interval_dir(Layout.of(str(root)), "EVENTS", ids[k])) / "stream.json").exists()
+        return (Path(Layout.of(str(root)).ledger_interval_dir("EVENTS", ids[k])) / "stream.json").exists()
 
     try:
         stack.cli("db", "migrate", timeout=300)

@@ -75,7 +75,6 @@ def _devices(root: Path) -> set[str]:
 def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_interval_is_refused(
         jetstream, airflow_postgres_db, tmp_path: Path) -> None:
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.spark import spark_lock
 
@@ -194,7 +193,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
         log = stack.task_log(runs()[before][0], "plan")
         assert "OutOfOrderIntervalError" in log and f"older than the chain's head {ids[2]}" in log, log[-3000:]
         old_id = times.interval_id(before, starts[0])
-        assert not Path(ledger.interval_dir(Layout.of(str(root)), "EVENTS", old_id)).exists()
+        assert not Path(Layout.of(str(root)).ledger_interval_dir("EVENTS", old_id)).exists()
         assert _devices(root) == expected
     finally:
         stack.stop()

@@ -164,7 +164,7 @@ def run(tmp_path_factory):
     # a fetch killed before its commit: its file is on disk, named by no commit
     (uncommitted,) = _write_batch(root, cases.OWNER, "uncommitted", IID,
                                   [(seq + 1, rc[1], START_NS + 7, None, rc[2])], commit=False)
-    table = Path(staging.table_uri(Layout.of(str(root)), STREAM))
+    table = Path(Layout.of(str(root)).staging_table(STREAM))
     assert (table / uncommitted["path"]).exists()
     # a stray file in a committed partition folder
     committed = table / staging.partition_folder(IID, published[0][4])

@@ -252,7 +252,8 @@ DRIVER = textwrap.dedent('''
                         partition=f.partition))
         rv = int(time.time() * 1000)
         delta_tables.commit_interval("decode", iid, [
-            (t, root_fix + "/" + t, arrow_schemas[t], records[t], sum(r["rows"] for r in records[t]))
+            delta_tables.TableCommit(t, root_fix + "/" + t, arrow_schemas[t], records[t],
+                                     sum(r["rows"] for r in records[t]))
             for t in ("events", "quarantine")], run_version=rv,
             metadata={"app": "decode", "interval_id": iid, "run_version": rv})
     # A: the same rows in other files compare equal. A rerun of an older interval whose decode

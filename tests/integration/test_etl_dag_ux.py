@@ -186,7 +186,7 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
     assert result["chain"]["stream_total"] == 0 and result["chain"]["staged"] == 0
     assert result["chain"]["decoded"] == 0 and result["chain"]["kept"] == 0
     assert result["chain"]["spark_skipped"] == planned["spark_skip"]
-    written = ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', interval)}/summary.json")
+    written = ledger.read_ledger_file(f"{Layout.of(str(root)).ledger_interval_dir('EVENTS', interval)}/summary.json")
     assert written["reconciled"] is True
     for table in ("events", "quarantine", "events_deduped", "msgid_index", "snapshots", "_runs"):
         assert not (root / table).exists(), table  # no Spark output, no snapshot version
@@ -211,7 +211,6 @@ def test_empty_interval_skips_spark_and_reconciles_zero(dags_folder, jetstream, 
 
 def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(tmp_path):
     from airflow_provider_plgd.etl import spark_skip_reason
-    from airflow_provider_plgd.tables.run_summary import run_summary_path
     from tests.integration.test_example_dags import write_snapshot
 
     root = tmp_path / "root"
@@ -232,7 +231,7 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
                    next_expiry_ns={"0": int(end.timestamp()) * 10**9})  # expires at the end: next interval's job
     assert spark_skip_reason(Layout.of(str(root)), record, end) is not None
     # an earlier run of the interval wrote outputs: a rerun replaces them with Spark
-    summary = Path(run_summary_path(Layout.of(str(root)), "decode", record["interval_id"]))
+    summary = Path(Layout.of(str(root)).run_summary("decode", record["interval_id"]))
     summary.parent.mkdir(parents=True)
     summary.write_text("{}")
     assert spark_skip_reason(Layout.of(str(root)), record, end) is None
@@ -350,7 +349,6 @@ def test_a_hole_before_the_interval_fails_plan_naming_it(dags_folder, jetstream,
     own; B, then C, run. What a backfill of a later interval leaves behind (docs/operations.md,
     "Holes in the interval chain"), through ``dag.test()`` (a scheduler would add minutes)."""
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
 
     root = tmp_path / "root"
     path = dags_folder / "plgd_ux_gap.py"
@@ -367,7 +365,7 @@ def test_a_hole_before_the_interval_fails_plan_naming_it(dags_folder, jetstream,
     states = _states(dr)
     assert states["plan"] == "failed" and states["summary"] == "upstream_failed", states
     c_id = times.interval_id(b, c)
-    assert not (Path(ledger.interval_dir(Layout.of(str(root)), "EVENTS", c_id)) / "stream.json").exists()  # nothing written
+    assert not (Path(Layout.of(str(root)).ledger_interval_dir("EVENTS", c_id)) / "stream.json").exists()  # nothing written
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 

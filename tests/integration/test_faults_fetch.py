@@ -112,7 +112,7 @@ def traffic() -> list[tuple]:
 
 
 def fetch_kwargs(root: str, record: dict, index: int) -> dict:
-    return {"ledger": ledger.interval_dir(Layout.of(root), "EVENTS", record["interval_id"]), "ledger_range": str(index),
+    return {"ledger": Layout.of(root).ledger_interval_dir("EVENTS", record["interval_id"]), "ledger_range": str(index),
             "storage_root": root, **OPTIONS}
 
 
@@ -128,7 +128,7 @@ def spawn(tmp: Path, name: str, point: str, kwargs: dict, every: list[str] | Non
 
 def state(root: str) -> dict:
     """What readers see of the staging table: version, files the log names, Parquet files on disk, rows."""
-    table = Path(staging.table_uri(Layout.of(root), "EVENTS"))
+    table = Path(Layout.of(root).staging_table("EVENTS"))
     dt = delta_table(str(table))
     rows = sorted((r["owner_id"], r["event_type"], r["stream_seq"], r["data"]) for r in staging_rows(root))
     assert polars_frame(str(table)).height == len(rows)
@@ -137,7 +137,7 @@ def state(root: str) -> dict:
 
 
 def record_of(root: str, record: dict, index: int) -> dict | None:
-    return ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', record['interval_id'])}/fetch/"
+    return ledger.read_ledger_file(f"{Layout.of(root).ledger_interval_dir('EVENTS', record['interval_id'])}/fetch/"
                             f"{ledger.range_record_name(index)}")
 
 
@@ -265,6 +265,6 @@ def test_two_fetches_of_one_range_at_once_commit_it_once(fetch_faults):
     write_ids = {p.rsplit("/", 1)[-1].split("-")[2] for p in seen["files"]}
     assert len(write_ids) == 1  # the files of one task
     assert seen["disk"] == seen["files"]  # the other task removed its own files
-    table = delta_table(staging.table_uri(Layout.of(conc["root"]), "EVENTS"))
+    table = delta_table(Layout.of(conc["root"]).staging_table("EVENTS"))
     commits = [h for h in table.history() if "fetch_range" in json.dumps(h.get("plgd") or "")]
     assert len(commits) == 1 and a["delta_version"] == b["delta_version"] == commits[0]["version"]

@@ -154,7 +154,7 @@ def test_nats_killed_mid_fetch_airflow_retries_commit_exactly_the_published_mess
         assert seqs == expected(truth, owner, event_type, s_ns, e_ns), (owner, event_type)
     all_seqs = sorted(s for seqs in got.values() for s in seqs)
     assert all_seqs == sorted(truth)  # every published message exactly once: no loss, no duplicate
-    table = staging.table_uri(Layout.of(storage_root), "EVENTS")
+    table = Layout.of(storage_root).staging_table("EVENTS")
     on_disk = sorted(os.path.relpath(os.path.join(p, f), table) for p, _, files in os.walk(table)
                      for f in files if f.endswith(".parquet"))
     assert on_disk == sorted(f.path for f in staging.staged_files(Layout.of(storage_root), "EVENTS"))  # no leftover

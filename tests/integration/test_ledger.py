@@ -62,7 +62,7 @@ def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None 
 
 def fetch_ranges(root: str, record: dict) -> list[dict]:
     """Run the fetch task of every range of a plan record (the ETL's mapped ``fetch``)."""
-    base = ledger.interval_dir(Layout.of(root), record["stream"], record["interval_id"])
+    base = Layout.of(root).ledger_interval_dir(record["stream"], record["interval_id"])
     return [run_op(ledger_range=str(i), ledger=base, storage_root=root) for i in range(record["fetch_ranges"])]
 
 
@@ -136,7 +136,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     assert "success" in str(dr.state).lower(), dr.state
     interval_id = times.interval_id(end - timedelta(seconds=interval), end)
 
-    ledger_dir = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval_id)
+    ledger_dir = Layout.of(storage_root).ledger_interval_dir("EVENTS", interval_id)
     record = json.loads(open(f"{ledger_dir}/stream.json").read())
     assert record["total"] == len(truth)
     assert record["owners"] is None and record["deleted_in_range"] == 0
@@ -273,7 +273,7 @@ def test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up(jetstream,
     files = ledger_files(Layout.of(storage_root), "EVENTS", interval)
     assert len(files) == 2 and {f.event_type for f in files} == {"devicesregistered", "resourcechanged"}
     assert sum(f.rows for f in files) == 40 == len(staging_rows(storage_root, interval_id=interval))
-    path = f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
+    path = f"{Layout.of(storage_root).ledger_interval_dir('EVENTS', interval)}/fetch/{ledger.range_record_name(0)}"
     good = ledger.read_ledger_file(path)
     assert good["event_types"]["resourcechanged"]["count"] == 20 and good["event_types"]["resourcechanged"]["batches"] == 2
     assert "owners" in good and not isinstance(good["owners"], dict)  # a number, nothing per owner
@@ -342,7 +342,7 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
     with pytest.raises(LedgerError, match=r"range 0 \(sequences \[1, 21\)\): the stream holds 19 messages, "
                                           r"fetched 15"):
         fetch_ranges(storage_root, record)
-    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", record["interval_id"])
+    base = Layout.of(storage_root).ledger_interval_dir("EVENTS", record["interval_id"])
     assert run_op(ledger_range=1, ledger=base, storage_root=storage_root)["count"] == 20
 
 
@@ -412,7 +412,7 @@ def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetst
     assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
     assert {r["owner_id"] for r in staging_rows(other, interval_id=chosen["interval_id"])} == {O1, o3}
     with pytest.raises(ValueError, match="ledger range 2 does not exist"):
-        run_op(ledger_range=2, ledger=ledger.interval_dir(Layout.of(other), "EVENTS", chosen["interval_id"]), storage_root=other)
+        run_op(ledger_range=2, ledger=Layout.of(other).ledger_interval_dir("EVENTS", chosen["interval_id"]), storage_root=other)
 
 
 def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stages_everything(
@@ -433,7 +433,7 @@ def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stage
     start_ns, end_ns = bounds_around(jetstream.url)
     truth = read_stream(jetstream.url)
     record = plan_ledger(storage_root, start_ns, end_ns, event_types=("devicesregistered",))
-    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", record["interval_id"])
+    base = Layout.of(storage_root).ledger_interval_dir("EVENTS", record["interval_id"])
     spill = tmp_path / "spill"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))

@@ -269,11 +269,11 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     for iid in ids[:2]:
         stager = Stager(stream="EVENTS", spill_dir=None)
         stager.add(owner, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
-        records = stager.write(staging.table_uri(Layout.of(str(root)), "EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
+        records = stager.write(Layout.of(str(root)).staging_table("EVENTS"), iid, staging.batch_file_prefix(owner, "w"))
         staging_commits.commit_batches(Layout.of(str(root)), "EVENTS", iid, owner, ["devicesregistered"], records, 1)
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[0])}/summary.json",
+    ledger.write_ledger_file(f"{Layout.of(str(root)).ledger_interval_dir('EVENTS', ids[0])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": True})
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', ids[1])}/summary.json",
+    ledger.write_ledger_file(f"{Layout.of(str(root)).ledger_interval_dir('EVENTS', ids[1])}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     target = dags_folder / "plgd_maintenance_staging.py"
     target.write_text("from datetime import datetime, timedelta, timezone\n"
@@ -285,5 +285,5 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
     report = xcom_value(run, "maintain")
     assert report["staging"] == {"intervals": [ids[0]], "files": 1, "rows": 2, "vacuumed": 0}
-    left = DeltaTable(staging.table_uri(Layout.of(str(root)), "EVENTS")).to_pyarrow_table().to_pylist()
+    left = DeltaTable(Layout.of(str(root)).staging_table("EVENTS")).to_pyarrow_table().to_pylist()
     assert sorted({r["interval_id"] for r in left}) == [ids[1]] and len(left) == 2

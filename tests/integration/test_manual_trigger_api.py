@@ -100,7 +100,7 @@ def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with
         from airflow_provider_plgd.tables import ledger
 
         interval = times.interval_id(hour - timedelta(hours=1), hour)
-        summary = ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', interval)}/summary.json")
+        summary = ledger.read_ledger_file(f"{Layout.of(str(root)).ledger_interval_dir('EVENTS', interval)}/summary.json")
         assert summary["reconciled"] is True and summary["chain"]["stream_total"] == 0, summary
         assert summary["chain"]["spark_skipped"], summary
         before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))

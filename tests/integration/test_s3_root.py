@@ -129,13 +129,13 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     the credentials."""
     from tests.integration.test_ledger import O1, O2, bounds_around, plan_ledger, run_op, traffic
 
-    from airflow_provider_plgd.tables.run_summary import collect_run_summary, run_summary_path
+    from airflow_provider_plgd.tables.run_summary import collect_run_summary
 
     publish_messages(jetstream.url, traffic(30))  # 60 per owner
     start_ns, end_ns = bounds_around(jetstream.url)
     record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=60)
     interval = record["interval_id"]
-    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval)
+    base = Layout.of(storage_root).ledger_interval_dir("EVENTS", interval)
     assert base.startswith("s3://plgd-test/plgd/_ledger/EVENTS/interval=")
     kw = dict(storage_root=storage_root, ledger=base, row_group_size=10, max_rows_per_file=25)
     first = [run_op(ledger_range=i, batch_size=1000, **kw) for i in range(2)]
@@ -166,7 +166,7 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     fs, _ = storage.to_fs(storage_root)
     for app, value in {"decode": {"fetched": 120, "decoded": 118, "quarantined": 2, "per_reason": {"x": 2}},
                        "dedupe": {"input": 118, "output": 118, "duplicates": 0}, "rebuild": {"version": 1}}.items():
-        fs.pipe_file(storage.to_fs(run_summary_path(Layout.of(storage_root), app, interval))[1], json.dumps(value).encode())
+        fs.pipe_file(storage.to_fs(Layout.of(storage_root).run_summary(app, interval))[1], json.dumps(value).encode())
     summary = collect_run_summary(Layout.of(storage_root), "EVENTS", interval).as_dict()
     assert summary["problems"] == [] and summary["reconciled"] is True
     assert summary["fetched_total"] == 120 and summary["chain"]["stream_total"] == 120
@@ -252,7 +252,7 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
             dr = dag.test(logical_date=end, run_conf=conf)
         runs.append(dr)
         assert "success" in str(dr.state).lower(), dr.state
-        summary = ledger.read_ledger_file(f"{ledger.interval_dir(Layout.of(storage_root), 'EVENTS', interval_id)}/summary.json")
+        summary = ledger.read_ledger_file(f"{Layout.of(storage_root).ledger_interval_dir('EVENTS', interval_id)}/summary.json")
         assert summary["reconciled"] is True and summary["problems"] == []
         assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == len(truth)
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
@@ -289,11 +289,11 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     instance here (``skip_instance_cache``)."""
     import s3fs
 
-    from airflow_provider_plgd.tables.run_summary import read_app_summary, run_summary_path
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
 
     other = s3fs.S3FileSystem(skip_instance_cache=True)
     interval = "20260101T000000Z_20260101T010000Z"
-    base = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval)
+    base = Layout.of(storage_root).ledger_interval_dir("EVENTS", interval)
     ledger.write_ledger_file(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
     assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 1
     assert read_app_summary(Layout.of(storage_root), "decode", interval) is None
@@ -301,7 +301,7 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
 
     other.pipe_file(storage.to_fs(f"{base}/fetch/range-00001.json")[1],
                     json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
-    other.pipe_file(storage.to_fs(run_summary_path(Layout.of(storage_root), "decode", interval))[1], b'{"fetched": 3}')
+    other.pipe_file(storage.to_fs(Layout.of(storage_root).run_summary("decode", interval))[1], b'{"fetched": 3}')
     assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 2
     assert read_app_summary(Layout.of(storage_root), "decode", interval) == {"fetched": 3}
     # a staging commit of another process: the next read of the log sees it, and its files
@@ -337,7 +337,7 @@ owner = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
 s = stager_module.Stager(stream="EVENTS", spill_dir=None, max_rows_per_file=25, row_group_rows=10)
 s.add(owner, "devicesregistered", [(i, "plgd.owners." + owner + ".registrations.devicesregistered",
                                     1767225600000000000 + i, None, b"payload %d" % i) for i in range(1, {rows} + 1)])
-records = s.write(staging.table_uri(Layout.of({root!r}), "EVENTS"), "seq-000000000001-000000001000",
+records = s.write(Layout.of({root!r}).staging_table("EVENTS"), "seq-000000000001-000000001000",
                   staging.batch_file_prefix(owner, staging.new_write_id()))
 staging_commits.commit_batches(Layout.of({root!r}), "EVENTS", "seq-000000000001-000000001000", owner, ["devicesregistered"], records,
                        {version})
@@ -362,7 +362,7 @@ def test_a_fetch_killed_between_its_files_leaves_nothing_visible_on_the_bucket(s
     killed = writer(2, 2)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert staging.staged_files(Layout.of(storage_root), "EVENTS") == first and staging_rows(storage_root) == rows
-    fs, path = storage.to_fs(staging.table_uri(Layout.of(storage_root), "EVENTS"))
+    fs, path = storage.to_fs(Layout.of(storage_root).staging_table("EVENTS"))
     on_bucket = [p for p in fs.find(path) if p.endswith(".parquet")]
     assert len(on_bucket) == 5  # the two files of the killed run are there, named by no commit
 

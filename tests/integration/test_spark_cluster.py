@@ -223,7 +223,7 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     for table, rows in cluster_tables.items():
         canon = sorted(json.dumps(r, sort_keys=True, default=repr) for r in rows)
         assert canon == sorted(json.dumps(r, sort_keys=True, default=repr) for r in local_tables[table]), table
-    summary = json.loads((Path(ledger.interval_dir(Layout.of(str(roots["cluster"])), "EVENTS", interval_id))
+    summary = json.loads((Path(Layout.of(str(roots["cluster"])).ledger_interval_dir("EVENTS", interval_id))
                           / "summary.json").read_text())
     assert summary["reconciled"] is True and summary["problems"] == []
     assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == total
@@ -262,7 +262,7 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     assert "success" in str(dr.state).lower(), (dr.state, task_states(dr))
     assert wrapper_log.read_text().strip(), "the executors never started the executor Python"
     assert compare_snapshot(root, expected_state(sim, through_interval=0)) == []
-    summary = ledger.read_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "summary.json"))
+    summary = ledger.read_ledger_file(storage.join_path(Layout.of(root).ledger_interval_dir("EVENTS", interval_id), "summary.json"))
     assert summary["reconciled"] is True and summary["problems"] == []
     assert summary["chain"]["stream_total"] == summary["chain"]["staged"] == total
     assert summary["chain"]["decoded"] + summary["chain"]["quarantined"] == total

@@ -1,6 +1,6 @@
 """``plgd-etl status`` on a real chain with a hole, against a real nats-server.
 
-The chain is written with the project's own functions: the interval ledger (``ledger.plan_record``
+The chain is written with the project's own functions: the interval ledger (``ledger.PlanRecord``
 of the sequence ranges the messages got when published, ``stream.json``; a ``summary.json`` that
 does not reconcile), the interval tables (``plgd_devtools.interval_tables``: decode and dedupe
 commits in the Spark applications' layout) and the snapshot record. Seven hourly intervals:
@@ -43,9 +43,9 @@ def plan(root: str, interval_id: str, first_seq: int, end_seq: int, count: int) 
                "end_seq_exclusive": end_seq, "total": count, "scope_total": count, "read_total": count,
                "ranges": [{"first_seq": first_seq, "end_seq_exclusive": end_seq, "count": count}] if count else []}
     interval = times.Interval.from_id(interval_id)
-    record = ledger.plan_record(counted, interval_id=interval_id, bounds=interval.bounds(), owners=None,
-                                event_types=["resourcechanged"], read_filters=[ledger.SCOPE_FILTER])
-    ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "stream.json"), record)
+    record = ledger.PlanRecord.of(counted, interval_id=interval_id, bounds=interval.bounds(), owners=None,
+                                  event_types=["resourcechanged"], read_filters=[ledger.SCOPE_FILTER]).as_dict()
+    ledger.write_ledger_file(storage.join_path(Layout.of(root).ledger_interval_dir("EVENTS", interval_id), "stream.json"), record)
 
 
 def run_status(*args: str) -> subprocess.CompletedProcess:
@@ -74,7 +74,7 @@ def test_status_shows_the_chain_with_its_hole_the_tables_and_the_lag(jetstream, 
         interval_tables.commit_interval_tables(root, ids[k], *decoded[k])
     interval_tables.commit_snapshot_record(root, ids[3], [ids[0], ids[2], ids[3]])
     interval_tables.commit_interval_tables(root, ids[4], *decoded[4], dedupe=False)  # decoded, dedupe failed
-    ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", ids[4]), "summary.json"),
+    ledger.write_ledger_file(storage.join_path(Layout.of(root).ledger_interval_dir("EVENTS", ids[4]), "summary.json"),
                       {"version": ledger.LEDGER_VERSION, "interval_id": ids[4], "stream": "EVENTS", "chain": {},
                        "problems": ["dedupe: no run summary"], "reconciled": False})
 
@@ -133,7 +133,7 @@ def test_status_of_an_empty_root_and_bad_arguments(tmp_path):
 def _planned(root: str, interval_id: str, count: int, run_version_ms: int) -> None:
     """``stream.json`` of a run of the interval planned at ``run_version_ms`` (unix ms)."""
     plan(root, interval_id, 1, 1 + count, count)
-    path = storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id), "stream.json")
+    path = storage.join_path(Layout.of(root).ledger_interval_dir("EVENTS", interval_id), "stream.json")
     record = ledger.read_ledger_file(path)
     record["run_version"] = run_version_ms
     ledger.write_ledger_file(path, record)
@@ -141,7 +141,7 @@ def _planned(root: str, interval_id: str, count: int, run_version_ms: int) -> No
 
 def _reconciled(root: str, interval_id: str, run_version_ms: int) -> None:
     """The ``summary.json`` the summary step writes for a run that reconciled."""
-    ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", interval_id),
+    ledger.write_ledger_file(storage.join_path(Layout.of(root).ledger_interval_dir("EVENTS", interval_id),
                                                "summary.json"),
                              {"version": ledger.LEDGER_VERSION, "interval_id": interval_id, "stream": "EVENTS",
                               "chain": {}, "run_version": run_version_ms, "problems": [], "reconciled": True})

@@ -200,7 +200,7 @@ def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, va
     kwargs = {"stream": "EVENTS", "owner_id": OWNER, "event_type": "devicesregistered",
               "interval_id": "seq-000000000001-000000000002", field: value}
     with pytest.raises(ValueError) as err:
-        table = staging.table_uri(Layout.of(str(root)), kwargs["stream"])
+        table = Layout.of(str(root)).staging_table(kwargs["stream"])
         stager = Stager(stream=kwargs["stream"], spill_dir=None)
         stager.add(kwargs["owner_id"], kwargs["event_type"],
                    [(1, "plgd.owners.x.registrations.devicesregistered", 1, None, b"x")])
@@ -214,7 +214,7 @@ def test_staging_writer_rejects_hostile_path_values_and_writes_nothing(field, va
 @pytest.mark.parametrize("value", ["*", "?", "[ab]", "..", "a/b", "."])
 def test_staging_readers_reject_glob_and_path_values(value, tmp_path):
     root = tmp_path / "root"
-    for call in (lambda: staging.table_uri(Layout.of(str(root)), value), lambda: staging.partition_folder(value, "x"),
+    for call in (lambda: Layout.of(str(root)).staging_table(value), lambda: staging.partition_folder(value, "x"),
                  lambda: staging.partition_folder("i", value), lambda: staging_commits.begin_interval(Layout.of(str(root)), "EVENTS", value, 1),
                  lambda: staging.batch_file_prefix(value, "w")):
         with pytest.raises(ValueError) as err:
@@ -225,7 +225,7 @@ def test_staging_readers_reject_glob_and_path_values(value, tmp_path):
 
 def test_valid_values_still_build_the_documented_layout(tmp_path):
     root = tmp_path / "root"
-    table = staging.table_uri(Layout.of(str(root)), "EVENTS")
+    table = Layout.of(str(root)).staging_table("EVENTS")
     folder = f"{table}/{staging.partition_folder('seq-000000000001-000000000002', 'devicesregistered')}"
     assert folder == f"{root}/staging/EVENTS/interval_id=seq-000000000001-000000000002/event_type=devicesregistered"
     assert os.path.commonpath([folder, str(root)]) == str(root)

@@ -99,7 +99,7 @@ def plan(root: str, hook: FakeHook, lineage: list | None = None, dag_params: dic
 
 
 def stream_json(root: str, stream: str = "EVENTS") -> dict[str, Any]:
-    return json.loads(Path(ledger.interval_dir(Layout.of(root), stream, INTERVAL), "stream.json").read_text())
+    return json.loads(Path(Layout.of(root).ledger_interval_dir(stream, INTERVAL), "stream.json").read_text())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,17 +239,18 @@ def write_interval(root: str, *, decoded: int = 3, kept: int = 3, duplicates: in
     """A ledger of 3 messages in one range, staged by one fetch task (2 of owner A, 1 of owner B),
     and the decode, dedupe and rebuild summaries, written with the project's writers."""
     counted = FakeHook("EVENTS", [(1, 4, 3)]).count_ranges([ledger.SCOPE_FILTER])
-    record = ledger.plan_record(counted, interval_id=INTERVAL, owners=None, event_types=list(EVENT_TYPES),
-                                read_filters=[ledger.SCOPE_FILTER], bounds={"start": START.isoformat()})
+    record = ledger.PlanRecord.of(counted, interval_id=INTERVAL, owners=None, event_types=list(EVENT_TYPES),
+                                  read_filters=[ledger.SCOPE_FILTER], bounds={"start": START.isoformat()}).as_dict()
     record["spark_skip"] = None
-    base = ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL)
+    base = Layout.of(root).ledger_interval_dir("EVENTS", INTERVAL)
     ledger.write_ledger_file(f"{base}/stream.json", record)
     event_types = {"devicesregistered": {"count": 2, "bytes": 10, "batches": 1, "files": 1, "first_seq": 1,
                                          "last_seq": 2},
                    "resourcechanged": {"count": 1, "bytes": 5, "batches": 1, "files": 1, "first_seq": 3, "last_seq": 3}}
     ledger.write_ledger_file(f"{base}/fetch/{ledger.range_record_name(0)}",
-                      ledger.fetch_record(interval_id=INTERVAL, stream="EVENTS", range_=record["ranges"][0],
-                                          staged=3, skipped={}, event_types=event_types, run_version=None, owners=2))
+                      ledger.FetchRecord(interval_id=INTERVAL, stream="EVENTS",
+                                         range=ledger.PlanRange.from_dict(record["ranges"][0]), staged=3, skipped={},
+                                         event_types=event_types, run_version=None, owners=2).as_dict())
     for app, summary in {
         "decode": {"fetched": 3, "decoded": decoded, "quarantined": 3 - decoded,
                    "per_reason": {"bad_cbor": 3 - decoded} if decoded < 3 else {}},
@@ -276,7 +277,7 @@ def test_summarize_interval_returns_the_reconciled_chain_with_counts_per_event_t
             chain["kept"], chain["duplicates_within_interval"]) == (3, 3, [2], 2, 1, 1, 1)
     assert result["decode"]["per_reason"] == {"bad_cbor": 1}
     assert result["rebuild"]["version"] == "20260301T110000Z"
-    written = json.loads(Path(ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL), "summary.json").read_text())
+    written = json.loads(Path(Layout.of(root).ledger_interval_dir("EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is True and written["chain"] == chain
     lines = [r.getMessage() for r in caplog.records if r.name == "airflow_provider_plgd.etl"]
     assert "  fetched event_type=devicesregistered count=2" in lines
@@ -293,7 +294,7 @@ def test_summarize_interval_raises_ledger_error_when_the_chain_does_not_add_up(r
     problem = "dedupe: 3 read != 2 kept + 0 duplicates dropped"
     assert str(err.value) == f"interval {INTERVAL} does not reconcile: {problem}"
     assert err.value.interval_id == INTERVAL and err.value.problems == [problem]
-    written = json.loads(Path(ledger.interval_dir(Layout.of(root), "EVENTS", INTERVAL), "summary.json").read_text())
+    written = json.loads(Path(Layout.of(root).ledger_interval_dir("EVENTS", INTERVAL), "summary.json").read_text())
     assert written["reconciled"] is False and written["problems"] == [problem]
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR] == [f"Does not reconcile: {problem}"]
 
@@ -330,9 +331,9 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     for iid in (INTERVAL, failed, other):
         stager = Stager(stream="EVENTS", spill_dir=None)
         stager.add(OWNER_A, "devicesregistered", [(1, "s", 1, None, b"x"), (2, "s", 2, None, b"y")])
-        records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
+        records = stager.write(Layout.of(root).staging_table("EVENTS"), iid, staging.batch_file_prefix(OWNER_A, "w"))
         staging_commits.commit_batches(Layout.of(root), "EVENTS", iid, OWNER_A, ["devicesregistered"], records, 1)
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(root), 'EVENTS', failed)}/summary.json",
+    ledger.write_ledger_file(f"{Layout.of(root).ledger_interval_dir('EVENTS', failed)}/summary.json",
                       {"version": ledger.LEDGER_VERSION, "reconciled": False})
     write_interval(root, decoded=2, kept=1, duplicates=1)
     kept = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=3600).as_dict()
@@ -340,6 +341,6 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     with caplog.at_level(logging.INFO, logger="airflow_provider_plgd.etl"):
         done = summarize_interval(Layout.of(root), "EVENTS", INTERVAL, DEFAULT_PARAMS, staging_retention_seconds=0).as_dict()
     assert done["staging_expired"]["intervals"] == [INTERVAL] and done["staging_expired"]["rows"] == 2
-    rows = DeltaTable(staging.table_uri(Layout.of(root), "EVENTS")).to_pyarrow_table().to_pylist()
+    rows = DeltaTable(Layout.of(root).staging_table("EVENTS")).to_pyarrow_table().to_pylist()
     assert sorted({r["interval_id"] for r in rows}) == sorted([failed, other])
     assert any("Expired the staging of 1 reconciled interval(s)" in r.getMessage() for r in caplog.records)

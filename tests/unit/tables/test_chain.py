@@ -27,7 +27,7 @@ STREAM = "EVENTS"
 
 def plan(root: str, interval_id: str, total: int) -> None:
     """The ledger's ``stream.json`` of an interval whose stream held ``total`` messages."""
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(root), STREAM, interval_id)}/stream.json",
+    ledger.write_ledger_file(f"{Layout.of(root).ledger_interval_dir(STREAM, interval_id)}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": interval_id, "total": total})
 
 
@@ -42,10 +42,12 @@ def dedupe(root: str, interval_id: str, ids: list[str]) -> None:
         records.append(file_records.file_record(rel, rows=len(ids), size=os.path.getsize(path),
                                                 partition={"interval_id": interval_id, "bucket": "0"}))
     delta_tables.commit_interval("dedupe", interval_id, (
-        (delta_tables.MSGID_INDEX, delta_tables.interval_table_uri(Layout.of(root), delta_tables.MSGID_INDEX), MSGID_INDEX_SCHEMA,
-         records, len(ids)),
-        (delta_tables.EVENTS_DEDUPED, delta_tables.interval_table_uri(Layout.of(root), delta_tables.EVENTS_DEDUPED),
-         schemas.EVENTS_SCHEMA, [], 0)), run_version=1, metadata={"run_version": 1})
+        delta_tables.TableCommit(delta_tables.MSGID_INDEX,
+                                 delta_tables.interval_table_uri(Layout.of(root), delta_tables.MSGID_INDEX),
+                                 MSGID_INDEX_SCHEMA, records, len(ids)),
+        delta_tables.TableCommit(delta_tables.EVENTS_DEDUPED,
+                                 delta_tables.interval_table_uri(Layout.of(root), delta_tables.EVENTS_DEDUPED),
+                                 schemas.EVENTS_SCHEMA, [], 0)), run_version=1, metadata={"run_version": 1})
 
 
 def test_a_failed_interval_followed_by_an_empty_one_is_a_hole_until_it_is_deduplicated(tmp_path):
@@ -97,7 +99,7 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
 
     root = str(tmp_path)
     plan(root, IDS[0], 2)  # failed
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(root), STREAM, IDS[1])}/stream.json",
+    ledger.write_ledger_file(f"{Layout.of(root).ledger_interval_dir(STREAM, IDS[1])}/stream.json",
                       {"version": ledger.LEDGER_VERSION, "interval_id": IDS[1], "total": 0, "ranges": [],
                        "spark_skip": "the stream holds no message for the interval"})
     result = collect_run_summary(Layout.of(root), STREAM, IDS[1]).as_dict()

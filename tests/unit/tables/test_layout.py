@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from airflow_provider_plgd.tables import delta_tables, ledger, identity, run_summary, staging
+from airflow_provider_plgd.tables import delta_tables, identity
 from airflow_provider_plgd.operators import lineage
 from airflow_provider_plgd.fetch import spool
 from airflow_provider_plgd.tables.layout import Layout
@@ -33,9 +33,9 @@ def test_the_root_is_normalised_once_and_every_path_comes_from_it():
 
 def test_the_storage_modules_take_their_paths_from_the_layout():
     layout = Layout.of("/data/plgd")
-    assert staging.table_uri(layout, "EVENTS") == "/data/plgd/staging/EVENTS"
-    assert ledger.interval_dir(layout, "EVENTS", IID) == f"/data/plgd/_ledger/EVENTS/interval={IID}"
-    assert run_summary.run_summary_path(layout, "rebuild", IID) == f"/data/plgd/_runs/rebuild/interval={IID}.json"
+    assert layout.staging_table("EVENTS") == "/data/plgd/staging/EVENTS"
+    assert layout.ledger_interval_dir("EVENTS", IID) == f"/data/plgd/_ledger/EVENTS/interval={IID}"
+    assert layout.run_summary("rebuild", IID) == f"/data/plgd/_runs/rebuild/interval={IID}.json"
     assert delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED) == "/data/plgd/events_deduped"
     assert snapshot_store.snapshot_table_uri(layout, "resources") == "/data/plgd/snapshots/resources"
     assert spool.default_spool_dir(layout) == "/data/plgd/staging/_spool"

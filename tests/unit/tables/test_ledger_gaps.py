@@ -20,7 +20,7 @@ def _iid(k: int) -> str:
 
 
 def _plan(root, k: int) -> None:
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(str(root)), 'EVENTS', _iid(k))}/stream.json", {"total": 0})
+    ledger.write_ledger_file(f"{Layout.of(str(root)).ledger_interval_dir('EVENTS', _iid(k))}/stream.json", {"total": 0})
 
 
 def test_first_interval_and_the_next_one_pass(tmp_path):
@@ -55,7 +55,7 @@ def test_a_hole_is_refused_naming_the_missing_stretch_and_the_backfill(tmp_path)
     _plan(tmp_path, 1)
     _plan(tmp_path, 2)
     ledger_guards.check_no_gap_before(Layout.of(str(tmp_path)), "EVENTS", _iid(3))
-    ledger.write_ledger_file(f"{ledger.interval_dir(Layout.of(str(tmp_path)), 'OTHER', _iid(0))}/stream.json", {"total": 0})
+    ledger.write_ledger_file(f"{Layout.of(str(tmp_path)).ledger_interval_dir('OTHER', _iid(0))}/stream.json", {"total": 0})
     with pytest.raises(IntervalGapError):
         ledger_guards.check_no_gap_before(Layout.of(str(tmp_path)), "OTHER", _iid(3))
 

@@ -53,7 +53,7 @@ def stage(root, messages, *, index=0, version=100, chunk=100, **kw) -> tuple[Sta
             by_batch.setdefault((owner, event_type), []).append(msg)
         for (owner, event_type), rows in by_batch.items():
             stager.add(owner, event_type, rows)
-    records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), IID,
+    records = stager.write(Layout.of(root).staging_table("EVENTS"), IID,
                            staging.range_file_prefix(index, version, staging.new_write_id()))
     stager.close()
     return stager, records
@@ -62,7 +62,7 @@ def stage(root, messages, *, index=0, version=100, chunk=100, **kw) -> tuple[Sta
 def delta_rows(root) -> list[dict]:
     from deltalake import DeltaTable
 
-    return DeltaTable(staging.table_uri(Layout.of(root), "EVENTS")).to_pyarrow_table().to_pylist()
+    return DeltaTable(Layout.of(root).staging_table("EVENTS")).to_pyarrow_table().to_pylist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_partition_values_rejected(bad):
 
 
 def test_names_paths_and_filter_key():
-    assert staging.table_uri(Layout.of("s3://b/plgd/"), "EVENTS") == "s3://b/plgd/staging/EVENTS"
+    assert Layout.of("s3://b/plgd/").staging_table("EVENTS") == "s3://b/plgd/staging/EVENTS"
     assert staging.partition_folder(IID, "resourcechanged") == f"interval_id={IID}/event_type=resourcechanged"
     prefix = staging.range_file_prefix(3, 1767229200123, "abc")
     assert prefix == "r0003-v1767229200123-abc"
@@ -128,7 +128,7 @@ def test_staging_module_imports_no_airflow_spark_or_deltalake():
 def test_files_per_event_type_sorted_by_owner_cut_by_size_with_delta_statistics(tmp_path):
     msgs = make_messages(3000)
     stager, records = stage(tmp_path, msgs, target_file_bytes=60_000, row_group_rows=200)
-    table = staging.table_uri(Layout.of(tmp_path), "EVENTS")
+    table = Layout.of(tmp_path).staging_table("EVENTS")
     by_type: dict[str, list[dict]] = {}
     for rec in records:
         by_type.setdefault(rec["partition"]["event_type"], []).append(rec)
@@ -181,8 +181,8 @@ def test_spilled_runs_give_the_same_rows_and_files_as_memory(tmp_path):
     assert [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in small_records] == \
         [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in big_records]
     for a, b in zip(small_records, big_records):
-        ta = pq.read_table(os.path.join(staging.table_uri(Layout.of(tmp_path / "a"), "EVENTS"), a["path"]))
-        tb = pq.read_table(os.path.join(staging.table_uri(Layout.of(tmp_path / "b"), "EVENTS"), b["path"]))
+        ta = pq.read_table(os.path.join(Layout.of(tmp_path / "a").staging_table("EVENTS"), a["path"]))
+        tb = pq.read_table(os.path.join(Layout.of(tmp_path / "b").staging_table("EVENTS"), b["path"]))
         assert ta.equals(tb)
     with pytest.raises(ValueError, match="no spill folder"):
         stage(tmp_path / "c", msgs, buffer_bytes=1000)
@@ -239,9 +239,9 @@ def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_inte
     for rec in other:
         rec["partition"]["interval_id"] = other_interval
         rec["path"] = rec["path"].replace(IID, other_interval)
-        os.makedirs(os.path.dirname(os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), rec["path"])), exist_ok=True)
-        os.rename(os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), rec["path"].replace(other_interval, IID)),
-                  os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), rec["path"]))
+        os.makedirs(os.path.dirname(os.path.join(Layout.of(root).staging_table("EVENTS"), rec["path"])), exist_ok=True)
+        os.rename(os.path.join(Layout.of(root).staging_table("EVENTS"), rec["path"].replace(other_interval, IID)),
+                  os.path.join(Layout.of(root).staging_table("EVENTS"), rec["path"]))
     staging_commits.commit_range(Layout.of(root), "EVENTS", other_interval, 0, 7, other)
 
     # the rerun: the plan begins run 101; the earlier run's tasks are refused from then on
@@ -261,7 +261,7 @@ def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_inte
     # Polars reads the same table
     import polars as pl
 
-    frame = pl.read_delta(staging.table_uri(Layout.of(root), "EVENTS"))
+    frame = pl.read_delta(Layout.of(root).staging_table("EVENTS"))
     assert frame.height == 5 and set(frame.get_column("interval_id").to_list()) == {other_interval}
 
 
@@ -306,7 +306,7 @@ def test_batches_replace_their_own_rows_only(tmp_path):
         stager = Stager(stream="EVENTS", spill_dir=None)
         for i in range(n):
             stager.add(owner, types[i % len(types)], [(first + i, f"plgd.owners.{owner}.x", T0 + i, None, b"d%d" % i)])
-        records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid,
+        records = stager.write(Layout.of(root).staging_table("EVENTS"), iid,
                                staging.batch_file_prefix(owner, staging.new_write_id()))
         return staging_commits.commit_batches(Layout.of(root), "EVENTS", iid, owner, list(types), records, version)
 
@@ -364,13 +364,13 @@ def test_expiry_removes_old_committed_intervals_and_vacuums_their_files(tmp_path
         stager = Stager(stream="EVENTS", spill_dir=None)
         for owner, event_type, msg in msgs:
             stager.add(owner, event_type, [msg])
-        records = stager.write(staging.table_uri(Layout.of(root), "EVENTS"), iid,
+        records = stager.write(Layout.of(root).staging_table("EVENTS"), iid,
                                staging.range_file_prefix(0, version, staging.new_write_id()))
         staging_commits.commit_range(Layout.of(root), "EVENTS", iid, 0, version, records)
         time.sleep(0.05)
     cutoff = staging.staged_intervals(Layout.of(root), "EVENTS")[old]["modified_ms"] / 1000 + 0.01
     # a killed fetch's file that no commit names
-    orphan = os.path.join(staging.table_uri(Layout.of(root), "EVENTS"), staging.partition_folder(new, "x"), "r0009-v2-dead-00000.parquet")
+    orphan = os.path.join(Layout.of(root).staging_table("EVENTS"), staging.partition_folder(new, "x"), "r0009-v2-dead-00000.parquet")
     os.makedirs(os.path.dirname(orphan))
     pq.write_table(pa.table({"a": [1]}), orphan)
     # nothing is committed yet: kept
