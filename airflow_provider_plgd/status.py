@@ -182,9 +182,9 @@ def _not_done(layout: Layout, stream: str, log: Any, committed: Sequence[Interva
         if interval_id not in summarized:
             reasons[interval_id] = "no summary.json (its summary step did not run)"
             continue
-        plan = ledger.read_plan(layout, stream, str(interval_id))
-        summary = ledger.read_summary(layout, stream, str(interval_id))
-        planned_run = (plan or {}).get("run_version")
+        plan = ledger.read_plan(layout, stream, interval_id)
+        summary = ledger.read_summary(layout, stream, interval_id)
+        planned_run = plan.run_version if plan is not None else None
         if planned_run is not None and (summary or {}).get("run_version") != planned_run:
             reasons[interval_id] = (f"its newest run (planned at {planned_run} ms) has no summary; summary.json is an "
                                     "earlier run's")
@@ -241,8 +241,8 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     for interval_id in ids:
         if interval_id in committed:
             continue
-        plan = ledger.read_plan(layout, stream, str(interval_id))
-        messages = int(plan.get("total") or 0) if plan else -1
+        plan = ledger.read_plan(layout, stream, interval_id)
+        messages = plan.total if plan is not None else -1
         if messages == 0:
             empty += 1
         elif chain.is_hole(interval_id, messages, log, before=head):
@@ -251,7 +251,7 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
             unfinished.append(IntervalCount(str(interval_id), messages))
     failed = []
     for interval_id in [i for i in ids if i in listing.summarized][-max(0, int(recent)):]:
-        summary = ledger.read_summary(layout, stream, str(interval_id))
+        summary = ledger.read_summary(layout, stream, interval_id)
         if summary is not None and not summary.get("reconciled", True):
             problems = list(summary.get("problems") or [])
             failed.append((str(interval_id), str(problems[0]) if problems else "does not reconcile"))
@@ -262,19 +262,19 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
               for name in delta_tables.INTERVAL_TABLES]
     tables += [delta_tables.table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(layout, t))
                for t in snapshot_store.PUBLIC_TABLES]
-    head_plan = ledger.read_plan(layout, stream, str(head)) if head else None
+    head_plan = ledger.read_plan(layout, stream, head) if head else None
     not_done, stale = _not_done(layout, stream, log, committed, listing.summarized, record, recent)
     failed_ids = {i for i, _ in failed}
     not_done = [(i, r) for i, r in not_done if i not in failed_ids]
     overdue = False
     if ids:
-        newest_plan = ledger.read_plan(layout, stream, str(ids[-1])) or {}
+        newest_plan = ledger.read_plan(layout, stream, ids[-1])
         wait = (ids[-1].high - ids[-1].low) / 1e9 if overdue_seconds is None else float(overdue_seconds)
-        started = newest_plan.get("run_version")
+        started = newest_plan.run_version if newest_plan is not None else None
         overdue = started is not None and time.time() - int(started) / 1000 > wait
     return ChainStatus(layout.root, stream, len(ids), len(committed), empty, str(head) if head else None, snapshot, tuple(holes), tuple(unfinished),
                        tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
-                       int(head_plan["end_seq_exclusive"]) if head_plan else None, tuple(not_done), tuple(stale),
+                       head_plan.end_seq_exclusive if head_plan else None, tuple(not_done), tuple(stale),
                        str(ids[-1]) if ids else None, overdue)
 
 

@@ -256,7 +256,10 @@ def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, own
     plan = dataclasses.replace(plan, spark_skip=spark_skip_reason(layout, plan.as_dict(), window.end_ns))
     record = plan.as_dict()
     base = layout.ledger_interval_dir(plan.stream, interval)
-    previous, previous_records = ledger.read_records(layout, plan.stream, interval)
+    previous_plan, earlier_records = ledger.read_records(layout, plan.stream, interval)
+    # the rerun guards read every ledger version: the records' JSON
+    previous = None if previous_plan is None else previous_plan.as_dict()
+    previous_records = [r.as_dict() for r in earlier_records]
     ledger_guards.check_selection_covers(
         previous, record, previous_records,
         staged_owners=lambda: ledger_guards.owners_of_run(layout, plan.stream, interval, previous_records))

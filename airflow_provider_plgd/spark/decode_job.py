@@ -222,7 +222,7 @@ def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
                           interval_id=interval_id)
     counts = ledger.staged_counts(plan, records)
     files = staging.staged_files(layout, stream, interval_id=interval_id)
-    ledger.check_staged_files(plan, counts, files)
+    ledger.check_staged_files(ledger.current_plan(plan), counts, files)
     return files
 
 

@@ -126,8 +126,8 @@ def holes_before(layout: Layout, stream: str, interval_id: IntervalId | str,
     for earlier in after:
         if log.committed(earlier):
             continue
-        plan = ledger.read_plan(layout, stream, str(earlier))
-        messages = int(plan.get("total") or 0) if plan is not None else 0
+        plan = ledger.read_plan(layout, stream, earlier)
+        messages = plan.total if plan is not None else 0
         if is_hole(earlier, messages, log, before=target):
             holes.append(Hole(earlier, messages))
     return holes

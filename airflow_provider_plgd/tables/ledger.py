@@ -44,6 +44,7 @@ from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.plgd.subjects import owner_filter
 from airflow_provider_plgd.tables import staging, storage
 from airflow_provider_plgd.tables.layout import LEDGER_DIR, Layout  # noqa: F401 (LEDGER_DIR re-exported)
+from airflow_provider_plgd.times import IntervalId
 
 #: Version of the ledger files (bump on an incompatible change). 1: per-owner counts and owner
 #: groups; 2: fetch records per owner and batch fragment (both read, for the checks of a rerun of
@@ -81,15 +82,16 @@ def read_filter(owner_id: str) -> str:
     return SCOPE_FILTER if owner_id == UNROUTED_OWNER else owner_filter(owner_id)
 
 
-def read_plan(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
-    """The interval's plan record (:data:`PLAN_FILE`), or None when no ``plan`` wrote one.
+def read_plan(layout: Layout, stream: str, interval_id: IntervalId | str) -> PlanRecord | EarlierRecord | None:
+    """The interval's plan record (:data:`PLAN_FILE`; :class:`EarlierRecord` of an earlier ledger
+    version), or None when no ``plan`` wrote one.
 
-    :raises ValueError: as :func:`read_ledger_file`.
+    :raises ValueError: as :func:`read_ledger_file`; a record of this version that does not parse.
     """
-    return read_ledger_file(storage.join_path(layout.ledger_interval_dir(stream, interval_id), PLAN_FILE))
+    return _read_record(storage.join_path(layout.ledger_interval_dir(stream, interval_id), PLAN_FILE), PlanRecord)
 
 
-def read_summary(layout: Layout, stream: str, interval_id: str) -> dict[str, Any] | None:
+def read_summary(layout: Layout, stream: str, interval_id: IntervalId | str) -> dict[str, Any] | None:
     """The interval's summary (:data:`SUMMARY_FILE`, written by ``reconcile``), or None.
 
     :raises ValueError: as :func:`read_ledger_file`.
@@ -322,6 +324,64 @@ class FetchRecord:
 # ------------------------------------------------------------------------------------------------
 # fetch
 # ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EarlierRecord:
+    """A plan or fetch record of an earlier ledger version (:data:`READ_VERSIONS` before
+    :data:`LEDGER_VERSION`), kept as its JSON ``document``: only the checks of a rerun of an
+    interval planned before read its fields (``ledger_guards``); the accounting refuses it.
+    ``total``, ``run_version`` and ``end_seq_exclusive`` read as a plan's (0 or None when absent)."""
+
+    document: Mapping[str, Any]
+
+    @property
+    def version(self) -> int:
+        """The record's ledger version."""
+        return int(self.document.get("version") or 0)
+
+    @property
+    def interval_id(self) -> str:
+        """The interval the record names (``"?"`` when it names none)."""
+        return str(self.document.get("interval_id") or "?")
+
+    @property
+    def total(self) -> int:
+        """The plan's ``total`` (version 1: the stream's count of :data:`SCOPE_FILTER`)."""
+        return int(self.document.get("total") or 0)
+
+    @property
+    def run_version(self) -> int | None:
+        """The plan's run version (versions 1 and 2 kept none)."""
+        value = self.document.get("run_version")
+        return None if value is None else int(value)
+
+    @property
+    def end_seq_exclusive(self) -> int:
+        """The first stream sequence after the plan's range."""
+        return int(self.document["end_seq_exclusive"])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON document."""
+        return dict(self.document)
+
+
+def _read_record(path: str, kind: type[PlanRecord] | type[FetchRecord]) -> Any:
+    """The record at ``path`` (:func:`read_ledger_file`): ``kind`` for the current ledger version,
+    :class:`EarlierRecord` for an earlier one, None when there is none.
+
+    :raises ValueError: a record of this version without its fields (names the path and the field).
+    """
+    document = read_ledger_file(path)
+    if document is None:
+        return None
+    if int(document.get("version") or 0) != LEDGER_VERSION:
+        return EarlierRecord(document)
+    try:
+        return kind.from_dict(document)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"ledger file {path} is not a {kind.__name__} of ledger version {LEDGER_VERSION}: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
 def account_problems(what: str, expected: int, staged: int, skipped: Mapping[str, int]) -> list[str]:
     """``[]`` when ``staged + sum(skipped) == expected``, else one line naming ``what`` with the numbers."""
     got = int(staged) + sum(int(n) for n in skipped.values())
@@ -337,27 +397,44 @@ def range_problems(range_: PlanRange, staged: int, skipped: Mapping[str, int]) -
     return account_problems(what, range_.count, staged, skipped)
 
 
-def read_records(layout: Layout, stream: str, interval_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The interval's plan record (or None) and its fetch records (sorted by file name)."""
+def read_records(layout: Layout, stream: str, interval_id: IntervalId | str
+                 ) -> tuple[PlanRecord | EarlierRecord | None, list[FetchRecord | EarlierRecord]]:
+    """The interval's plan record (or None) and its fetch records (sorted by file name); records of
+    an earlier ledger version as :class:`EarlierRecord`.
+
+    :raises ValueError: as :func:`read_ledger_file`; a record of this version that does not parse.
+    """
     base = layout.ledger_interval_dir(stream, interval_id)
-    plan = read_ledger_file(storage.join_path(base, PLAN_FILE))
+    plan = _read_record(storage.join_path(base, PLAN_FILE), PlanRecord)
     fs, p = storage.to_fs(storage.join_path(base, FETCH_DIR))
     try:
         names = sorted(str(x) for x in fs.ls(p, detail=False) if str(x).endswith(".json"))
     except FileNotFoundError:
         names = []
-    records = [read_ledger_file(storage.location_url(fs, name)) for name in names]
+    records = [_read_record(storage.location_url(fs, name), FetchRecord) for name in names]
     return plan, [r for r in records if r is not None]
 
 
-def clear_fetch_records(layout: Layout, stream: str, interval_id: str) -> None:
+def clear_fetch_records(layout: Layout, stream: str, interval_id: IntervalId | str) -> None:
     """Delete the interval's fetch records (plan does, so a rerun's records are its own)."""
     fs, p = storage.to_fs(storage.join_path(layout.ledger_interval_dir(stream, interval_id), FETCH_DIR))
     if fs.exists(p):
         fs.rm(p, recursive=True)
 
 
-def staged_counts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[tuple[int, str], int]:
+def current_plan(plan: PlanRecord | EarlierRecord) -> PlanRecord:
+    """``plan``, a record of this ledger version.
+
+    :raises LedgerError: a plan of an earlier ledger version (names the interval and the version).
+    """
+    if isinstance(plan, EarlierRecord):
+        raise LedgerError(f"interval {plan.interval_id}: the plan has ledger version {plan.version}, expected "
+                          f"{LEDGER_VERSION}; run the interval again from its plan task", interval_id=plan.interval_id)
+    return plan
+
+
+def staged_counts(plan: PlanRecord | EarlierRecord,
+                  records: Sequence[FetchRecord | EarlierRecord]) -> dict[tuple[int, str], int]:
     """What the ledger says each fetch range staged, checked against the plan:
     ``{(range index, event type): rows}`` (event types with messages only).
 
@@ -367,37 +444,33 @@ def staged_counts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]])
         staged count), or a record of a range the plan does not have (names the interval, ranges
         and numbers).
     """
-    interval_id = plan["interval_id"]
-    if int(plan.get("version") or 0) != LEDGER_VERSION:
-        raise LedgerError(f"interval {interval_id}: the plan has ledger version {plan.get('version')}, expected "
-                          f"{LEDGER_VERSION}; run the interval again from its plan task", interval_id=interval_id)
-    ranges = {int(r["index"]): r for r in plan["ranges"]}
-    current = [r for r in records if int(r.get("version") or 0) == LEDGER_VERSION]
-    by_range = {int(r["range"]["index"]): r for r in current}
+    plan = current_plan(plan)
+    interval_id = plan.interval_id
+    ranges = {r.index: r for r in plan.ranges}
+    by_range = {r.range.index: r for r in records if isinstance(r, FetchRecord)}
     problems = [f"a fetch record names range {i}, which the plan does not have" for i in sorted(set(by_range) - set(ranges))]
-    problems += [f"a fetch record of ledger version {r.get('version')} (expected {LEDGER_VERSION})"
-                 for r in records if int(r.get("version") or 0) != LEDGER_VERSION]
+    problems += [f"a fetch record of ledger version {r.version} (expected {LEDGER_VERSION})"
+                 for r in records if isinstance(r, EarlierRecord)]
     counts: dict[tuple[int, str], int] = {}
     for index, rng in sorted(ranges.items()):
         got = by_range.get(index)
         if got is None:
-            problems.append(f"range {index} (sequences [{rng['first_seq']}, {rng['end_seq_exclusive']})): the stream "
-                            f"holds {rng['count']} messages, no fetch task recorded it")
+            problems.append(f"range {index} (sequences [{rng.first_seq}, {rng.end_seq_exclusive})): the stream "
+                            f"holds {rng.count} messages, no fetch task recorded it")
             continue
-        if (got["range"]["first_seq"], got["range"]["end_seq_exclusive"]) != (rng["first_seq"], rng["end_seq_exclusive"]):
-            problems.append(f"range {index}: the fetch read sequences [{got['range']['first_seq']}, "
-                            f"{got['range']['end_seq_exclusive']}), the plan has [{rng['first_seq']}, "
-                            f"{rng['end_seq_exclusive']})")
+        if (got.range.first_seq, got.range.end_seq_exclusive) != (rng.first_seq, rng.end_seq_exclusive):
+            problems.append(f"range {index}: the fetch read sequences [{got.range.first_seq}, "
+                            f"{got.range.end_seq_exclusive}), the plan has [{rng.first_seq}, {rng.end_seq_exclusive})")
             continue
-        if got.get("run_version") != plan.get("run_version"):
-            problems.append(f"range {index}: its fetch record is of the plan's run {got.get('run_version')}, the plan "
-                            f"is run {plan.get('run_version')}")
+        if got.run_version != plan.run_version:
+            problems.append(f"range {index}: its fetch record is of the plan's run {got.run_version}, the plan "
+                            f"is run {plan.run_version}")
             continue
-        problems += range_problems(PlanRange.from_dict(rng), got["staged"], got.get("skipped") or {})
-        mine = {et: int(v["count"]) for et, v in (got.get("event_types") or {}).items() if int(v["count"])}
-        if sum(mine.values()) != int(got["staged"]):
+        problems += range_problems(rng, got.staged, got.skipped)
+        mine = {et: int(v["count"]) for et, v in got.event_types.items() if int(v["count"])}
+        if sum(mine.values()) != got.staged:
             problems.append(f"range {index}: its event types hold {sum(mine.values())} messages, "
-                            f"its record says {got['staged']} staged")
+                            f"its record says {got.staged} staged")
         counts.update(((index, et), n) for et, n in mine.items())
     if problems:
         raise LedgerError(f"interval {interval_id}: the fetch does not account for every message: "
@@ -405,8 +478,7 @@ def staged_counts(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]])
     return counts
 
 
-def check_staged_files(plan: Mapping[str, Any], counts: Mapping[tuple[int, str], int],
-                       files: Sequence[Any]) -> None:
+def check_staged_files(plan: PlanRecord, counts: Mapping[tuple[int, str], int], files: Sequence[Any]) -> None:
     """Check the staging table's files of an interval against the ledger (decode, before it reads).
 
     Every file must be a range file (``staging.file_range``) of the plan's run version and of a
@@ -416,9 +488,8 @@ def check_staged_files(plan: Mapping[str, Any], counts: Mapping[tuple[int, str],
     :param files: ``staging.StagedFile`` of the interval (``path``, ``rows``, ``event_type``).
     :raises LedgerError: naming the interval, the files and the numbers (at most 20 problems).
     """
-    interval_id = plan["interval_id"]
-    run_version = plan.get("run_version")
-    ranges = {int(r["index"]) for r in plan["ranges"]}
+    interval_id, run_version = plan.interval_id, plan.run_version
+    ranges = {r.index for r in plan.ranges}
     problems: list[str] = []
     found: dict[tuple[int, str], int] = {}
     for f in files:

@@ -19,6 +19,7 @@ from airflow_provider_plgd.tables.ledger import (
     ALL_OWNERS,
     LEDGER_VERSION,
     SUMMARY_FILE,
+    FetchRecord,
     read_records,
     read_summary,
     staged_counts,
@@ -79,14 +80,14 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     per_event_type: dict[str, int] = {}
     for (_, event_type), n in sorted(counts.items()):
         per_event_type[event_type] = per_event_type.get(event_type, 0) + n
-    current = sorted((r for r in records if int(r.get("version") or 0) == LEDGER_VERSION),
-                     key=lambda r: int(r["range"]["index"]))
+    current = sorted((r for r in records if isinstance(r, FetchRecord)), key=lambda r: r.range.index)
     skipped: dict[str, int] = {}
     for record in records:
-        for reason, n in (record.get("skipped") or {}).items():
+        for reason, n in (record.as_dict().get("skipped") or {}).items():
             skipped[reason] = skipped.get(reason, 0) + int(n)
     # the newest run's summaries only: one written before this run's plan is an earlier run's
-    started = plan.get("run_version")
+    started = plan.run_version
+    document = plan.as_dict()  # the numbers summary.json repeats (a plan of an earlier version too)
     current_apps: dict[str, Mapping[str, Any] | None] = dict(apps)
     for app, summary in apps.items():
         written = (summary or {}).get("written_ms")
@@ -96,12 +97,12 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
             current_apps[app] = None
     apps = current_apps
     decode, dedupe = apps.get("decode") or {}, apps.get("dedupe") or {}
-    if plan.get("spark_skip") and not decode and not dedupe:
+    if document.get("spark_skip") and not decode and not dedupe:
         # an empty interval whose Spark tasks were skipped (etl.spark_skip_reason): nothing to decode
         # or deduplicate, and the fetch must have staged nothing (checked below: 0 = 0)
-        decode = {"fetched": 0, "decoded": 0, "quarantined": 0, "per_reason": {}, "skipped": plan["spark_skip"]}
+        decode = {"fetched": 0, "decoded": 0, "quarantined": 0, "per_reason": {}, "skipped": document["spark_skip"]}
         dedupe = {"input": 0, "output": 0, "duplicates": 0, "within_batch_duplicates": 0,
-                  "cross_batch_duplicates": 0, "skipped": plan["spark_skip"]}
+                  "cross_batch_duplicates": 0, "skipped": document["spark_skip"]}
     if not decode and not any(p.startswith("decode:") for p in problems):
         problems.append("decode: no run summary")
     else:
@@ -128,16 +129,16 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         if not 0 <= int(dedupe.get("id_conflicts", 0)) <= int(dedupe.get("output", 0)):
             problems.append(f"dedupe: {dedupe.get('id_conflicts')} ID conflicts kept, not within the "
                             f"{dedupe.get('output')} rows kept")
-    if not plan.get("spark_skip") and not apps.get("rebuild") and not any(p.startswith("rebuild:") for p in problems):
+    if not document.get("spark_skip") and not apps.get("rebuild") and not any(p.startswith("rebuild:") for p in problems):
         problems.append("rebuild: no run summary (no snapshot includes this interval)")
     chain = {
         "holes": list(holes),
-        "stream_total": plan["total"],
-        "fetch_ranges": len(plan.get("ranges") or []),
-        "owners_per_range": [int(r.get("owners") or 0) for r in current],
-        "unrouted": sum(int(r.get("unrouted") or 0) for r in current),
-        "not_requested_owners_messages": plan.get("not_requested", 0),
-        "deleted_in_range": plan.get("deleted_in_range", 0),
+        "stream_total": document["total"],
+        "fetch_ranges": len(document.get("ranges") or []),
+        "owners_per_range": [r.owners for r in current],
+        "unrouted": sum(r.unrouted for r in current),
+        "not_requested_owners_messages": document.get("not_requested", 0),
+        "deleted_in_range": document.get("deleted_in_range", 0),
         "staged": staged,
         "skipped": skipped,
         "decoded": decode.get("decoded"),
@@ -149,8 +150,8 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         "duplicates_seen_before": dedupe.get("cross_batch_duplicates"),
         "id_conflicts_kept": dedupe.get("id_conflicts"),
         "snapshot_version": (apps.get("rebuild") or {}).get("version"),
-        "spark_skipped": plan.get("spark_skip"),
-        "selection": selection_text(plan),
+        "spark_skipped": document.get("spark_skip"),
+        "selection": selection_text(document),
     }
     result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
               "run_version": started, "problems": problems, "reconciled": not problems}

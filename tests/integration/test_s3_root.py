@@ -294,13 +294,18 @@ def test_what_other_processes_write_is_seen_at_once(s3, storage_root):
     other = s3fs.S3FileSystem(skip_instance_cache=True)
     interval = "20260101T000000Z_20260101T010000Z"
     base = Layout.of(storage_root).ledger_interval_dir("EVENTS", interval)
-    ledger.write_ledger_file(f"{base}/fetch/range-00000.json", {"version": ledger.LEDGER_VERSION, "owners": {}})
+    def record(index: int) -> dict:
+        rng = ledger.PlanRange(index, 1 + index, 2 + index, 1)
+        return ledger.FetchRecord(interval_id=interval, stream="EVENTS", range=rng, staged=1, skipped={},
+                                  event_types={}).as_dict()
+
+    ledger.write_ledger_file(f"{base}/fetch/range-00000.json", record(0))
     assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 1
     assert read_app_summary(Layout.of(storage_root), "decode", interval) is None
     assert staging.staged_files(Layout.of(storage_root), "EVENTS") == []
 
     other.pipe_file(storage.to_fs(f"{base}/fetch/range-00001.json")[1],
-                    json.dumps({"version": ledger.LEDGER_VERSION, "owners": {}}).encode())
+                    json.dumps(record(1)).encode())
     other.pipe_file(storage.to_fs(Layout.of(storage_root).run_summary("decode", interval))[1], b'{"fetched": 3}')
     assert len(ledger.read_records(Layout.of(storage_root), "EVENTS", interval)[1]) == 2
     assert read_app_summary(Layout.of(storage_root), "decode", interval) == {"fetched": 3}

@@ -6,6 +6,7 @@ writers (``delta_tables.commit_interval``, ``ledger.write_json``); no Spark, no 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import datetime, timedelta, timezone
 
@@ -25,10 +26,16 @@ IDS = [times.interval_id(T0 + timedelta(hours=k), T0 + timedelta(hours=k + 1)) f
 STREAM = "EVENTS"
 
 
-def plan(root: str, interval_id: str, total: int) -> None:
+def plan(root: str, interval_id: str, total: int, spark_skip: str | None = None) -> None:
     """The ledger's ``stream.json`` of an interval whose stream held ``total`` messages."""
-    ledger.write_ledger_file(f"{Layout.of(root).ledger_interval_dir(STREAM, interval_id)}/stream.json",
-                      {"version": ledger.LEDGER_VERSION, "interval_id": interval_id, "total": total})
+    counted = {"stream": STREAM, "state": {}, "first_seq": 1, "end_seq_exclusive": 1 + total, "total": total,
+               "scope_total": total,
+               "ranges": [{"first_seq": 1, "end_seq_exclusive": 1 + total, "count": total}] if total else []}
+    window = times.Interval.from_id(interval_id)
+    record = ledger.PlanRecord.of(counted, interval_id=interval_id, bounds=window.bounds(), owners=None,
+                                  event_types=["resourcechanged"], read_filters=[ledger.SCOPE_FILTER])
+    record = dataclasses.replace(record, spark_skip=spark_skip)
+    ledger.write_ledger_file(f"{Layout.of(root).ledger_interval_dir(STREAM, interval_id)}/stream.json", record.as_dict())
 
 
 def dedupe(root: str, interval_id: str, ids: list[str]) -> None:
@@ -99,9 +106,7 @@ def test_the_summary_does_not_reconcile_an_interval_behind_a_hole(tmp_path):
 
     root = str(tmp_path)
     plan(root, IDS[0], 2)  # failed
-    ledger.write_ledger_file(f"{Layout.of(root).ledger_interval_dir(STREAM, IDS[1])}/stream.json",
-                      {"version": ledger.LEDGER_VERSION, "interval_id": IDS[1], "total": 0, "ranges": [],
-                       "spark_skip": "the stream holds no message for the interval"})
+    plan(root, IDS[1], 0, spark_skip="the stream holds no message for the interval")
     result = collect_run_summary(Layout.of(root), STREAM, IDS[1]).as_dict()
     assert result["reconciled"] is False
     assert result["chain"]["holes"] == [f"interval {IDS[0]} (2 messages) was never deduplicated"]
