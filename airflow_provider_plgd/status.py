@@ -2,8 +2,8 @@
 
 Read only from the data, like every check of the chain (``airflow_provider_plgd.tables.chain``):
 
-* the ledger: one listing of ``{root}/_ledger/{stream}/interval=*/`` (which intervals ``plan``
-  recorded, which have a ``summary.json``), ``stream.json`` of the intervals not in the chain and of
+* the ledger: one listing of ``{root}/_ledger/{stream}/interval=*/`` (``ledger_listing.list_ledger``:
+  which intervals ``plan`` recorded, which have a ``summary.json``), ``stream.json`` of the intervals not in the chain and of
   the head, ``summary.json`` of the newest ``recent`` intervals;
 * the Delta logs: dedupe's commits per interval (``chain.dedupe_log``: the chain and its head), the
   latest snapshot's record (``snapshot_store.latest``), each table's version, files and rows
@@ -15,7 +15,8 @@ Classes of the time intervals the ledger holds (sequence and durable IDs are not
 
 * **committed**: dedupe committed them (``msgid_index`` and ``events_deduped``, one run);
 * **empty**: the stream held no message for them (nothing to commit);
-* **holes**: the stream held messages, they are not committed, and a later interval is (``chain``'s rule);
+* **holes**: the stream held messages, they are not committed, and they end at or before the head's
+  start (``chain.is_hole``, the rule dedupe refuses by);
 * **unfinished**: the same, after the chain's head (running, failed, or not run yet);
 * **failed**: their ``summary.json`` says they do not reconcile (``reconciled: false``);
 * **not done**: committed by dedupe, but not done (an interval is done when every stage of its

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 from airflow_provider_plgd.exceptions import OldLayoutError
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.hooks.base import resolve_layout
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import ALL_OWNERS
-
-from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
 
 #: Messages per fetch task that ``plan`` aims at (``build_etl_dag(fetch_range_messages=...)``).
 DEFAULT_FETCH_RANGE_MESSAGES = 100_000
@@ -139,7 +138,6 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
     from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.tables import chain, identity, ledger, ledger_guards, root_guard
     from airflow_provider_plgd.exceptions import (
         FewerMessagesError,
         NarrowerRerunError,
@@ -148,6 +146,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         StorageRootOverlapError,
     )
     from airflow_provider_plgd.spark_deps import build_private_py_files_zip
+    from airflow_provider_plgd.tables import chain, identity, ledger, ledger_guards, root_guard
 
     # the trust boundary: every param a triggering user may set, checked before anything is read
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
@@ -243,8 +242,8 @@ def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, own
     """
     import time
 
-    from airflow_provider_plgd.tables import ledger, ledger_guards, staging_commits
     from airflow_provider_plgd.plgd.subjects import owner_filter
+    from airflow_provider_plgd.tables import ledger, ledger_guards, staging_commits
 
     interval = window.id
     run_version = time.time_ns() // 1_000_000
@@ -299,8 +298,8 @@ def spark_skip_reason(layout: Layout, record: Mapping[str, Any], end: datetime |
 
     :param layout: the storage root; ``record``: the plan record; ``end``: the interval end (aware, or unix ns).
     """
-    from airflow_provider_plgd.tables.run_summary import APPS, read_app_summary
     from airflow_provider_plgd.tables import snapshot_store
+    from airflow_provider_plgd.tables.run_summary import APPS, read_app_summary
 
     if int(record["total"]):
         return None

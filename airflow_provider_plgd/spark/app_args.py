@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import NoReturn, TypedDict
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables.layout import Layout, validate_partition_value
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.times import IntervalId
 
 
 @dataclass(frozen=True)
@@ -18,13 +19,14 @@ class AppArgs:
     """What every application gets.
 
     :param layout: the storage root (``--root``, normalised once here: ``Layout.of``).
-    :param interval_id: ``--interval-id``, checked to be safe in a path.
+    :param interval_id: ``--interval-id``, parsed (``IntervalId.parse``: one of the three forms, in its
+        one spelling, so also safe in a path).
     :param summary_path: ``--summary-path`` or None (``layout.run_summary``).
     :param log_level: ``--log-level``.
     """
 
     layout: Layout
-    interval_id: str
+    interval_id: IntervalId
     summary_path: str | None
     log_level: str
 
@@ -75,7 +77,7 @@ class CommonFields(TypedDict):
     """The keyword arguments of :class:`AppArgs` (:func:`common_args`)."""
 
     layout: Layout
-    interval_id: str
+    interval_id: IntervalId
     summary_path: str | None
     log_level: str
 
@@ -87,7 +89,7 @@ def common_args(parser: argparse.ArgumentParser, namespace: argparse.Namespace) 
     """
     try:
         layout = Layout.of(namespace.root)
-        interval_id = validate_partition_value(namespace.interval_id, "interval_id")
+        interval_id = IntervalId.parse(namespace.interval_id, "--interval-id")
     except ValueError as err:
         _refuse(parser, err)
     return {"layout": layout, "interval_id": interval_id, "summary_path": namespace.summary_path,
@@ -118,7 +120,7 @@ def add_common_args(parser: argparse.ArgumentParser, root_help: str) -> None:
     parser.add_argument("--log-level", default="INFO", help="Python log level (default INFO)")
 
 
-def time_interval(interval_id: str) -> times.Interval:
+def time_interval(interval_id: IntervalId | str) -> times.Interval:
     """The :class:`~airflow_provider_plgd.times.Interval` of a time ``--interval-id``, checked once where
     the arguments enter: a time interval ID in its one spelling (``times.interval_id``; so also safe
     in a path).

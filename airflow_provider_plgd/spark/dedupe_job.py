@@ -343,7 +343,8 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
     """
     started = time.time()
     run_version = time.time_ns() // 1_000_000
-    interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)
+    interval = args.interval_id  # parsed once by parse_args (app_args.common_args): the chain's checks take it
+    interval_id = str(interval)  # its text names the rows, files and JSON below
     layout = args.layout
     recorded = identity.check_app(layout, **({} if args.previous_intervals is not None
                                            else {"lookback_intervals": args.lookback_intervals}))
@@ -356,13 +357,13 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         )
     # the chain, from the data: no new interval behind the head, no hole before this one
     log_ = chain.dedupe_log(layout)
-    chain.check_not_behind_head(interval_id, log_, processed_before=log_.started(interval_id), stage="dedupe")
+    chain.check_not_behind_head(interval, log_, processed_before=log_.started(interval), stage="dedupe")
     if recorded is not None:
-        chain.check_no_hole(layout, recorded["stream"], interval_id, stage="dedupe", log=log_)
+        chain.check_no_hole(layout, recorded["stream"], interval, stage="dedupe", log=log_)
     if args.previous_intervals is not None:
         previous = [i for i in args.previous_intervals if i != interval_id]
     else:
-        previous = previous_intervals(log_.with_ids, interval_id, args.lookback_intervals)
+        previous = previous_intervals(log_.with_ids, interval, args.lookback_intervals)
     files = delta_tables.table_files(source, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
     log.info("interval %s: %d rows in %d files; looking back at %d previous intervals%s",
              interval_id, sum(f.rows for f in files), len(files), len(previous),
@@ -396,7 +397,7 @@ def run(spark, args: DedupeArgs) -> dict[str, Any]:
         raise RuntimeError(f"interval {interval_id}: the copy tasks' content digests count {digest.rows} rows, the "
                            f"files hold {kept_rows}; nothing committed")
     # a rerun of an interval that later ones built on: checked before the first commit (chain.check_rerun)
-    change = chain.check_rerun(layout, interval_id, digest, log=log_)
+    change = chain.check_rerun(layout, interval, digest, log=log_)
     phase = time.time()
     meta = {"app": APP, "interval_id": interval_id, "run_version": run_version, "write_id": write_id,
             "pipeline": recorded, content.CONTENT_KEY: {interval_id: digest.as_dict()},

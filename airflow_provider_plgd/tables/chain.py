@@ -133,7 +133,8 @@ def holes_before(layout: Layout, stream: str, interval_id: IntervalId | str,
     return holes
 
 
-def check_no_hole(layout: Layout, stream: str, interval_id: str, *, stage: str, log: DedupeLog | None = None) -> None:
+def check_no_hole(layout: Layout, stream: str, interval_id: IntervalId | str, *, stage: str,
+                  log: DedupeLog | None = None) -> None:
     """Refuse to build ``interval_id`` on a chain with a hole (:func:`holes_before`).
 
     :param stage: the stage that refuses (named in the message).

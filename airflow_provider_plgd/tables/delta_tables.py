@@ -40,8 +40,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 from airflow_provider_plgd.tables.layout import Layout
@@ -273,7 +274,7 @@ def _remove_rewritten_leftovers(uri: str, version: int, records: Sequence[Mappin
         try:
             dt.create_write_transaction(removes, mode="append", schema=dt.schema(),  # type: ignore[arg-type]
                                         commit_properties=props)
-        except Exception as exc:  # noqa: BLE001 - another writer meanwhile: look again
+        except Exception as exc:
             log.info("%s: removing the rewritten files conflicted (%s); looking again", uri, exc)
             continue
         return int(open_table(uri).version())
@@ -465,7 +466,7 @@ def check_layout(layout: Layout) -> None:
     probes = [(latest, latest)]  # (what the error names, the record that shows it)
     folders = [to_fs(layout.table(name))[1] for name in INTERVAL_TABLES]
     delta = [fs.exists(join_path(folder, "_delta_log")) for folder in folders]
-    for folder, is_delta in zip(folders, delta):
+    for folder, is_delta in zip(folders, delta, strict=True):
         if is_delta:
             continue
         try:

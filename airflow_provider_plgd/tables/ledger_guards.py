@@ -98,7 +98,7 @@ def planned_before(layout: Layout, stream: str, start_ns: int) -> list[IntervalI
     return list_ledger(layout, stream).planned_before(start_ns)
 
 
-def _gap_error(interval_id: str, dag_id: str, gap: tuple[int, int], start_ns: int, *, hole: bool) -> IntervalGapError:
+def _gap_error(interval_id: IntervalId, dag_id: str, gap: tuple[int, int], start_ns: int, *, hole: bool) -> IntervalGapError:
     """The :class:`IntervalGapError` of ``gap`` (unix ns): right before the interval (``hole``
     False: backfill the gap and this interval) or further back (True: backfill from the gap to
     this interval's start and rerun what was processed after the gap)."""
@@ -118,10 +118,10 @@ def _gap_error(interval_id: str, dag_id: str, gap: tuple[int, int], start_ns: in
                   f"    --from-date {begin} --to-date {end} \\",
                   "    --reprocess-behavior failed --max-active-runs 1"]
     lines.append('See docs/operations.md, "Holes in the interval chain".')
-    return IntervalGapError("\n".join(lines), interval_id=interval_id, gap_start_ns=gap[0], gap_end_ns=gap[1])
+    return IntervalGapError("\n".join(lines), interval_id=str(interval_id), gap_start_ns=gap[0], gap_end_ns=gap[1])
 
 
-def check_no_gap_before(layout: Layout, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
+def check_no_gap_before(layout: Layout, stream: str, interval_id: IntervalId | str, *, dag_id: str = "<dag>") -> None:
     """Refuse an interval when the ledger has earlier time intervals but none ending at its start.
 
     Looks at the folders ``{root}/_ledger/{stream}/interval=<start>_<end>/`` whose interval ends at
@@ -134,17 +134,18 @@ def check_no_gap_before(layout: Layout, stream: str, interval_id: str, *, dag_id
     :raises IntervalGapError: ``[latest end, start)`` has no planned interval; the message names
         that range and the backfill that fills it.
     """
-    window = IntervalId.parse(interval_id).window
-    if window is None:
+    interval = IntervalId.parse(interval_id)
+    if interval.window is None:
         return
-    start_ns = window.start_ns
+    start_ns = interval.window.start_ns
     planned = planned_before(layout, stream, start_ns)
     latest = max((i.high for i in planned), default=None)
     if latest is not None and latest != start_ns:
-        raise _gap_error(interval_id, dag_id, (latest, start_ns), start_ns, hole=False)
+        raise _gap_error(interval, dag_id, (latest, start_ns), start_ns, hole=False)
 
 
-def check_no_hole_before(layout: Layout, stream: str, interval_id: str, *, dag_id: str = "<dag>") -> None:
+def check_no_hole_before(layout: Layout, stream: str, interval_id: IntervalId | str, *,
+                         dag_id: str = "<dag>") -> None:
     """Refuse an interval when the planned intervals before it leave a hole anywhere since the earliest.
 
     :func:`check_no_gap_before` compares this interval with the latest planned one before it.
@@ -161,12 +162,12 @@ def check_no_hole_before(layout: Layout, stream: str, interval_id: str, *, dag_i
         planned one)``; the message names it and the backfill that fills it and reruns the
         intervals after it.
     """
-    window = IntervalId.parse(interval_id).window
-    if window is None:
+    interval = IntervalId.parse(interval_id)
+    if interval.window is None:
         return
-    gaps = never_planned(planned_before(layout, stream, window.start_ns))  # the stretch right before
+    gaps = never_planned(planned_before(layout, stream, interval.window.start_ns))  # the stretch right before
     if gaps:  # this one: check_no_gap_before
-        raise _gap_error(interval_id, dag_id, gaps[0], window.start_ns, hole=True)
+        raise _gap_error(interval, dag_id, gaps[0], interval.window.start_ns, hole=True)
 
 
 def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str, Any],
@@ -213,7 +214,7 @@ def check_selection_covers(previous: Mapping[str, Any] | None, new: Mapping[str,
     )
 
 
-def owners_of_run(layout: Layout, stream: str, interval_id: str,
+def owners_of_run(layout: Layout, stream: str, interval_id: IntervalId | str,
                   records: Sequence[Mapping[str, Any]] = ()) -> dict[str, int]:
     """``{owner: messages}`` of an interval's latest run, for :func:`check_selection_covers`.
 
@@ -224,7 +225,7 @@ def owners_of_run(layout: Layout, stream: str, interval_id: str,
     """
     from airflow_provider_plgd.tables import staging
 
-    found = staging.owners_with_messages(layout, stream, interval_id)
+    found = staging.owners_with_messages(layout, stream, str(interval_id))
     recorded = sum(int(r.get("staged") or 0) for r in records)
     if sum(found.values()) >= recorded:
         return found
@@ -237,7 +238,7 @@ def owners_of_run(layout: Layout, stream: str, interval_id: str,
     outputs: dict[str, int] = {}
     for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
         for f in delta_tables.table_files(delta_tables.interval_table_uri(layout, name),
-                                          where={delta_tables.INTERVAL_COLUMN: [interval_id]}):
+                                          where={delta_tables.INTERVAL_COLUMN: [str(interval_id)]}):
             fs, path = storage.to_fs(f.url)
             with fs.open(path, "rb") as fh:
                 values = pc.value_counts(pq.read_table(fh, columns=[column]).column(column))

@@ -25,6 +25,7 @@ from airflow_provider_plgd.tables.ledger import (
     staged_counts,
     write_ledger_file,
 )
+from airflow_provider_plgd.times import IntervalId
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +44,14 @@ def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def is_reconciled(layout: Layout, stream: str, interval_id: str) -> bool:
+def is_reconciled(layout: Layout, stream: str, interval_id: IntervalId | str) -> bool:
     """True when the interval's ``summary.json`` says its whole chain reconciled (the interval is
     committed, so its staging may expire: ``staging_commits.expire_intervals``)."""
     summary = read_summary(layout, stream, interval_id)
     return bool(summary and summary.get("reconciled") is True)
 
 
-def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, Mapping[str, Any] | None],
+def reconcile(layout: Layout, stream: str, interval_id: IntervalId | str, apps: Mapping[str, Mapping[str, Any] | None],
               holes: Sequence[str] = ()) -> dict[str, Any]:
     """Check the whole chain of one interval and write ``summary.json``.
 
@@ -67,7 +68,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
     """
     plan, records = read_records(layout, stream, interval_id)
     if plan is None:
-        return {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": {},
+        return {"version": LEDGER_VERSION, "interval_id": str(interval_id), "stream": stream, "chain": {},
                 "per_event_type": {}, "reconciled": False,
                 "problems": [f"no ledger at {layout.ledger_interval_dir(stream, interval_id)} (the plan task writes it)"]}
     problems: list[str] = []
@@ -153,7 +154,7 @@ def reconcile(layout: Layout, stream: str, interval_id: str, apps: Mapping[str, 
         "spark_skipped": document.get("spark_skip"),
         "selection": selection_text(document),
     }
-    result = {"version": LEDGER_VERSION, "interval_id": interval_id, "stream": stream, "chain": chain,
+    result = {"version": LEDGER_VERSION, "interval_id": str(interval_id), "stream": stream, "chain": chain,
               "run_version": started, "problems": problems, "reconciled": not problems}
     write_ledger_file(storage.join_path(layout.ledger_interval_dir(stream, interval_id), SUMMARY_FILE), result)
     return {**result, "per_event_type": dict(sorted(per_event_type.items()))}

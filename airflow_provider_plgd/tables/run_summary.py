@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.times import interval_end_epoch
+from airflow_provider_plgd.times import IntervalId, interval_end_epoch
 
 APPS = ("decode", "dedupe", "rebuild")
 
 
-def read_app_summary(layout: Layout, app: str, interval_id: str) -> dict[str, Any] | None:
+def read_app_summary(layout: Layout, app: str, interval_id: IntervalId | str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = layout.run_summary(app, interval_id)
     from airflow_provider_plgd.tables.storage import to_fs
@@ -72,7 +72,7 @@ class RunSummary:
         return value
 
 
-def collect_run_summary(layout: Layout, stream: str, interval_id: str) -> RunSummary:
+def collect_run_summary(layout: Layout, stream: str, interval_id: IntervalId | str) -> RunSummary:
     """Check the interval ledger's chain (``reconcile.reconcile``), with the holes before the
     interval (``chain.holes_before``), and gather the Spark summaries.
 
@@ -89,7 +89,7 @@ def collect_run_summary(layout: Layout, stream: str, interval_id: str) -> RunSum
     checked = reconcile.reconcile(layout, stream, interval_id, apps, holes)
     interval_end = interval_end_epoch(interval_id)
     return RunSummary(
-        interval_id=interval_id, fetched=checked["per_event_type"], fetched_total=checked["chain"].get("staged"),
+        interval_id=str(interval_id), fetched=checked["per_event_type"], fetched_total=checked["chain"].get("staged"),
         chain=checked["chain"], problems=tuple(checked["problems"]), reconciled=bool(checked["reconciled"]),
         decode=apps["decode"], dedupe=apps["dedupe"], rebuild=apps["rebuild"],
         lag_seconds=None if interval_end is None else round(time.time() - interval_end, 3))
