@@ -12,6 +12,7 @@ Pure Python (no Airflow, no pyarrow): the Spark library imports it on executors.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import total_ordering
@@ -373,10 +374,12 @@ IntervalKey = IntervalId
 
 
 def parse_interval_key(value: str) -> IntervalId:
-    """:meth:`IntervalId.parse` (the former name).
+    """:meth:`IntervalId.parse` (the former name; warns ``DeprecationWarning``: this module has no Airflow).
 
     :raises ValueError: the value is not an interval ID of this module.
     """
+    warnings.warn("times.parse_interval_key is deprecated: use times.IntervalId.parse", DeprecationWarning,
+                  stacklevel=2)
     return IntervalId.parse(value)
 
 

@@ -155,7 +155,7 @@ def commit_snapshot_record(root: StorageRoot, interval_id: str, intervals: Seque
                            parent: str | None = None) -> str:
     """Record a snapshot that folded ``intervals`` (newest ``interval_id``) as the chain's head:
     a ``_device_state`` commit carrying the snapshot record (no rows). :return: its version."""
-    end_ns = times.parse_interval_id(interval_id)["end_ns"]
+    end_ns = times.IntervalId.parse(interval_id).high
     version = ss.version_id(end_ns)
     record = {"snapshot": version, "snapshot_time_ns": end_ns, "snapshot_time": times.ns_to_rfc3339(end_ns),
               "parent": parent, "run_id": snapshot_buckets.new_run_id(), "interval_id": interval_id,

@@ -85,12 +85,6 @@ def dedupe_log(layout: Layout) -> DedupeLog:
     return DedupeLog(index, deduped, tuple(sorted(i for i in found if i is not None)))
 
 
-def interval_kind(interval_id: IntervalId | str) -> str:
-    """The kind of an interval ID (``IntervalId.kind``), or ``"other"`` for a value that is not one."""
-    parsed = IntervalId.parse_or_none(interval_id)
-    return "other" if parsed is None else parsed.kind
-
-
 @dataclass(frozen=True)
 class Hole:
     """An earlier interval whose stream held ``messages`` messages and that dedupe has not committed."""

@@ -3,6 +3,7 @@ byte for byte (``ledger.write_json``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -53,3 +54,37 @@ def test_fetch_record_round_trips_byte_for_byte(tmp_path):
     ledger.write_ledger_file(str(path), as_dict)
     again = ledger.FetchRecord.from_dict(ledger.read_ledger_file(str(path)))
     assert again.range == rng and stored(again.as_dict()) == path.read_bytes()
+
+
+def test_the_readers_return_records_and_keep_earlier_versions_as_json(tmp_path):
+    from airflow_provider_plgd.exceptions import LedgerError
+    from airflow_provider_plgd.tables.layout import Layout
+
+    layout, window = Layout.of(str(tmp_path)), times.Interval(START_NS, START_NS + 3600 * 10**9)
+    base = layout.ledger_interval_dir("EVENTS", window.key)
+    assert ledger.read_plan(layout, "EVENTS", window.key) is None and ledger.read_records(layout, "EVENTS", window.id) == (None, [])
+    plan = ledger.PlanRecord.of(COUNTED, interval_id=window.id, bounds=window.bounds(), owners=None,
+                                event_types=["devicesregistered"], read_filters=[ledger.SCOPE_FILTER], run_version=5)
+    ledger.write_ledger_file(f"{base}/{ledger.PLAN_FILE}", plan.as_dict())
+    fetch = ledger.FetchRecord(interval_id=window.id, stream="EVENTS", range=plan.ranges[0], staged=7, skipped={},
+                               event_types={"devicesregistered": {"count": 7}}, run_version=5)
+    ledger.write_ledger_file(f"{base}/{ledger.FETCH_DIR}/{ledger.range_record_name(0)}", fetch.as_dict())
+    earlier = {"version": 2, "interval_id": window.id, "range": {"index": 1}, "staged": 5, "owners": {"o1": 5}}
+    ledger.write_ledger_file(f"{base}/{ledger.FETCH_DIR}/{ledger.range_record_name(1)}", earlier)
+    assert ledger.read_plan(layout, "EVENTS", window.key) == plan
+    got_plan, records = ledger.read_records(layout, "EVENTS", window.id)
+    assert got_plan == plan and records == [fetch, ledger.EarlierRecord(earlier)]
+    with pytest.raises(LedgerError, match=r"a fetch record of ledger version 2 \(expected 3\); range 1 \(sequences "
+                                          r"\[50, 60\)\): the stream holds 5 messages, no fetch task recorded it"):
+        ledger.staged_counts(got_plan, records)
+    second = dataclasses.replace(fetch, range=plan.ranges[1], staged=5, event_types={"resourcechanged": {"count": 5}})
+    assert ledger.staged_counts(got_plan, [fetch, second]) == {(0, "devicesregistered"): 7, (1, "resourcechanged"): 5}
+    ledger.write_ledger_file(f"{base}/{ledger.PLAN_FILE}", {**plan.as_dict(), "version": 1})
+    old = ledger.read_plan(layout, "EVENTS", window.key)
+    assert isinstance(old, ledger.EarlierRecord) and (old.version, old.total, old.run_version) == (1, 12, 5)
+    with pytest.raises(LedgerError, match="the plan has ledger version 1, expected 3"):
+        ledger.staged_counts(old, records)
+    broken = {k: v for k, v in plan.as_dict().items() if k != "ranges"}
+    ledger.write_ledger_file(f"{base}/{ledger.PLAN_FILE}", broken)
+    with pytest.raises(ValueError, match=r"stream.json is not a PlanRecord of ledger version 3: KeyError: 'ranges'"):
+        ledger.read_plan(layout, "EVENTS", window.key)
