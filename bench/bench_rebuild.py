@@ -183,9 +183,9 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.tables.storage import to_fs
 
     day = date(2026, 1, 1)

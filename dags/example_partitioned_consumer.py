@@ -55,9 +55,9 @@ if PartitionedAssetTimetable is not None:
             import polars as pl
 
             from airflow_provider_plgd import times
-            from airflow_provider_plgd.tables import delta_tables, staging
-            from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
             from airflow_provider_plgd.hooks.base import resolve_layout
+            from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
+            from airflow_provider_plgd.tables import delta_tables, staging
 
             log = logging.getLogger("airflow.task")
             key = context.get("partition_key")

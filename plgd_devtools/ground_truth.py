@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,7 +36,7 @@ from airflow_provider_plgd.simulator.generator import Simulation
 from airflow_provider_plgd.simulator.messages import FAULT_CODE, FAULTS
 from airflow_provider_plgd.simulator.publisher import PublishResult
 
-__all__ = ["GroundTruth", "MESSAGES_SCHEMA"]
+__all__ = ["MESSAGES_SCHEMA", "GroundTruth"]
 
 MESSAGES_SCHEMA = pa.schema(
     [

@@ -15,17 +15,17 @@ Not in the wheel (``plgd_devtools``).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, file_records
-from airflow_provider_plgd.spark import schemas
-from airflow_provider_plgd.tables import snapshot_store as ss
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import schemas, snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+from airflow_provider_plgd.tables import delta_tables, file_records
+from airflow_provider_plgd.tables import snapshot_store as ss
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd.tables.storage import to_fs
 

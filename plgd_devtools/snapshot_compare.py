@@ -9,7 +9,8 @@ Used by ``make demo`` and the end-to-end tests. Reads the tables with pyarrow + 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 TABLES = ("resources", "device_metadata", "device_links", "owner_devices")
 

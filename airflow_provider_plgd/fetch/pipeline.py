@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging, staging_commits, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.progress import Progress, WriterThread
 from airflow_provider_plgd.fetch.range_summary import RangeSummary
@@ -34,6 +33,7 @@ from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.jetstream.api import StreamState
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.tables import ledger, staging, staging_commits, storage
 from airflow_provider_plgd.tables.layout import Layout
 
 

@@ -27,16 +27,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_provider_plgd.plgd import tables as snapshot_tables
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 try:  # the `lineage` extra
     import attr
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import InputDataset, OutputDataset
     from openlineage.client.facet_v2 import InputDatasetFacet
-
-    from airflow.providers.openlineage.extractors import OperatorLineage
 
     @attr.define
     class NatsSubjectsInputFacet(InputDatasetFacet):
@@ -46,8 +45,8 @@ try:  # the `lineage` extra
         ``subjectFilterCount``: how many filters there were (more than listed when cut).
         """
 
-        subjectFilters: list[str] = attr.field(factory=list)  # noqa: N815 - OpenLineage JSON names
-        subjectFilterCount: int = 0  # noqa: N815
+        subjectFilters: list[str] = attr.field(factory=list)  # OpenLineage JSON names
+        subjectFilterCount: int = 0
 
         @staticmethod
         def _get_schema() -> str:

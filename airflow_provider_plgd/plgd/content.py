@@ -45,10 +45,11 @@ import email.message
 import json
 import math
 import re
-from fractions import Fraction
+from collections.abc import Mapping
 from decimal import Decimal
+from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import cbor2
 

@@ -31,22 +31,22 @@ from .event_types import (
 )
 
 __all__ = [
-    "subject_matches",
     "LEADRT",
     "TOKEN_DEVICES",
     "TOKEN_OWNERS",
     "TOKEN_PLGD",
     "Subject",
+    "check_filter_subject",
     "links_subject",
+    "metadata_subject",
     "owner_event_filters",
     "owner_filter",
-    "metadata_subject",
     "parse_subject",
     "registrations_subject",
     "resource_subject",
     "subject_filters",
+    "subject_matches",
     "subject_owner",
-    "check_filter_subject",
     "validate_owner_id",
     "validate_token",
 ]

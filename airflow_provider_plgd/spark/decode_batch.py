@@ -35,7 +35,8 @@ Columns an event type does not have are ``pa.nulls``. Source of the fields: docs
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -5,14 +5,14 @@ structs of the ``events`` table (``spark/schemas.py``). Used by :mod:`.decode_ba
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from airflow_provider_plgd.plgd import content
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as _ra
 from airflow_provider_plgd.spark import schemas as S
-
 
 STR = pa.string()
 I64 = pa.int64()

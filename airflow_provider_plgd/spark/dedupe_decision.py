@@ -26,8 +26,9 @@ Rules (the module docstring of ``airflow_provider_plgd.spark_apps.dedupe_events`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 #: The content digest column of the keys and of ``msgid_index`` (int64).
 DIGEST = "content_digest"

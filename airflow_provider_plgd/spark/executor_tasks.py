@@ -90,7 +90,7 @@ def is_connect(spark: Any) -> bool:
 def _conf(spark: Any, key: str) -> str | None:
     try:
         value = spark.conf.get(key, None)
-    except Exception:  # noqa: BLE001 - a server that refuses the key: treat as unset
+    except Exception:  # a server that refuses the key: treat as unset
         return None
     return None if value in (None, "") else str(value)
 
@@ -142,7 +142,7 @@ def default_parallelism(spark: Any) -> int:
     slots = max(1, int(row["p"]) + 1) if row is not None and row["p"] is not None else 1
     try:  # the next caller of this session (rebuild asks twice) reads it instead of a second job
         spark.conf.set(PARALLELISM_CONF, str(slots))
-    except Exception:  # noqa: BLE001 - a server that refuses the key: measure again next time
+    except Exception:  # a server that refuses the key: measure again next time
         pass
     return slots
 

@@ -12,7 +12,9 @@ Which files make a table: the Delta log (``delta_tables.table_files``), never a 
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
 
 def data_file_name(index: int, write_id: str) -> str:
     """``part-{index:05d}-{write_id}.parquet``: unique to one run, stable within it (a retried task

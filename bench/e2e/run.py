@@ -76,8 +76,8 @@ if str(REPO) not in sys.path:
 
 from airflow_provider_plgd.tables.layout import Layout  # noqa: E402
 from bench.e2e.sampler import TreeSampler  # noqa: E402
-from bench.machine import busy_since, proc_stat  # noqa: E402
 from bench.e2e.stages import SPARK_STAGES, read_task_instances, stage_figures  # noqa: E402
+from bench.machine import busy_since, proc_stat  # noqa: E402
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
 
 MB = 1024 * 1024
@@ -291,8 +291,8 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
     """
     from airflow_provider_plgd import times
     from airflow_provider_plgd.tables import staging
-    from plgd_devtools.demo import _airflow_env, _run
     from airflow_provider_plgd.tables.run_summary import read_app_summary
+    from plgd_devtools.demo import _airflow_env, _run
     from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     result: dict[str, Any] = {"target_events": events, "load_before": uptime()}

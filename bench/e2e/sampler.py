@@ -69,7 +69,7 @@ class TreeSampler:
         self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
         self._kinds: dict[tuple[int, float], str] = {}
 
-    def __enter__(self) -> "TreeSampler":
+    def __enter__(self) -> TreeSampler:
         self._thread.start()
         return self
 

@@ -34,24 +34,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from plgd_devtools.spark import spark_submit_env
-from tests.integration.delta_read import delta_table, read_both, staging_rows
-from tests.integration.staging_data import write_batches
-
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import decode_batch
 from airflow_provider_plgd.spark_deps import spark_app_path
+from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables.layout import Layout
+from plgd_devtools.spark import spark_submit_env
+from tests.integration.delta_read import delta_table, read_both, staging_rows
+from tests.integration.staging_data import write_batches
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 from plgd_devtools.spark import SPARK_LOCK as LOCK  # noqa: E402
+
 STREAM = "EVENTS"
 START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 END_NS = START_NS + 3600 * 1_000_000_000

@@ -25,14 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from airflow_provider_plgd.spark_deps import spark_app_path
+from airflow_provider_plgd.tables import snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.spark import spark_lock, spark_submit_env
 from tests.integration.delta_read import delta_rows, delta_table, read_both
 from tests.integration.staging_data import stage_simulation
-
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.tables import snapshot_store
-from airflow_provider_plgd.spark_deps import spark_app_path
 
 pytestmark = pytest.mark.spark
 
@@ -630,8 +629,7 @@ def test_maintenance_of_the_spark_tables_keeps_every_row(pipeline, tmp_path):
     partition; every table reads the same rows (deltalake), the snapshot tables too."""
     import shutil
 
-    from airflow_provider_plgd.tables import maintenance
-    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables import delta_tables, maintenance
     from tests.integration.delta_read import delta_rows
 
     root = tmp_path / "data"

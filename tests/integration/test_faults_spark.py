@@ -57,17 +57,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_plgd import times
+from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from airflow_provider_plgd.spark.decode_batch import decode_batch
+from airflow_provider_plgd.tables import snapshot_store, staging
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
 from tests.integration.delta_read import staging_rows
 from tests.integration.staging_data import stage_simulation, write_batches
-
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
-from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.tables import snapshot_store
-from airflow_provider_plgd.spark.decode_batch import decode_batch
 
 pytestmark = pytest.mark.spark
 
@@ -405,7 +403,7 @@ def observe(root: Path) -> dict[str, dict]:
     return {name: table_state(root, name) for name in TABLES}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def observe_reference(root: Path) -> dict[str, dict]:
     """:func:`observe` of a root of the reference chain (never written after the fixture)."""
     return observe(root)

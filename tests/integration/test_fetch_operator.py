@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.exceptions import (
     IntervalNotCompleteError,
     JetStreamAuthError,
@@ -28,12 +26,14 @@ from airflow_provider_plgd.exceptions import (
 )
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import (
-    subject_matches,
     metadata_subject,
     registrations_subject,
     resource_subject,
     subject_filters,
+    subject_matches,
 )
+from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import NatsServer, recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
 from tests.integration.delta_read import staging_batches, staging_rows
@@ -424,7 +424,7 @@ def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstre
     def fetch():
         try:
             result["out"] = run_op(**kw)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             result["error"] = exc
 
     thread = threading.Thread(target=fetch)

@@ -15,11 +15,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
+from airflow_provider_plgd.tables import ledger, staging
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
 from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark
 from tests.integration.delta_read import staging_rows
@@ -151,7 +151,6 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
 
 
     from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-
     from tests.integration.delta_read import read_both
 
     quarantine = read_both(f"{storage_root}/quarantine", "stream_seq", interval_id=interval_id)

@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("airflow.providers.openlineage")
 
-from airflow_provider_plgd.operators import lineage  # noqa: E402
-from tests.integration.conftest import load_dag, read_stream, use_local_spark  # noqa: E402
+from airflow_provider_plgd.operators import lineage
+from tests.integration.conftest import load_dag, read_stream, use_local_spark
 
 UTC = timezone.utc
 
@@ -128,7 +128,7 @@ def openlineage_file_transport(tmp_path, monkeypatch):
                        json.dumps({"type": "file", "log_file_path": str(path), "append": True}))
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD", "True")
     listener = get_openlineage_listener()
-    listener.adapter._client = None  # noqa: SLF001 - a client built earlier would carry another transport
+    listener.adapter._client = None  # a client built earlier would carry another transport
     managers = [m for m in (task_listeners(), core_listeners()) if not m.pm.is_registered(listener)]
     for manager in managers:
         manager.add_listener(listener)
@@ -137,10 +137,10 @@ def openlineage_file_transport(tmp_path, monkeypatch):
     finally:
         for manager in managers:
             manager.pm.unregister(listener)
-        listener.adapter._client = None  # noqa: SLF001
+        listener.adapter._client = None
         # DAG-run events go through the listener's process pool: its forked worker inherited the
         # open Spark lock (flock), so it must end with the test, or the next Spark test waits forever.
-        executor, listener._executor = listener._executor, None  # noqa: SLF001
+        executor, listener._executor = listener._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
 

@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-from airflow_provider_plgd.simulator import PublishError, SimulationConfig, generate, publish
-from airflow_provider_plgd.simulator import cli
+from airflow_provider_plgd.simulator import PublishError, SimulationConfig, cli, generate, publish
 from plgd_devtools.ground_truth import GroundTruth
 
 FAULTS = dict(duplicates=0.05, corrupt=3, old_hub_snapshots=True, version_gaps=True, unregister=True)

@@ -20,9 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.plgd.subjects import subject_filters, validate_token
+from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 
 UTC = timezone.utc
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"

@@ -17,7 +17,6 @@ import airflow_provider_plgd
 from airflow_provider_plgd.plgd import codec
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import decode_batch
-
 from tests.unit.spark.test_decode_batch import INTERVAL, PUBLISHED, _corrupt_rows, all_cases, rows_by_seq, staging_batch
 
 

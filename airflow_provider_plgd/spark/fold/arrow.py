@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_provider_plgd.spark.fold.columns import BASE_COLUMNS, COLUMNS_BY_EVENT_TYPE
 from airflow_provider_plgd.spark.fold.device import fold_device

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from airflow_provider_plgd.jetstream import counting  # noqa: E402
-from airflow_provider_plgd.jetstream.connection import JetStreamSettings  # noqa: E402
-from airflow_provider_plgd.jetstream.messages import StreamMessage  # noqa: E402
-from airflow_provider_plgd.spark import datasource as ds  # noqa: E402
-from airflow_provider_plgd.tables.staging import SCHEMA  # noqa: E402
+from airflow_provider_plgd.jetstream import counting
+from airflow_provider_plgd.jetstream.connection import JetStreamSettings
+from airflow_provider_plgd.jetstream.messages import StreamMessage
+from airflow_provider_plgd.spark import datasource as ds
+from airflow_provider_plgd.tables.staging import SCHEMA
 
 SECRET = "hunter2-very-secret"
 

@@ -14,18 +14,18 @@ from datetime import date, datetime, timezone
 
 import cbor2
 import pyarrow as pa
-import pyarrow.parquet  # noqa: F401  (pa.parquet)
+import pyarrow.parquet
 import pytest
 
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import codec, ids, subjects
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.plgd.pb import eventbus_pb2
 from airflow_provider_plgd.plgd.pb import identitystore_pb2 as isp
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as ra
 from airflow_provider_plgd.spark import schemas
-from airflow_provider_plgd.spark.decode_job import EVENTS_PARTITIONS
 from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts, decode_batches
+from airflow_provider_plgd.spark.decode_job import EVENTS_PARTITIONS
+from airflow_provider_plgd.tables import staging
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 OWNER_RAW = "alice"

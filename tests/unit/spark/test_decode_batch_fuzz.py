@@ -27,9 +27,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts
+from airflow_provider_plgd.tables import staging
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 PUBLISHED = datetime(2026, 1, 1, 0, 10, tzinfo=timezone.utc)

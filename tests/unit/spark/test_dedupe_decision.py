@@ -9,8 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd.spark import dedupe_decision
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import dedupe_decision, snapshot_buckets
 
 
 def keys(rows):

@@ -6,11 +6,10 @@ import dataclasses
 
 import pytest
 
-from airflow_provider_plgd.tables import delta_tables, ledger, identity, run_summary, staging
-from airflow_provider_plgd.operators import lineage
 from airflow_provider_plgd.fetch import spool
+from airflow_provider_plgd.operators import lineage
+from airflow_provider_plgd.tables import delta_tables, identity, ledger, run_summary, snapshot_store, staging
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import snapshot_store
 
 IID = "20260101T000000Z_20260101T010000Z"
 

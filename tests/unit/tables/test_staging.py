@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging, staging_commits, storage
 from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
 from airflow_provider_plgd.fetch.stager import Stager
+from airflow_provider_plgd.tables import staging, staging_commits, storage
+from airflow_provider_plgd.tables.layout import Layout
 
 UTC = timezone.utc
 T0 = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z in ns
@@ -283,7 +283,7 @@ def test_two_commits_of_one_range_at_once_one_wins_and_nothing_is_doubled(tmp_pa
         start.wait()
         try:
             results[name] = staging_commits.commit_range(Layout.of(root), "EVENTS", IID, index, 5, records)
-        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+        except Exception as exc:  # recorded for the assertion
             results[name] = exc
 
     threads = [threading.Thread(target=commit, args=args) for args in (("a", 0, a), ("b", 0, b), ("c", 1, c))]

@@ -15,10 +15,10 @@ from collections import Counter
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import event_types, ids
 from airflow_provider_plgd.spark import fold, snapshot_buckets
 from airflow_provider_plgd.spark.fold import FoldStats, dumps_state, fold_device, loads_state
+from airflow_provider_plgd.tables.layout import Layout
 
 DEV = "00000000-0000-0000-0000-000000000001"
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
