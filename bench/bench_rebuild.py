@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
     t_gen = time.perf_counter()
     i0, t0 = interval(0)
     i1, t1 = interval(1)
-    i2, t2 = interval(2)
+    _i2, _t2 = interval(2)
 
     # 1. throughput: one interval of N rows over enough devices, 5% duplicates
     reuse = args.reuse_inputs and (work / "throughput" / "events" / "_delta_log").is_dir()

@@ -14,6 +14,7 @@ Not in the wheel (``plgd_devtools``).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -86,7 +87,7 @@ def _split(rows: pa.Table, parts: int) -> list[pa.Table]:
     n = rows.num_rows
     parts = max(1, min(parts, n))
     bounds = [round(i * n / parts) for i in range(parts + 1)]
-    return [rows.slice(a, b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [rows.slice(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _by_type(uri: str, rows: pa.Table, interval_id: str, files: int, write_id: str) -> list[dict[str, Any]]:

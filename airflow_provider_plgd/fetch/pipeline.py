@@ -118,10 +118,7 @@ class FetchPipeline:
             ``unrouted``) and account per owner.
         """
         hook = self.hook
-        if isinstance(read_bounds, times.Interval):
-            bounds = read_bounds.bounds()
-        else:
-            bounds = read_bounds
+        bounds = read_bounds.bounds() if isinstance(read_bounds, times.Interval) else read_bounds
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
             window = times.Interval.from_bounds(bounds)
             await hook.arequire_interval_complete(window.start_ns, window.end_ns,

@@ -20,6 +20,7 @@ One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the A
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,7 +66,7 @@ async def count_boundaries(api: JetStreamApi, stream: str, subject_filter: str |
             after = await api.consumer_pending(stream, names[-1])
             if before == after:
                 readings.append(after)
-                return [max(0, a - b) for a, b in zip(readings, readings[1:])]
+                return [max(0, a - b) for a, b in itertools.pairwise(readings)]
         raise JetStreamTimeoutError(
             f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences "
             f"[{boundaries[0]}, {boundaries[-1]}): matching messages kept arriving during {MAX_READINGS} readings"

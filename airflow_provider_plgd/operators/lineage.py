@@ -22,6 +22,7 @@ operators' methods are only called by the provider's listener.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -198,7 +199,7 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
     args = [str(a) for a in application_args]
     if any("{{" in a for a in args):
         return None
-    values = {flag: value for flag, value in zip(args, args[1:]) if flag.startswith("--") and not value.startswith("--")}
+    values = {flag: value for flag, value in itertools.pairwise(args) if flag.startswith("--") and not value.startswith("--")}
     try:
         inputs, outputs = build(Layout.of(values["--root"]), values)
     except KeyError as err:

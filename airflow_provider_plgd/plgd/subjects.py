@@ -352,7 +352,7 @@ def _parse(subject: str, check_event_type: bool) -> Subject:
             else:
                 lead = ".".join(tokens[9:])
                 result = Subject(family, owner, tokens[7], tokens[4], tokens[6], True, lead)
-        elif family == FAMILY_RESOURCE_LINKS or family == FAMILY_METADATA:
+        elif family in (FAMILY_RESOURCE_LINKS, FAMILY_METADATA):
             if n != 7:
                 raise _bad(subject, f"{family} subjects have 7 tokens")
             result = Subject(family, owner, tokens[6], tokens[4])

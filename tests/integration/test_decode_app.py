@@ -228,7 +228,7 @@ def test_counts_reconcile(run):
     assert len(run.events1) == s["decoded"] and len(run.quarantine1) == s["quarantined"]
     expected_types = collections.Counter()
     expected_reasons = collections.Counter()
-    for seq, (_, _, _, expect) in run.seq_of.items():
+    for _seq, (_, _, _, expect) in run.seq_of.items():
         if expect[0] == "corrupt":
             expected_reasons[expect[1]] += 1
         elif expect[0] == "sim" and expect[1].fault == "corrupt":
@@ -252,7 +252,7 @@ def test_every_field_of_every_event_type(run):
     cases = run.cases
     by_seq = {r["stream_seq"]: _normalize(r) for r in run.events1}
     checked = set()
-    for seq, (subject, data, headers, expect) in run.seq_of.items():
+    for seq, (subject, data, _headers, expect) in run.seq_of.items():
         if expect[0] != "case":
             continue
         event_type, cols = expect[1], expect[2]
@@ -286,7 +286,7 @@ def test_simulated_messages_match_what_was_published(run):
     by_seq = {r["stream_seq"]: r for r in run.events1}
     q_by_seq = {r["stream_seq"]: r for r in run.quarantine1}
     seen_leadrt = seen_snapshot = 0
-    for seq, (subject, data, headers, expect) in run.seq_of.items():
+    for seq, (_subject, _data, _headers, expect) in run.seq_of.items():
         if expect[0] != "sim":
             continue
         m = expect[1]

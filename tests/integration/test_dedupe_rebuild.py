@@ -15,6 +15,7 @@ Spark jobs run holding ``flock /tmp/spark.lock`` (shared 2-core machine).
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -406,12 +407,12 @@ def test_latest_snapshot_and_final_tables(pipeline):
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root, table) == expected[table]
         frame = pl.read_delta(str(pipeline.root / "snapshots" / table))
-        assert frame.columns == snapshot_store.table_schema(table).names + ["bucket"]
+        assert frame.columns == [*snapshot_store.table_schema(table).names, "bucket"]
         assert frame.height == len(expected[table]) == latest["rows"][table]
         # columns exactly as docs/data-contracts.md
         assert read_snapshot(str(pipeline.root), table).schema.names == snapshot_store.table_schema(table).names
     # time travel: the snapshot of the first interval by its version and by its time
-    first_iid, _, first_end = pipeline.intervals[0]
+    _first_iid, _, first_end = pipeline.intervals[0]
     first = expected_state(pipeline.sim, 0)
     from datetime import datetime, timezone
     as_of = datetime.fromtimestamp(first_end / 1e9 + 1, tz=timezone.utc)
@@ -542,7 +543,7 @@ def test_copy_on_write_by_bucket(pipeline):
     import pyarrow as pa
 
     reb = pipeline.out["rebuild"]
-    assert reb[0]["parent"] is None and all(r["parent"] == p["version"] for p, r in zip(reb, reb[1:]))
+    assert reb[0]["parent"] is None and all(r["parent"] == p["version"] for p, r in itertools.pairwise(reb))
     assert all(r["buckets"] == BUCKETS for r in reb)
     carried_total = 0
 
@@ -588,7 +589,7 @@ def test_vacuum_keeps_the_latest_snapshot(pipeline):
 
 def test_failed_commit_keeps_previous_snapshot(pipeline):
     assert pipeline.out["failure"] == "injected failure before the snapshot's commit"
-    iid, _, end_ns = pipeline.intervals[-1]
+    _iid, _, end_ns = pipeline.intervals[-1]
     latest = snapshot_store.latest(Layout.of(str(pipeline.root)))
     assert latest["version"] == snapshot_store.version_id(end_ns)
     assert latest["run_id"] == pipeline.out["rebuild"][-1]["run_id"]
@@ -610,7 +611,7 @@ def test_dedupe_rerun_gives_identical_output(pipeline):
 def test_cli_rerun_gives_identical_output(pipeline):
     """spark-submit of the rebuild application itself (``main`` = ``session.run_app``, shared by the
     three apps): rerunning the last interval gives the same snapshot tables."""
-    iid, end_iso, end_ns = pipeline.intervals[-1]
+    iid, _end_iso, end_ns = pipeline.intervals[-1]
     before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}
     spark_submit(pipeline.py_files, spark_app_path("rebuild_snapshots"),
                  "--root", str(pipeline.root), "--interval-id", iid, "--snapshot-time", str(end_ns),

@@ -78,8 +78,7 @@ FUZZ_IID = "seq-000000000001-000000000400"
 DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the retry read 1..30
 
 #: Every table of a root, as folders below it.
-TABLES = ("events", "quarantine", "events_deduped", "msgid_index") + tuple(
-    f"snapshots/{t}" for t in snapshot_store.ALL_TABLES)
+TABLES = ("events", "quarantine", "events_deduped", "msgid_index", *(f"snapshots/{t}" for t in snapshot_store.ALL_TABLES))
 #: The tables each app commits, in its commit order.
 COMMIT_ORDER = {
     "decode": ["events", "quarantine"],

@@ -227,7 +227,7 @@ def test_count_and_iterate_by_time(jetstream):
 
 def test_count_and_iterate_by_seq(jetstream):
     hook = JetStreamHook()
-    t0, _, t1, _, _ = _publish_two_groups(hook)
+    _t0, _, t1, _, _ = _publish_two_groups(hook)
     seqs = lambda f="plgd.>", **b: [m.stream_seq for m in read_all(hook, f, **b)]  # noqa: E731
     assert seqs(start_seq=2, end_seq=4) == [2, 3, 4]
     assert seqs(start_seq=7) == [7, 8]

@@ -56,7 +56,7 @@ def test_spark_app_lineage_from_the_applications_arguments():
     assert [(d.namespace, d.name) for d in decode.outputs] == [("s3://b", "r/events"), ("s3://b", "r/quarantine")]
     rebuild = lineage.spark_app_lineage("rebuild_snapshots.py", ["--root", "/r", "--interval-id", "i"])
     snapshots = [f"/r/snapshots/{t}" for t in ("resources", "device_metadata", "device_links", "owner_devices")]
-    assert [d.name for d in rebuild.inputs] == ["/r/events_deduped"] + snapshots
+    assert [d.name for d in rebuild.inputs] == ["/r/events_deduped", *snapshots]
     assert [d.name for d in rebuild.outputs] == snapshots
     assert lineage.spark_app_lineage("other_app.py", []) is None
     assert lineage.spark_app_lineage("dedupe_events.py", ["--root", "{{ ti.xcom_pull('plan') }}"]) is None
@@ -233,7 +233,7 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     rebuild = one("rebuild")
     snapshots = sorted(("file", f"{root}/snapshots/{t}") for t in ("resources", "device_metadata", "device_links",
                                                                      "owner_devices"))
-    assert _names(rebuild["inputs"]) == sorted([("file", f"{root}/events_deduped")] + snapshots)
+    assert _names(rebuild["inputs"]) == sorted([("file", f"{root}/events_deduped"), *snapshots])
     assert _names(rebuild["outputs"]) == snapshots
     summary = one("summary")
     assert _names(summary["inputs"]) == [("file", f"{root}/_ledger/EVENTS"), ("file", f"{root}/_runs")]

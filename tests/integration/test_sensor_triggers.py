@@ -352,7 +352,7 @@ def _deferred_trigger(sensor) -> JetStreamIntervalCompleteTrigger:
 
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
-    classpath, kwargs = deferred.value.trigger.serialize()
+    _classpath, kwargs = deferred.value.trigger.serialize()
     return JetStreamIntervalCompleteTrigger(**json.loads(json.dumps(kwargs)))
 
 

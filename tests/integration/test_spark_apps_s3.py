@@ -191,7 +191,7 @@ def test_snapshots_read_from_the_bucket_equal_the_ground_truth(pipeline):
     from airflow_provider_plgd import read_snapshot
     from airflow_provider_plgd.tables import snapshot_store
 
-    for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
+    for k, (_iid, _, end_ns) in enumerate(pipeline.intervals):
         version = snapshot_store.version_id(end_ns)
         expected = expected_state(pipeline.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import itertools
 import json
 import os
 import time
@@ -189,7 +190,7 @@ def test_sequence_bounds_partitions_and_repeatable(spark, jetstream):
     assert df.rdd.getNumPartitions() == len(per_part) >= -(-len(wanted) // 4)
     assert all(n <= 4 for n, _, _ in per_part.values()) and sum(n for n, _, _ in per_part.values()) == len(wanted)
     ranges = sorted((lo, hi) for _, lo, hi in per_part.values())
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))  # disjoint, ordered sequence ranges
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))  # disjoint, ordered sequence ranges
     first = rows_by_seq(df)
     assert sorted(first) == wanted  # seqs[4] and seqs[31] (just outside) are not read
     again = rows_by_seq(reader(spark, jetstream, **opts).load())

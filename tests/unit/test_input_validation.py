@@ -71,7 +71,7 @@ def test_subject_filters_never_widen_for_a_hostile_owner(value):
         subject_filters(value, "devicesregistered")
 
 
-@pytest.mark.parametrize("value", HOSTILE + ["DevicesRegistered", "nosuchevent"])
+@pytest.mark.parametrize("value", [*HOSTILE, "DevicesRegistered", "nosuchevent"])
 def test_subject_filters_reject_hostile_event_types(value):
     with pytest.raises(ValueError):
         subject_filters(OWNER, value)

@@ -605,7 +605,7 @@ def test_cli_dry_run_writes_ground_truth(tmp_path, capsys):
     assert summary["config"]["leadrt"] == "first" and summary["config"]["corrupt"] == 3
     assert summary["config"]["old_hub_snapshots"] and summary["config"]["unregister"]
     again = tmp_path / "gt2"
-    assert cli.main(argv[:-1] + [str(again)]) == 0
+    assert cli.main([*argv[:-1], str(again)]) == 0
     assert (again / "state_1.json").read_text() == (tmp_path / "gt" / "state_1.json").read_text()
 
 

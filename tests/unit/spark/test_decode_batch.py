@@ -401,7 +401,7 @@ def test_corrupt_rows_are_quarantined_with_reason():
     assert out.num_rows == len(rows)
     got = rows_by_seq(out)
     raw = rows_by_seq(batch)
-    for k, (reason, row_in) in enumerate(corrupt):
+    for k, (reason, _row_in) in enumerate(corrupt):
         seq = k + 2
         row = got[seq]
         assert row["reason"] == reason, (reason, row["detail"])
@@ -501,7 +501,7 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     batch = staging_batch([(s, d) for _, s, d, _ in cases])
     out = decode_batch(batch, INTERVAL).select(list(schemas.EVENTS_COLUMNS))
     files = []
-    for attempt in range(2):  # a retried task attempt rewrites the same names with the same content
+    for _attempt in range(2):  # a retried task attempt rewrites the same names with the same content
         w = ArrowPartitionedWriter(str(tmp_path / "ev"), 7, schemas.EVENTS_SCHEMA, EVENTS_PARTITIONS,
                                    write_id="w1", row_group_rows=4)
         w.write(out.slice(0, 10))
@@ -595,7 +595,7 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     units = staging_units([staged], slice_rows=5)  # row ranges that do not follow the row groups (7 rows)
     assert sum(u[2] for u in units) == len(rows) and len(units) == -(-len(rows) // 5)
     starts = sorted(u[1] for u in units)
-    assert starts[0] == 0 and all(b - a in (5, 4) for a, b in zip(starts, starts[1:] + [len(rows)]))
+    assert starts[0] == 0 and all(b - a in (5, 4) for a, b in zip(starts, [*starts[1:], len(rows)]))
     tasks = plan_tasks(units, 2, min_rows=10)
     assert 1 < len(tasks) < len(units)
     ev, q = str(tmp_path / "ev"), str(tmp_path / "q")

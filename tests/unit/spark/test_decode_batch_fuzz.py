@@ -130,7 +130,7 @@ def test_every_mutation_kind_is_exercised_and_reasons_reconcile():
     """A fixed large batch: counts per reason add up, and most reasons occur."""
     rng = random.Random(1)
     rows = [(rng.randrange(10_000), MUTATIONS[k % len(MUTATIONS)], rng.randrange(2**32)) for k in range(800)]
-    batch, expect = build(rows)
+    batch, _expect = build(rows)
     result = decode_batch(batch, INTERVAL).to_pylist()
     reasons = Counter(r["reason"] for r in result if r["reason"] is not None)
     decoded = sum(1 for r in result if r["reason"] is None)

@@ -112,7 +112,7 @@ def test_names_paths_and_filter_key():
     key = staging.filter_key(["plgd.>"])
     assert key.startswith("f") and len(key) == 17 and key == staging.filter_key("plgd.>")
     assert key != staging.filter_key(["plgd.owners.*.>"])
-    assert staging.TABLE_SCHEMA.names == staging.SCHEMA.names + ["owner_id", "interval_id", "event_type"]
+    assert staging.TABLE_SCHEMA.names == [*staging.SCHEMA.names, "owner_id", "interval_id", "event_type"]
 
 
 def test_staging_module_imports_no_airflow_spark_or_deltalake():
