@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> dict:
         return figures
     base = res["batch_on_1x"]["seconds"]
     print(f"  same batch ({sizes['batch_rows']:,} rows, {args.batch_devices:,} devices) on top of a history of:")
-    for name, n_devices, changes, buckets in scenarios:
+    for name, n_devices, _changes, buckets in scenarios:
         r = res[f"batch_on_{name}"]
         hist = res[f"history_{name}"]
         ratio = r["seconds"] / base

@@ -34,6 +34,7 @@ parts per task: no Arrow stream between JVM and Python; figures: docs/performanc
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -140,10 +141,10 @@ def default_parallelism(spark: Any) -> int:
     row = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).groupBy().agg(
         F.max("p").alias("p")).first()
     slots = max(1, int(row["p"]) + 1) if row is not None and row["p"] is not None else 1
-    try:  # the next caller of this session (rebuild asks twice) reads it instead of a second job
+    # the next caller of this session (rebuild asks twice) reads it instead of a second job;
+    # a server that refuses the key: measure again next time
+    with contextlib.suppress(Exception):
         spark.conf.set(PARALLELISM_CONF, str(slots))
-    except Exception:  # a server that refuses the key: measure again next time
-        pass
     return slots
 
 

@@ -18,6 +18,7 @@ Only the functions import pyspark, so the module imports without it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -67,10 +68,8 @@ def build_spark_session(app_name: str, conf: Mapping[str, str] | None = None):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     for key, value in {**BASE_CONF, **(conf or {})}.items():  # session already existed: runtime SQL confs
-        try:
+        with contextlib.suppress(Exception):  # static conf of an existing session; keep what it has
             spark.conf.set(key, value)
-        except Exception:  # static conf of an existing session; keep what it has
-            pass
     return spark
 
 

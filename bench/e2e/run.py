@@ -101,10 +101,10 @@ def machine() -> dict[str, Any]:
     """CPU model, cores, memory (bytes) and versions of the parts under test."""
     model = ""
     with contextlib.suppress(OSError):
-        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
+        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "")
     mem = 0
     with contextlib.suppress(OSError, StopIteration, ValueError):
-        mem = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1]) * 1024
+        mem = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1]) * 1024
     versions = {}
     for mod in ("airflow", "pyspark", "nats"):
         with contextlib.suppress(Exception):

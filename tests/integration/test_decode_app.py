@@ -242,8 +242,8 @@ def test_counts_reconcile(run):
     assert sum(s["per_reason"].values()) == sum(expected_reasons.values()) + sim_corrupt
     for reason, count in expected_reasons.items():
         assert s["per_reason"][reason] >= count
-    assert "fetched=%d read=%d decoded=%d quarantined=%d" % (s["fetched"], s["fetched"], s["decoded"],
-                                                             s["quarantined"]) in run.log1
+    assert (f"fetched={s['fetched']} read={s['fetched']} decoded={s['decoded']} "
+            f"quarantined={s['quarantined']}") in run.log1
     seqs = [r["stream_seq"] for r in run.events1 + run.quarantine1]
     assert sorted(seqs) == list(range(1, n + 1))  # every row exactly once, nothing else
 

@@ -38,6 +38,7 @@ one interval at once (run A stops at its commit until run B has finished). Spark
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -295,10 +296,8 @@ class Run:
     def reap(self) -> None:
         """SIGKILL whatever is left of this run's session (by process ID), then reap the process."""
         for pid in _session_pids(self.proc.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(60)
         self._fh.close()
 

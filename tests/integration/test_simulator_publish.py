@@ -95,7 +95,7 @@ def test_second_publish_continues_the_sequences(jetstream):
 def test_window_already_over_is_a_clear_error(jetstream):
     sim = generate(SimulationConfig(intervals=1, steps_per_interval=1))  # starts 2026-01-01 (fixed)
     sim = replace(sim, config=replace(sim.config, start_time_ns=time.time_ns() - 60_000_000_000))
-    with pytest.raises(PublishError, match="interval 0 window .* is already over"):
+    with pytest.raises(PublishError, match=r"interval 0 window .* is already over"):
         publish(sim, servers=[jetstream.url])
 
 
@@ -139,6 +139,6 @@ def test_interval_overflow_is_a_clear_error(jetstream):
     sim = generate(cfg)
     assert len(sim.messages) > 5_000
     sim = replace(sim, config=replace(cfg, start_time_ns=next_boundary(step)))
-    with pytest.raises(PublishError, match="interval 0 (overflowed its window|window .* is already over)") as exc:
+    with pytest.raises(PublishError, match=r"interval 0 (overflowed its window|window .* is already over)") as exc:
         publish(sim, servers=[jetstream.url])
     print(exc.value)

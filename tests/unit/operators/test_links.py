@@ -5,7 +5,7 @@ and their registration (provider info ``extra-links``, ProvidersManager, the ser
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -25,7 +25,7 @@ TI_KEY = object()  # what Airflow passes as ti_key; the fake XCom only compares 
 class FakeXCom:
     """``XCom.get_value(ti_key=..., key=...)`` over a dict ``{key: value}`` of one task instance."""
 
-    values: dict[str, Any] = {}
+    values: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def get_value(cls, *, ti_key: Any, key: str) -> Any:

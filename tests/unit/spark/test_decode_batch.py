@@ -11,6 +11,7 @@ import collections
 import hashlib
 import json
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 import cbor2
 import pyarrow as pa
@@ -533,8 +534,8 @@ def test_py_files_zip(tmp_path):
 
     path = build_py_files_zip(tmp_path / "deps")
     assert path.endswith(ZIP_NAME)
-    first = open(path, "rb").read()
-    assert build_py_files_zip(tmp_path / "deps") == path and open(path, "rb").read() == first  # deterministic
+    first = Path(path).read_bytes()
+    assert build_py_files_zip(tmp_path / "deps") == path and Path(path).read_bytes() == first  # deterministic
     names = zipfile.ZipFile(path).namelist()
     for needed in ("airflow_provider_plgd/__init__.py", "airflow_provider_plgd/tables/staging.py",
                    "airflow_provider_plgd/tables/run_summary.py", "airflow_provider_plgd/plgd/codec.py",

@@ -86,7 +86,7 @@ def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
 
     deduped(tmp_path, I1, "part-00000-w1", 1)
     latest = {"version": V3, "interval_id": I3}
-    with pytest.raises(ChainRepairError, match="no snapshot in the Delta log .* records folding it"):
+    with pytest.raises(ChainRepairError, match=r"no snapshot in the Delta log .* records folding it"):
         rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
     snapshot(tmp_path, V1, I1, None)  # a record without inputs
     with pytest.raises(ChainRepairError, match="records folding it"):

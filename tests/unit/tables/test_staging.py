@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -107,7 +108,7 @@ def test_names_paths_and_filter_key():
     owner = OWNERS[0]
     assert staging.file_batch_owner(f"x/{staging.batch_file_prefix(owner, 'w1')}-00000.parquet") == owner
     assert staging.file_batch_owner(f"x/{prefix}-00000.parquet") is None
-    with pytest.raises(ValueError, match="cannot hold '.'"):
+    with pytest.raises(ValueError, match=re.escape("cannot hold '.'")):
         staging.batch_file_prefix("a.b", "w")
     key = staging.filter_key(["plgd.>"])
     assert key.startswith("f") and len(key) == 17 and key == staging.filter_key("plgd.>")
@@ -250,9 +251,9 @@ def test_a_run_of_ranges_commits_once_each_and_a_rerun_replaces_exactly_the_inte
     assert staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 101).version is None  # a retried plan
     assert staging.staged_files(Layout.of(root), "EVENTS", interval_id=IID) == []
     assert len(staging.staged_files(Layout.of(root), "EVENTS", interval_id=other_interval)) == len(other)
-    with pytest.raises(TableCommitError, match="a newer plan of interval .* began its run"):
+    with pytest.raises(TableCommitError, match=r"a newer plan of interval .* began its run"):
         staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 1, 100, r1)
-    with pytest.raises(TableCommitError, match="a newer run .* first"):
+    with pytest.raises(TableCommitError, match=r"a newer run .* first"):
         staging_commits.begin_interval(Layout.of(root), "EVENTS", IID, 100)
     with pytest.raises(LedgerError, match="records no start of the plan's run 102"):
         staging_commits.commit_range(Layout.of(root), "EVENTS", IID, 0, 102, r0)
