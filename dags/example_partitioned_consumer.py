@@ -77,7 +77,7 @@ if PartitionedAssetTimetable is not None:
             per_type = frame.group_by("event_type").len().sort("event_type")
             result = {"interval_id": interval_id, "rows": frame.height,
                       "event_types": dict(zip(per_type.get_column("event_type").to_list(),
-                                              per_type.get_column("len").to_list())),
+                                              per_type.get_column("len").to_list(), strict=True)),
                       "owners": frame.get_column("owner_id").drop_nulls().n_unique(),
                       "devices": frame.get_column("device_id").drop_nulls().n_unique(), "table": uri}
             log.info("interval %s of %s: %s rows, %s owners, %s devices", interval_id, uri, result["rows"],

@@ -151,7 +151,7 @@ class GroundTruth:
         log = sim.messages
         intervals = sim.config.intervals
         counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
-        for key, k, data in zip(log.key_index, log.intervals, log.data):
+        for key, k, data in zip(log.key_index, log.intervals, log.data, strict=True):
             c = counts[(key, k)]
             c[0] += 1
             c[1] += len(data)

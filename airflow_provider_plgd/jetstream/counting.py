@@ -118,7 +118,7 @@ async def split_range(api: JetStreamApi, stream: str, subject_filter: str | Sequ
                 cuts.update(a + (b - a) * i // n for i in range(1, n))
         bounds = sorted(cuts)
         counts = await count_boundaries(api, stream, subject_filter, bounds)
-        ranges = list(zip(bounds, bounds[1:], counts))
+        ranges = [(a, b, c) for (a, b), c in zip(itertools.pairwise(bounds), counts, strict=True)]
     merged: list[tuple[int, int, int]] = []
     for a, b, c in ranges:
         if merged and merged[-1][2] + c <= max_messages:
@@ -148,7 +148,7 @@ async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str],
     return {
         **_range_head(stream, info, first, stop),
         "total": results[0],
-        "counts": dict(zip(wanted, results[1:])),
+        "counts": dict(zip(wanted, results[1:], strict=True)),
     }
 
 
@@ -175,5 +175,6 @@ async def count_ranges(api: JetStreamApi, stream: str, read_filters: Sequence[st
         "total": total,
         "scope_total": scope_total,
         "read_total": sum(counts),
-        "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c} for a, b, c in zip(cuts, cuts[1:], counts)],
+        "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c}
+                   for (a, b), c in zip(itertools.pairwise(cuts), counts, strict=True)],
     }

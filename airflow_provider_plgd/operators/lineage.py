@@ -199,7 +199,8 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
     args = [str(a) for a in application_args]
     if any("{{" in a for a in args):
         return None
-    values = {flag: value for flag, value in itertools.pairwise(args) if flag.startswith("--") and not value.startswith("--")}
+    values = {flag: value for flag, value in itertools.pairwise(args)
+              if flag.startswith("--") and not value.startswith("--")}
     try:
         inputs, outputs = build(Layout.of(values["--root"]), values)
     except KeyError as err:

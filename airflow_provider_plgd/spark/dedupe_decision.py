@@ -182,7 +182,7 @@ def decide(keys, seen=None) -> Decision:
     counts = pa.table({"event_type": rows.column("event_type"), "_class": row_class}) \
         .group_by(["event_type", "_class"]).aggregate([("_class", "count")])
     for et, cls, cnt in zip(counts.column("event_type").to_pylist(), counts.column("_class").to_pylist(),
-                            counts.column("_class_count").to_pylist()):
+                            counts.column("_class_count").to_pylist(), strict=True):
         add_count(decision.per_type, et, cls, cnt)
     decision.per_type = dict(sorted(decision.per_type.items()))
 

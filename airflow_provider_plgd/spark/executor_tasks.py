@@ -217,7 +217,8 @@ def _dataframe_stages(spark: Any, tasks: list[Any], fn: StepFn, shuffles: Sequen
             spark.conf.unset(ARROW_BATCH_CONF)
         else:
             spark.conf.set(ARROW_BATCH_CONF, previous)
-    order = sorted(zip(table.column("p").to_pylist(), table.column("seq").to_pylist(), range(table.num_rows)))
+    order = sorted(zip(table.column("p").to_pylist(), table.column("seq").to_pylist(), range(table.num_rows),
+                       strict=True))
     values = table.column("v").to_pylist()
     return [pickle.loads(values[j]) for _, _, j in order]
 
@@ -234,10 +235,12 @@ def _emit(me: int, elements: Iterable[Any], nxt: Shuffle | None) -> Iterator[Any
         cols[2].append(seq)
         cols[3].append(pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL))
         if len(cols[0]) >= _BATCH_ROWS:
-            yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types)], schema=schema)
+            yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types, strict=True)],
+                                             schema=schema)
             cols = ([], [], [], [])
     if cols[0]:
-        yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types)], schema=schema)
+        yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types, strict=True)],
+                                         schema=schema)
 
 
 def _partition_id() -> int:
@@ -269,7 +272,7 @@ def _shuffle_step(fn: StepFn, nxt: Shuffle | None):
         me = _partition_id()
         rows = []
         for batch in batches:
-            for p, src, seq, v in zip(*(batch.column(c).to_pylist() for c in ("p", "src", "seq", "v"))):
+            for p, src, seq, v in zip(*(batch.column(c).to_pylist() for c in ("p", "src", "seq", "v")), strict=True):
                 if p != me:
                     raise RuntimeError(f"executor_tasks: partition {me} got a row of partition {p}")
                 if v is not None:

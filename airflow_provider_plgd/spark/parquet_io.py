@@ -63,7 +63,7 @@ def hive_escape(value: Any) -> str:
 
 def partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
     """``name1=value1/name2=value2`` with :func:`hive_escape`."""
-    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values))
+    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values, strict=True))
 
 
 class ArrowPartitionedWriter:
@@ -122,7 +122,7 @@ class ArrowPartitionedWriter:
             self._add(tuple(u[0].as_py() for u in uniques), batch)
             return
         rows: dict[tuple, list[int]] = {}
-        for i, key in enumerate(zip(*(c.to_pylist() for c in cols))):
+        for i, key in enumerate(zip(*(c.to_pylist() for c in cols), strict=True)):
             rows.setdefault(key, []).append(i)
         for key, idx in rows.items():
             self._add(key, batch.take(pa.array(idx, pa.int64())))
@@ -173,7 +173,7 @@ class ArrowPartitionedWriter:
             size = group["sink"].tell()
             group["sink"].close()
             written.append(file_record(self._relpath(key), rows=group["rows"], size=size,
-                                       partition=dict(zip(self.partition_cols, key)),
+                                       partition=dict(zip(self.partition_cols, key, strict=True)),
                                        stats=parquet_stats(group["writer"].writer.metadata)))
         self._groups = {}
         return written

@@ -101,10 +101,12 @@ def machine() -> dict[str, Any]:
     """CPU model, cores, memory (bytes) and versions of the parts under test."""
     model = ""
     with contextlib.suppress(OSError):
-        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "")
+        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("model name")), "")
     mem = 0
     with contextlib.suppress(OSError, StopIteration, ValueError):
-        mem = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")).split()[1]) * 1024
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem = int(next(ln for ln in meminfo if ln.startswith("MemTotal")).split()[1]) * 1024
     versions = {}
     for mod in ("airflow", "pyspark", "nats"):
         with contextlib.suppress(Exception):
@@ -198,7 +200,7 @@ async def _apublish(url: str, subjects: list[str], data: list[bytes], stream: st
     nc = await nats.connect(url)
     js = nc.jetstream()
     try:
-        for i, (subject, payload) in enumerate(zip(subjects, data), start=1):
+        for i, (subject, payload) in enumerate(zip(subjects, data, strict=True), start=1):
             await nc.publish(subject, payload)
             if i % 10_000 == 0:
                 await nc.flush()

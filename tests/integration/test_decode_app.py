@@ -169,7 +169,8 @@ def run(tmp_path_factory):
     # a stray file in a committed partition folder
     committed = table / staging.partition_folder(IID, published[0][4])
     stray = pa.table({n: pa.array([v], staging.FILE_SCHEMA.field(n).type) for n, v in zip(
-        staging.FILE_SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2], cases.OWNER])})
+        staging.FILE_SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2], cases.OWNER],
+        strict=True)})
     pq.write_table(stray.cast(staging.FILE_SCHEMA), committed / "part-99999.parquet")
 
     # ---- run 1: the command line, default reader

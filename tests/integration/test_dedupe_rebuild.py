@@ -550,11 +550,12 @@ def test_copy_on_write_by_bucket(pipeline):
     def files(table, version):
         actions = pa.table(delta_table(str(pipeline.root / "snapshots" / table), version).get_add_actions(flatten=True))
         found = {}
-        for path, bucket in zip(actions.column("path").to_pylist(), actions.column("partition.bucket").to_pylist()):
+        for path, bucket in zip(actions.column("path").to_pylist(), actions.column("partition.bucket").to_pylist(),
+                                strict=True):
             found.setdefault(int(bucket), []).append(path)
         return found
 
-    for (_, _, prev_end), (_, _, end_ns) in zip(pipeline.intervals, pipeline.intervals[1:]):
+    for (_, _, prev_end), (_, _, end_ns) in itertools.pairwise(pipeline.intervals):
         parent = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(prev_end))
         record = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(end_ns))
         touched = set(record["touched_buckets"])

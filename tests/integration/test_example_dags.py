@@ -170,7 +170,7 @@ def test_the_examples_storage_root_param_is_an_allowed_root_only(jetstream, dags
 def _publish_sim(jetstream, sim) -> list[tuple[int, str, str]]:
     """Publish the simulation's messages; return ``(stream_seq, owner_id, event_type)`` per message."""
     seqs = publish_messages(jetstream.url, [(m.subject, m.data, None) for m in sim.messages])
-    return [(seq, m.owner_id, m.event_type) for seq, m in zip(seqs, sim.messages)]
+    return [(seq, m.owner_id, m.event_type) for seq, m in zip(seqs, sim.messages, strict=True)]
 
 
 def _per_owner(published, first: int, last: int) -> dict[str, dict[str, int]]:

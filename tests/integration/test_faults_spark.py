@@ -79,7 +79,8 @@ FUZZ_IID = "seq-000000000001-000000000400"
 DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the retry read 1..30
 
 #: Every table of a root, as folders below it.
-TABLES = ("events", "quarantine", "events_deduped", "msgid_index", *(f"snapshots/{t}" for t in snapshot_store.ALL_TABLES))
+TABLES = ("events", "quarantine", "events_deduped", "msgid_index",
+          *(f"snapshots/{t}" for t in snapshot_store.ALL_TABLES))
 #: The tables each app commits, in its commit order.
 COMMIT_ORDER = {
     "decode": ["events", "quarantine"],
@@ -706,7 +707,7 @@ def test_concurrent_runs_of_one_interval_leave_correct_output(faults):
 def test_concurrent_second_run_is_refused_clearly_or_both_succeed(faults):
     """Each run either succeeded or failed with an error that says another run committed the interval."""
     outcomes = [faults.state["conc_a"], faults.state["conc_b"]]
-    for name, out in zip(("A", "B"), outcomes):
+    for name, out in zip(("A", "B"), outcomes, strict=True):
         assert out, f"run {name} wrote no result (rc {faults.state['conc_rc']})"
         if "error" in out[0]:
             assert out[0]["error"].startswith("TableCommitError: "), f"run {name}: {out[0]['error']}"

@@ -460,7 +460,7 @@ def _write_tls_files(directory) -> tuple[str, str, str]:
         ca.public_bytes(serialization.Encoding.PEM),
         cert.public_bytes(serialization.Encoding.PEM),
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-    )):
+    ), strict=True):
         with open(path, "wb") as f:
             f.write(blob)
     return paths[0], paths[1], paths[2]

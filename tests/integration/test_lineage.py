@@ -259,7 +259,7 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     assert parents == {dag_run_id}
     # ... and each task's run handed to its Spark application as the application's parent
     assert len(commands) == 3, commands
-    for task_id, command in zip(("decode", "dedupe", "rebuild"), commands):
+    for task_id, command in zip(("decode", "dedupe", "rebuild"), commands, strict=True):
         conf = dict(arg.split("=", 1) for arg in command if arg.startswith("spark.openlineage."))
         assert conf["spark.openlineage.parentJobNamespace"] == namespace
         assert conf["spark.openlineage.parentJobName"] == f"{DAG_ID}.{task_id}"

@@ -59,7 +59,7 @@ def files_per_interval(root: Path, table: str) -> dict[str, set[str]]:
     """``{interval_id: file paths}`` as deltalake's log names them."""
     actions = pa.table(DeltaTable(str(root / table)).get_add_actions(flatten=True)).to_pydict()
     found: dict[str, set[str]] = {}
-    for path, interval in zip(actions["path"], actions["partition.interval_id"]):
+    for path, interval in zip(actions["path"], actions["partition.interval_id"], strict=True):
         found.setdefault(interval, set()).add(path)
     return found
 

@@ -42,7 +42,7 @@ def test_publish_inside_interval_windows(jetstream, tmp_path):
     got = list(read_all())
     assert [m.stream_seq for m in got] == list(range(1, len(sim.messages) + 1))
     bounds = sim.interval_bounds()
-    for stored, m in zip(got, sim.messages):
+    for stored, m in zip(got, sim.messages, strict=True):
         assert (stored.subject, stored.data, stored.headers) == (m.subject, m.data, None)
         start, end = bounds[m.interval]
         assert start <= stored.time_ns < end, (m.interval, stored.time_ns - start)

@@ -354,7 +354,7 @@ def _fix_nested_json(row: dict, expected: dict) -> None:
     exp_snap = expected["resource_snapshot"]
     exp_items = [exp_snap["latest_resource_change"]] + [p for k in ("create", "retrieve", "update", "delete")
                                                         for p in exp_snap[f"{k}_pendings"]]
-    for got, exp in zip(items, exp_items):
+    for got, exp in zip(items, exp_items, strict=True):
         if exp.get("content_data") is not None:
             assert json.loads(got["content_json"]) == {"power": 5, "state": True}
             exp["content_json"] = got["content_json"]
@@ -596,7 +596,7 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     units = staging_units([staged], slice_rows=5)  # row ranges that do not follow the row groups (7 rows)
     assert sum(u[2] for u in units) == len(rows) and len(units) == -(-len(rows) // 5)
     starts = sorted(u[1] for u in units)
-    assert starts[0] == 0 and all(b - a in (5, 4) for a, b in zip(starts, [*starts[1:], len(rows)]))
+    assert starts[0] == 0 and all(b - a in (5, 4) for a, b in zip(starts, [*starts[1:], len(rows)], strict=True))
     tasks = plan_tasks(units, 2, min_rows=10)
     assert 1 < len(tasks) < len(units)
     ev, q = str(tmp_path / "ev"), str(tmp_path / "q")

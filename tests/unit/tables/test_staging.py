@@ -142,7 +142,7 @@ def test_files_per_event_type_sorted_by_owner_cut_by_size_with_delta_statistics(
             assert pf.schema_arrow == staging.FILE_SCHEMA
             assert all(pf.metadata.row_group(g).num_rows <= 200 for g in range(pf.metadata.num_row_groups))
             got = pf.read()
-            keys = list(zip(got.column("owner_id").to_pylist(), got.column("stream_seq").to_pylist()))
+            keys = list(zip(got.column("owner_id").to_pylist(), got.column("stream_seq").to_pylist(), strict=True))
             assert keys == sorted(keys)
             import json
 
@@ -181,7 +181,7 @@ def test_spilled_runs_give_the_same_rows_and_files_as_memory(tmp_path):
     assert os.listdir(spill) == []  # closed: the runs are deleted
     assert [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in small_records] == \
         [(r["path"].rsplit("-", 2)[0], r["rows"]) for r in big_records]
-    for a, b in zip(small_records, big_records):
+    for a, b in zip(small_records, big_records, strict=True):
         ta = pq.read_table(os.path.join(staging.table_uri(Layout.of(tmp_path / "a"), "EVENTS"), a["path"]))
         tb = pq.read_table(os.path.join(staging.table_uri(Layout.of(tmp_path / "b"), "EVENTS"), b["path"]))
         assert ta.equals(tb)
