@@ -203,7 +203,7 @@ def _rss_mb(pid: int | None) -> float:
         import psutil
 
         return psutil.Process(pid).memory_info().rss / 1e6
-    except Exception:  # noqa: BLE001 - a figure only
+    except Exception:  # a figure only
         return float("nan")
 
 

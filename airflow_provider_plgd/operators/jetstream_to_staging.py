@@ -17,14 +17,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging, storage
+from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.compat import AirflowProviderDeprecationWarning, BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError
-from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.bounds import read_bounds
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
-from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
+from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.tables import ledger, staging, storage
 from airflow_provider_plgd.tables.layout import Layout
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class JetStreamToStagingOperator(BaseOperator):
         that is no valid owner ID, a subject outside ``plgd.owners``): one batch of owner
         ``_unrouted`` and event type ``_unknown`` that decode quarantines. (The ETL's range
         fetch stages these messages in each range's ``_unrouted`` batch instead.)
-    :param ledger: the interval's ledger folder (templated; ``ledger.interval_dir``, written by the
+    :param ledger: the interval's ledger folder (templated; ``Layout.ledger_interval_dir``, written by the
         ETL's ``plan``), with ``ledger_range``.
     :param ledger_range: fetch stream-sequence range N (0-based, templated) of the ledger's plan
         (``ledger.PlanRecord.range``): its bounds, count, read filters, owners and event types all come
