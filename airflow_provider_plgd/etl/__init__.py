@@ -27,8 +27,8 @@ from airflow_provider_plgd.etl.dag import (
     build_etl_dag,
     spark_app_path,
 )
-from airflow_provider_plgd.etl.maintenance import build_maintenance_dag
 from airflow_provider_plgd.etl.intervals import require_data_interval, schedule_interval_ending_by
+from airflow_provider_plgd.etl.maintenance import build_maintenance_dag
 from airflow_provider_plgd.etl.params import (
     DEFAULT_PARAMS,
     OWNER_ID_PATTERN,

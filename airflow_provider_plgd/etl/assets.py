@@ -8,7 +8,6 @@ from typing import Any
 from airflow_provider_plgd.compat import ASSET_EVENT_EXTRAS, ASSET_EVENT_PARTITIONS, Asset, AssetAlias
 from airflow_provider_plgd.etl.plan import IntervalPlan
 
-
 #: The ETL's output datasets, in task order; each is an Airflow Asset (see :func:`etl_assets`).
 ASSET_NAMES = ("staging", "events", "quarantine", "events_deduped", "snapshots")
 

@@ -176,13 +176,11 @@ def build_etl_dag(
     :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
         type, a relative storage root, a number out of bounds; names the param).
     """
-    from airflow_provider_plgd.operators import lineage
-    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
-
-    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
-    from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
-
     from airflow_provider_plgd import run_params
+    from airflow_provider_plgd.operators import lineage
+    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
+    from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
 
     if spark_connect_conn_id and (spark_conf or spark_ui_url_template or run_spark_conf_keys):
         raise ValueError("build_etl_dag(spark_connect_conn_id=...): spark_conf, run_spark_conf_keys and "

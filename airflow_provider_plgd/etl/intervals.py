@@ -25,9 +25,8 @@ def schedule_interval_ending_by(schedule: timedelta | str, start_date: datetime,
         k = (times.to_ns(moment, "moment") - times.to_ns(start_date, "start_date")) // step_ns
         end = start_date + k * schedule
         return end - schedule, end
-    from airflow.timetables.interval import CronDataIntervalTimetable as CoreCron  # the core computes the grid
-
     import pendulum
+    from airflow.timetables.interval import CronDataIntervalTimetable as CoreCron  # the core computes the grid
 
     interval = CoreCron(schedule, timezone="UTC").infer_manual_data_interval(run_after=pendulum.instance(moment))
     return interval.start, interval.end
@@ -62,22 +61,23 @@ def require_data_interval(context: Mapping[str, Any], *, schedule: timedelta | s
         raise MissingDataIntervalError(f"empty data interval [{start}, {end}) of DAG run {context.get('run_id')!r}")
     dag_run = context.get("dag_run")
     run_type = getattr(dag_run, "run_type", None)
-    if schedule is not None and start_date is not None and str(getattr(run_type, "value", run_type)) == "manual":
-        if (start, end) != schedule_interval_ending_by(schedule, start_date, end):
-            grid_start, grid_end = schedule_interval_ending_by(schedule, start_date, context.get("logical_date") or end)
-            dag_id = getattr(dag_run, "dag_id", None) or "<dag>"
-            raise OffScheduleIntervalError(
-                f"manual DAG run {getattr(dag_run, 'run_id', None)!r}\n"
-                f"has the data interval [{start.isoformat()}, {end.isoformat()}),\n"
-                f"which is not an interval of the schedule ({schedule} from {start_date.isoformat()}).\n"
-                "It would overlap processed intervals, so nothing was read or written.\n"
-                "The last interval of the schedule that ends by the logical date is\n"
-                f"  [{grid_start.isoformat()}, {grid_end.isoformat()}).\n"
-                "To (re)process it, use a backfill (the Trigger dialog's Backfill option, or the command below),\n"
-                "or clear that interval's run:\n"
-                f"  airflow backfill create --dag-id {dag_id} \\\n"
-                f"    --from-date {grid_start.isoformat()} --to-date {grid_start.isoformat()} \\\n"
-                "    --reprocess-behavior completed\n"
-                "See docs/operations.md, \"Manual runs\"."
-            )
+    manual = str(getattr(run_type, "value", run_type)) == "manual"
+    if schedule is not None and start_date is not None and manual \
+            and (start, end) != schedule_interval_ending_by(schedule, start_date, end):
+        grid_start, grid_end = schedule_interval_ending_by(schedule, start_date, context.get("logical_date") or end)
+        dag_id = getattr(dag_run, "dag_id", None) or "<dag>"
+        raise OffScheduleIntervalError(
+            f"manual DAG run {getattr(dag_run, 'run_id', None)!r}\n"
+            f"has the data interval [{start.isoformat()}, {end.isoformat()}),\n"
+            f"which is not an interval of the schedule ({schedule} from {start_date.isoformat()}).\n"
+            "It would overlap processed intervals, so nothing was read or written.\n"
+            "The last interval of the schedule that ends by the logical date is\n"
+            f"  [{grid_start.isoformat()}, {grid_end.isoformat()}).\n"
+            "To (re)process it, use a backfill (the Trigger dialog's Backfill option, or the command below),\n"
+            "or clear that interval's run:\n"
+            f"  airflow backfill create --dag-id {dag_id} \\\n"
+            f"    --from-date {grid_start.isoformat()} --to-date {grid_start.isoformat()} \\\n"
+            "    --reprocess-behavior completed\n"
+            "See docs/operations.md, \"Manual runs\"."
+        )
     return start, end

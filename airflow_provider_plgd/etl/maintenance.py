@@ -85,9 +85,9 @@ def build_maintenance_dag(
         @task(task_display_name="Compact, vacuum, checkpoint", doc_md=MAINTAIN_DOC)
         def maintain() -> dict[str, Any]:
             """Run :func:`airflow_provider_plgd.tables.maintenance.maintain_tables` and log the status view."""
-            from airflow_provider_plgd.tables.maintenance import maintain_tables
-            from airflow_provider_plgd.status import chain_status, format_status
             from airflow_provider_plgd.hooks.base import resolve_layout
+            from airflow_provider_plgd.status import chain_status, format_status
+            from airflow_provider_plgd.tables.maintenance import maintain_tables
 
             layout = resolve_layout(storage_root, jetstream_conn_id)
             report = maintain_tables(layout, settings=chosen, stream=stream, staging_retention_seconds=retention_s)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.etl.params import run_params_used
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.run_summary import RunSummary
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"

@@ -26,10 +26,12 @@ Pure Python + pyarrow + xxhash (no Spark, no Airflow): the executors import it t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time as dtime, timedelta
+from datetime import date, datetime, timedelta
+from datetime import time as dtime
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 #: The key of the digests in our commit metadata (``{interval_id: ContentDigest.as_dict()}``).
 CONTENT_KEY = "content"
@@ -65,7 +67,7 @@ class ContentDigest:
     ids: int = 0
     digest: int = 0
 
-    def merge(self, other: "ContentDigest") -> "ContentDigest":
+    def merge(self, other: ContentDigest) -> ContentDigest:
         """The digest of both sets of rows."""
         return ContentDigest(self.rows + other.rows, (self.ids + other.ids) & _MASK,
                              (self.digest + other.digest) & _MASK)
@@ -75,7 +77,7 @@ class ContentDigest:
         return {"rows": int(self.rows), "ids": f"{self.ids:016x}", "digest": f"{self.digest:016x}"}
 
     @classmethod
-    def from_dict(cls, value: Mapping[str, Any]) -> "ContentDigest":
+    def from_dict(cls, value: Mapping[str, Any]) -> ContentDigest:
         """The inverse of :meth:`as_dict`. :raises ValueError: not such a dict."""
         try:
             return cls(int(value["rows"]), int(str(value["ids"]), 16), int(str(value["digest"]), 16))

@@ -35,9 +35,9 @@ def parquet_stats(metadata) -> dict[str, Any]:
             continue
         logical = str(col.logical_type)
         kind = col.physical_type
-        if not (kind in ("INT32", "INT64") and logical in ("None", "Int(bitWidth=32, isSigned=true)",
-                                                            "Int(bitWidth=64, isSigned=true)", "Date")
-                or kind == "BYTE_ARRAY" and logical == "String"):
+        if not ((kind in ("INT32", "INT64") and logical in ("None", "Int(bitWidth=32, isSigned=true)",
+                                                            "Int(bitWidth=64, isSigned=true)", "Date"))
+                or (kind == "BYTE_ARRAY" and logical == "String")):
             continue
         lo = hi = None
         count = 0

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.exceptions import PipelineIdentityError
+from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.tables.layout import LEDGER_DIR, PIPELINE_FILE, Layout
 
 #: The identity's file, below the storage root.

@@ -164,7 +164,7 @@ def _exist(fs, urls: list[str]) -> list[bool]:
 
 def _refuse_found(fs, top: str, probes: list[tuple[str, str, str]], *, inside: bool) -> None:
     found = _exist(fs, [p for _, p, _ in probes])
-    for (where, probe, what), hit in zip(probes, found):
+    for (where, probe, what), hit in zip(probes, found, strict=True):
         if hit:
             if inside and where == top:
                 reason = f"it is {what} ({probe} exists)"

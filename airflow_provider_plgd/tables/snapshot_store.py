@@ -58,22 +58,23 @@ __all__ = [
 ]
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 import pyarrow as pa
 
 from airflow_provider_plgd import times
+from airflow_provider_plgd.plgd import tables as snapshot_tables
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
-from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 #: The four public tables of ``docs/data-contracts.md``: resources, device_metadata, device_links,
 #: owner_devices (order and columns from ``airflow_provider_plgd.plgd.tables``).
 PUBLIC_TABLES: tuple[str, ...] = tuple(snapshot_tables.SNAPSHOT_TABLES)
 #: The internal per-device fold state (not part of the public contract).
 STATE_TABLE = "_device_state"
-ALL_TABLES: tuple[str, ...] = PUBLIC_TABLES + (STATE_TABLE,)
+ALL_TABLES: tuple[str, ...] = (*PUBLIC_TABLES, STATE_TABLE)
 
 #: ``_device_state`` rows: ``device_id``; ``next_expiry_ns`` = smallest non-zero ``valid_until``
 #: of the device's open pendings (unix ns, null = none); ``state_json`` = ``fold.dumps_state``.
