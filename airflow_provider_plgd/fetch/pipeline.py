@@ -33,7 +33,7 @@ from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.jetstream.api import StreamState
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
-from airflow_provider_plgd.tables import ledger, staging, staging_commits, storage
+from airflow_provider_plgd.tables import ledger, ledger_accounting, staging, staging_commits, storage
 from airflow_provider_plgd.tables.layout import Layout
 
 
@@ -249,7 +249,7 @@ class FetchPipeline:
                 check_retained(StreamState.of_info(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
                 staged = await worker.call(lambda: stager.count)
                 skipped = router.skipped
-                problems = ledger.range_problems(rng, staged, skipped)
+                problems = ledger_accounting.range_problems(rng, staged, skipped)
                 if problems:
                     raise LedgerError(f"interval {interval}: {problems[0]}; nothing was committed",
                                       interval_id=interval, problems=problems)
@@ -466,7 +466,7 @@ def _check_accounted(interval: str, what: str, expected: int | None, staged: int
     """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
     if expected is None:
         return
-    problems = ledger.account_problems(what, expected, staged, skipped)
+    problems = ledger_accounting.account_problems(what, expected, staged, skipped)
     if problems:
         raise LedgerError(
             f"interval {interval}: {problems[0]}; nothing was committed for it. Messages arrived or were removed "

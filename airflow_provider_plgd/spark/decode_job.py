@@ -204,9 +204,9 @@ def _may_hold(row_group, owners) -> bool:
 def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
     """The staging files decode reads with ``--ledger``: every file of the interval the staging
     table's Delta log names (``staging.staged_files``), checked against the interval ledger: the
-    fetch records account for every message of the plan (``ledger.staged_counts``), and the files
+    fetch records account for every message of the plan (``ledger_accounting.staged_counts``), and the files
     are exactly the plan's run's, with the recorded rows per range and event type
-    (``ledger.check_staged_files``). Reads the plan, one small record per fetch range and the log:
+    (``ledger_accounting.check_staged_files``). Reads the plan, one small record per fetch range and the log:
     nothing per owner or per batch.
 
     :return: ``staging.StagedFile`` list.
@@ -214,15 +214,15 @@ def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
         (names the interval, ranges, files and numbers).
     """
     from airflow_provider_plgd.exceptions import LedgerError
-    from airflow_provider_plgd.tables import ledger, staging
+    from airflow_provider_plgd.tables import ledger, ledger_accounting, staging
 
     plan, records = ledger.read_records(layout, stream, interval_id)
     if plan is None:
         raise LedgerError(f"interval {interval_id}: no ledger at {layout.ledger_interval_dir(stream, interval_id)}",
                           interval_id=interval_id)
-    counts = ledger.staged_counts(plan, records)
+    counts = ledger_accounting.staged_counts(plan, records)
     files = staging.staged_files(layout, stream, interval_id=interval_id)
-    ledger.check_staged_files(ledger.current_plan(plan), counts, files)
+    ledger_accounting.check_staged_files(ledger_accounting.current_plan(plan), counts, files)
     return files
 
 

@@ -22,9 +22,9 @@ from airflow_provider_plgd.tables.ledger import (
     FetchRecord,
     read_records,
     read_summary,
-    staged_counts,
     write_ledger_file,
 )
+from airflow_provider_plgd.tables.ledger_accounting import staged_counts
 from airflow_provider_plgd.times import IntervalId
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger
+from airflow_provider_plgd.tables import ledger, ledger_accounting
 
 START_NS = 1_767_225_600 * 10**9
 COUNTED = {"stream": "EVENTS", "created": "2026-01-01T00:00:00Z", "state": {"messages": 100, "last_seq": 100},
@@ -76,14 +76,14 @@ def test_the_readers_return_records_and_keep_earlier_versions_as_json(tmp_path):
     assert got_plan == plan and records == [fetch, ledger.EarlierRecord(earlier)]
     with pytest.raises(LedgerError, match=r"a fetch record of ledger version 2 \(expected 3\); range 1 \(sequences "
                                           r"\[50, 60\)\): the stream holds 5 messages, no fetch task recorded it"):
-        ledger.staged_counts(got_plan, records)
+        ledger_accounting.staged_counts(got_plan, records)
     second = dataclasses.replace(fetch, range=plan.ranges[1], staged=5, event_types={"resourcechanged": {"count": 5}})
-    assert ledger.staged_counts(got_plan, [fetch, second]) == {(0, "devicesregistered"): 7, (1, "resourcechanged"): 5}
+    assert ledger_accounting.staged_counts(got_plan, [fetch, second]) == {(0, "devicesregistered"): 7, (1, "resourcechanged"): 5}
     ledger.write_ledger_file(f"{base}/{ledger.PLAN_FILE}", {**plan.as_dict(), "version": 1})
     old = ledger.read_plan(layout, "EVENTS", window.key)
     assert isinstance(old, ledger.EarlierRecord) and (old.version, old.total, old.run_version) == (1, 12, 5)
     with pytest.raises(LedgerError, match="the plan has ledger version 1, expected 3"):
-        ledger.staged_counts(old, records)
+        ledger_accounting.staged_counts(old, records)
     broken = {k: v for k, v in plan.as_dict().items() if k != "ranges"}
     ledger.write_ledger_file(f"{base}/{ledger.PLAN_FILE}", broken)
     with pytest.raises(ValueError, match=r"stream.json is not a PlanRecord of ledger version 3: KeyError: 'ranges'"):
