@@ -66,6 +66,31 @@ class IntervalCount:
 
 
 @dataclass(frozen=True)
+class TableStatus:
+    """One Delta table: ``version`` (None: no table yet), ``files``, ``rows`` (sum of the files'
+    ``numRecords``), ``intervals`` (distinct ``interval_id`` values; None for snapshot tables)."""
+
+    table: str
+    uri: str
+    version: int | None
+    files: int
+    rows: int
+    intervals: int | None
+
+
+def table_status(name: str, uri: str) -> TableStatus:
+    """Version, files and rows of the Delta table at ``uri`` (from its log; no data file is read)."""
+    dt = delta_tables.open_table(uri)
+    if dt is None:
+        return TableStatus(name, uri, None, 0, 0, None)
+    files = delta_tables.table_files(uri, dt=dt)
+    intervals = {f.partition.get(delta_tables.INTERVAL_COLUMN) for f in files} - {None}
+    is_interval_table = name in delta_tables.INTERVAL_TABLES
+    return TableStatus(name, uri, int(dt.version()), len(files), sum(max(f.rows, 0) for f in files),
+                       len(intervals) if is_interval_table else None)
+
+
+@dataclass(frozen=True)
 class StreamLag:
     """How far the chain's head is behind the stream (server values).
 
@@ -101,7 +126,7 @@ class ChainStatus:
     unfinished: tuple[IntervalCount, ...]
     failed: tuple[tuple[str, str], ...]
     never_planned: tuple[tuple[str, str], ...]
-    tables: tuple[delta_tables.TableStatus, ...]
+    tables: tuple[TableStatus, ...]
     lag: StreamLag | None = None
     seconds: float = 0.0
     head_end_seq: int | None = None
@@ -259,9 +284,9 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     never = [(times.ns_to_rfc3339(a), times.ns_to_rfc3339(b)) for a, b in never_planned(ids)]
     record = snapshot_store.latest(layout)
     snapshot = {"version": record["version"], "interval_id": record.get("interval_id")} if record else None
-    tables = [delta_tables.table_status(name, delta_tables.interval_table_uri(layout, name))
+    tables = [table_status(name, delta_tables.interval_table_uri(layout, name))
               for name in delta_tables.INTERVAL_TABLES]
-    tables += [delta_tables.table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(layout, t))
+    tables += [table_status(f"snapshots/{t}", snapshot_store.snapshot_table_uri(layout, t))
                for t in snapshot_store.PUBLIC_TABLES]
     head_plan = ledger.read_plan(layout, stream, head) if head else None
     not_done, stale = _not_done(layout, stream, log, committed, listing.summarized, record, recent)

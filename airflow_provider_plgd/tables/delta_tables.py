@@ -481,28 +481,3 @@ def check_layout(layout: Layout) -> None:
                 f"{shown} belongs to the storage layout before Delta Lake (folders with _manifest.json and "
                 f"_latest.json); this version writes Delta tables. Use an empty storage root, or move {layout.root}'s "
                 "old folders away and rerun the intervals", path=shown)
-
-
-@dataclass(frozen=True)
-class TableStatus:
-    """One Delta table: ``version`` (None: no table yet), ``files``, ``rows`` (sum of the files'
-    ``numRecords``), ``intervals`` (distinct ``interval_id`` values; None for snapshot tables)."""
-
-    table: str
-    uri: str
-    version: int | None
-    files: int
-    rows: int
-    intervals: int | None
-
-
-def table_status(name: str, uri: str) -> TableStatus:
-    """Version, files and rows of the Delta table at ``uri`` (from its log; no data file is read)."""
-    dt = open_table(uri)
-    if dt is None:
-        return TableStatus(name, uri, None, 0, 0, None)
-    files = table_files(uri, dt=dt)
-    intervals = {f.partition.get(INTERVAL_COLUMN) for f in files} - {None}
-    is_interval_table = name in INTERVAL_TABLES
-    return TableStatus(name, uri, int(dt.version()), len(files), sum(max(f.rows, 0) for f in files),
-                       len(intervals) if is_interval_table else None)
