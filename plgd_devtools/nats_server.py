@@ -313,6 +313,7 @@ def write_tls_files(
     :param prefix: file name prefix (to write a second, unrelated PKI into the same directory).
     :return: the file paths.
     """
+    # lazy: cryptography loads only for the TLS tests
     import ipaddress
 
     from cryptography import x509
@@ -415,6 +416,7 @@ def new_nkey(kind: str = "user") -> tuple[str, str]:
     :param kind: ``"operator"``, ``"account"`` or ``"user"``.
     :raises ValueError: another kind.
     """
+    # lazy: keep this module importable without nats-py
     import nkeys
 
     if kind not in _NKEY_PREFIX:
@@ -436,6 +438,7 @@ def encode_jwt(nats_claims: dict[str, Any], *, subject: str, issuer_seed: str, n
     :param name: the ``name`` claim.
     :return: ``header.claims.signature`` (base64url without padding).
     """
+    # lazy: keep this module importable without nats-py
     import nkeys
 
     kp = nkeys.from_seed(bytearray(issuer_seed.encode()))

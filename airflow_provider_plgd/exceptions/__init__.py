@@ -408,6 +408,7 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     """The Airflow-bound errors, from :mod:`~airflow_provider_plgd.exceptions.airflow_tasks` (importing Airflow then)."""
     if name in _AIRFLOW_ERRORS:
+        # lazy: these errors need Airflow, which the Spark executors lack
         from airflow_provider_plgd.exceptions import airflow_tasks
 
         return getattr(airflow_tasks, name)

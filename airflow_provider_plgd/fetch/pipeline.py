@@ -26,7 +26,7 @@ from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.progress import Progress, WriterThread
 from airflow_provider_plgd.fetch.range_summary import RangeSummary
 from airflow_provider_plgd.fetch.retention import check_retained
-from airflow_provider_plgd.fetch.router import Router
+from airflow_provider_plgd.fetch.router import RangeRouter, Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import default_spool_dir, remove_stale_spools
 from airflow_provider_plgd.fetch.stager import Stager
@@ -193,8 +193,6 @@ class FetchPipeline:
             not the one the staging table records.
         :raises TableCommitError: a newer plan of the interval ran, or committed the range.
         """
-        from airflow_provider_plgd.fetch.router import RangeRouter
-
         plan, hook, settings = self.plan, self.hook, self.settings
         if plan is None or not self.ledger_dir:
             raise ValueError("a range fetch needs the interval ledger's plan and folder (ledger argument)")

@@ -365,6 +365,7 @@ class JetStreamToStagingOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
         (:func:`airflow_provider_plgd.operators.lineage.fetch_lineage`; names in ``docs/lineage.md``)."""
+        # lazy: the lineage facets load only when OpenLineage asks for them
         from airflow_provider_plgd.operators import lineage
 
         done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
@@ -414,6 +415,7 @@ class JetStreamToStagingOperator(BaseOperator):
                            data_interval_end=context.get("data_interval_end"))
 
     def _hook(self) -> JetStreamHook:
+        # lazy: the hook (and nats) load at execute, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
@@ -423,6 +425,7 @@ class JetStreamToStagingOperator(BaseOperator):
         if self.storage_root not in (None, ""):
             return Layout.of(self.storage_root)
 
+        # lazy: the storage-root checks load at execute, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd.run_params import check_run_storage_root
 

@@ -66,6 +66,7 @@ from airflow_provider_plgd.jetstream.counting import count_boundaries, resolve_r
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
+from airflow_provider_plgd.spark.schemas import to_spark_schema
 from airflow_provider_plgd.tables.staging import SCHEMA, message_arrays
 from airflow_provider_plgd.times import parse_rfc3339_ns, to_ns
 
@@ -350,8 +351,6 @@ class JetStreamDataSource(DataSource):
 
     def schema(self) -> Any:
         """The staging schema as a Spark ``StructType``."""
-        from airflow_provider_plgd.spark.schemas import to_spark_schema
-
         return to_spark_schema(SCHEMA)
 
     def reader(self, schema: Any) -> JetStreamBatchReader:
