@@ -21,7 +21,7 @@ per state and its worst state (``failed`` > ``hole`` > ``stale`` > ``unfinished`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
@@ -42,7 +42,7 @@ MAX_BUCKETS = 500
 class IntervalRow:
     """One planned time interval of the chain.
 
-    :ivar interval_id: its ID; ``start``/``end``: its bounds (RFC 3339, UTC).
+    :ivar interval_id: its ID (:attr:`start`/:attr:`end`: its bounds, RFC 3339 UTC, parsed when asked).
     :ivar state: one of :data:`STATES`.
     :ivar messages: the stream's messages for it as its plan counted them; None when the status
         view did not read its plan (committed intervals), -1 when it has no plan record.
@@ -50,14 +50,24 @@ class IntervalRow:
     """
 
     interval_id: str
-    start: str
-    end: str
     state: str
     messages: int | None = None
     detail: str | None = None
 
+    @property
+    def start(self) -> str:
+        return times.ns_to_rfc3339(times.Interval.from_id(self.interval_id).start_ns)
+
+    @property
+    def end(self) -> str:
+        return times.ns_to_rfc3339(times.Interval.from_id(self.interval_id).end_ns)
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``{"interval_id", "start", "end", "state", "messages", "detail"}``."""
+        window = times.Interval.from_id(self.interval_id)
+        return {"interval_id": self.interval_id, "start": times.ns_to_rfc3339(window.start_ns),
+                "end": times.ns_to_rfc3339(window.end_ns), "state": self.state, "messages": self.messages,
+                "detail": self.detail}
 
 
 def interval_rows(view: ChainStatus) -> list[IntervalRow]:
@@ -74,7 +84,6 @@ def interval_rows(view: ChainStatus) -> list[IntervalRow]:
     empty = set(view.empty_ids)
     rows = []
     for interval_id in view.planned_ids:
-        window = times.Interval.from_id(interval_id)
         messages = holes.get(interval_id, unfinished.get(interval_id))
         detail: str | None
         if interval_id in failed:
@@ -91,8 +100,7 @@ def interval_rows(view: ChainStatus) -> list[IntervalRow]:
             state, detail, messages = "empty", None, 0
         else:
             state, detail = "committed", None
-        rows.append(IntervalRow(interval_id, times.ns_to_rfc3339(window.start_ns), times.ns_to_rfc3339(window.end_ns),
-                                state, messages, detail))
+        rows.append(IntervalRow(interval_id, state, messages, detail))
     return rows
 
 
