@@ -432,8 +432,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ChainHoleError",
     "DECODE_ERROR_REASONS",
+    "ChainHoleError",
+    "ChainUnhealthyError",
     "FewerMessagesError",
     "IntervalNotCompleteError",
     "JetStreamAPIError",
@@ -445,25 +446,24 @@ __all__ = [
     "LedgerError",
     "MaintenanceError",
     "MessagesExpiredError",
-    "MissingDataIntervalError",  # noqa: F822 - defined on first use (module __getattr__)
+    "MissingDataIntervalError",
     "NarrowerRerunError",
-    "OffScheduleIntervalError",  # noqa: F822
+    "OffScheduleIntervalError",
     "OldLayoutError",
     "OutOfOrderIntervalError",
     "PipelineIdentityError",
-    "PlgdError",
     "PlgdDecodeError",
-    "ChainUnhealthyError",
+    "PlgdError",
     "PublishError",
     "PyFilesIntegrityError",
     "RangeChangedError",
-    "SparkApplicationTimeoutError",  # noqa: F822
+    "SparkApplicationTimeoutError",
     "SparkConfError",
     "StorageRootOverlapError",
     "StreamNotFoundError",
     "StreamSourceStaleError",
     "TableCommitError",
     "TlsDowngradeError",
-    "UntrustedPyFilesError",  # noqa: F822
-    "UntrustedRunParamError",  # noqa: F822
+    "UntrustedPyFilesError",
+    "UntrustedRunParamError",
 ]
