@@ -246,6 +246,23 @@ class PyFilesIntegrityError(PlgdError, ValueError):
     """
 
 
+class ChainUnhealthyError(PlgdError, RuntimeError):
+    """The chain of a pipeline has problems (``status.ChainStatus.problems``: a hole, a failed or stale
+    interval, an overdue one) or lags the stream by more than its author allows. Raised by the
+    monitor task (``etl.monitor``) so that Airflow's failure callbacks and notifiers fire; the
+    message lists the problems (the first 20).
+
+    :ivar problems: every problem, one line each.
+    """
+
+    def __init__(self, message: str, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.problems))
+
+
 class PublishError(PlgdError, RuntimeError):
     """The simulator's publishing failed, overflowed an interval window, or could not be verified."""
 
@@ -278,6 +295,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DECODE_ERROR_REASONS",
     "ChainHoleError",
+    "ChainUnhealthyError",
     "FewerMessagesError",
     "IntervalNotCompleteError",
     "JetStreamAPIError",
