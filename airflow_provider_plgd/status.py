@@ -134,6 +134,9 @@ class ChainStatus:
     stale: tuple[str, ...] = ()
     newest_planned: str | None = None
     newest_overdue: bool = False
+    #: every planned time interval, oldest first, and those of them the stream held nothing for (the UI's timeline)
+    planned_ids: tuple[str, ...] = ()
+    empty_ids: tuple[str, ...] = ()
 
     def problems(self) -> list[str]:
         """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy."""
@@ -263,14 +266,14 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     log = chain.dedupe_log(layout)
     committed = [i for i in ids if log.committed(i)]
     head = log.head("time")
-    holes, unfinished, empty = [], [], 0
+    holes, unfinished, empty = [], [], []
     for interval_id in ids:
         if interval_id in committed:
             continue
         plan = ledger.read_plan(layout, stream, interval_id)
         messages = plan.total if plan is not None else -1
         if messages == 0:
-            empty += 1
+            empty.append(str(interval_id))
         elif chain.is_hole(interval_id, messages, log, before=head):
             holes.append(IntervalCount(str(interval_id), messages))
         else:
@@ -298,10 +301,10 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
         wait = (ids[-1].high - ids[-1].low) / 1e9 if overdue_seconds is None else float(overdue_seconds)
         started = newest_plan.run_version if newest_plan is not None else None
         overdue = started is not None and time.time() - int(started) / 1000 > wait
-    return ChainStatus(layout.root, stream, len(ids), len(committed), empty, str(head) if head else None, snapshot, tuple(holes), tuple(unfinished),
-                       tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
-                       head_plan.end_seq_exclusive if head_plan else None, tuple(not_done), tuple(stale),
-                       str(ids[-1]) if ids else None, overdue)
+    return ChainStatus(layout.root, stream, len(ids), len(committed), len(empty), str(head) if head else None,
+                       snapshot, tuple(holes), tuple(unfinished), tuple(failed), tuple(never), tuple(tables), None,
+                       time.monotonic() - t0, head_plan.end_seq_exclusive if head_plan else None, tuple(not_done),
+                       tuple(stale), str(ids[-1]) if ids else None, overdue, tuple(str(i) for i in ids), tuple(empty))
 
 
 def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:
