@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -50,11 +49,10 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from plgd_devtools.spark import spark_lock
-from tests.integration.staging_data import stage_simulation
-
 from airflow_provider_plgd.simulator import SimulationConfig, generate
 from airflow_provider_plgd.tables import snapshot_store
+from plgd_devtools.spark import spark_lock
+from tests.integration.staging_data import stage_simulation
 
 pytestmark = pytest.mark.spark
 
@@ -63,8 +61,8 @@ CONFIG = SimulationConfig(seed=23, owners=2, devices_per_owner=3, resources_per_
                           steps_per_interval=12, duplicates=0.1, corrupt=2, leadrt="first", unregister=True)
 BUCKETS = 4
 #: Every table of a root, as folders below it.
-TABLES = ("events", "quarantine", "msgid_index", "events_deduped") + tuple(
-    f"snapshots/{t}" for t in snapshot_store.ALL_TABLES)
+TABLES = ("events", "quarantine", "msgid_index", "events_deduped",
+          *(f"snapshots/{t}" for t in snapshot_store.ALL_TABLES))
 #: The tables each app commits, in its commit order (one Delta transaction each).
 COMMIT_ORDER = {
     "decode": ["events", "quarantine"],
@@ -224,7 +222,7 @@ def summary_file(root: Path, app: str, iid: str) -> Path:
 def _argv(app: str, root: Path, interval: tuple) -> list[str]:
     iid, end, _ = interval
     argv = ["--root", str(root), "--interval-id", iid]
-    return argv + ["--snapshot-time", end, "--buckets", str(BUCKETS)] if app == "rebuild" else argv
+    return [*argv, "--snapshot-time", end, "--buckets", str(BUCKETS)] if app == "rebuild" else argv
 
 
 def _client(base: Path, name: str, remote: str, steps: list[dict], *, killed: bool) -> str | None:
