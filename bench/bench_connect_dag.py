@@ -21,6 +21,7 @@ docs/spark-connect.md, "Fixed cost of a tiny interval".
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -49,7 +50,7 @@ def _load_dag(path: Path, dag_id: str):
     spec = importlib.util.spec_from_file_location(f"_plgd_bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return getattr(module, "dag")
+    return module.dag
 
 
 def run_way(way: str, work: Path, nats_url: str, remote_port: int | None, cores: int) -> dict:
@@ -111,7 +112,7 @@ def run_way(way: str, work: Path, nats_url: str, remote_port: int | None, cores:
         out["other_tasks_s"] = {t: round((ti.end_date - ti.start_date).total_seconds(), 1) for t, ti in tis.items()
                                 if t not in ("decode", "dedupe", "rebuild")}
         out["gaps_s"] = round(sum(max(0.0, (b.start_date - a.end_date).total_seconds())
-                                  for a, b in zip(order, order[1:])), 1)
+                                  for a, b in itertools.pairwise(order)), 1)
     else:
         out["states"] = states
     return out
