@@ -67,10 +67,11 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
 
     :param fetched: the fetch task's XCom (``JetStreamToStagingOperator`` return value).
     """
+    # lazy: in the task, so that parsing this DAG file stays light (Airflow's best practice)
     import logging
 
-    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
+    from airflow_provider_plgd.tables import staging
 
     log = logging.getLogger("airflow.task")
     per_owner: dict[str, dict[str, int]] = {}

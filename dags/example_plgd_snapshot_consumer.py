@@ -57,12 +57,13 @@ with DAG(
     @task
     def devices_online(params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Count devices and online devices per owner in the latest snapshot (see the module docstring)."""
+        # lazy: in the task, so that parsing this DAG file stays light (Airflow's best practice)
         import logging
 
+        from airflow_provider_plgd import latest_snapshot, read_snapshot
+        from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
-        from airflow_provider_plgd.hooks.base import resolve_layout
-        from airflow_provider_plgd import latest_snapshot, read_snapshot
 
         log = logging.getLogger("airflow.task")
         # a run param is untrusted input: only "", the connection's root or a root the deployment

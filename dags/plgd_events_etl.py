@@ -63,8 +63,8 @@ import json
 import os
 from datetime import datetime, timedelta, timezone
 
-from airflow_provider_plgd.etl import build_etl_dag
 from airflow_provider_plgd.coerce import parse_bool
+from airflow_provider_plgd.etl import build_etl_dag
 from airflow_provider_plgd.run_params import env_storage_roots
 
 

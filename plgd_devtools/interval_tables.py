@@ -14,18 +14,21 @@ Not in the wheel (``plgd_devtools``).
 
 from __future__ import annotations
 
+import itertools
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, file_records
-from airflow_provider_plgd.spark import schemas
-from airflow_provider_plgd.tables import snapshot_store as ss
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import schemas, snapshot_buckets
+from airflow_provider_plgd.spark.decode_batch import decode_batch_parts
+from airflow_provider_plgd.spark.dedupe_job import MSGID_BUCKETS, MSGID_INDEX_SCHEMA, msgid_bucket
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+from airflow_provider_plgd.tables import delta_tables, file_records
+from airflow_provider_plgd.tables import snapshot_store as ss
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd.tables.storage import to_fs
 
@@ -46,8 +49,6 @@ def interval_ids(sim) -> list[str]:
 def decoded_intervals(sim, *, stream: str = "EVENTS") -> dict[int, tuple[pa.Table, pa.Table]]:
     """``{interval index: (events rows, quarantine rows)}`` of a simulation, decoded like decode
     does (stream sequences = publish order, ``published_at`` = the event's own timestamp)."""
-    from airflow_provider_plgd.spark.decode_batch import decode_batch_parts
-
     ids = interval_ids(sim)
     by_interval: dict[int, list[int]] = {}
     for i, message in enumerate(sim.messages):
@@ -86,7 +87,7 @@ def _split(rows: pa.Table, parts: int) -> list[pa.Table]:
     n = rows.num_rows
     parts = max(1, min(parts, n))
     bounds = [round(i * n / parts) for i in range(parts + 1)]
-    return [rows.slice(a, b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [rows.slice(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _by_type(uri: str, rows: pa.Table, interval_id: str, files: int, write_id: str) -> list[dict[str, Any]]:
@@ -105,8 +106,6 @@ def commit_interval_tables(root: StorageRoot, interval_id: str, events: pa.Table
     """Commit one interval to ``events`` + ``quarantine`` (app ``decode``) and, when ``dedupe``,
     to ``msgid_index`` + ``events_deduped`` (app ``dedupe``: the first row of each message ID
     kept), as the Spark applications lay them out. :return: ``{table: Delta version}``."""
-    from airflow_provider_plgd.spark.dedupe_job import MSGID_BUCKETS, MSGID_INDEX_SCHEMA, msgid_bucket
-
     run_version = time.time_ns() // 1000 if run_version is None else run_version
     write_id = f"{run_version:x}"
     layout = Layout.of(root)

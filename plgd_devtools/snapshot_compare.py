@@ -9,7 +9,11 @@ Used by ``make demo`` and the end-to-end tests. Reads the tables with pyarrow + 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_plgd.tables import snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
 
 TABLES = ("resources", "device_metadata", "device_links", "owner_devices")
 
@@ -53,14 +57,14 @@ def compare_tables(
         got = _keyed(actual.get(table, []), key_cols)
         want = _keyed(expected_rows, key_cols)
         for key in sorted(set(want) - set(got), key=str):
-            diffs.append(f"{table}: missing row {dict(zip(key_cols, key))}")
+            diffs.append(f"{table}: missing row {dict(zip(key_cols, key, strict=True))}")
         for key in sorted(set(got) - set(want), key=str):
-            diffs.append(f"{table}: unexpected row {dict(zip(key_cols, key))}")
+            diffs.append(f"{table}: unexpected row {dict(zip(key_cols, key, strict=True))}")
         for key in sorted(set(want) & set(got), key=str):
             for column, value in want[key].items():
                 a, e = _normalise(column, got[key].get(column)), _normalise(column, value)
                 if a != e:
-                    diffs.append(f"{table} {dict(zip(key_cols, key))}: {column} = {a!r}, expected {e!r}")
+                    diffs.append(f"{table} {dict(zip(key_cols, key, strict=True))}: {column} = {a!r}, expected {e!r}")
     return diffs
 
 
@@ -69,9 +73,6 @@ def read_latest_tables(root: str) -> dict[str, list[dict[str, Any]]]:
 
     :raises FileNotFoundError: if no snapshot has been committed under ``root``.
     """
-    from airflow_provider_plgd.tables import snapshot_store
-    from airflow_provider_plgd.tables.layout import Layout
-
     layout = Layout.of(root)
     if snapshot_store.latest(layout) is None:
         raise FileNotFoundError(f"no committed snapshot under {layout.snapshots_dir()} (no _device_state commit)")
@@ -80,8 +81,6 @@ def read_latest_tables(root: str) -> dict[str, list[dict[str, Any]]]:
 
 def compare_snapshot(root: Any, expected: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """Compare the latest snapshot under ``root`` with ``expected``; return the differences (empty = equal)."""
-    from airflow_provider_plgd.tables import snapshot_store
-
     keys = {table: snapshot_store.sort_keys(table) for table in TABLES}
     return compare_tables(read_latest_tables(str(root)), expected, keys=keys)
 

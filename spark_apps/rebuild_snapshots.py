@@ -54,14 +54,15 @@ buckets (Arrow copy), not with the number of past events (``bench/bench_rebuild.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from airflow_provider_plgd.tables import delta_tables
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.spark import app_args
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd import times
+from airflow_provider_plgd.spark import app_args, snapshot_buckets
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
+from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables.layout import Layout
 
 
 def parse_snapshot_time(value: str) -> int:
@@ -70,8 +71,6 @@ def parse_snapshot_time(value: str) -> int:
 
     :raises argparse.ArgumentTypeError: anything else.
     """
-    from airflow_provider_plgd import times
-
     try:
         return times.to_ns(str(value), "--snapshot-time")
     except (TypeError, ValueError) as exc:

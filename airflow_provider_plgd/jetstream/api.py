@@ -105,6 +105,7 @@ class JetStreamApi:
         :raises JetStreamConnectionError: the connection closed. :raises StreamNotFoundError: err_code 10059.
         :raises JetStreamAPIError: any other error answer, or an answer that is not JSON.
         """
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         where = self.where
@@ -193,7 +194,7 @@ class JetStreamApi:
         try:
             if not self.nc.is_closed:
                 await self.request(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", timeout=2.0)
-        except Exception as exc:  # noqa: BLE001 - best effort
+        except Exception as exc:  # best effort
             self.log.warning("Could not delete consumer %s of stream %s: %s", name, stream, exc)
 
     async def consumer_info(self, stream: str, name: str) -> dict | None:
@@ -246,6 +247,7 @@ class JetStreamApi:
                     wait_s: float) -> list[Any]:
         """One ``$JS.API.CONSUMER.MSG.NEXT`` pull into ``sub``: messages until ``count``, a
         terminal status (404 no messages, 408 expired, 409 ended) or ``wait_s`` seconds."""
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         try:
@@ -315,6 +317,7 @@ class JetStreamApi:
             responder, or another stream acknowledged it). :raises JetStreamTimeoutError: no PubAck in time.
         :raises JetStreamAPIError: an error PubAck, or an answer that is not one.
         """
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         try:

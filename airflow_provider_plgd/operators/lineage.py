@@ -22,21 +22,21 @@ operators' methods are only called by the provider's listener.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_plgd.tables import delta_tables
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import tables as snapshot_tables
+from airflow_provider_plgd.tables import delta_tables, ledger
+from airflow_provider_plgd.tables.layout import Layout
 
 try:  # the `lineage` extra
     import attr
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import InputDataset, OutputDataset
     from openlineage.client.facet_v2 import InputDatasetFacet
-
-    from airflow.providers.openlineage.extractors import OperatorLineage
 
     @attr.define
     class NatsSubjectsInputFacet(InputDatasetFacet):
@@ -46,8 +46,8 @@ try:  # the `lineage` extra
         ``subjectFilterCount``: how many filters there were (more than listed when cut).
         """
 
-        subjectFilters: list[str] = attr.field(factory=list)  # noqa: N815 - OpenLineage JSON names
-        subjectFilterCount: int = 0  # noqa: N815
+        subjectFilters: list[str] = attr.field(factory=list)  # OpenLineage JSON names
+        subjectFilterCount: int = 0
 
         @staticmethod
         def _get_schema() -> str:
@@ -78,6 +78,7 @@ def is_enabled() -> bool:
     ``[openlineage] disabled`` is not set): ``airflow.providers.openlineage.conf.is_disabled``."""
     if OperatorLineage is None:
         return False
+    # lazy: the `lineage` extra's provider may not be installed
     from airflow.providers.openlineage import conf
 
     return not conf.is_disabled()
@@ -199,7 +200,8 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
     args = [str(a) for a in application_args]
     if any("{{" in a for a in args):
         return None
-    values = {flag: value for flag, value in zip(args, args[1:]) if flag.startswith("--") and not value.startswith("--")}
+    values = {flag: value for flag, value in itertools.pairwise(args)
+              if flag.startswith("--") and not value.startswith("--")}
     try:
         inputs, outputs = build(Layout.of(values["--root"]), values)
     except KeyError as err:
@@ -211,8 +213,6 @@ def fetch_subject_filters(targets: Sequence[tuple[str, str, Sequence[str]]], *, 
     """The subject filters the fetch operator reads for its ``targets`` (``(owner, event type,
     filters)`` triples): one ``plgd.owners.{owner}.>`` per owner when it reads owner-wide (``owner_ids``),
     else the targets' own filters (``unrouted``: ``plgd.>``)."""
-    from airflow_provider_plgd.tables import ledger
-
     if owner_wide:
         return sorted({ledger.read_filter(owner) for owner, _event_type, _filters in targets})
     return sorted({f for _owner, _event_type, filters in targets for f in filters})

@@ -32,6 +32,7 @@ from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
+import xxhash
 
 from airflow_provider_plgd.spark.schemas import CONTENT_COLUMNS
 
@@ -49,8 +50,6 @@ def content_digests(table: pa.Table, *, event_type: str | None = None) -> pa.Arr
         ``events`` files hold it as a partition value, not a column).
     :return: ``pyarrow.Array`` of int64, one digest per row, never null.
     """
-    import xxhash
-
     n = table.num_rows
     columns: list[Any] = []
     for name in CONTENT_COLUMNS:
@@ -62,5 +61,5 @@ def content_digests(table: pa.Table, *, event_type: str | None = None) -> pa.Arr
         else:
             columns.append(repeat(None, n))
     digest = xxhash.xxh64_intdigest
-    out = [digest(repr(values).encode("utf-8")) for values in zip(*columns)]
+    out = [digest(repr(values).encode("utf-8")) for values in zip(*columns, strict=True)]
     return pa.array([d - (1 << 64) if d >= _SIGN else d for d in out], pa.int64())

@@ -26,8 +26,12 @@ Rules (the module docstring of ``airflow_provider_plgd.spark_apps.dedupe_events`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 #: The content digest column of the keys and of ``msgid_index`` (int64).
 DIGEST = "content_digest"
@@ -90,8 +94,6 @@ def add_count(per_type: dict[str, dict[str, int]], event_type: str | None, row_c
 
 def seen_schema():
     """``pa.schema([("msg_id", string), ("content_digest", int64)])``: the rows of :func:`seen_entries`."""
-    import pyarrow as pa
-
     return pa.schema([("msg_id", pa.string()), (DIGEST, pa.int64())])
 
 
@@ -104,9 +106,6 @@ def seen_entries(current, previous: Iterable[Any]):
         one at a time, so only one is held at once); a missing column counts as null digests.
     :return: ``pyarrow.Table`` of :func:`seen_schema` (distinct rows).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     schema = seen_schema()
     found = []
     for table in previous:
@@ -132,9 +131,6 @@ def decide(keys, seen=None) -> Decision:
         matches every content), a ``pyarrow.Array`` of message IDs (every content), or None.
     :return: a :class:`Decision`.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = keys.num_rows
     decision = Decision()
     if n == 0:
@@ -181,7 +177,7 @@ def decide(keys, seen=None) -> Decision:
     counts = pa.table({"event_type": rows.column("event_type"), "_class": row_class}) \
         .group_by(["event_type", "_class"]).aggregate([("_class", "count")])
     for et, cls, cnt in zip(counts.column("event_type").to_pylist(), counts.column("_class").to_pylist(),
-                            counts.column("_class_count").to_pylist()):
+                            counts.column("_class_count").to_pylist(), strict=True):
         add_count(decision.per_type, et, cls, cnt)
     decision.per_type = dict(sorted(decision.per_type.items()))
 

@@ -12,7 +12,16 @@ Which files make a table: the Delta log (``delta_tables.table_files``), never a 
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_plgd.tables.file_records import file_record, parquet_stats
+from airflow_provider_plgd.tables.storage import to_fs
+
 
 def data_file_name(index: int, write_id: str) -> str:
     """``part-{index:05d}-{write_id}.parquet``: unique to one run, stable within it (a retried task
@@ -28,8 +37,6 @@ def write_parquet_file(fs, path: str, table, *, row_group_size: int = 64 * 1024)
 
     :return: ``(size in bytes, pyarrow.parquet.FileMetaData)``.
     """
-    import pyarrow.parquet as pq
-
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     with fs.open(path, "wb") as fh:
         writer = pq.ParquetWriter(fh, table.schema, compression="snappy", coerce_timestamps="us",
@@ -61,7 +68,7 @@ def hive_escape(value: Any) -> str:
 
 def partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
     """``name1=value1/name2=value2`` with :func:`hive_escape`."""
-    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values))
+    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values, strict=True))
 
 
 class ArrowPartitionedWriter:
@@ -89,10 +96,6 @@ class ArrowPartitionedWriter:
     def __init__(self, base: str, task_id: int, schema, partition_cols: Sequence[str] = (),
                  *, write_id: str, row_group_rows: int = 65_536, compression: str = "snappy",
                  always_write: bool = False) -> None:
-        import pyarrow as pa
-
-        from airflow_provider_plgd.tables.storage import to_fs
-
         self.fs, self.base = to_fs(str(base))
         self.task_id = int(task_id)
         self.write_id = write_id
@@ -111,8 +114,6 @@ class ArrowPartitionedWriter:
         if not self.partition_cols:
             self._add((), batch)
             return
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         cols = [batch.column(batch.schema.get_field_index(c)) for c in self.partition_cols]
         uniques = [pc.unique(c) for c in cols]
@@ -120,7 +121,7 @@ class ArrowPartitionedWriter:
             self._add(tuple(u[0].as_py() for u in uniques), batch)
             return
         rows: dict[tuple, list[int]] = {}
-        for i, key in enumerate(zip(*(c.to_pylist() for c in cols))):
+        for i, key in enumerate(zip(*(c.to_pylist() for c in cols), strict=True)):
             rows.setdefault(key, []).append(i)
         for key, idx in rows.items():
             self._add(key, batch.take(pa.array(idx, pa.int64())))
@@ -140,9 +141,6 @@ class ArrowPartitionedWriter:
         return f"{partition_dir(self.partition_cols, key)}/{name}" if self.partition_cols else name
 
     def _flush(self, key: tuple, group: dict) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         if group["writer"] is None:
             path = f"{self.base}/{self._relpath(key)}"
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
@@ -160,8 +158,6 @@ class ArrowPartitionedWriter:
     def close(self) -> list[dict[str, Any]]:
         """Flush and close every file; return one ``file_records.file_record`` per file (``path``
         relative to base, ``rows``, ``size``, ``partition`` {col: value as text}, ``stats``)."""
-        from airflow_provider_plgd.tables.file_records import file_record, parquet_stats
-
         if self.always_write and not self._groups:
             self._groups[()] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}
         written = []
@@ -171,7 +167,7 @@ class ArrowPartitionedWriter:
             size = group["sink"].tell()
             group["sink"].close()
             written.append(file_record(self._relpath(key), rows=group["rows"], size=size,
-                                       partition=dict(zip(self.partition_cols, key)),
+                                       partition=dict(zip(self.partition_cols, key, strict=True)),
                                        stats=parquet_stats(group["writer"].writer.metadata)))
         self._groups = {}
         return written
@@ -186,11 +182,6 @@ def read_events_files(files: Iterable[tuple[str, Mapping[str, Any]]], columns: S
     :param columns: wanted columns, in output order; those absent from every file are left out.
     :return: a ``pyarrow.Table``, or None when ``files`` is empty.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from airflow_provider_plgd.tables.storage import to_fs
-
     tables = []
     for url, partition in files:
         fs, path = to_fs(url)
@@ -209,8 +200,6 @@ def ipc_bytes(table, *, compression: str | None = None) -> bytes:
     """``table`` (pyarrow) as one Arrow IPC stream, the unit the Python RDD shuffles of dedupe and
     rebuild carry (``compression``: None, ``"lz4"`` or ``"zstd"``; readers need no option).
     """
-    import pyarrow as pa
-
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_table(table)

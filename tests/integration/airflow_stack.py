@@ -7,6 +7,7 @@ and ``triggerer``, each in its own process group, on a PostgreSQL metadata datab
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -79,20 +80,15 @@ class AirflowStack:
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + 20
         for proc in self.procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:  # the whole group: executor workers, task processes, spark-submit and its JVM
+            # the whole group: executor workers, task processes, spark-submit and its JVM
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait(timeout=10)
 
     def poll(self, what: str, check: Any, *, timeout: float = RUN_TIMEOUT_S, every: float = 1.0) -> Any:

@@ -48,7 +48,6 @@ airflow3 = pytest.importorskip("airflow.sdk", reason="airflow backfill create ne
 
 from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env  # noqa: E402
 
-
 # -- canonical form of the outputs -------------------------------------------------------------------
 
 def _canonical_value(value: Any) -> Any:
@@ -77,8 +76,8 @@ def read_outputs(root: Path) -> dict[str, list[str]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from plgd_devtools.snapshot_compare import TABLES
     from airflow_provider_plgd.tables import snapshot_store
+    from plgd_devtools.snapshot_compare import TABLES
     from tests.integration.delta_read import delta_rows, delta_table
 
     out: dict[str, list[str]] = {}
@@ -159,7 +158,7 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
         try:
             published["truth"] = GroundTruth.of(
                 sim, publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as exc:  # re-raised in the test thread
             published["error"] = exc
 
     publisher = threading.Thread(target=_publish, name="plgd-publish")

@@ -39,9 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.airflow_stack import DAG_ID, AirflowStack, airflow_env
-
 from airflow_provider_plgd.tables.layout import Layout
+from tests.integration.airflow_stack import DAG_ID, AirflowStack, airflow_env
 
 pytestmark = [pytest.mark.airflow]
 

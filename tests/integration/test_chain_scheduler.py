@@ -32,9 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
-
 from airflow_provider_plgd.tables.layout import Layout
+from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
@@ -75,8 +74,8 @@ def _devices(root: Path) -> set[str]:
 def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_interval_is_refused(
         jetstream, airflow_postgres_db, tmp_path: Path) -> None:
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from airflow_provider_plgd.tables import ledger
     from plgd_devtools.spark import spark_lock
 
     t_start = time.monotonic()
@@ -111,7 +110,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
         try:
             for sim in sims:
                 publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+        except BaseException as exc:  # re-raised in the test thread
             errors.append(exc)
 
     publisher = threading.Thread(target=_publish, name="plgd-publish")

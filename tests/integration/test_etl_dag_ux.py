@@ -24,9 +24,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.integration.conftest import load_dag, load_test_dag, publish_messages, read_stream, use_local_spark, xcom_value
-
 from airflow_provider_plgd.tables.layout import Layout
+from tests.integration.conftest import (
+    load_dag,
+    load_test_dag,
+    publish_messages,
+    read_stream,
+    use_local_spark,
+    xcom_value,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -258,14 +264,13 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     """Interval 0 with messages, interval 1 empty (skipped), interval 2 with messages that repeat
     some of interval 0's: dedupe of 2 still drops them (its lookback reaches across the skipped
     interval), and rebuild of 2 builds on the snapshot of 0: the final snapshot is the simulator's truth."""
-    from airflow_provider_plgd.tables.run_summary import read_app_summary
+    from airflow_provider_plgd import times
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+    from airflow_provider_plgd.tables import snapshot_store
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
     from plgd_devtools.ground_truth import GroundTruth
     from plgd_devtools.snapshot_compare import compare_snapshot
-    from airflow_provider_plgd.tables import snapshot_store
     from plgd_devtools.spark import spark_lock
-
-    from airflow_provider_plgd import times
 
     use_local_spark(monkeypatch)
     step = 8

@@ -12,14 +12,15 @@ import asyncio
 import json
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
+from airflow_provider_plgd.tables import ledger, staging
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
 from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark
 from tests.integration.delta_read import staging_rows
@@ -137,10 +138,10 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     interval_id = times.interval_id(end - timedelta(seconds=interval), end)
 
     ledger_dir = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval_id)
-    record = json.loads(open(f"{ledger_dir}/stream.json").read())
+    record = json.loads(Path(f"{ledger_dir}/stream.json").read_text())
     assert record["total"] == len(truth)
     assert record["owners"] is None and record["deleted_in_range"] == 0
-    summary = json.loads(open(f"{ledger_dir}/summary.json").read())
+    summary = json.loads(Path(f"{ledger_dir}/summary.json").read_text())
     assert summary["reconciled"] is True and summary["problems"] == []
     chain = summary["chain"]
     assert chain["stream_total"] == chain["staged"] == len(truth)
@@ -151,7 +152,6 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
 
 
     from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-
     from tests.integration.delta_read import read_both
 
     quarantine = read_both(f"{storage_root}/quarantine", "stream_seq", interval_id=interval_id)
@@ -175,7 +175,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     from tests.integration.test_etl_dag_ux import asset_events
 
     p = "plgd_test_ledger_etl."
-    runs = {app: json.loads(open(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read())
+    runs = {app: json.loads(Path(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read_text())
             for app in ("decode", "dedupe", "rebuild")}
     versions = {t: v for app in runs.values() for t, v in (app.get("delta_versions") or {}).items()}
     assert asset_events(dr) == {
@@ -222,7 +222,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
                   if ti.map_index in (-1, 0)}
         assert states["plan"] == "failed" and states["decode"] == "upstream_failed", (narrower, states)
         assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
-        assert json.loads(open(f"{ledger_dir}/stream.json").read()) == record  # the ledger is untouched
+        assert json.loads(Path(f"{ledger_dir}/stream.json").read_text()) == record  # the ledger is untouched
         assert deduped_ids() == kept
         assert snapshot_store.latest(Layout.of(storage_root)) == latest
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []

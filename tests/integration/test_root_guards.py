@@ -166,7 +166,6 @@ def concurrent_first_plans(root: str, lookbacks: tuple[int, ...], tmp_path, monk
     from airflow_provider_plgd import spark_deps
     from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval
     from airflow_provider_plgd.run_params import check_run_params, run_spark_conf_policy
-
     from airflow_provider_plgd.tables import identity
 
     monkeypatch.setenv(spark_deps.PY_FILES_DIR_ENV, str(tmp_path / "py_files"))
@@ -199,7 +198,7 @@ def concurrent_first_plans(root: str, lookbacks: tuple[int, ...], tmp_path, monk
             results[i] = plan_interval(params, start=start, end=end, dag_id=f"dag_{i}",
                                        jetstream_conn_id="plgd_jetstream_default", spark_conf_policy=policy,
                                        allowed_roots=[root], author=author)
-        except Exception as err:  # noqa: BLE001 - the test sorts the outcomes
+        except Exception as err:  # the test sorts the outcomes
             results[i] = err
 
     threads = [threading.Thread(target=run, args=(i, lb)) for i, lb in enumerate(lookbacks)]
