@@ -1,7 +1,8 @@
 """The interval ledger through real parts: what the stream holds, and every stage accounting for it.
 
-Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with real
-``spark-submit`` (the first test), and the fetch operator / plan step against the real server
+Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with its Spark
+tasks on the session's real Spark Connect server (the first test: it proves the ledger, not
+``spark-submit``; docs/testing.md), and the fetch operator / plan step against the real server
 (the others). Each test names the case of ``docs/reliability.md`` ("The interval ledger") it
 covers; each failed on the code before the ledger.
 """
@@ -12,16 +13,17 @@ import asyncio
 import json
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
+from airflow_provider_plgd.tables import ledger, staging
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark
+from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect
 from tests.integration.delta_read import staging_rows
 
 UTC = timezone.utc
@@ -78,17 +80,16 @@ def bounds_around(url: str) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------------------------------
 # Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
-# through the whole ETL DAG (real Airflow, real spark-submit)
+# through the whole ETL DAG (real Airflow, real Spark Connect server)
 # ---------------------------------------------------------------------------------------------
 ETL_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import build_etl_dag
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
                     storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
 """
 
@@ -96,12 +97,12 @@ dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=IN
 @pytest.mark.spark
 @pytest.mark.airflow
 def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger_adds_up(
-        jetstream, dags_folder, storage_root, monkeypatch):
+        jetstream, dags_folder, storage_root, spark_connect_server, monkeypatch):
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.snapshot_compare import compare_snapshot
     from plgd_devtools.spark import spark_lock
 
-    use_local_spark(monkeypatch)
+    use_spark_connect(monkeypatch, spark_connect_server)
     interval = 8
     dag = load_test_dag(dags_folder, "plgd_test_ledger_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
                         "plgd_test_ledger_etl")
@@ -137,10 +138,10 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     interval_id = times.interval_id(end - timedelta(seconds=interval), end)
 
     ledger_dir = ledger.interval_dir(Layout.of(storage_root), "EVENTS", interval_id)
-    record = json.loads(open(f"{ledger_dir}/stream.json").read())
+    record = json.loads(Path(f"{ledger_dir}/stream.json").read_text())
     assert record["total"] == len(truth)
     assert record["owners"] is None and record["deleted_in_range"] == 0
-    summary = json.loads(open(f"{ledger_dir}/summary.json").read())
+    summary = json.loads(Path(f"{ledger_dir}/summary.json").read_text())
     assert summary["reconciled"] is True and summary["problems"] == []
     chain = summary["chain"]
     assert chain["stream_total"] == chain["staged"] == len(truth)
@@ -151,7 +152,6 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
 
 
     from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-
     from tests.integration.delta_read import read_both
 
     quarantine = read_both(f"{storage_root}/quarantine", "stream_seq", interval_id=interval_id)
@@ -175,7 +175,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
     from tests.integration.test_etl_dag_ux import asset_events
 
     p = "plgd_test_ledger_etl."
-    runs = {app: json.loads(open(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read())
+    runs = {app: json.loads(Path(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read_text())
             for app in ("decode", "dedupe", "rebuild")}
     versions = {t: v for app in runs.values() for t, v in (app.get("delta_versions") or {}).items()}
     assert asset_events(dr) == {
@@ -222,7 +222,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
                   if ti.map_index in (-1, 0)}
         assert states["plan"] == "failed" and states["decode"] == "upstream_failed", (narrower, states)
         assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
-        assert json.loads(open(f"{ledger_dir}/stream.json").read()) == record  # the ledger is untouched
+        assert json.loads(Path(f"{ledger_dir}/stream.json").read_text()) == record  # the ledger is untouched
         assert deduped_ids() == kept
         assert snapshot_store.latest(Layout.of(storage_root)) == latest
         assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
