@@ -17,7 +17,7 @@ _PUBLIC = {
     "latest_snapshot": "airflow_provider_plgd.tables.snapshot_store",
 }
 
-__all__ = ["__version__", "DISTRIBUTION_NAME", "decode_message", "latest_snapshot", "read_snapshot"]
+__all__ = ["DISTRIBUTION_NAME", "__version__", "decode_message", "latest_snapshot", "read_snapshot"]
 
 
 def __getattr__(name: str):

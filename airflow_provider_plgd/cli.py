@@ -49,8 +49,8 @@ def _hook(args: argparse.Namespace) -> Any:
     """A ``JetStreamHook`` for ``--conn-id`` or ``--servers``, or None."""
     if not (args.conn_id or args.servers):
         return None
-    from airflow_provider_plgd.jetstream.connection import settings_from_connection
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.jetstream.connection import settings_from_connection
 
     if args.conn_id:
         return JetStreamHook(args.conn_id, stream=args.stream)

@@ -62,7 +62,7 @@ try:  # Airflow 3.x
 except ImportError:  # pragma: no cover - Airflow 2.11
     from airflow.exceptions import AirflowTaskTimeout  # type: ignore[no-redef]
 # a provider's deprecations (a DeprecationWarning), as Airflow's own providers warn
-from airflow.exceptions import AirflowProviderDeprecationWarning  # noqa: E402
+from airflow.exceptions import AirflowProviderDeprecationWarning
 
 #: Asset events carry the ``extra`` a task sets through ``outlet_events`` (Airflow 3; on Airflow
 #: 2.11 our dataset events are emitted without it).
@@ -91,7 +91,7 @@ try:  # Airflow 3.x
 except ImportError:  # pragma: no cover - Airflow 2.x calls assets "datasets"
     from airflow.datasets import Dataset as _Dataset
 
-    def Asset(  # type: ignore[no-redef]  # noqa: N802 - stands in for the Airflow 3 class
+    def Asset(  # type: ignore[no-redef]  # stands in for the Airflow 3 class
         name: str | None = None,
         uri: str | None = None,
         *,
@@ -174,6 +174,7 @@ __all__ = [
     "AIRFLOW_V_3",
     "ASSET_EVENT_EXTRAS",
     "ASSET_EVENT_PARTITIONS",
+    "DAG",
     "AirflowFailException",
     "AirflowProviderDeprecationWarning",
     "AirflowTaskTimeout",
@@ -186,7 +187,6 @@ __all__ = [
     "BaseSensorOperator",
     "BaseTrigger",
     "Context",
-    "DAG",
     "CronDataIntervalTimetable",
     "DeltaDataIntervalTimetable",
     "ObjectStoragePath",  # noqa: F822 - a lazy name (module __getattr__)

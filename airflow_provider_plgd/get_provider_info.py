@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+
 # The connection type and its fields have their one home with the connection settings (no Airflow there).
 from airflow_provider_plgd.jetstream.connection import CONN_FIELDS, CONN_TYPE, NKEY_SEED_EXTRA  # noqa: F401
 

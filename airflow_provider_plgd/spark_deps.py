@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -187,10 +188,8 @@ def private_py_files_dir() -> Path:
         home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
         path = Path(home) / "plgd_py_files"
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.suppress(FileExistsError):  # checked below, whoever made it
         path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
     info = os.stat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise PyFilesIntegrityError(f"--py-files folder {path} is not a directory")

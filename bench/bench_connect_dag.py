@@ -49,7 +49,7 @@ def _load_dag(path: Path, dag_id: str):
     spec = importlib.util.spec_from_file_location(f"_plgd_bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return getattr(module, "dag")
+    return module.dag
 
 
 def run_way(way: str, work: Path, nats_url: str, remote_port: int | None, cores: int) -> dict:

@@ -53,10 +53,10 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from airflow_provider_plgd.tables.layout import Layout  # noqa: E402
 from airflow_provider_plgd.spark_conf import conf_args  # noqa: E402
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
+from airflow_provider_plgd.tables.layout import Layout  # noqa: E402
 from bench.machine import busy_since, parallel_scaling, proc_stat  # noqa: E402
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
 
 INTERVAL_ID = "20260101T000000Z_20260101T010000Z"
 START_NS = 1_767_225_600_000_000_000
@@ -160,8 +160,8 @@ def write_staging(root: str, messages, stream: str = "EVENTS") -> int:
     """Write the messages into one interval of staging as one fetch range; return how many rows were written."""
     import tempfile
 
-    from airflow_provider_plgd.tables import staging, staging_commits
     from airflow_provider_plgd.fetch.stager import Stager
+    from airflow_provider_plgd.tables import staging, staging_commits
 
     groups: dict[tuple[str, str], list] = collections.defaultdict(list)
     for seq, (subject, data, owner, event_type) in enumerate(messages, start=1):
@@ -184,8 +184,8 @@ def python_rate(root: str, batch_rows: int = 10_000, stream: str = "EVENTS") -> 
     """Time ``decode_batch`` over all staging rows on one core (reading is not timed)."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.spark.decode_batch import decode_batch
+    from airflow_provider_plgd.tables import staging
 
     batches = []
     for f in staging.staged_files(Layout.of(root), stream, interval_id=INTERVAL_ID):

@@ -80,13 +80,13 @@ def _child_operator(url: str, root: str, last_seq: int) -> dict:
     host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
     os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = json.dumps(
         {"conn_type": "plgd_jetstream", "host": host, "port": int(port), "extra": {"stream": "EVENTS"}})
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
+    import pyarrow.parquet  # noqa: F401
 
     # A warm process, as an Airflow worker is: modules imported and the connection looked up once
     # (the naive loop's imports are outside its timing too).
     import airflow_provider_plgd.plgd.subjects  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 
     JetStreamHook.get_connection("plgd_jetstream_default")
     op = JetStreamToStagingOperator(task_id="bench", owner_id=OWNER, event_type=EVENT_TYPE, start_seq=1,

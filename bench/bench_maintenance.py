@@ -92,9 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd.tables import maintenance
-    from airflow_provider_plgd.tables import delta_tables
     from airflow_provider_plgd.simulator import SimulationConfig, generate
+    from airflow_provider_plgd.tables import delta_tables, maintenance
     from plgd_devtools import interval_tables
     from plgd_devtools.spark import spark_lock
 

@@ -203,18 +203,18 @@ def _rss_mb(pid: int | None) -> float:
         import psutil
 
         return psutil.Process(pid).memory_info().rss / 1e6
-    except Exception:  # noqa: BLE001 - a figure only
+    except Exception:  # a figure only
         return float("nan")
 
 
 def run_case(server: NatsServer, tmp: str, n_owners: int, args: argparse.Namespace, s3: S3Server | None) -> dict:
     """Publish, plan and fetch one case; return its figures."""
     from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
     from airflow_provider_plgd.etl import write_interval_ledger
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
     from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
     from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+    from airflow_provider_plgd.tables import ledger
 
     per_owner = max(1, args.messages // n_owners)
     recreate_stream(server.url)

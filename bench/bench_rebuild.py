@@ -183,9 +183,9 @@ def write_events(root: Path, table_dir: str, interval_id: str, rows: list[dict])
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.tables.storage import to_fs
 
     day = date(2026, 1, 1)
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
     t_gen = time.perf_counter()
     i0, t0 = interval(0)
     i1, t1 = interval(1)
-    i2, t2 = interval(2)
+    _i2, _t2 = interval(2)
 
     # 1. throughput: one interval of N rows over enough devices, 5% duplicates
     reuse = args.reuse_inputs and (work / "throughput" / "events" / "_delta_log").is_dir()
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> dict:
         return figures
     base = res["batch_on_1x"]["seconds"]
     print(f"  same batch ({sizes['batch_rows']:,} rows, {args.batch_devices:,} devices) on top of a history of:")
-    for name, n_devices, changes, buckets in scenarios:
+    for name, n_devices, _changes, buckets in scenarios:
         r = res[f"batch_on_{name}"]
         hist = res[f"history_{name}"]
         ratio = r["seconds"] / base

@@ -55,9 +55,9 @@ if PartitionedAssetTimetable is not None:
             import polars as pl
 
             from airflow_provider_plgd import times
-            from airflow_provider_plgd.tables import delta_tables, staging
-            from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
             from airflow_provider_plgd.hooks.base import resolve_layout
+            from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
+            from airflow_provider_plgd.tables import delta_tables, staging
 
             log = logging.getLogger("airflow.task")
             key = context.get("partition_key")
@@ -77,7 +77,7 @@ if PartitionedAssetTimetable is not None:
             per_type = frame.group_by("event_type").len().sort("event_type")
             result = {"interval_id": interval_id, "rows": frame.height,
                       "event_types": dict(zip(per_type.get_column("event_type").to_list(),
-                                              per_type.get_column("len").to_list())),
+                                              per_type.get_column("len").to_list(), strict=True)),
                       "owners": frame.get_column("owner_id").drop_nulls().n_unique(),
                       "devices": frame.get_column("device_id").drop_nulls().n_unique(), "table": uri}
             log.info("interval %s of %s: %s rows, %s owners, %s devices", interval_id, uri, result["rows"],

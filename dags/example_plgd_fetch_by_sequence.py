@@ -69,8 +69,8 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
     """
     import logging
 
-    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
+    from airflow_provider_plgd.tables import staging
 
     log = logging.getLogger("airflow.task")
     per_owner: dict[str, dict[str, int]] = {}

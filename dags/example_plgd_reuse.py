@@ -31,7 +31,6 @@ from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStag
 from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
 from airflow_provider_plgd.tables.layout import Layout
 
-
 INTERVAL = timedelta(hours=1)
 
 
@@ -42,8 +41,8 @@ def count_event_types(fetched: dict[str, Any]) -> dict[str, Any]:
     :param fetched: the ``JetStreamToStagingOperator`` XCom (``root``, ``stream``, ``batches``:
         ``[{"owner_id", "event_type", "interval_id", ...}]``).
     """
-    from airflow_provider_plgd.tables import staging
     from airflow_provider_plgd.plgd.subjects import parse_subject
+    from airflow_provider_plgd.tables import staging
 
     per_owner: dict[str, dict[str, int]] = {}
     other = count = 0

@@ -59,10 +59,10 @@ with DAG(
         """Count devices and online devices per owner in the latest snapshot (see the module docstring)."""
         import logging
 
+        from airflow_provider_plgd import latest_snapshot, read_snapshot
+        from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd.run_params import check_run_storage_root, env_storage_roots
         from airflow_provider_plgd.times import ns_to_rfc3339 as ns_to_iso
-        from airflow_provider_plgd.hooks.base import resolve_layout
-        from airflow_provider_plgd import latest_snapshot, read_snapshot
 
         log = logging.getLogger("airflow.task")
         # a run param is untrusted input: only "", the connection's root or a root the deployment

@@ -88,8 +88,8 @@ def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> Non
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; return the process exit status (0 = snapshot equals ground truth)."""
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from plgd_devtools.snapshot_compare import compare_snapshot, print_snapshot_summary
     from plgd_devtools.nats_server import NatsServer, recreate_stream
+    from plgd_devtools.snapshot_compare import compare_snapshot, print_snapshot_summary
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--owners", type=int, default=3)

@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,7 +36,7 @@ from airflow_provider_plgd.simulator.generator import Simulation
 from airflow_provider_plgd.simulator.messages import FAULT_CODE, FAULTS
 from airflow_provider_plgd.simulator.publisher import PublishResult
 
-__all__ = ["GroundTruth", "MESSAGES_SCHEMA"]
+__all__ = ["MESSAGES_SCHEMA", "GroundTruth"]
 
 MESSAGES_SCHEMA = pa.schema(
     [
@@ -150,7 +151,7 @@ class GroundTruth:
         log = sim.messages
         intervals = sim.config.intervals
         counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
-        for key, k, data in zip(log.key_index, log.intervals, log.data):
+        for key, k, data in zip(log.key_index, log.intervals, log.data, strict=True):
             c = counts[(key, k)]
             c[0] += 1
             c[1] += len(data)

@@ -14,18 +14,19 @@ Not in the wheel (``plgd_devtools``).
 
 from __future__ import annotations
 
+import itertools
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import delta_tables, file_records
-from airflow_provider_plgd.spark import schemas
-from airflow_provider_plgd.tables import snapshot_store as ss
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import schemas, snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+from airflow_provider_plgd.tables import delta_tables, file_records
+from airflow_provider_plgd.tables import snapshot_store as ss
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd.tables.storage import to_fs
 
@@ -86,7 +87,7 @@ def _split(rows: pa.Table, parts: int) -> list[pa.Table]:
     n = rows.num_rows
     parts = max(1, min(parts, n))
     bounds = [round(i * n / parts) for i in range(parts + 1)]
-    return [rows.slice(a, b - a) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [rows.slice(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _by_type(uri: str, rows: pa.Table, interval_id: str, files: int, write_id: str) -> list[dict[str, Any]]:

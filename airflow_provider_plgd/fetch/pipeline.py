@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging, staging_commits, storage
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.fetch.progress import Progress, WriterThread
 from airflow_provider_plgd.fetch.range_summary import RangeSummary
@@ -34,6 +33,7 @@ from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.jetstream.api import StreamState
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.tables import ledger, staging, staging_commits, storage
 from airflow_provider_plgd.tables.layout import Layout
 
 
@@ -118,10 +118,7 @@ class FetchPipeline:
             ``unrouted``) and account per owner.
         """
         hook = self.hook
-        if isinstance(read_bounds, times.Interval):
-            bounds = read_bounds.bounds()
-        else:
-            bounds = read_bounds
+        bounds = read_bounds.bounds() if isinstance(read_bounds, times.Interval) else read_bounds
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
             window = times.Interval.from_bounds(bounds)
             await hook.arequire_interval_complete(window.start_ns, window.end_ns,

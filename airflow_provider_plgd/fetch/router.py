@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.fetch.selection import Target
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.plgd.subjects import (
@@ -21,6 +20,7 @@ from airflow_provider_plgd.plgd.subjects import (
     subject_owner,
     validate_owner_id,
 )
+from airflow_provider_plgd.tables import ledger
 
 
 class Router:

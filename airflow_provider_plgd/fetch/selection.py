@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.plgd.event_types import event_type_info
 from airflow_provider_plgd.plgd.subjects import (
     check_filter_subject,
@@ -23,6 +22,7 @@ from airflow_provider_plgd.plgd.subjects import (
     validate_owner_id,
     validate_token,
 )
+from airflow_provider_plgd.tables import ledger, staging
 
 
 class Target(NamedTuple):

@@ -20,8 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping, Sequence
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa

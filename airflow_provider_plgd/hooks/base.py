@@ -149,7 +149,7 @@ class JetStreamBaseHook(BaseHook):
                 raise
             try:
                 conn = await asyncio.to_thread(self.get_connection, self.jetstream_conn_id)
-            except Exception:  # noqa: BLE001 - the async lookup's error is the one to report
+            except Exception:  # the async lookup's error is the one to report
                 raise exc from None
             self.log.debug("Connection %s found by the sync lookup after the async one did not find it",
                            self.jetstream_conn_id)
@@ -210,7 +210,7 @@ def connection_storage_root(jetstream_conn_id: str) -> str | None:
     is given the value (``Layout.resolve``, ``storage_root.resolve_storage_root``)."""
     try:
         return JetStreamBaseHook(jetstream_conn_id=jetstream_conn_id).get_settings().storage_root or None
-    except Exception:  # noqa: BLE001 - connection missing or invalid: fall back to AIRFLOW_HOME
+    except Exception:  # connection missing or invalid: fall back to AIRFLOW_HOME
         return None
 
 

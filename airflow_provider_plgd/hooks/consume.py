@@ -25,7 +25,7 @@ class JetStreamConsumeHook(JetStreamBaseHook):
 
     async def aiter_batches(
         self,
-        filter: str | Sequence[str],  # noqa: A002
+        filter: str | Sequence[str],
         *,
         start_time: dt.datetime | int | None = None,
         end_time: dt.datetime | int | None = None,

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow_provider_plgd.jetstream.completeness import IntervalStatus, read_interval_status, require_interval_complete
 from airflow_provider_plgd.exceptions import JetStreamError
+from airflow_provider_plgd.hooks.base import JetStreamBaseHook, check_bounds
 from airflow_provider_plgd.jetstream import counting
 from airflow_provider_plgd.jetstream.api import page_subjects
-from airflow_provider_plgd.hooks.base import JetStreamBaseHook, check_bounds
 from airflow_provider_plgd.jetstream.blocking import blocking
+from airflow_provider_plgd.jetstream.completeness import IntervalStatus, read_interval_status, require_interval_complete
 from airflow_provider_plgd.jetstream.connection import check_stream_name
 from airflow_provider_plgd.jetstream.counting import COUNT_INACTIVE_THRESHOLD_S
 from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
@@ -113,7 +113,7 @@ class JetStreamInfoHook(JetStreamBaseHook):
         start_ns = to_ns(start_time, "start_time", text=False) if start_time is not None else None
         return require_interval_complete(status, (await self.aget_settings()).stream, start_ns)
 
-    async def alist_subjects(self, filter: str = "plgd.>") -> dict[str, int]:  # noqa: A002
+    async def alist_subjects(self, filter: str = "plgd.>") -> dict[str, int]:
         """``{subject: number of messages}`` for the stream's subjects matching ``filter``.
 
         Pages through the server's ``subjects_filter`` answer (100 000 subjects per page), see
@@ -153,7 +153,7 @@ class JetStreamInfoHook(JetStreamBaseHook):
 
     async def acount_messages(
         self,
-        filter: str,  # noqa: A002
+        filter: str,
         *,
         start_time: dt.datetime | int | None = None,
         end_time: dt.datetime | int | None = None,

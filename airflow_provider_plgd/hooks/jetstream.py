@@ -38,12 +38,12 @@ from airflow_provider_plgd.exceptions import (
     StreamNotFoundError,
 )
 from airflow_provider_plgd.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
-from airflow_provider_plgd.jetstream.api import page_subjects
 from airflow_provider_plgd.hooks.base import JetStreamBaseHook
 from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
 from airflow_provider_plgd.hooks.info import JetStreamInfoHook
-from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.hooks.produce import JetStreamProduceHook
+from airflow_provider_plgd.jetstream.api import page_subjects
+from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 
 __all__ = [

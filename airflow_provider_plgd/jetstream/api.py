@@ -193,7 +193,7 @@ class JetStreamApi:
         try:
             if not self.nc.is_closed:
                 await self.request(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", timeout=2.0)
-        except Exception as exc:  # noqa: BLE001 - best effort
+        except Exception as exc:  # best effort
             self.log.warning("Could not delete consumer %s of stream %s: %s", name, stream, exc)
 
     async def consumer_info(self, stream: str, name: str) -> dict | None:

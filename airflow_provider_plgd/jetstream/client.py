@@ -82,7 +82,7 @@ def _tls_guarded_client(require_tls: bool) -> Any:
                     )
                 return super()._connect_command()
 
-            def _build_message(self, sid, subject, reply, data, headers):  # noqa: ANN001
+            def _build_message(self, sid, subject, reply, data, headers):
                 try:
                     return super()._build_message(sid, subject, reply, data, headers)
                 except UnicodeDecodeError:
@@ -105,7 +105,7 @@ def _check_user_seed(seed: str, conn_id: str) -> None:
     if ok:
         try:
             nkeys.from_seed(bytearray(seed.strip().encode())).wipe()
-        except Exception:  # noqa: BLE001 - nkeys raises several error types (and binascii/nacl ones)
+        except Exception:  # nkeys raises several error types (and binascii/nacl ones)
             ok = False
     if not ok:
         raise JetStreamAuthError(

@@ -72,10 +72,10 @@ from airflow_provider_plgd.times import parse_rfc3339_ns
 __all__ = [
     "CONFIRM_SECONDS",
     "DEFAULT_SOURCE_WAIT_SECONDS",
-    "check_settle_seconds",
-    "check_source_wait_seconds",
     "IntervalStatus",
     "Upstream",
+    "check_settle_seconds",
+    "check_source_wait_seconds",
     "confirm_status",
     "judge_interval",
     "read_interval_status",

@@ -214,7 +214,7 @@ def settings_from_connection(conn: Any, stream: str | None = None) -> JetStreamS
         )
     schemes = [urlsplit(u).scheme for u in servers]
     if "ws" in schemes and (use_tls or "tls" in schemes or "wss" in schemes):
-        plain = ", ".join(u for u, scheme in zip(servers, schemes) if scheme == "ws")
+        plain = ", ".join(u for u, scheme in zip(servers, schemes, strict=True) if scheme == "ws")
         raise ValueError(
             f"connection {conn_id!r}: server {plain} is a plain websocket (ws://) but TLS is configured "
             f"({field_name('tls_ca')}, {field_name('tls_cert')} or a tls:// / wss:// server); nats-py never "

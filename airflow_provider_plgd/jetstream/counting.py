@@ -20,6 +20,7 @@ One role of :class:`~airflow_provider_plgd.hooks.jetstream.JetStreamHook` (the A
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,7 +66,7 @@ async def count_boundaries(api: JetStreamApi, stream: str, subject_filter: str |
             after = await api.consumer_pending(stream, names[-1])
             if before == after:
                 readings.append(after)
-                return [max(0, a - b) for a, b in zip(readings, readings[1:])]
+                return [max(0, a - b) for a, b in itertools.pairwise(readings)]
         raise JetStreamTimeoutError(
             f"counting {subject_filter or 'all subjects'} of stream {stream} in sequences "
             f"[{boundaries[0]}, {boundaries[-1]}): matching messages kept arriving during {MAX_READINGS} readings"
@@ -117,7 +118,7 @@ async def split_range(api: JetStreamApi, stream: str, subject_filter: str | Sequ
                 cuts.update(a + (b - a) * i // n for i in range(1, n))
         bounds = sorted(cuts)
         counts = await count_boundaries(api, stream, subject_filter, bounds)
-        ranges = list(zip(bounds, bounds[1:], counts))
+        ranges = [(a, b, c) for (a, b), c in zip(itertools.pairwise(bounds), counts, strict=True)]
     merged: list[tuple[int, int, int]] = []
     for a, b, c in ranges:
         if merged and merged[-1][2] + c <= max_messages:
@@ -147,7 +148,7 @@ async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str],
     return {
         **_range_head(stream, info, first, stop),
         "total": results[0],
-        "counts": dict(zip(wanted, results[1:])),
+        "counts": dict(zip(wanted, results[1:], strict=True)),
     }
 
 
@@ -174,5 +175,6 @@ async def count_ranges(api: JetStreamApi, stream: str, read_filters: Sequence[st
         "total": total,
         "scope_total": scope_total,
         "read_total": sum(counts),
-        "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c} for a, b, c in zip(cuts, cuts[1:], counts)],
+        "ranges": [{"first_seq": a, "end_seq_exclusive": b, "count": c}
+                   for (a, b), c in zip(itertools.pairwise(cuts), counts, strict=True)],
     }

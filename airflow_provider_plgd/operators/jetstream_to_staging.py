@@ -17,14 +17,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, staging, storage
+from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.compat import AirflowProviderDeprecationWarning, BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError
-from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
 from airflow_provider_plgd.fetch.bounds import read_bounds
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
-from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
+from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
+from airflow_provider_plgd.tables import ledger, staging, storage
 from airflow_provider_plgd.tables.layout import Layout
 
 if TYPE_CHECKING:

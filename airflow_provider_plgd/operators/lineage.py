@@ -22,21 +22,21 @@ operators' methods are only called by the provider's listener.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_provider_plgd.plgd import tables as snapshot_tables
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.plgd import tables as snapshot_tables
 
 try:  # the `lineage` extra
     import attr
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import InputDataset, OutputDataset
     from openlineage.client.facet_v2 import InputDatasetFacet
-
-    from airflow.providers.openlineage.extractors import OperatorLineage
 
     @attr.define
     class NatsSubjectsInputFacet(InputDatasetFacet):
@@ -46,8 +46,8 @@ try:  # the `lineage` extra
         ``subjectFilterCount``: how many filters there were (more than listed when cut).
         """
 
-        subjectFilters: list[str] = attr.field(factory=list)  # noqa: N815 - OpenLineage JSON names
-        subjectFilterCount: int = 0  # noqa: N815
+        subjectFilters: list[str] = attr.field(factory=list)  # OpenLineage JSON names
+        subjectFilterCount: int = 0
 
         @staticmethod
         def _get_schema() -> str:
@@ -199,7 +199,8 @@ def spark_app_lineage(application: str, application_args: Sequence[Any]) -> Any:
     args = [str(a) for a in application_args]
     if any("{{" in a for a in args):
         return None
-    values = {flag: value for flag, value in zip(args, args[1:]) if flag.startswith("--") and not value.startswith("--")}
+    values = {flag: value for flag, value in itertools.pairwise(args)
+              if flag.startswith("--") and not value.startswith("--")}
     try:
         inputs, outputs = build(Layout.of(values["--root"]), values)
     except KeyError as err:

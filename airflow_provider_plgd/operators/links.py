@@ -27,6 +27,7 @@ from urllib.parse import quote, urlsplit
 
 from airflow_provider_plgd.compat import BaseOperatorLink, XCom
 from airflow_provider_plgd.jetstream.connection import strip_userinfo
+
 # what every plgd Spark application logs once its SparkContext is up (log_spark_application)
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 from airflow_provider_plgd.tables.layout import Layout

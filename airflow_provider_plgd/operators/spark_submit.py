@@ -37,8 +37,8 @@ from airflow_provider_plgd.operators.links import (
     parse_spark_application_line,
     spark_application_url,
 )
-from airflow_provider_plgd.spark_conf import merge_spark_conf
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
+from airflow_provider_plgd.spark_conf import merge_spark_conf
 from airflow_provider_plgd.spark_deps import verified_py_files_zip
 
 #: Spark's setting of the executors' Python (Spark docs, "Configuration", "Runtime Environment").
@@ -154,7 +154,7 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
             link_key = getattr(PlgdSparkApplicationLink(), "xcom_key", None)  # Airflow 3 only
             if link_key and not finished:
                 ti.xcom_push(key=link_key, value=spark_application_url(value))
-        except Exception:  # noqa: BLE001 - a link is not worth failing the Spark task
+        except Exception:  # a link is not worth failing the Spark task
             self.log.warning("Could not push the Spark application %s to XCom", value["app_id"], exc_info=True)
 
     def _finish_spark_application(self) -> None:

@@ -42,14 +42,16 @@ Classification choices (documented here, tested in ``tests/unit/plgd/test_codec.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any
 
 import snappy
 from cramjam import snappy as _raw_snappy
 from google.protobuf.message import Message
 
+from ..exceptions import DECODE_ERROR_REASONS, PlgdDecodeError
 from .event_types import (
     AGGREGATE_LINKS,
     AGGREGATE_RESOURCE,
@@ -63,7 +65,6 @@ from .event_types import (
     event_type_info,
     message_class,
 )
-from ..exceptions import DECODE_ERROR_REASONS, PlgdDecodeError
 from .ids import href_id, links_aggregate_id, metadata_aggregate_id, resource_aggregate_id
 from .pb import eventbus_pb2, identitystore_pb2
 from .subjects import Subject, parse_subject

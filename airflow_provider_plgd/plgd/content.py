@@ -45,10 +45,11 @@ import email.message
 import json
 import math
 import re
-from fractions import Fraction
+from collections.abc import Mapping
 from decimal import Decimal
+from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import cbor2
 
@@ -255,9 +256,8 @@ def decode_content(
         malformed data).
     :raises TypeError: ``data`` is not bytes-like or None (a programming error, not bad content).
     """
-    if not data:
-        if data is None or isinstance(data, (bytes, bytearray, memoryview)):
-            return None, ENCODING_EMPTY
+    if not data and (data is None or isinstance(data, (bytes, bytearray, memoryview))):
+        return None, ENCODING_EMPTY
     if type(data) is not bytes:
         if not isinstance(data, (bytearray, memoryview)):
             raise TypeError(f"content data must be bytes-like or None, got {type(data).__name__}")

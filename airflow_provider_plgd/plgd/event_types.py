@@ -18,9 +18,9 @@ The family is the subject token that selects the subject template (docs/wire-for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 from google.protobuf.message import Message
 
@@ -32,7 +32,6 @@ __all__ = [
     "AGGREGATE_RESOURCE",
     "EVENT_TYPES",
     "EVENT_TYPES_BY_FAMILY",
-    "EventTypeInfo",
     "FAMILIES",
     "FAMILY_METADATA",
     "FAMILY_REGISTRATIONS",
@@ -43,6 +42,7 @@ __all__ = [
     "LIVE_EVENT_TYPES",
     "SERVICE_METADATA_EVENT_TYPES",
     "SNAPSHOT_EVENT_TYPES",
+    "EventTypeInfo",
     "event_type_for_message",
     "event_type_info",
     "message_class",

@@ -74,7 +74,7 @@ def _go_uuid_bytes_ok(b: bytes) -> bool:
     if b[8] != 0x2D or b[13] != 0x2D or b[18] != 0x2D or b[23] != 0x2D:  # '-'
         return False
     hexes = _HEX
-    for x in _HEX_PAIRS:
+    for x in _HEX_PAIRS:  # noqa: SIM110 - a plain loop: twice as fast as all() over a generator
         if b[x] not in hexes or b[x + 1] not in hexes:
             return False
     return True

@@ -6,7 +6,7 @@ resource-aggregate puts after ``.leadrt.`` (:func:`select_lead_resource_type`), 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from .ids import uuid5_url
 
@@ -38,7 +38,7 @@ def select_lead_resource_type(
     resource_types: Iterable[str],
     *,
     regex_filter: Iterable[str] = (),
-    filter: str = "",  # noqa: A002 - plgd's config key name
+    filter: str = "",  # plgd's config key name
     use_uuid: bool = False,
 ) -> str | None:
     """Lead resource type token the resource-aggregate puts after ``.leadrt.`` (docs/wire-format.md §1.3).

@@ -31,22 +31,22 @@ from .event_types import (
 )
 
 __all__ = [
-    "subject_matches",
     "LEADRT",
     "TOKEN_DEVICES",
     "TOKEN_OWNERS",
     "TOKEN_PLGD",
     "Subject",
+    "check_filter_subject",
     "links_subject",
+    "metadata_subject",
     "owner_event_filters",
     "owner_filter",
-    "metadata_subject",
     "parse_subject",
     "registrations_subject",
     "resource_subject",
     "subject_filters",
+    "subject_matches",
     "subject_owner",
-    "check_filter_subject",
     "validate_owner_id",
     "validate_token",
 ]
@@ -352,7 +352,7 @@ def _parse(subject: str, check_event_type: bool) -> Subject:
             else:
                 lead = ".".join(tokens[9:])
                 result = Subject(family, owner, tokens[7], tokens[4], tokens[6], True, lead)
-        elif family == FAMILY_RESOURCE_LINKS or family == FAMILY_METADATA:
+        elif family in (FAMILY_RESOURCE_LINKS, FAMILY_METADATA):
             if n != 7:
                 raise _bad(subject, f"{family} subjects have 7 tokens")
             result = Subject(family, owner, tokens[6], tokens[4])

@@ -145,7 +145,7 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
             )
         except StreamSourceStaleError:
             raise  # the mirror's link is down past the limit: fail loudly
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             if is_missing_stream_error(exc):
                 raise ValueError(f"JetStream stream {self.stream or '(connection default)'!r} does not exist: {exc}") \
                     from exc

@@ -13,18 +13,18 @@ The ground truth of a run (``messages.parquet``, ``state_<k>.json``, ``summary.j
 ``plgd-simulate --ground-truth`` and ``--faults corrupt`` load them on demand (:mod:`.devtools`).
 """
 
+from ..plgd.tables import SNAPSHOT_SCHEMAS, SNAPSHOT_TABLES
 from .config import SimulationConfig
 from .generator import Simulation, generate
 from .messages import SimMessage
 from .publisher import PublishError, PublishResult, acreate_stream, apublish, create_stream, publish
 from .state import expected_state
-from ..plgd.tables import SNAPSHOT_SCHEMAS, SNAPSHOT_TABLES
 
 __all__ = [
-    "PublishError",
-    "PublishResult",
     "SNAPSHOT_SCHEMAS",
     "SNAPSHOT_TABLES",
+    "PublishError",
+    "PublishResult",
     "SimMessage",
     "Simulation",
     "SimulationConfig",

@@ -94,7 +94,7 @@ class SimulationConfig:
         """The fields as a JSON-ready dict."""
         return asdict(self)
 
-    def validate(self) -> "SimulationConfig":
+    def validate(self) -> SimulationConfig:
         """Return self if every field is valid; else raise ValueError/TypeError naming the field,
         the value and what was expected."""
 

@@ -7,7 +7,8 @@ This module only fills the protobuf messages of §3.2-§3.4 from the records.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..plgd import codec
 from ..plgd.pb import identitystore_pb2 as ispb

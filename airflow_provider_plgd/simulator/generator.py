@@ -15,16 +15,17 @@ import functools
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
-from typing import Any, Callable
+from typing import Any
 
 from ..plgd import ids, lead_resource_type, subjects
 from .config import SimulationConfig
 from .devtools import load_devtools
 from .encode import encode_record
-from .messages import FAULT_CODE, MessageLog
 from .hub import Hub
+from .messages import FAULT_CODE, MessageLog
 from .model import Clock, DeviceSim
 from .records import IsEvent, RaEvent
 from .state import StateFold

@@ -8,8 +8,9 @@ A million messages as Python objects would take about a gigabyte; the log stores
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence, overload
+from typing import overload
 
 from ..plgd.msgid import message_id
 

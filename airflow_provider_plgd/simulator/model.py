@@ -20,7 +20,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-
 from ..plgd.pb import resourceaggregate_pb2 as pb
 from .config import SimulationConfig
 from .records import Connection, Link, RaEvent, TwinSync
@@ -115,7 +114,7 @@ class Clock:
 class AggregateSim:
     """Write-side bookkeeping shared by the three aggregate kinds."""
 
-    __slots__ = ("version", "since_snapshot", "gapped", "snapshot_due")
+    __slots__ = ("gapped", "since_snapshot", "snapshot_due", "version")
 
     def __init__(self) -> None:
         self.version = -1
@@ -127,7 +126,7 @@ class AggregateSim:
 class ResourceSim(AggregateSim):
     """One resource aggregate (one incarnation)."""
 
-    __slots__ = ("spec", "types", "value", "latest", "etag", "pendings", "requests", "published", "title_rev")
+    __slots__ = ("etag", "latest", "pendings", "published", "requests", "spec", "title_rev", "types", "value")
 
     def __init__(self, spec: ResourceSpec, types: tuple[str, ...]) -> None:
         super().__init__()
@@ -155,7 +154,7 @@ class LinksSim(AggregateSim):
 
 
 class MetaSim(AggregateSim):
-    __slots__ = ("updated", "pendings")
+    __slots__ = ("pendings", "updated")
 
     def __init__(self) -> None:
         super().__init__()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Connection", "Content", "EMPTY_CONTENT", "IsEvent", "Link", "Meta", "RaEvent", "TwinSync"]
+__all__ = ["EMPTY_CONTENT", "Connection", "Content", "IsEvent", "Link", "Meta", "RaEvent", "TwinSync"]
 
 
 @dataclass(slots=True)

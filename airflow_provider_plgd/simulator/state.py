@@ -36,8 +36,8 @@ from typing import Any
 from ..plgd import ids
 from ..plgd.content import content_to_json
 from ..plgd.pb import resourceaggregate_pb2 as pb
-from .records import IsEvent, RaEvent
 from ..plgd.tables import SNAPSHOT_SORT_KEYS
+from .records import IsEvent, RaEvent
 
 __all__ = ["StateFold", "expected_state"]
 
@@ -58,7 +58,7 @@ _DELETE_CLEARS = (pb.OK, pb.ACCEPTED)
 
 
 class _Aggregate:
-    __slots__ = ("owner_id", "device_id", "aggregate_id", "version", "timestamp", "missing")
+    __slots__ = ("aggregate_id", "device_id", "missing", "owner_id", "timestamp", "version")
 
     def __init__(self, owner_id: str, device_id: str, aggregate_id: str) -> None:
         self.owner_id = owner_id
@@ -90,7 +90,7 @@ class _Aggregate:
 
 
 class _ResourceAgg(_Aggregate):
-    __slots__ = ("href", "latest", "types", "pendings")
+    __slots__ = ("href", "latest", "pendings", "types")
 
     def __init__(self, owner_id: str, device_id: str, href: str) -> None:
         super().__init__(owner_id, device_id, ids.resource_aggregate_id(device_id, href))
@@ -109,7 +109,7 @@ class _LinksAgg(_Aggregate):
 
 
 class _MetadataAgg(_Aggregate):
-    __slots__ = ("updated", "pendings")
+    __slots__ = ("pendings", "updated")
 
     def __init__(self, owner_id: str, device_id: str) -> None:
         super().__init__(owner_id, device_id, ids.metadata_aggregate_id(device_id))

@@ -5,8 +5,9 @@ never an ``argparse.Namespace``)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, NoReturn, TypedDict
+from typing import NoReturn, TypedDict
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables.layout import Layout, validate_partition_value

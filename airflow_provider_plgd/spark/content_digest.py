@@ -62,5 +62,5 @@ def content_digests(table: pa.Table, *, event_type: str | None = None) -> pa.Arr
         else:
             columns.append(repeat(None, n))
     digest = xxhash.xxh64_intdigest
-    out = [digest(repr(values).encode("utf-8")) for values in zip(*columns)]
+    out = [digest(repr(values).encode("utf-8")) for values in zip(*columns, strict=True)]
     return pa.array([d - (1 << 64) if d >= _SIGN else d for d in out], pa.int64())

@@ -55,16 +55,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from airflow_provider_plgd.coerce import non_negative_seconds, positive_int
-from airflow_provider_plgd.jetstream.completeness import read_interval_status, require_interval_complete
 from airflow_provider_plgd.exceptions import RangeChangedError
 from airflow_provider_plgd.fetch.retention import check_retained
-from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
 from airflow_provider_plgd.jetstream.api import JetStreamApi, StreamState
+from airflow_provider_plgd.jetstream.blocking import iterate_in_loop
 from airflow_provider_plgd.jetstream.client import connect
-from airflow_provider_plgd.jetstream.connection import JetStreamSettings, settings_from_connection
+from airflow_provider_plgd.jetstream.completeness import read_interval_status, require_interval_complete
+from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA, JetStreamSettings, settings_from_connection
 from airflow_provider_plgd.jetstream.counting import count_boundaries, resolve_range, seq_at, split_range
 from airflow_provider_plgd.jetstream.messages import StreamMessage
-from airflow_provider_plgd.jetstream.blocking import iterate_in_loop
 from airflow_provider_plgd.jetstream.pull import read_batches
 from airflow_provider_plgd.plgd.subjects import check_filter_subject
 from airflow_provider_plgd.tables.staging import SCHEMA, message_arrays

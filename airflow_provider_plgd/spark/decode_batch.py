@@ -35,7 +35,8 @@ Columns an event type does not have are ``pa.nulls``. Source of the fields: docs
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -127,7 +128,7 @@ def decode_batch_parts(
     q_detail: list[str] = []
     decode = codec.decode_payload
     decode_error = codec.PlgdDecodeError
-    for i, (subject, data) in enumerate(zip(subject_col, data_col)):
+    for i, (subject, data) in enumerate(zip(subject_col, data_col, strict=True)):
         parsed = _parse_subject(subject)
         if isinstance(parsed, decode_error):
             q_idx.append(i)
@@ -197,7 +198,7 @@ def decode_batch_parts(
                         header_msg_id=header_col[i], subject=s, data=data_col[i],
                         aggregate_id=a, version=v, event_type=event_type, timestamp=t,
                     )
-                    for i, s, a, v, t in zip(idx, subject_strs, aggregate_ids, versions, timestamps)
+                    for i, s, a, v, t in zip(idx, subject_strs, aggregate_ids, versions, timestamps, strict=True)
                 ],
                 STR,
             ),

@@ -5,14 +5,14 @@ structs of the ``events`` table (``spark/schemas.py``). Used by :mod:`.decode_ba
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from airflow_provider_plgd.plgd import content
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as _ra
 from airflow_provider_plgd.spark import schemas as S
-
 
 STR = pa.string()
 I64 = pa.int64()
@@ -126,7 +126,7 @@ def message_columns(msgs: list, desc) -> dict[str, pa.Array]:
         out["content_data"] = pa.array(datas, BIN)
         to_json = content.content_to_json
         out["content_json"] = pa.array(
-            [to_json(d, t, c) for d, t, c in zip(datas, types, formats)], STR
+            [to_json(d, t, c) for d, t, c in zip(datas, types, formats, strict=True)], STR
         )
     if "resources" in f:
         if f["resources"].message_type.GetOptions().map_entry:  # links snapshot: map href -> Resource
@@ -148,7 +148,7 @@ def message_columns(msgs: list, desc) -> dict[str, pa.Array]:
         which = [m.WhichOneof("update_pending") for m in msgs]
         out["update_pending"] = pa.array(which, STR)
         out["update_pending_value"] = pa.array(
-            [None if w is None else getattr(m, w) for m, w in zip(msgs, which)], _BOOL
+            [None if w is None else getattr(m, w) for m, w in zip(msgs, which, strict=True)], _BOOL
         )
     if "owner" in f:  # identity store: raw owner claim
         out["registration_owner"] = pa.array([m.owner for m in msgs], STR)

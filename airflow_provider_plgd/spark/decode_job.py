@@ -14,15 +14,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import delta_tables, identity
 from airflow_provider_plgd.spark import executor_tasks, schemas
 from airflow_provider_plgd.spark.app_args import DecodeArgs
 from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
 from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
-from airflow_provider_plgd.tables.staging import new_write_id
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
+from airflow_provider_plgd.tables import delta_tables, identity
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.staging import new_write_id
 
 APP = "decode"
 log = logging.getLogger("plgd.spark.decode")
@@ -213,8 +213,8 @@ def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
     :raises LedgerError: no ledger, or the records or the files do not account for every message
         (names the interval, ranges, files and numbers).
     """
-    from airflow_provider_plgd.tables import ledger, staging
     from airflow_provider_plgd.exceptions import LedgerError
+    from airflow_provider_plgd.tables import ledger, staging
 
     plan, records = ledger.read_records(layout, stream, interval_id)
     if plan is None:

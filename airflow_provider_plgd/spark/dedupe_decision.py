@@ -26,8 +26,9 @@ Rules (the module docstring of ``airflow_provider_plgd.spark_apps.dedupe_events`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 #: The content digest column of the keys and of ``msgid_index`` (int64).
 DIGEST = "content_digest"
@@ -181,7 +182,7 @@ def decide(keys, seen=None) -> Decision:
     counts = pa.table({"event_type": rows.column("event_type"), "_class": row_class}) \
         .group_by(["event_type", "_class"]).aggregate([("_class", "count")])
     for et, cls, cnt in zip(counts.column("event_type").to_pylist(), counts.column("_class").to_pylist(),
-                            counts.column("_class_count").to_pylist()):
+                            counts.column("_class_count").to_pylist(), strict=True):
         add_count(decision.per_type, et, cls, cnt)
     decision.per_type = dict(sorted(decision.per_type.items()))
 

@@ -34,6 +34,7 @@ parts per task: no Arrow stream between JVM and Python; figures: docs/performanc
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ def is_connect(spark: Any) -> bool:
 def _conf(spark: Any, key: str) -> str | None:
     try:
         value = spark.conf.get(key, None)
-    except Exception:  # noqa: BLE001 - a server that refuses the key: treat as unset
+    except Exception:  # a server that refuses the key: treat as unset
         return None
     return None if value in (None, "") else str(value)
 
@@ -140,10 +141,10 @@ def default_parallelism(spark: Any) -> int:
     row = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).groupBy().agg(
         F.max("p").alias("p")).first()
     slots = max(1, int(row["p"]) + 1) if row is not None and row["p"] is not None else 1
-    try:  # the next caller of this session (rebuild asks twice) reads it instead of a second job
+    # the next caller of this session (rebuild asks twice) reads it instead of a second job;
+    # a server that refuses the key: measure again next time
+    with contextlib.suppress(Exception):
         spark.conf.set(PARALLELISM_CONF, str(slots))
-    except Exception:  # noqa: BLE001 - a server that refuses the key: measure again next time
-        pass
     return slots
 
 
@@ -216,7 +217,8 @@ def _dataframe_stages(spark: Any, tasks: list[Any], fn: StepFn, shuffles: Sequen
             spark.conf.unset(ARROW_BATCH_CONF)
         else:
             spark.conf.set(ARROW_BATCH_CONF, previous)
-    order = sorted(zip(table.column("p").to_pylist(), table.column("seq").to_pylist(), range(table.num_rows)))
+    order = sorted(zip(table.column("p").to_pylist(), table.column("seq").to_pylist(), range(table.num_rows),
+                       strict=True))
     values = table.column("v").to_pylist()
     return [pickle.loads(values[j]) for _, _, j in order]
 
@@ -233,10 +235,12 @@ def _emit(me: int, elements: Iterable[Any], nxt: Shuffle | None) -> Iterator[Any
         cols[2].append(seq)
         cols[3].append(pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL))
         if len(cols[0]) >= _BATCH_ROWS:
-            yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types)], schema=schema)
+            yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types, strict=True)],
+                                             schema=schema)
             cols = ([], [], [], [])
     if cols[0]:
-        yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types)], schema=schema)
+        yield pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, schema.types, strict=True)],
+                                         schema=schema)
 
 
 def _partition_id() -> int:
@@ -268,7 +272,7 @@ def _shuffle_step(fn: StepFn, nxt: Shuffle | None):
         me = _partition_id()
         rows = []
         for batch in batches:
-            for p, src, seq, v in zip(*(batch.column(c).to_pylist() for c in ("p", "src", "seq", "v"))):
+            for p, src, seq, v in zip(*(batch.column(c).to_pylist() for c in ("p", "src", "seq", "v")), strict=True):
                 if p != me:
                     raise RuntimeError(f"executor_tasks: partition {me} got a row of partition {p}")
                 if v is not None:

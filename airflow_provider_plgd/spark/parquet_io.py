@@ -12,7 +12,9 @@ Which files make a table: the Delta log (``delta_tables.table_files``), never a 
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
 
 def data_file_name(index: int, write_id: str) -> str:
     """``part-{index:05d}-{write_id}.parquet``: unique to one run, stable within it (a retried task
@@ -61,7 +63,7 @@ def hive_escape(value: Any) -> str:
 
 def partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
     """``name1=value1/name2=value2`` with :func:`hive_escape`."""
-    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values))
+    return "/".join(f"{n}={hive_escape(v)}" for n, v in zip(names, values, strict=True))
 
 
 class ArrowPartitionedWriter:
@@ -120,7 +122,7 @@ class ArrowPartitionedWriter:
             self._add(tuple(u[0].as_py() for u in uniques), batch)
             return
         rows: dict[tuple, list[int]] = {}
-        for i, key in enumerate(zip(*(c.to_pylist() for c in cols))):
+        for i, key in enumerate(zip(*(c.to_pylist() for c in cols), strict=True)):
             rows.setdefault(key, []).append(i)
         for key, idx in rows.items():
             self._add(key, batch.take(pa.array(idx, pa.int64())))
@@ -171,7 +173,7 @@ class ArrowPartitionedWriter:
             size = group["sink"].tell()
             group["sink"].close()
             written.append(file_record(self._relpath(key), rows=group["rows"], size=size,
-                                       partition=dict(zip(self.partition_cols, key)),
+                                       partition=dict(zip(self.partition_cols, key, strict=True)),
                                        stats=parquet_stats(group["writer"].writer.metadata)))
         self._groups = {}
         return written

@@ -24,14 +24,14 @@ test_dedupe_rebuild.py compares the tables with a Spark oracle (Spark's Parquet 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import delta_tables
-from airflow_provider_plgd.spark import fold
-from airflow_provider_plgd.spark import executor_tasks, snapshot_buckets
+from airflow_provider_plgd.spark import executor_tasks, fold, snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import ipc_bytes, read_events_files
 from airflow_provider_plgd.spark.task_plan import plan_tasks
+from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables.layout import Layout
 
 BUCKET_COLUMN = "_bucket"
 DEVICE_COLUMN = "_device"

@@ -93,20 +93,23 @@ _CONTENT_FIELDS = [
 
 #: ``ResourceChanged`` inside an old-hub ``resourcestatesnapshottaken`` (latest change).
 RESOURCE_CHANGE_TYPE = pa.struct(
-    _META_FIELDS
-    + [pa.field("status", pa.string())]
-    + _CONTENT_FIELDS
-    + [pa.field("etag", pa.binary()), pa.field("resource_types", pa.list_(pa.string()))]
+    [
+        *_META_FIELDS,
+        pa.field("status", pa.string()),
+        *_CONTENT_FIELDS,
+        pa.field("etag", pa.binary()),
+        pa.field("resource_types", pa.list_(pa.string())),
+    ]
 )
 
 #: One pending command inside a resource snapshot. The same struct for the four kinds
 #: (create/retrieve/update/delete); a field the kind does not have is null (e.g. ``etags`` is only
 #: set for retrieve pendings, content only for create/update).
 RESOURCE_PENDING_TYPE = pa.struct(
-    _META_FIELDS
-    + [pa.field("resource_interface", pa.string())]
-    + _CONTENT_FIELDS
-    + [
+    [
+        *_META_FIELDS,
+        pa.field("resource_interface", pa.string()),
+        *_CONTENT_FIELDS,
         pa.field("valid_until", pa.int64()),
         pa.field("etags", pa.list_(pa.binary())),
         pa.field("resource_types", pa.list_(pa.string())),
@@ -125,8 +128,8 @@ RESOURCE_SNAPSHOT_TYPE = pa.struct([
 
 #: ``DeviceMetadataUpdated`` inside an old-hub ``devicemetadatasnapshottaken``.
 DEVICE_METADATA_UPDATED_TYPE = pa.struct(
-    _META_FIELDS
-    + [
+    [
+        *_META_FIELDS,
         pa.field("connection", CONNECTION_TYPE),
         pa.field("twin_enabled", pa.bool_()),
         pa.field("twin_synchronization", TWIN_SYNCHRONIZATION_TYPE),
@@ -138,8 +141,8 @@ DEVICE_METADATA_UPDATED_TYPE = pa.struct(
 #: ``update_pending`` is "twin_enabled" / "twin_force_synchronization" / null, value in
 #: ``update_pending_value``; ``valid_until`` ns.
 DEVICE_METADATA_PENDING_TYPE = pa.struct(
-    _META_FIELDS
-    + [
+    [
+        *_META_FIELDS,
         pa.field("update_pending", pa.string()),
         pa.field("update_pending_value", pa.bool_()),
         pa.field("valid_until", pa.int64()),

@@ -18,8 +18,10 @@ Only the functions import pyspark, so the module imports without it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.spark.app_args import AppArgs
@@ -66,10 +68,8 @@ def build_spark_session(app_name: str, conf: Mapping[str, str] | None = None):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     for key, value in {**BASE_CONF, **(conf or {})}.items():  # session already existed: runtime SQL confs
-        try:
+        with contextlib.suppress(Exception):  # static conf of an existing session; keep what it has
             spark.conf.set(key, value)
-        except Exception:  # noqa: BLE001 - static conf of an existing session; keep what it has
-            pass
     return spark
 
 

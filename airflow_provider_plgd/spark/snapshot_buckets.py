@@ -21,10 +21,12 @@ __all__ = [
 
 import json
 import uuid
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 
+from airflow_provider_plgd.spark.parquet_io import write_parquet_file
 from airflow_provider_plgd.tables import delta_tables, file_records, storage
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.snapshot_store import (
@@ -33,7 +35,6 @@ from airflow_provider_plgd.tables.snapshot_store import (
     snapshot_table_uri,
     sort_keys,
 )
-from airflow_provider_plgd.spark.parquet_io import write_parquet_file
 
 DEFAULT_BUCKETS = 32
 #: Spark SQL expression of the bucket of a row, given the bucket count.

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables import storage
+from airflow_provider_plgd.tables.layout import Layout
 
 log = logging.getLogger("plgd.spark")
 

@@ -193,7 +193,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
                                     "last_ts_ns": exc.last_ts_ns, "settle_seconds": exc.settle_seconds,
                                     "source_wait_seconds": exc.source_wait_seconds, "upstreams": exc.upstreams})
                 return
-            except Exception as exc:  # noqa: BLE001 - see below
+            except Exception as exc:  # see below
                 if is_missing_stream_error(exc):
                     yield TriggerEvent({"status": "error", "reason": "missing_stream",
                                         "message": f"stream not found: {exc}"})

@@ -88,8 +88,8 @@ class JetStreamMessageTrigger(BaseEventTrigger):
         store = getattr(self, "asset_state_store", None)
         try:
             if store is not None:
-                return store._single_accessor()  # noqa: SLF001 - one watched asset
-        except Exception:  # noqa: BLE001 - several or no assets: no persistent cursor
+                return store._single_accessor()  # one watched asset
+        except Exception:  # several or no assets: no persistent cursor
             return None
         return None
 
@@ -102,7 +102,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
                 saved = await store.aget(STATE_KEY)
                 if saved is not None:
                     return int(saved)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self.log.warning("Could not read the saved cursor: %s", exc)
         info = await hook.astream_info(self.stream)
         return int((info.get("state") or {}).get("last_seq", 0))
@@ -112,7 +112,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
         if store is not None:
             try:
                 await store.aset(STATE_KEY, cursor)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self.log.warning("Could not save the cursor: %s", exc)
 
     async def poll_once(self, hook: Any, cursor: int) -> tuple[int, dict[str, Any] | None]:
@@ -145,7 +145,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
                     self.log.info("Watching %s on stream %s after seq %s", self.subject_filter,
                                   self.stream or hook.stream, cursor)
                 cursor, payload = await self.poll_once(hook, cursor)
-            except Exception as exc:  # noqa: BLE001 - keep watching through outages
+            except Exception as exc:  # keep watching through outages
                 self.log.warning("Polling JetStream failed (retrying in %.1f s): %s", self.poll_interval, exc)
                 payload = None
             if payload is not None and cursor is not None:  # a payload comes with its cursor

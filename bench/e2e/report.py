@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 MB = 1024 * 1024
@@ -63,7 +64,7 @@ def growth_table(g: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Print the tables of the JSON file ``argv[0]``."""
     argv = sys.argv[1:] if argv is None else argv
-    data = json.loads(open(argv[0]).read())
+    data = json.loads(Path(argv[0]).read_text())
     for r in data["sizes"]:
         print(stage_table(r) + "\n")
     if data.get("growth"):

@@ -76,8 +76,8 @@ if str(REPO) not in sys.path:
 
 from airflow_provider_plgd.tables.layout import Layout  # noqa: E402
 from bench.e2e.sampler import TreeSampler  # noqa: E402
-from bench.machine import busy_since, proc_stat  # noqa: E402
 from bench.e2e.stages import SPARK_STAGES, read_task_instances, stage_figures  # noqa: E402
+from bench.machine import busy_since, proc_stat  # noqa: E402
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF  # noqa: E402
 
 MB = 1024 * 1024
@@ -101,10 +101,12 @@ def machine() -> dict[str, Any]:
     """CPU model, cores, memory (bytes) and versions of the parts under test."""
     model = ""
     with contextlib.suppress(OSError):
-        model = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
+        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("model name")), "")
     mem = 0
     with contextlib.suppress(OSError, StopIteration, ValueError):
-        mem = int(next(ln for ln in open("/proc/meminfo") if ln.startswith("MemTotal")).split()[1]) * 1024
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem = int(next(ln for ln in meminfo if ln.startswith("MemTotal")).split()[1]) * 1024
     versions = {}
     for mod in ("airflow", "pyspark", "nats"):
         with contextlib.suppress(Exception):
@@ -198,7 +200,7 @@ async def _apublish(url: str, subjects: list[str], data: list[bytes], stream: st
     nc = await nats.connect(url)
     js = nc.jetstream()
     try:
-        for i, (subject, payload) in enumerate(zip(subjects, data), start=1):
+        for i, (subject, payload) in enumerate(zip(subjects, data, strict=True), start=1):
             await nc.publish(subject, payload)
             if i % 10_000 == 0:
                 await nc.flush()
@@ -291,8 +293,8 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
     """
     from airflow_provider_plgd import times
     from airflow_provider_plgd.tables import staging
-    from plgd_devtools.demo import _airflow_env, _run
     from airflow_provider_plgd.tables.run_summary import read_app_summary
+    from plgd_devtools.demo import _airflow_env, _run
     from plgd_devtools.nats_server import NatsServer, recreate_stream
 
     result: dict[str, Any] = {"target_events": events, "load_before": uptime()}

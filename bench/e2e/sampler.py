@@ -17,6 +17,7 @@ within one period at the end).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ class TreeSampler:
         self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
         self._kinds: dict[tuple[int, float], str] = {}
 
-    def __enter__(self) -> "TreeSampler":
+    def __enter__(self) -> TreeSampler:
         self._thread.start()
         return self
 
@@ -111,10 +112,8 @@ class TreeSampler:
             return
         extras = {}
         for name, pid in self.extra_pids.items():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 extras[name] = psutil.Process(pid)
-            except psutil.NoSuchProcess:
-                pass
         while not self._stop.is_set():
             now = time.time()
             sums = {"jvm": 0, "spark_py": 0, "airflow": 0}
@@ -135,10 +134,8 @@ class TreeSampler:
                     continue
             self.samples.append(Sample(now, sum(sums.values()), sums["jvm"], sums["spark_py"], sums["airflow"]))
             for name, proc in extras.items():
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     self.extra[name] = max(self.extra.get(name, 0), proc.memory_info().rss)
-                except psutil.NoSuchProcess:
-                    pass
             self._stop.wait(self.period)
 
     def top_submits(self) -> list[SubmitProcess]:

@@ -35,10 +35,7 @@ def _epoch(value: Any) -> float | None:
     """A metadata-DB timestamp (``YYYY-MM-DD HH:MM:SS[.ffffff][+00:00]``, UTC) as unix seconds."""
     if value is None:
         return None
-    if isinstance(value, datetime):
-        dt = value
-    else:
-        dt = datetime.fromisoformat(str(value).replace(" ", "T"))
+    dt = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace(" ", "T"))
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()

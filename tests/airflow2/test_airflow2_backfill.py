@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.compat import AIRFLOW_V_3
+from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables.layout import Layout
 
 pytestmark = [pytest.mark.airflow2, pytest.mark.skipif(AIRFLOW_V_3, reason="Airflow 2.x only (make test-airflow2)")]
 

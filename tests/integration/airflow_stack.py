@@ -90,8 +90,9 @@ class AirflowStack:
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            with contextlib.suppress(ProcessLookupError):  # the whole group: executor workers, task processes,
-                os.killpg(proc.pid, signal.SIGKILL)         # spark-submit and its JVM
+            # the whole group: executor workers, task processes, spark-submit and its JVM
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
     def poll(self, what: str, check: Any, *, timeout: float = RUN_TIMEOUT_S, every: float = POLL_S) -> Any:

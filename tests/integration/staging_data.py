@@ -6,11 +6,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.fetch.stager import Stager
 from airflow_provider_plgd.plgd import subjects
+from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 
 
 def write_batches(root: Any, interval_id: str, batches: Mapping[tuple[str, str], Sequence[tuple]], *,

@@ -34,24 +34,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from plgd_devtools.spark import spark_submit_env
-from tests.integration.delta_read import delta_table, read_both, staging_rows
-from tests.integration.staging_data import write_batches
-
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import subjects
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import decode_batch
 from airflow_provider_plgd.spark_deps import spark_app_path
+from airflow_provider_plgd.tables import staging
+from airflow_provider_plgd.tables.layout import Layout
+from plgd_devtools.spark import spark_submit_env
+from tests.integration.delta_read import delta_table, read_both, staging_rows
+from tests.integration.staging_data import write_batches
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 from plgd_devtools.spark import SPARK_LOCK as LOCK  # noqa: E402
+
 STREAM = "EVENTS"
 START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 END_NS = START_NS + 3600 * 1_000_000_000
@@ -169,7 +169,8 @@ def run(tmp_path_factory):
     # a stray file in a committed partition folder
     committed = table / staging.partition_folder(IID, published[0][4])
     stray = pa.table({n: pa.array([v], staging.FILE_SCHEMA.field(n).type) for n, v in zip(
-        staging.FILE_SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2], cases.OWNER])})
+        staging.FILE_SCHEMA.names, [STREAM, seq + 2, rc[1], START_NS // 1000, None, None, rc[2], cases.OWNER],
+        strict=True)})
     pq.write_table(stray.cast(staging.FILE_SCHEMA), committed / "part-99999.parquet")
 
     # ---- run 1: the command line, default reader
@@ -228,7 +229,7 @@ def test_counts_reconcile(run):
     assert len(run.events1) == s["decoded"] and len(run.quarantine1) == s["quarantined"]
     expected_types = collections.Counter()
     expected_reasons = collections.Counter()
-    for seq, (_, _, _, expect) in run.seq_of.items():
+    for _seq, (_, _, _, expect) in run.seq_of.items():
         if expect[0] == "corrupt":
             expected_reasons[expect[1]] += 1
         elif expect[0] == "sim" and expect[1].fault == "corrupt":
@@ -242,8 +243,8 @@ def test_counts_reconcile(run):
     assert sum(s["per_reason"].values()) == sum(expected_reasons.values()) + sim_corrupt
     for reason, count in expected_reasons.items():
         assert s["per_reason"][reason] >= count
-    assert "fetched=%d read=%d decoded=%d quarantined=%d" % (s["fetched"], s["fetched"], s["decoded"],
-                                                             s["quarantined"]) in run.log1
+    assert (f"fetched={s['fetched']} read={s['fetched']} decoded={s['decoded']} "
+            f"quarantined={s['quarantined']}") in run.log1
     seqs = [r["stream_seq"] for r in run.events1 + run.quarantine1]
     assert sorted(seqs) == list(range(1, n + 1))  # every row exactly once, nothing else
 
@@ -252,7 +253,7 @@ def test_every_field_of_every_event_type(run):
     cases = run.cases
     by_seq = {r["stream_seq"]: _normalize(r) for r in run.events1}
     checked = set()
-    for seq, (subject, data, headers, expect) in run.seq_of.items():
+    for seq, (subject, data, _headers, expect) in run.seq_of.items():
         if expect[0] != "case":
             continue
         event_type, cols = expect[1], expect[2]
@@ -286,7 +287,7 @@ def test_simulated_messages_match_what_was_published(run):
     by_seq = {r["stream_seq"]: r for r in run.events1}
     q_by_seq = {r["stream_seq"]: r for r in run.quarantine1}
     seen_leadrt = seen_snapshot = 0
-    for seq, (subject, data, headers, expect) in run.seq_of.items():
+    for seq, (_subject, _data, _headers, expect) in run.seq_of.items():
         if expect[0] != "sim":
             continue
         m = expect[1]

@@ -22,15 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
-from plgd_devtools.spark import spark_lock, spark_submit_env
-from tests.integration.conftest import publish_messages, read_stream
-from tests.integration.delta_read import read_both
-
 from airflow_provider_plgd import times
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.simulator import SimulationConfig, generate
 from airflow_provider_plgd.spark_deps import build_py_files_zip
+from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
+from plgd_devtools.spark import spark_lock, spark_submit_env
+from tests.integration.conftest import publish_messages, read_stream
+from tests.integration.delta_read import read_both
 
 pytestmark = pytest.mark.spark
 

@@ -15,6 +15,7 @@ Spark jobs run holding ``flock /tmp/spark.lock`` (shared 2-core machine).
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -25,14 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from airflow_provider_plgd.spark_deps import spark_app_path
+from airflow_provider_plgd.tables import snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.spark import spark_lock, spark_submit_env
 from tests.integration.delta_read import delta_rows, delta_table, read_both
 from tests.integration.staging_data import stage_simulation
-
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.tables import snapshot_store
-from airflow_provider_plgd.spark_deps import spark_app_path
 
 pytestmark = pytest.mark.spark
 
@@ -407,12 +407,12 @@ def test_latest_snapshot_and_final_tables(pipeline):
     for table in snapshot_store.PUBLIC_TABLES:
         assert table_rows(pipeline.root, table) == expected[table]
         frame = pl.read_delta(str(pipeline.root / "snapshots" / table))
-        assert frame.columns == snapshot_store.table_schema(table).names + ["bucket"]
+        assert frame.columns == [*snapshot_store.table_schema(table).names, "bucket"]
         assert frame.height == len(expected[table]) == latest["rows"][table]
         # columns exactly as docs/data-contracts.md
         assert read_snapshot(str(pipeline.root), table).schema.names == snapshot_store.table_schema(table).names
     # time travel: the snapshot of the first interval by its version and by its time
-    first_iid, _, first_end = pipeline.intervals[0]
+    _first_iid, _, first_end = pipeline.intervals[0]
     first = expected_state(pipeline.sim, 0)
     from datetime import datetime, timezone
     as_of = datetime.fromtimestamp(first_end / 1e9 + 1, tz=timezone.utc)
@@ -543,18 +543,19 @@ def test_copy_on_write_by_bucket(pipeline):
     import pyarrow as pa
 
     reb = pipeline.out["rebuild"]
-    assert reb[0]["parent"] is None and all(r["parent"] == p["version"] for p, r in zip(reb, reb[1:]))
+    assert reb[0]["parent"] is None and all(r["parent"] == p["version"] for p, r in itertools.pairwise(reb))
     assert all(r["buckets"] == BUCKETS for r in reb)
     carried_total = 0
 
     def files(table, version):
         actions = pa.table(delta_table(str(pipeline.root / "snapshots" / table), version).get_add_actions(flatten=True))
         found = {}
-        for path, bucket in zip(actions.column("path").to_pylist(), actions.column("partition.bucket").to_pylist()):
+        for path, bucket in zip(actions.column("path").to_pylist(), actions.column("partition.bucket").to_pylist(),
+                                strict=True):
             found.setdefault(int(bucket), []).append(path)
         return found
 
-    for (_, _, prev_end), (_, _, end_ns) in zip(pipeline.intervals, pipeline.intervals[1:]):
+    for (_, _, prev_end), (_, _, end_ns) in itertools.pairwise(pipeline.intervals):
         parent = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(prev_end))
         record = snapshot_store.snapshot(Layout.of(str(pipeline.root)), snapshot_store.version_id(end_ns))
         touched = set(record["touched_buckets"])
@@ -589,7 +590,7 @@ def test_vacuum_keeps_the_latest_snapshot(pipeline):
 
 def test_failed_commit_keeps_previous_snapshot(pipeline):
     assert pipeline.out["failure"] == "injected failure before the snapshot's commit"
-    iid, _, end_ns = pipeline.intervals[-1]
+    _iid, _, end_ns = pipeline.intervals[-1]
     latest = snapshot_store.latest(Layout.of(str(pipeline.root)))
     assert latest["version"] == snapshot_store.version_id(end_ns)
     assert latest["run_id"] == pipeline.out["rebuild"][-1]["run_id"]
@@ -611,7 +612,7 @@ def test_dedupe_rerun_gives_identical_output(pipeline):
 def test_cli_rerun_gives_identical_output(pipeline):
     """spark-submit of the rebuild application itself (``main`` = ``session.run_app``, shared by the
     three apps): rerunning the last interval gives the same snapshot tables."""
-    iid, end_iso, end_ns = pipeline.intervals[-1]
+    iid, _end_iso, end_ns = pipeline.intervals[-1]
     before_tables = {t: table_rows(pipeline.root, t) for t in snapshot_store.PUBLIC_TABLES}
     spark_submit(pipeline.py_files, spark_app_path("rebuild_snapshots"),
                  "--root", str(pipeline.root), "--interval-id", iid, "--snapshot-time", str(end_ns),
@@ -630,8 +631,7 @@ def test_maintenance_of_the_spark_tables_keeps_every_row(pipeline, tmp_path):
     partition; every table reads the same rows (deltalake), the snapshot tables too."""
     import shutil
 
-    from airflow_provider_plgd.tables import maintenance
-    from airflow_provider_plgd.tables import delta_tables
+    from airflow_provider_plgd.tables import delta_tables, maintenance
     from tests.integration.delta_read import delta_rows
 
     root = tmp_path / "data"

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import load_test_dag
-
 from airflow_provider_plgd.operators.links import SPARK_APP_XCOM_KEY
+from tests.integration.conftest import load_test_dag
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 

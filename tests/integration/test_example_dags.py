@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import json
-import time
 import shutil
+import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,9 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from airflow_provider_plgd.tables.layout import Layout
 from tests.integration.conftest import load_dag, publish_messages, xcom_value
 from tests.integration.delta_read import staging_rows
 
@@ -54,10 +54,10 @@ def write_snapshot(root: Path, tables: dict[str, list[dict]], snapshot_time_ns: 
                    next_expiry_ns: dict[str, int] | None = None) -> str:
     """Commit ``tables`` as one snapshot version (bucket 0 of each table) as ``rebuild_snapshots``
     does: one Delta commit per table, then ``_device_state``'s commit with the snapshot record."""
-    from airflow_provider_plgd.tables import delta_tables, file_records
-    from airflow_provider_plgd.tables import snapshot_store as ss
     from airflow_provider_plgd.spark import snapshot_buckets
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.tables import delta_tables, file_records
+    from airflow_provider_plgd.tables import snapshot_store as ss
     from airflow_provider_plgd.tables.storage import to_fs
 
     version = ss.version_id(snapshot_time_ns)
@@ -102,7 +102,7 @@ def test_snapshot_consumer_is_scheduled_on_the_etl_snapshot_asset(dags_folder):
     snapshots = etl_assets("plgd_events_etl")["snapshots"]
     etl = build_etl_dag(dag_id="plgd_events_etl", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc))
     assert snapshots in etl.get_task("rebuild").outlets
-    condition = getattr(dag.timetable, "asset_condition", None) or getattr(dag.timetable, "dataset_condition")
+    condition = getattr(dag.timetable, "asset_condition", None) or dag.timetable.dataset_condition
     assert list(condition.objects) == [snapshots]
 
 
@@ -170,7 +170,7 @@ def test_the_examples_storage_root_param_is_an_allowed_root_only(jetstream, dags
 def _publish_sim(jetstream, sim) -> list[tuple[int, str, str]]:
     """Publish the simulation's messages; return ``(stream_seq, owner_id, event_type)`` per message."""
     seqs = publish_messages(jetstream.url, [(m.subject, m.data, None) for m in sim.messages])
-    return [(seq, m.owner_id, m.event_type) for seq, m in zip(seqs, sim.messages)]
+    return [(seq, m.owner_id, m.event_type) for seq, m in zip(seqs, sim.messages, strict=True)]
 
 
 def _per_owner(published, first: int, last: int) -> dict[str, dict[str, int]]:

@@ -33,11 +33,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from airflow_provider_plgd.spark.decode_job import ledger_files
+from airflow_provider_plgd.tables import ledger, staging
+from airflow_provider_plgd.tables.layout import Layout
 from tests.integration.conftest import publish_messages
 from tests.integration.delta_read import delta_table, polars_frame, staging_rows
 from tests.integration.test_ledger import bounds_around, plan_ledger, run_op

@@ -18,18 +18,17 @@ from datetime import datetime, timezone
 
 import pytest
 
-from plgd_devtools.spark import spark_lock
-
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.exceptions import MessagesExpiredError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import registrations_subject, subject_filters, subject_matches
+from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
-from tests.integration.delta_read import staging_batches, staging_rows
+from plgd_devtools.spark import spark_lock
 from tests.integration.conftest import load_dag, publish_messages, read_stream
+from tests.integration.delta_read import staging_batches, staging_rows
 
 pytestmark = pytest.mark.airflow
 
@@ -381,8 +380,8 @@ def test_a_dead_client_read_loop_fails_the_fetch_at_once_naming_the_cause(jetstr
     the replacement switched off), the pull reader notices within a second and fails with
     JetStreamConnectionError instead of waiting ~43 s for answers nobody reads."""
     from airflow_provider_plgd.exceptions import JetStreamConnectionError
-    from airflow_provider_plgd.jetstream import client as client_module
     from airflow_provider_plgd.hooks import jetstream as hook_module
+    from airflow_provider_plgd.jetstream import client as client_module
 
     monkeypatch.setattr(client_module, "NON_UTF8_REPLACEMENT", "strict")
     publish_messages(jetstream.url, [(registrations_subject(O1, "devicesregistered"), b"reg", None)])

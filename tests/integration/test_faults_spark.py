@@ -38,6 +38,7 @@ one interval at once (run A stops at its commit until run B has finished). Spark
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -57,17 +58,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_plgd import times
+from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
+from airflow_provider_plgd.spark.decode_batch import decode_batch
+from airflow_provider_plgd.tables import snapshot_store, staging
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
 from tests.integration.delta_read import staging_rows
 from tests.integration.staging_data import stage_simulation, write_batches
-
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging
-from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
-from airflow_provider_plgd.tables import snapshot_store
-from airflow_provider_plgd.spark.decode_batch import decode_batch
 
 pytestmark = pytest.mark.spark
 
@@ -80,8 +79,8 @@ FUZZ_IID = "seq-000000000001-000000000400"
 DURABLE_BATCHES = [(1, 20), (1, 30)]  # 1..20 committed but its ack lost; the retry read 1..30
 
 #: Every table of a root, as folders below it.
-TABLES = ("events", "quarantine", "events_deduped", "msgid_index") + tuple(
-    f"snapshots/{t}" for t in snapshot_store.ALL_TABLES)
+TABLES = ("events", "quarantine", "events_deduped", "msgid_index",
+          *(f"snapshots/{t}" for t in snapshot_store.ALL_TABLES))
 #: The tables each app commits, in its commit order.
 COMMIT_ORDER = {
     "decode": ["events", "quarantine"],
@@ -298,10 +297,8 @@ class Run:
     def reap(self) -> None:
         """SIGKILL whatever is left of this run's session (by process ID), then reap the process."""
         for pid in _session_pids(self.proc.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(60)
         self._fh.close()
 
@@ -405,7 +402,7 @@ def observe(root: Path) -> dict[str, dict]:
     return {name: table_state(root, name) for name in TABLES}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def observe_reference(root: Path) -> dict[str, dict]:
     """:func:`observe` of a root of the reference chain (never written after the fixture)."""
     return observe(root)
@@ -710,7 +707,7 @@ def test_concurrent_runs_of_one_interval_leave_correct_output(faults):
 def test_concurrent_second_run_is_refused_clearly_or_both_succeed(faults):
     """Each run either succeeded or failed with an error that says another run committed the interval."""
     outcomes = [faults.state["conc_a"], faults.state["conc_b"]]
-    for name, out in zip(("A", "B"), outcomes):
+    for name, out in zip(("A", "B"), outcomes, strict=True):
         assert out, f"run {name} wrote no result (rc {faults.state['conc_rc']})"
         if "error" in out[0]:
             assert out[0]["error"].startswith("TableCommitError: "), f"run {name}: {out[0]['error']}"

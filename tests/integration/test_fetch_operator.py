@@ -8,6 +8,7 @@ are computed from it with NATS subject matching over the filters of ``plgd.subje
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -17,9 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.exceptions import (
     IntervalNotCompleteError,
     JetStreamAuthError,
@@ -28,12 +27,14 @@ from airflow_provider_plgd.exceptions import (
 )
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.plgd.subjects import (
-    subject_matches,
     metadata_subject,
     registrations_subject,
     resource_subject,
     subject_filters,
+    subject_matches,
 )
+from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import NatsServer, recreate_stream
 from tests.integration.conftest import load_dag, publish_messages, read_stream, xcom_value
 from tests.integration.delta_read import staging_batches, staging_rows
@@ -191,7 +192,7 @@ def test_messages_on_interval_edges_go_to_exactly_one_interval(jetstream, storag
     cuts = [truth[ordered[0]][1], truth[ordered[37]][1], truth[ordered[38]][1], truth[ordered[90]][1],
             truth[ordered[-1]][1] + 1]
     seen: dict[int, str] = {}
-    for s_ns, e_ns in zip(cuts, cuts[1:]):
+    for s_ns, e_ns in itertools.pairwise(cuts):
         out = run_op(owner_ids=[O1, O2], event_types=EVENT_TYPES, storage_root=storage_root,
                      start_time=s_ns, end_time=e_ns, batch_size=17)
         assert out["interval_id"] == times.interval_id(s_ns, e_ns)
@@ -424,7 +425,7 @@ def test_server_restart_mid_fetch_then_retry_commits_no_gap_no_duplicate(jetstre
     def fetch():
         try:
             result["out"] = run_op(**kw)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             result["error"] = exc
 
     thread = threading.Thread(target=fetch)
@@ -516,7 +517,7 @@ def test_nothing_spills_to_tmpdir_and_spills_go_where_configured(jetstream, tmp_
     spool.mkdir(parents=True)
     stale = [spool / "plgd-durable-spool-c-f1-99-deadbeef.arrow", spool / "plgd-stage-99-deadbeef-0.arrow"]
     young = spool / "plgd-stage-98-feedf00d-0.arrow"  # may belong to a live run: kept
-    for path in stale + [young]:
+    for path in [*stale, young]:
         path.write_bytes(b"x" * 1000)
     old = time.time() - 2 * 3600
     for path in stale:

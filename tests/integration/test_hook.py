@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import re
 import time
 from types import SimpleNamespace
 
@@ -13,8 +14,6 @@ import nats
 import pytest
 
 from airflow_provider_plgd.hooks import jetstream as js_module
-from airflow_provider_plgd.jetstream import pull as pull_module
-from airflow_provider_plgd.jetstream.connection import settings_from_connection
 from airflow_provider_plgd.hooks.jetstream import (
     JetStreamAuthError,
     JetStreamConnectionError,
@@ -24,6 +23,8 @@ from airflow_provider_plgd.hooks.jetstream import (
     StreamNotFoundError,
     page_subjects,
 )
+from airflow_provider_plgd.jetstream import pull as pull_module
+from airflow_provider_plgd.jetstream.connection import settings_from_connection
 from airflow_provider_plgd.jetstream.messages import parse_ack_reply
 from airflow_provider_plgd.times import ns_to_rfc3339, to_ns
 from plgd_devtools.nats_server import NatsServer, free_port
@@ -62,7 +63,7 @@ async def bulk_publish(url: str, items, *, expect_total: int) -> None:
         await nc.close()
 
 
-def read_all(hook: JetStreamHook, filter: str = "plgd.>", **bounds) -> list[StreamMessage]:  # noqa: A002
+def read_all(hook: JetStreamHook, filter: str = "plgd.>", **bounds) -> list[StreamMessage]:
     return [m for batch in hook.iter_batches(filter, **bounds) for m in batch]
 
 
@@ -101,10 +102,10 @@ def test_publish_with_and_without_msg_id(jetstream):
 def test_each_role_hook_works_alone_and_direct_get_matches_the_read(jetstream):
     """The role hooks (produce, info, consume) on the same connection, each by itself; the API
     client's direct get returns what the pull read delivered (subject, time, headers, bytes)."""
-    from airflow_provider_plgd.jetstream.client import connect
     from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
     from airflow_provider_plgd.hooks.info import JetStreamInfoHook
     from airflow_provider_plgd.hooks.produce import JetStreamProduceHook
+    from airflow_provider_plgd.jetstream.client import connect
 
     subject = metadata_subject(OWNER_A, DEV_1)
     producer = JetStreamProduceHook()
@@ -126,7 +127,7 @@ def test_each_role_hook_works_alone_and_direct_get_matches_the_read(jetstream):
 
 
 def test_publish_errors(jetstream):
-    with pytest.raises(StreamNotFoundError, match="does not capture subject 'other.subject'"):
+    with pytest.raises(StreamNotFoundError, match=re.escape("does not capture subject 'other.subject'")):
         JetStreamHook().publish("other.subject", b"x")
     with pytest.raises(ValueError, match="literal NATS subject"):
         JetStreamHook().publish("plgd.>", b"x")
@@ -199,7 +200,7 @@ def test_count_and_iterate_by_time(jetstream):
     t0, group_a, t1, group_b, t2 = _publish_two_groups(hook)
     assert (group_a, group_b) == ([1, 2, 3, 4], [5, 6, 7, 8])
 
-    def seqs(filter="plgd.>", **b):  # noqa: A002
+    def seqs(filter="plgd.>", **b):
         return [m.stream_seq for m in read_all(hook, filter, **b)]
 
     assert seqs(start_time=t0, end_time=t1) == [1, 2, 3, 4]
@@ -227,7 +228,7 @@ def test_count_and_iterate_by_time(jetstream):
 
 def test_count_and_iterate_by_seq(jetstream):
     hook = JetStreamHook()
-    t0, _, t1, _, _ = _publish_two_groups(hook)
+    _t0, _, t1, _, _ = _publish_two_groups(hook)
     seqs = lambda f="plgd.>", **b: [m.stream_seq for m in read_all(hook, f, **b)]  # noqa: E731
     assert seqs(start_seq=2, end_seq=4) == [2, 3, 4]
     assert seqs(start_seq=7) == [7, 8]
@@ -261,7 +262,7 @@ def test_bad_arguments(jetstream):
         hook.count_messages("")
 
     async def inside_loop():
-        with pytest.raises(RuntimeError, match="await hook.astream_info"):
+        with pytest.raises(RuntimeError, match=re.escape("await hook.astream_info")):
             hook.stream_info()
 
     asyncio.run(inside_loop())
@@ -459,7 +460,7 @@ def _write_tls_files(directory) -> tuple[str, str, str]:
         ca.public_bytes(serialization.Encoding.PEM),
         cert.public_bytes(serialization.Encoding.PEM),
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-    )):
+    ), strict=True):
         with open(path, "wb") as f:
             f.write(blob)
     return paths[0], paths[1], paths[2]

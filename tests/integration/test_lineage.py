@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("airflow.providers.openlineage")
 
-from airflow_provider_plgd.operators import lineage  # noqa: E402
-from tests.integration.conftest import load_dag, read_stream, use_local_spark  # noqa: E402
+from airflow_provider_plgd.operators import lineage
+from tests.integration.conftest import load_dag, read_stream, use_local_spark
 
 UTC = timezone.utc
 
@@ -56,7 +56,7 @@ def test_spark_app_lineage_from_the_applications_arguments():
     assert [(d.namespace, d.name) for d in decode.outputs] == [("s3://b", "r/events"), ("s3://b", "r/quarantine")]
     rebuild = lineage.spark_app_lineage("rebuild_snapshots.py", ["--root", "/r", "--interval-id", "i"])
     snapshots = [f"/r/snapshots/{t}" for t in ("resources", "device_metadata", "device_links", "owner_devices")]
-    assert [d.name for d in rebuild.inputs] == ["/r/events_deduped"] + snapshots
+    assert [d.name for d in rebuild.inputs] == ["/r/events_deduped", *snapshots]
     assert [d.name for d in rebuild.outputs] == snapshots
     assert lineage.spark_app_lineage("other_app.py", []) is None
     assert lineage.spark_app_lineage("dedupe_events.py", ["--root", "{{ ti.xcom_pull('plan') }}"]) is None
@@ -128,7 +128,7 @@ def openlineage_file_transport(tmp_path, monkeypatch):
                        json.dumps({"type": "file", "log_file_path": str(path), "append": True}))
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD", "True")
     listener = get_openlineage_listener()
-    listener.adapter._client = None  # noqa: SLF001 - a client built earlier would carry another transport
+    listener.adapter._client = None  # a client built earlier would carry another transport
     managers = [m for m in (task_listeners(), core_listeners()) if not m.pm.is_registered(listener)]
     for manager in managers:
         manager.add_listener(listener)
@@ -137,10 +137,10 @@ def openlineage_file_transport(tmp_path, monkeypatch):
     finally:
         for manager in managers:
             manager.pm.unregister(listener)
-        listener.adapter._client = None  # noqa: SLF001
+        listener.adapter._client = None
         # DAG-run events go through the listener's process pool: its forked worker inherited the
         # open Spark lock (flock), so it must end with the test, or the next Spark test waits forever.
-        executor, listener._executor = listener._executor, None  # noqa: SLF001
+        executor, listener._executor = listener._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
 
@@ -233,7 +233,7 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     rebuild = one("rebuild")
     snapshots = sorted(("file", f"{root}/snapshots/{t}") for t in ("resources", "device_metadata", "device_links",
                                                                      "owner_devices"))
-    assert _names(rebuild["inputs"]) == sorted([("file", f"{root}/events_deduped")] + snapshots)
+    assert _names(rebuild["inputs"]) == sorted([("file", f"{root}/events_deduped"), *snapshots])
     assert _names(rebuild["outputs"]) == snapshots
     summary = one("summary")
     assert _names(summary["inputs"]) == [("file", f"{root}/_ledger/EVENTS"), ("file", f"{root}/_runs")]
@@ -259,7 +259,7 @@ def test_etl_run_emits_each_stages_datasets_and_the_spark_stages_parent_run(
     assert parents == {dag_run_id}
     # ... and each task's run handed to its Spark application as the application's parent
     assert len(commands) == 3, commands
-    for task_id, command in zip(("decode", "dedupe", "rebuild"), commands):
+    for task_id, command in zip(("decode", "dedupe", "rebuild"), commands, strict=True):
         conf = dict(arg.split("=", 1) for arg in command if arg.startswith("spark.openlineage."))
         assert conf["spark.openlineage.parentJobNamespace"] == namespace
         assert conf["spark.openlineage.parentJobName"] == f"{DAG_ID}.{task_id}"

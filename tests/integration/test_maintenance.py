@@ -22,10 +22,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import maintenance
-from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.simulator import SimulationConfig, generate
+from airflow_provider_plgd.tables import delta_tables, maintenance
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools import interval_tables
 
 INTERVAL_TABLES = ("events", "events_deduped", "msgid_index")
@@ -60,7 +59,7 @@ def files_per_interval(root: Path, table: str) -> dict[str, set[str]]:
     """``{interval_id: file paths}`` as deltalake's log names them."""
     actions = pa.table(DeltaTable(str(root / table)).get_add_actions(flatten=True)).to_pydict()
     found: dict[str, set[str]] = {}
-    for path, interval in zip(actions["path"], actions["partition.interval_id"]):
+    for path, interval in zip(actions["path"], actions["partition.interval_id"], strict=True):
         found.setdefault(interval, set()).add(path)
     return found
 
@@ -117,7 +116,7 @@ def test_an_etl_commit_of_the_next_interval_lands_while_maintenance_runs(tmp_pat
     def run() -> None:
         try:
             result["report"] = maintenance.maintain_tables(str(root), settings=settings)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
+        except BaseException as exc:  # re-raised below
             result["error"] = exc
 
     # The one fake: a log handler holds the maintenance thread right after its first compaction
@@ -259,8 +258,8 @@ def test_the_maintenance_dag_expires_the_staging_of_reconciled_intervals(tmp_pat
     """``build_maintenance_dag(staging_retention=…)``: the staging of a reconciled interval older
     than the retention is removed (one Delta commit, read back with deltalake); an interval whose
     ledger does not say reconciled keeps its staging."""
-    from airflow_provider_plgd.tables import ledger, staging, staging_commits
     from airflow_provider_plgd.fetch.stager import Stager
+    from airflow_provider_plgd.tables import ledger, staging, staging_commits
     from tests.integration.conftest import load_dag, xcom_value
 
     root = tmp_path / "root"

@@ -31,8 +31,8 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.etl import DEFAULT_PARAMS
+from airflow_provider_plgd.tables.layout import Layout
 from tests.integration.airflow_stack import DAG_ID, REPO, AirflowStack, airflow_env
 from tests.integration.test_connection_ui import CHROMIUM, CHROMIUM_ARGS, UI_TIMEOUT_MS
 

@@ -104,7 +104,8 @@ def test_each_partition_event_runs_the_consumer_on_exactly_its_interval(nats_ser
         mine = table.filter(pl.col("interval_id") == interval_id)
         per_type = mine.group_by("event_type").len()
         assert got == {"interval_id": interval_id, "rows": mine.height,
-                       "event_types": dict(zip(per_type.get_column("event_type"), per_type.get_column("len"))),
+                       "event_types": dict(zip(per_type.get_column("event_type"), per_type.get_column("len"),
+                                               strict=True)),
                        "owners": mine.get_column("owner_id").n_unique(),
                        "devices": mine.get_column("device_id").drop_nulls().n_unique(),
                        "table": str(root / "events_deduped")}

@@ -65,8 +65,8 @@ def test_an_accepted_root_is_one_place_for_delta_rs_and_fsspec(s3, value, expect
     import polars as pl
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd.tables.delta_tables import storage_options
     from airflow_provider_plgd.run_params import check_run_storage_root
+    from airflow_provider_plgd.tables.delta_tables import storage_options
 
     root = check_run_storage_root(value, [SANDBOX], "no_such_connection")
     assert root == expected

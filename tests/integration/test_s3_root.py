@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger, staging, storage
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.storage_root import normalize_storage_root, resolve_storage_root
 from tests.integration.conftest import publish_messages
 from tests.integration.delta_read import staging_rows
@@ -35,8 +35,8 @@ from tests.integration.test_fetch_operator import (
 from tests.integration.test_ledger import (
     test_decode_refuses_an_interval_whose_fetch_records_do_not_add_up,
     test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused,
-    test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
     test_every_message_is_staged_once_across_ranges_owners_and_a_selection,
+    test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it,
     test_rerun_after_the_stream_was_recreated_refuses_to_commit_fewer,
 )
 
@@ -127,9 +127,8 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
     same objects byte for byte, with no temporary objects left; the run summary reads the apps'
     summaries from the bucket and writes ``summary.json`` there; the logs name the root, never
     the credentials."""
-    from tests.integration.test_ledger import O1, O2, bounds_around, plan_ledger, run_op, traffic
-
     from airflow_provider_plgd.tables.run_summary import collect_run_summary, run_summary_path
+    from tests.integration.test_ledger import O1, O2, bounds_around, plan_ledger, run_op, traffic
 
     publish_messages(jetstream.url, traffic(30))  # 60 per owner
     start_ns, end_ns = bounds_around(jetstream.url)

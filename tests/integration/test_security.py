@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, JetStreamError
-from airflow_provider_plgd.jetstream.connection import settings_from_connection
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+from airflow_provider_plgd.jetstream.connection import settings_from_connection
 from airflow_provider_plgd.plgd.subjects import registrations_subject
 from plgd_devtools.nats_server import (
     NatsServer,
@@ -332,7 +332,6 @@ class FakePlainServer:
         self.thread.start()
 
     def _serve(self) -> None:
-        import socket
 
         self.sock.settimeout(10)
         try:
@@ -346,7 +345,7 @@ class FakePlainServer:
                             self.received += chunk
                             if b"PING" in chunk:
                                 conn.sendall(b"PONG\r\n")
-                    except (socket.timeout, OSError):
+                    except (TimeoutError, OSError):
                         pass
         except OSError:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -352,7 +353,7 @@ def _deferred_trigger(sensor) -> JetStreamIntervalCompleteTrigger:
 
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
-    classpath, kwargs = deferred.value.trigger.serialize()
+    _classpath, kwargs = deferred.value.trigger.serialize()
     return JetStreamIntervalCompleteTrigger(**json.loads(json.dumps(kwargs)))
 
 
@@ -463,10 +464,8 @@ def test_a_trigger_stops_when_its_cancellation_was_swallowed():
 
     async def scenario():
         async def library_that_swallows():
-            try:
+            with contextlib.suppress(asyncio.CancelledError):  # dropped, as wait_for does in the race
                 await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                pass  # dropped, as wait_for does in the race
             raise_if_cancelling()
             return "went on"
 

@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-from airflow_provider_plgd.simulator import PublishError, SimulationConfig, generate, publish
-from airflow_provider_plgd.simulator import cli
+from airflow_provider_plgd.simulator import PublishError, SimulationConfig, cli, generate, publish
 from plgd_devtools.ground_truth import GroundTruth
 
 FAULTS = dict(duplicates=0.05, corrupt=3, old_hub_snapshots=True, version_gaps=True, unregister=True)
@@ -43,7 +42,7 @@ def test_publish_inside_interval_windows(jetstream, tmp_path):
     got = list(read_all())
     assert [m.stream_seq for m in got] == list(range(1, len(sim.messages) + 1))
     bounds = sim.interval_bounds()
-    for stored, m in zip(got, sim.messages):
+    for stored, m in zip(got, sim.messages, strict=True):
         assert (stored.subject, stored.data, stored.headers) == (m.subject, m.data, None)
         start, end = bounds[m.interval]
         assert start <= stored.time_ns < end, (m.interval, stored.time_ns - start)
@@ -96,7 +95,7 @@ def test_second_publish_continues_the_sequences(jetstream):
 def test_window_already_over_is_a_clear_error(jetstream):
     sim = generate(SimulationConfig(intervals=1, steps_per_interval=1))  # starts 2026-01-01 (fixed)
     sim = replace(sim, config=replace(sim.config, start_time_ns=time.time_ns() - 60_000_000_000))
-    with pytest.raises(PublishError, match="interval 0 window .* is already over"):
+    with pytest.raises(PublishError, match=r"interval 0 window .* is already over"):
         publish(sim, servers=[jetstream.url])
 
 
@@ -140,6 +139,6 @@ def test_interval_overflow_is_a_clear_error(jetstream):
     sim = generate(cfg)
     assert len(sim.messages) > 5_000
     sim = replace(sim, config=replace(cfg, start_time_ns=next_boundary(step)))
-    with pytest.raises(PublishError, match="interval 0 (overflowed its window|window .* is already over)") as exc:
+    with pytest.raises(PublishError, match=r"interval 0 (overflowed its window|window .* is already over)") as exc:
         publish(sim, servers=[jetstream.url])
     print(exc.value)

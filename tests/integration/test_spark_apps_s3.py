@@ -29,11 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
 from tests.integration.delta_read import delta_rows, delta_table, options, read_both, staging_rows
 from tests.integration.staging_data import stage_simulation
-
-from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate
 
 pytestmark = pytest.mark.spark
 
@@ -192,7 +191,7 @@ def test_snapshots_read_from_the_bucket_equal_the_ground_truth(pipeline):
     from airflow_provider_plgd import read_snapshot
     from airflow_provider_plgd.tables import snapshot_store
 
-    for k, (iid, _, end_ns) in enumerate(pipeline.intervals):
+    for k, (_iid, _, end_ns) in enumerate(pipeline.intervals):
         version = snapshot_store.version_id(end_ns)
         expected = expected_state(pipeline.sim, k)
         for table in snapshot_store.PUBLIC_TABLES:
@@ -214,10 +213,9 @@ def test_two_writers_of_one_interval_at_once_the_second_is_refused(s3, monkeypat
     before the first commits (``delta_tables.ensure_table`` returns that earlier load)."""
     import pyarrow as pa
 
-    from airflow_provider_plgd.tables import delta_tables, file_records
     from airflow_provider_plgd.exceptions import TableCommitError
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
-    from airflow_provider_plgd.tables import storage
+    from airflow_provider_plgd.tables import delta_tables, file_records, storage
 
     uri = f"s3://{BUCKET}/concurrent/t"
     schema = pa.schema([("msg_id", pa.string()), ("interval_id", pa.string())])

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger
+from airflow_provider_plgd.tables.layout import Layout
 from tests.integration.conftest import load_dag, read_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
@@ -241,8 +241,8 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     environment; nothing of it is in the Spark settings. The snapshot equals the simulator's ground
     truth, the tables hold every message once or in quarantine (the ledger reconciles), and no
     data file of the run is unnamed by the Delta log."""
-    from airflow_provider_plgd.tables import storage
     from airflow_provider_plgd.simulator import expected_state
+    from airflow_provider_plgd.tables import storage
     from plgd_devtools.snapshot_compare import compare_snapshot
     from tests.integration.delta_read import delta_table
 

@@ -27,14 +27,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from airflow_provider_plgd.simulator import SimulationConfig, generate
+from airflow_provider_plgd.spark_deps import build_py_files_zip, spark_app_path
+from airflow_provider_plgd.tables import snapshot_store
 from plgd_devtools.spark import spark_lock, spark_submit_env
 from tests.integration.conftest import publish_messages, read_stream
 from tests.integration.delta_read import delta_table
 from tests.integration.staging_data import stage_simulation
-
-from airflow_provider_plgd.simulator import SimulationConfig, generate
-from airflow_provider_plgd.spark_deps import build_py_files_zip, spark_app_path
-from airflow_provider_plgd.tables import snapshot_store
 
 pytestmark = pytest.mark.spark
 

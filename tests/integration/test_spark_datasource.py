@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import itertools
 import json
 import os
 import time
@@ -189,7 +190,7 @@ def test_sequence_bounds_partitions_and_repeatable(spark, jetstream):
     assert df.rdd.getNumPartitions() == len(per_part) >= -(-len(wanted) // 4)
     assert all(n <= 4 for n, _, _ in per_part.values()) and sum(n for n, _, _ in per_part.values()) == len(wanted)
     ranges = sorted((lo, hi) for _, lo, hi in per_part.values())
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))  # disjoint, ordered sequence ranges
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))  # disjoint, ordered sequence ranges
     first = rows_by_seq(df)
     assert sorted(first) == wanted  # seqs[4] and seqs[31] (just outside) are not read
     again = rows_by_seq(reader(spark, jetstream, **opts).load())
@@ -220,7 +221,7 @@ def test_purge_between_plan_and_read_fails_naming_the_range(spark, jetstream):
     # the same sequences in a re-created stream are other messages: refused, even with the same counts
     recreate_stream(jetstream.url)
     publish_messages(jetstream.url, messages(30, "r"))
-    with pytest.raises(Exception, match="RangeChangedError.*was re-created"):
+    with pytest.raises(Exception, match=r"RangeChangedError.*was re-created"):
         df.collect()
 
 
@@ -258,9 +259,9 @@ def test_incomplete_interval_and_bad_options_are_refused(spark, jetstream):
     now_ns = read_stream(jetstream.url)[3][1]
     with pytest.raises(Exception, match="IntervalNotCompleteError"):
         reader(spark, jetstream, start=now_ns - 10**9, end=now_ns + 3600 * 10**9).load().collect()
-    with pytest.raises(Exception, match="unknown option.*'pasword'"):
+    with pytest.raises(Exception, match=r"unknown option.*'pasword'"):
         reader(spark, jetstream, pasword="x").load().collect()
-    with pytest.raises(Exception, match="maxmessagespertrigger.*only for spark.readStream"):
+    with pytest.raises(Exception, match=r"maxmessagespertrigger.*only for spark\.readStream"):
         reader(spark, jetstream, maxMessagesPerTrigger=5).load().collect()
 
 

@@ -26,10 +26,10 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, storage
 from airflow_provider_plgd.simulator import SimulationConfig, generate
+from airflow_provider_plgd.tables import ledger, storage
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools import interval_tables
 from tests.integration.conftest import publish_messages, read_stream
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from airflow_provider_plgd import coerce
@@ -41,9 +43,9 @@ def test_numbers_refuse_bools_and_out_of_range_values():
 def test_write_json_is_sorted_indented_with_a_trailing_newline(tmp_path):
     path = str(tmp_path / "a" / "doc.json")
     storage.write_json(path, {"b": 1, "a": [1]})
-    assert open(path).read() == '{\n  "a": [\n    1\n  ],\n  "b": 1\n}\n'
+    assert Path(path).read_text() == '{\n  "a": [\n    1\n  ],\n  "b": 1\n}\n'
     storage.write_json(path, {"b": 1, "a": 2}, indent=1)
-    assert open(path).read() == '{\n "a": 2,\n "b": 1\n}\n'
+    assert Path(path).read_text() == '{\n "a": 2,\n "b": 1\n}\n'
     fs, local = storage.to_fs(path)
     storage.write_json(local, {"t": object()}, fs=fs, default=lambda v: "obj")
     assert storage.read_json(path) == {"t": "obj"}

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_plgd import times
+from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
 from airflow_provider_plgd.jetstream.completeness import (
-    confirm_status,
     IntervalStatus,
     Upstream,
+    confirm_status,
     judge_interval,
     require_interval_complete,
 )
-from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
 
 S = 1_000_000_000
 END = 1_800_000_000 * S

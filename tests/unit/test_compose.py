@@ -309,10 +309,10 @@ def test_depends_on_has_no_cycles(services):
     def visit(node: str, path: list[str]) -> None:
         if state.get(node) == "done":
             return
-        assert state.get(node) != "active", f"depends_on cycle: {' -> '.join(path + [node])}"
+        assert state.get(node) != "active", f"depends_on cycle: {' -> '.join([*path, node])}"
         state[node] = "active"
         for target in depends_on_of(services[node]):
-            visit(target, path + [node])
+            visit(target, [*path, node])
         state[node] = "done"
 
     for name in services:

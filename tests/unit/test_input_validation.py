@@ -20,9 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import staging, staging_commits
 from airflow_provider_plgd.plgd.subjects import subject_filters, validate_token
+from airflow_provider_plgd.tables import staging, staging_commits
+from airflow_provider_plgd.tables.layout import Layout
 
 UTC = timezone.utc
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
@@ -71,7 +71,7 @@ def test_subject_filters_never_widen_for_a_hostile_owner(value):
         subject_filters(value, "devicesregistered")
 
 
-@pytest.mark.parametrize("value", HOSTILE + ["DevicesRegistered", "nosuchevent"])
+@pytest.mark.parametrize("value", [*HOSTILE, "DevicesRegistered", "nosuchevent"])
 def test_subject_filters_reject_hostile_event_types(value):
     with pytest.raises(ValueError):
         subject_filters(OWNER, value)

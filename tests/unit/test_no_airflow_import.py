@@ -67,7 +67,7 @@ def airflow_paths(start: Path, package: Path = PACKAGE) -> list[str]:
     while todo:
         path, chain = todo.pop()
         for name, line in imports_of(path, package):
-            step = chain + [f"{name} (line {line})"]
+            step = [*chain, f"{name} (line {line})"]
             if _is_airflow(name):
                 chains.append(" -> ".join(step))
             elif name.startswith("airflow_provider_plgd") and (_module_name(path, package), name) not in LAZY_AIRFLOW_NAMES:

@@ -17,7 +17,6 @@ import airflow_provider_plgd
 from airflow_provider_plgd.plgd import codec
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import decode_batch
-
 from tests.unit.spark.test_decode_batch import INTERVAL, PUBLISHED, _corrupt_rows, all_cases, rows_by_seq, staging_batch
 
 
@@ -32,7 +31,7 @@ def test_decode_message_equals_the_events_row_of_the_decode_application():
 
 
 def test_decode_message_without_stream_facts_leaves_them_null_and_keeps_the_header_msg_id():
-    event_type, subject, data, _ = next(c for c in all_cases() if c[0] == "resourcechanged")
+    _event_type, subject, data, _ = next(c for c in all_cases() if c[0] == "resourcechanged")
     row = airflow_provider_plgd.decode_message(subject, data, msg_id="hdr-1")
     assert row["event_type"] == "resourcechanged" and row["msg_id"] == "hdr-1"
     assert row["stream"] is None and row["stream_seq"] is None and row["interval_id"] is None

@@ -57,6 +57,5 @@ def test_alone_waits_for_every_slot_and_holds_them_all(tmp_path, monkeypatch):
 def test_a_bad_slot_count_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(SLOTS_ENV, "two")
     monkeypatch.delenv("PLGD_SPARK_LOCK_HELD", raising=False)
-    with pytest.raises(ValueError, match="PLGD_SPARK_SLOTS='two'"):
-        with spark_lock(str(tmp_path / "spark.lock")):
-            pass
+    with pytest.raises(ValueError, match="PLGD_SPARK_SLOTS='two'"), spark_lock(str(tmp_path / "spark.lock")):
+        pass

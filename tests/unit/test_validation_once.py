@@ -4,9 +4,9 @@ the owner-wide filter ``plgd.owners.{owner}.>`` has one builder (``plgd.subjects
 
 from __future__ import annotations
 
-from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.plgd import subjects
+from airflow_provider_plgd.tables import ledger
 
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from airflow_provider_plgd.spark.fold.columns import BASE_COLUMNS, COLUMNS_BY_EVENT_TYPE
 from airflow_provider_plgd.spark.fold.device import fold_device
@@ -82,7 +83,7 @@ def fold_bucket_arrow(
             part = events.filter(pc.equal(kinds, et)).select([c for c in dict.fromkeys(wanted) if c in present])
             for row in part.to_pylist():
                 by_device[row[device_column]].append(row)
-    previous = dict(zip(states.column("device_id").to_pylist(), states.column("state_json").to_pylist()))
+    previous = dict(zip(states.column("device_id").to_pylist(), states.column("state_json").to_pylist(), strict=True))
     stats = FoldStats()
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in table_schemas}
     for device_id in sorted(set(by_device) | set(previous)):
@@ -112,7 +113,7 @@ def fold_bucket_arrow(
             if other == name:
                 columns[other] = pa.StructArray.from_arrays(
                     [data.column(c).chunk(0) if data.column(c).num_chunks else pa.array([], f.type)
-                     for c, f in zip(schema.names, schema)],
+                     for c, f in zip(schema.names, schema, strict=True)],
                     fields=list(schema),
                 )
             else:

@@ -30,6 +30,6 @@ COLUMNS_BY_EVENT_TYPE: dict[str, tuple[str, ...]] = {
 #: Every ``events`` column the rebuild reads: the fold's columns plus the device keys
 #: (``device_id``/``group_id``; ``device_ids`` of identity-store events).
 FOLD_INPUT_COLUMNS: tuple[str, ...] = tuple(c for c in dict.fromkeys(
-    BASE_COLUMNS + ("device_id", "group_id", "device_ids")
-    + tuple(c for cols in COLUMNS_BY_EVENT_TYPE.values() for c in cols)
+    (*BASE_COLUMNS, "device_id", "group_id", "device_ids",
+     *(c for cols in COLUMNS_BY_EVENT_TYPE.values() for c in cols))
 ))

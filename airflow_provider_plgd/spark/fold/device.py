@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.spark.fold.rules import _APPLY, _no_rule
@@ -25,7 +26,6 @@ from airflow_provider_plgd.spark.fold.state import (
     expire_pendings,
     new_device_state,
 )
-
 
 # ---------------------------------------------------------------------------------------------
 # Generic aggregate fold (§4.3, §4.9)

@@ -51,9 +51,9 @@ def _change_is_stale(latest: dict[str, Any] | None, ev: dict[str, Any]) -> bool:
     """RA ``ValidateSequence`` + ``Equal`` (§4.4): True when ``ev`` must not replace ``latest``."""
     if latest is None:
         return False
-    if (ev.get("connection_id") or "") == (latest.get("connection_id") or ""):
-        if (ev.get("sequence") or 0) <= (latest.get("sequence") or 0):
-            return True  # same connection and not a strictly newer sequence
+    if ((ev.get("connection_id") or "") == (latest.get("connection_id") or "")
+            and (ev.get("sequence") or 0) <= (latest.get("sequence") or 0)):
+        return True  # same connection and not a strictly newer sequence
     return (
         ev.get("status") == latest.get("status")
         and ev.get("coap_content_format") == latest.get("coap_content_format")

@@ -12,7 +12,8 @@ import base64
 import hashlib
 import json
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from airflow_provider_plgd.plgd.event_types import AGGREGATE_LINKS, AGGREGATE_METADATA, AGGREGATE_RESOURCE
 

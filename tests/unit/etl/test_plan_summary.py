@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 
 from airflow_provider_plgd import spark_deps, times
-from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.etl import DEFAULT_PARAMS, plan_interval, run_params_used, summarize_interval
-from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
 from airflow_provider_plgd.etl.plan import IntervalPlan
-from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.exceptions import LedgerError, UntrustedRunParamError
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.run_params import RunParams, check_run_params, run_spark_conf_policy
 from airflow_provider_plgd.spark.summary import summary_path, write_summary
+from airflow_provider_plgd.tables import ledger
+from airflow_provider_plgd.tables.layout import Layout
 
 try:  # Airflow 3.x
     from airflow.sdk.exceptions import AirflowFailException
@@ -322,8 +322,8 @@ def test_summarize_interval_expires_the_staging_of_reconciled_intervals_past_the
     vacuumed; an interval that did not reconcile keeps its staging, and so does another DAG's batch."""
     from deltalake import DeltaTable
 
-    from airflow_provider_plgd.tables import staging, staging_commits
     from airflow_provider_plgd.fetch.stager import Stager
+    from airflow_provider_plgd.tables import staging, staging_commits
 
     failed = "20260301T090000Z_20260301T100000Z"
     other = "seq-000000000001-000000000009"  # a batch of another DAG (no ledger)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, owner_groups, unrouted_targets
+from airflow_provider_plgd.tables import ledger, staging
 
 O1 = "e1407479-3136-56c0-9908-bb02fb0339e2"
 O2 = "2b2b0f3a-0000-5000-8000-000000000002"

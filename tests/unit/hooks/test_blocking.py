@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
-from airflow_provider_plgd.jetstream.blocking import blocking
 from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+from airflow_provider_plgd.jetstream.blocking import blocking
 
 
 class Counter:

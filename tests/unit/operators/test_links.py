@@ -5,18 +5,18 @@ and their registration (provider info ``extra-links``, ProvidersManager, the ser
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from airflow_provider_plgd.operators import links
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.operators.links import (
     SPARK_APP_XCOM_KEY,
     TABLES_XCOM_KEY,
     PlgdSparkApplicationLink,
     PlgdTablesLink,
 )
+from airflow_provider_plgd.tables.layout import Layout
 from tests.unit.operators.fakes import FakeTI
 
 TI_KEY = object()  # what Airflow passes as ti_key; the fake XCom only compares it
@@ -25,7 +25,7 @@ TI_KEY = object()  # what Airflow passes as ti_key; the fake XCom only compares 
 class FakeXCom:
     """``XCom.get_value(ti_key=..., key=...)`` over a dict ``{key: value}`` of one task instance."""
 
-    values: dict[str, Any] = {}
+    values: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def get_value(cls, *, ti_key: Any, key: str) -> Any:
@@ -247,7 +247,7 @@ def test_the_etl_dag_serializes_its_links():
 # --- the Spark side: what the application logs and writes --------------------------------------
 
 class FakeSpark:
-    class sparkContext:  # noqa: N801 - stands in for SparkSession.sparkContext
+    class sparkContext:  # stands in for SparkSession.sparkContext
         applicationId = "app-20261127120000-0003"
         uiWebUrl = "http://worker-1.example:4041"
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -102,7 +104,7 @@ def test_dag_settings_the_runs_spark_conf_param_and_the_drivers_python(spark_tas
                    PYSPARK_DRIVER_PYTHON: sys.executable, "spark.executor.memory": "3g"}
     got = confs(run({"spark_conf": '{"spark.sql.shuffle.partitions": 8}'})["argv"])  # a JSON string too
     assert got["spark.sql.shuffle.partitions"] == "8" and got["spark.executor.cores"] == "1"
-    with pytest.raises(ValueError, match="run param 'spark_conf'.*nested"):
+    with pytest.raises(ValueError, match=r"run param 'spark_conf'.*nested"):
         run({"spark_conf": {"spark.executor.memory": {"nested": 1}}})
 
 
@@ -167,7 +169,7 @@ def test_the_dag_author_extends_the_allowlist(spark_task, tmp_path):
                                               "spark.executor.memory": "1g"}}})
     got = confs(json.loads((tmp_path / "submitted.json").read_text())["argv"])
     assert got[PYSPARK_DRIVER_PYTHON] == "/usr/bin/python3" and got["spark.executor.memory"] == "1g"
-    with pytest.raises(UntrustedRunParamError, match="spark.executor.cores"):  # not in this DAG's list
+    with pytest.raises(UntrustedRunParamError, match=re.escape("spark.executor.cores")):  # not in this DAG's list
         decode.execute({"params": {"spark_conf": {"spark.executor.cores": "2"}}})
 
 
@@ -200,7 +202,7 @@ def test_execution_timeout_fails_clearly_and_kills_spark_submit(spark_task, monk
     message = str(err.value)
     assert "plgd-decode-events" in message and "0:00:01" in message and "spark.driver.host" in message
     assert "spark.executor.memory" in message
-    pid = json.loads(open(os.environ["PLGD_TEST_SUBMITTED"]).read())["pid"]
+    pid = json.loads(Path(os.environ["PLGD_TEST_SUBMITTED"]).read_text())["pid"]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

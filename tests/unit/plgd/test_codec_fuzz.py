@@ -112,7 +112,8 @@ def test_payload_of_another_subject(i, j):
         assert reason == "ok"
 
 
-token = st.lists(st.sampled_from(list("abcdef0123456789-_.*> /\t\x00\u00e9\u2603") + [
+token = st.lists(st.sampled_from([
+    *"abcdef0123456789-_.*> /\t\x00\u00e9\u2603",
     "plgd", "owners", "devices", "resources", "registrations", "metadata", "resource-links", "leadrt",
     "resourcechanged", "devicesregistered", "devicemetadataupdated", "resourcelinkspublished"]),
     max_size=6).map("".join)
@@ -133,7 +134,7 @@ def test_random_subjects(i, parts, mutate):
 
 
 @FUZZ
-@given(data=st.binary(max_size=300), et=st.sampled_from(sorted(EVENT_TYPES) + [None, "nope"]))
+@given(data=st.binary(max_size=300), et=st.sampled_from([*sorted(EVENT_TYPES), None, "nope"]))
 def test_format_decoders_directly(data, et):
     for call in (lambda: codec.decode_resource_aggregate_payload(data),
                  lambda: codec.decode_identity_store_payload(data, et)):

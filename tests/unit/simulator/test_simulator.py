@@ -14,13 +14,14 @@ from airflow_provider_plgd.plgd import codec, ids, lead_resource_type, subjects
 from airflow_provider_plgd.plgd.content import content_to_json
 from airflow_provider_plgd.plgd.event_types import LIVE_EVENT_TYPES, SNAPSHOT_EVENT_TYPES
 from airflow_provider_plgd.plgd.msgid import message_id
+from airflow_provider_plgd.plgd.tables import SNAPSHOT_SCHEMAS
 from airflow_provider_plgd.simulator import (
     SNAPSHOT_TABLES,
     SimulationConfig,
+    cli,
     expected_state,
     generate,
 )
-from airflow_provider_plgd.simulator import cli
 from airflow_provider_plgd.simulator.encode import encode_record, to_message
 from airflow_provider_plgd.simulator.records import (
     EMPTY_CONTENT,
@@ -33,7 +34,6 @@ from airflow_provider_plgd.simulator.records import (
     TwinSync,
 )
 from airflow_provider_plgd.simulator.state import StateFold
-from airflow_provider_plgd.plgd.tables import SNAPSHOT_SCHEMAS
 from plgd_devtools.ground_truth import GroundTruth
 
 ALL_FAULTS = dict(duplicates=0.05, corrupt=4, old_hub_snapshots=True, version_gaps=True, unregister=True)
@@ -605,7 +605,7 @@ def test_cli_dry_run_writes_ground_truth(tmp_path, capsys):
     assert summary["config"]["leadrt"] == "first" and summary["config"]["corrupt"] == 3
     assert summary["config"]["old_hub_snapshots"] and summary["config"]["unregister"]
     again = tmp_path / "gt2"
-    assert cli.main(argv[:-1] + [str(again)]) == 0
+    assert cli.main([*argv[:-1], str(again)]) == 0
     assert (again / "state_1.json").read_text() == (tmp_path / "gt" / "state_1.json").read_text()
 
 

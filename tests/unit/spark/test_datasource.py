@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import random
 
 import pyarrow as pa
@@ -12,11 +13,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from airflow_provider_plgd.jetstream import counting  # noqa: E402
-from airflow_provider_plgd.jetstream.connection import JetStreamSettings  # noqa: E402
-from airflow_provider_plgd.jetstream.messages import StreamMessage  # noqa: E402
-from airflow_provider_plgd.spark import datasource as ds  # noqa: E402
-from airflow_provider_plgd.tables.staging import SCHEMA  # noqa: E402
+from airflow_provider_plgd.jetstream import counting
+from airflow_provider_plgd.jetstream.connection import JetStreamSettings
+from airflow_provider_plgd.jetstream.messages import StreamMessage
+from airflow_provider_plgd.spark import datasource as ds
+from airflow_provider_plgd.tables.staging import SCHEMA
 
 SECRET = "hunter2-very-secret"
 
@@ -113,17 +114,17 @@ def test_split_range_bounds_every_partition(monkeypatch, seed):
 
     async def count_boundaries(api, stream, subject_filter, boundaries):
         calls.append(len(boundaries))
-        return [sum(1 for s in matching if a <= s < b) for a, b in zip(boundaries, boundaries[1:])]
+        return [sum(1 for s in matching if a <= s < b) for a, b in itertools.pairwise(boundaries)]
 
     monkeypatch.setattr(counting, "count_boundaries", count_boundaries)
     limit = rnd.choice([1, 3, 17, 100])
     ranges = asyncio.run(counting.split_range(None, "EVENTS", "plgd.>", first, stop, limit))
     assert ranges[0][0] == first and ranges[-1][1] == stop
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))  # contiguous
     assert all(c == sum(1 for s in matching if a <= s < b) for a, b, c in ranges)  # exact
     assert all(c <= limit for _, _, c in ranges)
     # merged: two neighbours never fit together
-    assert all(x[2] + y[2] > limit for x, y in zip(ranges, ranges[1:]))
+    assert all(x[2] + y[2] > limit for x, y in itertools.pairwise(ranges))
     total = sum(1 for s in matching if first <= s < stop)
     assert len(ranges) <= max(1, 2 * -(-total // limit))
     assert asyncio.run(counting.split_range(None, "EVENTS", None, 5, 5, 10)) == []

@@ -11,21 +11,22 @@ import collections
 import hashlib
 import json
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 import cbor2
 import pyarrow as pa
-import pyarrow.parquet  # noqa: F401  (pa.parquet)
+import pyarrow.parquet
 import pytest
 
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd import codec, ids, subjects
 from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.plgd.pb import eventbus_pb2
 from airflow_provider_plgd.plgd.pb import identitystore_pb2 as isp
 from airflow_provider_plgd.plgd.pb import resourceaggregate_pb2 as ra
 from airflow_provider_plgd.spark import schemas
-from airflow_provider_plgd.spark.decode_job import EVENTS_PARTITIONS
 from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts, decode_batches
+from airflow_provider_plgd.spark.decode_job import EVENTS_PARTITIONS
+from airflow_provider_plgd.tables import staging
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 OWNER_RAW = "alice"
@@ -353,7 +354,7 @@ def _fix_nested_json(row: dict, expected: dict) -> None:
     exp_snap = expected["resource_snapshot"]
     exp_items = [exp_snap["latest_resource_change"]] + [p for k in ("create", "retrieve", "update", "delete")
                                                         for p in exp_snap[f"{k}_pendings"]]
-    for got, exp in zip(items, exp_items):
+    for got, exp in zip(items, exp_items, strict=True):
         if exp.get("content_data") is not None:
             assert json.loads(got["content_json"]) == {"power": 5, "state": True}
             exp["content_json"] = got["content_json"]
@@ -401,7 +402,7 @@ def test_corrupt_rows_are_quarantined_with_reason():
     assert out.num_rows == len(rows)
     got = rows_by_seq(out)
     raw = rows_by_seq(batch)
-    for k, (reason, row_in) in enumerate(corrupt):
+    for k, (reason, _row_in) in enumerate(corrupt):
         seq = k + 2
         row = got[seq]
         assert row["reason"] == reason, (reason, row["detail"])
@@ -501,7 +502,7 @@ def test_partitioned_writer_deterministic_files(tmp_path):
     batch = staging_batch([(s, d) for _, s, d, _ in cases])
     out = decode_batch(batch, INTERVAL).select(list(schemas.EVENTS_COLUMNS))
     files = []
-    for attempt in range(2):  # a retried task attempt rewrites the same names with the same content
+    for _attempt in range(2):  # a retried task attempt rewrites the same names with the same content
         w = ArrowPartitionedWriter(str(tmp_path / "ev"), 7, schemas.EVENTS_SCHEMA, EVENTS_PARTITIONS,
                                    write_id="w1", row_group_rows=4)
         w.write(out.slice(0, 10))
@@ -533,8 +534,8 @@ def test_py_files_zip(tmp_path):
 
     path = build_py_files_zip(tmp_path / "deps")
     assert path.endswith(ZIP_NAME)
-    first = open(path, "rb").read()
-    assert build_py_files_zip(tmp_path / "deps") == path and open(path, "rb").read() == first  # deterministic
+    first = Path(path).read_bytes()
+    assert build_py_files_zip(tmp_path / "deps") == path and Path(path).read_bytes() == first  # deterministic
     names = zipfile.ZipFile(path).namelist()
     for needed in ("airflow_provider_plgd/__init__.py", "airflow_provider_plgd/tables/staging.py",
                    "airflow_provider_plgd/tables/run_summary.py", "airflow_provider_plgd/plgd/codec.py",
@@ -595,7 +596,7 @@ def test_rdd_task_reads_its_row_groups_and_writes_both_tables(tmp_path, monkeypa
     units = staging_units([staged], slice_rows=5)  # row ranges that do not follow the row groups (7 rows)
     assert sum(u[2] for u in units) == len(rows) and len(units) == -(-len(rows) // 5)
     starts = sorted(u[1] for u in units)
-    assert starts[0] == 0 and all(b - a in (5, 4) for a, b in zip(starts, starts[1:] + [len(rows)]))
+    assert starts[0] == 0 and all(b - a in (5, 4) for a, b in zip(starts, [*starts[1:], len(rows)], strict=True))
     tasks = plan_tasks(units, 2, min_rows=10)
     assert 1 < len(tasks) < len(units)
     ev, q = str(tmp_path / "ev"), str(tmp_path / "q")

@@ -184,10 +184,10 @@ def test_decode_app_cli_setting():
 
     base = ["--root", "/r", "--interval-id", INTERVAL]
     assert parse_args(base).max_content_bytes == codec.DEFAULT_MAX_DECODED_BYTES == 4 * MiB
-    assert parse_args(base + ["--max-content-bytes", "1048576"]).max_content_bytes == MiB
+    assert parse_args([*base, "--max-content-bytes", "1048576"]).max_content_bytes == MiB
     for bad in ("0", "-1", "4MiB"):
         with pytest.raises(SystemExit):
-            parse_args(base + ["--max-content-bytes", bad])
+            parse_args([*base, "--max-content-bytes", bad])
 
 
 def test_etl_dag_passes_the_dag_authors_limit_to_the_decode_app():

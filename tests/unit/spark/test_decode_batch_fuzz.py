@@ -27,9 +27,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
 from airflow_provider_plgd.spark.decode_batch import decode_batch, decode_batch_parts
+from airflow_provider_plgd.tables import staging
 
 INTERVAL = "20260101T000000Z_20260101T010000Z"
 PUBLISHED = datetime(2026, 1, 1, 0, 10, tzinfo=timezone.utc)
@@ -119,7 +119,7 @@ def test_fetched_equals_decoded_plus_quarantined(rows):
             assert r["msg_id"] == (headers["Nats-Msg-Id"] if headers else m.msg_id)
     # the mutations that can never decode are always quarantined, with the expected reasons
     by_seq = {r["stream_seq"]: r for r in result}
-    for seq, (mutation, m, subject, data, headers) in expect.items():
+    for seq, (mutation, *_) in expect.items():
         if mutation == "empty":
             assert by_seq[seq]["reason"] in ("bad_protobuf", "bad_snappy"), by_seq[seq]["detail"]
         if mutation in ("valid", "header"):
@@ -130,7 +130,7 @@ def test_every_mutation_kind_is_exercised_and_reasons_reconcile():
     """A fixed large batch: counts per reason add up, and most reasons occur."""
     rng = random.Random(1)
     rows = [(rng.randrange(10_000), MUTATIONS[k % len(MUTATIONS)], rng.randrange(2**32)) for k in range(800)]
-    batch, expect = build(rows)
+    batch, _expect = build(rows)
     result = decode_batch(batch, INTERVAL).to_pylist()
     reasons = Counter(r["reason"] for r in result if r["reason"] is not None)
     decoded = sum(1 for r in result if r["reason"] is None)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from airflow_provider_plgd.spark import dedupe_decision
-from airflow_provider_plgd.spark import snapshot_buckets
+from airflow_provider_plgd.spark import dedupe_decision, snapshot_buckets
 
 
 def keys(rows):
     """Key rows ``(msg_id, stream, stream_seq, subject, event_type[, content_digest])`` (digest 0
     when left out: one content per ID)."""
     rows = [tuple(r) + (0,) * (6 - len(r)) for r in rows]
-    cols = list(zip(*rows)) if rows else [[]] * 6
+    cols = list(zip(*rows, strict=True)) if rows else [[]] * 6
     return pa.table({
         "msg_id": pa.array(cols[0], pa.string()), "stream": pa.array(cols[1], pa.string()),
         "stream_seq": pa.array(cols[2], pa.int64()), "subject": pa.array(cols[3], pa.string()),

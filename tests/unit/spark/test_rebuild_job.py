@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.spark import rebuild_job
 from airflow_provider_plgd.tables import snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
 
 I1, I3 = "20260101T000000Z_20260101T010000Z", "20260101T020000Z_20260101T030000Z"
 V1, V3 = "20260101T010000Z", "20260101T030000Z"
@@ -25,9 +25,9 @@ def deduped(root: Path, interval: str, name: str, rows: int, *, files: int = 1, 
     gets another subject."""
     import pyarrow as pa
 
-    from airflow_provider_plgd.tables import content, delta_tables, file_records
     from airflow_provider_plgd.spark import schemas
     from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+    from airflow_provider_plgd.tables import content, delta_tables, file_records
     from airflow_provider_plgd.tables.storage import to_fs
 
     uri = delta_tables.interval_table_uri(Layout.of(str(root)), delta_tables.EVENTS_DEDUPED)
@@ -86,7 +86,7 @@ def test_a_snapshot_no_longer_in_the_log_cannot_be_compared(tmp_path):
 
     deduped(tmp_path, I1, "part-00000-w1", 1)
     latest = {"version": V3, "interval_id": I3}
-    with pytest.raises(ChainRepairError, match="no snapshot in the Delta log .* records folding it"):
+    with pytest.raises(ChainRepairError, match=r"no snapshot in the Delta log .* records folding it"):
         rebuild_job.check_older_interval(Layout.of(str(tmp_path)), Layout.of(str(tmp_path)), latest, I1)
     snapshot(tmp_path, V1, I1, None)  # a record without inputs
     with pytest.raises(ChainRepairError, match="records folding it"):
@@ -101,8 +101,8 @@ def test_a_narrower_selection_than_the_intervals_earlier_run_is_refused():
     """``ledger_guards.check_selection_covers``: the owners the earlier run staged messages for (its fetch
     records), its unrouted messages (every owner selected only) and its event types must all be
     selected again; a version-1 plan's per-owner counts count the same way."""
-    from airflow_provider_plgd.tables import ledger_guards
     from airflow_provider_plgd.exceptions import NarrowerRerunError
+    from airflow_provider_plgd.tables import ledger_guards
 
     types = ["devicesregistered", "resourcechanged"]
     earlier = {"version": 2, "interval_id": I1, "owners": None, "event_types": types}

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import chain, delta_tables, file_records, ledger
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.dedupe_job import MSGID_INDEX_SCHEMA
+from airflow_provider_plgd.tables import chain, delta_tables, file_records, ledger
+from airflow_provider_plgd.tables.layout import Layout
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 IDS = [times.interval_id(T0 + timedelta(hours=k), T0 + timedelta(hours=k + 1)) for k in range(6)]
@@ -113,8 +113,8 @@ def test_a_rerun_that_changes_an_older_intervals_ids_makes_the_later_ones_stale(
     fewer makes I1 and I2 stale; a run of I2 or later is refused before any commit (it would fold
     I1); I1 may run (its rerun is the repair), and I1's rerun clears it; a rerun older than a
     snapshot whose parent is gone from the log is refused."""
-    from plgd_devtools import interval_tables
     from airflow_provider_plgd.simulator import SimulationConfig, generate
+    from plgd_devtools import interval_tables
 
     root = str(tmp_path)
     sim = generate(SimulationConfig(seed=2, owners=1, devices_per_owner=2, resources_per_device=1, intervals=3,

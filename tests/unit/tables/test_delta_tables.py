@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables import delta_tables, file_records
 from airflow_provider_plgd.exceptions import OldLayoutError, TableCommitError
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
+from airflow_provider_plgd.tables import delta_tables, file_records
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.storage import to_fs
 
 PARTITIONS = delta_tables.INTERVAL_TABLES[delta_tables.EVENTS]

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd import times
-from airflow_provider_plgd.tables import ledger, ledger_guards
 from airflow_provider_plgd.exceptions import IntervalGapError, LedgerError
+from airflow_provider_plgd.tables import ledger, ledger_guards
+from airflow_provider_plgd.tables.layout import Layout
 
 H0 = datetime(2026, 11, 23, 10, tzinfo=timezone.utc)
 

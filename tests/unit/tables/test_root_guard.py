@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from typing import ClassVar
 
 import pyarrow as pa
 import pytest
@@ -113,7 +114,7 @@ def test_the_params_of_a_run_are_the_dags_updated_with_its_own_conf():
     defaults = {"owners": [], "storage_root": "/lake"}
 
     class Run:
-        conf = {"storage_root": "/views/a"}
+        conf: ClassVar[dict[str, str]] = {"storage_root": "/views/a"}
 
     # the tasks' params of an earlier run in this process held owners=[A]; the run's own conf has none
     context = {"dag_run": Run(), "params": {"owners": ["A"], "storage_root": "/views/a"}}

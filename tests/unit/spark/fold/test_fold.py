@@ -15,10 +15,10 @@ from collections import Counter
 
 import pytest
 
-from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.plgd import event_types, ids
 from airflow_provider_plgd.spark import fold, snapshot_buckets
 from airflow_provider_plgd.spark.fold import FoldStats, dumps_state, fold_device, loads_state
+from airflow_provider_plgd.tables.layout import Layout
 
 DEV = "00000000-0000-0000-0000-000000000001"
 OWNER = "e1407479-3136-56c0-9908-bb02fb0339e2"
@@ -691,12 +691,12 @@ def test_fold_bucket_arrow_matches_device_rows():
     assert out.schema == fold.fold_output_schema(table_schemas)
     by_table = Counter(out.column("table").to_pylist())
     assert by_table == {"_device_state": 1, "resources": 1, "device_metadata": 1, "owner_devices": 1, "_stats": 1}
-    state_row = [r for r in out.to_pylist() if r["table"] == "_device_state"][0]["_device_state"]
+    state_row = next(r for r in out.to_pylist() if r["table"] == "_device_state")["_device_state"]
     assert state_row["next_expiry_ns"] == END + SEC
     expected = fold.device_rows(loads_state(state_row["state_json"]), END)
     got_res = [r["resources"] for r in out.to_pylist() if r["table"] == "resources"]
     assert got_res == expected["resources"]
-    stats = json.loads([r for r in out.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
+    stats = json.loads(next(r for r in out.to_pylist() if r["table"] == "_stats")["stats_json"])
     assert stats["applied"] == 3 and stats["devices"] == 1
     # second batch: no new events, only the state with a pending expiring before the next snapshot
     states = pa.table({"device_id": [DEV], "next_expiry_ns": [END + SEC], "state_json": [state_row["state_json"]],
@@ -755,7 +755,7 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
     second = snapshot_buckets.rebuild_bucket(
         events([changed(1, b"new", sequence=99)]), snapshots=Layout.of(str(tmp_path)), run_id="b", old_files=old,
         table_schemas=table_schemas, snapshot_time_ns=END + SEC)
-    stats = json.loads([r for r in second.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
+    stats = json.loads(next(r for r in second.to_pylist() if r["table"] == "_stats")["stats_json"])
     assert stats["devices"] == 1
     res = resources(second)
     assert [(r["device_id"], r["version"]) for r in res] == [(DEV, 1), (dev_b, 1)]
@@ -765,11 +765,11 @@ def test_rebuild_bucket_refolds_touched_devices_and_copies_the_rest(tmp_path):
     marker = events([{"device_id": None}])
     third = snapshot_buckets.rebuild_bucket(marker, snapshots=Layout.of(str(tmp_path)), run_id="c", old_files=files(second),
                                           table_schemas=table_schemas, snapshot_time_ns=END + 10 * SEC)
-    stats = json.loads([r for r in third.to_pylist() if r["table"] == "_stats"][0]["stats_json"])
+    stats = json.loads(next(r for r in third.to_pylist() if r["table"] == "_stats")["stats_json"])
     assert stats == {"devices": 1, "expired_pendings": 1}
     res = resources(third)
     assert res[1]["update_pendings"] == [] and res[0]["version"] == 1
-    assert [r for r in third.to_pylist() if r["table"] == "_device_state"][0]["next_expiry_ns"] is None
+    assert next(r for r in third.to_pylist() if r["table"] == "_device_state")["next_expiry_ns"] is None
 
 
 def test_spark_apps_run_from_the_py_files_zip_alone(tmp_path):
