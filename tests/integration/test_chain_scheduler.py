@@ -4,7 +4,9 @@ older than the chain's head (cases 5 and 6 of "No silent loss, round 4").
 Real components (``AirflowStack`` of ``test_backfill.py``: api-server, scheduler with the
 ``LocalExecutor``, dag-processor, triggerer, on PostgreSQL), a real nats-server with simulated plgd
 traffic, real ``spark-submit`` (``local[2]``). Three catchup intervals: A (devices registered),
-B (no message), C (other devices registered).
+B (no message), C (other devices registered). This is the test of the scheduler's ``spark-submit``
+path (``test_backfill.py`` runs its Spark tasks on Spark Connect; docs/testing.md, "Which test
+proves what"): keep it on ``spark-submit``.
 
 1. **Spark outage during A.** ``spark-submit`` fails while a flag file exists (a wrapper first on
    the PATH of the Airflow components): A's ``decode`` fails; then the outage ends. B holds no message, so its Spark tasks
