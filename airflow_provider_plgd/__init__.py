@@ -6,6 +6,8 @@ The provider registers itself through the ``apache_airflow_provider`` entry poin
 
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 DISTRIBUTION_NAME = "airflow-provider-plgd"
 
@@ -25,7 +27,5 @@ def __getattr__(name: str):
     ``read_snapshot(root, table, version=None, *, as_of=None) -> pyarrow.Table`` and
     ``latest_snapshot(root) -> dict | None`` (the latest snapshot's record), imported on first use."""
     if name in _PUBLIC:
-        import importlib
-
         return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

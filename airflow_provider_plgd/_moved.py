@@ -17,6 +17,7 @@ from types import ModuleType
 def deprecation_category() -> type[DeprecationWarning]:
     """Airflow's ``AirflowProviderDeprecationWarning`` when Airflow is importable (a Spark
     executor has no Airflow), else ``DeprecationWarning``."""
+    # lazy: a Spark executor has no Airflow
     try:
         from airflow.exceptions import AirflowProviderDeprecationWarning
     except ImportError:

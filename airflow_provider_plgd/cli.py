@@ -49,6 +49,7 @@ def _hook(args: argparse.Namespace) -> Any:
     """A ``JetStreamHook`` for ``--conn-id`` or ``--servers``, or None."""
     if not (args.conn_id or args.servers):
         return None
+    # lazy: Airflow loads only for a subcommand that talks to a server (--help stays fast)
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
     from airflow_provider_plgd.jetstream.connection import settings_from_connection
 
@@ -62,6 +63,7 @@ def _hook(args: argparse.Namespace) -> Any:
 
 def status_main(args: argparse.Namespace) -> int:
     """``plgd-etl status``: print the view; 1 when it has problems (``ChainStatus.problems``)."""
+    # lazy: the table readers (pyarrow, deltalake) load only for this subcommand
     from airflow_provider_plgd.status import DEFAULT_RECENT, chain_status, format_status, with_stream_lag
 
     if args.creds_file and not args.servers:

@@ -29,13 +29,18 @@ The table of who may set what: ``docs/operations.md``, "Who may set what".
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.coerce import parse_bool
-from airflow_provider_plgd.exceptions import UntrustedRunParamError
+from airflow_provider_plgd.coerce import parse_bool, token_list
+from airflow_provider_plgd.exceptions import PipelineIdentityError, StorageRootOverlapError, UntrustedRunParamError
+from airflow_provider_plgd.fetch.selection import Selection
+from airflow_provider_plgd.jetstream.connection import check_stream_name
+from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+from airflow_provider_plgd.tables.layout import Layout
 
 __all__ = [
     "DEFAULT_RUN_SPARK_CONF_KEYS",
@@ -156,8 +161,6 @@ def env_storage_roots(variable: str = STORAGE_ROOTS_ENV) -> list[str]:
 
     :raises ValueError: not a JSON list of strings (names the variable and the value).
     """
-    import os
-
     value = os.environ.get(variable, "").strip()
     if not value:
         return []
@@ -184,8 +187,8 @@ def check_run_storage_root(value: Any, allowed: Iterable[str], jetstream_conn_id
         differently (``normalize_storage_root``'s refusals), or a root nobody allowed (named, with
         the allowed ones).
     """
+    # lazy: the hooks and storage-root checks load when a run is checked, not when a DAG file is parsed
     from airflow_provider_plgd.hooks.base import connection_storage_root
-    from airflow_provider_plgd.tables.layout import Layout
     from airflow_provider_plgd.tables.storage_root import same_or_below
 
     if value is None or value == "":
@@ -241,11 +244,6 @@ def check_run_params(params: Mapping[str, Any], *, spark_conf_policy: Mapping[st
 
     :raises UntrustedRunParamError: the first param that fails, named with its value.
     """
-    from airflow_provider_plgd.coerce import token_list
-    from airflow_provider_plgd.fetch.selection import Selection
-    from airflow_provider_plgd.jetstream.connection import check_stream_name
-    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-
     try:
         stream = check_stream_name(params.get("stream"), "run param 'stream'")
         selection = Selection.of(token_list(params.get("owners"), "owner_id"),
@@ -292,8 +290,8 @@ def own_roots(author: RunParams, jetstream_conn_id: str) -> tuple[str, ...]:
 
     :raises ValueError: a root that is refused (``normalize_storage_root``).
     """
+    # lazy: the hooks load when a run is checked, not when a DAG file is parsed
     from airflow_provider_plgd.hooks.base import connection_storage_root, resolve_layout
-    from airflow_provider_plgd.tables.layout import Layout
 
     default = resolve_layout(author.storage_root, jetstream_conn_id).root
     conn = connection_storage_root(jetstream_conn_id)
@@ -309,6 +307,7 @@ def check_root_apart(run: RunParams, author: RunParams, jetstream_conn_id: str) 
     :return: the run's root (normalised spelling).
     :raises StorageRootOverlapError: names both roots.
     """
+    # lazy: the hooks and table checks load when a run is checked, not when a DAG file is parsed
     from airflow_provider_plgd.hooks.base import resolve_layout
     from airflow_provider_plgd.tables.root_guard import check_apart_of
 
@@ -335,6 +334,7 @@ def check_identity_params(run: RunParams, author: RunParams, jetstream_conn_id: 
         the roots are compared as given).
     :raises PipelineIdentityError: names each setting, the DAG author's value and the run's.
     """
+    # lazy: the hooks and table checks load when a run is checked, not when a DAG file is parsed
     from airflow_provider_plgd.hooks.base import resolve_layout
     from airflow_provider_plgd.tables import identity
 
@@ -371,8 +371,6 @@ def check_run(params: Mapping[str, Any], author: RunParams, *, spark_conf_policy
         root inside or above one the DAG writes, or a param that changes the pipeline's identity.
         No retries.
     """
-    from airflow_provider_plgd.exceptions import PipelineIdentityError, StorageRootOverlapError
-
     checked = check_run_params(params, spark_conf_policy=spark_conf_policy, storage_roots=storage_roots,
                                jetstream_conn_id=jetstream_conn_id)
     try:

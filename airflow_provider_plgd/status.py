@@ -106,6 +106,9 @@ class ChainStatus:
     stale: tuple[str, ...] = ()
     newest_planned: str | None = None
     newest_overdue: bool = False
+    #: every planned time interval, oldest first, and those of them the stream held nothing for (the UI's timeline)
+    planned_ids: tuple[str, ...] = ()
+    empty_ids: tuple[str, ...] = ()
 
     def problems(self) -> list[str]:
         """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy."""
@@ -266,14 +269,14 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     committed = [i for i in ids if log.committed(i)]
     head = log.head("time")
     head_start = times.Interval.from_id(head).start_ns if head else None
-    holes, unfinished, empty = [], [], 0
+    holes, unfinished, empty = [], [], []
     for interval, interval_id in zip(planned, ids):
         if interval_id in committed:
             continue
         plan = ledger.read_plan(layout, stream, interval_id)
         messages = int(plan.get("total") or 0) if plan else -1
         if messages == 0:
-            empty += 1
+            empty.append(interval_id)
         elif head_start is not None and interval.start_ns < head_start:
             holes.append(IntervalCount(interval_id, messages))
         else:
@@ -306,10 +309,10 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
         wait = (planned[-1].end_ns - planned[-1].start_ns) / 1e9 if overdue_seconds is None else float(overdue_seconds)
         started = newest_plan.get("run_version")
         overdue = started is not None and time.time() - int(started) / 1000 > wait
-    return ChainStatus(layout.root, stream, len(ids), len(committed), empty, head, snapshot, tuple(holes), tuple(unfinished),
+    return ChainStatus(layout.root, stream, len(ids), len(committed), len(empty), head, snapshot, tuple(holes), tuple(unfinished),
                        tuple(failed), tuple(never), tuple(tables), None, time.monotonic() - t0,
                        int(head_plan["end_seq_exclusive"]) if head_plan else None, tuple(not_done), tuple(stale),
-                       ids[-1] if ids else None, overdue)
+                       ids[-1] if ids else None, overdue, tuple(ids), tuple(empty))
 
 
 def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:

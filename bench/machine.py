@@ -1,10 +1,21 @@
-"""Machine load readings shared by the benchmarks (Linux ``/proc/stat``).
+"""Machine load readings shared by the benchmarks (Linux ``/proc/stat``), the machine's description
+(:func:`machine`, :func:`uptime`) and the lock that keeps two Spark benchmarks apart (:func:`exclusive_lock`).
 
 The figures of a benchmark on a shared machine are only comparable with the load they ran under;
 each bench prints how busy the CPUs were during its measurement.
 """
 
 from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import platform
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
 
 
 def proc_stat() -> tuple[int, int]:
@@ -61,3 +72,51 @@ def parallel_scaling(loops: int = 5_000_000, rounds: int = 3) -> dict[str, float
             one = min(one, pool.apply(_spin, (loops,)))
             two = min(two, max(pool.map(_spin, [loops, loops], chunksize=1)))
     return {"one_s": round(one, 3), "two_s": round(two, 3), "scaling": round(2 * one / two, 2)}
+
+
+def uptime() -> dict[str, Any]:
+    """``{"time": ISO UTC, "uptime": the uptime command's line, "loadavg": [1, 5, 15 min]}``."""
+    try:
+        line = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        line = ""
+    return {"time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "uptime": line,
+            "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory (bytes) and versions of the parts under test."""
+    model = ""
+    with contextlib.suppress(OSError):
+        model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("model name")), "")
+    mem = 0
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        mem = int(next(ln for ln in meminfo if ln.startswith("MemTotal")).split()[1]) * 1024
+    versions = {}
+    for mod in ("airflow", "pyspark", "nats"):
+        with contextlib.suppress(Exception):
+            versions[mod] = __import__(mod).__version__
+    return {"cpu": model, "cores": os.cpu_count(), "mem_bytes": mem, "python": platform.python_version(),
+            "kernel": platform.release(), **versions}
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | None):
+    """Hold an exclusive ``flock`` on ``path`` (None/'' = no lock); prints when it had to wait."""
+    if not path:
+        yield 0.0
+        return
+    with open(path, "a") as fh:
+        t0 = time.monotonic()
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[e2e] waiting for the lock {path} (another Spark job runs) ...", flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        waited = time.monotonic() - t0
+        try:
+            yield waited
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

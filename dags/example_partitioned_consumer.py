@@ -50,6 +50,7 @@ if PartitionedAssetTimetable is not None:
         @task
         def interval_rows(**context: Any) -> dict[str, Any]:
             """Read the run's interval (its partition key) of ``events_deduped`` (module docstring)."""
+            # lazy: in the task, so that parsing this DAG file stays light (Airflow's best practice)
             import logging
 
             import polars as pl

@@ -67,6 +67,7 @@ def staging_summary(fetched: dict[str, Any]) -> dict[str, Any]:
 
     :param fetched: the fetch task's XCom (``JetStreamToStagingOperator`` return value).
     """
+    # lazy: in the task, so that parsing this DAG file stays light (Airflow's best practice)
     import logging
 
     from airflow_provider_plgd.plgd.subjects import parse_subject

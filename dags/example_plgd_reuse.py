@@ -41,6 +41,7 @@ def count_event_types(fetched: dict[str, Any]) -> dict[str, Any]:
     :param fetched: the ``JetStreamToStagingOperator`` XCom (``root``, ``stream``, ``batches``:
         ``[{"owner_id", "event_type", "interval_id", ...}]``).
     """
+    # lazy: in the task, so that parsing this DAG file stays light (Airflow's best practice)
     from airflow_provider_plgd.plgd.subjects import parse_subject
     from airflow_provider_plgd.tables import staging
 

@@ -57,6 +57,7 @@ with DAG(
     @task
     def devices_online(params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Count devices and online devices per owner in the latest snapshot (see the module docstring)."""
+        # lazy: in the task, so that parsing this DAG file stays light (Airflow's best practice)
         import logging
 
         from airflow_provider_plgd import latest_snapshot, read_snapshot

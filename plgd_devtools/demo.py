@@ -26,7 +26,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from airflow_provider_plgd import times
+from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
+from airflow_provider_plgd.tables import ledger
+from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.ground_truth import GroundTruth
+from plgd_devtools.nats_server import NatsServer, recreate_stream
+from plgd_devtools.snapshot_compare import compare_snapshot, print_snapshot_summary
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,10 +78,6 @@ def _run(cmd: list[str], env: dict[str, str], log: Path) -> None:
 
 def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> None:
     """Print the interval ledger's chain of one interval (``_ledger/.../summary.json``)."""
-    from airflow_provider_plgd import times
-    from airflow_provider_plgd.tables import ledger
-    from airflow_provider_plgd.tables.layout import Layout
-
     summary = ledger.read_summary(Layout.of(root), stream, times.interval_id(start, end))
     chain = summary["chain"] if summary else {}
     print(f"[demo]   ledger: stream holds {chain.get('stream_total')} = staged {chain.get('staged')} "
@@ -87,10 +89,6 @@ def print_ledger(root: Path, stream: str, start: datetime, end: datetime) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; return the process exit status (0 = snapshot equals ground truth)."""
-    from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from plgd_devtools.nats_server import NatsServer, recreate_stream
-    from plgd_devtools.snapshot_compare import compare_snapshot, print_snapshot_summary
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--owners", type=int, default=3)
     parser.add_argument("--devices", type=int, default=4, help="devices per owner")

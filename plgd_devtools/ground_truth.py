@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_plgd.simulator.generator import Simulation
@@ -60,8 +61,6 @@ MESSAGES_SCHEMA = pa.schema(
 def _int_array(values, typ: pa.DataType, null_below: int | None = None) -> pa.Array:
     arr = pa.array(values, type=typ)
     if null_below is not None:
-        import pyarrow.compute as pc
-
         arr = pc.if_else(pc.less(arr, null_below), pa.scalar(None, typ), arr)
     return arr
 

@@ -24,6 +24,8 @@ import pyarrow.compute as pc
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.spark import schemas, snapshot_buckets
+from airflow_provider_plgd.spark.decode_batch import decode_batch_parts
+from airflow_provider_plgd.spark.dedupe_job import MSGID_BUCKETS, MSGID_INDEX_SCHEMA, msgid_bucket
 from airflow_provider_plgd.spark.parquet_io import write_parquet_file
 from airflow_provider_plgd.tables import delta_tables, file_records
 from airflow_provider_plgd.tables import snapshot_store as ss
@@ -47,8 +49,6 @@ def interval_ids(sim) -> list[str]:
 def decoded_intervals(sim, *, stream: str = "EVENTS") -> dict[int, tuple[pa.Table, pa.Table]]:
     """``{interval index: (events rows, quarantine rows)}`` of a simulation, decoded like decode
     does (stream sequences = publish order, ``published_at`` = the event's own timestamp)."""
-    from airflow_provider_plgd.spark.decode_batch import decode_batch_parts
-
     ids = interval_ids(sim)
     by_interval: dict[int, list[int]] = {}
     for i, message in enumerate(sim.messages):
@@ -106,8 +106,6 @@ def commit_interval_tables(root: StorageRoot, interval_id: str, events: pa.Table
     """Commit one interval to ``events`` + ``quarantine`` (app ``decode``) and, when ``dedupe``,
     to ``msgid_index`` + ``events_deduped`` (app ``dedupe``: the first row of each message ID
     kept), as the Spark applications lay them out. :return: ``{table: Delta version}``."""
-    from airflow_provider_plgd.spark.dedupe_job import MSGID_BUCKETS, MSGID_INDEX_SCHEMA, msgid_bucket
-
     run_version = time.time_ns() // 1000 if run_version is None else run_version
     write_id = f"{run_version:x}"
     layout = Layout.of(root)

@@ -29,6 +29,7 @@ import glob
 import hashlib
 import importlib.util
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -40,6 +41,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
+
+import psycopg
 
 from plgd_devtools.nats_server import free_port
 
@@ -213,8 +216,6 @@ class PostgresServer:
         return kwargs
 
     def _run_as_group(self) -> int:
-        import pwd
-
         assert self.run_as is not None  # only called with run_as
 
         try:
@@ -225,8 +226,6 @@ class PostgresServer:
 
     def _chown(self, path: Path) -> None:
         if self.run_as is not None:
-            import pwd
-
             entry = pwd.getpwnam(self.run_as)
             os.chown(path, entry.pw_uid, entry.pw_gid)
 
@@ -324,8 +323,6 @@ class PostgresServer:
         :raises ValueError: a name outside that pattern.
         :raises psycopg.errors.DuplicateDatabase: the name exists already.
         """
-        import psycopg
-
         if name is None:
             self._databases += 1
             name = f"plgd_{self._databases}_{secrets.token_hex(4)}"

@@ -12,6 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_provider_plgd.tables import snapshot_store
+from airflow_provider_plgd.tables.layout import Layout
+
 TABLES = ("resources", "device_metadata", "device_links", "owner_devices")
 
 
@@ -70,9 +73,6 @@ def read_latest_tables(root: str) -> dict[str, list[dict[str, Any]]]:
 
     :raises FileNotFoundError: if no snapshot has been committed under ``root``.
     """
-    from airflow_provider_plgd.tables import snapshot_store
-    from airflow_provider_plgd.tables.layout import Layout
-
     layout = Layout.of(root)
     if snapshot_store.latest(layout) is None:
         raise FileNotFoundError(f"no committed snapshot under {layout.snapshots_dir()} (no _device_state commit)")
@@ -81,8 +81,6 @@ def read_latest_tables(root: str) -> dict[str, list[dict[str, Any]]]:
 
 def compare_snapshot(root: Any, expected: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
     """Compare the latest snapshot under ``root`` with ``expected``; return the differences (empty = equal)."""
-    from airflow_provider_plgd.tables import snapshot_store
-
     keys = {table: snapshot_store.sort_keys(table) for table in TABLES}
     return compare_tables(read_latest_tables(str(root)), expected, keys=keys)
 

@@ -57,6 +57,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_plgd import times
 from airflow_provider_plgd.spark import app_args, snapshot_buckets
 from airflow_provider_plgd.spark.rebuild_job import run
 from airflow_provider_plgd.spark.session import run_app
@@ -70,8 +71,6 @@ def parse_snapshot_time(value: str) -> int:
 
     :raises argparse.ArgumentTypeError: anything else.
     """
-    from airflow_provider_plgd import times
-
     try:
         return times.to_ns(str(value), "--snapshot-time")
     except (TypeError, ValueError) as exc:

@@ -20,6 +20,7 @@ from airflow_provider_plgd.etl.assets import (
     staging_extra,
 )
 from airflow_provider_plgd.etl.intervals import require_data_interval
+from airflow_provider_plgd.etl.metrics import emit_interval_metrics
 from airflow_provider_plgd.etl.params import etl_params, params_of_run
 from airflow_provider_plgd.etl.plan import DEFAULT_FETCH_RANGE_MESSAGES, IntervalPlan, plan_interval
 from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summarize_interval
@@ -367,10 +368,15 @@ def build_etl_dag(
             planned_value = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
             PlgdTablesLink.persist(context, planned_value.layout)  # before a LedgerError
             lineage.report_task_lineage(context, lineage.summary_lineage, author.stream, planned_value.layout)
-            return summarize_interval(planned_value.layout, author.stream,
-                                      planned_value.interval_id, context["params"],
-                                      staging_retention_seconds=None if staging_retention is None
-                                      else staging_retention.total_seconds()).as_dict()  # the XCom edge
+            result = summarize_interval(planned_value.layout, author.stream,
+                                        planned_value.interval_id, context["params"],
+                                        staging_retention_seconds=None if staging_retention is None
+                                        else staging_retention.total_seconds()).as_dict()  # the XCom edge
+            try:  # the interval reconciled: its counts through Airflow's metrics (docs/metrics.md)
+                emit_interval_metrics(result, dag_id=dag_id, stream=author.stream)
+            except Exception:  # a metrics backend's error never fails the interval
+                _log.warning("Could not send the metrics of interval %s", planned_value.interval_id, exc_info=True)
+            return result
 
         wait >> planned
         summarize = summary()

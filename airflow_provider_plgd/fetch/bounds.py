@@ -85,3 +85,13 @@ def read_bounds(task_id: str, *, start_time: Any, end_time: Any, start_seq: Any,
         if start == end:
             raise MissingDataIntervalError(zero_width_interval_message(task_id, start))
     return "time", times.Interval.of(start, end)  # type: ignore[arg-type]  # both checked set above
+
+
+def interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, dict[str, int]]:
+    """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
+    ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
+    if mode == "time":
+        window = times.Interval.from_bounds(bounds)
+        return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
+    return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
+            {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})

@@ -6,7 +6,8 @@ stream holds (the ledger's range count, or a server count per owner or batch), r
 would commit fewer messages, reads through the hook (``JetStreamHook.aiter_batches`` or the durable
 consumer), hands each message to its (owner, event type) batch in a :class:`~.stager.Stager` on one
 worker thread (:class:`WriterThread`) while the next is read, writes the files sorted by owner,
-and commits only when staged + skipped == expected (else ``LedgerError``, nothing committed).
+and commits only when staged + skipped == expected (else ``LedgerError``, nothing committed; the
+checks: :mod:`.accounting`).
 The ETL's fetch tasks each read one stream-sequence range of the ledger's plan
 (:meth:`FetchPipeline.run_range`) and commit it in one Delta append (``staging_commits.commit_range``).
 Source of the design: ``docs/architecture.md`` ("Bounded batches", "The interval ledger",
@@ -22,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
+from airflow_provider_plgd.exceptions import LedgerError
+from airflow_provider_plgd.fetch.accounting import check_accounted, check_committed_counts, group_key, refuse_fewer
+from airflow_provider_plgd.fetch.bounds import interval_and_read_kwargs
 from airflow_provider_plgd.fetch.progress import Progress, WriterThread
 from airflow_provider_plgd.fetch.range_summary import RangeSummary
 from airflow_provider_plgd.fetch.retention import check_retained
-from airflow_provider_plgd.fetch.router import Router
+from airflow_provider_plgd.fetch.router import RangeRouter, Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import default_spool_dir, remove_stale_spools
 from airflow_provider_plgd.fetch.stager import Stager
@@ -138,9 +141,10 @@ class FetchPipeline:
         results = []
         skipped_all: dict[str, int] = {}
         for group in groups:
-            key = _group_key(group, owner_wide)
+            key = group_key(group, owner_wide)
             if mode != "durable":
-                self._refuse_fewer(layout, stream, group, bounds, mode, expected[key])
+                refuse_fewer(layout, stream, group, bounds, mode, expected[key],
+                             accept_fewer=self.settings.accept_fewer)
             skipped: dict[str, int] = {}
             if mode == "durable":
                 batches = [await self._durable_batch(stream, layout, group[0], bounds, head)]
@@ -193,8 +197,6 @@ class FetchPipeline:
             not the one the staging table records.
         :raises TableCommitError: a newer plan of the interval ran, or committed the range.
         """
-        from airflow_provider_plgd.fetch.router import RangeRouter
-
         plan, hook, settings = self.plan, self.hook, self.settings
         if plan is None or not self.ledger_dir:
             raise ValueError("a range fetch needs the interval ledger's plan and folder (ledger argument)")
@@ -270,7 +272,7 @@ class FetchPipeline:
                 stager.remove_written()
             raise
         assert done is not None  # committed by this task, an earlier attempt, or a concurrent one
-        _check_committed_counts(interval, rng.index, stager, done.files)
+        check_committed_counts(interval, rng.index, stager, done.files)
         for et, per_type in stager.summaries.items():  # the committed files (a retry counted only)
             per_type.files = sum(1 for f in done.files if f.event_type == et)
         progress.done()
@@ -296,35 +298,13 @@ class FetchPipeline:
 
     async def _expected_counts(self, stream, groups, mode, bounds, owner_wide) -> dict[str, int | None]:
         """What the stream holds for each owner (``owner_wide``) or batch, from the ledger or the server."""
-        keys = {_group_key(g, owner_wide): g for g in groups}
+        keys = {group_key(g, owner_wide): g for g in groups}
         if mode == "durable":
             return dict.fromkeys(keys)
         filters = {k: [ledger.read_filter(k)] if owner_wide else g[0].filters for k, g in keys.items()}
-        _, read = _interval_and_read_kwargs(mode, bounds)
+        _, read = interval_and_read_kwargs(mode, bounds)
         counted = await self.hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
-
-    def _refuse_fewer(self, layout, stream, group, bounds, mode, expected) -> None:
-        """Raise FewerMessagesError when ``expected`` is below what the group's batches committed before."""
-        interval, _ = _interval_and_read_kwargs(mode, bounds)
-        owner = group[0].owner
-        types = {t.event_type for t in group}
-        committed = [f for f in staging.staged_files(layout, stream, interval_id=interval, event_types=types)
-                     if staging.file_batch_owner(f.path) == owner]
-        before = sum(f.rows for f in committed)
-        if expected is None or expected >= before or self.settings.accept_fewer:
-            return
-        per_type: dict[str, int] = {}
-        for f in committed:
-            per_type[f.event_type] = per_type.get(f.event_type, 0) + f.rows
-        raise FewerMessagesError(
-            f"interval {interval}: the stream {stream!r} now holds {expected} messages for "
-            f"{'owner ' + owner if owner != staging.FILTER_OWNER else group[0].filters}, but {before} are committed in "
-            f"staging ({', '.join(f'{k}: {v}' for k, v in sorted(per_type.items()))}); a rerun "
-            "would replace them with fewer (the stream was re-created, purged, or messages were deleted). Nothing "
-            "was changed. Set accept_fewer_messages=True to replace them anyway.",
-            interval_id=interval, problems=[f"owner {owner}: stream {expected}, committed {before}"],
-        )
 
     async def _commit_group(self, worker: WriterThread, stager: Stager, layout: Layout, stream: str, interval: str,
                             group: Sequence[Target]) -> list[dict[str, Any]]:
@@ -364,7 +344,7 @@ class FetchPipeline:
         "Measurements behind design choices", M17). Before anything is written, staged + skipped
         must equal ``expected``.
         """
-        interval, read_kwargs = _interval_and_read_kwargs(mode, bounds)
+        interval, read_kwargs = interval_and_read_kwargs(mode, bounds)
         owner = group[0].owner
         label = f"{owner}/{len(group)} event types" if owner_wide else f"{owner}/{group[0].event_type}"
         progress = Progress(self.log, label, head, self.settings.progress_interval_seconds,
@@ -394,7 +374,7 @@ class FetchPipeline:
             staged = await worker.call(lambda: stager.count)
             skipped = dict(sorted(router.skipped.items())) if router is not None else {}
             what = f"owner {owner}" if owner_wide else f"{owner}/{group[0].event_type}"
-            _check_accounted(interval, what, expected, staged, skipped)
+            check_accounted(interval, what, expected, staged, skipped)
             results = await self._commit_group(worker, stager, layout, stream, interval, group)
         progress.done()
         return results, skipped
@@ -444,46 +424,6 @@ class FetchPipeline:
             return result
 
 
-def _check_committed_counts(interval: str, index: int, stager: Stager, files: Sequence[staging.StagedFile]) -> None:
-    """The committed range's files hold what this task counted, per event type (else LedgerError)."""
-    committed: dict[str, int] = {}
-    for f in files:
-        committed[f.event_type] = committed.get(f.event_type, 0) + f.rows
-    counted = {et: s.count for et, s in stager.summaries.items() if s.count}
-    if committed != counted:
-        raise LedgerError(f"interval {interval}: range {index} was committed with {dict(sorted(committed.items()))} "
-                          f"rows per event type, this task read {dict(sorted(counted.items()))}; was the stream "
-                          "changed? Run the interval again from its plan task", interval_id=interval)
-
-
-def _group_key(group: Sequence[Target], owner_wide: bool) -> str:
-    """What a group of targets is accounted as: its owner (owner-wide reads) or its batch's event type."""
-    return group[0].owner if owner_wide else group[0].event_type
-
-
-def _check_accounted(interval: str, what: str, expected: int | None, staged: int, skipped: dict[str, int]) -> None:
-    """Raise LedgerError (nothing committed yet) unless staged + skipped == expected (None: not checked)."""
-    if expected is None:
-        return
-    problems = ledger.account_problems(what, expected, staged, skipped)
-    if problems:
-        raise LedgerError(
-            f"interval {interval}: {problems[0]}; nothing was committed for it. Messages arrived or were removed "
-            "while the interval was read (is the interval complete? was the stream changed?); retry the task",
-            interval_id=interval, problems=problems,
-        )
-
-
 def _filters_text(filters: Sequence[str]) -> str:
     """A list of subject filters for a log line: all of them, or the first 3 and how many more."""
     return ", ".join(filters) if len(filters) <= 3 else f"{', '.join(filters[:3])} and {len(filters) - 3} more"
-
-
-def _interval_and_read_kwargs(mode: str, bounds: dict[str, Any]) -> tuple[str, dict[str, int]]:
-    """The staging interval ID and the ``JetStreamHook.aiter_batches`` bounds of a time (``start_ns``,
-    ``end_ns``) or sequence (``start_seq``, ``end_seq``) read."""
-    if mode == "time":
-        window = times.Interval.from_bounds(bounds)
-        return window.id, {"start_time": window.start_ns, "end_time": window.end_ns}
-    return (times.seq_interval_id(bounds["start_seq"], bounds["end_seq"]),
-            {"start_seq": bounds["start_seq"], "end_seq": bounds["end_seq"]})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 
@@ -18,8 +19,6 @@ class WriterThread:
     is drained and stopped on exit, also on errors, before the writer itself is aborted)."""
 
     def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plgd-staging-writer")
         self._pending: list[asyncio.Future] = []
 

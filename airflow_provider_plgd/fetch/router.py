@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from airflow_provider_plgd.fetch.selection import Target
+from airflow_provider_plgd.fetch.selection import Target, unrouted_targets
 from airflow_provider_plgd.jetstream.messages import StreamMessage
+from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.plgd.subjects import (
     TOKEN_OWNERS,
     TOKEN_PLGD,
     parse_subject,
+    subject_filters,
     subject_matches,
     subject_owner,
     validate_owner_id,
@@ -44,8 +46,6 @@ class Router:
     """
 
     def __init__(self, group: Sequence[Target], *, unrouted: bool = False) -> None:
-        from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-
         self.group = group
         self.unrouted = unrouted
         self.by_type: dict[str | None, int] = {t.event_type: i for i, t in enumerate(group)}
@@ -113,9 +113,6 @@ class RangeRouter:
     """
 
     def __init__(self, event_types: Sequence[str], owners: Sequence[str] | None = None) -> None:
-        from airflow_provider_plgd.fetch.selection import unrouted_targets
-        from airflow_provider_plgd.plgd.subjects import subject_filters
-
         self.event_types = tuple(event_types)
         self.owners = None if owners is None else frozenset(owners)
         self.targets = [Target("*", e, subject_filters("*", e)) for e in self.event_types] + [

@@ -10,10 +10,11 @@ Airflow connection, which is read only after the arguments passed their checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from airflow_provider_plgd.coerce import as_list
 from airflow_provider_plgd.plgd.event_types import event_type_info
 from airflow_provider_plgd.plgd.subjects import (
     check_filter_subject,
@@ -94,3 +95,38 @@ def owner_groups(targets: list[Target]) -> list[list[Target]]:
         else:
             groups.setdefault(target.owner, []).append(target)
     return list(groups.values()) + alone
+
+
+def targets_of_arguments(*, owner_id: str | None, event_type: str | None, owner_ids: Any, event_types: Any,
+                         subject_filter: str | Sequence[str] | None, unrouted: Any) -> tuple[list[Target], bool]:
+    """The fetch operator's selection arguments as ``(targets in fetch order, owner_wide)``; every
+    value is checked here, once (:class:`Selection`). ``owner_wide``: each owner is read through one
+    consumer and accounted as a whole (``owner_ids``, ``unrouted``).
+
+    :raises ValueError: not exactly one kind of target (``owner_id`` + ``event_type``, ``owner_ids`` +
+        ``event_types``, ``subject_filter``, ``unrouted``), one of a pair missing, or a bad value
+        (naming it).
+    """
+    single = owner_id is not None or event_type is not None
+    group = owner_ids is not None or event_types is not None
+    arbitrary = subject_filter not in (None, "", [])
+    if single + group + arbitrary + bool(unrouted) != 1:
+        raise ValueError(
+            "JetStreamToStagingOperator needs exactly one target: owner_id + event_type, "
+            "owner_ids + event_types, subject_filter, unrouted=True, or ledger + ledger_range "
+            f"(got owner_id={owner_id!r}, event_type={event_type!r}, owner_ids={owner_ids!r}, "
+            f"event_types={event_types!r}, subject_filter={subject_filter!r})"
+        )
+    if unrouted:
+        return unrouted_targets(), True
+    if arbitrary:
+        return filter_targets(staging.as_filter_list(subject_filter)), False  # type: ignore[arg-type]
+    if single:
+        if owner_id is None or event_type is None:
+            raise ValueError(
+                f"owner_id and event_type must both be set (got owner_id={owner_id!r}, "
+                f"event_type={event_type!r}); use subject_filter for other selections"
+            )
+        return Selection.of([owner_id], [event_type]).targets(owner_wide=False), False
+    owners, types = as_list(owner_ids, "owner_ids"), as_list(event_types, "event_types")
+    return Selection.of(owners, types).targets(owner_wide=True), True

@@ -8,7 +8,9 @@ the folder and removes the files of killed runs.
 
 from __future__ import annotations
 
+import glob
 import os
+import tempfile
 import time
 from typing import Any
 
@@ -26,8 +28,6 @@ def default_spool_dir(layout: Layout) -> str:
     """The spill folder when the operator's ``spool_dir`` is not set: ``{root}/staging/_spool``
     for a local storage root (the disk that receives the files; beside, not inside, the staging
     tables), else the system temp folder (``tempfile.gettempdir()``, i.e. ``$TMPDIR`` or ``/tmp``)."""
-    import tempfile
-
     return layout.spool_dir() or tempfile.gettempdir()
 
 
@@ -35,8 +35,6 @@ def remove_stale_spools(spool_dir: str, log: Any, max_age_s: float = STALE_SPOOL
     """Delete spill files (:data:`SPOOL_PATTERNS`) in ``spool_dir`` not modified for ``max_age_s``
     seconds (leftovers of killed runs). :return: the deleted paths.
     :raises OSError: naming the path, when one cannot be deleted."""
-    import glob
-
     removed = []
     now = time.time()
     for pattern in SPOOL_PATTERNS:

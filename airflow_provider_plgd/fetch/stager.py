@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -159,7 +161,6 @@ class Stager:
             return
         if not self.spill_dir:
             raise ValueError("the buffered messages pass buffer_bytes and no spill folder is set")
-        import uuid
 
         with storage.io_error_with_path(None, self.spill_dir, "create the spill folder"):
             os.makedirs(self.spill_dir, exist_ok=True)
@@ -320,8 +321,6 @@ def _group_end(cum: Sequence[int], i: int, start: int, max_rows: int, max_bytes:
     ``max_bytes`` of payload (``cum``: cumulative payload, ``start`` the payload before row ``i``);
     within the file's room ``file_room`` (payload bytes to its target), plus the one row that
     fills it, so every file but the last holds at least the target. At least one row."""
-    from bisect import bisect_right
-
     hi = min(len(cum), i + max(1, max_rows))
     j = bisect_right(cum, start + min(max_bytes, file_room), lo=i, hi=hi)
     if j < hi and file_room < max_bytes and cum[j] - start <= max_bytes:

@@ -29,6 +29,7 @@ from airflow_provider_plgd.jetstream.connection import (
     check_stream_name,
     settings_from_connection,
 )
+from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.times import to_ns
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def mask_settings_secrets(s: JetStreamSettings) -> None:
     values = s.secret_values()
     if not values:
         return
+    # lazy: compat resolves the masker of the installed Airflow on first use
     from airflow_provider_plgd.compat import mask_secret
 
     if mask_secret is None:  # pragma: no cover - no secrets masker in this Airflow
@@ -63,6 +65,7 @@ async def amask_settings_secrets(s: JetStreamSettings) -> None:
     values = s.secret_values()
     if not values:
         return
+    # lazy: compat resolves the masker of the installed Airflow on first use
     from airflow_provider_plgd.compat import amask_secret
 
     if amask_secret is None:  # pragma: no cover - Airflow 2.11 / older 3.x
@@ -171,6 +174,7 @@ class JetStreamBaseHook(BaseHook):
         A bare nats-py error raised while the client is in use (e.g. ``ConnectionClosedError``
         when the server goes away) becomes :class:`JetStreamConnectionError` naming the stream.
         """
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         s = await self.aget_settings()
@@ -223,6 +227,4 @@ def resolve_layout(value: str | None, jetstream_conn_id: str) -> Layout:
     :param jetstream_conn_id: the ``plgd_jetstream`` connection whose extra is the next default.
     :raises ValueError: a root that is refused (the message names it).
     """
-    from airflow_provider_plgd.tables.layout import Layout
-
     return Layout.resolve(value, None if value else connection_storage_root(jetstream_conn_id))

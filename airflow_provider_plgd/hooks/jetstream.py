@@ -93,6 +93,7 @@ class JetStreamHook(JetStreamInfoHook, JetStreamConsumeHook, JetStreamProduceHoo
         Returns ``{}`` when flask_appbuilder/wtforms are not importable (Airflow 3 without the
         FAB provider reads ``conn-fields`` from the provider info instead).
         """
+        # lazy: the FAB UI packages exist only where the old connection form is served
         try:
             from flask_appbuilder.fieldwidgets import BS3PasswordFieldWidget, BS3TextFieldWidget
             from flask_babel import lazy_gettext

@@ -105,6 +105,7 @@ class JetStreamApi:
         :raises JetStreamConnectionError: the connection closed. :raises StreamNotFoundError: err_code 10059.
         :raises JetStreamAPIError: any other error answer, or an answer that is not JSON.
         """
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         where = self.where
@@ -246,6 +247,7 @@ class JetStreamApi:
                     wait_s: float) -> list[Any]:
         """One ``$JS.API.CONSUMER.MSG.NEXT`` pull into ``sub``: messages until ``count``, a
         terminal status (404 no messages, 408 expired, 409 ended) or ``wait_s`` seconds."""
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         try:
@@ -315,6 +317,7 @@ class JetStreamApi:
             responder, or another stream acknowledged it). :raises JetStreamTimeoutError: no PubAck in time.
         :raises JetStreamAPIError: an error PubAck, or an answer that is not one.
         """
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         try:

@@ -60,6 +60,7 @@ def _tls_guarded_client(require_tls: bool) -> Any:
     """
     global _CLIENT_CLASS
     if _CLIENT_CLASS is None:
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         from nats.aio.client import Client
 
         class _GuardedClient(Client):
@@ -99,6 +100,7 @@ def _tls_guarded_client(require_tls: bool) -> Any:
 
 def _check_user_seed(seed: str, conn_id: str) -> None:
     """Fail early, with a message that does not quote the seed, if it is not an NKEY user seed."""
+    # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
     import nkeys
 
     ok = isinstance(seed, str) and seed.strip().startswith("SU")
@@ -221,6 +223,7 @@ async def connect(s: JetStreamSettings, conn_id: str) -> AsyncIterator[Any]:
     :raises JetStreamAuthError: credentials rejected or unusable (malformed ``nkey_seed_secret``,
         unreadable or malformed ``creds_file``); the message never contains a secret.
     """
+    # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
     import nats.errors
 
     opts = connect_options(s, conn_id)

@@ -66,7 +66,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any
 
+from airflow_provider_plgd import times
 from airflow_provider_plgd.coerce import non_negative_seconds
+from airflow_provider_plgd.exceptions import IntervalNotCompleteError, JetStreamAPIError, StreamSourceStaleError
 from airflow_provider_plgd.times import parse_rfc3339_ns
 
 __all__ = [
@@ -113,8 +115,6 @@ def server_time_ns(info: dict[str, Any]) -> int:
 
     :raises JetStreamAPIError: the answer has no ``ts`` (nats-server older than 2.10).
     """
-    from airflow_provider_plgd.exceptions import JetStreamAPIError
-
     ts = parse_rfc3339_ns(info.get("ts"))
     if ts is None:
         raise JetStreamAPIError(
@@ -305,8 +305,6 @@ async def read_interval_status(stream_info: Callable[[], Awaitable[dict[str, Any
 
 
 def _upstreams_text(status: IntervalStatus) -> str:
-    from airflow_provider_plgd import times
-
     parts = []
     for up in status.upstreams:
         if up.current or not up.required:
@@ -333,9 +331,6 @@ def require_interval_complete(status: IntervalStatus, stream: str, start_ns: int
     :raises IntervalNotCompleteError: not complete on the server's clock; names the interval,
         the server's time, the stream's last message time, a mirror not current and the fix.
     """
-    from airflow_provider_plgd import times
-    from airflow_provider_plgd.exceptions import IntervalNotCompleteError, StreamSourceStaleError
-
     if status.complete:
         return status
     end_ns, now = status.end_ns, status.server_time_ns

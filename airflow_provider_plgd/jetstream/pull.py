@@ -163,6 +163,7 @@ class PullReader:
             self.sub = None
 
     async def _refill(self) -> None:
+        # lazy: nats loads when a task talks to the server, not when a DAG file is parsed
         import nats.errors
 
         while not self._done and len(self._pulls) + self._queue.qsize() < PREFETCH_PULLS:

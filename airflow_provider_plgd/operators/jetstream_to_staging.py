@@ -17,14 +17,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.coerce import as_list, parse_bool, positive_int
+from airflow_provider_plgd.coerce import parse_bool, positive_int
 from airflow_provider_plgd.compat import AirflowProviderDeprecationWarning, BaseOperator
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.fetch.bounds import read_bounds
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
-from airflow_provider_plgd.fetch.selection import Selection, Target, filter_targets, unrouted_targets
+from airflow_provider_plgd.fetch.selection import Target, targets_of_arguments
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
-from airflow_provider_plgd.tables import ledger, staging, storage
+from airflow_provider_plgd.tables import ledger, storage
 from airflow_provider_plgd.tables.layout import Layout
 
 if TYPE_CHECKING:
@@ -365,6 +365,7 @@ class JetStreamToStagingOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
         (:func:`airflow_provider_plgd.operators.lineage.fetch_lineage`; names in ``docs/lineage.md``)."""
+        # lazy: the lineage facets load only when OpenLineage asks for them
         from airflow_provider_plgd.operators import lineage
 
         done = task_instance.xcom_pull(task_ids=task_instance.task_id, map_indexes=task_instance.map_index)
@@ -377,33 +378,11 @@ class JetStreamToStagingOperator(BaseOperator):
 
     # -- validation ------------------------------------------------------------------------------
     def _targets(self) -> tuple[list[Target], bool]:
-        """Return ``(targets in fetch order, owner_wide)``; every value is checked here, once
-        (:class:`~airflow_provider_plgd.fetch.selection.Selection`). ``owner_wide``: each owner is read
-        through one consumer and accounted as a whole (``owner_ids``, ``unrouted``)."""
-        single = self.owner_id is not None or self.event_type is not None
-        group = self.owner_ids is not None or self.event_types is not None
-        arbitrary = self.subject_filter not in (None, "", [])
-        unrouted = bool(self.unrouted)
-        if single + group + arbitrary + unrouted != 1:
-            raise ValueError(
-                "JetStreamToStagingOperator needs exactly one target: owner_id + event_type, "
-                "owner_ids + event_types, subject_filter, unrouted=True, or ledger + ledger_range "
-                f"(got owner_id={self.owner_id!r}, event_type={self.event_type!r}, owner_ids={self.owner_ids!r}, "
-                f"event_types={self.event_types!r}, subject_filter={self.subject_filter!r})"
-            )
-        if unrouted:
-            return unrouted_targets(), True
-        if arbitrary:
-            return filter_targets(staging.as_filter_list(self.subject_filter)), False  # type: ignore[arg-type]  # set
-        if single:
-            if self.owner_id is None or self.event_type is None:
-                raise ValueError(
-                    f"owner_id and event_type must both be set (got owner_id={self.owner_id!r}, "
-                    f"event_type={self.event_type!r}); use subject_filter for other selections"
-                )
-            return Selection.of([self.owner_id], [self.event_type]).targets(owner_wide=False), False
-        owners, types = as_list(self.owner_ids, "owner_ids"), as_list(self.event_types, "event_types")
-        return Selection.of(owners, types).targets(owner_wide=True), True
+        """Return ``(targets in fetch order, owner_wide)`` of the operator's arguments
+        (:func:`~airflow_provider_plgd.fetch.selection.targets_of_arguments`)."""
+        return targets_of_arguments(owner_id=self.owner_id, event_type=self.event_type, owner_ids=self.owner_ids,
+                                    event_types=self.event_types, subject_filter=self.subject_filter,
+                                    unrouted=self.unrouted)
 
     def _bounds(self, context: Context) -> tuple[str, dict[str, Any] | times.Interval]:
         """Return ``(mode, bounds)``: :func:`~airflow_provider_plgd.fetch.bounds.read_bounds` of the
@@ -414,6 +393,7 @@ class JetStreamToStagingOperator(BaseOperator):
                            data_interval_end=context.get("data_interval_end"))
 
     def _hook(self) -> JetStreamHook:
+        # lazy: the hook (and nats) load at execute, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
@@ -423,6 +403,7 @@ class JetStreamToStagingOperator(BaseOperator):
         if self.storage_root not in (None, ""):
             return Layout.of(self.storage_root)
 
+        # lazy: the storage-root checks load at execute, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.base import resolve_layout
         from airflow_provider_plgd.run_params import check_run_storage_root
 

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_plgd.plgd import tables as snapshot_tables
-from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables import delta_tables, ledger
 from airflow_provider_plgd.tables.layout import Layout
 
 try:  # the `lineage` extra
@@ -78,6 +78,7 @@ def is_enabled() -> bool:
     ``[openlineage] disabled`` is not set): ``airflow.providers.openlineage.conf.is_disabled``."""
     if OperatorLineage is None:
         return False
+    # lazy: the `lineage` extra's provider may not be installed
     from airflow.providers.openlineage import conf
 
     return not conf.is_disabled()
@@ -212,8 +213,6 @@ def fetch_subject_filters(targets: Sequence[tuple[str, str, Sequence[str]]], *, 
     """The subject filters the fetch operator reads for its ``targets`` (``(owner, event type,
     filters)`` triples): one ``plgd.owners.{owner}.>`` per owner when it reads owner-wide (``owner_ids``),
     else the targets' own filters (``unrouted``: ``plgd.>``)."""
-    from airflow_provider_plgd.tables import ledger
-
     if owner_wide:
         return sorted({ledger.read_filter(owner) for owner, _event_type, _filters in targets})
     return sorted({f for _owner, _event_type, filters in targets for f in filters})

@@ -32,6 +32,7 @@ from typing import Any
 from airflow_provider_plgd.compat import AirflowTaskTimeout, BaseOperator
 from airflow_provider_plgd.exceptions import SparkApplicationTimeoutError
 from airflow_provider_plgd.operators.links import SPARK_APP_XCOM_KEY, parse_spark_application_line
+from airflow_provider_plgd.run_params import UntrustedRunParamError, check_run_spark_conf, run_spark_conf_policy
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 
 #: The environment variable of the Connect token that pyspark reads (``ChannelBuilder.token``).
@@ -55,6 +56,7 @@ def connect_url_and_token(conn_id: str) -> tuple[str, str | None]:
     :raises AirflowNotFoundException: no such connection.
     :raises ValueError: the host has a path (the provider's check).
     """
+    # lazy: the Connect hook needs the Spark Connect client: at execute only
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
     hook = SparkConnectHook(conn_id=conn_id)
@@ -111,8 +113,6 @@ class PlgdSparkConnectOperator(BaseOperator):
                  name: str | None = None, run_conf_param: str | None = None,
                  run_conf_keys: Mapping[str, str | None] | None = None, python: str | None = None,
                  **kwargs: Any) -> None:
-        from airflow_provider_plgd.run_params import run_spark_conf_policy
-
         super().__init__(**kwargs)
         if not conn_id:
             raise ValueError("PlgdSparkConnectOperator(conn_id=...): a spark_connect connection ID is required")
@@ -126,8 +126,6 @@ class PlgdSparkConnectOperator(BaseOperator):
         self._proc: subprocess.Popen | None = None
 
     def _check_run_conf(self, context: Any) -> None:
-        from airflow_provider_plgd.run_params import UntrustedRunParamError, check_run_spark_conf
-
         if not self.run_conf_param:
             return
         params = context.get("params") or {}
@@ -139,6 +137,7 @@ class PlgdSparkConnectOperator(BaseOperator):
                 "applications on Spark Connect, where the server's settings apply; leave the param empty")
 
     def execute(self, context: Any) -> None:
+        # lazy: compat resolves the masker of the installed Airflow on first use
         from airflow_provider_plgd.compat import mask_secret
 
         self._check_run_conf(context)  # untrusted input: before anything else
@@ -204,6 +203,7 @@ class PlgdSparkConnectOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the application's input and output tables, as for ``spark-submit``."""
+        # lazy: the lineage facets load only when OpenLineage asks for them
         from airflow_provider_plgd.operators import lineage
 
         return lineage.spark_app_lineage(self.application, self.application_args or [])

@@ -37,6 +37,7 @@ from airflow_provider_plgd.operators.links import (
     parse_spark_application_line,
     spark_application_url,
 )
+from airflow_provider_plgd.run_params import check_run_spark_conf, run_spark_conf_policy
 from airflow_provider_plgd.spark.session import SPARK_APP_LOG_MARKER
 from airflow_provider_plgd.spark_conf import merge_spark_conf
 from airflow_provider_plgd.spark_deps import verified_py_files_zip
@@ -105,8 +106,6 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
     def __init__(self, *, run_conf_param: str | None = None,
                  run_conf_keys: Mapping[str, str | None] | None = None,
                  spark_ui_url_template: str | None = None, **kwargs: Any) -> None:
-        from airflow_provider_plgd.run_params import run_spark_conf_policy
-
         super().__init__(**kwargs)
         self.run_conf_param = run_conf_param
         self.run_conf_keys = run_spark_conf_policy(run_conf_keys)
@@ -171,8 +170,6 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
             self._push_spark_application(finished=True)
 
     def execute(self, context: Any) -> None:
-        from airflow_provider_plgd.run_params import check_run_spark_conf
-
         run_settings = {}
         if self.run_conf_param:  # untrusted input: checked before anything else
             params = context.get("params") or {}
@@ -215,6 +212,7 @@ class PlgdSparkSubmitOperator(SparkSubmitOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the application's input and output tables
         (:func:`airflow_provider_plgd.operators.lineage.spark_app_lineage`; names in ``docs/lineage.md``)."""
+        # lazy: the lineage facets load only when OpenLineage asks for them
         from airflow_provider_plgd.operators import lineage
 
         return lineage.spark_app_lineage(self.application, self.application_args or [])

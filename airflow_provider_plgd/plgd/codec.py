@@ -14,15 +14,9 @@ Every decoding failure is a :class:`PlgdDecodeError` (a ValueError) with ``.reas
 ``content_too_large``; no snappy (``snappy.UncompressError``), cramjam or protobuf
 (``DecodeError``) exception leaves this module.
 
-**Decode bombs.** A device controls its resource content, and snappy expands up to ~21x (a 1 MiB
-payload of zeros holds a 22 MiB inner event). Before decompressing, the decoders read the
-uncompressed length that every snappy block starts with ("The stream starts with the uncompressed
-length (up to a maximum of 2^32 - 1), stored as a little-endian varint", google/snappy
-``format_description.txt`` §1; read with ``cramjam.snappy.decompress_raw_len``, the library under
-python-snappy) and refuse a block that would decode to more than ``max_decoded_bytes``
-(default :data:`DEFAULT_MAX_DECODED_BYTES`, 4 MiB) with reason ``content_too_large``: nothing is
-decompressed then. The inner event holds the resource content (``Content.data``), so the cap
-bounds the content's decoded bytes too.
+**Decode bombs.** A block that would decode to more than ``max_decoded_bytes`` (default
+:data:`DEFAULT_MAX_DECODED_BYTES`, 4 MiB) is refused with reason ``content_too_large`` before
+anything is decompressed (:mod:`.snappy_block`).
 
 Classification choices (documented here, tested in ``tests/unit/plgd/test_codec.py``):
 
@@ -48,7 +42,6 @@ from operator import attrgetter
 from typing import Any
 
 import snappy
-from cramjam import snappy as _raw_snappy
 from google.protobuf.message import Message
 
 from ..exceptions import DECODE_ERROR_REASONS, PlgdDecodeError
@@ -67,6 +60,7 @@ from .event_types import (
 )
 from .ids import href_id, links_aggregate_id, metadata_aggregate_id, resource_aggregate_id
 from .pb import eventbus_pb2, identitystore_pb2
+from .snappy_block import DEFAULT_MAX_DECODED_BYTES, decompress, short_error
 from .subjects import Subject, parse_subject
 
 __all__ = [
@@ -82,10 +76,6 @@ __all__ = [
     "encode_resource_aggregate_event",
 ]
 
-#: Default cap (bytes) on the decoded (snappy-decompressed) size of one event, and so of its
-#: resource content: 4 MiB. Four times NATS' default ``max_payload`` (1 MiB); plgd resource
-#: contents (OCF resource representations) are far smaller. Over it: ``content_too_large``.
-DEFAULT_MAX_DECODED_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -158,45 +148,6 @@ _DEVICE_ID_OF: dict[str, Callable[[Any], str]] = {
     name: (_get_resource_device if name in _RESOURCE_TYPES else _get_device) for name in _RA_CLASSES
 }
 _AGGREGATE_OF: dict[str, str | None] = {name: EVENT_TYPES[name].aggregate for name in _RA_CLASSES}
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _max_snappy_output(compressed_len: int) -> int:
-    """Most bytes a snappy block of ``compressed_len`` bytes can decode to: the densest element is a
-    3-byte copy of up to 64 bytes (google/snappy ``format_description.txt`` §2.2.2), so larger
-    declared lengths mean a corrupt header (``bad_snappy``), not a bomb."""
-    return (compressed_len // 3 + 1) * 64
-
-
-def _decompress(data: Any, what: str, max_decoded_bytes: int | None) -> bytes:
-    try:
-        if max_decoded_bytes is not None:
-            # the varint header of the block (snappy format_description.txt §1); nothing decompressed yet
-            declared = _raw_snappy.decompress_raw_len(data)
-            if declared > max_decoded_bytes and declared > _max_snappy_output(len(data)):
-                raise PlgdDecodeError(
-                    "bad_snappy",
-                    f"{what} ({len(data)} bytes) is not snappy block format: its header declares "
-                    f"{declared} bytes, more than {len(data)} bytes of snappy can encode",
-                )
-            if declared > max_decoded_bytes:
-                raise PlgdDecodeError(
-                    "content_too_large",
-                    f"{what} ({len(data)} bytes) would decode to {declared} bytes, over the cap of "
-                    f"{max_decoded_bytes} bytes (max_decoded_bytes, decode app --max-content-bytes)",
-                )
-        return snappy.decompress(data)
-    except PlgdDecodeError:
-        raise
-    except Exception as exc:  # snappy.UncompressError, cramjam errors, TypeError for non-bytes
-        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else type(data).__name__
-        raise PlgdDecodeError(
-            "bad_snappy", f"{what} ({size} bytes) is not snappy block format: {_short(exc)}"
-        ) from exc
 
 
 # ---- encoding ---------------------------------------------------------------------------------
@@ -305,7 +256,7 @@ def decode_resource_aggregate_payload(
         envelope = _ENVELOPE.FromString(data)
     except Exception as exc:  # google.protobuf.message.DecodeError; TypeError for non-bytes
         raise PlgdDecodeError(
-            "bad_protobuf", f"payload is not a protobuf ocf.cloud.cqrs.eventbus.v2.Event: {_short(exc)}"
+            "bad_protobuf", f"payload is not a protobuf ocf.cloud.cqrs.eventbus.v2.Event: {short_error(exc)}"
         ) from exc
     event_type = envelope.event_type
     if not event_type:
@@ -320,14 +271,14 @@ def decode_resource_aggregate_payload(
             "unknown_event_type",
             f"envelope event_type {event_type!r} is not a resource-aggregate event type on NATS",
         )
-    raw = _decompress(envelope.data, f"envelope data of a {event_type!r} event", max_decoded_bytes)
+    raw = decompress(envelope.data, f"envelope data of a {event_type!r} event", max_decoded_bytes)
     try:
         message = cls.FromString(raw)
     except Exception as exc:
         raise PlgdDecodeError(
             "bad_protobuf",
             f"inner {event_type!r} event is not a protobuf "
-            f"resourceaggregate.pb.{cls.DESCRIPTOR.name}: {_short(exc)}",
+            f"resourceaggregate.pb.{cls.DESCRIPTOR.name}: {short_error(exc)}",
         ) from exc
     return Decoded(event_type, message, envelope)
 
@@ -355,14 +306,14 @@ def decode_identity_store_payload(
             f"{event_type!r} is not an identity-store event type "
             f"(expected one of {sorted(_IS_TYPES)})",
         )
-    raw = _decompress(data, "identity-store payload", max_decoded_bytes)
+    raw = decompress(data, "identity-store payload", max_decoded_bytes)
     if not raw:
         raise PlgdDecodeError("bad_protobuf", "identity-store payload decompresses to 0 bytes")
     try:
         event = _IS_EVENT.FromString(raw)
     except Exception as exc:
         raise PlgdDecodeError(
-            "bad_protobuf", f"identity-store payload is not a protobuf identitystore.pb.Event: {_short(exc)}"
+            "bad_protobuf", f"identity-store payload is not a protobuf identitystore.pb.Event: {short_error(exc)}"
         ) from exc
     which = event.WhichOneof("type")
     if which is None:

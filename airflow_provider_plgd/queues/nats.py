@@ -31,6 +31,7 @@ class NatsMessageQueueProvider(BaseMessageQueueProvider):
 
     def trigger_class(self) -> type[BaseEventTrigger]:
         """Return :class:`airflow_provider_plgd.triggers.messages.JetStreamMessageTrigger`."""
+        # lazy: the provider manager loads queue providers at start; the trigger (and nats) when a watcher runs
         from airflow_provider_plgd.triggers.messages import JetStreamMessageTrigger
 
         return JetStreamMessageTrigger

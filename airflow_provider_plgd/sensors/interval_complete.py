@@ -16,9 +16,12 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.configuration import conf
+
 from airflow_provider_plgd import times
 from airflow_provider_plgd.compat import BaseSensorOperator
-from airflow_provider_plgd.exceptions import IntervalNotCompleteError, MissingDataIntervalError
+from airflow_provider_plgd.exceptions import IntervalNotCompleteError, MissingDataIntervalError, StreamSourceStaleError
+from airflow_provider_plgd.jetstream.completeness import check_settle_seconds, check_source_wait_seconds
 from airflow_provider_plgd.triggers.interval_complete import (
     JetStreamIntervalCompleteTrigger,
     check_interval_complete,
@@ -30,8 +33,6 @@ if TYPE_CHECKING:
 
 
 def _default_deferrable() -> bool:
-    from airflow.configuration import conf
-
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
@@ -115,17 +116,14 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
         return times.to_ns(end, "end_time")
 
     def _settle(self) -> float:
-        from airflow_provider_plgd.jetstream.completeness import check_settle_seconds
-
         return check_settle_seconds(self.settle_seconds)
 
     def _source_wait(self) -> float | None:
-        from airflow_provider_plgd.jetstream.completeness import check_source_wait_seconds
-
         value = self.source_wait_seconds
         return None if value in (None, "", "None") else check_source_wait_seconds(value)
 
     def _hook(self):
+        # lazy: the hook (and nats) load at execute, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
@@ -133,8 +131,6 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     # -- poke mode ----------------------------------------------------------------------------
     def poke(self, context: Context) -> bool:
         """Check once; True when the interval is complete (see the class docstring)."""
-        from airflow_provider_plgd.exceptions import StreamSourceStaleError
-
         end_ns, settle, source_wait = self._end_ns(context), self._settle(), self._source_wait()
         try:
             result = asyncio.run(
@@ -191,8 +187,6 @@ class JetStreamIntervalCompleteSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         """Resume after the trigger fired; return its payload or raise on an error event."""
         if event and event.get("reason") == "source_stale":
-            from airflow_provider_plgd.exceptions import StreamSourceStaleError
-
             raise StreamSourceStaleError(
                 event["message"], start_ns=None, **{k: event[k] for k in (
                     "stream", "end_ns", "server_time_ns", "last_ts_ns", "settle_seconds", "source_wait_seconds",

@@ -9,14 +9,10 @@ import random
 from dataclasses import replace
 from typing import Any
 
-import cbor2
-
 from ..plgd import ids
 from ..plgd.pb import resourceaggregate_pb2 as pb
 from .config import SimulationConfig
 from .model import (
-    CBOR_CONTENT_FORMAT,
-    CBOR_CONTENT_TYPE,
     COAPS_TCP,
     DISABLED,
     IN_SYNC,
@@ -36,7 +32,8 @@ from .model import (
     random_uuid,
     resource_specs,
 )
-from .records import EMPTY_CONTENT, Connection, Content, IsEvent, Link, Meta, RaEvent
+from .records import EMPTY_CONTENT, Connection, IsEvent, Meta, RaEvent
+from .values import cbor_content, initial_value, pending_plan, random_etag, resource_link, update_request
 
 __all__ = ["Hub"]
 
@@ -140,60 +137,6 @@ class Hub:
         rec = IsEvent(event_type, owner.owner_id, owner.owner, device_ids, self.clock.tick(), owner.owner, self.hub_id)
         self.out.append((rec, True, None))
 
-    # ---- content --------------------------------------------------------------------------
-
-    def _initial_value(self, dev: DeviceSim, res: ResourceSim) -> dict[str, Any]:
-        kind = res.spec.kind
-        if kind == "light":
-            return {"name": res.spec.title, "power": self.rng.randrange(101), "state": self.rng.random() < 0.5}
-        if kind == "switch":
-            return {"value": self.rng.random() < 0.5}
-        return {"n": f"sim-device-{dev.index}", "di": dev.device_id, "piid": dev.piid,
-                "icv": "ocf.2.0.5", "dmv": "ocf.res.1.3.0,ocf.sh.1.3.0"}
-
-    def _request(self, res: ResourceSim) -> dict[str, Any]:
-        """A partial update that changes the current value."""
-        v = res.value
-        kind = res.spec.kind
-        if kind == "light":
-            if self.rng.random() < 0.5:
-                return {"state": not v["state"]}
-            power = self.rng.randrange(100)
-            return {"power": power if power != v["power"] else 100}
-        if kind == "switch":
-            return {"value": not v["value"]}
-        while True:
-            name = f"sim-device-{self.rng.randrange(1_000_000)}"
-            if name != v["n"]:
-                return {"n": name}
-
-    @staticmethod
-    def _content(value: dict[str, Any]) -> Content:
-        return Content(cbor2.dumps(value), CBOR_CONTENT_TYPE, CBOR_CONTENT_FORMAT)
-
-    def _etag(self) -> bytes:
-        return self.rng.getrandbits(64).to_bytes(8, "big")
-
-    def _link(self, dev: DeviceSim, res: ResourceSim) -> Link:
-        title = res.spec.title if res.title_rev == 0 else f"{res.spec.title} (rev {res.title_rev})"
-        return Link(res.href, dev.device_id, res.types, res.spec.interfaces, f"ocf://{dev.device_id}", title,
-                    (CBOR_CONTENT_TYPE,), 0, 3 if res.spec.kind != "device" else 1, ((dev.endpoint, 1),))
-
-    def _pending_plan(self, ts: int) -> tuple[str, int]:
-        """(variant, valid_until): ``now`` confirmed at once, ``later`` confirmable later,
-        ``never`` open forever, ``expired`` expires before the interval end, ``expiring`` expires
-        half-way through the next interval."""
-        r = self.rng.random()
-        if r < 0.6:
-            return "now", 0 if r < 0.2 else ts + 10 * SECOND
-        if r < 0.75:
-            return "later", 0 if r < 0.7 else ts + 3600 * SECOND
-        if r < 0.8:
-            return "never", 0
-        if r < 0.9:
-            return "expired", ts + max(1, min(SECOND // 10, (self.clock.end - ts) // 2))
-        return "expiring", self.clock.end + self.clock.interval // 2
-
     # ---- device lifecycle -----------------------------------------------------------------
 
     def register(self, dev: DeviceSim, *, lose_first_v0: bool = False) -> None:
@@ -207,20 +150,20 @@ class Hub:
         self._connect(dev)
         for res in dev.resources.values():
             res.published = True
-        links = tuple(self._link(dev, r) for r in dev.resources.values())
+        links = tuple(resource_link(dev, r) for r in dev.resources.values())
         dev.links.links = {link.href: link for link in links}
         self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": links}, conn=dev.conn_id,
                  seq=dev.next_seq())
         self._sync_start(dev)
         for i, res in enumerate(dev.resources.values()):
-            res.value = self._initial_value(dev, res)
+            res.value = initial_value(self.rng, dev, res)
             lost = lose_first_v0 and i == 0
             self._changed(dev, res, published=not lost)
             if lost:
                 self.gaps.append({"device_id": dev.device_id, "href": res.href,
                                   "aggregate_id": ids.resource_aggregate_id(dev.device_id, res.href),
                                   "first": 0, "last": 0, "reason": "lost_publish"})
-                res.value = {**res.value, **self._request(res)}
+                res.value = {**res.value, **update_request(self.rng, res)}
                 self._changed(dev, res)
         self._sync_done(dev)
 
@@ -304,34 +247,34 @@ class Hub:
     # ---- resources ------------------------------------------------------------------------
 
     def _changed(self, dev: DeviceSim, res: ResourceSim, *, published: bool = True) -> None:
-        res.etag = self._etag()
-        fields = {"content": self._content(res.value), "status": pb.OK, "etag": res.etag, "types": res.types}
+        res.etag = random_etag(self.rng)
+        fields = {"content": cbor_content(res.value), "status": pb.OK, "etag": res.etag, "types": res.types}
         res.latest = self._ra(dev, res, "resourcechanged", res.href, fields, conn=dev.conn_id, seq=dev.next_seq(),
                               published=published)
 
     def notify(self, dev: DeviceSim, res: ResourceSim) -> None:
         """The device reports a new representation (always different from the latest)."""
-        res.value = {**res.value, **self._request(res)}
+        res.value = {**res.value, **update_request(self.rng, res)}
         self._changed(dev, res)
 
     def command(self, dev: DeviceSim, res: ResourceSim, kind: str, *, confirm_now: bool = False) -> None:
         """A create/retrieve/update/delete command through the API: the pending event, then per
-        ``_pending_plan`` (or at once with ``confirm_now``) the device's confirmation now, later,
+        :func:`.values.pending_plan` (or at once with ``confirm_now``) the device's confirmation now, later,
         or never."""
         ts = self._now()
-        variant, valid_until = self._pending_plan(ts)
+        variant, valid_until = pending_plan(self.rng, self.clock, ts)
         if confirm_now:
             variant = "now"
         corr = random_uuid(self.rng)
         fields: dict[str, Any] = {"valid_until": valid_until, "types": res.types}
         if kind == "update":
-            request = self._request(res)
+            request = update_request(self.rng, res)
             res.requests[corr] = request
-            fields.update(content=self._content(request), interface="oic.if.a" if res.spec.kind != "device" else "")
+            fields.update(content=cbor_content(request), interface="oic.if.a" if res.spec.kind != "device" else "")
         elif kind == "retrieve":
             fields.update(interface="", etags=(res.etag,) if res.etag else ())
         elif kind == "create":
-            fields["content"] = self._content({"rt": ["oic.r.switch.binary"], "if": ["oic.if.a", "oic.if.baseline"],
+            fields["content"] = cbor_content({"rt": ["oic.r.switch.binary"], "if": ["oic.if.a", "oic.if.baseline"],
                                                 "rep": {"value": False}})
         else:
             fields["interface"] = ""
@@ -350,12 +293,12 @@ class Hub:
         if kind == "update":
             request = res.requests.pop(corr, {})
             new_value = {**res.value, **request}
-            fields = {"status": pb.OK, "content": self._content(new_value), "types": types}
+            fields = {"status": pb.OK, "content": cbor_content(new_value), "types": types}
         elif kind == "retrieve":
             assert res.latest is not None  # a published resource has had a resourcechanged
             fields = {"status": pb.OK, "content": res.latest.fields["content"], "etag": res.etag, "types": types}
         elif kind == "create":
-            fields = {"status": pb.CREATED, "content": self._content({"href": f"{res.href}/{self.rng.randrange(1, 99)}"}),
+            fields = {"status": pb.CREATED, "content": cbor_content({"href": f"{res.href}/{self.rng.randrange(1, 99)}"}),
                       "types": types}
         else:
             ok = self.rng.random() < 0.5
@@ -407,7 +350,7 @@ class Hub:
     def links_title(self, dev: DeviceSim, res: ResourceSim) -> None:
         """The device republishes one link with a new title (a changed link, §4.5)."""
         res.title_rev += 1
-        link = self._link(dev, res)
+        link = resource_link(dev, res)
         dev.links.links[res.href] = link
         self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": (link,)}, conn=dev.conn_id,
                  seq=dev.next_seq())
@@ -426,7 +369,7 @@ class Hub:
 
     def republish(self, dev: DeviceSim, res: ResourceSim) -> None:
         """The link comes back, then the device reports the resource's content."""
-        link = self._link(dev, res)
+        link = resource_link(dev, res)
         dev.links.links[res.href] = link
         res.published = True
         self._ra(dev, dev.links, "resourcelinkspublished", None, {"links": (link,)}, conn=dev.conn_id,
@@ -440,8 +383,8 @@ class Hub:
             self.unpublish(dev, res)
         ts = self._now()
         corr = random_uuid(self.rng)
-        request = self._request(res) if res.value else {"value": True}
-        fields = {"content": self._content(request), "interface": "", "valid_until": ts + 10 * SECOND,
+        request = update_request(self.rng, res) if res.value else {"value": True}
+        fields = {"content": cbor_content(request), "interface": "", "valid_until": ts + 10 * SECOND,
                   "types": res.types}
         rec = self._ra(dev, res, "resourceupdatepending", res.href, fields, conn=dev.owner.client_conn, seq=0,
                        corr=corr, ts=ts, published=False)
@@ -460,10 +403,10 @@ class Hub:
 
     def metadata_command(self, dev: DeviceSim, *, force_sync: bool, confirm_now: bool = False) -> None:
         """``devicemetadataupdatepending`` (toggle twin_enabled, or force a twin sync), then the
-        confirming ``devicemetadataupdated`` now, later, or never (``_pending_plan``, or at once
+        confirming ``devicemetadataupdated`` now, later, or never (:func:`.values.pending_plan`, or at once
         with ``confirm_now``)."""
         ts = self._now()
-        variant, valid_until = self._pending_plan(ts)
+        variant, valid_until = pending_plan(self.rng, self.clock, ts)
         if confirm_now:
             variant = "now"
         corr = random_uuid(self.rng)

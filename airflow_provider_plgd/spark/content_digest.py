@@ -32,6 +32,7 @@ from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
+import xxhash
 
 from airflow_provider_plgd.spark.schemas import CONTENT_COLUMNS
 
@@ -49,8 +50,6 @@ def content_digests(table: pa.Table, *, event_type: str | None = None) -> pa.Arr
         ``events`` files hold it as a partition value, not a column).
     :return: ``pyarrow.Array`` of int64, one digest per row, never null.
     """
-    import xxhash
-
     n = table.num_rows
     columns: list[Any] = []
     for name in CONTENT_COLUMNS:

@@ -44,34 +44,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from airflow_provider_plgd.coerce import non_negative_seconds, positive_int
 from airflow_provider_plgd.exceptions import RangeChangedError
 from airflow_provider_plgd.fetch.retention import check_retained
 from airflow_provider_plgd.jetstream.api import JetStreamApi, StreamState
 from airflow_provider_plgd.jetstream.blocking import iterate_in_loop
 from airflow_provider_plgd.jetstream.client import connect
 from airflow_provider_plgd.jetstream.completeness import read_interval_status, require_interval_complete
-from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA, JetStreamSettings, settings_from_connection
 from airflow_provider_plgd.jetstream.counting import count_boundaries, resolve_range, seq_at, split_range
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import read_batches
-from airflow_provider_plgd.plgd.subjects import check_filter_subject
+from airflow_provider_plgd.spark.datasource_options import (
+    DEFAULT_MAX_PARTITION_MESSAGES,
+    DEFAULT_SETTLE_SECONDS,
+    NAME,
+    REDACTED,
+    SECRET_OPTION,
+    SETTINGS_LABEL,
+    ReadOptions,
+    options_from_settings,
+    parse_options,
+    redacted_options,
+)
+from airflow_provider_plgd.spark.schemas import to_spark_schema
 from airflow_provider_plgd.tables.staging import SCHEMA, message_arrays
-from airflow_provider_plgd.times import parse_rfc3339_ns, to_ns
+from airflow_provider_plgd.times import parse_rfc3339_ns
 
 __all__ = [
     "DEFAULT_MAX_PARTITION_MESSAGES",
+    "DEFAULT_SETTLE_SECONDS",
     "NAME",
+    "REDACTED",
+    "SECRET_OPTION",
     "JetStreamBatchReader",
     "JetStreamDataSource",
     "JetStreamStreamReader",
@@ -83,153 +94,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-#: The data source's short name: ``spark.read.format(NAME)``.
-NAME = "plgd-jetstream"
-#: Default of the ``max_partition_messages`` option (messages per partition at most).
-DEFAULT_MAX_PARTITION_MESSAGES = 100_000
-#: Default of the ``settle_seconds`` option (s; as the interval sensor's).
-DEFAULT_SETTLE_SECONDS = 60.0
-#: Spark's default ``spark.redaction.regex``; :func:`redacted_options` hides the values of options
-#: whose name matches it.
-SECRET_OPTION = re.compile(r"(?i)secret|password|token|access[.]?key")
-#: What :func:`redacted_options` shows instead of a secret (Spark's own text).
-REDACTED = "*********(redacted)"
-#: How connection errors name these settings (``connection '...'``).
-_SETTINGS_LABEL = f"{NAME} options"
-#: Connection settings, by the field names of the ``plgd_jetstream`` connection type.
-CONNECTION_OPTIONS = ("user", "password", "token", NKEY_SEED_EXTRA, "creds_file", "tls_ca", "tls_cert", "tls_key")
-_COMMON_OPTIONS = ("servers", "stream", "subjects", "start", "start_seq", "max_partition_messages")
-_BATCH_OPTIONS = ("end", "end_seq", "settle_seconds")
-_STREAM_OPTIONS = ("maxmessagespertrigger",)  # Spark hands option names over in lower case
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """The checked options of one read (:func:`parse_options`).
-
-    :ivar settings: connection settings (servers, stream, credentials, TLS files).
-    :ivar subjects: subject filters (none: every subject of the stream).
-    :ivar start_ns: ``start``, unix ns (server time), or None. :ivar end_ns: ``end`` (exclusive), or None.
-    :ivar start_seq: ``start_seq`` or None. :ivar end_seq: ``end_seq`` (inclusive) or None.
-    :ivar max_partition_messages: messages per partition at most (>= 1).
-    :ivar settle_seconds: seconds after ``end`` on the server's clock after which it is complete.
-    :ivar max_messages_per_trigger: streaming: sequences per micro-batch at most, or None.
-    """
-
-    settings: JetStreamSettings
-    subjects: tuple[str, ...] = ()
-    start_ns: int | None = None
-    end_ns: int | None = None
-    start_seq: int | None = None
-    end_seq: int | None = None
-    max_partition_messages: int = DEFAULT_MAX_PARTITION_MESSAGES
-    settle_seconds: float = DEFAULT_SETTLE_SECONDS
-    max_messages_per_trigger: int | None = None
-
-    @property
-    def stream(self) -> str:
-        """The stream name."""
-        return self.settings.stream
-
-    @property
-    def subject_filter(self) -> str | list[str] | None:
-        """The consumers' filter: None (every subject), one filter, or a list (``filter_subjects``)."""
-        if not self.subjects:
-            return None
-        return self.subjects[0] if len(self.subjects) == 1 else list(self.subjects)
-
-    def describe(self) -> str:
-        """``stream 'EVENTS' (subjects a, b)`` for messages."""
-        return f"stream {self.stream!r} ({'subjects ' + ', '.join(self.subjects) if self.subjects else 'every subject'})"
-
-
-def redacted_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with the value of every option whose name matches :data:`SECRET_OPTION` replaced
-    by :data:`REDACTED` (what this module logs)."""
-    return {k: REDACTED if SECRET_OPTION.search(str(k)) else v for k, v in options.items()}
-
-
-def parse_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
-    """Check the options of ``spark.read`` (``streaming`` False) or ``spark.readStream`` and
-    return them typed. Names are case-insensitive; values are strings (docs/spark-datasource.md).
-
-    :raises ValueError: an unknown option, an option of the other mode (``end``, ``end_seq``,
-        ``settle_seconds`` are batch only, ``maxMessagesPerTrigger`` streaming only), ``nkey_seed``
-        (use ``nkey_seed_secret``), no ``servers``, credentials inside a server URL, a bad value
-        (the message names the option and what was expected; never a secret's value), ``end``
-        not after ``start``, ``end_seq`` before ``start_seq``, and the connection type's checks
-        (``jetstream.connection.settings_from_connection``).
-    """
-    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-    allowed = {*CONNECTION_OPTIONS, *_COMMON_OPTIONS, *(_STREAM_OPTIONS if streaming else _BATCH_OPTIONS)}
-    if "nkey_seed" in opts:
-        raise ValueError(
-            f"option 'nkey_seed' is not read: pass the NKEY seed as {NKEY_SEED_EXTRA!r}, a name that Spark's "
-            "spark.redaction.regex hides wherever Spark shows options (the value is not shown)"
-        )
-    unknown = sorted(set(opts) - allowed)
-    if unknown:
-        other = set(_BATCH_OPTIONS if streaming else _STREAM_OPTIONS) & set(unknown)
-        hint = (f"; {sorted(other)} {'are' if len(other) > 1 else 'is'} only for "
-                f"{'spark.read (a bounded read)' if streaming else 'spark.readStream'}") if other else ""
-        raise ValueError(f"unknown option(s) {unknown} of the {NAME} data source{hint}; expected some of "
-                         f"{sorted(allowed)}")
-    servers = str(opts.get("servers") or "").strip()
-    if not servers:
-        raise ValueError("option 'servers' is required: comma-separated NATS URLs, e.g. nats://nats:4222")
-    for url in servers.split(","):
-        if "@" in url.split("://", 1)[-1]:
-            raise ValueError(
-                "option 'servers' holds a URL with credentials before '@' (not shown): pass them as the "
-                "options 'user' and 'password' or 'token', which Spark redacts"
-            )
-    extra = {k: opts[k] for k in ("stream", "token", NKEY_SEED_EXTRA, "creds_file", "tls_ca", "tls_cert", "tls_key")
-             if opts.get(k) not in (None, "")}
-    conn = SimpleNamespace(conn_id=_SETTINGS_LABEL, host=None, port=None, login=opts.get("user") or None,
-                           password=opts.get("password") or None, extra_dejson={**extra, "servers": servers})
-    settings = settings_from_connection(conn)
-    subjects = tuple(dict.fromkeys(s.strip() for s in str(opts.get("subjects") or "").split(",") if s.strip()))
-    for subject in subjects:
-        check_filter_subject(subject, "option 'subjects': filter")
-    start_ns = to_ns(str(opts["start"]), "option 'start'") if opts.get("start") not in (None, "") else None
-    end_ns = to_ns(str(opts["end"]), "option 'end'") if opts.get("end") not in (None, "") else None
-    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
-        raise ValueError(f"option 'end' ({opts['end']}) must be after option 'start' ({opts['start']})")
-    start_seq = positive_int(opts["start_seq"], "option 'start_seq'") if opts.get("start_seq") not in (None, "") else None
-    end_seq = positive_int(opts["end_seq"], "option 'end_seq'") if opts.get("end_seq") not in (None, "") else None
-    if start_seq is not None and end_seq is not None and end_seq < start_seq:
-        raise ValueError(f"option 'end_seq' ({end_seq}) must be >= option 'start_seq' ({start_seq}) (both inclusive)")
-    per_trigger = opts.get("maxmessagespertrigger")
-    return ReadOptions(
-        settings=settings,
-        subjects=subjects,
-        start_ns=start_ns,
-        end_ns=end_ns,
-        start_seq=start_seq,
-        end_seq=end_seq,
-        max_partition_messages=positive_int(opts.get("max_partition_messages", DEFAULT_MAX_PARTITION_MESSAGES),
-                                            "option 'max_partition_messages'"),
-        settle_seconds=non_negative_seconds(opts.get("settle_seconds", DEFAULT_SETTLE_SECONDS),
-                                            "option 'settle_seconds'"),
-        max_messages_per_trigger=positive_int(per_trigger, "option 'maxMessagesPerTrigger'")
-        if per_trigger not in (None, "") else None,
-    )
-
-
-def options_from_settings(settings: JetStreamSettings) -> dict[str, str]:
-    """The data source options of a ``plgd_jetstream`` connection's settings (e.g.
-    ``JetStreamHook().get_settings()`` in an Airflow task that starts Spark in-process): servers,
-    stream, credentials and TLS files, the empty ones left out. Holds secrets: pass it to
-    ``.options(**...)``, never log it (:func:`redacted_options`)."""
-    values = {
-        "servers": ",".join(settings.servers), "stream": settings.stream, "user": settings.user,
-        "password": settings.password, "token": settings.token, NKEY_SEED_EXTRA: settings.nkey_seed,
-        "creds_file": settings.creds_file, "tls_ca": settings.tls_ca, "tls_cert": settings.tls_cert,
-        "tls_key": settings.tls_key,
-    }
-    return {k: str(v) for k, v in values.items() if v}
-
 
 @dataclass(frozen=True)
 class SequenceRange(InputPartition):
@@ -280,7 +144,7 @@ async def _plan_ranges(api: JetStreamApi, opts: ReadOptions, created: str | None
 async def _aplan_batch(opts: ReadOptions) -> tuple[list[SequenceRange], int, int]:
     """The batch read's partitions and its range ``[first, stop)`` (see the module docstring)."""
     stream = opts.stream
-    async with connect(opts.settings, _SETTINGS_LABEL) as nc:
+    async with connect(opts.settings, SETTINGS_LABEL) as nc:
         api = _api(nc, opts)
         info = await api.stream_info(stream)
         if opts.end_ns is not None:
@@ -312,7 +176,7 @@ async def _aread_range(opts: ReadOptions, part: SequenceRange) -> AsyncGenerator
     """Read exactly ``part``'s range, as record batches; fail unless it holds ``part.count`` messages."""
     stream, first, stop = opts.stream, part.first_seq, part.end_seq_exclusive
     found = 0
-    async with connect(opts.settings, _SETTINGS_LABEL) as nc:
+    async with connect(opts.settings, SETTINGS_LABEL) as nc:
         api = _api(nc, opts)
         _check_created(opts, await api.stream_info(stream), part.created, first, stop, part.count)
         batches = read_batches(api, stream, opts.subject_filter, start_seq=first, end_seq=stop - 1)
@@ -350,8 +214,6 @@ class JetStreamDataSource(DataSource):
 
     def schema(self) -> Any:
         """The staging schema as a Spark ``StructType``."""
-        from airflow_provider_plgd.spark.schemas import to_spark_schema
-
         return to_spark_schema(SCHEMA)
 
     def reader(self, schema: Any) -> JetStreamBatchReader:
@@ -396,7 +258,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._target: int | None = None  # Trigger.AvailableNow: the stream's last sequence + 1 at the start
 
     async def _ainfo(self, work: Any) -> Any:
-        async with connect(self.opts.settings, _SETTINGS_LABEL) as nc:
+        async with connect(self.opts.settings, SETTINGS_LABEL) as nc:
             api = _api(nc, self.opts)
             return await work(api, await api.stream_info(self.opts.stream))
 

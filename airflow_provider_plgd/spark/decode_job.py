@@ -14,15 +14,21 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.spark import executor_tasks, schemas
 from airflow_provider_plgd.spark.app_args import DecodeArgs
-from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES
+from airflow_provider_plgd.spark.decode_batch import DEFAULT_MAX_CONTENT_BYTES, decode_batch_parts
 from airflow_provider_plgd.spark.parquet_io import ArrowPartitionedWriter
 from airflow_provider_plgd.spark.summary import finish_run
 from airflow_provider_plgd.spark.task_plan import plan_tasks
-from airflow_provider_plgd.tables import delta_tables, identity
+from airflow_provider_plgd.tables import delta_tables, identity, ledger, staging
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.staging import new_write_id
+from airflow_provider_plgd.tables.storage import to_fs
 
 APP = "decode"
 log = logging.getLogger("plgd.spark.decode")
@@ -65,10 +71,6 @@ def _decode_task(batches, task_id: int, interval_id: str, events_dir: str, quara
     ``quarantine_dir`` (:class:`parquet_io.ArrowPartitionedWriter`, pyarrow; file names depend only
     on ``write_id`` and ``task_id``, so a retried task overwrites its own files).
     """
-    import pyarrow.compute as pc
-
-    from airflow_provider_plgd.spark.decode_batch import decode_batch_parts
-
     events_cols = list(schemas.EVENTS_COLUMNS)
     quarantine_cols = list(schemas.QUARANTINE_COLUMNS)
     events = ArrowPartitionedWriter(events_dir, task_id, schemas.EVENTS_SCHEMA, EVENTS_PARTITIONS,
@@ -115,6 +117,7 @@ def make_rdd_task(interval_id: str, events_dir: str, quarantine_dir: str, write_
     """
 
     def task(unit_lists):
+        # lazy: pyspark only in the Spark task (this module imports without it)
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -130,12 +133,6 @@ def _read_units(unit_lists, batch_rows: int, owners: Sequence[str] | None = None
     rows)`` of each list of units: the footer is read here, in the task; a file's adjacent ranges
     are read at once, each row group they overlap once, and cut to the ranges. With ``owners``,
     only their rows (row groups whose ``owner_id`` statistics exclude them are skipped)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from airflow_provider_plgd.tables import staging
-    from airflow_provider_plgd.tables.storage import to_fs
-
     wanted = None if owners is None else pa_array(sorted(set(owners)))
     columns = staging.SCHEMA.names + ([staging.OWNER_COLUMN] if wanted is not None else [])
     for units in unit_lists:
@@ -182,15 +179,11 @@ def _merge_spans(spans: list[list[int]]) -> list[tuple[int, int]]:
 
 
 def pa_array(values: Sequence[str]):
-    import pyarrow as pa
-
     return pa.array(values, pa.string())
 
 
 def _may_hold(row_group, owners) -> bool:
     """False when the row group's ``owner_id`` statistics exclude every owner of ``owners``."""
-    from airflow_provider_plgd.tables import staging
-
     for i in range(row_group.num_columns):
         column = row_group.column(i)
         if column.path_in_schema == staging.OWNER_COLUMN:
@@ -213,9 +206,6 @@ def ledger_files(layout: Layout, stream: str, interval_id: str) -> list[Any]:
     :raises LedgerError: no ledger, or the records or the files do not account for every message
         (names the interval, ranges, files and numbers).
     """
-    from airflow_provider_plgd.exceptions import LedgerError
-    from airflow_provider_plgd.tables import ledger, staging
-
     plan, records = ledger.read_records(layout, stream, interval_id)
     if plan is None:
         raise LedgerError(f"interval {interval_id}: no ledger at {ledger.interval_dir(layout, stream, interval_id)}",
@@ -236,8 +226,6 @@ def run(spark, args: DecodeArgs) -> dict[str, Any]:
     :raises PipelineIdentityError: ``--stream`` or ``--max-content-bytes`` differs from the identity
         recorded at the output root (``identity.check_app``); nothing read.
     """
-    from airflow_provider_plgd.tables import staging
-
     started = time.time()
     run_version = time.time_ns() // 1_000_000
     interval_id = args.interval_id  # checked once by parse_args (app_args.common_args)

@@ -30,6 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 #: The content digest column of the keys and of ``msgid_index`` (int64).
 DIGEST = "content_digest"
 #: Input columns of :func:`decide`.
@@ -91,8 +94,6 @@ def add_count(per_type: dict[str, dict[str, int]], event_type: str | None, row_c
 
 def seen_schema():
     """``pa.schema([("msg_id", string), ("content_digest", int64)])``: the rows of :func:`seen_entries`."""
-    import pyarrow as pa
-
     return pa.schema([("msg_id", pa.string()), (DIGEST, pa.int64())])
 
 
@@ -105,9 +106,6 @@ def seen_entries(current, previous: Iterable[Any]):
         one at a time, so only one is held at once); a missing column counts as null digests.
     :return: ``pyarrow.Table`` of :func:`seen_schema` (distinct rows).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     schema = seen_schema()
     found = []
     for table in previous:
@@ -133,9 +131,6 @@ def decide(keys, seen=None) -> Decision:
         matches every content), a ``pyarrow.Array`` of message IDs (every content), or None.
     :return: a :class:`Decision`.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = keys.num_rows
     decision = Decision()
     if n == 0:

@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 #: Spark setting that picks the implementation (``rdd`` or ``dataframe``; unset: :func:`executor_api`).
 EXECUTOR_API_CONF = "spark.plgd.executorApi"
 #: Spark setting: the task slots :func:`default_parallelism` returns when set (a positive integer).
@@ -135,6 +137,7 @@ def default_parallelism(spark: Any) -> int:
             return slots
     if not is_connect(spark):
         return max(1, int(spark.sparkContext.defaultParallelism))
+    # lazy: pyspark only with a session (this module imports without it)
     from pyspark.sql import functions as F
 
     # the leaf parallelism the server gives spark.range without numPartitions
@@ -191,6 +194,7 @@ def _identity(key: Any) -> Any:
 
 # -- dataframe -----------------------------------------------------------------------------------
 def _dataframe_stages(spark: Any, tasks: list[Any], fn: StepFn, shuffles: Sequence[Shuffle]) -> list[Any]:
+    # lazy: pyspark only with a session (this module imports without it)
     from pyspark.sql import functions as F
 
     nxt = shuffles[0] if shuffles else None
@@ -225,8 +229,6 @@ def _dataframe_stages(spark: Any, tasks: list[Any], fn: StepFn, shuffles: Sequen
 
 def _emit(me: int, elements: Iterable[Any], nxt: Shuffle | None) -> Iterator[Any]:
     """Arrow batches of :data:`ROW_SCHEMA` rows of ``elements`` produced by partition ``me``."""
-    import pyarrow as pa
-
     schema = pa.schema([("p", pa.int32()), ("src", pa.int32()), ("seq", pa.int64()), ("v", pa.binary())])
     cols: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
     for seq, element in enumerate(elements):
@@ -244,6 +246,7 @@ def _emit(me: int, elements: Iterable[Any], nxt: Shuffle | None) -> Iterator[Any
 
 
 def _partition_id() -> int:
+    # lazy: pyspark only in the Spark task (this module imports without it)
     from pyspark import TaskContext
 
     ctx = TaskContext.get()

@@ -15,6 +15,13 @@ import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_plgd.tables.file_records import file_record, parquet_stats
+from airflow_provider_plgd.tables.storage import to_fs
+
 
 def data_file_name(index: int, write_id: str) -> str:
     """``part-{index:05d}-{write_id}.parquet``: unique to one run, stable within it (a retried task
@@ -30,8 +37,6 @@ def write_parquet_file(fs, path: str, table, *, row_group_size: int = 64 * 1024)
 
     :return: ``(size in bytes, pyarrow.parquet.FileMetaData)``.
     """
-    import pyarrow.parquet as pq
-
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     with fs.open(path, "wb") as fh:
         writer = pq.ParquetWriter(fh, table.schema, compression="snappy", coerce_timestamps="us",
@@ -91,10 +96,6 @@ class ArrowPartitionedWriter:
     def __init__(self, base: str, task_id: int, schema, partition_cols: Sequence[str] = (),
                  *, write_id: str, row_group_rows: int = 65_536, compression: str = "snappy",
                  always_write: bool = False) -> None:
-        import pyarrow as pa
-
-        from airflow_provider_plgd.tables.storage import to_fs
-
         self.fs, self.base = to_fs(str(base))
         self.task_id = int(task_id)
         self.write_id = write_id
@@ -113,8 +114,6 @@ class ArrowPartitionedWriter:
         if not self.partition_cols:
             self._add((), batch)
             return
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         cols = [batch.column(batch.schema.get_field_index(c)) for c in self.partition_cols]
         uniques = [pc.unique(c) for c in cols]
@@ -142,9 +141,6 @@ class ArrowPartitionedWriter:
         return f"{partition_dir(self.partition_cols, key)}/{name}" if self.partition_cols else name
 
     def _flush(self, key: tuple, group: dict) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         if group["writer"] is None:
             path = f"{self.base}/{self._relpath(key)}"
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
@@ -162,8 +158,6 @@ class ArrowPartitionedWriter:
     def close(self) -> list[dict[str, Any]]:
         """Flush and close every file; return one ``file_records.file_record`` per file (``path``
         relative to base, ``rows``, ``size``, ``partition`` {col: value as text}, ``stats``)."""
-        from airflow_provider_plgd.tables.file_records import file_record, parquet_stats
-
         if self.always_write and not self._groups:
             self._groups[()] = {"pending": [], "rows": 0, "pending_rows": 0, "writer": None, "sink": None}
         written = []
@@ -188,11 +182,6 @@ def read_events_files(files: Iterable[tuple[str, Mapping[str, Any]]], columns: S
     :param columns: wanted columns, in output order; those absent from every file are left out.
     :return: a ``pyarrow.Table``, or None when ``files`` is empty.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from airflow_provider_plgd.tables.storage import to_fs
-
     tables = []
     for url, partition in files:
         fs, path = to_fs(url)
@@ -211,8 +200,6 @@ def ipc_bytes(table, *, compression: str | None = None) -> bytes:
     """``table`` (pyarrow) as one Arrow IPC stream, the unit the Python RDD shuffles of dedupe and
     rebuild carry (``compression``: None, ``"lz4"`` or ``"zstd"``; readers need no option).
     """
-    import pyarrow as pa
-
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
         writer.write_table(table)

@@ -24,8 +24,12 @@ test_dedupe_rebuild.py compares the tables with a Spark oracle (Spark's Parquet 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_plgd.spark import executor_tasks, fold, snapshot_buckets
 from airflow_provider_plgd.spark.parquet_io import ipc_bytes, read_events_files
@@ -51,9 +55,6 @@ def _devices_of(table):
     """``(row indices, device IDs)`` Arrow arrays: one entry per (row, device) of ``table``
     (``device_id`` else ``group_id``; identity-store rows: each of ``device_ids``); rows without a
     device are left out."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     n = table.num_rows
     is_reg = pc.fill_null(pc.is_in(table.column("event_type"),
                                    value_set=pa.array([fold.DEVICES_REGISTERED, fold.DEVICES_UNREGISTERED])), False)
@@ -86,9 +87,6 @@ def make_map_task(buckets: int, partitions: int):
     """
 
     def task(file_lists: Any) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         memo: dict[str, int] = {}
 
         def bucket_of(device: str) -> int:
@@ -123,7 +121,7 @@ def make_reduce_task(partitions: int, expiring: Sequence[int], fold_kwargs: Mapp
     """
 
     def task(pairs):
-        import pyarrow as pa
+        # lazy: pyspark only in the Spark task (this module imports without it)
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -151,8 +149,6 @@ def fold_touched_buckets(spark, layout: Layout, intervals: Sequence[str], *, buc
     :param partitions: reduce partitions (each folds whole buckets one after the other).
     :param timings: if given, gets ``list`` (step 1) and ``fold`` (2-4) in seconds.
     """
-    import time
-
     started = time.time()
     tasks = plan_tasks(interval_files(layout, intervals), executor_tasks.default_parallelism(spark))
     if timings is not None:

@@ -269,6 +269,7 @@ def to_spark_schema(schema: pa.Schema):
     ``timestamp[us, UTC]`` -> ``TimestampType``, ``date32`` -> ``DateType``, lists -> ``ArrayType``,
     map -> ``MapType``, int32/int64 -> ``IntegerType``/``LongType``. Imports pyspark lazily.
     """
+    # lazy: pyspark only for a Spark schema (the Arrow schemas import without it)
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema, prefer_timestamp_ntz=False)

@@ -18,10 +18,15 @@ Only the functions import pyspark, so the module imports without it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_provider_plgd.spark_deps import build_py_files_zip
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.spark.app_args import AppArgs
@@ -61,6 +66,7 @@ def build_spark_session(app_name: str, conf: Mapping[str, str] | None = None):
     :param app_name: Spark application name (used when no name was given to spark-submit).
     :param conf: extra Spark settings (strings).
     """
+    # lazy: pyspark only in a Spark application; operators import this module without it
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
@@ -77,6 +83,7 @@ def spark_application_info(spark: Any = None) -> dict[str, Any] | None:
     """``{"app_id": ..., "ui_web_url": ...}`` of ``spark`` (default: the active SparkSession), or
     None without one. ``ui_web_url`` is None when the UI is off (``spark.ui.enabled=false``)."""
     if spark is None:
+        # lazy: pyspark only in a Spark application; operators import this module without it
         try:
             from pyspark.sql import SparkSession
         except ImportError:
@@ -84,6 +91,7 @@ def spark_application_info(spark: Any = None) -> dict[str, Any] | None:
         spark = SparkSession.getActiveSession()
         if spark is None:
             return None
+    # lazy: executor_tasks loads pyarrow; operators import this module when a DAG file is parsed
     from airflow_provider_plgd.spark.executor_tasks import is_connect
 
     if is_connect(spark):  # no SparkContext on the client: the server's application, no UI URL
@@ -102,15 +110,12 @@ def ship_code(spark: Any) -> str | None:
 
     :return: the zip's path (a temp dir of this process, removed at exit), or None on classic Spark.
     """
+    # lazy: executor_tasks loads pyarrow; operators import this module when a DAG file is parsed
     from airflow_provider_plgd.spark.executor_tasks import is_connect
 
     if not is_connect(spark):
         return None
-    import atexit
-    import shutil
-    import tempfile
 
-    from airflow_provider_plgd.spark_deps import build_py_files_zip
 
     folder = tempfile.mkdtemp(prefix="plgd-connect-artifacts-")
     atexit.register(shutil.rmtree, folder, True)

@@ -9,6 +9,12 @@ into the bucket's previous state and writes the bucket's new files of every snap
 
 from __future__ import annotations
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+
+from airflow_provider_plgd.spark import fold
+
 __all__ = [
     "BUCKET_EXPR",
     "BUCKET_RESULT_SCHEMA",
@@ -50,8 +56,6 @@ def spark_xxhash64(value: str) -> int:
     (``org.apache.spark.sql.catalyst.expressions.XxHash64``) and returns a Java ``long``; the
     ``xxhash`` wheel computes the same XXH64 (unsigned), so only the sign is converted here.
     """
-    import xxhash
-
     h = xxhash.xxh64_intdigest(value.encode("utf-8"), SPARK_XXHASH64_SEED)
     return h - (1 << 64) if h >= (1 << 63) else h
 
@@ -92,8 +96,6 @@ BUCKET_RESULT_SCHEMA = pa.schema([
 
 def _read_parquet_files(paths: list[str], schema: pa.Schema) -> pa.Table:
     """The files ``paths`` (URLs or paths, named by the Delta log) read with ``schema`` and concatenated."""
-    import pyarrow.parquet as pq
-
     parts = []
     for url in paths:
         fs, path = storage.to_fs(url)
@@ -136,10 +138,6 @@ def rebuild_bucket(
     snapshot time. Only their states are parsed and folded (``fold.fold_bucket_arrow``); every
     other row of the bucket is copied with Arrow (``pyarrow.compute.is_in``), never parsed.
     """
-    import pyarrow.compute as pc
-
-    from airflow_provider_plgd.spark import fold
-
     bucket = int(events.column(bucket_column)[0].as_py()) if bucket is None else int(bucket)
     events = events.filter(pc.is_valid(events.column(device_column)))
     old = {t: _read_parquet_files(list(old_files.get(t, [])), table_schemas[t]) for t in ALL_TABLES}
@@ -191,8 +189,6 @@ def rebuild_partition(batches, *, bucket_column: str = "_bucket", extra_buckets:
     partition names them (buckets whose pendings expire; ``rebuild_input`` passes them, the
     Spark oracle of tests/integration/test_dedupe_rebuild.py adds a marker row instead).
     """
-    import pyarrow.compute as pc
-
     old_by_bucket = kwargs.pop("old_files_by_bucket")
     device_column = kwargs.pop("device_column", "_device")
     batches = list(batches)

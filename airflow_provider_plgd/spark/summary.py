@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_plgd.spark import session
 from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.tables.layout import Layout
 
@@ -47,9 +48,7 @@ def finish_run(summary: dict[str, Any], *, layout: Layout, app: str, interval_id
     :param explicit_path: the app's ``--summary-path`` (wins when given).
     :raises OSError: the summary cannot be written.
     """
-    from airflow_provider_plgd.spark.session import spark_application_info
-
-    application = spark_application_info()
+    application = session.spark_application_info()
     if application is not None:
         summary.setdefault("spark_application", application)
     # when it was written (unix ms): the summary step tells it from an earlier run's (reconcile)

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd.compat import BaseTrigger, TriggerEvent
+from airflow_provider_plgd.exceptions import StreamNotFoundError, StreamSourceStaleError
+from airflow_provider_plgd.jetstream.completeness import require_interval_complete
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.jetstream.completeness import IntervalStatus
@@ -36,8 +38,6 @@ async def read_status_failing_stale(
     :raises Exception: errors of the hook (connection, missing stream) propagate; they never
         mean "complete".
     """
-    from airflow_provider_plgd.jetstream.completeness import require_interval_complete
-
     status: IntervalStatus = await hook.aget_interval_status(
         int(end_ns), settle_seconds=float(settle_seconds), subject_filter=subject_filter,
         source_wait_seconds=source_wait_seconds)
@@ -99,8 +99,6 @@ def is_missing_stream_error(exc: BaseException | None) -> bool:
     Recognises :class:`airflow_provider_plgd.exceptions.StreamNotFoundError` (what the one JetStream
     API client, ``jetstream/api.py``, raises for a missing stream) and the JetStream error code 10059.
     """
-    from airflow_provider_plgd.exceptions import StreamNotFoundError
-
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -175,7 +173,7 @@ class JetStreamIntervalCompleteTrigger(BaseTrigger):
         next poll; they never complete the interval. When they persist, the sensor's ``timeout``
         ends the wait and fails the task.
         """
-        from airflow_provider_plgd.exceptions import StreamSourceStaleError
+        # lazy: the hook (and nats) load in the triggerer's run, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         hook = JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream)

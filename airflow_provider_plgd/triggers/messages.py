@@ -134,6 +134,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll forever; yield one event per poll that finds new messages."""
+        # lazy: the hook (and nats) load in the triggerer's run, not when a DAG file is parsed
         from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 
         hook = JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream)

@@ -8,6 +8,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from airflow_provider_plgd.spark.fold.columns import BASE_COLUMNS, COLUMNS_BY_EVENT_TYPE
 from airflow_provider_plgd.spark.fold.device import fold_device
 from airflow_provider_plgd.spark.fold.rows import device_rows
@@ -27,8 +30,6 @@ def fold_output_schema(table_schemas: Mapping[str, Any]):
 
     :param table_schemas: ``{table name: pyarrow.Schema}`` including :data:`STATE_TABLE_NAME`.
     """
-    import pyarrow as pa
-
     fields = [pa.field("bucket", pa.int32()), pa.field("table", pa.string()), pa.field("device_id", pa.string())]
     fields += [pa.field(name, pa.struct(list(schema))) for name, schema in table_schemas.items()]
     fields.append(pa.field("stats_json", pa.string()))
@@ -64,15 +65,12 @@ def fold_bucket_arrow(
         (:func:`device_rows`), plus one ``_stats`` row.
     :raises ValueError: a state that does not load, or an unknown event type.
     """
-    import pyarrow as pa
-
     out_schema = fold_output_schema(table_schemas)
     if not events.num_rows and not states.num_rows:
         return out_schema.empty_table()
     if bucket is None:
         source = events if events.num_rows else states
         bucket = source.column(bucket_column)[0].as_py()
-    import pyarrow.compute as pc
 
     by_device: dict[str, list[dict[str, Any]]] = defaultdict(list)
     if events.num_rows:

@@ -1,0 +1,136 @@
+"""The pipeline's metrics through Airflow's own ``Stats``, caught by a StatsD listener on loopback
+(``[metrics] statsd_on``, with ``statsd_influxdb_enabled`` so that the tags travel), and the chain
+monitor's alert (``etl.monitor``).
+
+* A real ETL run of one interval (``dag.test()``, real nats-server and spark-submit) with a
+  payload that cannot be decoded: the ``summary`` task sends ``plgd.interval.*``; the values equal
+  the run's summary and what the stream holds (read with nats-py).
+* The monitor DAG (``dag.test()``) on the chain with a hole of ``test_ui_page.py``: its task fails
+  (``ChainUnhealthyError``: what Airflow's failure callbacks react to) and sends ``plgd.chain.*``
+  gauges equal to the chain's holes, failed intervals and lag (read with nats-py).
+
+Each test starts as a fresh ``dag.test()`` process does: nothing has set Airflow's metrics up, so
+the provider does it from ``[metrics]`` (``etl.metrics.stats``), as Airflow's task runner does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from airflow_provider_plgd import times
+from plgd_devtools.spark import spark_lock
+from plgd_devtools.statsd_listener import StatsdListener
+from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark, xcom_value
+from tests.integration.test_status import HOUR
+
+pytestmark = [pytest.mark.airflow]
+pytest.importorskip("airflow.sdk", reason="Airflow 3 (Airflow 2.11: tests/airflow2)")
+
+
+@pytest.fixture
+def statsd(monkeypatch):
+    import importlib.util
+
+    from airflow.sdk._shared.observability.metrics import stats as shared
+
+    assert importlib.util.find_spec("statsd"), "Airflow's StatsD client `statsd` is missing: pip install -e '.[dev]'"
+    listener = StatsdListener()
+    for key, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(listener.port),
+                       "STATSD_PREFIX": "airflow", "STATSD_INFLUXDB_ENABLED": "True"}.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    monkeypatch.setattr(shared, "_factory", None)  # a process where nothing set the metrics up
+    monkeypatch.setattr(shared, "_backend", None)
+    try:
+        yield listener
+    finally:
+        listener.stop()
+
+
+ETL_DAG_FILE = """
+import tempfile
+from datetime import datetime, timedelta, timezone
+from airflow_provider_plgd.etl import build_etl_dag
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
+
+dag = build_etl_dag(dag_id="plgd_metrics_etl", schedule=timedelta(seconds=STEP),
+                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
+                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    storage_roots=[tempfile.gettempdir()])
+"""
+
+
+@pytest.mark.spark
+def test_an_etl_run_sends_its_interval_counts(jetstream, dags_folder, storage_root, monkeypatch, statsd):
+    from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
+
+    use_local_spark(monkeypatch)
+    step = 8
+    dag = load_test_dag(dags_folder, "plgd_metrics_etl", ETL_DAG_FILE.replace("STEP", str(step)), "plgd_metrics_etl")
+    start_s = (int(time.time() // step) + 1) * step
+    sim = generate(SimulationConfig(seed=3, owners=1, devices_per_owner=2, resources_per_device=1, intervals=1,
+                                    steps_per_interval=6, interval_seconds=step, start_time_ns=int(start_s * 1e9),
+                                    duplicates=0.2))
+    publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
+    owner = sim.messages[0].subject.split(".")[2]
+    publish_messages(jetstream.url, [(f"plgd.owners.{owner}.devices.d1.resource-links.resourcelinkspublished",
+                                      b"\xff not a plgd event", None)])  # quarantined
+    end = datetime.fromtimestamp(start_s + step, tz=UTC)
+    time.sleep(max(0.0, end.timestamp() + 0.5 - time.time()))
+    stored = [s for s, (_subj, t, _h, _d) in read_stream(jetstream.url).items() if t < end.timestamp() * 1e9]
+    with spark_lock():
+        run = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
+    assert "success" in str(run.state).lower(), run.state
+    summary = xcom_value(run, "summary")
+    deadline = time.monotonic() + 5
+    while "plgd.interval.kept" not in statsd.metrics() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    got = statsd.metrics()
+    tags = {"dag_id": "plgd_metrics_etl", "stream": "EVENTS"}
+    expected = {"plgd.interval.fetched": len(stored), "plgd.interval.decoded": summary["decode"]["decoded"],
+                "plgd.interval.quarantined": 1,
+                **{f"plgd.interval.quarantined_reason.{r}": n for r, n in summary["decode"]["per_reason"].items()},
+                "plgd.interval.kept": summary["dedupe"]["output"],
+                "plgd.interval.duplicates": summary["dedupe"]["duplicates"]}
+    assert {k: (got[k][0], got[k][1]) for k in expected if k in got} == {k: (v, "c") for k, v in expected.items()}, got
+    assert got["plgd.interval.duplicates"][0] > 0 and got["plgd.interval.fetched"][0] == summary["fetched_total"]
+    assert got["plgd.interval.decoded"][0] + 1 == len(stored)
+    assert got["plgd.interval.kept"][0] + got["plgd.interval.duplicates"][0] == got["plgd.interval.decoded"][0]
+    assert got["plgd.interval.fetched"][2] == tags
+    (reason,) = summary["decode"]["per_reason"]  # the one message that is no plgd event
+    assert got[f"plgd.interval.quarantined_reason.{reason}"][2] == {**tags, "reason": reason}
+    assert got["plgd.interval.lag_seconds"][1] == "g" and 0 < got["plgd.interval.lag_seconds"][0] < 600
+
+
+MONITOR_DAG_FILE = """
+from datetime import datetime, timezone
+from airflow_provider_plgd.etl.monitor import build_monitor_dag
+
+dag = build_monitor_dag(dag_id="plgd_metrics_monitor", etl_dag_id="plgd_events_etl", storage_root=ROOT,
+                        start_date=datetime(2026, 1, 1, tzinfo=timezone.utc))
+"""
+
+
+def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_folder, tmp_path, statsd):
+    from tests.integration.test_ui_page import _chain
+
+    root = str(tmp_path / "root")
+    start_ns = (time.time_ns() // HOUR - 8) * HOUR
+    chain = _chain(root, jetstream.url, start_ns)
+    behind = [seq for seq in read_stream(jetstream.url) if seq >= chain["ranges"][3][1]]
+    dag = load_test_dag(dags_folder, "plgd_metrics_monitor", MONITOR_DAG_FILE.replace("ROOT", json.dumps(root)),
+                        "plgd_metrics_monitor")
+    run = dag.test()
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert "failed" in states["check_chain"].lower(), states  # the alert: failure callbacks fire
+    got = statsd.metrics()
+    expected = {"plgd.chain.holes": 1, "plgd.chain.failed": 1, "plgd.chain.stale": 0, "plgd.chain.committed": 3,
+                "plgd.chain.lag_messages": len(behind)}
+    assert {k: got[k][0] for k in expected if k in got} == expected, got
+    assert got["plgd.chain.problems"][0] >= 2 and got["plgd.chain.holes"][1] == "g"
+    assert got["plgd.chain.holes"][2] == {"dag_id": "plgd_events_etl", "stream": "EVENTS"}
+    head_end = times.Interval.from_id(chain["ids"][3]).end_ns / 1e9
+    assert abs(got["plgd.chain.lag_seconds"][0] - (time.time() - head_end)) < 120  # messages published just now

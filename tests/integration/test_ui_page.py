@@ -1,0 +1,289 @@
+"""The plgd page of the Airflow 3 UI (``airflow_provider_plgd.ui``) against a real api-server,
+nats-server and chain, in Chromium; and who may see it.
+
+One api-server (``test_connection_ui.ApiServer``: SQLite metadata DB in a temporary
+``AIRFLOW_HOME``) in multi-team mode with ``SimpleAuthManager``: two DAG bundles, ``team_a``
+holding the ETL DAG ``plgd_etl_a`` (its root holds the chain below) and ``team_b`` holding
+``plgd_etl_b`` (an empty root); the viewers ``alice`` (team_a) and ``bob`` (team_b). The chain
+of ``plgd_etl_a`` is written as in ``test_status.py`` (the ledger, interval tables without
+Spark, the snapshot record), with messages on a real nats-server, six hourly intervals planned:
+
+    I0 committed | I1 a hole | I2, I3 committed (I3: head and snapshot) | I4 unfinished and failed
+    (its summary does not reconcile) | I5 never planned | I6 empty
+
+(I0, I2 and I3 have a ``summary.json`` that reconciles: done.)
+
+I2 has a (queued) DAG run, made with ``airflow backfill create`` (its data interval is I2's).
+
+The test checks the JSON API against ground truth read without our code (nats-py, deltalake), the
+page in Chromium (the nav entry, the iframe, the rows and their states, the pager) and the auth:
+bob gets 403 and no data for ``plgd_etl_a``, the list hides it, no token is 401. Screenshots go
+to ``tests/artifacts/plgd_ui/`` (ignored by git).
+
+If the installed distribution lacks the ``airflow.plugins`` entry point (a checkout newer than
+the editable install), a ``.dist-info`` with only that entry point is put on the api-server's
+``PYTHONPATH``, so that Airflow finds the plugin the way it does once installed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+from importlib.metadata import entry_points
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_plgd.tables import ledger, storage
+from airflow_provider_plgd.tables.layout import Layout
+from plgd_devtools import interval_tables
+from plgd_devtools.spark import spark_lock
+from tests.integration.conftest import publish_messages, read_stream
+from tests.integration.test_connection_ui import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    STARTUP_TIMEOUT_S,
+    UI_TIMEOUT_MS,
+    ApiServer,
+)
+from tests.integration.test_status import HOUR
+from tests.integration.test_status import plan as plan_interval
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "tests" / "artifacts" / "plgd_ui"
+USERS = {"alice": "team_a", "bob": "team_b"}
+
+pytestmark = [pytest.mark.airflow]
+
+DAG_FILE = '''
+from datetime import datetime, timedelta, timezone
+from airflow_provider_plgd.etl import build_etl_dag
+
+dag = build_etl_dag(dag_id={dag_id!r}, schedule=timedelta(hours=1), catchup=False,
+                    start_date=datetime.fromtimestamp({start}, tz=timezone.utc),
+                    params={{"storage_root": {root!r}}})
+'''
+
+
+def _entry_point_shim(base: Path) -> str | None:
+    """A folder with a ``.dist-info`` declaring the plugin's entry point, or None when installed."""
+    if any(ep.value == "airflow_provider_plgd.ui.plugin:PlgdPlugin" for ep in entry_points(group="airflow.plugins")):
+        return None
+    info = base / "plgd_ui_entry_point-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plgd-ui-entry-point\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[airflow.plugins]\nplgd = airflow_provider_plgd.ui.plugin:PlgdPlugin\n")
+    return str(base)
+
+
+def _chain(root: str, url: str, start_ns: int) -> dict:
+    """The chain of the module docstring at ``root``; returns its interval IDs and sequence ranges."""
+    from airflow_provider_plgd.simulator import SimulationConfig, generate
+
+    sim = generate(SimulationConfig(seed=5, owners=1, devices_per_owner=2, resources_per_device=1, intervals=7,
+                                    steps_per_interval=3, interval_seconds=3600.0, start_time_ns=start_ns))
+    ids = interval_tables.interval_ids(sim)
+    decoded = interval_tables.decoded_intervals(sim)
+    ranges = {}
+    for k in (0, 1, 2, 3, 4):
+        seqs = publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == k])
+        ranges[k] = (seqs[0], seqs[-1] + 1)
+    tail = publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == 5])
+    for k in (0, 1, 2, 3, 4):
+        plan_interval(root, ids[k], *ranges[k], ranges[k][1] - ranges[k][0])
+    plan_interval(root, ids[6], tail[-1] + 1, tail[-1] + 1, 0)
+    for k in (0, 2, 3):
+        interval_tables.commit_interval_tables(root, ids[k], *decoded[k])
+    interval_tables.commit_snapshot_record(root, ids[3], [ids[0], ids[2], ids[3]])
+    interval_tables.commit_interval_tables(root, ids[4], *decoded[4], dedupe=False)
+    for k, problems in ((0, []), (2, []), (3, []), (4, ["dedupe: no run summary"])):  # what summary wrote
+        ledger.write_ledger_file(storage.join_path(ledger.interval_dir(Layout.of(root), "EVENTS", ids[k]), "summary.json"),
+                                 {"version": ledger.LEDGER_VERSION, "interval_id": ids[k], "stream": "EVENTS",
+                                  "chain": {}, "problems": problems, "reconciled": not problems})
+    return {"ids": ids, "ranges": ranges}
+
+
+def _get(url: str, token: str | None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def _token(server: ApiServer, user: str) -> str:
+    body = json.dumps({"username": user, "password": f"pw-{user}"}).encode()
+    request = urllib.request.Request(f"{server.url}/auth/token", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        return json.loads(resp.read())["access_token"]
+
+
+def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, jetstream):
+    from playwright.sync_api import sync_playwright
+
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+    start_ns = (time.time_ns() // HOUR - 8) * HOUR
+    roots = {"a": tmp_path / "root_a", "b": tmp_path / "root_b"}
+    chain = _chain(str(roots["a"]), jetstream.url, start_ns)
+    ids, ranges = chain["ids"], chain["ranges"]
+    expected = {ids[0]: "committed", ids[1]: "hole", ids[2]: "committed", ids[3]: "committed", ids[4]: "failed",
+                ids[6]: "empty"}
+    stored = read_stream(jetstream.url)  # ground truth with nats-py
+    behind = [seq for seq in stored if seq >= ranges[3][1]]
+
+    home = tmp_path / "airflow"
+    bundles = []
+    for team, name in (("team_a", "a"), ("team_b", "b")):
+        folder = home / f"dags_{name}"
+        folder.mkdir(parents=True)
+        (folder / f"plgd_etl_{name}.py").write_text(DAG_FILE.format(dag_id=f"plgd_etl_{name}", start=start_ns // 10**9,
+                                                                   root=str(roots[name])))
+        bundles.append({"name": f"plgd_{name}", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                        "kwargs": {"path": str(folder)}, "team_name": team})
+    passwords = home / "passwords.json"
+    passwords.write_text(json.dumps({u: f"pw-{u}" for u in USERS}))
+    server = ApiServer(home)
+    server.env.update({
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:viewer:{t}" for u, t in USERS.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+        "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": json.dumps({"conn_type": "plgd_jetstream", "host": jetstream.host,
+                                                           "port": jetstream.port, "extra": {"stream": "EVENTS"}}),
+    })
+    shim = _entry_point_shim(tmp_path / "entry_point")
+    if shim:
+        server.env["PYTHONPATH"] = shim + ":" + server.env["PYTHONPATH"]
+
+    def airflow(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "airflow", *args], env=server.env, cwd=home,
+                              capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+        assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shots: list[str] = []
+
+    def shot(page, name: str) -> None:
+        path = ARTIFACTS / f"{len(shots) + 1:02d}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        shots.append(str(path))
+
+    timings["chain"] = time.monotonic() - t0
+    with spark_lock():  # a real Airflow component on the shared 2-core machine
+        timings["lock"] = time.monotonic() - t0
+        try:
+            airflow("db", "migrate")
+            airflow("teams", "sync")  # the auth manager refuses to start on teams the database lacks
+            airflow("dags", "reserialize")
+            server.start()  # its own "db migrate" finds nothing to do
+            i2_start = datetime.fromtimestamp((start_ns + 2 * HOUR) / 1e9, tz=timezone.utc).isoformat()
+            airflow("backfill", "create", "--dag-id", "plgd_etl_a", "--from-date", i2_start, "--to-date", i2_start,
+                    "--reprocess-behavior", "completed")
+            with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True, timeout=30) as con:
+                (i2_run,), = con.execute("SELECT run_id FROM dag_run WHERE dag_id = 'plgd_etl_a'").fetchall()
+            timings["airflow ready"] = time.monotonic() - t0
+            api = f"{server.url}/plgd/api/pipelines"
+            alice, bob = _token(server, "alice"), _token(server, "bob")
+
+            # 1. the JSON API, as alice (team_a): her pipeline only, the chain's states, tables and lag
+            status, listing = _get(api, alice)
+            assert status == 200, listing
+            assert [p["dag_id"] for p in listing["pipelines"]] == ["plgd_etl_a"], listing
+            status, summary = _get(f"{api}/plgd_etl_a", alice)
+            assert status == 200, summary
+            assert summary["root"] == str(roots["a"]) and summary["stream"] == "EVENTS"
+            assert summary["states"] == {"failed": 1, "hole": 1, "stale": 0, "unfinished": 0, "empty": 1,
+                                         "committed": 3}, summary["states"]
+            assert not summary["healthy"] and summary["chain"]["head"] == ids[3]
+            assert summary["lag"]["messages"] == len(behind) > 0, (summary["lag"], summary["lag_error"])
+            for name in ("events", "events_deduped", "msgid_index"):
+                table = DeltaTable(str(roots["a"] / name))
+                shown = summary["tables"][name]
+                assert (shown["version"], shown["files"]) == (table.version(), len(table.file_uris())), (name, shown)
+                assert shown["rows"] == sum(table.get_add_actions(flatten=True).column("num_records").to_pylist())
+            assert sum(b["intervals"] for b in summary["overview"]) == 6
+            status, page = _get(f"{api}/plgd_etl_a/intervals?limit=100", alice)
+            assert status == 200, page
+            assert {i["interval_id"]: i["state"] for i in page["items"]} == expected
+            assert [i["interval_id"] for i in page["items"]] == sorted(expected, reverse=True)
+            runs = {i["interval_id"]: i["run_id"] for i in page["items"] if i["run_id"]}
+            assert runs == {ids[2]: i2_run}, runs
+            hole = next(i for i in page["items"] if i["state"] == "hole")
+            assert hole["messages"] == ranges[1][1] - ranges[1][0]
+            status, paged = _get(f"{api}/plgd_etl_a/intervals?limit=2&offset=2&order=asc", alice)
+            assert [i["interval_id"] for i in paged["items"]] == [ids[2], ids[3]] and paged["total"] == 6
+            status, holes = _get(f"{api}/plgd_etl_a/intervals?state=hole", alice)
+            assert [i["interval_id"] for i in holes["items"]] == [ids[1]]
+
+            # 2. auth: bob (team_b) may not read plgd_etl_a: no data; no token: 401
+            status, listing = _get(api, bob)
+            assert [p["dag_id"] for p in listing["pipelines"]] == ["plgd_etl_b"], listing
+            for path in ("plgd_etl_a", "plgd_etl_a/intervals"):
+                status, body = _get(f"{api}/{path}", bob)
+                assert status == 403, (path, body)
+                assert ids[1] not in json.dumps(body) and str(roots["a"]) not in json.dumps(body)
+            assert _get(f"{api}/plgd_etl_a", None)[0] == 401
+            assert _get(f"{api}/plgd_etl_b", bob)[0] == 200
+
+            timings["API checked"] = time.monotonic() - t0
+            # 3. the page in Chromium, signed in with the UI's cookie
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                try:
+                    context = browser.new_context(viewport={"width": 1400, "height": 1300})
+                    context.add_cookies([{"name": "_token", "value": alice, "url": server.url}])
+                    page = context.new_page()
+                    page.set_default_timeout(UI_TIMEOUT_MS)
+                    # the nav entry: Browse > plgd pipelines, the page in Airflow's iframe
+                    page.goto(f"{server.url}/plugin/plgd", wait_until="networkidle")
+                    frame = page.frame_locator("iframe")
+                    frame.locator("#intervals tbody tr").first.wait_for()
+                    page.wait_for_timeout(500)
+                    shot(page, "alice-in-airflow-nav")
+                    rows = frame.locator("#intervals tbody tr")
+                    shown = {rows.nth(i).get_attribute("data-interval-id"): rows.nth(i).get_attribute("data-state")
+                             for i in range(rows.count())}
+                    assert shown == expected, shown
+                    strip = frame.locator("#strip span")
+                    assert [strip.nth(i).get_attribute("data-state") for i in range(strip.count())] == \
+                        [expected[i] for i in sorted(expected)]
+                    assert "NOT HEALTHY" in frame.locator("#health").inner_text()
+                    assert f"hole: {ids[1]}" in frame.locator("#problems").inner_text()
+                    assert frame.locator("[data-fact=Lag]").inner_text().startswith(f"{len(behind)} messages")
+                    link = frame.locator(f"tr[data-interval-id='{ids[2]}'] a")
+                    assert link.get_attribute("href") == f"/dags/plgd_etl_a/runs/{quote(i2_run, safe='')}"
+                    # the page alone, filtered to the hole
+                    page.goto(f"{server.url}/plgd/?dag_id=plgd_etl_a", wait_until="networkidle")
+                    page.locator("#intervals tbody tr").first.wait_for()
+                    shot(page, "alice-page")
+                    page.locator("label[data-count=hole] input").check()
+                    page.wait_for_function("document.querySelectorAll('#intervals tbody tr').length === 1")
+                    assert page.locator("#intervals tbody tr").get_attribute("data-interval-id") == ids[1]
+                    shot(page, "alice-holes-only")
+                    link.page.context.clear_cookies()
+                    # bob: asks for plgd_etl_a, gets his own pipeline; nothing of alice's chain
+                    context.add_cookies([{"name": "_token", "value": bob, "url": server.url}])
+                    page.goto(f"{server.url}/plgd/?dag_id=plgd_etl_a", wait_until="networkidle")
+                    page.locator("#page-info").get_by_text("no interval").wait_for()
+                    shot(page, "bob-page")
+                    assert page.locator("#pipeline").input_value() == "plgd_etl_b"
+                    assert ids[1] not in page.content() and "plgd_etl_a" not in page.content()
+                finally:
+                    browser.close()
+        finally:
+            server.stop()
+    print(f"\nplgd UI test: {time.monotonic() - t0:.1f} s ({', '.join(f'{k} {v:.1f}' for k, v in timings.items())});"
+          " screenshots:\n  " + "\n  ".join(shots))
