@@ -43,9 +43,6 @@ that parses DAGs, workers included; production usually keeps the defaults):
   (or the last run), or only the newest one;
 * `PLGD_ETL_PARAMS`: JSON object of param defaults (`etl.DEFAULT_PARAMS` keys);
 * `PLGD_ETL_SPARK_CONF`: JSON object of Spark settings for the Spark tasks (`build_etl_dag(spark_conf=…)`);
-* `PLGD_ETL_SPARK_CONNECT_CONN_ID`: a `spark_connect` connection: the Spark tasks run on that Spark
-  Connect server (`build_etl_dag(spark_connect_conn_id=…)`, docs/spark-connect.md; then no
-  `PLGD_ETL_SPARK_CONF`); default none: `spark-submit`;
 * `PLGD_ETL_STORAGE_ROOTS`: JSON list of storage roots a run may choose with the `storage_root`
   param, each with the folders below it (`build_etl_dag(storage_roots=…)`; default none: a run may
   use the default root only). Run params are untrusted: docs/operations.md, "Who may set what";
@@ -113,6 +110,5 @@ dag = build_etl_dag(
     spark_connect_conn_id=os.environ.get("PLGD_ETL_SPARK_CONNECT_CONN_ID", "").strip() or None,
     storage_roots=env_storage_roots(),  # PLGD_ETL_STORAGE_ROOTS
     spark_ui_url_template=os.environ.get("PLGD_ETL_SPARK_HISTORY_URL", "").strip() or None,
-    spark_connect_conn_id=os.environ.get("PLGD_ETL_SPARK_CONNECT_CONN_ID", "").strip() or None,
     doc_md=__doc__,  # the user docs above: the DAG's docs panel shows them
 )
