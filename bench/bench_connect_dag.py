@@ -13,14 +13,15 @@ run. Prints one JSON line per way (Airflow's own log goes to the console too). U
 
     python -m bench.bench_connect_dag [--ways connect classic] [--cores 2] [--executor-python PATH] | grep '^{'
 
-Measured (docs/spark-connect.md, "Fixed cost of a tiny interval"): 15 messages, ``local[2]``, a
-shared 2-core machine, one run each: sensor to summary 17.2 s on Connect (decode 6.0 s, dedupe
-3.1 s, rebuild 3.6 s; server start 4.2 s, once) and 31.2 s with ``spark-submit`` (10.5, 10.2, 9.2 s).
+Per way it prints the Spark tasks' durations with the applications' own time and phases (their
+run summaries), the other tasks' durations and the gaps between tasks. The figures:
+docs/spark-connect.md, "Fixed cost of a tiny interval".
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -54,7 +55,10 @@ def _load_dag(path: Path, dag_id: str):
 
 def run_way(way: str, work: Path, nats_url: str, remote_port: int | None, cores: int) -> dict:
     """One tiny interval through ``dag.test()``; the figures of ``way``."""
+    from airflow_provider_plgd import times
     from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
+    from airflow_provider_plgd.tables.layout import Layout
+    from airflow_provider_plgd.tables.run_summary import read_app_summary
     from plgd_devtools.spark import spark_lock, spark_submit_env
 
     dag_id = f"plgd_bench_{way}"
@@ -88,6 +92,8 @@ def run_way(way: str, work: Path, nats_url: str, remote_port: int | None, cores:
         t0 = time.perf_counter()  # after the lock: not the wait for another Spark job
         dr = dag.test(logical_date=datetime.fromtimestamp(end_s, tz=timezone.utc))
     wall = time.perf_counter() - t0
+    interval_id = times.Interval.of(datetime.fromtimestamp(start_s, tz=timezone.utc),
+                                    datetime.fromtimestamp(end_s, tz=timezone.utc)).id
     tis = {ti.task_id: ti for ti in dr.get_task_instances() if ti.map_index in (-1, 0)}
     states = {t: str(getattr(ti.state, "value", ti.state)) for t, ti in tis.items()}
     out = {"way": way, "messages": len(sim.messages), "states_ok": all(s == "success" for s in states.values()),
@@ -97,6 +103,16 @@ def run_way(way: str, work: Path, nats_url: str, remote_port: int | None, cores:
             (tis["summary"].end_date - tis["wait_for_interval"].start_date).total_seconds(), 1)
         for task in ("decode", "dedupe", "rebuild"):
             out[f"{task}_s"] = round((tis[task].end_date - tis[task].start_date).total_seconds(), 1)
+            # the application's own time (run summary: session up to the committed output)
+            app = read_app_summary(Layout.of(str(root)), task, interval_id) or {}
+            out[f"{task}_app_s"] = round(float(app.get("seconds", 0.0)), 1)
+            out[f"{task}_phases_s"] = app.get("phase_seconds")
+        # where the rest goes: every other task, and the gaps between tasks (dag.test's scheduling)
+        order = sorted(tis.values(), key=lambda ti: ti.start_date)
+        out["other_tasks_s"] = {t: round((ti.end_date - ti.start_date).total_seconds(), 1) for t, ti in tis.items()
+                                if t not in ("decode", "dedupe", "rebuild")}
+        out["gaps_s"] = round(sum(max(0.0, (b.start_date - a.end_date).total_seconds())
+                                  for a, b in itertools.pairwise(order)), 1)
     else:
         out["states"] = states
     return out
@@ -132,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 port = None
                 if way == "connect":
                     server = SparkConnectServer(python=args.executor_python, master=f"local[{args.cores}]")
-                    t0 = time.perf_counter()
                     with spark_lock():
+                        t0 = time.perf_counter()  # not the wait for another Spark job
                         server.start()
                     print(json.dumps({"connect_server_start_s": round(time.perf_counter() - t0, 1)}), flush=True)
                     port = server.port

@@ -8,7 +8,7 @@ Turns the plgd hub's event stream (NATS JetStream, subjects `plgd.>`) into analy
 | `wait_for_interval` | deferrable sensor: waits until the interval is complete in the stream (`settle_seconds` after its end). Refuses runs without a data interval and manual runs off the schedule (below) |
 | `plan` | resolves the storage root, counts what the stream holds for the interval (the interval ledger, `_ledger/`) and cuts its stream-sequence range into ranges (`plgd.>`, or the `owners` param's subjects) |
 | `fetch_ranges` | the ranges (at most `max_fetch_tasks`) the `fetch` task is mapped over |
-| `fetch` (mapped) | one task per sequence range, one consumer: owner × event type batches into the staging Delta table (one commit per range) |
+| `fetch` (mapped) | one task per sequence range, one consumer: batches per owner and event type into the staging Delta table (one commit per range) |
 | `spark_needed` | skips the three Spark tasks when the stream holds no message for the interval (nothing changes), e.g. every interval before the stream's first message |
 | `decode` → `dedupe` → `rebuild` | Spark: typed events and quarantine, one row per message ID, the latest state per resource, device and owner (snapshot tables) |
 | `summary` | checks that every message the stream holds is in the tables or in quarantine (fails the run otherwise), logs the counts, and expires the staging of reconciled intervals older than the retention (7 days) |
@@ -46,6 +46,9 @@ that parses DAGs, workers included; production usually keeps the defaults):
 * `PLGD_ETL_STORAGE_ROOTS`: JSON list of storage roots a run may choose with the `storage_root`
   param, each with the folders below it (`build_etl_dag(storage_roots=…)`; default none: a run may
   use the default root only). Run params are untrusted: docs/operations.md, "Who may set what";
+* `PLGD_ETL_SPARK_CONNECT_CONN_ID`: a `spark_connect` connection ID: the Spark tasks run on that
+  Spark Connect server instead of `spark-submit` (`build_etl_dag(spark_connect_conn_id=…)`, docs/spark-connect.md;
+  default none). It takes no `PLGD_ETL_SPARK_CONF` or `PLGD_ETL_SPARK_HISTORY_URL` (`ValueError`);
 * `PLGD_ETL_SPARK_HISTORY_URL`: the Spark History Server page of an application with `{app_id}`,
   e.g. `https://spark-history.example:18080/history/{app_id}/`: where the Spark tasks' "Spark
   application" link leads once the application ended (`build_etl_dag(spark_ui_url_template=…)`;
@@ -104,6 +107,7 @@ dag = build_etl_dag(
     catchup=_env_bool("PLGD_ETL_CATCHUP", True),
     params=_env_json_object("PLGD_ETL_PARAMS"),
     spark_conf=_env_json_object("PLGD_ETL_SPARK_CONF"),
+    spark_connect_conn_id=os.environ.get("PLGD_ETL_SPARK_CONNECT_CONN_ID", "").strip() or None,
     storage_roots=env_storage_roots(),  # PLGD_ETL_STORAGE_ROOTS
     spark_ui_url_template=os.environ.get("PLGD_ETL_SPARK_HISTORY_URL", "").strip() or None,
     doc_md=__doc__,  # the user docs above: the DAG's docs panel shows them

@@ -4,7 +4,7 @@ The server is one JVM started with pyspark's ``bin/spark-submit`` and the class
 ``org.apache.spark.sql.connect.service.SparkConnectServer`` (in pyspark's jars; the Spark docs'
 ``sbin/start-connect-server.sh`` does the same), on a free loopback port
 (``spark.connect.grpc.binding.port``), in ``local[N]`` mode with
-:data:`plgd_devtools.spark.FAST_LOCAL_SPARK_CONF`. Its Python workers (the tasks of
+:data:`plgd_devtools.spark.FAST_LOCAL_SPARK_CONF` (unless ``fast_local=False``). Its Python workers (the tasks of
 ``mapInArrow``/``applyInArrow`` and the Python data sources) run ``python`` (``PYSPARK_PYTHON``):
 give it an environment without the provider (e.g. the ``requirements-executor.txt`` venv) to prove
 that a client ships its own code (``SparkSession.addArtifacts``). The log, an empty
@@ -50,14 +50,18 @@ class SparkConnectServer:
         ``sys.executable``).
     :param master: the server's master (default ``local[2]``).
     :param conf: extra Spark settings (strings), after :data:`FAST_LOCAL_SPARK_CONF`.
+    :param fast_local: start from :data:`FAST_LOCAL_SPARK_CONF` (short runs on small data; the
+        default); False: Spark's defaults (a benchmark at scale compares it with a ``spark-submit``
+        of the DAG's default settings).
     :param start_timeout: seconds to wait for the port to accept connections.
     """
 
     def __init__(self, *, python: str | None = None, master: str = "local[2]",
-                 conf: dict[str, str] | None = None, start_timeout: float = 120.0) -> None:
+                 conf: dict[str, str] | None = None, start_timeout: float = 120.0,
+                 fast_local: bool = True) -> None:
         self.python = python or sys.executable
         self.master = master
-        self.conf = {**FAST_LOCAL_SPARK_CONF, **(conf or {})}
+        self.conf = {**(FAST_LOCAL_SPARK_CONF if fast_local else {}), **(conf or {})}
         self.start_timeout = start_timeout
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None

@@ -247,7 +247,7 @@ def build_etl_dag(
         @task(task_display_name="Plan: count the stream, split it into ranges")
         def plan(**context) -> dict[str, Any]:
             """Resolve the storage root, record the interval ledger (its sequence ranges and their
-            counts), and build the --py-files zip."""
+            counts), and build the --py-files zip (spark-submit only)."""
             # the work: plan_interval; here only the Airflow context and the lineage report
             from airflow_provider_plgd.tables import ledger
 
@@ -259,7 +259,9 @@ def build_etl_dag(
             return plan_interval(params_of_run(context, defaults), start=start, end=end, dag_id=dag_id,
                                  jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
                                  allowed_roots=allowed_roots, author=author, fetch_range_messages=fetch_range_messages,
-                                 report_lineage=report_lineage).as_dict()  # the XCom edge
+                                 report_lineage=report_lineage,
+                                 # on Spark Connect each application ships its code (addArtifacts)
+                                 build_py_files=not spark_connect_conn_id).as_dict()  # the XCom edge
 
         @task(task_display_name="Sequence ranges of the fetch")
         def fetch_ranges(planned_value: dict[str, Any]) -> list[dict[str, Any]]:

@@ -38,7 +38,8 @@ class IntervalPlan:
     :param owners: the number of selected owners, or None for every owner (``"all"`` in the XCom).
     :param messages: what the stream holds for the selection.
     :param fetch_ranges: the number of fetch ranges (one mapped fetch task each).
-    :param py_files: the ``--py-files`` zip's path.
+    :param py_files: the ``--py-files`` zip's path, or None on Spark Connect (each application
+        ships its own code there: ``spark.session.ship_code``).
     :param spark_skip: why the Spark tasks skip the interval, or None (:func:`spark_skip_reason`).
     """
 
@@ -49,7 +50,7 @@ class IntervalPlan:
     owners: int | None
     messages: int
     fetch_ranges: int
-    py_files: str
+    py_files: str | None
     spark_skip: str | None
 
     @property
@@ -60,7 +61,7 @@ class IntervalPlan:
     def as_dict(self) -> dict[str, Any]:
         """The XCom: ``{"storage_root", "interval_id", "snapshot_time", "ledger", "owners" ("all" or
         the number selected), "messages", "fetch_ranges" ([{"ledger_range": i}]: the mapped fetch
-        tasks' kwargs), "py_files", "spark_skip"}``."""
+        tasks' kwargs), "py_files" (None on Spark Connect), "spark_skip"}``."""
         return {
             **self.layout.as_dict(),
             "interval_id": self.interval_id,
@@ -84,7 +85,8 @@ class IntervalPlan:
             return cls(layout=Layout.from_dict(value), interval_id=str(value["interval_id"]),
                        snapshot_time=str(value["snapshot_time"]), ledger=str(value["ledger"]),
                        owners=None if owners == ALL_OWNERS else int(owners), messages=int(value["messages"]),
-                       fetch_ranges=len(value["fetch_ranges"]), py_files=str(value["py_files"]),
+                       fetch_ranges=len(value["fetch_ranges"]),
+                       py_files=None if value["py_files"] is None else str(value["py_files"]),
                        spark_skip=value.get("spark_skip"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a plan XCom ({err!r} missing or malformed): {value!r}") from None
@@ -95,7 +97,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
                   jetstream_conn_id: str, spark_conf_policy: Mapping[str, str | None], allowed_roots: Iterable[str],
                   author: Any, fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
                   hook_factory: Callable[[str], Any] | None = None,
-                  report_lineage: Callable[[Sequence[str], str, Layout], None] | None = None) -> IntervalPlan:
+                  report_lineage: Callable[[Sequence[str], str, Layout], None] | None = None,
+                  build_py_files: bool = True) -> IntervalPlan:
     """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
 
     The body of the ETL DAG's ``plan`` task without its Airflow context. In order: every run param
@@ -109,7 +112,8 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     (``require_interval_complete``); the identity is recorded when the root has none
     (``identity.record_first``, one create-if-absent; a root recorded at the same moment inside
     or above this one is found by a second ``check_apart``) and the ledger's ``stream.json`` is written
-    (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root).
+    (:func:`write_interval_ledger`); the ``--py-files`` zip is built (never on the storage root),
+    unless ``build_py_files`` is False.
 
     :param params: the run's params (the DAG's :data:`~airflow_provider_plgd.etl.params.DEFAULT_PARAMS`
         updated with the run's conf; untrusted).
@@ -125,6 +129,9 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         default a ``JetStreamHook`` on ``jetstream_conn_id``.
     :param report_lineage: called with ``(servers, stream, layout)`` after the zip is built
         (the ``plan`` task reports its OpenLineage datasets with it).
+    :param build_py_files: build the ``--py-files`` zip (``spark-submit``); False for a DAG on Spark
+        Connect, whose applications ship their own code (``addArtifacts``): the plan's ``py_files``
+        is then None.
     :return: the plan (its ``as_dict()`` is the ``plan`` XCom).
     :raises UntrustedRunParamError: a run param that fails its check or differs from the DAG
         author's identity (no retries).
@@ -208,14 +215,15 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         raise _FailWithoutRetry(f"{type(err).__name__}: {err}") from err
     # Never on the storage root: the Spark driver runs this code inside the worker
     # (docs/operations.md, "Shipping the plgd code to executors").
-    py_files = build_private_py_files_zip(storage_root=layout.root)
+    py_files = build_private_py_files_zip(storage_root=layout.root) if build_py_files else None
     if report_lineage is not None:
         report_lineage(hook.get_settings().servers, checked.stream, layout)
     # each fetch task gets its range's number; the range is in the ledger: XCom stays small
     return IntervalPlan(layout=layout, interval_id=interval, snapshot_time=end.isoformat(),
                         ledger=layout.ledger_interval_dir(checked.stream, interval),
                         owners=None if owners is None else len(owners), messages=int(record["total"]),
-                        fetch_ranges=int(record["fetch_ranges"]), py_files=str(py_files),
+                        fetch_ranges=int(record["fetch_ranges"]),
+                        py_files=None if py_files is None else str(py_files),
                         spark_skip=record.get("spark_skip"))
 
 

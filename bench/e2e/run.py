@@ -9,6 +9,10 @@ On a local Spark standalone cluster, 1 worker and then 2 workers (1 core each), 
     PATH=.venv/bin:$PATH .venv/bin/python -m bench.e2e.run --events 1000000 --also --cluster-workers 1 2 \
         --json e2e-cluster.json
 
+``--ways classic connect``: each size runs both ways, classic ``spark-submit`` and a local Spark
+Connect server (:mod:`bench.e2e.ways`), and ends with the table of each Spark stage split into app,
+start (JVM, or the Connect client) and Airflow time, way against way.
+
 ``--cluster-workers N [M ...]``: for each size and each worker count, a fresh cluster
 (:mod:`plgd_devtools.spark_cluster`, ``--worker-memory`` each) is the ``spark_default``
 connection, the driver stays in the Airflow task (client mode, on 127.0.0.1) and the executors
@@ -54,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -135,11 +140,13 @@ def cluster_spark_conf(args: argparse.Namespace) -> dict[str, str]:
     return conf
 
 
-def run_size(args: argparse.Namespace, events: int, work: Path, master: str | None = None) -> dict[str, Any]:
+def run_size(args: argparse.Namespace, events: int, work: Path, master: str | None = None,
+             connect: Any = None) -> dict[str, Any]:
     """Generate, publish, run the DAG, measure; return the figures of one size.
 
     ``master``: a ``spark://`` URL (the ``spark_default`` connection; the DAG's Spark settings are
-    :func:`cluster_spark_conf`), default ``local[*]``.
+    :func:`cluster_spark_conf`), default ``local[*]``. ``connect``: a started
+    ``SparkConnectServer``: the DAG runs its Spark stages there (:func:`bench.e2e.ways.connect_env`).
 
     :return: ``{"target_events", "events" (published), "payload_bytes", "traffic" (cache info),
         "publish_s", "interval" {start, end (ISO), seconds, id}, "counts" {fetched, decoded,
@@ -198,6 +205,11 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
             for key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
                 env.pop(key, None)  # as on a real Airflow worker: the settings above decide
         result["spark_master"] = master or "local[*]"
+        if connect is not None:
+            from bench.e2e.ways import connect_env
+
+            env = connect_env(env, connect.port)
+            result["spark_master"] = f"Spark Connect {connect.remote} ({connect.master})"
         _run([sys.executable, "-m", "airflow", "db", "migrate"], env, log)
         while time.time() < end_s + 1.5:  # the sensor's settle time (1 s) is over before the run
             time.sleep(0.1)
@@ -209,7 +221,8 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
         t_start = time.time()
         with log.open("ab") as fh:
             proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
-            with TreeSampler(proc.pid, period=args.sample_period, extra_pids={"nats": server.pid}) as sampler:
+            extra = {"nats": server.pid, **({"connect": connect.proc.pid} if connect is not None else {})}
+            with TreeSampler(proc.pid, period=args.sample_period, extra_pids=extra) as sampler:
                 rc = proc.wait()
         t_end = time.time()
         busy = busy_since(stat0)
@@ -242,6 +255,8 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
                          "peak_rss": sampler.peak(t_start, t_end), "samples": len(sampler.samples)}
         result["stages"] = stages
         result["nats_peak_rss"] = sampler.extra.get("nats")
+        if connect is not None:
+            result["connect_server_peak_rss"] = sampler.extra.get("connect")
 
         # ceilings, same stream and same staged files
         os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"] = env["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"]
@@ -255,6 +270,28 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+@contextlib.contextmanager
+def connect_server(args: argparse.Namespace, way: str, out: dict[str, Any]):
+    """For ``way`` ``connect``: a local Spark Connect server (``local[*]``, Python workers on
+    ``--executor-python``; the fast-local settings only with ``--spark-conf fast-local``, as the
+    classic way), its start time appended to ``out["connect_server_start_s"]``; else None."""
+    if way != "connect":
+        yield None
+        return
+    from plgd_devtools.spark_connect import SparkConnectServer
+
+    server = SparkConnectServer(python=args.executor_python, master="local[*]",
+                                fast_local=args.spark_conf == "fast-local")
+    t0 = time.perf_counter()
+    server.start()
+    out.setdefault("connect_server_start_s", []).append(round(time.perf_counter() - t0, 1))
+    print(f"[e2e] Spark Connect server {server.remote} up in {out['connect_server_start_s'][-1]} s", flush=True)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -284,6 +321,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--spark-conf", default="",
                         help="PLGD_ETL_SPARK_CONF for the DAG: a JSON object of Spark settings or 'fast-local' "
                              "(default '': the DAG's defaults, as deployed)")
+    parser.add_argument("--ways", nargs="+", default=["classic"], choices=["classic", "connect"],
+                        help="run each size on classic spark-submit and/or a local Spark Connect server, in this "
+                             "order; with both, print the stages way against way (default: classic)")
     parser.add_argument("--cluster-workers", type=int, nargs="*", default=[],
                         help="run each size on a local Spark standalone cluster (plgd_devtools.spark_cluster) "
                              "with each of these worker counts, 1 core each, in this order (e.g. 1 2); "
@@ -308,9 +348,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if size is None:
                     break
             if not args.cluster_workers:
-                r = run_size(args, size, base / f"n{size}")
-                out["sizes"].append(r)
-                print_size(r)
+                by_way = {}
+                for way in args.ways:
+                    with connect_server(args, way, out) as server:
+                        r = run_size(args, size, base / f"n{size}-{way}", connect=server)
+                    r["way"] = way
+                    by_way[way] = r
+                    print_size(r)
+                out["sizes"].append(next(iter(by_way.values())))
+                if len(by_way) > 1:
+                    from bench.e2e.ways import compare
+
+                    out.setdefault("ways", []).append({"by_way": by_way, "table": compare(by_way)})
             else:
                 from plgd_devtools.spark_cluster import SparkCluster
 

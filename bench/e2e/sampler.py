@@ -10,7 +10,8 @@ of the root process and all its descendants and classifies each process:
 
 RSS of forked workers shares pages with their daemon, so the sums overstate the memory really
 used (an upper bound). It also records every ``spark-submit`` process (the operator's child:
-the ``spark-submit`` script that becomes the ``SparkSubmit`` JVM): its start (``create_time``,
+the ``spark-submit`` script that becomes the ``SparkSubmit`` JVM), or on Spark Connect every
+client process (``python spark_apps/<app>.py``): its start (``create_time``,
 unix seconds) and the last sample it was alive at (so its wall time is exact at the start and
 within one period at the end).
 """
@@ -90,7 +91,10 @@ class TreeSampler:
             name = proc.name()
             cmd = " ".join(proc.cmdline())
             launcher = "org.apache.spark.launcher.Main" in cmd  # spark-class's short-lived command builder
-            if not launcher and ("spark-submit" in cmd or "org.apache.spark.deploy.SparkSubmit" in cmd):
+            # a spark-submit, or a Spark Connect client (python spark_apps/<app>.py with SPARK_REMOTE);
+            # the Python driver a spark-submit starts runs the same script: top_submits drops it
+            client = "spark_apps/" in cmd and name.startswith("python")
+            if not launcher and (client or "spark-submit" in cmd or "org.apache.spark.deploy.SparkSubmit" in cmd):
                 app = next((part.rsplit("/", 1)[-1] for part in proc.cmdline() if part.endswith(".py")), "?")
                 self.submits.setdefault(proc.pid, SubmitProcess(proc.pid, proc.create_time(), time.time(), app,
                                                                 proc.ppid()))

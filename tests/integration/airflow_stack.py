@@ -21,9 +21,13 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import spark_connect_conn
+
 REPO = Path(__file__).resolve().parents[2]
 #: The DAG of the shipped DAG file (``dags/plgd_events_etl.py``), which the tests run.
 DAG_ID = "plgd_events_etl"
+#: Seconds between two looks at the metadata database (a few SELECTs: far cheaper than a task start).
+POLL_S = 0.5
 RUN_TIMEOUT_S = 900  # a busy 2-core CI machine: 3 runs of 9 tasks each took 510 s beside other jobs
 
 
@@ -91,7 +95,7 @@ class AirflowStack:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
 
-    def poll(self, what: str, check: Any, *, timeout: float = RUN_TIMEOUT_S, every: float = 1.0) -> Any:
+    def poll(self, what: str, check: Any, *, timeout: float = RUN_TIMEOUT_S, every: float = POLL_S) -> Any:
         """Call ``check()`` until it returns a truthy value (returned); fail with the scheduler's and
         the dag-processor's logs after ``timeout`` s, or when a component exited."""
         deadline = time.monotonic() + timeout
@@ -128,7 +132,7 @@ class AirflowStack:
             state = self.query("SELECT state FROM dag_run WHERE dag_id = %s AND run_id = %s", DAG_ID, run_id)
             if state and state[0][0] in ("failed", "success"):
                 break
-            time.sleep(1)
+            time.sleep(POLL_S)
         return state
 
     def task_log(self, run_id: str, task_id: str) -> str:
@@ -151,16 +155,21 @@ class AirflowStack:
                 pytest.fail(f"{what}: a DAG run failed: {runs}\nscheduler:\n{self.log_tail('scheduler')}")
             if len(runs) >= count and done(runs):
                 return runs
-            time.sleep(2)
+            time.sleep(POLL_S)
         pytest.fail(f"{what}: not done after {timeout:.0f} s; runs {runs}\nscheduler:\n"
                     f"{self.log_tail('scheduler')}\ndag-processor:\n{self.log_tail('dag-processor', 30)}")
 
 
 def airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datetime,
-                database: dict[str, str], schedule_seconds: float = 6.0, intervals: int = 3) -> dict[str, str]:
+                database: dict[str, str], schedule_seconds: float = 6.0, intervals: int = 3,
+                spark_connect: Any = None) -> dict[str, str]:
     """The environment of every component of one ``AIRFLOW_HOME`` (``AirflowStack``): the
     ``LocalExecutor`` on ``database``, the connections to ``nats_server`` and ``local[2]`` Spark,
-    the shipped DAG file's settings (``intervals`` intervals of ``schedule_seconds`` from ``start``)."""
+    the shipped DAG file's settings (``intervals`` intervals of ``schedule_seconds`` from ``start``).
+
+    :param spark_connect: a running Spark Connect server (fixture ``spark_connect_server``): the
+        shipped DAG file runs its Spark tasks there (``PLGD_ETL_SPARK_CONNECT_CONN_ID``), not with
+        ``spark-submit``; default: ``spark-submit`` with ``FAST_LOCAL_SPARK_CONF``."""
     from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
@@ -202,4 +211,10 @@ def airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datet
         "PLGD_ETL_SPARK_CONF": json.dumps(FAST_LOCAL_SPARK_CONF),
         "_PLGD_API_PORT": port,
     })
+    if spark_connect is not None:
+        conn_id = "plgd_spark_connect_test"
+        env.update(spark_connect_conn(spark_connect, conn_id=conn_id))
+        env["PLGD_ETL_SPARK_CONNECT_CONN_ID"] = conn_id
+        for key in ("PLGD_ETL_SPARK_CONF", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+            env.pop(key, None)
     return env

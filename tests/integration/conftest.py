@@ -49,6 +49,25 @@ def use_local_spark(monkeypatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
 
 
+def spark_connect_conn(server, *, conn_id: str = "plgd_spark_connect_test") -> dict[str, str]:
+    """The environment of a DAG whose Spark tasks run on the session's Spark Connect server
+    (fixture ``spark_connect_server``; ``build_etl_dag(spark_connect_conn_id=conn_id)``): the
+    connection ``AIRFLOW_CONN_<CONN_ID>`` of type ``spark_connect``. For the tests that prove the
+    chain, the scheduler or the tables, not the ``spark-submit`` path (docs/testing.md names the
+    tests that prove that path)."""
+    return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(
+        {"conn_type": "spark_connect", "host": "localhost", "port": server.port})}
+
+
+def use_spark_connect(monkeypatch, server, *, conn_id: str = "plgd_spark_connect_test") -> None:
+    """:func:`spark_connect_conn` set for this test (in-process ``dag.test()``); no ``SPARK_REMOTE``
+    or token of the caller's environment reaches the clients."""
+    for key, value in spark_connect_conn(server, conn_id=conn_id).items():
+        monkeypatch.setenv(key, value)
+    for key in ("SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+
+
 def load_test_dag(dags_folder: Path, name: str, text: str, dag_id: str):
     """Write the DAG file ``{dags_folder}/{name}.py`` with ``text`` and return its DAG ``dag_id``."""
     path = dags_folder / f"{name}.py"

@@ -8,8 +8,11 @@ a fresh PostgreSQL metadata database (a real server that the harness starts: fix
 ``airflow_postgres_db``), as in production: the components and the CLI write concurrently, which
 SQLite (one writer at a time) does not bear on a loaded machine. The scheduler itself creates the
 two catchup runs of ``plgd_events_etl`` (``PLGD_ETL_START_DATE`` / ``PLGD_ETL_END_DATE`` bound
-them to exactly two intervals), each with real ``spark-submit`` (``local[2]``); two are the fewest
-that hold the chain (a third interval added six ``spark-submit`` runs and proved nothing more).
+them to exactly two intervals), their Spark tasks on the session's real Spark Connect server
+(``PLGD_ETL_SPARK_CONNECT_CONN_ID``; ``local[2]``, its Python workers without the provider); two are
+the fewest that hold the chain (a third interval added six Spark runs and proved nothing more).
+This test proves the scheduler, the backfill and the tables, not ``spark-submit``: the scheduler's
+``spark-submit`` path is ``test_chain_scheduler.py``'s (docs/testing.md, "Which test proves what").
 Then every output is read into a canonical form, the storage root is wiped, and the same intervals
 are reprocessed, with the scheduler and the other components running, by
 
@@ -125,7 +128,7 @@ def read_counts(root: Path, interval_ids: list[str]) -> dict[str, dict[str, Any]
 
 # -- the test ----------------------------------------------------------------------------------------
 
-def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflow_postgres_db,
+def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflow_postgres_db, spark_connect_server,
                                                                tmp_path: Path) -> None:
     from airflow_provider_plgd import times
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
@@ -149,7 +152,7 @@ def test_scheduled_runs_then_backfill_rebuild_identical_tables(jetstream, airflo
     ))
     env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=start,
                       database=airflow_postgres_db.airflow_env(), schedule_seconds=INTERVAL_SECONDS,
-                      intervals=INTERVALS)
+                      intervals=INTERVALS, spark_connect=spark_connect_server)
     stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
 
     published: dict[str, Any] = {}

@@ -126,7 +126,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
                 return runs
             return None
 
-        runs = stack.poll("the runs of I0, I2 and I3 ended", all_ended, every=2.0)
+        runs = stack.poll("the runs of I0, I2 and I3 ended", all_ended)
         # No run of I1 was ever created: the hole is Airflow's (catchup does not go back)
         assert sorted(runs) == [starts[0], starts[2], starts[3]], stack.runs()
         assert [runs[s][2] for s in sorted(runs)] == ["scheduled", "backfill", "scheduled"], stack.runs()
@@ -172,7 +172,7 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
             runs = runs_by_start()
             return runs if len(runs) == 4 and all(r[1] == "success" for r in runs.values()) else None
 
-        runs = stack.poll("every interval's run succeeded", all_succeeded, every=2.0)
+        runs = stack.poll("every interval's run succeeded", all_succeeded)
         assert sorted(runs) == starts and all(planned(k) for k in range(4)), stack.runs()
         assert runs[starts[1]][2] == "backfill", stack.runs()
     finally:

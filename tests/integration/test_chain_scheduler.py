@@ -4,7 +4,9 @@ older than the chain's head (cases 5 and 6 of "No silent loss, round 4").
 Real components (``AirflowStack`` of ``test_backfill.py``: api-server, scheduler with the
 ``LocalExecutor``, dag-processor, triggerer, on PostgreSQL), a real nats-server with simulated plgd
 traffic, real ``spark-submit`` (``local[2]``). Three catchup intervals: A (devices registered),
-B (no message), C (other devices registered).
+B (no message), C (other devices registered). This is the test of the scheduler's ``spark-submit``
+path (``test_backfill.py`` runs its Spark tasks on Spark Connect; docs/testing.md, "Which test
+proves what"): keep it on ``spark-submit``.
 
 1. **Spark outage during A.** ``spark-submit`` fails while a flag file exists (a wrapper first on
    the PATH of the Airflow components): A's ``decode`` fails; then the outage ends. B holds no message, so its Spark tasks
@@ -141,7 +143,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
             # 2. B holds no message: its Spark tasks skip (Airflow 3.3's scheduler skips dedupe by its trigger
             #    rule without waiting for the past), and its summary does not reconcile: the chain has a hole
             stack.poll("B's and C's runs ended", lambda: len(runs()) == 3
-                  and all(r[1] in ("failed", "success") for r in runs().values()), every=2.0)
+                  and all(r[1] in ("failed", "success") for r in runs().values()))
             timings["outage"] = time.monotonic() - t_start
             got = states(starts[1])
             assert got["decode"] == "skipped" and got["summary"] == "failed", got
@@ -158,9 +160,9 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
             # 4. A and B are cleared, then C (docs/operations.md, "Holes in the interval chain")
             stack.cli("tasks", "clear", DAG_ID, "--start-date", iso[0], "--end-date", iso[1], "--only-failed", "--yes")
             stack.poll("A and B succeeded", lambda: runs()[starts[0]][1] == "success"
-                  and runs()[starts[1]][1] == "success", every=2.0)
+                  and runs()[starts[1]][1] == "success")
             stack.cli("tasks", "clear", DAG_ID, "--start-date", iso[2], "--end-date", iso[2], "--only-failed", "--yes")
-            stack.poll("C succeeded", lambda: runs()[starts[2]][1] == "success", every=2.0)
+            stack.poll("C succeeded", lambda: runs()[starts[2]][1] == "success")
             timings["recovered"] = time.monotonic() - t_start
         expected = set()
         for sim in sims:
@@ -173,8 +175,12 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
 
         # 3. An interval older than the chain's head: the DAG's start moves one interval back
         before = starts[0] - timedelta(seconds=STEP)
+        written = datetime.now(timezone.utc)
         (dags / f"{DAG_ID}.py").write_text(DAG_FILE.format(dag_id=DAG_ID, step=STEP, start=before.isoformat(),
                                                            end=iso[2]))
+        # one cheap query until the dag-processor parsed the file again, then the CLI (each call ~4 s)
+        stack.poll("the dag-processor parsed the new start date", lambda: stack.query(
+            "SELECT 1 FROM dag WHERE dag_id = %s AND last_parsed_time > %s", DAG_ID, written), timeout=120)
 
         def backfilled() -> bool:
             try:

@@ -45,7 +45,7 @@ import pytest
 
 from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
 from plgd_devtools.nats_server import free_port, new_nkey
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock
+from plgd_devtools.spark import spark_lock
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -303,18 +303,19 @@ def _airflow(server: ApiServer, *args: str, timeout: float = STARTUP_TIMEOUT_S) 
     return done.stdout
 
 
-def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstream):
+def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstream, spark_connect_server):
     """The ETL DAG of ``dags/`` in the real UI: the docs panel renders the DAG file's user docs,
     the Trigger form shows every param's description, and after a real run (``airflow dags test``:
-    real nats-server, real spark-submit, the api-server's metadata DB) the asset page shows the
-    asset event's ``extra`` (interval ID, counts, snapshot version). Screenshots in
-    ``tests/artifacts/etl_dag_ui/``."""
+    real nats-server, the Spark tasks on the session's real Spark Connect server
+    (``PLGD_ETL_SPARK_CONNECT_CONN_ID``: this test proves the UI, not ``spark-submit``;
+    docs/testing.md), the api-server's metadata DB) the asset page shows the asset event's
+    ``extra`` (interval ID, counts, snapshot version). Screenshots in ``tests/artifacts/etl_dag_ui/``."""
     from playwright.sync_api import sync_playwright
 
     from airflow_provider_plgd import times
     from airflow_provider_plgd.etl import param_schemas
     from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
-    from plgd_devtools.spark import spark_submit_env
+    from tests.integration.conftest import spark_connect_conn
 
     home = tmp_path / "airflow"
     (home / "dags").mkdir(parents=True)
@@ -326,12 +327,13 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "PLGD_ETL_SCHEDULE_SECONDS": str(ETL_INTERVAL_S),
         "PLGD_ETL_CATCHUP": "false",
-        "PLGD_ETL_SPARK_CONF": json.dumps(FAST_LOCAL_SPARK_CONF),
+        "PLGD_ETL_SPARK_CONNECT_CONN_ID": "plgd_spark_connect_test",
+        **spark_connect_conn(spark_connect_server, conn_id="plgd_spark_connect_test"),
         "PLGD_ETL_STORAGE_ROOTS": json.dumps([str(storage_root)]),  # the root this run chooses
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": os.environ["AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT"],
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
     })
-    server.env.update({k: v for k, v in spark_submit_env(server.env).items() if not k.startswith("AIRFLOW")})
+    for key in ("PLGD_ETL_SPARK_CONF", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        server.env.pop(key, None)
     ETL_ARTIFACTS.mkdir(parents=True, exist_ok=True)
     steps: list[str] = []
 
@@ -341,7 +343,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
         steps.append(str(path))
 
     t0 = time.monotonic()
-    with spark_lock():  # the api-server and spark-submit on the shared 2-core machine
+    with spark_lock():  # the api-server and the Spark tasks on the shared 2-core machine
         try:
             server.start()
             _airflow(server, "dags", "reserialize")

@@ -134,8 +134,10 @@ def test_etl_dag_on_spark_connect_matches_ground_truth_and_keeps_the_token_out(
 
     # the tables: the snapshot equals the simulator's ground truth, every message accounted for
     assert compare_snapshot(root, expected_state(sim, through_interval=0)) == []
-    interval_id = next(v for _, k, v in _xcom_values(dr) if k == "return_value" and isinstance(v, dict)
-                       and "interval_id" in v and "fetch_ranges" in v)["interval_id"]
+    planned = next(v for _, k, v in _xcom_values(dr) if k == "return_value" and isinstance(v, dict)
+                   and "interval_id" in v and "fetch_ranges" in v)
+    interval_id = planned["interval_id"]
+    assert planned["py_files"] is None  # the clients ship their code: plan built no --py-files zip
     decode = read_app_summary(Layout.of(str(root)), "decode", interval_id)
     assert decode["fetched"] == len(sim.messages) == decode["decoded"] + decode["quarantined"]
     assert decode["quarantined"] == 2

@@ -30,7 +30,7 @@ from tests.integration.conftest import (
     load_test_dag,
     publish_messages,
     read_stream,
-    use_local_spark,
+    use_spark_connect,
     xcom_value,
 )
 
@@ -244,22 +244,23 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
     shutil.rmtree(root)
 
 
+#: The chain's DAG runs its Spark tasks on the session's Spark Connect server: this test proves the
+#: chain (lookback, snapshot parent, rerun), not ``spark-submit`` (docs/testing.md).
 CHAIN_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import build_etl_dag
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_ux_chain", schedule=timedelta(seconds=STEP),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
                     storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
 """
 
 
 @pytest.mark.spark
 def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_chain(
-        jetstream, dags_folder, storage_root, monkeypatch):
+        jetstream, dags_folder, storage_root, spark_connect_server, monkeypatch):
     """Interval 0 with messages, interval 1 empty (skipped), interval 2 with messages that repeat
     some of interval 0's: dedupe of 2 still drops them (its lookback reaches across the skipped
     interval), and rebuild of 2 builds on the snapshot of 0: the final snapshot is the simulator's truth."""
@@ -271,7 +272,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
     from plgd_devtools.snapshot_compare import compare_snapshot
     from plgd_devtools.spark import spark_lock
 
-    use_local_spark(monkeypatch)
+    use_spark_connect(monkeypatch, spark_connect_server)
     step = 8
     dag = load_test_dag(dags_folder, "plgd_ux_chain", CHAIN_DAG_FILE.replace("STEP", str(step)), "plgd_ux_chain")
     # The simulator's intervals are two ETL intervals long and each is published at its start, so

@@ -1,7 +1,8 @@
 """The interval ledger through real parts: what the stream holds, and every stage accounting for it.
 
-Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with real
-``spark-submit`` (the first test), and the fetch operator / plan step against the real server
+Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with its Spark
+tasks on the session's real Spark Connect server (the first test: it proves the ledger, not
+``spark-submit``; docs/testing.md), and the fetch operator / plan step against the real server
 (the others). Each test names the case of ``docs/reliability.md`` ("The interval ledger") it
 covers; each failed on the code before the ledger.
 """
@@ -22,7 +23,7 @@ from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_
 from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark
+from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect
 from tests.integration.delta_read import staging_rows
 
 UTC = timezone.utc
@@ -79,17 +80,16 @@ def bounds_around(url: str) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------------------------------
 # Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
-# through the whole ETL DAG (real Airflow, real spark-submit)
+# through the whole ETL DAG (real Airflow, real Spark Connect server)
 # ---------------------------------------------------------------------------------------------
 ETL_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import build_etl_dag
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
                     storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
 """
 
@@ -97,12 +97,12 @@ dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=IN
 @pytest.mark.spark
 @pytest.mark.airflow
 def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger_adds_up(
-        jetstream, dags_folder, storage_root, monkeypatch):
+        jetstream, dags_folder, storage_root, spark_connect_server, monkeypatch):
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.snapshot_compare import compare_snapshot
     from plgd_devtools.spark import spark_lock
 
-    use_local_spark(monkeypatch)
+    use_spark_connect(monkeypatch, spark_connect_server)
     interval = 8
     dag = load_test_dag(dags_folder, "plgd_test_ledger_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
                         "plgd_test_ledger_etl")

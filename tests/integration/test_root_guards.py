@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_plgd.plgd.subjects import registrations_subject
-from tests.integration.conftest import load_test_dag, publish_messages, use_local_spark
+from tests.integration.conftest import load_test_dag, publish_messages, use_spark_connect
 
 pytestmark = pytest.mark.airflow
 
@@ -31,14 +31,18 @@ from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="DAG_ID", schedule=timedelta(seconds=INTERVAL),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    SPARK_ARGS, default_args={"retries": 0},
                     params={"settle_seconds": 0, "storage_root": ROOT}, storage_roots=VIEWS)
 """
 
 
-def etl_dag(dags_folder, name: str, root, views=()) -> object:
-    text = (DAG_FILE.replace("DAG_ID", name).replace("INTERVAL", str(INTERVAL)).replace("ROOT", repr(str(root)))
-            .replace("VIEWS", repr([str(v) for v in views])))
+def etl_dag(dags_folder, name: str, root, views=(), *, connect: bool = False) -> object:
+    """The ETL DAG ``name`` on ``root``; ``connect``: its Spark tasks on the session's Spark Connect
+    server (``use_spark_connect``), else ``spark-submit`` with ``FAST_LOCAL_SPARK_CONF``."""
+    spark = ('spark_connect_conn_id="plgd_spark_connect_test"' if connect
+             else "spark_conf=FAST_LOCAL_SPARK_CONF")
+    text = (DAG_FILE.replace("SPARK_ARGS", spark).replace("DAG_ID", name).replace("INTERVAL", str(INTERVAL))
+            .replace("ROOT", repr(str(root))).replace("VIEWS", repr([str(v) for v in views])))
     return load_test_dag(dags_folder, name, text, name)
 
 
@@ -91,19 +95,21 @@ def test_a_run_root_inside_the_dags_own_root_is_refused_and_the_author_pipeline_
 
 
 @pytest.mark.spark
-def test_a_folder_named_like_the_old_layout_stops_neither_plan_nor_the_spark_applications(jetstream, dags_folder,
-                                                                                        tmp_path, monkeypatch):
+def test_a_folder_named_like_the_old_layout_stops_neither_plan_nor_the_spark_applications(
+        jetstream, dags_folder, spark_connect_server, tmp_path, monkeypatch):
     """``{root}/events/interval=x``, a folder anybody could make (an earlier version's triggered run
     left one): before, ``plan`` and each Spark application took it for the layout before Delta Lake
-    (OldLayoutError). The old layout is known by its records (``_manifest.json``), not by a name."""
+    (OldLayoutError). The old layout is known by its records (``_manifest.json``), not by a name.
+    The Spark applications run on the session's Spark Connect server (their checks run in the
+    client, the same code as in a ``spark-submit`` driver; docs/testing.md)."""
     from plgd_devtools.spark import spark_lock
     from tests.integration.delta_read import read_both
 
-    use_local_spark(monkeypatch)
+    use_spark_connect(monkeypatch, spark_connect_server)
     root = tmp_path / "lake"
     (root / "events" / "interval=x").mkdir(parents=True)
     (root / "events" / "interval=x" / "notes.txt").write_text("a user's file")
-    dag = etl_dag(dags_folder, "plgd_test_guard_oldname", root)
+    dag = etl_dag(dags_folder, "plgd_test_guard_oldname", root, connect=True)
     start_s = (int(time.time() // INTERVAL) + 1) * INTERVAL
     time.sleep(max(0.0, start_s + 0.05 - time.time()))
     publish_messages(jetstream.url, [(registrations_subject(OWNER, "devicesregistered"), b"x", None)])

@@ -136,6 +136,20 @@ def test_plan_interval_writes_the_ledger_builds_the_zip_and_returns_the_plan_xco
     assert record["spark_skip"] is None
 
 
+def test_plan_interval_for_spark_connect_builds_no_py_files_zip(root, tmp_path):
+    """A DAG on Spark Connect plans with ``build_py_files=False``: the applications ship their code
+    with ``addArtifacts``, so no zip is built and the XCom's ``py_files`` is None."""
+    hook = FakeHook("EVENTS", [(10, 16, 6)])
+    planned = plan_interval({**DEFAULT_PARAMS, "storage_root": root}, start=START, end=END,
+                            dag_id="plgd_events_etl", jetstream_conn_id="plgd_jetstream_default",
+                            spark_conf_policy=run_spark_conf_policy(None), allowed_roots=[root], author=author(root),
+                            fetch_range_messages=5, hook_factory=lambda stream: hook, build_py_files=False)
+    assert planned.py_files is None and planned.as_dict()["py_files"] is None
+    assert IntervalPlan.from_dict(planned.as_dict()) == planned  # the XCom edge keeps the None
+    assert not list(tmp_path.rglob("*.zip"))  # no zip anywhere, neither beside nor on the root
+    assert (planned.messages, planned.fetch_ranges, stream_json(root)["total"]) == (6, 1, 6)  # planned the same
+
+
 def test_plan_interval_with_selected_owners_and_event_types(root):
     hook = FakeHook("EVENTS", [(1, 5, 4)], scope_total=10)
     planned = plan(root, hook, owners=[OWNER_A], event_types="devicesregistered")
