@@ -59,6 +59,7 @@ ROOT_EDGES = {
     "status.py": {"chain_status"},
     "etl/params.py": {"run_params_used"},
     "etl/maintenance.py": {"build_maintenance_dag"},
+    "etl/monitor.py": {"build_monitor_dag"},
     "operators/jetstream_to_staging.py": {"__init__"},
     "spark_deps.py": {"build_private_py_files_zip", "_local_root"},
 }
