@@ -2,7 +2,7 @@
 (``[metrics] statsd_on``, with ``statsd_influxdb_enabled`` so that the tags travel), and the chain
 monitor's alert (``etl.monitor``).
 
-* A real ETL run of one interval (``dag.test()``, real nats-server and spark-submit) with a
+* A real ETL run of one interval (``dag.test()``, real nats-server, Spark Connect) with a
   payload that cannot be decoded: the ``summary`` task sends ``plgd.interval.*``; the values equal
   the run's summary and what the stream holds (read with nats-py).
 * The monitor DAG (``dag.test()``) on the chain with a hole of ``test_ui_page.py``: its task fails
@@ -24,7 +24,7 @@ import pytest
 from airflow_provider_plgd import times
 from plgd_devtools.spark import spark_lock
 from plgd_devtools.statsd_listener import StatsdListener
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_local_spark, xcom_value
+from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect, xcom_value
 from tests.integration.test_status import HOUR
 
 pytestmark = [pytest.mark.airflow]
@@ -54,20 +54,22 @@ ETL_DAG_FILE = """
 import tempfile
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import build_etl_dag
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
 
 dag = build_etl_dag(dag_id="plgd_metrics_etl", schedule=timedelta(seconds=STEP),
                     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
+                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
                     storage_roots=[tempfile.gettempdir()])
 """
 
 
 @pytest.mark.spark
-def test_an_etl_run_sends_its_interval_counts(jetstream, dags_folder, storage_root, monkeypatch, statsd):
+def test_an_etl_run_sends_its_interval_counts(jetstream, dags_folder, storage_root, spark_connect_server,
+                                              monkeypatch, statsd):
+    """The Spark tasks run on the session's Spark Connect server: the metrics come from the summary
+    task, whatever runs Spark (docs/testing.md names the tests of the ``spark-submit`` path)."""
     from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
 
-    use_local_spark(monkeypatch)
+    use_spark_connect(monkeypatch, spark_connect_server)
     step = 8
     dag = load_test_dag(dags_folder, "plgd_metrics_etl", ETL_DAG_FILE.replace("STEP", str(step)), "plgd_metrics_etl")
     start_s = (int(time.time() // step) + 1) * step
