@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION, summari
 from airflow_provider_plgd.operators.links import PlgdTablesLink
 from airflow_provider_plgd.spark_conf import DEFAULT_SPARK_CONF, merge_spark_conf
 from airflow_provider_plgd.spark_deps import spark_app_path
+from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.tables.layout import Layout
 
 #: One-line DAG description (the DAG list and the DAG page header show it).
@@ -72,8 +74,6 @@ TASK_DOCS: dict[str, str] = {
 DEFAULT_SPARK_EXECUTION_TIMEOUT = timedelta(hours=2)
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
-
-
 
 
 
@@ -177,11 +177,8 @@ def build_etl_dag(
     :raises ValueError: a value of ``params`` that a run could not have either (an unknown event
         type, a relative storage root, a number out of bounds; names the param).
     """
+    # lazy: the run-param checks load when a DAG is built, not when the etl package is imported
     from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.operators import lineage
-    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
-    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator as SparkSubmitOperator
-    from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
 
     if spark_connect_conn_id and (spark_conf or spark_ui_url_template or run_spark_conf_keys):
         raise ValueError("build_etl_dag(spark_connect_conn_id=...): spark_conf, run_spark_conf_keys and "
@@ -200,9 +197,14 @@ def build_etl_dag(
                                              storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
     except ValueError as err:
         raise ValueError(f"build_etl_dag(params=...): {err}") from None
+    etl = _EtlSettings(
+        dag_id=dag_id, schedule=schedule, start_date=start_date, jetstream_conn_id=jetstream_conn_id,
+        author=author, defaults=defaults, allowed_roots=tuple(allowed_roots), spark_conf_policy=spark_conf_policy,
+        assets=etl_assets(dag_id), fetch_range_messages=fetch_range_messages, spark_conn_id=spark_conn_id,
+        spark_connect_conn_id=spark_connect_conn_id, spark_conf=conf, spark_execution_timeout=spark_execution_timeout,
+        spark_ui_url_template=spark_ui_url_template, partitioned_asset_events=partitioned_asset_events,
+        staging_retention=staging_retention)
     args = {"retries": 2, "retry_delay": timedelta(seconds=30), **(default_args or {})}
-    assets = etl_assets(dag_id)
-
     # Explicit data-interval timetables: Airflow 3 turns a bare timedelta into a
     # DeltaTriggerTimetable, whose runs have no data interval to bound the fetch by.
     timetable = (
@@ -222,167 +224,219 @@ def build_etl_dag(
         tags=tags or ["plgd", "jetstream", "spark"],
         description=description,
         doc_md=doc_md or DEFAULT_DOC_MD,
+        # the Spark tasks' arguments read the plan through it: {{ interval_plan(ti).layout.root }}
+        user_defined_macros={"interval_plan": interval_plan_of},
     ) as dag:
-        def check_interval(context: Mapping[str, Any]) -> tuple[datetime, datetime]:
-            """The run's data interval, and its params against the pipeline's identity (no I/O)."""
-            window = require_data_interval(context, schedule=schedule, start_date=start_date)
-            run_params.check_run(params_of_run(context, defaults), author, spark_conf_policy=spark_conf_policy,
-                                 storage_roots=allowed_roots, jetstream_conn_id=jetstream_conn_id)
-            return window
-
-        wait = JetStreamIntervalCompleteSensor(
-            task_id="wait_for_interval",
-            jetstream_conn_id=jetstream_conn_id,
-            subject_filter="plgd.>",
-            stream=author.stream,
-            settle_seconds="{{ params.settle_seconds }}",
-            deferrable=True,
-            poke_interval=5,
-            timeout=6 * 3600,
-            interval_check=check_interval,  # in execute: its error shows where the task's page shows failures
-            doc_md=TASK_DOCS["wait_for_interval"],
-            task_display_name="Wait until the interval is complete",
-        )
-
-        @task(task_display_name="Plan: count the stream, split it into ranges")
-        def plan(**context) -> dict[str, Any]:
-            """Resolve the storage root, record the interval ledger (its sequence ranges and their
-            counts), and build the --py-files zip (spark-submit only)."""
-            # the work: plan_interval; here only the Airflow context and the lineage report
-            from airflow_provider_plgd.tables import ledger
-
-            start, end = check_interval(context)
-
-            def report_lineage(servers: Sequence[str], stream: str, layout: Layout) -> None:
-                lineage.report_task_lineage(context, lineage.plan_lineage, servers, stream, layout, ledger.SCOPE_FILTER)
-
-            return plan_interval(params_of_run(context, defaults), start=start, end=end, dag_id=dag_id,
-                                 jetstream_conn_id=jetstream_conn_id, spark_conf_policy=spark_conf_policy,
-                                 allowed_roots=allowed_roots, author=author, fetch_range_messages=fetch_range_messages,
-                                 report_lineage=report_lineage,
-                                 # on Spark Connect each application ships its code (addArtifacts)
-                                 build_py_files=not spark_connect_conn_id).as_dict()  # the XCom edge
-
-        @task(task_display_name="Sequence ranges of the fetch")
-        def fetch_ranges(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
-            """The fetch task kwargs, one dict per stream-sequence range (Airflow maps over a plain return value)."""
-            return planned_value["fetch_ranges"]
-
-        planned = plan()
-
-        fetch = JetStreamToStagingOperator.partial(
-            task_id="fetch",
-            jetstream_conn_id=jetstream_conn_id,
-            stream=author.stream,
-            storage_root="{{ ti.xcom_pull(task_ids='plan')['storage_root'] }}",
-            ledger="{{ ti.xcom_pull(task_ids='plan')['ledger'] }}",
-            accept_fewer_messages="{{ params.accept_fewer_messages }}",
-            settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
-            task_display_name="Fetch a sequence range into staging",
-            doc_md=TASK_DOCS["fetch"],
-        ).expand_kwargs(fetch_ranges(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
-
-        # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
-        @task.short_circuit(ignore_downstream_trigger_rules=False, outlets=[assets["staging"]],
-                            task_display_name="Spark needed? (skip empty intervals)")
-        def spark_needed(**context) -> bool:
-            """False (skip decode, dedupe, rebuild) when ``plan`` found the interval empty (``spark_skip``)."""
-            planned_value = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
-            set_asset_extra(context, assets["staging"], staging_extra(planned_value),
-                            partition_key=planned_value.interval_id if partitioned_asset_events else None)
-            if planned_value.spark_skip:
-                _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned_value.interval_id,
-                          planned_value.spark_skip)
-                return False
-            return True
-
-        x = "ti.xcom_pull(task_ids='plan')"
-        common = {
-            "conn_id": spark_conn_id,
-            "py_files": "{{ " + x + "['py_files'] }}",
-            "conf": conf,
-            "run_conf_param": "spark_conf",
-            "run_conf_keys": spark_conf_policy,
-            "execution_timeout": spark_execution_timeout,
-            "spark_ui_url_template": spark_ui_url_template,
-            **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
-        }
-        root_arg = "{{ " + x + "['storage_root'] }}"
-        interval_arg = "{{ " + x + "['interval_id'] }}"
-        def spark_task(app: str, application: str, name: str, args: list[str], outlets: list[Any],
-                       display_name: str, **kwargs: Any) -> Any:
-            """One of the three Spark tasks: task ID ``app`` runs ``spark_apps/<application>.py``
-            (``spark-submit``, or a Spark Connect client), and its run summary goes into its asset events."""
-            if spark_connect_conn_id:
-                from airflow_provider_plgd.operators.spark_connect import PlgdSparkConnectOperator
-
-                return PlgdSparkConnectOperator(
-                    task_id=app, conn_id=spark_connect_conn_id, name=name,
-                    application=spark_app_path(application), application_args=args, outlets=outlets,
-                    run_conf_param="spark_conf", run_conf_keys=spark_conf_policy,
-                    execution_timeout=spark_execution_timeout,
-                    post_execute=lambda context, result=None: emit_app_asset_events(
-                        context, app, assets, partitioned=partitioned_asset_events),
-                    task_display_name=display_name, doc_md=TASK_DOCS[app], **kwargs)
-            return SparkSubmitOperator(
-                task_id=app,
-                name=name,
-                application=spark_app_path(application),
-                application_args=args,
-                outlets=outlets,
-                post_execute=lambda context, result=None: emit_app_asset_events(
-                    context, app, assets, partitioned=partitioned_asset_events),
-                task_display_name=display_name,
-                doc_md=TASK_DOCS[app],
-                **kwargs,
-                **common,
-            )
-
-        decode = spark_task(
-            "decode", "decode_events", "plgd-decode-events",
-            ["--root", root_arg, "--stream", author.stream,
-             "--interval-id", interval_arg, "--ledger",
-             "--max-content-bytes", str(author.identity()["max_content_bytes"])],
-            [assets["events"], *quarantine_outlets(dag_id)], "Decode events (Spark)",
-        )
-        dedupe = spark_task(
-            "dedupe", "dedupe_events", "plgd-dedupe-events",
-            ["--root", root_arg, "--interval-id", interval_arg,
-             "--lookback-intervals", str(author.identity()["lookback_intervals"])],
-            [assets["events_deduped"]], "Deduplicate events (Spark)", depends_on_past=True,
-            wait_for_past_depends_before_skipping=True,
-        )
-        rebuild = spark_task(
-            "rebuild", "rebuild_snapshots", "plgd-rebuild-snapshots",
-            ["--root", root_arg, "--interval-id", interval_arg],
-            [assets["snapshots"]], "Rebuild snapshots (Spark)", depends_on_past=True,
-            wait_for_past_depends_before_skipping=True,
-        )
-
-        # none_failed: runs after skipped Spark tasks (an empty interval) and reconciles 0 = 0.
-        @task(trigger_rule="none_failed", task_display_name="Summary: reconcile the interval")
-        def summary(**context) -> dict[str, Any]:
-            """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
-            and return its numbers (bounded XCom: no per-owner lists)."""
-            # the work: summarize_interval; here only plan's XCom and the lineage report
-            planned_value = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
-            PlgdTablesLink.persist(context, planned_value.layout)  # before a LedgerError
-            lineage.report_task_lineage(context, lineage.summary_lineage, author.stream, planned_value.layout)
-            result = summarize_interval(planned_value.layout, author.stream,
-                                        planned_value.interval_id, context["params"],
-                                        staging_retention_seconds=None if staging_retention is None
-                                        else staging_retention.total_seconds()).as_dict()  # the XCom edge
-            try:  # the interval reconciled: its counts through Airflow's metrics (docs/metrics.md)
-                emit_interval_metrics(result, dag_id=dag_id, stream=author.stream)
-            except Exception:  # a metrics backend's error never fails the interval
-                _log.warning("Could not send the metrics of interval %s", planned_value.interval_id, exc_info=True)
-            return result
-
+        wait, planned = _wait_and_plan(etl)
+        fetch = _fetch(etl, planned)
+        gate, decode, dedupe, rebuild = _spark_stages(etl)
+        summarize = _summary(etl)
         wait >> planned
-        summarize = summary()
-        # a TaskFlow task: its operator gets the link here (the DAG serializes the instance's links)
-        summarize.operator.operator_extra_links = (PlgdTablesLink(),)  # type: ignore[attr-defined]  # PlainXComArg
-        fetch >> spark_needed() >> decode >> dedupe >> rebuild >> summarize
-
+        fetch >> gate >> decode >> dedupe >> rebuild >> summarize
     return dag
 
+
+def interval_plan_of(ti: Any) -> IntervalPlan:
+    """The run's :class:`IntervalPlan`, read back from the ``plan`` task's XCom (the DAG's
+    ``interval_plan`` macro, and the tasks after ``plan``).
+
+    :raises ValueError: the XCom is not a plan (``IntervalPlan.from_xcom``).
+    """
+    return IntervalPlan.from_xcom(ti.xcom_pull(task_ids="plan"))
+
+
+@dataclass(frozen=True)
+class _EtlSettings:
+    """What the DAG author fixed in :func:`build_etl_dag`, checked, as the task builders below use it."""
+
+    dag_id: str
+    schedule: timedelta | str
+    start_date: datetime
+    jetstream_conn_id: str
+    author: Any  # run_params.RunParams: the pipeline's identity
+    defaults: dict[str, Any]
+    allowed_roots: tuple[str, ...]
+    spark_conf_policy: Mapping[str, str | None]
+    assets: dict[str, Any]
+    fetch_range_messages: int
+    spark_conn_id: str
+    spark_connect_conn_id: str | None
+    spark_conf: dict[str, str]
+    spark_execution_timeout: timedelta | None
+    spark_ui_url_template: str | None
+    partitioned_asset_events: bool
+    staging_retention: timedelta | None
+
+    def check_interval(self, context: Mapping[str, Any]) -> tuple[datetime, datetime]:
+        """The run's data interval, and its params against the pipeline's identity (no I/O)."""
+        # lazy: the run-param checks load when a DAG is built, not when the etl package is imported
+        from airflow_provider_plgd import run_params
+
+        window = require_data_interval(context, schedule=self.schedule, start_date=self.start_date)
+        run_params.check_run(params_of_run(context, self.defaults), self.author,
+                             spark_conf_policy=self.spark_conf_policy, storage_roots=list(self.allowed_roots),
+                             jetstream_conn_id=self.jetstream_conn_id)
+        return window
+
+
+def _wait_and_plan(etl: _EtlSettings) -> tuple[Any, Any]:
+    """``wait_for_interval`` (the sensor) and ``plan``; return the sensor and plan's XComArg."""
+    # lazy: the operators load when a DAG is built, not when the etl package is imported
+    from airflow_provider_plgd.operators import lineage
+    from airflow_provider_plgd.sensors.interval_complete import JetStreamIntervalCompleteSensor
+
+    wait = JetStreamIntervalCompleteSensor(
+        task_id="wait_for_interval",
+        jetstream_conn_id=etl.jetstream_conn_id,
+        subject_filter="plgd.>",
+        stream=etl.author.stream,
+        settle_seconds="{{ params.settle_seconds }}",
+        deferrable=True,
+        poke_interval=5,
+        timeout=6 * 3600,
+        interval_check=etl.check_interval,  # in execute: its error shows where the task's page shows failures
+        doc_md=TASK_DOCS["wait_for_interval"],
+        task_display_name="Wait until the interval is complete",
+    )
+
+    @task(task_display_name="Plan: count the stream, split it into ranges")
+    def plan(**context) -> dict[str, Any]:
+        """Resolve the storage root, record the interval ledger (its sequence ranges and their
+        counts), and build the --py-files zip (spark-submit only)."""
+        # the work: plan_interval; here only the Airflow context and the lineage report
+        start, end = etl.check_interval(context)
+
+        def report_lineage(servers: Sequence[str], stream: str, layout: Layout) -> None:
+            lineage.report_task_lineage(context, lineage.plan_lineage, servers, stream, layout, ledger.SCOPE_FILTER)
+
+        return plan_interval(params_of_run(context, etl.defaults), start=start, end=end, dag_id=etl.dag_id,
+                             jetstream_conn_id=etl.jetstream_conn_id, spark_conf_policy=etl.spark_conf_policy,
+                             allowed_roots=etl.allowed_roots, author=etl.author,
+                             fetch_range_messages=etl.fetch_range_messages, report_lineage=report_lineage,
+                             # on Spark Connect each application ships its code (addArtifacts)
+                             build_py_files=not etl.spark_connect_conn_id).to_xcom()  # the XCom edge
+
+    return wait, plan()
+
+
+def _fetch(etl: _EtlSettings, planned: Any) -> Any:
+    """``fetch_ranges`` and the ``fetch`` tasks mapped over its ranges, each with the plan."""
+    # lazy: the operator loads when a DAG is built, not when the etl package is imported
+    from airflow_provider_plgd.operators.ledger_range_fetch import LedgerRangeFetchOperator
+
+    @task(task_display_name="Sequence ranges of the fetch")
+    def fetch_ranges(planned_value: dict[str, Any]) -> list[dict[str, Any]]:
+        """The fetch task kwargs, one ``{"plan", "ledger_range"}`` per stream-sequence range
+        (Airflow maps over a plain return value)."""
+        interval_plan = IntervalPlan.from_xcom(planned_value)
+        return [{"plan": interval_plan.to_xcom(), "ledger_range": i} for i in range(interval_plan.fetch_ranges)]
+
+    return LedgerRangeFetchOperator.partial(
+        task_id="fetch",
+        jetstream_conn_id=etl.jetstream_conn_id,
+        stream=etl.author.stream,
+        settle_seconds="{{ params.settle_seconds }}",  # the sensor's rule, re-checked before the commit
+        task_display_name="Fetch a sequence range into staging",
+        doc_md=TASK_DOCS["fetch"],
+    ).expand_kwargs(fetch_ranges(planned))  # type: ignore[arg-type]  # an XComArg of the task's dict
+
+
+def _spark_stages(etl: _EtlSettings) -> tuple[Any, Any, Any, Any]:
+    """``spark_needed`` (the gate that skips empty intervals) and the Spark tasks ``decode``,
+    ``dedupe`` and ``rebuild``."""
+    assets = etl.assets
+
+    # One staging asset event per run (not one per mapped fetch task), and the gate of the Spark tasks.
+    @task.short_circuit(ignore_downstream_trigger_rules=False, outlets=[assets["staging"]],
+                        task_display_name="Spark needed? (skip empty intervals)")
+    def spark_needed(**context) -> bool:
+        """False (skip decode, dedupe, rebuild) when ``plan`` found the interval empty (``spark_skip``)."""
+        planned = interval_plan_of(context["ti"])
+        set_asset_extra(context, assets["staging"], staging_extra(planned),
+                        partition_key=planned.interval_id if etl.partitioned_asset_events else None)
+        if planned.spark_skip:
+            _log.info("Skipping decode, dedupe and rebuild of interval %s: %s", planned.interval_id,
+                      planned.spark_skip)
+            return False
+        return True
+
+    root_arg, interval_arg = "{{ interval_plan(ti).layout.root }}", "{{ interval_plan(ti).interval_id }}"
+    identity = etl.author.identity()
+    decode = _spark_task(
+        etl, "decode", "decode_events", "plgd-decode-events",
+        ["--root", root_arg, "--stream", etl.author.stream, "--interval-id", interval_arg, "--ledger",
+         "--max-content-bytes", str(identity["max_content_bytes"])],
+        [assets["events"], *quarantine_outlets(etl.dag_id)], "Decode events (Spark)",
+    )
+    dedupe = _spark_task(
+        etl, "dedupe", "dedupe_events", "plgd-dedupe-events",
+        ["--root", root_arg, "--interval-id", interval_arg, "--lookback-intervals", str(identity["lookback_intervals"])],
+        [assets["events_deduped"]], "Deduplicate events (Spark)", depends_on_past=True,
+        wait_for_past_depends_before_skipping=True,
+    )
+    rebuild = _spark_task(
+        etl, "rebuild", "rebuild_snapshots", "plgd-rebuild-snapshots",
+        ["--root", root_arg, "--interval-id", interval_arg],
+        [assets["snapshots"]], "Rebuild snapshots (Spark)", depends_on_past=True,
+        wait_for_past_depends_before_skipping=True,
+    )
+    return spark_needed(), decode, dedupe, rebuild
+
+
+def _spark_task(etl: _EtlSettings, app: str, application: str, name: str, args: list[str], outlets: list[Any],
+                display_name: str, **kwargs: Any) -> Any:
+    """One of the three Spark tasks: task ID ``app`` runs ``spark_apps/<application>.py``
+    (``spark-submit``, or a Spark Connect client), and its run summary goes into its asset events."""
+    # lazy: the Spark operators load when a DAG is built, not when the etl package is imported
+    from airflow_provider_plgd.operators import lineage
+
+    def post_execute(context: Any, result: Any = None) -> None:
+        emit_app_asset_events(context, app, etl.assets, partitioned=etl.partitioned_asset_events)
+
+    common = {"application": spark_app_path(application), "application_args": args, "outlets": outlets,
+              "run_conf_param": "spark_conf", "run_conf_keys": etl.spark_conf_policy,
+              "execution_timeout": etl.spark_execution_timeout, "post_execute": post_execute,
+              "task_display_name": display_name, "doc_md": TASK_DOCS[app], **kwargs}
+    if etl.spark_connect_conn_id:
+        from airflow_provider_plgd.operators.spark_connect import PlgdSparkConnectOperator
+
+        return PlgdSparkConnectOperator(task_id=app, conn_id=etl.spark_connect_conn_id, name=name, **common)
+    from airflow_provider_plgd.operators.spark_submit import PlgdSparkSubmitOperator
+
+    return PlgdSparkSubmitOperator(
+        task_id=app, name=name, conn_id=etl.spark_conn_id, py_files="{{ interval_plan(ti).py_files }}",
+        conf=etl.spark_conf, spark_ui_url_template=etl.spark_ui_url_template,
+        **lineage.spark_submit_kwargs(),  # OpenLineage: the task's run is the Spark application's parent
+        **common,
+    )
+
+
+def _summary(etl: _EtlSettings) -> Any:
+    """``summary``: reconcile the interval ledger's chain, report metrics; with the "Tables" link."""
+    # lazy: the lineage report loads when a DAG is built, not when the etl package is imported
+    from airflow_provider_plgd.operators import lineage
+
+    stream = etl.author.stream
+    retention_s = None if etl.staging_retention is None else etl.staging_retention.total_seconds()
+
+    # none_failed: runs after skipped Spark tasks (an empty interval) and reconciles 0 = 0.
+    @task(trigger_rule="none_failed", task_display_name="Summary: reconcile the interval")
+    def summary(**context) -> dict[str, Any]:
+        """Check the interval ledger's whole chain (fails the run when it does not add up), log it,
+        and return its numbers (bounded XCom: no per-owner lists)."""
+        # the work: summarize_interval; here only plan's XCom and the lineage report
+        planned = interval_plan_of(context["ti"])
+        PlgdTablesLink.persist(context, planned.layout)  # before a LedgerError
+        lineage.report_task_lineage(context, lineage.summary_lineage, stream, planned.layout)
+        result = summarize_interval(planned.layout, stream, planned.interval_id, context["params"],
+                                    staging_retention_seconds=retention_s).as_dict()  # the XCom edge
+        try:  # the interval reconciled: its counts through Airflow's metrics (docs/metrics.md)
+            emit_interval_metrics(result, dag_id=etl.dag_id, stream=stream)
+        except Exception:  # a metrics backend's error never fails the interval
+            _log.warning("Could not send the metrics of interval %s", planned.interval_id, exc_info=True)
+        return result
+
+    summarize = summary()
+    # a TaskFlow task: its operator gets the link here (the DAG serializes the instance's links)
+    summarize.operator.operator_extra_links = (PlgdTablesLink(),)  # type: ignore[attr-defined]  # PlainXComArg
+    return summarize

@@ -30,7 +30,9 @@ _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider
 
 @dataclass(frozen=True)
 class IntervalPlan:
-    """What ``plan`` decided for one interval; the ``plan`` task's XCom is :meth:`as_dict`.
+    """What ``plan`` decided for one interval; the ``plan`` task's XCom is :meth:`to_xcom`, read back
+    once by :meth:`from_xcom` (the fetch tasks get it with their range, the Spark tasks through the
+    DAG's ``interval_plan(ti)`` macro).
 
     :param layout: the storage root, resolved and normalised once here.
     :param interval_id: the interval's ID; ``snapshot_time``: its end (ISO 8601).
@@ -58,7 +60,7 @@ class IntervalPlan:
         """``owners`` as JSON shows it: ``"all"`` (``ledger.ALL_OWNERS``) or the number selected."""
         return ALL_OWNERS if self.owners is None else self.owners
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_xcom(self) -> dict[str, Any]:
         """The XCom: ``{"storage_root", "interval_id", "snapshot_time", "ledger", "owners" ("all" or
         the number selected), "messages", "fetch_ranges" ([{"ledger_range": i}]: the mapped fetch
         tasks' kwargs), "py_files" (None on Spark Connect), "spark_skip"}``."""
@@ -75,11 +77,13 @@ class IntervalPlan:
         }
 
     @classmethod
-    def from_dict(cls, value: Mapping[str, Any]) -> IntervalPlan:
-        """From :meth:`as_dict`'s XCom (the tasks after ``plan``).
+    def from_xcom(cls, value: IntervalPlan | Mapping[str, Any]) -> IntervalPlan:
+        """From :meth:`to_xcom`'s XCom (the tasks after ``plan``); an ``IntervalPlan`` is returned as is.
 
         :raises ValueError: not a plan XCom (a key missing, a refused root).
         """
+        if isinstance(value, IntervalPlan):
+            return value
         try:
             owners = value["owners"]
             return cls(layout=Layout.from_dict(value), interval_id=str(value["interval_id"]),
@@ -90,6 +94,10 @@ class IntervalPlan:
                        spark_skip=value.get("spark_skip"))
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a plan XCom ({err!r} missing or malformed): {value!r}") from None
+
+    #: The former names of :meth:`to_xcom` and :meth:`from_xcom`.
+    as_dict = to_xcom
+    from_dict = from_xcom
 
 
 
@@ -132,7 +140,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :param build_py_files: build the ``--py-files`` zip (``spark-submit``); False for a DAG on Spark
         Connect, whose applications ship their own code (``addArtifacts``): the plan's ``py_files``
         is then None.
-    :return: the plan (its ``as_dict()`` is the ``plan`` XCom).
+    :return: the plan (its ``to_xcom()`` is the ``plan`` XCom).
     :raises UntrustedRunParamError: a run param that fails its check or differs from the DAG
         author's identity (no retries).
     :raises AirflowFailException: a storage root inside or above another root or a table

@@ -3,7 +3,7 @@
 :class:`FetchPipeline` runs one fetch task's work: it checks the interval is complete (time
 bounds, :mod:`airflow_provider_plgd.jetstream.completeness`) and retained (:mod:`.retention`), learns what the
 stream holds (the ledger's range count, or a server count per owner or batch), refuses a rerun that
-would commit fewer messages, reads through the hook (``JetStreamHook.aiter_batches`` or the durable
+would commit fewer messages, reads through the consuming role hook (``JetStreamConsumeHook.aiter_batches`` or the durable
 consumer), hands each message to its (owner, event type) batch in a :class:`~.stager.Stager` on one
 worker thread (:class:`WriterThread`) while the next is read, writes the files sorted by owner,
 and commits only when staged + skipped == expected (else ``LedgerError``, nothing committed; the
@@ -20,9 +20,10 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
+from airflow_provider_plgd.coerce import parse_bool, positive_int
 from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.fetch.accounting import check_accounted, check_committed_counts, group_key, refuse_fewer
 from airflow_provider_plgd.fetch.bounds import interval_and_read_kwargs
@@ -38,6 +39,10 @@ from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.tables import ledger, ledger_accounting, staging, staging_commits, storage
 from airflow_provider_plgd.tables.layout import Layout
+
+if TYPE_CHECKING:  # the role hooks (Airflow) are given by the operators
+    from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,30 @@ class FetchSettings:
     spool_dir: str | None = None
     range_buffer_bytes: int = 64 * 1024 * 1024
 
+    @classmethod
+    def of_arguments(cls, *, spool_dir: Any = None, source_wait_seconds: Any = None, accept_fewer: Any = False,
+                     **values: Any) -> FetchSettings:
+        """The settings of an operator's (rendered) arguments, checked: ``max_rows_per_file``,
+        ``target_file_bytes`` and ``range_buffer_bytes`` must be positive ints; ``""`` or None for
+        ``spool_dir`` and ``source_wait_seconds`` is the default; ``accept_fewer`` may be a string
+        (``"True"``/``"false"``, a rendered template).
+
+        :raises ValueError: a value that fails its check (the message names it).
+        """
+        for name in ("max_rows_per_file", "target_file_bytes", "range_buffer_bytes"):
+            if name in values:
+                values[name] = positive_int(values[name], name)
+        return cls(spool_dir=str(spool_dir) if spool_dir not in (None, "") else None,
+                   source_wait_seconds=None if source_wait_seconds in (None, "") else source_wait_seconds,
+                   accept_fewer=parse_bool(accept_fewer, "accept_fewer_messages"), **values)
+
 
 class FetchPipeline:
     """One fetch task's reads and commits.
 
-    :param hook: the ``JetStreamHook`` (all NATS access goes through it).
+    :param info: the stream-info role hook (completeness, stream state, counts).
+    :param consume: the consuming role hook (bounded reads, the durable consumer). All NATS access
+        goes through these two (one ``JetStreamHook`` has both roles).
     :param log: a logger (the operator's ``self.log``).
     :param settings: :class:`FetchSettings`.
     :param plan: the interval ledger's plan record (``ledger.PlanRecord``): :meth:`run_range`.
@@ -90,9 +114,10 @@ class FetchPipeline:
         ``{ledger_dir}/fetch/`` and returns a small XCom.
     """
 
-    def __init__(self, hook: Any, log: Any, settings: FetchSettings, *, plan: ledger.PlanRecord | None = None,
-                 ledger_dir: str | None = None) -> None:
-        self.hook = hook
+    def __init__(self, info: JetStreamInfoHook, consume: JetStreamConsumeHook, log: Any, settings: FetchSettings,
+                 *, plan: ledger.PlanRecord | None = None, ledger_dir: str | None = None) -> None:
+        self.info = info
+        self.consume = consume
         self.log = log
         self.settings = settings
         self.plan = plan
@@ -120,14 +145,14 @@ class FetchPipeline:
         :param owner_wide: read each owner through one consumer (``owner_ids`` /
             ``unrouted``) and account per owner.
         """
-        hook = self.hook
+        info = self.info
         bounds = read_bounds.bounds() if isinstance(read_bounds, times.Interval) else read_bounds
         if mode == "time":  # complete on the server's clock (a mirror: current), else it raises
             window = times.Interval.from_bounds(bounds)
-            await hook.arequire_interval_complete(window.start_ns, window.end_ns,
+            await info.arequire_interval_complete(window.start_ns, window.end_ns,
                                                   settle_seconds=self.settings.settle_seconds,
                                                   source_wait_seconds=self.settings.source_wait_seconds)
-        state = StreamState.of_info(await hook.astream_info(stream))
+        state = StreamState.of_info(await info.astream_info(stream))
         head = state.head
         table = layout.staging_table(stream)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
@@ -197,7 +222,7 @@ class FetchPipeline:
             not the one the staging table records.
         :raises TableCommitError: a newer plan of the interval ran, or committed the range.
         """
-        plan, hook, settings = self.plan, self.hook, self.settings
+        plan, info, settings = self.plan, self.info, self.settings
         if plan is None or not self.ledger_dir:
             raise ValueError("a range fetch needs the interval ledger's plan and folder (ledger argument)")
         rng = plan.range(range_index)
@@ -211,10 +236,10 @@ class FetchPipeline:
         # a newer plan, or a plan that never began its run: refused before anything is read
         done = staging_commits.committed_range(layout, stream, interval, rng.index, run_version)
         window = times.Interval.from_bounds(bounds)
-        await hook.arequire_interval_complete(window.start_ns, window.end_ns,
+        await info.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
                                               source_wait_seconds=settings.source_wait_seconds)
-        state = StreamState.of_info(await hook.astream_info(stream))
+        state = StreamState.of_info(await info.astream_info(stream))
         head = state.head
         check_retained(state, stream, bounds, when="before the fetch")
         uri = layout.staging_table(stream)
@@ -237,7 +262,7 @@ class FetchPipeline:
             with stager, WriterThread() as worker:
                 if stop > first and rng.count:
                     read = plan.read_filters[0] if len(plan.read_filters) == 1 else list(plan.read_filters)
-                    batches = hook.aiter_batches(read, start_seq=first, end_seq=stop - 1,
+                    batches = self.consume.aiter_batches(read, start_seq=first, end_seq=stop - 1,
                                                  batch_size=settings.batch_size)
                     async with contextlib.aclosing(batches):  # deletes the consumer on errors too
                         async for batch in batches:
@@ -248,7 +273,7 @@ class FetchPipeline:
                                             if owner == ledger.UNROUTED_OWNER)
                             await worker.submit(stage, routed)
                             progress.update(batch)
-                check_retained(StreamState.of_info(await hook.astream_info(stream)), stream, bounds, when="during the fetch")
+                check_retained(StreamState.of_info(await info.astream_info(stream)), stream, bounds, when="during the fetch")
                 staged = await worker.call(lambda: stager.count)
                 skipped = router.skipped
                 problems = ledger_accounting.range_problems(rng, staged, skipped)
@@ -304,7 +329,9 @@ class FetchPipeline:
             return dict.fromkeys(keys)
         filters = {k: [ledger.read_filter(k)] if owner_wide else g[0].filters for k, g in keys.items()}
         _, read = interval_and_read_kwargs(mode, bounds)
-        counted = await self.hook.acount_interval(sorted({f for fs in filters.values() for f in fs}), **read)
+        counted = await self.info.acount_interval(
+            sorted({f for fs in filters.values() for f in fs}), start_time=read.get("start_time"),
+            end_time=read.get("end_time"), start_seq=read.get("start_seq"), end_seq=read.get("end_seq"))
         return {k: sum(counted["counts"][f] for f in fs) for k, fs in filters.items()}
 
     async def _commit_group(self, worker: WriterThread, stager: Stager, layout: Layout, stream: str, interval: str,
@@ -363,7 +390,7 @@ class FetchPipeline:
         stager = self._stager(layout, stream)
         with stager, WriterThread() as worker:
             for subject_filter in reads:
-                batches = self.hook.aiter_batches(subject_filter, batch_size=self.settings.batch_size, **read_kwargs)
+                batches = self.consume.aiter_batches(subject_filter, batch_size=self.settings.batch_size, **read_kwargs)
                 async with contextlib.aclosing(batches):  # deletes the consumer on errors too
                     async for batch in batches:
                         if batch:
@@ -371,7 +398,7 @@ class FetchPipeline:
                             progress.update(batch)
             # Messages of the bounds may have aged out while this batch was read: check again
             # before the commit (a short batch is never committed silently).
-            check_retained(StreamState.of_info(await self.hook.astream_info(stream)), stream, bounds, when="during the fetch")
+            check_retained(StreamState.of_info(await self.info.astream_info(stream)), stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: stager.count)
             skipped = dict(sorted(router.skipped.items())) if router is not None else {}
             what = f"owner {owner}" if owner_wide else f"{owner}/{group[0].event_type}"
@@ -387,7 +414,7 @@ class FetchPipeline:
         name, max_messages = bounds["consumer"], bounds["max_messages"]
         progress = Progress(self.log, f"{owner}/{event_type} (durable {name})", head,
                             self.settings.progress_interval_seconds, self.settings.progress_every_messages)
-        async with self.hook.adurable_consumer(name, filters,
+        async with self.consume.adurable_consumer(name, filters,
                                                ack_wait_seconds=self.settings.ack_wait_seconds) as consumer:
             outstanding = consumer.num_ack_pending
             todo = min(max_messages, consumer.num_pending + outstanding)

@@ -1,11 +1,11 @@
 """Fetch bounded batches of plgd events from JetStream into the staging Delta table.
 
-The operator reads the messages of one owner and one event type (or of any subject filter, or a
-range of the interval ledger's plan) within bounds and writes them, unchanged, into the stream's
-staging table in one Delta commit (:mod:`airflow_provider_plgd.tables.staging`: layout, schema and
+The operator reads the messages of one owner and one event type (or of any subject filter) within
+bounds and writes them, unchanged, into the stream's staging table in one Delta commit (:mod:`airflow_provider_plgd.tables.staging`: layout, schema and
 commit protocol).
 Source of the design: ``docs/architecture.md`` ("Bounded batches", "Staging contract");
-subjects: ``docs/wire-format.md`` §1.
+subjects: ``docs/wire-format.md`` §1. The ETL's fetch of a range of the interval ledger's plan is
+:class:`~airflow_provider_plgd.operators.ledger_range_fetch.LedgerRangeFetchOperator`.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
-from airflow_provider_plgd.coerce import parse_bool, positive_int
 from airflow_provider_plgd.compat import AirflowProviderDeprecationWarning, BaseOperator
-from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.fetch.bounds import read_bounds
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.fetch.selection import Target, targets_of_arguments
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
-from airflow_provider_plgd.tables import ledger, storage
+from airflow_provider_plgd.operators.ledger_range_fetch import fetch_ledger_range, read_plan_record, role_hooks
+from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.tables.layout import Layout
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.compat import Context
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
 
 class JetStreamToStagingOperator(BaseOperator):
@@ -41,13 +41,6 @@ class JetStreamToStagingOperator(BaseOperator):
     ``read_delta`` or :func:`airflow_provider_plgd.tables.staging.read_staged`).
 
     **What** (exactly one of):
-
-    * ``ledger`` + ``ledger_range``: stream-sequence range N of the interval ledger's plan (the ETL
-      DAG's fetch tasks; :meth:`~airflow_provider_plgd.fetch.pipeline.FetchPipeline.run_range`): one
-      consumer reads the range, every message goes to its (owner, event type) batch, and the
-      range is written as a few files per event type and committed in one Delta append
-      (:func:`staging_commits.commit_range`). Quiet owners cost nothing. The task's record (counts per
-      event type) goes to ``{ledger}/fetch/range-NNNNN.json``; the XCom is small.
 
     * ``owner_id`` + ``event_type``: one batch with the subject filters of
       ``plgd.subjects.subject_filters(owner_id, event_type)`` (two for resource event types, read
@@ -114,8 +107,7 @@ class JetStreamToStagingOperator(BaseOperator):
 
     **Commit**: one Delta commit per owner (:func:`staging_commits.commit_batches`) that replaces that
     owner's batches of the interval (their earlier files removed, the new ones added), so a rerun
-    replaces them with the same rows; a batch without messages leaves no row. A range of the
-    ledger: :func:`staging_commits.commit_range`.
+    replaces them with the same rows; a batch without messages leaves no row.
 
     **XCom** (return value, JSON)::
 
@@ -178,19 +170,18 @@ class JetStreamToStagingOperator(BaseOperator):
         that is no valid owner ID, a subject outside ``plgd.owners``): one batch of owner
         ``_unrouted`` and event type ``_unknown`` that decode quarantines. (The ETL's range
         fetch stages these messages in each range's ``_unrouted`` batch instead.)
-    :param ledger: the interval's ledger folder (templated; ``Layout.ledger_interval_dir``, written by the
-        ETL's ``plan``), with ``ledger_range``.
-    :param ledger_range: fetch stream-sequence range N (0-based, templated) of the ledger's plan
-        (``ledger.PlanRecord.range``): its bounds, count, read filters, owners and event types all come
-        from the plan. The ETL maps its fetch tasks over the ranges, so the XCom that drives the
-        mapping stays small at any number of owners.
+    :param ledger: deprecated (an ``AirflowProviderDeprecationWarning``), with ``ledger_range``: the
+        interval's ledger folder (templated). A range of the ledger's plan is
+        :class:`~airflow_provider_plgd.operators.ledger_range_fetch.LedgerRangeFetchOperator`'s
+        (``plan=``, ``ledger_range=``); until then, this operator still fetches it the same way,
+        with ``storage_root`` and no other target or bounds.
+    :param ledger_range: deprecated, with ``ledger``: the range's index N (templated).
     :param accept_fewer_messages: allow a rerun to replace committed batches with fewer messages
         (templated; default False: :class:`~airflow_provider_plgd.exceptions.FewerMessagesError`).
 
     **Accounting** (time and sequence bounds): before reading, the messages the stream holds for
     each batch (or, for ``owner_ids``, for each owner: ``plgd.owners.{owner}.>``) are counted on
-    the server (``JetStreamHook.acount_interval``); a ledger range's count comes from the plan
-    (the same check per range, nothing of the range committed on a mismatch). After reading and
+    the server (``JetStreamInfoHook.acount_interval``). After reading and
     before any commit of the owner, staged + skipped (per reason) must equal that count, else
     :class:`~airflow_provider_plgd.exceptions.LedgerError` is raised and nothing of the owner is
     committed. With ``owner_ids``, messages of an event type we do not know and subjects that do
@@ -270,13 +261,17 @@ class JetStreamToStagingOperator(BaseOperator):
         progress_interval_seconds: float = 5.0,
         progress_every_messages: int = 100_000,
         unrouted: bool = False,
-        ledger: str | None = None,
-        ledger_range: int | str | None = None,
         accept_fewer_messages: bool | str = False,
         destination: Any = None,
         **kwargs: Any,
     ) -> None:
+        ledger, ledger_range = kwargs.pop("ledger", None), kwargs.pop("ledger_range", None)
         super().__init__(**kwargs)
+        if ledger_range is not None or ledger is not None:
+            warnings.warn("JetStreamToStagingOperator(ledger=..., ledger_range=...) is deprecated; use "
+                          "LedgerRangeFetchOperator(plan=..., ledger_range=...) "
+                          "(airflow_provider_plgd.operators.ledger_range_fetch)",
+                          AirflowProviderDeprecationWarning, stacklevel=2)
         if destination is not None:
             if storage_root is not None:
                 raise ValueError("give storage_root only (destination is its former, deprecated name)")
@@ -312,7 +307,7 @@ class JetStreamToStagingOperator(BaseOperator):
         self.progress_interval_seconds = progress_interval_seconds
         self.progress_every_messages = progress_every_messages
         self.unrouted = unrouted
-        self.ledger = ledger
+        self.ledger = ledger  # deprecated, with ledger_range: LedgerRangeFetchOperator
         self.ledger_range = ledger_range
         self.accept_fewer_messages = accept_fewer_messages
 
@@ -328,28 +323,25 @@ class JetStreamToStagingOperator(BaseOperator):
                 f"durable mode reads one selection per consumer; got {len(targets)} owner x event type pairs "
                 "(use owner_id + event_type or subject_filter with durable)"
             )
-        hook = self._hook()
-        stream = hook.stream  # the argument, checked there, or the connection's
         settings = self._settings()
-        pipeline = FetchPipeline(hook, self.log, settings)
+        info, consume = self._hooks()
+        stream = info.stream  # the argument, checked there, or the connection's
+        pipeline = FetchPipeline(info, consume, self.log, settings)
         return asyncio.run(pipeline.run(stream, self._layout(context), targets, mode, bounds, owner_wide=owner_wide))
 
     def _settings(self) -> FetchSettings:
-        return FetchSettings(
+        return FetchSettings.of_arguments(
             batch_size=self.batch_size, row_group_size=self.row_group_size, row_group_bytes=self.row_group_bytes,
-            max_rows_per_file=positive_int(self.max_rows_per_file, "max_rows_per_file"),
-            target_file_bytes=positive_int(self.target_file_bytes, "target_file_bytes"), compression=self.compression,
-            range_buffer_bytes=positive_int(self.range_buffer_bytes, "range_buffer_bytes"),
+            max_rows_per_file=self.max_rows_per_file, target_file_bytes=self.target_file_bytes,
+            compression=self.compression, range_buffer_bytes=self.range_buffer_bytes,
             progress_interval_seconds=self.progress_interval_seconds,
             progress_every_messages=self.progress_every_messages, settle_seconds=self.settle_seconds,
-            source_wait_seconds=None if self.source_wait_seconds in (None, "") else self.source_wait_seconds,
-            accept_fewer=parse_bool(self.accept_fewer_messages, "accept_fewer_messages"),
-            ack_wait_seconds=self.ack_wait_seconds,
-            spool_dir=str(self.spool_dir) if self.spool_dir not in (None, "") else None,
-        )
+            source_wait_seconds=self.source_wait_seconds, accept_fewer=self.accept_fewer_messages,
+            ack_wait_seconds=self.ack_wait_seconds, spool_dir=self.spool_dir)
 
     def _execute_range(self, context: Context) -> dict[str, Any]:
-        """``ledger`` + ``ledger_range``: the plan gives everything else; other targets and bounds are refused."""
+        """Deprecated ``ledger`` + ``ledger_range``: the plan gives everything else; other targets and
+        bounds are refused (:func:`~airflow_provider_plgd.operators.ledger_range_fetch.fetch_ledger_range`)."""
         others = {name: getattr(self, name) for name in (
             "owner_id", "event_type", "owner_ids", "event_types", "subject_filter", "start_time", "end_time",
             "start_seq", "end_seq", "durable") if getattr(self, name) not in (None, "", [])}
@@ -358,9 +350,9 @@ class JetStreamToStagingOperator(BaseOperator):
                              f"got also {sorted(others) + (['unrouted'] if self.unrouted else [])}")
         plan = self._plan_record()
         plan.range(self.ledger_range)  # ValueError naming the index, before any NATS call
-        hook = self._hook()
-        pipeline = FetchPipeline(hook, self.log, self._settings(), plan=plan, ledger_dir=str(self.ledger))
-        return asyncio.run(pipeline.run_range(hook.stream, self._layout(context), self.ledger_range)).as_dict()
+        info, consume = self._hooks()
+        return fetch_ledger_range(info, consume, self.log, self._settings(), self._layout(context), plan,
+                                  str(self.ledger), self.ledger_range)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (extra ``lineage``): the stream and the subjects read -> the staging table
@@ -374,7 +366,8 @@ class JetStreamToStagingOperator(BaseOperator):
         else:
             targets, owner_wide = self._targets()
             filters = lineage.fetch_subject_filters(targets, owner_wide=owner_wide)
-        return lineage.fetch_lineage(self._hook().get_settings().servers, done["stream"], Layout.of(done["root"]), filters)
+        info, _ = self._hooks()
+        return lineage.fetch_lineage(info.get_settings().servers, done["stream"], Layout.of(done["root"]), filters)
 
     # -- validation ------------------------------------------------------------------------------
     def _targets(self) -> tuple[list[Target], bool]:
@@ -392,11 +385,9 @@ class JetStreamToStagingOperator(BaseOperator):
                            max_messages=self.max_messages, data_interval_start=context.get("data_interval_start"),
                            data_interval_end=context.get("data_interval_end"))
 
-    def _hook(self) -> JetStreamHook:
-        # lazy: the hook (and nats) load at execute, not when a DAG file is parsed
-        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-
-        return JetStreamHook(jetstream_conn_id=self.jetstream_conn_id, stream=self.stream or None)
+    def _hooks(self) -> tuple[JetStreamInfoHook, JetStreamConsumeHook]:
+        """The stream-info and the consuming role hooks on the task's connection and stream."""
+        return role_hooks(self.jetstream_conn_id, self.stream)
 
     def _layout(self, context: Context) -> Layout:
         """Resolve the storage root once: ``storage_root``, DAG param, connection extra, ``$AIRFLOW_HOME/plgd``."""
@@ -412,7 +403,7 @@ class JetStreamToStagingOperator(BaseOperator):
         return resolve_layout(root, self.jetstream_conn_id)
 
     def _from_ledger(self) -> bool:
-        """True for a range of the ledger's plan (``ledger_range``)."""
+        """True for a range of the ledger's plan (deprecated ``ledger_range``)."""
         return self.ledger_range not in (None, "")
 
     def _plan_record(self) -> ledger.PlanRecord:
@@ -426,8 +417,5 @@ class JetStreamToStagingOperator(BaseOperator):
             return cached
         if self.ledger in (None, ""):
             raise ValueError("ledger_range needs the ledger argument (the interval's ledger folder)")
-        stored = ledger.read_ledger_file(storage.join_path(self.ledger, ledger.PLAN_FILE))
-        if stored is None:
-            raise LedgerError(f"no ledger at {self.ledger}/stream.json (the plan task writes it)")
-        plan = self._plan_cache = ledger.PlanRecord.from_dict(stored)
+        plan = self._plan_cache = read_plan_record(self.ledger)
         return plan

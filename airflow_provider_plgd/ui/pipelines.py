@@ -2,7 +2,8 @@
 
 An ETL DAG is one :func:`~airflow_provider_plgd.etl.build_etl_dag` built: its serialized form has
 the tasks ``plan``, ``dedupe``, ``rebuild`` and ``summary`` and a mapped ``fetch`` task of
-:class:`~airflow_provider_plgd.operators.jetstream_to_staging.JetStreamToStagingOperator`. Its
+:class:`~airflow_provider_plgd.operators.ledger_range_fetch.LedgerRangeFetchOperator` (DAGs serialized
+before it: ``JetStreamToStagingOperator``). Its
 pipeline comes from what the DAG author fixed and the serialized DAG keeps: the ``stream`` and
 ``storage_root`` params' defaults and the fetch task's ``jetstream_conn_id``. The root is then
 resolved as the ``plan`` task resolves it (``hooks.base.resolve_layout``: the param, else the
@@ -34,8 +35,9 @@ log = logging.getLogger(__name__)
 CACHE_SECONDS = 15.0
 #: The tasks every ETL DAG has (``build_etl_dag``); ``fetch`` is checked for its operator too.
 ETL_TASKS = frozenset({"plan", "fetch", "dedupe", "rebuild", "summary"})
-FETCH_OPERATOR = "JetStreamToStagingOperator"
-FETCH_MODULE = "airflow_provider_plgd.operators.jetstream_to_staging"
+#: The fetch task's (operator, module): the ETL's, and the one of DAGs serialized before it.
+FETCH_OPERATORS = frozenset({("LedgerRangeFetchOperator", "airflow_provider_plgd.operators.ledger_range_fetch"),
+                             ("JetStreamToStagingOperator", "airflow_provider_plgd.operators.jetstream_to_staging")})
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ def etl_pipeline_of(dag: Any) -> EtlPipeline | None:
     if not task_ids >= ETL_TASKS:
         return None
     fetch = dag.get_task("fetch")
-    if getattr(fetch, "task_type", None) != FETCH_OPERATOR or getattr(fetch, "_task_module", FETCH_MODULE) != FETCH_MODULE:
+    task_type = getattr(fetch, "task_type", None)
+    modules = {m for t, m in FETCH_OPERATORS if t == task_type}
+    if not modules or getattr(fetch, "_task_module", next(iter(modules))) not in modules:
         return None
     kwargs = getattr(fetch, "partial_kwargs", None) or {}
     conn_id = kwargs.get("jetstream_conn_id") or getattr(fetch, "jetstream_conn_id", None) or "plgd_jetstream_default"
