@@ -34,7 +34,6 @@ from airflow_provider_plgd.fetch.router import RangeRouter, Router
 from airflow_provider_plgd.fetch.selection import Target, owner_groups
 from airflow_provider_plgd.fetch.spool import default_spool_dir, remove_stale_spools
 from airflow_provider_plgd.fetch.stager import Stager
-from airflow_provider_plgd.jetstream.api import StreamState
 from airflow_provider_plgd.jetstream.messages import StreamMessage
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.tables import ledger, ledger_accounting, staging, staging_commits, storage
@@ -152,7 +151,7 @@ class FetchPipeline:
             await info.arequire_interval_complete(window.start_ns, window.end_ns,
                                                   settle_seconds=self.settings.settle_seconds,
                                                   source_wait_seconds=self.settings.source_wait_seconds)
-        state = StreamState.of_info(await info.astream_info(stream))
+        state = (await info.aget_stream_info(stream)).state
         head = state.head
         table = layout.staging_table(stream)
         self.log.info("Fetching %s batch(es) from stream %s (last seq %s at start, bounds %s) into %s",
@@ -239,7 +238,7 @@ class FetchPipeline:
         await info.arequire_interval_complete(window.start_ns, window.end_ns,
                                               settle_seconds=settings.settle_seconds,
                                               source_wait_seconds=settings.source_wait_seconds)
-        state = StreamState.of_info(await info.astream_info(stream))
+        state = (await info.aget_stream_info(stream)).state
         head = state.head
         check_retained(state, stream, bounds, when="before the fetch")
         uri = layout.staging_table(stream)
@@ -273,7 +272,7 @@ class FetchPipeline:
                                             if owner == ledger.UNROUTED_OWNER)
                             await worker.submit(stage, routed)
                             progress.update(batch)
-                check_retained(StreamState.of_info(await info.astream_info(stream)), stream, bounds, when="during the fetch")
+                check_retained((await info.aget_stream_info(stream)).state, stream, bounds, when="during the fetch")
                 staged = await worker.call(lambda: stager.count)
                 skipped = router.skipped
                 problems = ledger_accounting.range_problems(rng, staged, skipped)
@@ -398,7 +397,7 @@ class FetchPipeline:
                             progress.update(batch)
             # Messages of the bounds may have aged out while this batch was read: check again
             # before the commit (a short batch is never committed silently).
-            check_retained(StreamState.of_info(await self.info.astream_info(stream)), stream, bounds, when="during the fetch")
+            check_retained((await self.info.aget_stream_info(stream)).state, stream, bounds, when="during the fetch")
             staged = await worker.call(lambda: stager.count)
             skipped = dict(sorted(router.skipped.items())) if router is not None else {}
             what = f"owner {owner}" if owner_wide else f"{owner}/{group[0].event_type}"

@@ -25,6 +25,7 @@ from airflow_provider_plgd.jetstream.blocking import blocking
 from airflow_provider_plgd.jetstream.completeness import IntervalStatus, read_interval_status, require_interval_complete
 from airflow_provider_plgd.jetstream.connection import check_stream_name
 from airflow_provider_plgd.jetstream.counting import COUNT_INACTIVE_THRESHOLD_S
+from airflow_provider_plgd.jetstream.stream_info import StreamInfo
 from airflow_provider_plgd.plgd.subjects import check_filter_subject, subject_owner
 from airflow_provider_plgd.times import to_ns
 
@@ -51,6 +52,15 @@ class JetStreamInfoHook(JetStreamBaseHook):
         name = check_stream_name(stream) if stream is not None else s.stream
         async with self.aconnect() as nc:
             return await self.api(nc).stream_info(name)
+
+    async def aget_stream_info(self, stream: str | None = None) -> StreamInfo:
+        """The stream's info, typed (:class:`~airflow_provider_plgd.jetstream.stream_info.StreamInfo`:
+        name, subjects, created, server time, state, mirror and sources) from one
+        ``$JS.API.STREAM.INFO`` (:meth:`astream_info` gives the whole answer as a dict).
+
+        :raises StreamNotFoundError: the stream does not exist.
+        """
+        return StreamInfo.from_api(await self.astream_info(stream))
 
     async def aget_interval_status(
         self, end_time: dt.datetime | int, *, settle_seconds: float, subject_filter: str | None = None,
@@ -82,7 +92,10 @@ class JetStreamInfoHook(JetStreamBaseHook):
         s = await self.aget_settings()
         async with self.aconnect() as nc:
             api = self.api(nc)
-            status = await read_interval_status(lambda: api.stream_info(s.stream), end_ns=end_ns,
+            async def stream_info() -> StreamInfo:
+                return StreamInfo.from_api(await api.stream_info(s.stream))
+
+            status = await read_interval_status(stream_info, end_ns=end_ns,
                                                 settle_seconds=settle_seconds,
                                                 source_wait_seconds=source_wait_seconds)
             if status.reason == "newer_message" and subject_filter is not None:
@@ -273,21 +286,22 @@ class JetStreamInfoHook(JetStreamBaseHook):
         """
         try:
             s = self.get_settings()
-            info = self.stream_info()
+            info = self.get_stream_info()
         except (JetStreamError, ValueError) as exc:
             return False, f"{type(exc).__name__}: {exc}"
-        st = info.get("state", {})
+        st = info.state
 
-        def when(key: str) -> str:  # JetStream reports 0001-01-01T00:00:00Z for an empty stream
-            return f" ({st[key]})" if st.get("messages") and st.get(key) else ""
+        def when(ts: str | None) -> str:  # JetStream reports 0001-01-01T00:00:00Z for an empty stream
+            return f" ({ts})" if st.messages and ts else ""
 
         return True, (
-            f"Connected to {s.safe_servers()}; stream {info.get('config', {}).get('name', s.stream)}: "
-            f"{st.get('messages', 0)} messages, {st.get('bytes', 0)} bytes, "
-            f"first seq {st.get('first_seq', 0)}{when('first_ts')}, last seq {st.get('last_seq', 0)}{when('last_ts')}"
+            f"Connected to {s.safe_servers()}; stream {info.name or s.stream}: "
+            f"{st.messages or 0} messages, {st.bytes or 0} bytes, "
+            f"first seq {st.first_seq or 0}{when(st.first_ts)}, last seq {st.last_seq or 0}{when(st.last_ts)}"
         )
 
     stream_info = blocking(astream_info)
+    get_stream_info = blocking(aget_stream_info)
     get_interval_status = blocking(aget_interval_status)
     require_interval_complete = blocking(arequire_interval_complete)
     list_subjects = blocking(alist_subjects)

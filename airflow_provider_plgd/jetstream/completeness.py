@@ -69,6 +69,7 @@ from typing import Any
 from airflow_provider_plgd import times
 from airflow_provider_plgd.coerce import non_negative_seconds
 from airflow_provider_plgd.exceptions import IntervalNotCompleteError, JetStreamAPIError, StreamSourceStaleError
+from airflow_provider_plgd.jetstream.stream_info import StreamInfo
 from airflow_provider_plgd.times import parse_rfc3339_ns
 
 __all__ = [
@@ -110,12 +111,12 @@ def check_source_wait_seconds(value: Any) -> float:
     return DEFAULT_SOURCE_WAIT_SECONDS if value is None else non_negative_seconds(value, "source_wait_seconds")
 
 
-def server_time_ns(info: dict[str, Any]) -> int:
-    """The server's time (unix ns) from a ``$JS.API.STREAM.INFO`` answer (its ``ts`` field).
+def server_time_ns(info: StreamInfo | Mapping[str, Any]) -> int:
+    """The server's time (unix ns) from a stream info (:class:`StreamInfo`, or the answer's dict: its ``ts`` field).
 
     :raises JetStreamAPIError: the answer has no ``ts`` (nats-server older than 2.10).
     """
-    ts = parse_rfc3339_ns(info.get("ts"))
+    ts = StreamInfo.of(info).server_time_ns
     if ts is None:
         raise JetStreamAPIError(
             "the JetStream stream info answer carries no server time ('ts'); nats-server 2.10 or newer is "
@@ -207,38 +208,28 @@ class IntervalStatus:
         return cls(**data)
 
 
-def upstreams(info: dict[str, Any]) -> tuple[Upstream, ...]:
-    """The streams feeding this one, from a ``$JS.API.STREAM.INFO`` answer (``mirror``, ``sources``),
+def upstreams(info: StreamInfo | Mapping[str, Any]) -> tuple[Upstream, ...]:
+    """The streams feeding this one, from a stream info (its ``links``: ``mirror``, ``sources``),
     with ``current`` False; empty for a plain stream.
 
     :raises JetStreamAPIError: an upstream is reported without a server time (see :func:`server_time_ns`).
     """
-    found = [("mirror", info["mirror"])] if info.get("mirror") else []
-    found += [("source", si) for si in info.get("sources") or [] if si]
-    if not found:
+    info = StreamInfo.of(info)
+    if not info.links:
         return ()
     now = server_time_ns(info)
-    result = []
-    for kind, si in found:
-        active = si.get("active")
-        active_ns = int(active) if isinstance(active, (int, float)) and active >= 0 else None
-        error = si.get("error")
-        result.append(Upstream(
-            kind=kind, name=si.get("name"), api=(si.get("external") or {}).get("api"),
-            lag=int(si.get("lag") or 0), active_ns=active_ns,
-            contact_ns=now - active_ns if active_ns is not None else None,
-            error=(error.get("description") or str(error)) if isinstance(error, dict) else error,
-            required=kind == "mirror",
-        ))
-    return tuple(result)
+    return tuple(Upstream(kind=link.kind, name=link.name, api=link.api, lag=link.lag, active_ns=link.active_ns,
+                          contact_ns=now - link.active_ns if link.active_ns is not None else None,
+                          error=link.error, required=link.kind == "mirror")
+                 for link in info.links)
 
 
-def judge_interval(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
+def judge_interval(info: StreamInfo | Mapping[str, Any], *, end_ns: int, settle_seconds: float,
                    source_wait_seconds: float | None = None) -> IntervalStatus:
     """Judge the interval ending at ``end_ns`` from one ``$JS.API.STREAM.INFO`` answer (rules: the module).
 
-    :param info: the stream info dict (``ts``, ``state.last_ts``, ``state.last_seq``, and
-        ``mirror`` / ``sources`` for a stream fed by others).
+    :param info: the stream info (:class:`StreamInfo`, or the answer's dict): its server time,
+        ``state.last_ts``, ``state.last_seq``, and the mirror / sources for a stream fed by others.
     :param end_ns: exclusive interval end, unix ns (server time).
     :param settle_seconds: seconds (>= 0) after ``end_ns`` on the server's clock after which the
         interval counts as complete without a newer message (a mirror: current after it).
@@ -248,14 +239,14 @@ def judge_interval(info: dict[str, Any], *, end_ns: int, settle_seconds: float,
     :raises JetStreamAPIError: no server time in ``info`` (see :func:`server_time_ns`).
     :raises ValueError: bad ``settle_seconds`` or ``source_wait_seconds``.
     """
+    info = StreamInfo.of(info)
     end_ns = int(end_ns)
     settle = check_settle_seconds(settle_seconds)
     wait = check_source_wait_seconds(source_wait_seconds)
     now = server_time_ns(info)
     settled_at = end_ns + int(settle * 1e9)
-    state = info.get("state") or {}
-    last_seq = int(state.get("last_seq") or 0)
-    last_ts = parse_rfc3339_ns(state.get("last_ts")) if last_seq > 0 else None
+    last_seq = info.state.head
+    last_ts = parse_rfc3339_ns(info.state.last_ts) if last_seq > 0 else None
     feeds = tuple(replace(up, current=up.lag == 0 and up.contact_ns is not None and up.contact_ns >= settled_at)
                   for up in upstreams(info))
     waiting = tuple(str(up.name) for up in feeds if up.required and not up.current)
@@ -288,7 +279,7 @@ def confirm_status(first: IntervalStatus, second: IntervalStatus) -> IntervalSta
     return replace(second, complete=False, reason=None)
 
 
-async def read_interval_status(stream_info: Callable[[], Awaitable[dict[str, Any]]], *, end_ns: int,
+async def read_interval_status(stream_info: Callable[[], Awaitable[StreamInfo | Mapping[str, Any]]], *, end_ns: int,
                                settle_seconds: float, source_wait_seconds: float | None = None) -> IntervalStatus:
     """Read the stream info with ``stream_info()`` and judge it (:func:`judge_interval`); a
     ``settled`` decision on a mirror is confirmed by a second reading :data:`CONFIRM_SECONDS`

@@ -85,7 +85,7 @@ def test_every_sync_method_of_the_hook_is_built_by_the_helper():
             if name.startswith("a") and (inspect.iscoroutinefunction(value) or inspect.isasyncgenfunction(value)):
                 pairs.setdefault(name[1:], name)
     pairs.pop("get_settings")  # the sync lookup is its own (Airflow's sync connection API)
-    assert sorted(pairs) == ["count_interval", "count_messages", "count_ranges", "get_interval_status",
+    assert sorted(pairs) == ["count_interval", "count_messages", "count_ranges", "get_interval_status", "get_stream_info",
                              "iter_batches", "list_owners", "list_subjects", "publish",
                              "require_interval_complete", "stream_info"]
     for sync_name, async_name in pairs.items():
