@@ -79,7 +79,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "plgd JetStream",
-                "python-modules": ["airflow_provider_plgd.operators.jetstream_to_staging"],
+                "python-modules": [
+                    "airflow_provider_plgd.operators.jetstream_to_staging",
+                    "airflow_provider_plgd.operators.ledger_range_fetch",
+                ],
             }
         ],
         "sensors": [
