@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
@@ -21,6 +21,9 @@ from airflow_provider_plgd.hooks.base import resolve_layout
 from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import ALL_OWNERS
+
+if TYPE_CHECKING:
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
 #: Messages per fetch task that ``plan`` aims at (``build_etl_dag(fetch_range_messages=...)``).
 DEFAULT_FETCH_RANGE_MESSAGES = 100_000
@@ -104,7 +107,7 @@ class IntervalPlan:
 def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, dag_id: str,
                   jetstream_conn_id: str, spark_conf_policy: Mapping[str, str | None], allowed_roots: Iterable[str],
                   author: Any, fetch_range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES,
-                  hook_factory: Callable[[str], Any] | None = None,
+                  hook_factory: Callable[[str], JetStreamInfoHook] | None = None,
                   report_lineage: Callable[[Sequence[str], str, Layout], None] | None = None,
                   build_py_files: bool = True) -> IntervalPlan:
     """Plan one interval: check the run params, record the interval ledger, build the --py-files zip.
@@ -134,7 +137,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     :param fetch_range_messages: messages per fetch range aimed at.
     :param hook_factory: called with the checked stream name, returns the hook that checks
         completeness and counts (``require_interval_complete``, ``count_ranges``, ``get_settings``);
-        default a ``JetStreamHook`` on ``jetstream_conn_id``.
+        default a ``JetStreamInfoHook`` (the stream-info role) on ``jetstream_conn_id``.
     :param report_lineage: called with ``(servers, stream, layout)`` after the zip is built
         (the ``plan`` task reports its OpenLineage datasets with it).
     :param build_py_files: build the ``--py-files`` zip (``spark-submit``); False for a DAG on Spark
@@ -197,9 +200,10 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     # may run before the scheduled run of an earlier interval): the scheduler's skip of a backfill
     ledger_guards.check_no_hole_before(layout, checked.stream, interval, dag_id=dag_id)
     if hook_factory is None:
-        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+        # lazy: the hook (and nats) load when a plan runs, not when the etl package is imported
+        from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
-        hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
+        hook = JetStreamInfoHook(jetstream_conn_id, stream=checked.stream)
     else:
         hook = hook_factory(checked.stream)
     # the sensor's rule again before counting (a mirror's link may have dropped since): complete, or raise
@@ -235,7 +239,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
                         spark_skip=record.get("spark_skip"))
 
 
-def write_interval_ledger(hook: Any, layout: Layout, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
+def write_interval_ledger(hook: JetStreamInfoHook, layout: Layout, window: times.Interval, owners: list[str] | None, event_types: list[str], *, accept_fewer: bool,
                           max_ranges: int = 1, range_messages: int = DEFAULT_FETCH_RANGE_MESSAGES) -> dict[str, Any]:
     """Count what the stream holds for the interval on the server and write the ledger's ``stream.json``.
 

@@ -9,6 +9,10 @@ On a local Spark standalone cluster, 1 worker and then 2 workers (1 core each), 
     PATH=.venv/bin:$PATH .venv/bin/python -m bench.e2e.run --events 1000000 --also --cluster-workers 1 2 \
         --json e2e-cluster.json
 
+``--compare-rev <git rev>``: before and after in one run: each size runs on a ``git worktree`` of
+that revision and on the current tree, interleaved (before, after, before, after; ``--compare-rounds``
+pairs) on the same cached traffic, then the table of both figures and their ratio (:mod:`bench.e2e.compare`).
+
 ``--ways classic connect``: each size runs both ways, classic ``spark-submit`` and a local Spark
 Connect server (:mod:`bench.e2e.ways`), and ends with the table of each Spark stage split into app,
 start (JVM, or the Connect client) and Airflow time, way against way.
@@ -141,8 +145,11 @@ def cluster_spark_conf(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_size(args: argparse.Namespace, events: int, work: Path, master: str | None = None,
-             connect: Any = None) -> dict[str, Any]:
+             connect: Any = None, tree: Path | None = None) -> dict[str, Any]:
     """Generate, publish, run the DAG, measure; return the figures of one size.
+
+    ``tree``: the source tree whose package and ``dags/`` the DAG run uses (``--compare-rev``: a
+    ``git worktree`` of another revision); default this one.
 
     ``master``: a ``spark://`` URL (the ``spark_default`` connection; the DAG's Spark settings are
     :func:`cluster_spark_conf`), default ``local[*]``. ``connect``: a started
@@ -210,6 +217,9 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
 
             env = connect_env(env, connect.port)
             result["spark_master"] = f"Spark Connect {connect.remote} ({connect.master})"
+        if tree is not None:  # that tree's package first on the path, its DAG file
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "")) if p)
+            env["AIRFLOW__CORE__DAGS_FOLDER"] = str(tree / "dags")
         _run([sys.executable, "-m", "airflow", "db", "migrate"], env, log)
         while time.time() < end_s + 1.5:  # the sensor's settle time (1 s) is over before the run
             time.sleep(0.1)
@@ -220,7 +230,7 @@ def run_size(args: argparse.Namespace, events: int, work: Path, master: str | No
         stat0 = proc_stat()
         t_start = time.time()
         with log.open("ab") as fh:
-            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+            proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=tree or REPO)
             extra = {"nats": server.pid, **({"connect": connect.proc.pid} if connect is not None else {})}
             with TreeSampler(proc.pid, period=args.sample_period, extra_pids=extra) as sampler:
                 rc = proc.wait()
@@ -330,6 +340,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "prints the per-stage speed-up of the last count over the first. Default: local[*]")
     parser.add_argument("--worker-memory", default="3g", help="memory of each cluster worker (default 3g)")
     parser.add_argument("--executor-memory", default="2g", help="spark.executor.memory on the cluster (default 2g)")
+    parser.add_argument("--compare-rev", default="",
+                        help="also run each size on this git revision (a temporary git worktree), interleaved "
+                             "with the current tree on the same traffic (before, after, ...), and print both "
+                             "figures and their ratio (bench.e2e.compare)")
+    parser.add_argument("--compare-rounds", type=int, default=2,
+                        help="--compare-rev: before/after pairs per size (default 2)")
     parser.add_argument("--executor-python", default=str(REPO / ".venv-executor" / "bin" / "python")
                         if (REPO / ".venv-executor" / "bin" / "python").exists() else sys.executable,
                         help="spark.pyspark.python on the cluster (default .venv-executor's, else this Python)")
@@ -342,6 +358,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out["lock_wait_s"] = round(waited, 1)
         out["load_before"] = uptime()
         print(f"[e2e] {out['load_before']['uptime']}", flush=True)
+        if args.compare_rev:
+            from bench.e2e.compare import compare_revision
+
+            out["compare"] = compare_revision(args, sizes, base, run_size)
+            sizes = []  # the comparison is the run
         for i, size in enumerate(sizes):
             if i and args.deadline:
                 size = fit_deadline(out["sizes"][0], size, args.fallback, args.deadline)
