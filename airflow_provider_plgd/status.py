@@ -43,13 +43,16 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import delta_tables, ledger, staging
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd.tables.ledger_listing import list_ledger, never_planned
 from airflow_provider_plgd.times import IntervalId
+
+if TYPE_CHECKING:  # status.py reads tables without Airflow; the caller brings the hook
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
 #: How many of the newest intervals' ``summary.json`` are read for failed intervals.
 DEFAULT_RECENT = 48
@@ -220,18 +223,16 @@ def _not_done(layout: Layout, stream: str, log: Any, committed: Sequence[Interva
     return [(str(i), reasons[i]) for i in sorted(reasons)], [str(s.interval_id) for s in stale]
 
 
-def stream_lag(hook: Any, stream: str, head_end_seq: int | None, head_end_ns: int | None) -> StreamLag:
-    """The lag of the chain behind the stream on the server of ``hook`` (a ``JetStreamHook``).
+def stream_lag(hook: JetStreamInfoHook, stream: str, head_end_seq: int | None, head_end_ns: int | None) -> StreamLag:
+    """The lag of the chain behind the stream on the server of ``hook`` (the stream-info role; a
+    ``JetStreamHook`` has it).
 
     :param head_end_seq: the first sequence after the head's range (``stream.json``'s
         ``end_seq_exclusive``); None: no head, every message counts.
     :param head_end_ns: the head interval's end (unix ns), or None.
     :raises JetStreamError: the server cannot be reached or has no such stream (the hook's errors).
     """
-    from airflow_provider_plgd.jetstream.api import StreamState
-
-    info = hook.stream_info(stream)
-    state = StreamState.of_info(info)
+    state = hook.get_stream_info(stream).state
     last_seq = state.head
     start = int(head_end_seq or 1)
     messages = hook.count_messages(ledger.SCOPE_FILTER, start_seq=start) if last_seq >= start else 0
@@ -307,7 +308,7 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
                        tuple(stale), str(ids[-1]) if ids else None, overdue, tuple(str(i) for i in ids), tuple(empty))
 
 
-def with_stream_lag(view: ChainStatus, hook: Any) -> ChainStatus:
+def with_stream_lag(view: ChainStatus, hook: JetStreamInfoHook) -> ChainStatus:
     """``view`` with its lag behind the stream on the server of ``hook`` (:func:`stream_lag`).
 
     :raises JetStreamError: the server cannot be reached or has no such stream (the hook's errors).

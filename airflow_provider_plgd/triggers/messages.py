@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_plgd.compat import BaseEventTrigger, TriggerEvent
 from airflow_provider_plgd.triggers.interval_complete import raise_if_cancelling
+
+if TYPE_CHECKING:
+    from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
 CLASSPATH = "airflow_provider_plgd.triggers.messages.JetStreamMessageTrigger"
 #: Key of the cursor in the watched asset's state store (Airflow 3.3+), so a restarted triggerer resumes.
@@ -93,7 +96,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
             return None
         return None
 
-    async def _load_cursor(self, hook: Any) -> int:
+    async def _load_cursor(self, hook: JetStreamInfoHook) -> int:
         if self.start_seq is not None:
             return max(self.start_seq - 1, 0)
         store = self._state_store()
@@ -104,8 +107,7 @@ class JetStreamMessageTrigger(BaseEventTrigger):
                     return int(saved)
             except Exception as exc:
                 self.log.warning("Could not read the saved cursor: %s", exc)
-        info = await hook.astream_info(self.stream)
-        return int((info.get("state") or {}).get("last_seq", 0))
+        return (await hook.aget_stream_info(self.stream)).state.head
 
     async def _save_cursor(self, cursor: int) -> None:
         store = self._state_store()
@@ -115,10 +117,9 @@ class JetStreamMessageTrigger(BaseEventTrigger):
             except Exception as exc:
                 self.log.warning("Could not save the cursor: %s", exc)
 
-    async def poll_once(self, hook: Any, cursor: int) -> tuple[int, dict[str, Any] | None]:
+    async def poll_once(self, hook: JetStreamInfoHook, cursor: int) -> tuple[int, dict[str, Any] | None]:
         """One check: return ``(new cursor, event payload or None)``."""
-        info = await hook.astream_info(self.stream)
-        head = int((info.get("state") or {}).get("last_seq", 0))
+        head = (await hook.aget_stream_info(self.stream)).state.head
         if head <= cursor:
             return cursor, None
         count = await hook.acount_messages(self.subject_filter, start_seq=cursor + 1, end_seq=head)
