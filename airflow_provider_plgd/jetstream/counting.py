@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd.exceptions.jetstream import JetStreamTimeoutError
 from airflow_provider_plgd.jetstream.api import JetStreamApi, StreamState
+from airflow_provider_plgd.jetstream.stream_info import StreamInfo
 
 #: Seconds after which the server deletes our ephemeral counting consumers if we vanish.
 COUNT_INACTIVE_THRESHOLD_S = 10.0
@@ -76,18 +77,18 @@ async def count_boundaries(api: JetStreamApi, stream: str, subject_filter: str |
             await api.delete_consumer(stream, name)
 
 
-def _range_head(stream: str, info: dict, first: int, stop: int) -> dict[str, Any]:
+def _range_head(stream: str, info: StreamInfo, first: int, stop: int) -> dict[str, Any]:
     """The fields every count reports: the stream, its ``created`` time and state (from ``info``), the range."""
-    return {"stream": stream, "created": info.get("created"), "state": StreamState.of_info(info).as_dict(),
+    return {"stream": stream, "created": info.created, "state": info.state.as_dict(),
             "first_seq": first, "end_seq_exclusive": stop}
 
 
-async def resolve_range(api: JetStreamApi, stream: str, info: dict, *, start_ns: int | None, end_ns: int | None,
+async def resolve_range(api: JetStreamApi, stream: str, info: StreamInfo | Mapping[str, Any], *, start_ns: int | None, end_ns: int | None,
                         start_seq: int | None, end_seq: int | None) -> tuple[int, int]:
     """The stream-sequence range ``[first, stop)`` of the bounds ``[start_ns, end_ns)`` (server time,
     unix ns) and ``[start_seq, end_seq]`` (both given: their intersection), never past the stream's
     last sequence in ``info`` (its ``$JS.API.STREAM.INFO`` answer); ``stop >= first``."""
-    last = int((info.get("state") or {}).get("last_seq") or 0)
+    last = StreamInfo.of(info).state.head
     first = max(start_seq or 1, await seq_at(api, stream, start_ns, 1))
     stop = min(last + 1, (end_seq + 1) if end_seq is not None else last + 1, await seq_at(api, stream, end_ns, last + 1))
     return first, max(stop, first)
@@ -132,7 +133,7 @@ async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str],
                          end_ns: int | None, start_seq: int | None, end_seq: int | None, concurrency: int,
                          with_total: bool) -> dict[str, Any]:
     """The body of ``JetStreamHook.acount_interval`` (arguments checked there; same return value)."""
-    info = await api.stream_info(stream)
+    info = StreamInfo.from_api(await api.stream_info(stream))
     first, stop = await resolve_range(api, stream, info, start_ns=start_ns, end_ns=end_ns, start_seq=start_seq,
                                       end_seq=end_seq)
     gate = asyncio.Semaphore(max(1, int(concurrency)))
@@ -155,7 +156,7 @@ async def count_interval(api: JetStreamApi, stream: str, filters: Sequence[str],
 async def count_ranges(api: JetStreamApi, stream: str, read_filters: Sequence[str], *, start_ns: int, end_ns: int,
                        range_messages: int, max_ranges: int, scope_filter: str) -> dict[str, Any]:
     """The body of ``JetStreamHook.acount_ranges`` (arguments checked there; same return value)."""
-    info = await api.stream_info(stream)
+    info = StreamInfo.from_api(await api.stream_info(stream))
     first, stop = await resolve_range(api, stream, info, start_ns=start_ns, end_ns=end_ns, start_seq=None,
                                       end_seq=None)
     read: str | list[str] = read_filters[0] if len(read_filters) == 1 else list(read_filters)

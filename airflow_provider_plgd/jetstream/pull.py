@@ -32,6 +32,7 @@ from airflow_provider_plgd.exceptions.jetstream import (
 )
 from airflow_provider_plgd.jetstream.api import JetStreamApi
 from airflow_provider_plgd.jetstream.messages import StreamMessage, parse_ack_reply
+from airflow_provider_plgd.jetstream.stream_info import StreamInfo
 from airflow_provider_plgd.times import NS_PER_S
 
 #: Default messages per pull request (= per batch): :meth:`JetStreamHook.aiter_batches`,
@@ -70,9 +71,9 @@ async def read_batches(
     e.g. with ``contextlib.aclosing``, when leaving early).
     The errors are :meth:`JetStreamHook.aiter_batches`' (its docstring).
     """
-    state = (await api.stream_info(stream))["state"]
-    last = state["last_seq"] if end_seq is None else min(end_seq, state["last_seq"])
-    if state["messages"] == 0 or (start_seq or 1) > last:
+    state = StreamInfo.from_api(await api.stream_info(stream)).state
+    last = state.head if end_seq is None else min(end_seq, state.head)
+    if not state.messages or (start_seq or 1) > last:
         return
     info = await api.create_consumer(stream, subject_filter, start_ns=start_ns, start_seq=start_seq,
                                      inactive_threshold_s=ITER_INACTIVE_THRESHOLD_S, kind="iter")
