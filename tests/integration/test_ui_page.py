@@ -46,6 +46,7 @@ from airflow_provider_plgd.tables import ledger, storage
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools import interval_tables
 from plgd_devtools.spark import spark_lock
+from tests.integration.browser import Screenshots
 from tests.integration.conftest import publish_messages, read_stream
 from tests.integration.test_connection_ui import (
     CHROMIUM,
@@ -173,13 +174,8 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
         assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shots: list[str] = []
-
-    def shot(page, name: str) -> None:
-        path = ARTIFACTS / f"{len(shots) + 1:02d}-{name}.png"
-        page.screenshot(path=str(path), full_page=True)
-        shots.append(str(path))
+    shot = Screenshots(ARTIFACTS)
+    shots = shot.paths
 
     timings["chain"] = time.monotonic() - t0
     with spark_lock():  # a real Airflow component on the shared 2-core machine
