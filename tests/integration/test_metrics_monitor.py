@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import pytest
 
 from airflow_provider_plgd import times
+from plgd_devtools.otlp_listener import OtlpListener
 from plgd_devtools.spark import spark_lock
 from plgd_devtools.statsd_listener import StatsdListener
 from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect, xcom_value
@@ -31,23 +32,62 @@ pytestmark = [pytest.mark.airflow]
 pytest.importorskip("airflow.sdk", reason="Airflow 3 (Airflow 2.11: tests/airflow2)")
 
 
+def _fresh_metrics(monkeypatch, settings: dict[str, str]) -> None:
+    """``[metrics]`` from ``settings``, in a process where nothing set the metrics up yet."""
+    from airflow.sdk._shared.observability.metrics import stats as shared
+
+    for key, value in settings.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    monkeypatch.setattr(shared, "_factory", None)
+    monkeypatch.setattr(shared, "_backend", None)
+
+
 @pytest.fixture
 def statsd(monkeypatch):
     import importlib.util
 
-    from airflow.sdk._shared.observability.metrics import stats as shared
-
     assert importlib.util.find_spec("statsd"), "Airflow's StatsD client `statsd` is missing: pip install -e '.[dev]'"
     listener = StatsdListener()
-    for key, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(listener.port),
-                       "STATSD_PREFIX": "airflow", "STATSD_INFLUXDB_ENABLED": "True"}.items():
-        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
-    monkeypatch.setattr(shared, "_factory", None)  # a process where nothing set the metrics up
-    monkeypatch.setattr(shared, "_backend", None)
+    _fresh_metrics(monkeypatch, {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(listener.port),
+                                 "STATSD_PREFIX": "airflow", "STATSD_INFLUXDB_ENABLED": "True", "OTEL_ON": "False"})
     try:
         yield listener
     finally:
         listener.stop()
+
+
+@pytest.fixture
+def otlp(monkeypatch):
+    """Airflow's OpenTelemetry metrics (``[metrics] otel_on``, OTLP over HTTP) to a receiver on loopback."""
+    import opentelemetry.metrics._internal as otel_internal
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    listener = OtlpListener()
+    for key in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRICS_EXPORTER"):
+        monkeypatch.delenv(key, raising=False)  # Airflow prefers them to [metrics] otel_host/otel_port
+    _fresh_metrics(monkeypatch, {"OTEL_ON": "True", "STATSD_ON": "False", "OTEL_HOST": "127.0.0.1",
+                                 "OTEL_PORT": str(listener.port), "OTEL_PREFIX": "airflow",
+                                 "OTEL_INTERVAL_MILLISECONDS": "60000"})
+    try:
+        yield listener
+    finally:
+        metrics.get_meter_provider().shutdown()  # type: ignore[attr-defined]  # the SDK's provider Airflow set
+        # Airflow's exit hook flushes the global provider: leave it one without readers (the same
+        # private global Airflow's get_otel_logger resets), not the one shut down above
+        otel_internal._METER_PROVIDER = MeterProvider(shutdown_on_exit=False)
+        listener.stop()
+
+
+def _caught(listener) -> dict[str, tuple[float, str, dict]]:
+    """What ``listener`` caught under ``plgd.``, the kinds as StatsD names them (``c``, ``g``)."""
+    if isinstance(listener, OtlpListener):
+        from opentelemetry import metrics
+
+        metrics.get_meter_provider().force_flush()  # type: ignore[attr-defined]  # export now, not in 60 s
+        kinds = {"sum": "c", "gauge": "g"}
+        return {k: (v, kinds.get(kind, kind), tags) for k, (v, kind, tags) in listener.metrics().items()}
+    return listener.metrics()
 
 
 ETL_DAG_FILE = """
@@ -116,8 +156,13 @@ dag = build_monitor_dag(dag_id="plgd_metrics_monitor", etl_dag_id="plgd_events_e
 """
 
 
-def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_folder, tmp_path, statsd):
+@pytest.mark.parametrize("backend", ["statsd", "otlp"])
+def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_folder, tmp_path, backend, request):
+    """Through StatsD, and through OpenTelemetry (OTLP over HTTP, ``[metrics] otel_on``): the same
+    names (``airflow.plgd.chain.*``), values and tags (attributes)."""
     from tests.integration.test_ui_page import _chain
+
+    listener = request.getfixturevalue(backend)
 
     root = str(tmp_path / "root")
     start_ns = (time.time_ns() // HOUR - 8) * HOUR
@@ -128,7 +173,7 @@ def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_
     run = dag.test()
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert "failed" in states["check_chain"].lower(), states  # the alert: failure callbacks fire
-    got = statsd.metrics()
+    got = _caught(listener)
     expected = {"plgd.chain.holes": 1, "plgd.chain.failed": 1, "plgd.chain.stale": 0, "plgd.chain.committed": 3,
                 "plgd.chain.lag_messages": len(behind)}
     assert {k: got[k][0] for k in expected if k in got} == expected, got
