@@ -48,6 +48,7 @@ from airflow_provider_plgd.tables import ledger, storage
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools import interval_tables
 from plgd_devtools.spark import spark_lock
+from plgd_devtools.statsd_listener import StatsdListener
 from tests.integration.browser import Screenshots
 from tests.integration.conftest import publish_messages, read_stream, spark_connect_conn
 from tests.integration.test_connection_ui import (
@@ -57,6 +58,7 @@ from tests.integration.test_connection_ui import (
     UI_TIMEOUT_MS,
     ApiServer,
 )
+from tests.integration.test_metrics_monitor import check_interval_metrics
 from tests.integration.test_status import plan as plan_interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,14 +122,18 @@ def _simulation(start_s: int):
 
     return generate(SimulationConfig(seed=5, owners=1, devices_per_owner=2, resources_per_device=1, intervals=7,
                                      steps_per_interval=3, interval_seconds=float(STEP_S),
-                                     start_time_ns=start_s * 10**9))
+                                     start_time_ns=start_s * 10**9, duplicates=0.2))
 
 
 def _publish_in_time(url: str, sim, start_s: int) -> None:
-    """Publish the messages of I0 and I1 inside their own windows (what the DAG's plan counts by time)."""
+    """Publish the messages of I0 and I1 inside their own windows (what the DAG's plan counts by time);
+    I0 also gets one payload that is no plgd event (quarantined)."""
+    owner = sim.messages[0].subject.split(".")[2]
     for k in (0, 1):
         time.sleep(max(0.0, start_s + k * STEP_S + 0.5 - time.time()))
-        publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == k])
+        bad = [(f"plgd.owners.{owner}.devices.d1.resource-links.resourcelinkspublished", b"\xff not a plgd event",
+                None)] if k == 0 else []
+        publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == k] + bad)
 
 
 def _dag_chain_tail(root: str, url: str, sim) -> dict:
@@ -183,7 +189,7 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
     publisher.start()
     roots = {"a": tmp_path / "root_a", "b": tmp_path / "root_b"}
     expected = {ids[0]: "committed", ids[1]: "hole", ids[2]: "committed", ids[3]: "committed", ids[4]: "failed",
-                ids[6]: "empty"}
+                ids[5]: "never_planned", ids[6]: "empty"}
 
     home = tmp_path / "airflow"
     bundles = []
@@ -209,6 +215,10 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
     })
     for key in ("SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
         server.env.pop(key, None)
+    statsd = StatsdListener()  # Airflow's metrics of the processes below, with their tags (test_metrics_monitor)
+    server.env.update({f"AIRFLOW__METRICS__{k}": v for k, v in {
+        "STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(statsd.port), "STATSD_PREFIX": "airflow",
+        "STATSD_INFLUXDB_ENABLED": "True"}.items()})
     shim = _entry_point_shim(tmp_path / "entry_point")
     if shim:
         server.env["PYTHONPATH"] = shim + ":" + server.env["PYTHONPATH"]
@@ -241,7 +251,15 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             ranges = chain["ranges"]
             with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True, timeout=30) as con:
                 dag_runs = dict(con.execute("SELECT run_id, data_interval_end FROM dag_run WHERE dag_id = 'plgd_etl_a'"))
+                (xcom,), = con.execute("SELECT value FROM xcom WHERE dag_id = 'plgd_etl_a' AND task_id = 'summary'"
+                                       " AND key = 'return_value'").fetchall()
             stored = read_stream(jetstream.url)  # ground truth with nats-py
+            # I0's run sent its interval counters (its summary task), as its summary and the stream say
+            summary_i0 = json.loads(xcom)
+            summary_i0 = json.loads(summary_i0) if isinstance(summary_i0, str) else summary_i0
+            in_i0 = [seq for seq, (_s, t, _h, _d) in stored.items()
+                     if start_s * 10**9 <= t < (start_s + STEP_S) * 10**9]
+            check_interval_metrics(statsd.metrics(), summary_i0, len(in_i0), dag_id="plgd_etl_a")
             behind = [seq for seq in stored if seq >= ranges[3][1]]
             window = times.Interval.from_id(ids[1])
             in_i1 = [seq for seq, (_s, t, _h, _d) in stored.items() if window.start_ns <= t < window.end_ns]
@@ -257,8 +275,8 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             status, summary = _get(f"{api}/plgd_etl_a", alice)
             assert status == 200, summary
             assert summary["root"] == str(roots["a"]) and summary["stream"] == "EVENTS"
-            assert summary["states"] == {"failed": 1, "hole": 1, "stale": 0, "unfinished": 0, "empty": 1,
-                                         "committed": 3}, summary["states"]
+            assert summary["states"] == {"failed": 1, "hole": 1, "stale": 0, "unfinished": 0, "never_planned": 1,
+                                         "empty": 1, "committed": 3}, summary["states"]
             assert not summary["healthy"] and summary["chain"]["head"] == ids[3]
             assert summary["lag"]["messages"] == len(behind) > 0, (summary["lag"], summary["lag_error"])
             for name in ("events", "events_deduped", "msgid_index"):
@@ -266,7 +284,7 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
                 shown = summary["tables"][name]
                 assert (shown["version"], shown["files"]) == (table.version(), len(table.file_uris())), (name, shown)
                 assert shown["rows"] == sum(table.get_add_actions(flatten=True).column("num_records").to_pylist())
-            assert sum(b["intervals"] for b in summary["overview"]) == 6
+            assert sum(b["intervals"] for b in summary["overview"]) == 7  # and the stretch no plan recorded
             status, page = _get(f"{api}/plgd_etl_a/intervals?limit=100", alice)
             assert status == 200, page
             assert {i["interval_id"]: i["state"] for i in page["items"]} == expected
@@ -278,9 +296,13 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             hole = next(i for i in page["items"] if i["state"] == "hole")
             assert hole["messages"] == len(in_i1) > 0, (hole, in_i1)
             status, paged = _get(f"{api}/plgd_etl_a/intervals?limit=2&offset=2&order=asc", alice)
-            assert [i["interval_id"] for i in paged["items"]] == [ids[2], ids[3]] and paged["total"] == 6
+            assert [i["interval_id"] for i in paged["items"]] == [ids[2], ids[3]] and paged["total"] == 7
             status, holes = _get(f"{api}/plgd_etl_a/intervals?state=hole", alice)
             assert [i["interval_id"] for i in holes["items"]] == [ids[1]]
+            status, gaps = _get(f"{api}/plgd_etl_a/intervals?state=never_planned", alice)  # I5, apart from the hole
+            assert [(i["interval_id"], i["run_id"]) for i in gaps["items"]] == [(ids[5], None)], gaps
+            assert [(g["start"], g["end"]) for g in summary["chain"]["never_planned"]] == [(gaps["items"][0]["start"],
+                                                                                             gaps["items"][0]["end"])]
 
             # 2. auth: bob (team_b) may not read plgd_etl_a: no data; no token: 401
             status, listing = _get(api, bob)
@@ -339,5 +361,6 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
                     browser.close()
         finally:
             server.stop()
+            statsd.stop()
     print(f"\nplgd UI test: {time.monotonic() - t0:.1f} s ({', '.join(f'{k} {v:.1f}' for k, v in timings.items())});"
           " screenshots:\n  " + "\n  ".join(shots))
