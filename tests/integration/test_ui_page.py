@@ -5,17 +5,22 @@ One api-server (``test_connection_ui.ApiServer``: SQLite metadata DB in a tempor
 ``AIRFLOW_HOME``) in multi-team mode with ``SimpleAuthManager``: two DAG bundles, ``team_a``
 holding the ETL DAG ``plgd_etl_a`` (its root holds the chain below) and ``team_b`` holding
 ``plgd_etl_b`` (an empty root); the viewers ``alice`` (team_a) and ``bob`` (team_b). The chain
-of ``plgd_etl_a`` is written as in ``test_status.py`` (the ledger, interval tables without
-Spark, the snapshot record), with messages on a real nats-server, six hourly intervals planned:
+of ``plgd_etl_a`` has seven 8-second intervals, with messages on a real nats-server:
 
-    I0 committed | I1 a hole | I2, I3 committed (I3: head and snapshot) | I4 unfinished and failed
-    (its summary does not reconcile) | I5 never planned | I6 empty
+    I0 committed by a whole run of the ETL DAG (``airflow dags test``, its Spark tasks on the
+       session's Spark Connect server; one payload that is no plgd event, duplicates) |
+    I1 planned by the DAG's ``plan`` task and never committed (``airflow tasks test``: a run that
+       stopped after its plan): a hole once a later interval is committed |
+    I2, I3 committed (I3: head and snapshot) | I4 unfinished and failed (its summary does not
+    reconcile) | I5 never planned | I6 empty
 
-(I0, I2 and I3 have a ``summary.json`` that reconciles: done.)
+I2..I6 are written as in ``test_status.py`` (the ledger, interval tables without Spark, the
+snapshot record): the DAG refuses to plan or build on the hole I1 leaves. I0's run is also the run
+whose ``plgd.interval.*`` metrics a StatsD listener catches (``test_metrics_monitor.check_interval_metrics``),
+and its row links to that DAG run.
 
-I2 has a (queued) DAG run, made with ``airflow backfill create`` (its data interval is I2's).
-
-The test checks the JSON API against ground truth read without our code (nats-py, deltalake), the
+The test checks the JSON API against ground truth read without our code (nats-py, deltalake, the
+metadata DB), the
 page in Chromium (the nav entry, the iframe, the rows and their states, the pager) and the auth:
 bob gets 403 and no data for ``plgd_etl_a``, the list hides it, no token is 401. Screenshots go
 to ``tests/artifacts/plgd_ui/`` (ignored by git).
@@ -91,7 +96,9 @@ def _entry_point_shim(base: Path) -> str | None:
 
 
 def _chain(root: str, url: str, start_ns: int) -> dict:
-    """The chain of the module docstring at ``root``; returns its interval IDs and sequence ranges."""
+    """The chain of the module docstring in hourly intervals, all written by the project's functions
+    (no Spark: the monitor test's chain, ``test_metrics_monitor.py``), at ``root``; returns its
+    interval IDs and sequence ranges. I0..I4 as the module docstring says, I0 written like I2."""
     from airflow_provider_plgd.simulator import SimulationConfig, generate
 
     sim = generate(SimulationConfig(seed=5, owners=1, devices_per_owner=2, resources_per_device=1, intervals=7,
