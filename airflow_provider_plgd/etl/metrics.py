@@ -46,6 +46,7 @@ _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 def stats() -> Any:
     """Airflow's ``Stats``. On Airflow 3 a process where nothing set the metrics up yet (``dag.test()``,
     the api-server's plugins) gets them from ``[metrics]`` as the task runner does."""
+    # lazy: where Stats lives differs by Airflow version (2.11, 3.x releases); only a metrics call needs it
     if not AIRFLOW_V_3:
         from airflow.stats import Stats  # Airflow 2: configured from [metrics] on first use
 
