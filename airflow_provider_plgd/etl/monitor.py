@@ -24,7 +24,6 @@ from airflow_provider_plgd.compat import DAG, task
 from airflow_provider_plgd.etl.metrics import emit_chain_metrics
 from airflow_provider_plgd.exceptions import ChainUnhealthyError
 from airflow_provider_plgd.hooks.base import resolve_layout
-from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 from airflow_provider_plgd.status import chain_status, format_status, with_stream_lag
 
 _log = logging.getLogger(__package__)
@@ -114,6 +113,9 @@ def build_monitor_dag(
 
         @task(task_display_name="Check the chain (holes, stale, lag)", doc_md=CHECK_DOC)
         def check() -> dict[str, Any]:
+            # lazy: the JetStream hook stays off the DAG-parse path (CONTRIBUTING.md, "Imports at the top")
+            from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
             layout = resolve_layout(storage_root, jetstream_conn_id)
             return check_chain(layout, stream, etl_dag_id=etl_dag_id, hook=JetStreamHook(jetstream_conn_id, stream=stream),
                                max_lag_messages=max_lag_messages, max_lag_seconds=max_lag_seconds,

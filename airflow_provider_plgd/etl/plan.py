@@ -26,7 +26,6 @@ from airflow_provider_plgd.exceptions import (
 )
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.hooks.base import resolve_layout
-from airflow_provider_plgd.hooks.jetstream import JetStreamHook
 from airflow_provider_plgd.plgd.subjects import owner_filter
 from airflow_provider_plgd.spark_deps import build_private_py_files_zip
 from airflow_provider_plgd.tables import (
@@ -199,6 +198,9 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     # may run before the scheduled run of an earlier interval): the scheduler's skip of a backfill
     ledger_guards.check_no_hole_before(layout, checked.stream, interval, dag_id=dag_id)
     if hook_factory is None:
+        # lazy: the JetStream hook stays off the DAG-parse path (CONTRIBUTING.md, "Imports at the top")
+        from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+
         hook = JetStreamHook(jetstream_conn_id=jetstream_conn_id, stream=checked.stream)
     else:
         hook = hook_factory(checked.stream)
