@@ -4,7 +4,8 @@ Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL
 tasks on the session's real Spark Connect server (the first test: it proves the ledger, not
 ``spark-submit``; docs/testing.md), and the fetch operator / plan step against the real server
 (the others). Each test names the case of ``docs/reliability.md`` ("The interval ledger") it
-covers; each failed on the code before the ledger.
+covers; each failed on the code before the ledger. The fetch's accounting per owner and range, and odd
+owner tokens: test_ledger_fetch.py.
 """
 
 from __future__ import annotations
@@ -12,71 +13,30 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
-from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
-from airflow_provider_plgd.tables import ledger, staging
+from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
 from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect
 from tests.integration.delta_read import staging_rows
-
-UTC = timezone.utc
-O1 = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
-O2 = "e1407479-3136-56c0-9908-bb02fb0339e2"
-DEV = "00000000-0000-0000-0000-000000000001"
-HREF = "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"
-
-
-def run_op(**kwargs):
-    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
-
-    kwargs.setdefault("task_id", "fetch")
-    return JetStreamToStagingOperator(**kwargs).execute({"params": {}})
-
-
-def traffic(n: int) -> list[tuple]:
-    """``n`` messages per owner on valid subjects (payload content does not matter to the fetch)."""
-    out = []
-    for i in range(n):
-        for owner in (O1, O2):
-            out.append((registrations_subject(owner, "devicesregistered"), f"r{i}".encode(), None))
-            out.append((resource_subject(owner, DEV, HREF, "resourcechanged"), f"c{i}".encode(), None))
-    return out
-
-
-def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None = None,
-                accept_fewer: bool = False, max_ranges: int = 1, range_messages: int = 100_000,
-                event_types: tuple[str, ...] = ("devicesregistered", "resourcechanged")) -> dict:
-    """The ETL plan step's ledger write (``etl.write_interval_ledger``) against the real server."""
-    from airflow_provider_plgd.etl import write_interval_ledger
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-
-    start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    return write_interval_ledger(JetStreamHook(), Layout.of(root), times.Interval.of(start, end), owners, list(event_types),
-                                 accept_fewer=accept_fewer, max_ranges=max_ranges, range_messages=range_messages)
-
-
-def fetch_ranges(root: str, record: dict) -> list[dict]:
-    """Run the fetch task of every range of a plan record (the ETL's mapped ``fetch``)."""
-    base = Layout.of(root).ledger_interval_dir(record["stream"], record["interval_id"])
-    return [run_op(ledger_range=str(i), ledger=base, storage_root=root) for i in range(record["fetch_ranges"])]
-
-
-def bounds_around(url: str) -> tuple[int, int]:
-    """An interval that holds every stored message (whole seconds around the first and last)."""
-    truth = read_stream(url)
-    times = [t for _s, t, _h, _d in truth.values()]
-    start, end = (min(times) // 10**9) * 10**9, (max(times) // 10**9 + 1) * 10**9
-    while time.time_ns() < end + 50_000_000:  # complete on the server's clock (the fetch checks it)
-        time.sleep(0.05)
-    return start, end
-
+from tests.integration.ledger_runs import (
+    DEV,
+    HREF,
+    O1,
+    O2,
+    UTC,
+    bounds_around,
+    fetch_ranges,
+    plan_ledger,
+    run_op,
+    traffic,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
@@ -344,172 +304,3 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
         fetch_ranges(storage_root, record)
     base = Layout.of(storage_root).ledger_interval_dir("EVENTS", record["interval_id"])
     assert run_op(ledger_range=1, ledger=base, storage_root=storage_root)["count"] == 20
-
-
-# ---------------------------------------------------------------------------------------------
-# fetch = staged + skipped, per owner, against the server's count
-# ---------------------------------------------------------------------------------------------
-def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream, storage_root, monkeypatch):
-    from airflow_provider_plgd.fetch import router as fetch_module
-
-    publish_messages(jetstream.url, traffic(5))
-    start_ns, end_ns = bounds_around(jetstream.url)
-    out = run_op(owner_ids=[O1], event_types=["resourcechanged"], storage_root=storage_root,
-                 start_time=start_ns, end_time=end_ns)
-    assert out["count"] == 5 and out["skipped"] == {"event_type_not_requested": 5}
-
-    # a message that the read does not see (here: the router loses one) fails the owner before any commit
-    real_route = fetch_module.Router.route
-
-    def lossy(self, batch):
-        return real_route(self, batch[1:] if batch else batch)
-
-    monkeypatch.setattr(fetch_module.Router, "route", lossy)
-    other = storage_root + "/other"
-    with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 10 messages, fetched 9"):
-        run_op(owner_ids=[O1], event_types=["resourcechanged"], storage_root=other,
-               start_time=start_ns, end_time=end_ns)
-    assert staging_rows(other) == []
-
-
-def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetstream, storage_root):
-    """The ETL's fetch by stream-sequence ranges: owners spread across range boundaries, each
-    range read by one task and committed as its own files, every message staged exactly once
-    into its (owner, event type) batch; a selection of owners reads only theirs. Quiet owners
-    have no row at all."""
-    from airflow_provider_plgd.spark.decode_job import ledger_files
-
-    o3 = "0f6c6a7e-0b1e-4c1b-9d0e-1a2b3c4d5e6f"
-    extra = [(registrations_subject(o3, "devicesregistered"), b"x", None)]
-    seqs = publish_messages(jetstream.url, traffic(6)[:13] + extra + traffic(6)[13:])  # 25 messages, 3 owners
-    start_ns, end_ns = bounds_around(jetstream.url)
-    truth = read_stream(jetstream.url)
-    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=3, range_messages=5)
-    assert record["fetch_ranges"] == 3 and [r["count"] for r in record["ranges"]] == [8, 8, 9]
-    assert record["ranges"][0]["first_seq"] == 1 and record["ranges"][-1]["end_seq_exclusive"] == 26
-    outs = fetch_ranges(storage_root, record)
-    assert [o["count"] for o in outs] == [8, 8, 9] and all(len(json.dumps(o)) < 2000 for o in outs)
-    assert [o["owners"] for o in outs] == [2, 3, 2]  # owners O1 and O2 in every range, o3 in one
-    assert len({o["delta_version"] for o in outs}) == 3  # one commit per range
-    rows = staging_rows(storage_root, interval_id=record["interval_id"])
-    staged = {}
-    for row in rows:
-        assert row["stream_seq"] not in staged, f"sequence {row['stream_seq']} staged twice"
-        staged[row["stream_seq"]] = row
-        assert truth[row["stream_seq"]][0] == row["subject"] and row["subject"].split(".")[2] == row["owner_id"]
-        assert row["event_type"] == row["subject"].rsplit(".", 1)[-1]
-    assert sorted(staged) == sorted(truth) == sorted(seqs)
-    files = ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])
-    ranges_of_o1 = {staging.file_range(f.path)[0] for f in files if f.min_owner <= O1 <= f.max_owner}
-    assert ranges_of_o1 == {0, 1, 2}  # O1's batches: a run in a file of every range
-    assert len(files) <= 3 * 2  # ranges x event types (one file each at this size)
-
-    # a selection of owners: only their messages are counted, read and staged
-    other = storage_root + "/selection"
-    chosen = plan_ledger(other, start_ns, end_ns, owners=[O1, o3], max_ranges=2, range_messages=1)
-    assert chosen["total"] == 13 and chosen["not_requested"] == 12 and chosen["read_filters"] == [
-        f"plgd.owners.{O1}.>", f"plgd.owners.{o3}.>"]
-    assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
-    assert {r["owner_id"] for r in staging_rows(other, interval_id=chosen["interval_id"])} == {O1, o3}
-    with pytest.raises(ValueError, match="ledger range 2 does not exist"):
-        run_op(ledger_range=2, ledger=Layout.of(other).ledger_interval_dir("EVENTS", chosen["interval_id"]), storage_root=other)
-
-
-def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stages_everything(
-        jetstream, storage_root, tmp_path):
-    """``range_buffer_bytes`` far below the range's payload: the task spills sorted runs to its
-    spill folder many times and merges them at the end, with few files open (a low open-files
-    limit holds). Every message is staged once with its payload, rows ordered by owner then
-    stream sequence, in at most ⌈payload / target_file_bytes⌉ files per event type; the spill
-    files are gone afterwards."""
-    import os
-    import resource
-
-    from airflow_provider_plgd.spark.decode_job import ledger_files
-
-    owners = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(300)]
-    publish_messages(jetstream.url, [(registrations_subject(o, "devicesregistered"), bytes([r, i % 251]) * 1000, None)
-                                     for r in range(2) for i, o in enumerate(owners)])
-    start_ns, end_ns = bounds_around(jetstream.url)
-    truth = read_stream(jetstream.url)
-    record = plan_ledger(storage_root, start_ns, end_ns, event_types=("devicesregistered",))
-    base = Layout.of(storage_root).ledger_interval_dir("EVENTS", record["interval_id"])
-    spill = tmp_path / "spill"
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
-    try:
-        out = run_op(ledger_range="0", ledger=base, storage_root=storage_root, range_buffer_bytes=64 * 1024,
-                     batch_size=20, spool_dir=str(spill), target_file_bytes=250_000, row_group_size=100)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    assert (out["count"], out["owners"], out["batches"]) == (600, 300, 300)
-    assert os.listdir(spill) == []  # the runs were spilled there and removed
-    files = ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])
-    assert len(files) == out["files"] == -(-1_200_000 // 250_000)  # ceil(payload / target)
-    rows = staging_rows(storage_root, interval_id=record["interval_id"])
-    assert {r["stream_seq"]: (r["subject"], r["data"]) for r in rows} == \
-        {seq: (subject, data) for seq, (subject, _t, _h, data) in truth.items()}
-    for f in files:  # each file sorted by owner, then stream sequence
-        import pyarrow.parquet as pq
-
-        got = pq.read_table(f.url, columns=["owner_id", "stream_seq"]).to_pylist()
-        keys = [(r["owner_id"], r["stream_seq"]) for r in got]
-        assert keys == sorted(keys) and (f.min_owner, f.max_owner) == (keys[0][0], keys[-1][0])
-    with pytest.raises(ValueError, match="range_buffer_bytes must be a positive integer, got 0"):
-        run_op(ledger_range="0", ledger=base, storage_root=storage_root, range_buffer_bytes=0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Odd owner tokens and our reserved names (docs/reliability.md, "Owner tokens that are not owner IDs")
-# ---------------------------------------------------------------------------------------------
-def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_exactly(jetstream, storage_root):
-    """Before: ``plgd.owners.ab\\xff.…`` was discovered as owner ``ab\\ufffd``, counted 0 under the
-    re-encoded filter, and skipped by the unrouted fetch as owned: gone, with the ledger adding up.
-    ``plgd.owners._unrouted.…`` collided with the unrouted batch (LedgerError on every rerun, or a
-    lost message). Now an owner token that is not an owner ID (``subjects.validate_owner_id``: U+FFFD,
-    a leading ``_``) is never an owner: its messages are staged in the unrouted batch, which must hold
-    exactly the plan's unrouted count, and decode quarantines them (``bad_subject``). Our reserved
-    names as event-type tokens go to the owner's ``_unknown`` batch (``unknown_event_type``)."""
-    from airflow_provider_plgd import decode_message
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-    from airflow_provider_plgd.plgd.codec import PlgdDecodeError
-    from airflow_provider_plgd.spark.decode_job import ledger_files
-    from tests.integration.test_faults_nats import raw_publish
-
-    start_ns = time.time_ns() // 10**9 * 10**9
-    publish_messages(jetstream.url, traffic(2))  # 8 messages of O1 and O2
-    raw_publish(jetstream, b"plgd.owners.ab\xff.registrations.devicesregistered", b"not utf-8")  # the issue's case
-    reserved_owner = [f"plgd.owners.{name}.registrations.devicesregistered"
-                      for name in (ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]
-    reserved_type = [f"plgd.owners.{O1}.registrations.{ledger.UNKNOWN_EVENT_TYPE}",
-                     resource_subject(O1, DEV, HREF, "resourcechanged").replace("resourcechanged", ledger.UNROUTED_OWNER)]
-    publish_messages(jetstream.url, [(s, b"r", None) for s in reserved_owner + reserved_type])
-    hook = JetStreamHook()
-    deadline = time.monotonic() + 10
-    while hook.stream_info()["state"]["messages"] < 13 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    end_ns = (time.time_ns() // 10**9 + 1) * 10**9  # (nats-py's own reader cannot read the raw subject)
-    while time.time_ns() < end_ns + 50_000_000:
-        time.sleep(0.05)
-    owners = hook.list_owners()
-    assert sorted(owners) == sorted([O1, O2])  # neither ab\ufffd nor a reserved name is an owner
-
-    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=5)
-    assert record["total"] == 13 and record["fetch_ranges"] == 2
-    outs = fetch_ranges(storage_root, record)
-    assert sum(o["count"] for o in outs) == 13 and all(o["skipped"] == {} for o in outs)
-
-    assert sum(f.rows for f in ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])) == 13  # decode's reader
-    staged: dict[tuple[str, str], list[str]] = {}
-    for row in staging_rows(storage_root, interval_id=record["interval_id"]):  # a batch may have rows in each range
-        staged.setdefault((row["owner_id"], row["event_type"]), []).append(row["subject"])
-    assert sum(len(v) for v in staged.values()) == 13
-    assert sorted(staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(
-        ["plgd.owners.ab\ufffd.registrations.devicesregistered", *reserved_owner])
-    assert sorted(staged[(O1, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(reserved_type)
-    # decode's verdict on each (the decode application's code path, one message at a time)
-    for subject, reason in [(s, "bad_subject") for s in staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]] \
-            + [(s, "unknown_event_type") for s in reserved_type]:
-        with pytest.raises(PlgdDecodeError) as err:
-            decode_message(subject, b"r")
-        assert err.value.reason == reason, (subject, err.value.reason)
