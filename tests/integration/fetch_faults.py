@@ -1,5 +1,6 @@
-"""Helpers of the fetch-side fault tests (test_faults_nats.py, test_faults_nats_subjects.py): run the
-fetch operator, read what staging committed, the expected sequences from the ground truth, wait.
+"""Helpers of the fetch-side fault tests (test_faults_nats.py, test_faults_nats_subjects.py) and
+test_ledger.py: run the fetch operator, read what staging committed, the expected sequences from
+the ground truth, wait, and publish raw bytes with the NATS text protocol.
 """
 
 from __future__ import annotations
@@ -42,3 +43,21 @@ def _wait(predicate, timeout=15.0, what="condition"):
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def raw_publish(server, subject: bytes, payload: bytes, header_lines: bytes = b"") -> None:
+    """Publish with the NATS text protocol on a plain socket (``PUB <subject> <n>``, or ``HPUB``
+    with ``header_lines``), bytes as given."""
+    import socket
+
+    if header_lines:
+        head = b"NATS/1.0\r\n" + header_lines + b"\r\n"
+        command = b"HPUB " + subject + b" %d %d\r\n" % (len(head), len(head) + len(payload)) + head
+    else:
+        command = b"PUB " + subject + b" %d\r\n" % len(payload)
+    with socket.create_connection((server.host, server.port), timeout=5) as sock:
+        reader = sock.makefile("rb")
+        assert reader.readline().startswith(b"INFO ")
+        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+                     + command + payload + b"\r\nPING\r\n")
+        assert reader.readline() == b"PONG\r\n"

@@ -1,5 +1,6 @@
 """Traffic, the plan step's ledger write, the fetch of every range and an interval around the stored
-messages: shared by the ledger tests (test_ledger.py, test_ledger_fetch.py) against the real server.
+messages: shared by the ledger tests (test_ledger.py, test_ledger_dag.py) against the real server;
+test_ledger.py re-exports them (test_s3_root.py and test_faults_fetch.py import them from there).
 """
 
 from __future__ import annotations

@@ -16,29 +16,13 @@ from airflow_provider_plgd.plgd.subjects import registrations_subject
 from airflow_provider_plgd.tables import staging_commits
 from tests.integration.conftest import publish_messages, read_stream
 from tests.integration.delta_read import staging_batches, staging_rows
-from tests.integration.fetch_faults import O1, _wait, run_op
+from tests.integration.fetch_faults import O1, _wait, raw_publish, run_op
 
 pytestmark = pytest.mark.airflow
 
 # ---------------------------------------------------------------------------------------------
 # A message on a subject that is not valid UTF-8 (raw PUB by any client allowed on plgd.>)
 # ---------------------------------------------------------------------------------------------
-def raw_publish(server, subject: bytes, payload: bytes, header_lines: bytes = b"") -> None:
-    """Publish with the NATS text protocol on a plain socket (``PUB <subject> <n>``, or ``HPUB``
-    with ``header_lines``), bytes as given."""
-    import socket
-
-    if header_lines:
-        head = b"NATS/1.0\r\n" + header_lines + b"\r\n"
-        command = b"HPUB " + subject + b" %d %d\r\n" % (len(head), len(head) + len(payload)) + head
-    else:
-        command = b"PUB " + subject + b" %d\r\n" % len(payload)
-    with socket.create_connection((server.host, server.port), timeout=5) as sock:
-        reader = sock.makefile("rb")
-        assert reader.readline().startswith(b"INFO ")
-        sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
-                     + command + payload + b"\r\nPING\r\n")
-        assert reader.readline() == b"PONG\r\n"
 
 
 def stored_messages(url: str, last_seq: int) -> dict[int, tuple[str, bytes]]:

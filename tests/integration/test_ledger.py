@@ -1,11 +1,9 @@
 """The interval ledger through real parts: what the stream holds, and every stage accounting for it.
 
-Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with its Spark
-tasks on the session's real Spark Connect server (the first test: it proves the ledger, not
-``spark-submit``; docs/testing.md), and the fetch operator / plan step against the real server
-(the others). Each test names the case of ``docs/reliability.md`` ("The interval ledger") it
-covers; each failed on the code before the ledger. The fetch's accounting per owner and range, and odd
-owner tokens: test_ledger_fetch.py.
+Real nats-server (``jetstream`` fixture), the fetch operator and the plan step against the real
+server. Each test names the case of ``docs/reliability.md`` ("The interval ledger") it covers;
+each failed on the code before the ledger. The ledger through the whole ETL DAG (real Airflow, Spark
+Connect): test_ledger_dag.py.
 """
 
 from __future__ import annotations
@@ -13,179 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
-from airflow_provider_plgd.tables import ledger
+from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
+from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect
+from tests.integration.conftest import publish_messages, read_stream
 from tests.integration.delta_read import staging_rows
-from tests.integration.ledger_runs import (
-    DEV,
-    HREF,
-    O1,
-    O2,
-    UTC,
-    bounds_around,
-    fetch_ranges,
-    plan_ledger,
-    run_op,
-    traffic,
-)
 
-# ---------------------------------------------------------------------------------------------
-# Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
-# through the whole ETL DAG (real Airflow, real Spark Connect server)
-# ---------------------------------------------------------------------------------------------
-ETL_DAG_FILE = """
-import tempfile
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
-
-dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
-                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
-"""
-
-
-@pytest.mark.spark
-@pytest.mark.airflow
-def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger_adds_up(
-        jetstream, dags_folder, storage_root, spark_connect_server, monkeypatch):
-    from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from plgd_devtools.snapshot_compare import compare_snapshot
-    from plgd_devtools.spark import spark_lock
-
-    use_spark_connect(monkeypatch, spark_connect_server)
-    interval = 8
-    dag = load_test_dag(dags_folder, "plgd_test_ledger_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
-                        "plgd_test_ledger_etl")
-
-    start_s = (int(time.time() // interval) + 1) * interval
-    sim = generate(SimulationConfig(seed=3, owners=2, devices_per_owner=2, resources_per_device=2, intervals=1,
-                                    steps_per_interval=25, interval_seconds=interval,
-                                    start_time_ns=int(start_s * 1e9), old_hub_snapshots=True, corrupt=2))
-    publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
-    owner = sim.messages[0].subject.split(".")[2]
-    strange = [
-        # a newer hub's event type under a valid owner: staged in the owner's _unknown batch
-        (f"plgd.owners.{owner}.devices.{DEV}.resources.{HREF}.resourcemigrated", b"\x00\x01", None),
-        # not a plgd subject form, valid owner
-        (f"plgd.owners.{owner}.bogus", b"x", None),
-        # unrouted: no valid owner token, or outside plgd.owners
-        ("plgd.owners.bad=owner.registrations.devicesregistered", b"y", None),
-        ("plgd.status.ping", b"z", None),
-    ]
-    publish_messages(jetstream.url, strange)
-    end_s = start_s + interval
-    truth = read_stream(jetstream.url)
-    assert all(start_s * 1e9 <= t < end_s * 1e9 for _s, t, _h, _d in truth.values()), \
-        "publishing took longer than the interval"
-    time.sleep(max(0.0, end_s + 0.5 - time.time()))
-    snapshots = [s for s, _t, _h, _d in truth.values() if s.endswith("snapshottaken")]
-    assert snapshots, "the simulation has old-hub snapshots"
-
-    end = datetime.fromtimestamp(end_s, tz=UTC)
-    with spark_lock():
-        dr = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
-    assert "success" in str(dr.state).lower(), dr.state
-    interval_id = times.interval_id(end - timedelta(seconds=interval), end)
-
-    ledger_dir = Layout.of(storage_root).ledger_interval_dir("EVENTS", interval_id)
-    record = json.loads(Path(f"{ledger_dir}/stream.json").read_text())
-    assert record["total"] == len(truth)
-    assert record["owners"] is None and record["deleted_in_range"] == 0
-    summary = json.loads(Path(f"{ledger_dir}/summary.json").read_text())
-    assert summary["reconciled"] is True and summary["problems"] == []
-    chain = summary["chain"]
-    assert chain["stream_total"] == chain["staged"] == len(truth)
-    assert chain["unrouted"] == 2 and chain["owners_per_range"] == [2] * record["fetch_ranges"]
-    assert chain["skipped"] == {}
-    assert chain["decoded"] + chain["quarantined"] == len(truth)
-    assert sum(chain["quarantined_per_reason"].values()) == chain["quarantined"]
-
-
-    from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-    from tests.integration.delta_read import read_both
-
-    quarantine = read_both(f"{storage_root}/quarantine", "stream_seq", interval_id=interval_id)
-    reason_of = {row["subject"]: row["reason"] for row in quarantine}
-    assert {s for s, _d, _h in strange} <= set(reason_of)  # each one in quarantine, with a reason
-    assert all(reason_of[s] in DECODE_ERROR_REASONS for s, _d, _h in strange), reason_of
-    assert reason_of[strange[0][0]] == "unknown_event_type"
-    assert reason_of["plgd.status.ping"] == "bad_subject"
-    events = read_both(f"{storage_root}/events", "stream_seq", interval_id=interval_id)
-    assert {row["event_type"] for row in events} >= {"resourcestatesnapshottaken"} & {
-        s.rsplit(".", 1)[-1] for s in snapshots}
-    assert len(events) + len(quarantine) == len(truth)
-    assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
-    # every snapshot table read by engines that are not ours: the truth's rows, same devices
-    for table, rows in expected_state(sim, through_interval=0).items():
-        got = read_both(f"{storage_root}/snapshots/{table}", "device_id")
-        assert len(got) == len(rows) and sorted(r["device_id"] for r in got) == sorted(r["device_id"] for r in rows)
-
-    # The run's asset events carry the interval and its counts: one staging event (not one per
-    # fetch task), a quarantine event because rows were quarantined, the snapshot version.
-    from tests.integration.test_etl_dag_ux import asset_events
-
-    p = "plgd_test_ledger_etl."
-    runs = {app: json.loads(Path(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read_text())
-            for app in ("decode", "dedupe", "rebuild")}
-    versions = {t: v for app in runs.values() for t, v in (app.get("delta_versions") or {}).items()}
-    assert asset_events(dr) == {
-        p + "staging": [{"interval_id": interval_id, "messages": len(truth), "owners": "all",
-                         "fetch_ranges": record["fetch_ranges"]}],
-        p + "events": [{"interval_id": interval_id, "decoded": chain["decoded"], "table": f"{storage_root}/events",
-                        "delta_version": versions["events"]}],
-        p + "quarantine": [{"interval_id": interval_id, "quarantined": chain["quarantined"],
-                            "per_reason": chain["quarantined_per_reason"], "table": f"{storage_root}/quarantine",
-                            "delta_version": versions["quarantine"]}],
-        p + "events_deduped": [{"interval_id": interval_id, "kept": chain["kept"],
-                                "duplicates": chain["dedupe_input"] - chain["kept"],
-                                "table": f"{storage_root}/events_deduped", "delta_version": versions["events_deduped"]}],
-        p + "snapshots": [{"interval_id": interval_id, "snapshot_version": chain["snapshot_version"],
-                           "rows": runs["rebuild"]["rows"],
-                           "tables": {t: f"{storage_root}/snapshots/{t}" for t in runs["rebuild"]["rows"]},
-                           "delta_versions": {t: versions[t] for t in runs["rebuild"]["rows"]}}],
-    }
-    # the Delta versions named are the tables' current ones (deltalake)
-    from tests.integration.delta_read import delta_table
-
-    for table in ("events", "quarantine", "events_deduped", "snapshots/resources"):
-        assert delta_table(f"{storage_root}/{table}").version() == versions[table.split("/")[-1]]
-    assert chain["quarantined"] > 0 and chain["snapshot_version"]
-    assert chain["selection"]["owners"] == "all"
-    assert chain["selection"]["event_types_count"] == len(record["event_types"])
-
-    # A narrower rerun of the interval (docs/reliability.md, "A narrower rerun"): one owner, or one
-    # event type, would replace the interval's rows in every table and so delete the others'; it is
-    # refused in plan, without retries, and every table keeps what it held (before: every task
-    # succeeded, the summary reconciled, and the other owner's rows were gone).
-    from airflow_provider_plgd.tables import snapshot_store
-
-    def deduped_ids() -> list[str]:
-        return sorted(r["msg_id"] for r in read_both(f"{storage_root}/events_deduped", "msg_id",
-                                                      interval_id=interval_id))
-
-    kept, latest = deduped_ids(), snapshot_store.latest(Layout.of(storage_root))
-    for narrower in ({"owners": [owner]}, {"event_types": ["devicesregistered", "resourcechanged"]}):
-        with spark_lock():
-            rerun = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0,
-                                                         **narrower})
-        states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in rerun.get_task_instances()
-                  if ti.map_index in (-1, 0)}
-        assert states["plan"] == "failed" and states["decode"] == "upstream_failed", (narrower, states)
-        assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
-        assert json.loads(Path(f"{ledger_dir}/stream.json").read_text()) == record  # the ledger is untouched
-        assert deduped_ids() == kept
-        assert snapshot_store.latest(Layout.of(storage_root)) == latest
-        assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
+# test_s3_root.py and test_faults_fetch.py import O1, O2, bounds_around, plan_ledger, run_op, traffic from here
+from tests.integration.ledger_runs import DEV, HREF, O1, O2, bounds_around, fetch_ranges, plan_ledger, run_op, traffic
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,3 +142,172 @@ def test_deletes_in_the_middle_are_recorded_and_a_rerun_with_fewer_is_refused(je
         fetch_ranges(storage_root, record)
     base = Layout.of(storage_root).ledger_interval_dir("EVENTS", record["interval_id"])
     assert run_op(ledger_range=1, ledger=base, storage_root=storage_root)["count"] == 20
+
+
+# ---------------------------------------------------------------------------------------------
+# fetch = staged + skipped, per owner, against the server's count
+# ---------------------------------------------------------------------------------------------
+def test_fetch_counts_skips_and_fails_when_the_stream_changes_under_it(jetstream, storage_root, monkeypatch):
+    from airflow_provider_plgd.fetch import router as fetch_module
+
+    publish_messages(jetstream.url, traffic(5))
+    start_ns, end_ns = bounds_around(jetstream.url)
+    out = run_op(owner_ids=[O1], event_types=["resourcechanged"], storage_root=storage_root,
+                 start_time=start_ns, end_time=end_ns)
+    assert out["count"] == 5 and out["skipped"] == {"event_type_not_requested": 5}
+
+    # a message that the read does not see (here: the router loses one) fails the owner before any commit
+    real_route = fetch_module.Router.route
+
+    def lossy(self, batch):
+        return real_route(self, batch[1:] if batch else batch)
+
+    monkeypatch.setattr(fetch_module.Router, "route", lossy)
+    other = storage_root + "/other"
+    with pytest.raises(LedgerError, match=rf"owner {O1}: the stream holds 10 messages, fetched 9"):
+        run_op(owner_ids=[O1], event_types=["resourcechanged"], storage_root=other,
+               start_time=start_ns, end_time=end_ns)
+    assert staging_rows(other) == []
+
+
+def test_every_message_is_staged_once_across_ranges_owners_and_a_selection(jetstream, storage_root):
+    """The ETL's fetch by stream-sequence ranges: owners spread across range boundaries, each
+    range read by one task and committed as its own files, every message staged exactly once
+    into its (owner, event type) batch; a selection of owners reads only theirs. Quiet owners
+    have no row at all."""
+    from airflow_provider_plgd.spark.decode_job import ledger_files
+
+    o3 = "0f6c6a7e-0b1e-4c1b-9d0e-1a2b3c4d5e6f"
+    extra = [(registrations_subject(o3, "devicesregistered"), b"x", None)]
+    seqs = publish_messages(jetstream.url, traffic(6)[:13] + extra + traffic(6)[13:])  # 25 messages, 3 owners
+    start_ns, end_ns = bounds_around(jetstream.url)
+    truth = read_stream(jetstream.url)
+    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=3, range_messages=5)
+    assert record["fetch_ranges"] == 3 and [r["count"] for r in record["ranges"]] == [8, 8, 9]
+    assert record["ranges"][0]["first_seq"] == 1 and record["ranges"][-1]["end_seq_exclusive"] == 26
+    outs = fetch_ranges(storage_root, record)
+    assert [o["count"] for o in outs] == [8, 8, 9] and all(len(json.dumps(o)) < 2000 for o in outs)
+    assert [o["owners"] for o in outs] == [2, 3, 2]  # owners O1 and O2 in every range, o3 in one
+    assert len({o["delta_version"] for o in outs}) == 3  # one commit per range
+    rows = staging_rows(storage_root, interval_id=record["interval_id"])
+    staged = {}
+    for row in rows:
+        assert row["stream_seq"] not in staged, f"sequence {row['stream_seq']} staged twice"
+        staged[row["stream_seq"]] = row
+        assert truth[row["stream_seq"]][0] == row["subject"] and row["subject"].split(".")[2] == row["owner_id"]
+        assert row["event_type"] == row["subject"].rsplit(".", 1)[-1]
+    assert sorted(staged) == sorted(truth) == sorted(seqs)
+    files = ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])
+    ranges_of_o1 = {staging.file_range(f.path)[0] for f in files if f.min_owner <= O1 <= f.max_owner}
+    assert ranges_of_o1 == {0, 1, 2}  # O1's batches: a run in a file of every range
+    assert len(files) <= 3 * 2  # ranges x event types (one file each at this size)
+
+    # a selection of owners: only their messages are counted, read and staged
+    other = storage_root + "/selection"
+    chosen = plan_ledger(other, start_ns, end_ns, owners=[O1, o3], max_ranges=2, range_messages=1)
+    assert chosen["total"] == 13 and chosen["not_requested"] == 12 and chosen["read_filters"] == [
+        f"plgd.owners.{O1}.>", f"plgd.owners.{o3}.>"]
+    assert sum(o["count"] for o in fetch_ranges(other, chosen)) == 13
+    assert {r["owner_id"] for r in staging_rows(other, interval_id=chosen["interval_id"])} == {O1, o3}
+    with pytest.raises(ValueError, match="ledger range 2 does not exist"):
+        run_op(ledger_range=2, ledger=Layout.of(other).ledger_interval_dir("EVENTS", chosen["interval_id"]), storage_root=other)
+
+
+def test_a_range_of_many_owners_over_a_small_buffer_spills_sorted_runs_and_stages_everything(
+        jetstream, storage_root, tmp_path):
+    """``range_buffer_bytes`` far below the range's payload: the task spills sorted runs to its
+    spill folder many times and merges them at the end, with few files open (a low open-files
+    limit holds). Every message is staged once with its payload, rows ordered by owner then
+    stream sequence, in at most ⌈payload / target_file_bytes⌉ files per event type; the spill
+    files are gone afterwards."""
+    import os
+    import resource
+
+    from airflow_provider_plgd.spark.decode_job import ledger_files
+
+    owners = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(300)]
+    publish_messages(jetstream.url, [(registrations_subject(o, "devicesregistered"), bytes([r, i % 251]) * 1000, None)
+                                     for r in range(2) for i, o in enumerate(owners)])
+    start_ns, end_ns = bounds_around(jetstream.url)
+    truth = read_stream(jetstream.url)
+    record = plan_ledger(storage_root, start_ns, end_ns, event_types=("devicesregistered",))
+    base = Layout.of(storage_root).ledger_interval_dir("EVENTS", record["interval_id"])
+    spill = tmp_path / "spill"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 100, hard))
+    try:
+        out = run_op(ledger_range="0", ledger=base, storage_root=storage_root, range_buffer_bytes=64 * 1024,
+                     batch_size=20, spool_dir=str(spill), target_file_bytes=250_000, row_group_size=100)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert (out["count"], out["owners"], out["batches"]) == (600, 300, 300)
+    assert os.listdir(spill) == []  # the runs were spilled there and removed
+    files = ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])
+    assert len(files) == out["files"] == -(-1_200_000 // 250_000)  # ceil(payload / target)
+    rows = staging_rows(storage_root, interval_id=record["interval_id"])
+    assert {r["stream_seq"]: (r["subject"], r["data"]) for r in rows} == \
+        {seq: (subject, data) for seq, (subject, _t, _h, data) in truth.items()}
+    for f in files:  # each file sorted by owner, then stream sequence
+        import pyarrow.parquet as pq
+
+        got = pq.read_table(f.url, columns=["owner_id", "stream_seq"]).to_pylist()
+        keys = [(r["owner_id"], r["stream_seq"]) for r in got]
+        assert keys == sorted(keys) and (f.min_owner, f.max_owner) == (keys[0][0], keys[-1][0])
+    with pytest.raises(ValueError, match="range_buffer_bytes must be a positive integer, got 0"):
+        run_op(ledger_range="0", ledger=base, storage_root=storage_root, range_buffer_bytes=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Odd owner tokens and our reserved names (docs/reliability.md, "Owner tokens that are not owner IDs")
+# ---------------------------------------------------------------------------------------------
+def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_exactly(jetstream, storage_root):
+    """Before: ``plgd.owners.ab\\xff.…`` was discovered as owner ``ab\\ufffd``, counted 0 under the
+    re-encoded filter, and skipped by the unrouted fetch as owned: gone, with the ledger adding up.
+    ``plgd.owners._unrouted.…`` collided with the unrouted batch (LedgerError on every rerun, or a
+    lost message). Now an owner token that is not an owner ID (``subjects.validate_owner_id``: U+FFFD,
+    a leading ``_``) is never an owner: its messages are staged in the unrouted batch, which must hold
+    exactly the plan's unrouted count, and decode quarantines them (``bad_subject``). Our reserved
+    names as event-type tokens go to the owner's ``_unknown`` batch (``unknown_event_type``)."""
+    from airflow_provider_plgd import decode_message
+    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
+    from airflow_provider_plgd.plgd.codec import PlgdDecodeError
+    from airflow_provider_plgd.spark.decode_job import ledger_files
+    from tests.integration.fetch_faults import raw_publish
+
+    start_ns = time.time_ns() // 10**9 * 10**9
+    publish_messages(jetstream.url, traffic(2))  # 8 messages of O1 and O2
+    raw_publish(jetstream, b"plgd.owners.ab\xff.registrations.devicesregistered", b"not utf-8")  # the issue's case
+    reserved_owner = [f"plgd.owners.{name}.registrations.devicesregistered"
+                      for name in (ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]
+    reserved_type = [f"plgd.owners.{O1}.registrations.{ledger.UNKNOWN_EVENT_TYPE}",
+                     resource_subject(O1, DEV, HREF, "resourcechanged").replace("resourcechanged", ledger.UNROUTED_OWNER)]
+    publish_messages(jetstream.url, [(s, b"r", None) for s in reserved_owner + reserved_type])
+    hook = JetStreamHook()
+    deadline = time.monotonic() + 10
+    while hook.stream_info()["state"]["messages"] < 13 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    end_ns = (time.time_ns() // 10**9 + 1) * 10**9  # (nats-py's own reader cannot read the raw subject)
+    while time.time_ns() < end_ns + 50_000_000:
+        time.sleep(0.05)
+    owners = hook.list_owners()
+    assert sorted(owners) == sorted([O1, O2])  # neither ab\ufffd nor a reserved name is an owner
+
+    record = plan_ledger(storage_root, start_ns, end_ns, max_ranges=2, range_messages=5)
+    assert record["total"] == 13 and record["fetch_ranges"] == 2
+    outs = fetch_ranges(storage_root, record)
+    assert sum(o["count"] for o in outs) == 13 and all(o["skipped"] == {} for o in outs)
+
+    assert sum(f.rows for f in ledger_files(Layout.of(storage_root), "EVENTS", record["interval_id"])) == 13  # decode's reader
+    staged: dict[tuple[str, str], list[str]] = {}
+    for row in staging_rows(storage_root, interval_id=record["interval_id"]):  # a batch may have rows in each range
+        staged.setdefault((row["owner_id"], row["event_type"]), []).append(row["subject"])
+    assert sum(len(v) for v in staged.values()) == 13
+    assert sorted(staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(
+        ["plgd.owners.ab\ufffd.registrations.devicesregistered", *reserved_owner])
+    assert sorted(staged[(O1, ledger.UNKNOWN_EVENT_TYPE)]) == sorted(reserved_type)
+    # decode's verdict on each (the decode application's code path, one message at a time)
+    for subject, reason in [(s, "bad_subject") for s in staged[(ledger.UNROUTED_OWNER, ledger.UNKNOWN_EVENT_TYPE)]] \
+            + [(s, "unknown_event_type") for s in reserved_type]:
+        with pytest.raises(PlgdDecodeError) as err:
+            decode_message(subject, b"r")
+        assert err.value.reason == reason, (subject, err.value.reason)
