@@ -41,6 +41,7 @@ from airflow_provider_plgd.exceptions.jetstream import (
     RangeChangedError,
     StreamNotFoundError,
     StreamSourceStaleError,
+    TlsDowngradeError,
 )
 
 
@@ -194,11 +195,6 @@ class SparkConfError(PlgdError, TypeError, ValueError):
     boolean or null (:func:`~airflow_provider_plgd.spark_conf.merge_spark_conf`). Both a
     ``TypeError`` and a ``ValueError``: the value has the wrong shape. The message names where the
     settings came from and the offending value."""
-
-
-class TlsDowngradeError(PlgdError, ConnectionError):
-    """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
-    require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""
 
 
 #: Allowed values of ``PlgdDecodeError.reason``.

@@ -158,3 +158,8 @@ class StreamSourceStaleError(IntervalNotCompleteError):
         super().__init__(message, **kwargs)
         self.upstreams = upstreams
         self.source_wait_seconds = source_wait_seconds
+
+
+class TlsDowngradeError(PlgdError, ConnectionError):
+    """Raised inside the nats-py handshake when TLS was asked for but the server's INFO does not
+    require TLS (nats-py would then send CONNECT, with the credentials, in clear text)."""

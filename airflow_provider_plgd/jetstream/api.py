@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from airflow_provider_plgd.exceptions import (
+from airflow_provider_plgd.exceptions.jetstream import (
     JetStreamAPIError,
     JetStreamConnectionError,
     JetStreamNotEnabledError,

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_plgd.exceptions import JetStreamAuthError, JetStreamConnectionError, TlsDowngradeError
+from airflow_provider_plgd.exceptions.jetstream import JetStreamAuthError, JetStreamConnectionError, TlsDowngradeError
 from airflow_provider_plgd.jetstream.connection import (
     NKEY_SEED_EXTRA,
     JetStreamSettings,

@@ -68,7 +68,11 @@ from typing import Any
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.coerce import non_negative_seconds
-from airflow_provider_plgd.exceptions import IntervalNotCompleteError, JetStreamAPIError, StreamSourceStaleError
+from airflow_provider_plgd.exceptions.jetstream import (
+    IntervalNotCompleteError,
+    JetStreamAPIError,
+    StreamSourceStaleError,
+)
 from airflow_provider_plgd.times import parse_rfc3339_ns
 
 __all__ = [

@@ -24,7 +24,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_plgd.exceptions import JetStreamTimeoutError
+from airflow_provider_plgd.exceptions.jetstream import JetStreamTimeoutError
 from airflow_provider_plgd.jetstream.api import JetStreamApi, StreamState
 
 #: Seconds after which the server deletes our ephemeral counting consumers if we vanish.

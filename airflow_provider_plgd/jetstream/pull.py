@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_plgd.exceptions import (
+from airflow_provider_plgd.exceptions.jetstream import (
     JetStreamAPIError,
     JetStreamConnectionError,
     JetStreamError,
