@@ -261,16 +261,18 @@ def spark_cluster():
 
 # --- Spark Connect (issue 41) ----------------------------------------------------------------
 @pytest.fixture(scope="session")
-def spark_connect_server(executor_python):
+def spark_connect_server(executor_python, s3_server):
     """A Spark Connect server (:class:`plgd_devtools.spark_connect.SparkConnectServer`, ``local[2]``)
     on a free loopback port, whose Python workers run ``executor_python`` (no provider installed:
-    the clients ship it with ``addArtifacts``). Session scope, started by the first test that asks
-    for it (under the Spark lock); stopped by PID, its temp dir removed at teardown. The tests that
-    run jobs on it take the Spark lock themselves."""
+    the clients ship it with ``addArtifacts``) with the session's S3 API in their environment
+    (``s3_server``'s ``AWS_*``, as a real server's ``spark-env.sh`` gives them: a root on the
+    bucket works on it). Session scope, started by the first test that asks for it (under the
+    Spark lock); stopped by PID, its temp dir removed at teardown. The tests that run jobs on it
+    take the Spark lock themselves."""
     from plgd_devtools.spark import spark_lock
     from plgd_devtools.spark_connect import SparkConnectServer
 
-    server = SparkConnectServer(python=executor_python)
+    server = SparkConnectServer(python=executor_python, env=s3_server.env())
     with spark_lock():
         server.start()
     try:
