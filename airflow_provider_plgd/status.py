@@ -139,7 +139,13 @@ class ChainStatus:
     empty_ids: tuple[str, ...] = ()
 
     def problems(self) -> list[str]:
-        """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy."""
+        """What is wrong (module docstring), one line each; ``[]`` when the chain is healthy.
+        Found once per view (it parses every unfinished interval's ID): a copy of the first answer."""
+        if "_problems" not in self.__dict__:  # a frozen view: its answer never changes
+            self.__dict__["_problems"] = self._find_problems()
+        return list(self.__dict__["_problems"])
+
+    def _find_problems(self) -> list[str]:
         newest = IntervalId.parse(self.newest_planned) if self.newest_planned else None
 
         def older(interval_id: str) -> bool:  # the newest planned interval counts once it is overdue
@@ -265,10 +271,11 @@ def chain_status(root: StorageRoot, stream: str = "EVENTS", *, recent: int = DEF
     ids = listing.planned
     log = chain.dedupe_log(layout)
     committed = [i for i in ids if log.committed(i)]
+    committed_set = set(committed)  # membership in a year of intervals: not a list scan each
     head = log.head("time")
     holes, unfinished, empty = [], [], []
     for interval_id in ids:
-        if interval_id in committed:
+        if interval_id in committed_set:
             continue
         plan = ledger.read_plan(layout, stream, interval_id)
         messages = plan.total if plan is not None else -1

@@ -5,7 +5,8 @@ UI's JWT cookie or an ``Authorization: Bearer`` token):
 
 * ``GET /plgd/`` and ``/plgd/static/*``: the page (plain HTML and JS, no build step);
 * ``GET /plgd/api/pipelines``: the ETL DAGs the user may read, each with its summary
-  (``?lag=true`` adds the lag behind the stream; default false: no server is contacted);
+  (``?lag=true`` adds the lag behind the stream; default false: no server is contacted;
+  ``?summary=false``: no summary, no table read);
 * ``GET /plgd/api/pipelines/{dag_id}``: one pipeline: the status view (chain, problems, tables
   with version, files and rows, lag), counts per state and an overview of the whole chain in at
   most ``buckets`` stretches (``?lag=true`` default, ``?buckets=120``);
@@ -78,13 +79,17 @@ def create_app() -> FastAPI:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/pipelines")
-    def list_pipelines(user: GetUserDep, session: SessionDep,
-                       lag: Annotated[bool, Query()] = False) -> dict[str, Any]:
-        """The ETL DAGs the user may read, each with its summary (without the overview)."""
+    def list_pipelines(user: GetUserDep, session: SessionDep, lag: Annotated[bool, Query()] = False,
+                       summary: Annotated[bool, Query()] = True) -> dict[str, Any]:
+        """The ETL DAGs the user may read, each with its summary (without the overview); with
+        ``summary=false`` only what their DAGs fix (no table is read: the page's first request)."""
         readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
         ids = [d for d in pipelines.active_dag_ids(session) if d in readable]
         out = []
         for pipeline in pipelines.find_pipelines(ids, session):
+            if not summary:
+                out.append(pipeline.as_dict())
+                continue
             try:
                 entry = _summary(pipeline, lag, 1)
             except HTTPException as err:

@@ -45,16 +45,20 @@ class EtlPipeline:
     :ivar dag_id: the DAG. :ivar stream: the ``stream`` param's default.
     :ivar storage_root: the ``storage_root`` param's default (``""``: the connection's, else
         ``$AIRFLOW_HOME/plgd``). :ivar jetstream_conn_id: the fetch task's connection.
+    :ivar start_ns: the DAG's start date (unix ns), or None (the page shows the time from it to the
+        first planned interval as never planned).
     """
 
     dag_id: str
     stream: str
     storage_root: str
     jetstream_conn_id: str
+    start_ns: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"dag_id": self.dag_id, "stream": self.stream, "storage_root_param": self.storage_root,
-                "jetstream_conn_id": self.jetstream_conn_id}
+                "jetstream_conn_id": self.jetstream_conn_id,
+                "start_date": times.ns_to_rfc3339(self.start_ns) if self.start_ns is not None else None}
 
 
 def _param_default(dag: Any, name: str) -> Any:
@@ -77,7 +81,9 @@ def etl_pipeline_of(dag: Any) -> EtlPipeline | None:
     kwargs = getattr(fetch, "partial_kwargs", None) or {}
     conn_id = kwargs.get("jetstream_conn_id") or getattr(fetch, "jetstream_conn_id", None) or "plgd_jetstream_default"
     stream = _param_default(dag, "stream") or kwargs.get("stream") or "EVENTS"
-    return EtlPipeline(dag.dag_id, str(stream), str(_param_default(dag, "storage_root") or ""), str(conn_id))
+    start = getattr(dag, "start_date", None)
+    return EtlPipeline(dag.dag_id, str(stream), str(_param_default(dag, "storage_root") or ""), str(conn_id),
+                       times.to_ns(start) if isinstance(start, datetime) and start.tzinfo else None)
 
 
 class _DagBag:
@@ -147,7 +153,7 @@ class StatusCache:
 
         def chain() -> tuple[ChainStatus, list[IntervalRow]]:
             view = chain_status(resolve_layout(pipeline.storage_root, pipeline.jetstream_conn_id), pipeline.stream)
-            return view, interval_rows(view)
+            return view, interval_rows(view, since_ns=pipeline.start_ns)
 
         view, rows = self._cached((pipeline.dag_id, "chain"), chain)
         if not lag:
@@ -175,7 +181,9 @@ def run_ids_by_interval(dag_id: str, items: Sequence[dict[str, Any]], session: A
     def parse(value: str) -> datetime:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
-    ends = {parse(i["end"]): i for i in items}
+    ends = {parse(i["end"]): i for i in items if i.get("state") != "never_planned"}  # no run plans them
+    if not ends:
+        return {}
     lo, hi = min(ends), max(ends)
     query = (select(DagRun.run_id, DagRun.data_interval_start, DagRun.data_interval_end)
              .where(DagRun.dag_id == dag_id, DagRun.data_interval_end >= lo, DagRun.data_interval_end <= hi)

@@ -12,14 +12,20 @@ state, the first that applies:
 * ``empty``: the stream held no message for it;
 * ``committed``: dedupe committed it and nothing above applies.
 
+Time no ``plan`` recorded is no interval of the chain, but the page shows it apart from the holes:
+a row of state ``never_planned`` for each such stretch between planned intervals
+(``ChainStatus.never_planned``: a paused schedule, a backfill left undone) and for the time from
+the DAG's start to its first planned interval (``since_ns``; catchup off, or a new root).
+
 A year of hourly intervals is 8,760 rows: :func:`page` cuts them into pages (newest first by
 default) and :func:`overview` folds them into at most ``buckets`` stretches, each with its counts
-per state and its worst state (``failed`` > ``hole`` > ``stale`` > ``unfinished`` > ``empty`` >
-``committed``), which the page draws as one bar.
+per state and its worst state (``failed`` > ``hole`` > ``stale`` > ``unfinished`` > ``never_planned`` >
+``empty`` > ``committed``), which the page draws as one bar.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +34,11 @@ from airflow_provider_plgd import times
 from airflow_provider_plgd.status import ChainStatus
 
 #: The states, worst first (:func:`overview`'s ``worst``).
-STATES: tuple[str, ...] = ("failed", "hole", "stale", "unfinished", "empty", "committed")
+STATES: tuple[str, ...] = ("failed", "hole", "stale", "unfinished", "never_planned", "empty", "committed")
+#: The state of a stretch no ``plan`` recorded (not an interval of the chain; module docstring).
+NEVER_PLANNED = "never_planned"
+NEVER_PLANNED_DETAIL = "no plan recorded: no run planned this stretch (a paused schedule, a skipped or undone backfill)"
+BEFORE_FIRST_DETAIL = "no plan recorded: from the DAG's start date to its first planned interval"
 #: The states that are problems of the chain whatever their age (``ChainStatus.problems`` adds
 #: unfinished intervals older than the newest planned one).
 BAD_STATES = frozenset({"failed", "hole", "stale"})
@@ -40,7 +50,7 @@ MAX_BUCKETS = 500
 
 @dataclass(frozen=True)
 class IntervalRow:
-    """One planned time interval of the chain.
+    """One planned time interval of the chain, or a stretch no plan recorded (state ``never_planned``).
 
     :ivar interval_id: its ID (:attr:`start`/:attr:`end`: its bounds, RFC 3339 UTC, parsed when asked).
     :ivar state: one of :data:`STATES`.
@@ -70,11 +80,15 @@ class IntervalRow:
                 "detail": self.detail}
 
 
-def interval_rows(view: ChainStatus) -> list[IntervalRow]:
-    """Every planned interval of ``view`` with its state (module docstring), oldest first.
+def interval_rows(view: ChainStatus, *, since_ns: int | None = None) -> list[IntervalRow]:
+    """Every planned interval of ``view`` with its state (module docstring), and the stretches no
+    plan recorded (``never_planned``), oldest first.
 
-    :param view: the status view (``chain_status``); its ``planned_ids`` lists the intervals.
-    :return: one :class:`IntervalRow` per ``view.planned_ids`` entry.
+    :param view: the status view (``chain_status``); its ``planned_ids`` lists the intervals, its
+        ``never_planned`` the stretches between them (RFC 3339 ``(start, end)``).
+    :param since_ns: the DAG's start (unix ns), or None: a ``never_planned`` row from it to the
+        first planned interval when it is earlier.
+    :return: one :class:`IntervalRow` per ``view.planned_ids`` entry and per stretch.
     """
     failed = dict(view.failed)
     stale = set(view.stale)
@@ -101,7 +115,19 @@ def interval_rows(view: ChainStatus) -> list[IntervalRow]:
         else:
             state, detail = "committed", None
         rows.append(IntervalRow(interval_id, state, messages, detail))
+    gaps = [IntervalRow(times.interval_id(start, end), NEVER_PLANNED, None, NEVER_PLANNED_DETAIL)
+            for start, end in view.never_planned]
+    if since_ns is not None and view.planned_ids:
+        first = times.Interval.from_id(view.planned_ids[0]).start_ns
+        if since_ns < first:
+            gaps.append(IntervalRow(times.interval_id(since_ns, first), NEVER_PLANNED, None, BEFORE_FIRST_DETAIL))
+    for gap in gaps:  # into the oldest-first rows, by start (a few parses per stretch)
+        bisect.insort(rows, gap, key=_start_ns)
     return rows
+
+
+def _start_ns(row: IntervalRow) -> int:
+    return times.Interval.from_id(row.interval_id).start_ns
 
 
 def state_counts(rows: Iterable[IntervalRow]) -> dict[str, int]:
@@ -173,5 +199,6 @@ def pipeline_summary(view: ChainStatus, rows: Sequence[IntervalRow], *, buckets:
     """The summary of one pipeline for the API: the status view's JSON (``as_dict(brief=True)``:
     chain, problems, tables with version/files/rows, lag), plus ``"states"`` (:func:`state_counts`),
     ``"healthy"`` (no problem) and ``"overview"`` (:func:`overview`)."""
-    return {**view.as_dict(brief=True), "healthy": not view.problems(), "problems_count": len(view.problems()),
+    problems = view.problems()
+    return {**view.as_dict(brief=True), "healthy": not problems, "problems_count": len(problems),
             "states": state_counts(rows), "overview": overview(rows, buckets=buckets)}

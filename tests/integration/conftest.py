@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,26 @@ def use_spark_connect(monkeypatch, server, *, conn_id: str = "plgd_spark_connect
         monkeypatch.setenv(key, value)
     for key in ("SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
         monkeypatch.delenv(key, raising=False)
+
+
+def run_connect_client(server, script: Path, *args: str, log: Path, timeout: float = 900) -> None:
+    """Run the driver ``script`` (a plain Python program: ``session.build_spark_session`` then
+    ``session.ship_code``) as a client of the session's Spark Connect server (fixture
+    ``spark_connect_server``): ``SPARK_REMOTE`` set, this checkout first on ``PYTHONPATH``, no
+    ``PYSPARK_PYTHON`` (the client runs no Python worker; the server's have no provider). For the
+    tests whose point is an application's logic, not the ``spark-submit`` path (docs/testing.md,
+    "Which test proves what"). The caller holds the Spark lock. Fails the test with the log's tail.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, SPARK_REMOTE=server.remote, PYTHONPATH=str(repo))
+    for key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        env.pop(key, None)
+    with log.open("ab") as fh:
+        proc = subprocess.run([sys.executable, str(script), *args], env=env, stdout=fh, stderr=subprocess.STDOUT,
+                              cwd=repo, timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+        pytest.fail(f"{script.name} on Spark Connect failed ({proc.returncode}):\n{tail}")
 
 
 def load_test_dag(dags_folder: Path, name: str, text: str, dag_id: str):

@@ -46,6 +46,7 @@ import pytest
 from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
 from plgd_devtools.nats_server import free_port, new_nkey
 from plgd_devtools.spark import spark_lock
+from tests.integration.browser import Screenshots
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -170,13 +171,8 @@ def test_connection_secrets_never_shown_in_ui_or_rest_api(api_server):
     seed, _public = new_nkey("user")
     servers = "nats://nats-1.example.internal:4222,nats://nats-2.example.internal:4222"
     leaks = {"password": password, "token": token, "nkey seed": seed}
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    steps: list[str] = []
-
-    def shot(page, name: str) -> None:
-        path = ARTIFACTS / f"{len(steps) + 1:02d}-{name}.png"
-        page.screenshot(path=str(path), full_page=True)
-        steps.append(str(path))
+    shot = Screenshots(ARTIFACTS)
+    steps = shot.paths
 
     def assert_no_secret(text: str, where: str) -> None:
         for what, value in leaks.items():
@@ -334,19 +330,14 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
     })
     for key in ("PLGD_ETL_SPARK_CONF", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
         server.env.pop(key, None)
-    ETL_ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    steps: list[str] = []
-
-    def shot(page, name: str) -> None:
-        path = ETL_ARTIFACTS / f"{len(steps) + 1:02d}-{name}.png"
-        page.screenshot(path=str(path), full_page=True)
-        steps.append(str(path))
+    shot = Screenshots(ETL_ARTIFACTS)
+    steps = shot.paths
 
     t0 = time.monotonic()
     with spark_lock():  # the api-server and the Spark tasks on the shared 2-core machine
         try:
             server.start()
-            _airflow(server, "dags", "reserialize")
+            # no `airflow dags reserialize` (~4 s of CLI start): `airflow dags test` writes the DAG to the DB
             # one interval of the schedule (start date 2026-01-01, 8 s) with a small simulation in it
             start_s = (int(time.time() // ETL_INTERVAL_S) + 1) * ETL_INTERVAL_S
             sim = generate(SimulationConfig(seed=11, owners=1, devices_per_owner=1, resources_per_device=1,

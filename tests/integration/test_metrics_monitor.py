@@ -2,9 +2,10 @@
 (``[metrics] statsd_on``, with ``statsd_influxdb_enabled`` so that the tags travel), and the chain
 monitor's alert (``etl.monitor``).
 
-* A real ETL run of one interval (``dag.test()``, real nats-server, Spark Connect) with a
-  payload that cannot be decoded: the ``summary`` task sends ``plgd.interval.*``; the values equal
-  the run's summary and what the stream holds (read with nats-py).
+* The interval counters of a real ETL run (``plgd.interval.*``, sent by its ``summary`` task) are
+  checked by ``test_ui_page.py``, whose chain's first interval is one (``airflow dags test``, real
+  nats-server, Spark Connect, a payload that cannot be decoded, duplicates), with
+  :func:`check_interval_metrics`: one run of Spark serves the page and the metrics.
 * The monitor DAG (``dag.test()``) on the chain with a hole of ``test_ui_page.py``: its task fails
   (``ChainUnhealthyError``: what Airflow's failure callbacks react to) and sends ``plgd.chain.*``
   gauges equal to the chain's holes, failed intervals and lag (read with nats-py).
@@ -17,89 +18,90 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 
 import pytest
 
 from airflow_provider_plgd import times
-from plgd_devtools.spark import spark_lock
+from plgd_devtools.otlp_listener import OtlpListener
 from plgd_devtools.statsd_listener import StatsdListener
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect, xcom_value
+from tests.integration.conftest import load_test_dag, read_stream
 from tests.integration.test_status import HOUR
 
 pytestmark = [pytest.mark.airflow]
 pytest.importorskip("airflow.sdk", reason="Airflow 3 (Airflow 2.11: tests/airflow2)")
 
 
+def _fresh_metrics(monkeypatch, settings: dict[str, str]) -> None:
+    """``[metrics]`` from ``settings``, in a process where nothing set the metrics up yet."""
+    from airflow.sdk._shared.observability.metrics import stats as shared
+
+    for key, value in settings.items():
+        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
+    monkeypatch.setattr(shared, "_factory", None)
+    monkeypatch.setattr(shared, "_backend", None)
+
+
 @pytest.fixture
 def statsd(monkeypatch):
     import importlib.util
 
-    from airflow.sdk._shared.observability.metrics import stats as shared
-
     assert importlib.util.find_spec("statsd"), "Airflow's StatsD client `statsd` is missing: pip install -e '.[dev]'"
     listener = StatsdListener()
-    for key, value in {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(listener.port),
-                       "STATSD_PREFIX": "airflow", "STATSD_INFLUXDB_ENABLED": "True"}.items():
-        monkeypatch.setenv(f"AIRFLOW__METRICS__{key}", value)
-    monkeypatch.setattr(shared, "_factory", None)  # a process where nothing set the metrics up
-    monkeypatch.setattr(shared, "_backend", None)
+    _fresh_metrics(monkeypatch, {"STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(listener.port),
+                                 "STATSD_PREFIX": "airflow", "STATSD_INFLUXDB_ENABLED": "True", "OTEL_ON": "False"})
     try:
         yield listener
     finally:
         listener.stop()
 
 
-ETL_DAG_FILE = """
-import tempfile
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
+@pytest.fixture
+def otlp(monkeypatch):
+    """Airflow's OpenTelemetry metrics (``[metrics] otel_on``, OTLP over HTTP) to a receiver on loopback."""
+    import opentelemetry.metrics._internal as otel_internal
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
 
-dag = build_etl_dag(dag_id="plgd_metrics_etl", schedule=timedelta(seconds=STEP),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
-                    storage_roots=[tempfile.gettempdir()])
-"""
+    listener = OtlpListener()
+    for key in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRICS_EXPORTER"):
+        monkeypatch.delenv(key, raising=False)  # Airflow prefers them to [metrics] otel_host/otel_port
+    _fresh_metrics(monkeypatch, {"OTEL_ON": "True", "STATSD_ON": "False", "OTEL_HOST": "127.0.0.1",
+                                 "OTEL_PORT": str(listener.port), "OTEL_PREFIX": "airflow",
+                                 "OTEL_INTERVAL_MILLISECONDS": "60000"})
+    try:
+        yield listener
+    finally:
+        metrics.get_meter_provider().shutdown()  # type: ignore[attr-defined]  # the SDK's provider Airflow set
+        # Airflow's exit hook flushes the global provider: leave it one without readers (the same
+        # private global Airflow's get_otel_logger resets), not the one shut down above
+        otel_internal._METER_PROVIDER = MeterProvider(shutdown_on_exit=False)
+        listener.stop()
 
 
-@pytest.mark.spark
-def test_an_etl_run_sends_its_interval_counts(jetstream, dags_folder, storage_root, spark_connect_server,
-                                              monkeypatch, statsd):
-    """The Spark tasks run on the session's Spark Connect server: the metrics come from the summary
-    task, whatever runs Spark (docs/testing.md names the tests of the ``spark-submit`` path)."""
-    from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
+def _caught(listener) -> dict[str, tuple[float, str, dict]]:
+    """What ``listener`` caught under ``plgd.``, the kinds as StatsD names them (``c``, ``g``)."""
+    if isinstance(listener, OtlpListener):
+        from opentelemetry import metrics
 
-    use_spark_connect(monkeypatch, spark_connect_server)
-    step = 8
-    dag = load_test_dag(dags_folder, "plgd_metrics_etl", ETL_DAG_FILE.replace("STEP", str(step)), "plgd_metrics_etl")
-    start_s = (int(time.time() // step) + 1) * step
-    sim = generate(SimulationConfig(seed=3, owners=1, devices_per_owner=2, resources_per_device=1, intervals=1,
-                                    steps_per_interval=6, interval_seconds=step, start_time_ns=int(start_s * 1e9),
-                                    duplicates=0.2))
-    publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
-    owner = sim.messages[0].subject.split(".")[2]
-    publish_messages(jetstream.url, [(f"plgd.owners.{owner}.devices.d1.resource-links.resourcelinkspublished",
-                                      b"\xff not a plgd event", None)])  # quarantined
-    end = datetime.fromtimestamp(start_s + step, tz=UTC)
-    time.sleep(max(0.0, end.timestamp() + 0.5 - time.time()))
-    stored = [s for s, (_subj, t, _h, _d) in read_stream(jetstream.url).items() if t < end.timestamp() * 1e9]
-    with spark_lock():
-        run = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
-    assert "success" in str(run.state).lower(), run.state
-    summary = xcom_value(run, "summary")
-    deadline = time.monotonic() + 5
-    while "plgd.interval.kept" not in statsd.metrics() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    got = statsd.metrics()
-    tags = {"dag_id": "plgd_metrics_etl", "stream": "EVENTS"}
-    expected = {"plgd.interval.fetched": len(stored), "plgd.interval.decoded": summary["decode"]["decoded"],
+        metrics.get_meter_provider().force_flush()  # type: ignore[attr-defined]  # export now, not in 60 s
+        kinds = {"sum": "c", "gauge": "g"}
+        return {k: (v, kinds.get(kind, kind), tags) for k, (v, kind, tags) in listener.metrics().items()}
+    return listener.metrics()
+
+
+def check_interval_metrics(got: dict, summary: dict, stored: int, *, dag_id: str) -> None:
+    """``got`` (a listener's ``metrics()``) holds the ``plgd.interval.*`` counters of one ETL run whose
+    ``summary`` task returned ``summary``, over an interval the stream held ``stored`` messages for
+    (read with nats-py), one of them no plgd event, some of them duplicates; tagged ``dag_id``."""
+    tags = {"dag_id": dag_id, "stream": "EVENTS"}
+    expected = {"plgd.interval.fetched": stored, "plgd.interval.decoded": summary["decode"]["decoded"],
                 "plgd.interval.quarantined": 1,
                 **{f"plgd.interval.quarantined_reason.{r}": n for r, n in summary["decode"]["per_reason"].items()},
                 "plgd.interval.kept": summary["dedupe"]["output"],
                 "plgd.interval.duplicates": summary["dedupe"]["duplicates"]}
     assert {k: (got[k][0], got[k][1]) for k in expected if k in got} == {k: (v, "c") for k, v in expected.items()}, got
     assert got["plgd.interval.duplicates"][0] > 0 and got["plgd.interval.fetched"][0] == summary["fetched_total"]
-    assert got["plgd.interval.decoded"][0] + 1 == len(stored)
+    assert got["plgd.interval.decoded"][0] + 1 == stored
     assert got["plgd.interval.kept"][0] + got["plgd.interval.duplicates"][0] == got["plgd.interval.decoded"][0]
     assert got["plgd.interval.fetched"][2] == tags
     (reason,) = summary["decode"]["per_reason"]  # the one message that is no plgd event
@@ -116,8 +118,13 @@ dag = build_monitor_dag(dag_id="plgd_metrics_monitor", etl_dag_id="plgd_events_e
 """
 
 
-def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_folder, tmp_path, statsd):
+@pytest.mark.parametrize("backend", ["statsd", "otlp"])
+def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_folder, tmp_path, backend, request):
+    """Through StatsD, and through OpenTelemetry (OTLP over HTTP, ``[metrics] otel_on``): the same
+    names (``airflow.plgd.chain.*``), values and tags (attributes)."""
     from tests.integration.test_ui_page import _chain
+
+    listener = request.getfixturevalue(backend)
 
     root = str(tmp_path / "root")
     start_ns = (time.time_ns() // HOUR - 8) * HOUR
@@ -128,7 +135,7 @@ def test_the_monitor_fails_on_a_hole_and_sends_the_chain_gauges(jetstream, dags_
     run = dag.test()
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert "failed" in states["check_chain"].lower(), states  # the alert: failure callbacks fire
-    got = statsd.metrics()
+    got = _caught(listener)
     expected = {"plgd.chain.holes": 1, "plgd.chain.failed": 1, "plgd.chain.stale": 0, "plgd.chain.committed": 3,
                 "plgd.chain.lag_messages": len(behind)}
     assert {k: got[k][0] for k in expected if k in got} == expected, got

@@ -5,17 +5,22 @@ One api-server (``test_connection_ui.ApiServer``: SQLite metadata DB in a tempor
 ``AIRFLOW_HOME``) in multi-team mode with ``SimpleAuthManager``: two DAG bundles, ``team_a``
 holding the ETL DAG ``plgd_etl_a`` (its root holds the chain below) and ``team_b`` holding
 ``plgd_etl_b`` (an empty root); the viewers ``alice`` (team_a) and ``bob`` (team_b). The chain
-of ``plgd_etl_a`` is written as in ``test_status.py`` (the ledger, interval tables without
-Spark, the snapshot record), with messages on a real nats-server, six hourly intervals planned:
+of ``plgd_etl_a`` has seven 8-second intervals, with messages on a real nats-server:
 
-    I0 committed | I1 a hole | I2, I3 committed (I3: head and snapshot) | I4 unfinished and failed
-    (its summary does not reconcile) | I5 never planned | I6 empty
+    I0 committed by a whole run of the ETL DAG (``airflow dags test``, its Spark tasks on the
+       session's Spark Connect server; one payload that is no plgd event, duplicates) |
+    I1 planned by the DAG's ``plan`` task and never committed (``airflow tasks test``: a run that
+       stopped after its plan): a hole once a later interval is committed |
+    I2, I3 committed (I3: head and snapshot) | I4 unfinished and failed (its summary does not
+    reconcile) | I5 never planned | I6 empty
 
-(I0, I2 and I3 have a ``summary.json`` that reconciles: done.)
+I2..I6 are written as in ``test_status.py`` (the ledger, interval tables without Spark, the
+snapshot record): the DAG refuses to plan or build on the hole I1 leaves. I0's run is also the run
+whose ``plgd.interval.*`` metrics a StatsD listener catches (``test_metrics_monitor.check_interval_metrics``),
+and its row links to that DAG run.
 
-I2 has a (queued) DAG run, made with ``airflow backfill create`` (its data interval is I2's).
-
-The test checks the JSON API against ground truth read without our code (nats-py, deltalake), the
+The test checks the JSON API against ground truth read without our code (nats-py, deltalake, the
+metadata DB), the
 page in Chromium (the nav entry, the iframe, the rows and their states, the pager) and the auth:
 bob gets 403 and no data for ``plgd_etl_a``, the list hides it, no token is 401. Screenshots go
 to ``tests/artifacts/plgd_ui/`` (ignored by git).
@@ -31,6 +36,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,19 +48,22 @@ from urllib.parse import quote
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger, storage
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools import interval_tables
 from plgd_devtools.spark import spark_lock
-from tests.integration.conftest import publish_messages, read_stream
+from plgd_devtools.statsd_listener import StatsdListener
+from tests.integration.browser import Screenshots
+from tests.integration.conftest import publish_messages, read_stream, spark_connect_conn
 from tests.integration.test_connection_ui import (
     CHROMIUM,
     CHROMIUM_ARGS,
-    STARTUP_TIMEOUT_S,
+    DAGS_TEST_TIMEOUT_S,
     UI_TIMEOUT_MS,
     ApiServer,
 )
-from tests.integration.test_status import HOUR
+from tests.integration.test_metrics_monitor import check_interval_metrics
 from tests.integration.test_status import plan as plan_interval
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,10 +76,12 @@ DAG_FILE = '''
 from datetime import datetime, timedelta, timezone
 from airflow_provider_plgd.etl import build_etl_dag
 
-dag = build_etl_dag(dag_id={dag_id!r}, schedule=timedelta(hours=1), catchup=False,
-                    start_date=datetime.fromtimestamp({start}, tz=timezone.utc),
-                    params={{"storage_root": {root!r}}})
+dag = build_etl_dag(dag_id={dag_id!r}, schedule=timedelta(seconds={step}), catchup=False,
+                    start_date=datetime.fromtimestamp({start}, tz=timezone.utc), default_args={{"retries": 0}},
+                    spark_connect_conn_id="plgd_spark_connect_test", params={{"storage_root": {root!r}}})
 '''
+#: Interval length (s) of the ETL DAGs here: the DAG-built intervals' messages are published in real time.
+STEP_S = 8
 
 
 def _entry_point_shim(base: Path) -> str | None:
@@ -85,7 +96,9 @@ def _entry_point_shim(base: Path) -> str | None:
 
 
 def _chain(root: str, url: str, start_ns: int) -> dict:
-    """The chain of the module docstring at ``root``; returns its interval IDs and sequence ranges."""
+    """The chain of the module docstring in hourly intervals, all written by the project's functions
+    (no Spark: the monitor test's chain, ``test_metrics_monitor.py``), at ``root``; returns its
+    interval IDs and sequence ranges. I0..I4 as the module docstring says, I0 written like I2."""
     from airflow_provider_plgd.simulator import SimulationConfig, generate
 
     sim = generate(SimulationConfig(seed=5, owners=1, devices_per_owner=2, resources_per_device=1, intervals=7,
@@ -111,6 +124,49 @@ def _chain(root: str, url: str, start_ns: int) -> dict:
     return {"ids": ids, "ranges": ranges}
 
 
+def _simulation(start_s: int):
+    from airflow_provider_plgd.simulator import SimulationConfig, generate
+
+    return generate(SimulationConfig(seed=5, owners=1, devices_per_owner=2, resources_per_device=1, intervals=7,
+                                     steps_per_interval=3, interval_seconds=float(STEP_S),
+                                     start_time_ns=start_s * 10**9, duplicates=0.2))
+
+
+def _publish_in_time(url: str, sim, start_s: int) -> None:
+    """Publish the messages of I0 and I1 inside their own windows (what the DAG's plan counts by time);
+    I0 also gets one payload that is no plgd event (quarantined)."""
+    owner = sim.messages[0].subject.split(".")[2]
+    for k in (0, 1):
+        time.sleep(max(0.0, start_s + k * STEP_S + 0.5 - time.time()))
+        bad = [(f"plgd.owners.{owner}.devices.d1.resource-links.resourcelinkspublished", b"\xff not a plgd event",
+                None)] if k == 0 else []
+        publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == k] + bad)
+
+
+def _dag_chain_tail(root: str, url: str, sim) -> dict:
+    """After the DAG built I0 and planned I1: I2..I6 of the module docstring, written by the project's
+    own functions (the DAG refuses to build on the hole I1 leaves, so no DAG can commit them)."""
+    ids = interval_tables.interval_ids(sim)
+    decoded = interval_tables.decoded_intervals(sim)
+    ranges = {}
+    for k in (2, 3, 4):
+        seqs = publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == k])
+        ranges[k] = (seqs[0], seqs[-1] + 1)
+    tail = publish_messages(url, [(m.subject, m.data, None) for m in sim.messages if m.interval == 5])
+    for k in (2, 3, 4):
+        plan_interval(root, ids[k], *ranges[k], ranges[k][1] - ranges[k][0])
+    plan_interval(root, ids[6], tail[-1] + 1, tail[-1] + 1, 0)
+    for k in (2, 3):
+        interval_tables.commit_interval_tables(root, ids[k], *decoded[k])
+    interval_tables.commit_snapshot_record(root, ids[3], [ids[0], ids[2], ids[3]])
+    interval_tables.commit_interval_tables(root, ids[4], *decoded[4], dedupe=False)
+    for k, problems in ((2, []), (3, []), (4, ["dedupe: no run summary"])):  # what summary wrote
+        ledger.write_ledger_file(storage.join_path(Layout.of(root).ledger_interval_dir("EVENTS", ids[k]), "summary.json"),
+                                 {"version": ledger.LEDGER_VERSION, "interval_id": ids[k], "stream": "EVENTS",
+                                  "chain": {}, "problems": problems, "reconciled": not problems})
+    return {"ids": ids, "ranges": ranges}
+
+
 def _get(url: str, token: str | None) -> tuple[int, dict]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
@@ -128,27 +184,27 @@ def _token(server: ApiServer, user: str) -> str:
         return json.loads(resp.read())["access_token"]
 
 
-def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, jetstream):
+def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, jetstream, spark_connect_server):
     from playwright.sync_api import sync_playwright
 
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    start_ns = (time.time_ns() // HOUR - 8) * HOUR
+    start_s = (int(time.time()) // STEP_S + 2) * STEP_S  # I0 starts in 8 to 16 s: its messages in its window
+    sim = _simulation(start_s)
+    ids = interval_tables.interval_ids(sim)
+    publisher = threading.Thread(target=_publish_in_time, args=(jetstream.url, sim, start_s), daemon=True)
+    publisher.start()
     roots = {"a": tmp_path / "root_a", "b": tmp_path / "root_b"}
-    chain = _chain(str(roots["a"]), jetstream.url, start_ns)
-    ids, ranges = chain["ids"], chain["ranges"]
     expected = {ids[0]: "committed", ids[1]: "hole", ids[2]: "committed", ids[3]: "committed", ids[4]: "failed",
-                ids[6]: "empty"}
-    stored = read_stream(jetstream.url)  # ground truth with nats-py
-    behind = [seq for seq in stored if seq >= ranges[3][1]]
+                ids[5]: "never_planned", ids[6]: "empty"}
 
     home = tmp_path / "airflow"
     bundles = []
     for team, name in (("team_a", "a"), ("team_b", "b")):
         folder = home / f"dags_{name}"
         folder.mkdir(parents=True)
-        (folder / f"plgd_etl_{name}.py").write_text(DAG_FILE.format(dag_id=f"plgd_etl_{name}", start=start_ns // 10**9,
-                                                                   root=str(roots[name])))
+        (folder / f"plgd_etl_{name}.py").write_text(DAG_FILE.format(dag_id=f"plgd_etl_{name}", start=start_s,
+                                                                   step=STEP_S, root=str(roots[name])))
         bundles.append({"name": f"plgd_{name}", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
                         "kwargs": {"path": str(folder)}, "team_name": team})
     passwords = home / "passwords.json"
@@ -162,39 +218,61 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": json.dumps({"conn_type": "plgd_jetstream", "host": jetstream.host,
                                                            "port": jetstream.port, "extra": {"stream": "EVENTS"}}),
+        **spark_connect_conn(spark_connect_server, conn_id="plgd_spark_connect_test"),
     })
+    for key in ("SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        server.env.pop(key, None)
+    statsd = StatsdListener()  # Airflow's metrics of the processes below, with their tags (test_metrics_monitor)
+    server.env.update({f"AIRFLOW__METRICS__{k}": v for k, v in {
+        "STATSD_ON": "True", "STATSD_HOST": "127.0.0.1", "STATSD_PORT": str(statsd.port), "STATSD_PREFIX": "airflow",
+        "STATSD_INFLUXDB_ENABLED": "True"}.items()})
     shim = _entry_point_shim(tmp_path / "entry_point")
     if shim:
         server.env["PYTHONPATH"] = shim + ":" + server.env["PYTHONPATH"]
 
     def airflow(*args: str) -> str:
         done = subprocess.run([sys.executable, "-m", "airflow", *args], env=server.env, cwd=home,
-                              capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+                              capture_output=True, text=True, timeout=DAGS_TEST_TIMEOUT_S)
         assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shots: list[str] = []
+    shot = Screenshots(ARTIFACTS)
+    shots = shot.paths
 
-    def shot(page, name: str) -> None:
-        path = ARTIFACTS / f"{len(shots) + 1:02d}-{name}.png"
-        page.screenshot(path=str(path), full_page=True)
-        shots.append(str(path))
-
-    timings["chain"] = time.monotonic() - t0
-    with spark_lock():  # a real Airflow component on the shared 2-core machine
+    with spark_lock():  # a real Airflow component and Spark on the shared 2-core machine
         timings["lock"] = time.monotonic() - t0
         try:
             airflow("db", "migrate")
             airflow("teams", "sync")  # the auth manager refuses to start on teams the database lacks
             airflow("dags", "reserialize")
-            server.start()  # its own "db migrate" finds nothing to do
-            i2_start = datetime.fromtimestamp((start_ns + 2 * HOUR) / 1e9, tz=timezone.utc).isoformat()
-            airflow("backfill", "create", "--dag-id", "plgd_etl_a", "--from-date", i2_start, "--to-date", i2_start,
-                    "--reprocess-behavior", "completed")
-            with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True, timeout=30) as con:
-                (i2_run,), = con.execute("SELECT run_id FROM dag_run WHERE dag_id = 'plgd_etl_a'").fetchall()
+            publisher.join()
+            time.sleep(max(0.0, start_s + 2 * STEP_S + 0.5 - time.time()))  # I1 is over
             timings["airflow ready"] = time.monotonic() - t0
+            # I0: a whole run of the ETL DAG (its Spark tasks on the session's Spark Connect server);
+            # I1: a run that stopped after its plan (the plan task alone): planned, never committed
+            i0_end, i1_end = (datetime.fromtimestamp(start_s + k * STEP_S, tz=timezone.utc).isoformat() for k in (1, 2))
+            airflow("dags", "test", "plgd_etl_a", i0_end, "-c", json.dumps({"settle_seconds": 0}))
+            timings["I0 run"] = time.monotonic() - t0
+            airflow("tasks", "test", "plgd_etl_a", "plan", i1_end, "-t", json.dumps({"settle_seconds": 0}))
+            timings["I1 planned"] = time.monotonic() - t0
+            chain = _dag_chain_tail(str(roots["a"]), jetstream.url, sim)
+            ranges = chain["ranges"]
+            with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True, timeout=30) as con:
+                dag_runs = dict(con.execute("SELECT run_id, data_interval_end FROM dag_run WHERE dag_id = 'plgd_etl_a'"))
+                (xcom,), = con.execute("SELECT value FROM xcom WHERE dag_id = 'plgd_etl_a' AND task_id = 'summary'"
+                                       " AND key = 'return_value'").fetchall()
+            stored = read_stream(jetstream.url)  # ground truth with nats-py
+            # I0's run sent its interval counters (its summary task), as its summary and the stream say
+            summary_i0 = json.loads(xcom)
+            summary_i0 = json.loads(summary_i0) if isinstance(summary_i0, str) else summary_i0
+            in_i0 = [seq for seq, (_s, t, _h, _d) in stored.items()
+                     if start_s * 10**9 <= t < (start_s + STEP_S) * 10**9]
+            check_interval_metrics(statsd.metrics(), summary_i0, len(in_i0), dag_id="plgd_etl_a")
+            behind = [seq for seq in stored if seq >= ranges[3][1]]
+            window = times.Interval.from_id(ids[1])
+            in_i1 = [seq for seq, (_s, t, _h, _d) in stored.items() if window.start_ns <= t < window.end_ns]
+            server.start()  # its own "db migrate" finds nothing to do
+            timings["api-server up"] = time.monotonic() - t0
             api = f"{server.url}/plgd/api/pipelines"
             alice, bob = _token(server, "alice"), _token(server, "bob")
 
@@ -205,8 +283,8 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             status, summary = _get(f"{api}/plgd_etl_a", alice)
             assert status == 200, summary
             assert summary["root"] == str(roots["a"]) and summary["stream"] == "EVENTS"
-            assert summary["states"] == {"failed": 1, "hole": 1, "stale": 0, "unfinished": 0, "empty": 1,
-                                         "committed": 3}, summary["states"]
+            assert summary["states"] == {"failed": 1, "hole": 1, "stale": 0, "unfinished": 0, "never_planned": 1,
+                                         "empty": 1, "committed": 3}, summary["states"]
             assert not summary["healthy"] and summary["chain"]["head"] == ids[3]
             assert summary["lag"]["messages"] == len(behind) > 0, (summary["lag"], summary["lag_error"])
             for name in ("events", "events_deduped", "msgid_index"):
@@ -214,19 +292,25 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
                 shown = summary["tables"][name]
                 assert (shown["version"], shown["files"]) == (table.version(), len(table.file_uris())), (name, shown)
                 assert shown["rows"] == sum(table.get_add_actions(flatten=True).column("num_records").to_pylist())
-            assert sum(b["intervals"] for b in summary["overview"]) == 6
+            assert sum(b["intervals"] for b in summary["overview"]) == 7  # and the stretch no plan recorded
             status, page = _get(f"{api}/plgd_etl_a/intervals?limit=100", alice)
             assert status == 200, page
             assert {i["interval_id"]: i["state"] for i in page["items"]} == expected
             assert [i["interval_id"] for i in page["items"]] == sorted(expected, reverse=True)
             runs = {i["interval_id"]: i["run_id"] for i in page["items"] if i["run_id"]}
-            assert runs == {ids[2]: i2_run}, runs
+            (i0_run,) = [r for r, end in dag_runs.items()  # the run whose data interval is I0
+                         if end and datetime.fromisoformat(end).replace(tzinfo=timezone.utc).timestamp() == start_s + STEP_S]
+            assert runs == {ids[0]: i0_run}, (runs, dag_runs)
             hole = next(i for i in page["items"] if i["state"] == "hole")
-            assert hole["messages"] == ranges[1][1] - ranges[1][0]
+            assert hole["messages"] == len(in_i1) > 0, (hole, in_i1)
             status, paged = _get(f"{api}/plgd_etl_a/intervals?limit=2&offset=2&order=asc", alice)
-            assert [i["interval_id"] for i in paged["items"]] == [ids[2], ids[3]] and paged["total"] == 6
+            assert [i["interval_id"] for i in paged["items"]] == [ids[2], ids[3]] and paged["total"] == 7
             status, holes = _get(f"{api}/plgd_etl_a/intervals?state=hole", alice)
             assert [i["interval_id"] for i in holes["items"]] == [ids[1]]
+            status, gaps = _get(f"{api}/plgd_etl_a/intervals?state=never_planned", alice)  # I5, apart from the hole
+            assert [(i["interval_id"], i["run_id"]) for i in gaps["items"]] == [(ids[5], None)], gaps
+            assert [(g["start"], g["end"]) for g in summary["chain"]["never_planned"]] == [(gaps["items"][0]["start"],
+                                                                                             gaps["items"][0]["end"])]
 
             # 2. auth: bob (team_b) may not read plgd_etl_a: no data; no token: 401
             status, listing = _get(api, bob)
@@ -263,8 +347,8 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
                     assert "NOT HEALTHY" in frame.locator("#health").inner_text()
                     assert f"hole: {ids[1]}" in frame.locator("#problems").inner_text()
                     assert frame.locator("[data-fact=Lag]").inner_text().startswith(f"{len(behind)} messages")
-                    link = frame.locator(f"tr[data-interval-id='{ids[2]}'] a")
-                    assert link.get_attribute("href") == f"/dags/plgd_etl_a/runs/{quote(i2_run, safe='')}"
+                    link = frame.locator(f"tr[data-interval-id='{ids[0]}'] a")
+                    assert link.get_attribute("href") == f"/dags/plgd_etl_a/runs/{quote(i0_run, safe='')}"
                     # the page alone, filtered to the hole
                     page.goto(f"{server.url}/plgd/?dag_id=plgd_etl_a", wait_until="networkidle")
                     page.locator("#intervals tbody tr").first.wait_for()
@@ -285,5 +369,6 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
                     browser.close()
         finally:
             server.stop()
+            statsd.stop()
     print(f"\nplgd UI test: {time.monotonic() - t0:.1f} s ({', '.join(f'{k} {v:.1f}' for k, v in timings.items())});"
           " screenshots:\n  " + "\n  ".join(shots))

@@ -1,7 +1,7 @@
 // The plgd page: reads the JSON API next to it (../api) and draws the chain of one ETL DAG.
 "use strict";
 const BASE = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
-const STATES = ["failed", "hole", "stale", "unfinished", "empty", "committed"];
+const STATES = ["failed", "hole", "stale", "unfinished", "never_planned", "empty", "committed"];
 const PAGE = 100;
 const ui = { dagId: null, offset: 0, total: 0, states: new Set() };
 const $ = (id) => document.getElementById(id);
@@ -25,12 +25,12 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-function chip(state) { return el("span", { class: `chip state-${state}`, "data-state": state }, state); }
+function chip(state) { return el("span", { class: `chip state-${state}`, "data-state": state }, state.replace("_", " ")); }
 
 function say(text) { $("message").textContent = text || ""; }
 
 async function loadPipelines() {
-  const { pipelines } = await getJson("api/pipelines");
+  const { pipelines } = await getJson("api/pipelines?summary=false");  // the chain is read once, below
   const select = $("pipeline");
   select.replaceChildren(...pipelines.map((p) => el("option", { value: p.dag_id }, `${p.dag_id} (${p.stream})`)));
   if (!pipelines.length) {
@@ -65,7 +65,7 @@ async function loadPipeline() {
     box.addEventListener("change", () => { box.checked ? ui.states.add(s) : ui.states.delete(s); ui.offset = 0; loadIntervals(); });
     return el("label", { "data-count": s }, box, chip(s), ` ${p.states[s]}`);
   }));
-  $("overview-note").textContent = `(${p.overview.length} stretch(es) of ${c.planned} intervals; the worst state of each)`;
+  $("overview-note").textContent = `(${p.overview.length} stretch(es) of ${c.planned} intervals and ${p.states.never_planned} never planned; the worst state of each)`;
   $("overview").replaceChildren(...p.overview.map((b) => el("span", {
     class: `state-${b.worst}`, "data-state": b.worst,
     title: `${b.start} .. ${b.end}: ` + Object.entries(b.counts).map(([s, n]) => `${n} ${s}`).join(", "),

@@ -29,7 +29,8 @@ def test_an_etl_dag_is_found_with_its_pipeline_and_another_dag_is_not(tmp_path):
     etl = build_etl_dag(dag_id="etl_x", start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), schedule=timedelta(hours=1),
                         jetstream_conn_id="nats_x", params={"stream": "PLGD", "storage_root": str(tmp_path)},
                         tags=["mine"])
-    assert etl_pipeline_of(serialized(etl)) == EtlPipeline("etl_x", "PLGD", str(tmp_path), "nats_x")
+    assert etl_pipeline_of(serialized(etl)) == EtlPipeline("etl_x", "PLGD", str(tmp_path), "nats_x",
+                                                           1_767_225_600 * 10**9)  # its start: 2026-01-01
     with DAG("lookalike", schedule=None) as other:  # the task IDs, not the fetch operator
         for task_id in ("plan", "fetch", "dedupe", "rebuild", "summary"):
             EmptyOperator(task_id=task_id)

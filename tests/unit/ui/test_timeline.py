@@ -38,8 +38,25 @@ def test_each_interval_gets_the_first_state_that_applies():
     assert rows[1].messages == 5 and rows[7].messages == 9 and rows[5].messages == 0 and rows[0].messages is None
     assert rows[4].detail == "not in the latest snapshot" and rows[6].detail == "dedupe: no run summary"
     assert rows[0].start == "2026-01-01T00:00:00Z" and rows[0].end == "2026-01-01T01:00:00Z"
-    assert timeline.state_counts(rows) == {"failed": 1, "hole": 1, "stale": 1, "unfinished": 2, "empty": 1,
-                                           "committed": 2}
+    assert timeline.state_counts(rows) == {"failed": 1, "hole": 1, "stale": 1, "unfinished": 2, "never_planned": 0,
+                                           "empty": 1, "committed": 2}
+
+
+def test_stretches_no_plan_recorded_are_rows_apart_from_the_holes():
+    i = ids(6)  # planned: I1, I2, I4, I5 (I3 never planned); the DAG starts at I0's start
+    gap = (times.ns_to_rfc3339(START + 3 * HOUR), times.ns_to_rfc3339(START + 4 * HOUR))
+    v = view([i[1], i[2], i[4], i[5]], holes=(IntervalCount(i[2], 4),), never_planned=(gap,))
+    rows = timeline.interval_rows(v, since_ns=START)
+    assert [(r.interval_id, r.state) for r in rows] == [
+        (i[0], "never_planned"), (i[1], "committed"), (i[2], "hole"), (i[3], "never_planned"), (i[4], "committed"),
+        (i[5], "committed")]
+    assert rows[0].detail == timeline.BEFORE_FIRST_DETAIL and rows[3].detail == timeline.NEVER_PLANNED_DETAIL
+    assert timeline.state_counts(rows)["never_planned"] == 2 and timeline.state_counts(rows)["hole"] == 1
+    assert [r.state for r in timeline.interval_rows(v)] == [r.state for r in rows[1:]]  # no start: no first row
+    assert timeline.interval_rows(v, since_ns=START + HOUR) == rows[1:]  # the DAG starts with its first interval
+    picked = timeline.page(rows, states=["never_planned"])
+    assert [(x["interval_id"], x["start"], x["end"]) for x in picked["items"]] == [
+        (i[3], gap[0], gap[1]), (i[0], times.ns_to_rfc3339(START), times.ns_to_rfc3339(START + HOUR))]
 
 
 def test_pages_filter_and_order():
