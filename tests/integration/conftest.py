@@ -97,6 +97,32 @@ def load_test_dag(dags_folder: Path, name: str, text: str, dag_id: str):
     return load_dag(path, dag_id)
 
 
+#: An ETL DAG file whose Spark tasks run on the session's Spark Connect server (connection
+#: ``plgd_spark_connect_test``, :func:`use_spark_connect`), for tests of the chain and the tables
+#: rather than of ``spark-submit`` (docs/testing.md).
+CONNECT_ETL_DAG_FILE = """
+import tempfile
+from datetime import datetime, timedelta, timezone
+from airflow_provider_plgd.etl import build_etl_dag
+
+dag = build_etl_dag(dag_id={dag_id!r}, schedule=timedelta(seconds={interval_s}),
+                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
+                    spark_connect_conn_id="plgd_spark_connect_test", default_args={{"retries": 0}},
+                    storage_roots={roots})  # the roots a run may choose
+"""
+
+
+def load_connect_etl_dag(dags_folder: Path, dag_id: str, interval_s: int, *,
+                         storage_roots: str = "[tempfile.gettempdir()]"):
+    """Write and load :data:`CONNECT_ETL_DAG_FILE` as ``{dags_folder}/{dag_id}.py``.
+
+    :param interval_s: the schedule's interval, s.
+    :param storage_roots: the ``storage_roots`` argument as Python source (default: below the temp dir).
+    """
+    text = CONNECT_ETL_DAG_FILE.format(dag_id=dag_id, interval_s=int(interval_s), roots=storage_roots)
+    return load_test_dag(dags_folder, dag_id, text, dag_id)
+
+
 def load_dag(path: Path, dag_id: str):
     """Import a DAG file from the dags folder and return its DAG ``dag_id``."""
     name = f"_plgd_test_dag_{path.stem}"

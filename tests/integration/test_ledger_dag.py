@@ -16,23 +16,13 @@ import pytest
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables.layout import Layout
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect
+from tests.integration.conftest import load_connect_etl_dag, publish_messages, read_stream, use_spark_connect
 from tests.integration.ledger_runs import DEV, HREF, UTC
 
 # ---------------------------------------------------------------------------------------------
 # Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
 # through the whole ETL DAG (real Airflow, real Spark Connect server)
 # ---------------------------------------------------------------------------------------------
-ETL_DAG_FILE = """
-import tempfile
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
-
-dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
-                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
-"""
 
 
 @pytest.mark.spark
@@ -45,8 +35,7 @@ def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger
 
     use_spark_connect(monkeypatch, spark_connect_server)
     interval = 8
-    dag = load_test_dag(dags_folder, "plgd_test_ledger_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
-                        "plgd_test_ledger_etl")
+    dag = load_connect_etl_dag(dags_folder, "plgd_test_ledger_etl", interval)
 
     start_s = (int(time.time() // interval) + 1) * interval
     sim = generate(SimulationConfig(seed=3, owners=2, devices_per_owner=2, resources_per_device=2, intervals=1,

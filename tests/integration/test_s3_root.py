@@ -183,15 +183,6 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
 # ---------------------------------------------------------------------------------------------
 # the whole ETL DAG with the root on the bucket (real Airflow, real Spark on Spark Connect)
 # ---------------------------------------------------------------------------------------------
-ETL_DAG_FILE = """
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
-
-dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERVAL),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
-                    storage_roots=["s3://plgd-test"])  # the roots a run may choose (the test bucket)
-"""
 
 def _table_rows(root: str, table: str, interval_id: str) -> list[dict]:
     """The interval's rows of the Delta table ``{root}/{table}`` on the bucket, read with deltalake
@@ -224,12 +215,11 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.snapshot_compare import compare_snapshot, read_latest_tables
     from plgd_devtools.spark import spark_lock
-    from tests.integration.conftest import load_test_dag, read_stream, use_spark_connect
+    from tests.integration.conftest import load_connect_etl_dag, read_stream, use_spark_connect
 
     use_spark_connect(monkeypatch, spark_connect_server)
     interval = 8
-    dag = load_test_dag(dags_folder, "plgd_test_s3_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
-                        "plgd_test_s3_etl")
+    dag = load_connect_etl_dag(dags_folder, "plgd_test_s3_etl", interval, storage_roots='["s3://plgd-test"]')
 
     start_s = (int(time.time() // interval) + 1) * interval
     sim = generate(SimulationConfig(seed=17, owners=3, devices_per_owner=3, resources_per_device=2, intervals=1,
