@@ -316,21 +316,27 @@ class PostgresServer:
         self.cleanup()
 
     # -- databases -----------------------------------------------------------------------------
-    def create_database(self, name: str | None = None) -> Database:
-        """Create a new empty database owned by :attr:`user`.
+    def create_database(self, name: str | None = None, *, template: Database | None = None) -> Database:
+        """Create a new database owned by :attr:`user`: empty, or a copy of ``template``.
 
         :param name: lower-case letters, digits and ``_`` (at most 63); default ``plgd_<n>_<random>``.
+        :param template: a database of this server to copy (``CREATE DATABASE ... TEMPLATE``, a file
+            copy: ~0.1 s, against ~8 s for ``airflow db migrate`` of a new one). Nobody may be
+            connected to it while it is copied.
         :raises ValueError: a name outside that pattern.
         :raises psycopg.errors.DuplicateDatabase: the name exists already.
+        :raises psycopg.errors.ObjectInUse: someone is connected to ``template``.
         """
         if name is None:
             self._databases += 1
             name = f"plgd_{self._databases}_{secrets.token_hex(4)}"
-        if not _DB_NAME.fullmatch(name):
-            raise ValueError(f"database name {name!r}: expected lower-case letters, digits and '_' "
-                             "(at most 63, not starting with a digit)")
+        for value in (name, template.name if template else "template0"):
+            if not _DB_NAME.fullmatch(value):
+                raise ValueError(f"database name {value!r}: expected lower-case letters, digits and '_' "
+                                 "(at most 63, not starting with a digit)")
+        copy = f' TEMPLATE "{template.name}"' if template else ""
         with psycopg.connect(self.url(), autocommit=True, connect_timeout=30) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
         return Database(name=name, url=self.url(name), sqlalchemy_url=self.sqlalchemy_url(name))
 
     # -- internals -----------------------------------------------------------------------------

@@ -54,13 +54,17 @@ class SparkConnectServer:
         default); False: Spark's defaults (a benchmark at scale compares it with a ``spark-submit``
         of the DAG's default settings).
     :param start_timeout: seconds to wait for the port to accept connections.
+    :param env: extra environment variables of the server JVM and so of its Python workers, e.g.
+        the ``AWS_*`` endpoint and credentials of an S3 API (as a real server gets them from
+        ``conf/spark-env.sh``: a client cannot pass them to the workers).
     """
 
     def __init__(self, *, python: str | None = None, master: str = "local[2]",
                  conf: dict[str, str] | None = None, start_timeout: float = 120.0,
-                 fast_local: bool = True) -> None:
+                 fast_local: bool = True, env: dict[str, str] | None = None) -> None:
         self.python = python or sys.executable
         self.master = master
+        self.extra_env = dict(env or {})
         self.conf = {**(FAST_LOCAL_SPARK_CONF if fast_local else {}), **(conf or {})}
         self.start_timeout = start_timeout
         self.port: int | None = None
@@ -92,7 +96,7 @@ class SparkConnectServer:
         assert self.base_dir is not None
         conf_dir = self.base_dir / "conf"  # empty: no spark-defaults.conf or spark-env.sh of the machine
         conf_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
+        env = {**os.environ, **self.extra_env}
         # the Python workers get Spark's PYTHONPATH only: none of the caller's settings may leak in
         for key in ("PYTHONPATH", "PYTHONHOME", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "SPARK_REMOTE",
                     "SPARK_CONNECT_MODE_ENABLED"):

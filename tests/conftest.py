@@ -17,6 +17,8 @@ import atexit
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -161,13 +163,32 @@ def postgres_server():
         server.cleanup()
 
 
+@pytest.fixture(scope="session")
+def airflow_template_db(postgres_server):
+    """A database on :func:`postgres_server` migrated once by a real ``airflow db migrate`` (a
+    temp ``AIRFLOW_HOME``, none of the session's ``AIRFLOW_*`` settings), the template of
+    :func:`airflow_postgres_db`. Session scope (per xdist worker): the migration of a new
+    database (~8 s wall, ~5 s CPU) runs once, not once per scheduler test."""
+    database = postgres_server.create_database()
+    home = tempfile.mkdtemp(prefix="plgd-test-airflow-template-")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update({"AIRFLOW_HOME": home, "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **database.airflow_env()})
+        proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return database
+
+
 @pytest.fixture
-def airflow_postgres_db(postgres_server):
-    """A new empty database on :func:`postgres_server` for one test's Airflow metadata
-    (``airflow db migrate`` is the test's own step). A
+def airflow_postgres_db(postgres_server, airflow_template_db):
+    """A new database on :func:`postgres_server` for one test's Airflow metadata, migrated: a
+    copy of :func:`airflow_template_db` (``CREATE DATABASE ... TEMPLATE``, ~0.1 s). A
     :class:`~plgd_devtools.postgres_server.Database`: ``url`` for psycopg,
     ``airflow_env()`` for the environment of every Airflow process."""
-    return postgres_server.create_database()
+    return postgres_server.create_database(template=airflow_template_db)
 
 
 @pytest.fixture(scope="session")
@@ -209,7 +230,6 @@ def executor_python() -> str:
     ``make test``) or ``.venv-executor/bin/python`` (``make venv-executor``). Fails, never skips,
     when it is missing or when it can import ``airflow_provider_plgd`` (the executors must get the
     plgd code from ``--py-files`` only)."""
-    import subprocess
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
@@ -241,16 +261,18 @@ def spark_cluster():
 
 # --- Spark Connect (issue 41) ----------------------------------------------------------------
 @pytest.fixture(scope="session")
-def spark_connect_server(executor_python):
+def spark_connect_server(executor_python, s3_server):
     """A Spark Connect server (:class:`plgd_devtools.spark_connect.SparkConnectServer`, ``local[2]``)
     on a free loopback port, whose Python workers run ``executor_python`` (no provider installed:
-    the clients ship it with ``addArtifacts``). Session scope, started by the first test that asks
-    for it (under the Spark lock); stopped by PID, its temp dir removed at teardown. The tests that
-    run jobs on it take the Spark lock themselves."""
+    the clients ship it with ``addArtifacts``) with the session's S3 API in their environment
+    (``s3_server``'s ``AWS_*``, as a real server's ``spark-env.sh`` gives them: a root on the
+    bucket works on it). Session scope, started by the first test that asks for it (under the
+    Spark lock); stopped by PID, its temp dir removed at teardown. The tests that run jobs on it
+    take the Spark lock themselves."""
     from plgd_devtools.spark import spark_lock
     from plgd_devtools.spark_connect import SparkConnectServer
 
-    server = SparkConnectServer(python=executor_python)
+    server = SparkConnectServer(python=executor_python, env=s3_server.env())
     with spark_lock():
         server.start()
     try:

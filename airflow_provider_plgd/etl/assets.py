@@ -7,6 +7,9 @@ from typing import Any
 
 from airflow_provider_plgd.compat import ASSET_EVENT_EXTRAS, ASSET_EVENT_PARTITIONS, Asset, AssetAlias
 from airflow_provider_plgd.etl.plan import IntervalPlan
+from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.run_summary import read_app_summary
 
 #: The ETL's output datasets, in task order; each is an Airflow Asset (see :func:`etl_assets`).
 ASSET_NAMES = ("staging", "events", "quarantine", "events_deduped", "snapshots")
@@ -79,9 +82,6 @@ def app_asset_extras(app: str, summary: Mapping[str, Any], interval_id: str) -> 
     ``dedupe``: ``events_deduped`` ``{interval_id, kept, duplicates, table, delta_version}``;
     ``rebuild``: ``snapshots`` ``{interval_id, snapshot_version, rows, tables, delta_versions}``.
     """
-    from airflow_provider_plgd.tables import delta_tables
-    from airflow_provider_plgd.tables.layout import Layout
-
     versions = summary.get("delta_versions") or {}
     if app == "decode":
         layout = Layout.of(summary["output_root"])  # decode's run summary names its root
@@ -114,8 +114,6 @@ def emit_app_asset_events(context: Mapping[str, Any], app: str, assets: Mapping[
         interval ID (Airflow >= 3.3).
     :raises ValueError: the application wrote no run summary (``{root}/_runs/{app}/...``).
     """
-    from airflow_provider_plgd.tables.run_summary import read_app_summary
-
     planned = IntervalPlan.from_dict(context["ti"].xcom_pull(task_ids="plan"))
     summary = read_app_summary(planned.layout, app, planned.interval_id)
     if summary is None:

@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import pendulum
+from airflow.timetables.interval import CronDataIntervalTimetable as CoreCron  # the core computes the grid
+
 from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import MissingDataIntervalError, OffScheduleIntervalError
 
@@ -25,9 +28,6 @@ def schedule_interval_ending_by(schedule: timedelta | str, start_date: datetime,
         k = (times.to_ns(moment, "moment") - times.to_ns(start_date, "start_date")) // step_ns
         end = start_date + k * schedule
         return end - schedule, end
-    import pendulum
-    from airflow.timetables.interval import CronDataIntervalTimetable as CoreCron  # the core computes the grid
-
     interval = CoreCron(schedule, timezone="UTC").infer_manual_data_interval(run_after=pendulum.instance(moment))
     return interval.start, interval.end
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from airflow_provider_plgd.compat import DAG, task
 from airflow_provider_plgd.etl.summary import DEFAULT_STAGING_RETENTION
-from airflow_provider_plgd.tables.maintenance import MaintenanceSettings
+from airflow_provider_plgd.hooks.base import resolve_layout
+from airflow_provider_plgd.status import chain_status, format_status
+from airflow_provider_plgd.tables.maintenance import MaintenanceSettings, maintain_tables
 
 _log = logging.getLogger(__package__)
 
@@ -85,10 +87,6 @@ def build_maintenance_dag(
         @task(task_display_name="Compact, vacuum, checkpoint", doc_md=MAINTAIN_DOC)
         def maintain() -> dict[str, Any]:
             """Run :func:`airflow_provider_plgd.tables.maintenance.maintain_tables` and log the status view."""
-            from airflow_provider_plgd.hooks.base import resolve_layout
-            from airflow_provider_plgd.status import chain_status, format_status
-            from airflow_provider_plgd.tables.maintenance import maintain_tables
-
             layout = resolve_layout(storage_root, jetstream_conn_id)
             report = maintain_tables(layout, settings=chosen, stream=stream, staging_retention_seconds=retention_s)
             status = chain_status(layout, stream)

@@ -46,13 +46,17 @@ _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 def stats() -> Any:
     """Airflow's ``Stats``. On Airflow 3 a process where nothing set the metrics up yet (``dag.test()``,
     the api-server's plugins) gets them from ``[metrics]`` as the task runner does."""
-    if not AIRFLOW_V_3:
-        from airflow.stats import Stats  # Airflow 2: configured from [metrics] on first use
+    # lazy: where Stats lives differs by Airflow version (2.11, 3.x releases); only a metrics call needs it
+    try:
+        if not AIRFLOW_V_3:
+            raise ImportError("Airflow 2")
+        from airflow.sdk._shared.observability.metrics import stats as shared
+        from airflow.sdk.observability.metrics import stats_utils
+        from airflow.sdk.observability.stats import Stats
+    except ImportError:  # Airflow 2 and 3.x releases before the Task SDK's observability package
+        from airflow.stats import Stats  # configured from [metrics] on first use
 
         return Stats
-    from airflow.sdk._shared.observability.metrics import stats as shared
-    from airflow.sdk.observability.metrics import stats_utils
-    from airflow.sdk.observability.stats import Stats
 
     if getattr(shared, "_factory", True) is None:  # the task runner's stats.initialize did not run here
         from airflow.sdk.configuration import conf

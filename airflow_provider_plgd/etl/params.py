@@ -10,6 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_plgd.compat import Param
+from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+
+try:  # Airflow 3.x (the task SDK's settings)
+    from airflow.sdk.configuration import conf
+except ImportError:  # pragma: no cover - Airflow 2.11
+    from airflow.configuration import conf  # type: ignore[no-redef]
+
 #: Params of the ETL DAG; every one can be overridden per run (``--conf``) or per backfill.
 DEFAULT_PARAMS: dict[str, Any] = {
     "stream": "EVENTS",
@@ -48,8 +56,6 @@ def param_schemas() -> dict[str, dict[str, Any]]:
     ``examples`` of an array param as a multi-select (Airflow docs, "Params", "Use Params to
     Provide a Trigger UI Form"). Event types come from :data:`plgd.event_types.EVENT_TYPES`.
     """
-    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-
     event_types = list(EVENT_TYPES)
     return {
         "stream": {"type": "string", "minLength": 1, "pattern": STREAM_NAME_PATTERN, "title": "Stream",
@@ -105,8 +111,6 @@ def etl_params(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
     A key without a schema (a caller's own param) is passed through as given.
     """
-    from airflow_provider_plgd.compat import Param
-
     schemas = param_schemas()
     merged = {**DEFAULT_PARAMS, **(overrides or {})}
     return {k: Param(v, **schemas[k]) if k in schemas and not isinstance(v, Param) else v
@@ -143,11 +147,6 @@ def params_of_run(context: Mapping[str, Any], defaults: Mapping[str, Any]) -> di
     dag_run = context.get("dag_run")
     if dag_run is None:
         return dict(context.get("params") or defaults)
-    try:  # Airflow 3.x (the task SDK's settings)
-        from airflow.sdk.configuration import conf
-    except ImportError:  # pragma: no cover - Airflow 2.11
-        from airflow.configuration import conf  # type: ignore[no-redef]
-
     conf_value = getattr(dag_run, "conf", None) or {}
     if not conf.getboolean("core", "dag_run_conf_overrides_params", fallback=True):
         conf_value = {}

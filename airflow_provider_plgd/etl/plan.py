@@ -8,19 +8,39 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_plgd import times
+from airflow_provider_plgd import run_params, times
 from airflow_provider_plgd.compat import AirflowFailException as _FailWithoutRetry
-from airflow_provider_plgd.exceptions import OldLayoutError
+from airflow_provider_plgd.exceptions import (
+    FewerMessagesError,
+    NarrowerRerunError,
+    OldLayoutError,
+    OutOfOrderIntervalError,
+    PipelineIdentityError,
+    StorageRootOverlapError,
+)
 from airflow_provider_plgd.fetch.selection import Selection
 from airflow_provider_plgd.hooks.base import resolve_layout
-from airflow_provider_plgd.tables import delta_tables
+from airflow_provider_plgd.plgd.subjects import owner_filter
+from airflow_provider_plgd.spark_deps import build_private_py_files_zip
+from airflow_provider_plgd.tables import (
+    chain,
+    delta_tables,
+    identity,
+    ledger,
+    ledger_guards,
+    root_guard,
+    snapshot_store,
+    staging_commits,
+)
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import ALL_OWNERS
+from airflow_provider_plgd.tables.run_summary import APPS, read_app_summary
 
 if TYPE_CHECKING:
     from airflow_provider_plgd.hooks.info import JetStreamInfoHook
@@ -155,17 +175,6 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
         (``ledger_guards.check_no_gap_before``, ``ledger_guards.check_no_hole_before``).
     :raises IntervalNotCompleteError: the interval is not complete on the server.
     """
-    from airflow_provider_plgd import run_params
-    from airflow_provider_plgd.exceptions import (
-        FewerMessagesError,
-        NarrowerRerunError,
-        OutOfOrderIntervalError,
-        PipelineIdentityError,
-        StorageRootOverlapError,
-    )
-    from airflow_provider_plgd.spark_deps import build_private_py_files_zip
-    from airflow_provider_plgd.tables import chain, identity, ledger, ledger_guards, root_guard
-
     # the trust boundary: every param a triggering user may set, checked before anything is read
     checked = run_params.check_run(params, author, spark_conf_policy=spark_conf_policy, storage_roots=allowed_roots,
                                    jetstream_conn_id=jetstream_conn_id)
@@ -200,7 +209,7 @@ def plan_interval(params: Mapping[str, Any], *, start: datetime, end: datetime, 
     # may run before the scheduled run of an earlier interval): the scheduler's skip of a backfill
     ledger_guards.check_no_hole_before(layout, checked.stream, interval, dag_id=dag_id)
     if hook_factory is None:
-        # lazy: the hook (and nats) load when a plan runs, not when the etl package is imported
+        # lazy: the JetStream hook stays off the DAG-parse path (CONTRIBUTING.md, "Imports at the top")
         from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
         hook = JetStreamInfoHook(jetstream_conn_id, stream=checked.stream)
@@ -260,11 +269,6 @@ def write_interval_ledger(hook: JetStreamInfoHook, layout: Layout, window: times
         (``fetch.selection.Selection``), or None for every owner.
     :return: the record (``ledger.PlanRecord.as_dict``, with ``spark_skip``).
     """
-    import time
-
-    from airflow_provider_plgd.plgd.subjects import owner_filter
-    from airflow_provider_plgd.tables import ledger, ledger_guards, staging_commits
-
     interval = window.id
     run_version = time.time_ns() // 1_000_000
     read_filters = [ledger.SCOPE_FILTER] if owners is None else [owner_filter(o) for o in owners]
@@ -318,9 +322,6 @@ def spark_skip_reason(layout: Layout, record: Mapping[str, Any], end: datetime |
 
     :param layout: the storage root; ``record``: the plan record; ``end``: the interval end (aware, or unix ns).
     """
-    from airflow_provider_plgd.tables import snapshot_store
-    from airflow_provider_plgd.tables.run_summary import APPS, read_app_summary
-
     if int(record["total"]):
         return None
     interval = record["interval_id"]

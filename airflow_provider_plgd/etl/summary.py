@@ -13,8 +13,10 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_plgd.etl.params import run_params_used
+from airflow_provider_plgd.exceptions import LedgerError
+from airflow_provider_plgd.tables import reconcile
 from airflow_provider_plgd.tables.layout import Layout
-from airflow_provider_plgd.tables.run_summary import RunSummary
+from airflow_provider_plgd.tables.run_summary import RunSummary, collect_run_summary
 
 _log = logging.getLogger(__package__)  # the ETL's one logger: "airflow_provider_plgd.etl"
 
@@ -42,15 +44,10 @@ def summarize_interval(layout: Layout, stream: str, interval_id: str, params: Ma
     :raises LedgerError: the chain does not reconcile (``problems``: every problem; the message
         names the interval and the first 20).
     """
-    from airflow_provider_plgd.tables import reconcile
-    from airflow_provider_plgd.tables.run_summary import collect_run_summary
-
     used = run_params_used(params, layout.root)
     result = dataclasses.replace(collect_run_summary(layout, stream, interval_id), params=used)
     log_run_summary(result.as_dict())
     if not result.reconciled:
-        from airflow_provider_plgd.exceptions import LedgerError
-
         raise LedgerError(f"interval {result.interval_id} does not reconcile: "
                           + "; ".join(result.problems[:20]),
                           interval_id=result.interval_id, problems=list(result.problems))

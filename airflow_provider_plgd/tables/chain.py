@@ -30,11 +30,13 @@ use it. docs/reliability.md, "A chain without holes".
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd.exceptions import ChainHoleError, OutOfOrderIntervalError
-from airflow_provider_plgd.tables import delta_tables, ledger, ledger_guards
+from airflow_provider_plgd.tables import content, delta_tables, ledger, ledger_guards, snapshot_store
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.times import IntervalId
 
@@ -214,8 +216,6 @@ def check_rerun(layout: Layout, interval_id: IntervalId | str, digest: Any, *, l
 
     :raises ChainRepairError: the snapshots cannot be rebuilt from before the interval.
     """
-    from airflow_provider_plgd.tables import content, snapshot_store
-
     interval_id = IntervalId.parse(interval_id)
     log = log or dedupe_log(layout)
     new = digest.as_dict()
@@ -312,9 +312,6 @@ def _ids_changed(log: DedupeLog, runs: dict[IntervalId, int]) -> dict[IntervalId
 def _file_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:
     """The fingerprint snapshots recorded before content digests (each file's partition, rows and
     bytes): compared only with records of that form."""
-    import hashlib
-    import json
-
     uri = delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED)
     files = delta_tables.table_files(uri, where={delta_tables.INTERVAL_COLUMN: [interval_id]})
     entries = sorted((json.dumps(f.partition, sort_keys=True), f.rows, f.size) for f in files)
@@ -325,8 +322,6 @@ def input_fingerprint(layout: Layout, interval_id: str) -> dict[str, Any]:
     """What ``events_deduped`` holds of one interval, by content (``content.fingerprint``:
     ``{"rows", "ids", "digest"}``; rows that dedupe wrote before digests: :func:`_file_fingerprint`):
     what a snapshot records of each interval it folds."""
-    from airflow_provider_plgd.tables import content
-
     found = content.fingerprint(delta_tables.interval_table_uri(layout, delta_tables.EVENTS_DEDUPED), interval_id)
     return found if found.get("digest") else _file_fingerprint(layout, interval_id)  # written before digests
 
@@ -336,8 +331,6 @@ def folded_input(layout: Layout, snapshots: Layout, interval_id: str) -> tuple[d
     the log), and whether the interval's deduplicated events differ from what it folded (None:
     unknown, the record keeps no fingerprint of it). Compared by content digest; records written
     before digests by their file fingerprint (:func:`_file_fingerprint`)."""
-    from airflow_provider_plgd.tables import content, snapshot_store
-
     record = snapshot_store.snapshot_folding(snapshots, interval_id)
     recorded = ((record or {}).get("inputs") or {}).get(interval_id)
     if record is None or recorded is None:
@@ -358,8 +351,6 @@ def check_before_run(layout: Layout, interval_id: IntervalId | str) -> None:
 
     :raises ChainRepairError: names the intervals or the snapshot, and what to do.
     """
-    from airflow_provider_plgd.tables import snapshot_store
-
     interval_id = IntervalId.parse(interval_id)
     before = [s for s in stale_intervals(layout) if s.interval_id.same_kind(interval_id) and s.interval_id < interval_id]
     if before:

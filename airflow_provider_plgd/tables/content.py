@@ -33,6 +33,10 @@ from datetime import time as dtime
 from decimal import Decimal
 from typing import Any
 
+import xxhash
+
+from airflow_provider_plgd.tables import delta_tables
+
 #: The key of the digests in our commit metadata (``{interval_id: ContentDigest.as_dict()}``).
 CONTENT_KEY = "content"
 _MASK = (1 << 64) - 1
@@ -97,8 +101,6 @@ def table_digest(table: Any, partition: Mapping[str, Any] | None = None) -> Cont
     """The digest of a ``pyarrow.Table``'s rows (one file's), with ``partition`` values (those not
     ``interval_id``) added to each row. Runs where the rows are (executors); ~1-3 µs per column
     and row."""
-    import xxhash
-
     extra = {k: v for k, v in (partition or {}).items() if k != "interval_id"}
     ids = digest = rows = 0
     has_id = "msg_id" in table.column_names
@@ -131,8 +133,6 @@ def interval_contents(uri: str, interval_ids: Iterable[str], *, dt: Any = None) 
     newest commit whose metadata carries it (module docstring). The log is read newest first and
     only as far back as needed; an interval without a recorded digest (written before digests, or
     its commits gone with the log retention) is left out."""
-    from airflow_provider_plgd.tables import delta_tables
-
     wanted = set(interval_ids)
     found: dict[str, ContentDigest] = {}
     if not wanted:
@@ -154,8 +154,6 @@ def fingerprint(uri: str, interval_id: str, *, dt: Any = None) -> dict[str, Any]
     (the recorded digest, :func:`interval_contents`), or ``{"rows", "digest": None}`` when no digest
     is recorded or its row count differs from the rows the Delta log names (then the content is
     unknown and compares equal to nothing)."""
-    from airflow_provider_plgd.tables import delta_tables
-
     dt = dt if dt is not None else delta_tables.open_table(uri)
     rows = sum(f.rows for f in delta_tables.table_files(uri, dt=dt, where={delta_tables.INTERVAL_COLUMN: [interval_id]})) \
         if dt is not None else 0

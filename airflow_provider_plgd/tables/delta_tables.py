@@ -15,6 +15,8 @@ The staging table ``{root}/staging/{stream}`` is a Delta table too, with its own
 protocol (``airflow_provider_plgd.tables.staging``: one append per fetch range); it uses
 :func:`ensure_table`, :func:`add_actions`, :func:`~.file_records.parquet_stats`, :func:`~.file_records.file_record` and
 :func:`vacuum` from here. The interval ledger stays JSON (``airflow_provider_plgd.tables.ledger``).
+Opening a table and reading its log (the data files of a version, our metadata in its commits) is
+:mod:`airflow_provider_plgd.tables.delta_log`; its names are importable from here too.
 
 The commit rule (Delta protocol: https://github.com/delta-io/delta/blob/master/PROTOCOL.md):
 
@@ -38,15 +40,37 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
+
+from airflow_provider_plgd.exceptions import OldLayoutError, TableCommitError
+from airflow_provider_plgd.tables.delta_log import (
+    METADATA_KEY,
+    DataFile,
+    commit_metadata,
+    commits,
+    delta_uri,
+    history_newest_first,
+    open_table,
+    storage_options,
+    table_files,
+)
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.storage import join_path, to_fs
+
+#: Reading the log lives in :mod:`.delta_log`; these names stay importable from here.
+__all__ = [
+    "BUCKET_COLUMN", "DEFAULT_VACUUM_RETENTION_HOURS", "EVENTS", "EVENTS_DEDUPED", "INTERVAL_COLUMN",
+    "INTERVAL_TABLES", "METADATA_KEY", "MSGID_INDEX", "QUARANTINE", "Commit", "DataFile", "TableCommit",
+    "add_actions", "check_layout", "commit_files", "commit_interval", "commit_metadata", "commits",
+    "committed_intervals", "ensure_table", "history_newest_first", "interval_filter", "interval_table_uri",
+    "open_table", "run_committed", "storage_options", "table_files", "vacuum",
+]
 
 log = logging.getLogger("plgd.delta")
 
@@ -66,8 +90,6 @@ INTERVAL_TABLES: dict[str, tuple[str, ...]] = {
     EVENTS_DEDUPED: (INTERVAL_COLUMN, "event_type"),
     MSGID_INDEX: (INTERVAL_COLUMN, BUCKET_COLUMN),  # dedupe_job.MSGID_BUCKETS buckets of the msg-ID hash
 }
-#: The key under which our metadata sits in a commit's ``commitInfo``.
-METADATA_KEY = "plgd"
 #: Default retention of removed snapshot files (``DeltaTable.vacuum``), hours; Delta's own default.
 DEFAULT_VACUUM_RETENTION_HOURS = 168
 
@@ -82,45 +104,6 @@ def interval_table_uri(layout: Layout, name: str) -> str:
     return layout.table(name)
 
 
-
-def storage_options(uri: str) -> dict[str, str]:
-    """delta-rs storage options for ``uri``: on S3 ``conditional_put=etag`` (commits without a lock
-    service) and ``AWS_ALLOW_HTTP`` when ``AWS_ENDPOINT_URL`` is plain HTTP. Credentials, region and
-    endpoint come from the ``AWS_*`` environment, which delta-rs reads itself (never passed here)."""
-    scheme = uri.split("://", 1)[0] if "://" in uri else ""
-    if scheme not in ("s3", "s3a"):
-        return {}
-    options = {"conditional_put": "etag"}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
-    if endpoint.startswith("http://"):
-        options["AWS_ALLOW_HTTP"] = "true"
-    return options
-
-
-def _delta_uri(uri: str) -> str:
-    """The URI as delta-rs expects it: ``s3a://`` -> ``s3://``; ``file://`` -> the path."""
-    if uri.startswith("s3a://"):
-        return "s3://" + uri[len("s3a://"):]
-    if uri.startswith("file://"):
-        return uri[len("file://"):]
-    return uri
-
-
-def open_table(uri: str, version: int | None = None):
-    """The ``deltalake.DeltaTable`` at ``uri`` (at ``version``; default the latest), or None when
-    no Delta table is there yet."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    target = _delta_uri(uri)
-    # (not DeltaTable.is_deltatable: it holds the GIL during its requests, which deadlocks against
-    # an S3 server thread of the same process, as in the tests)
-    try:
-        return DeltaTable(target, version=version, storage_options=storage_options(target))
-    except TableNotFoundError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Commits (on the driver)
 # ---------------------------------------------------------------------------------------------
@@ -129,10 +112,11 @@ def ensure_table(uri: str, schema, partition_by: Sequence[str]):
     """The table at ``uri`` (a ``deltalake.DeltaTable``), created empty with ``schema`` when
     missing; new columns of ``schema`` are added to an existing table (schema evolution: older
     files read them as null)."""
+    # lazy: deltalake stays off the DAG-parse path and the Spark executors (they import this module)
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
-    target = _delta_uri(uri)
+    target = delta_uri(uri)
     options = storage_options(target)
     dt = open_table(uri)
     if dt is None:
@@ -145,8 +129,7 @@ def ensure_table(uri: str, schema, partition_by: Sequence[str]):
     have = {f.name for f in dt.schema().fields}
     missing = [f for f in schema if f.name not in have]
     if missing:
-        import pyarrow as pa
-        from deltalake import Schema
+        from deltalake import Schema  # lazy: as above
 
         dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields))
         log.info("%s: added columns %s", uri, [f.name for f in missing])
@@ -156,7 +139,7 @@ def ensure_table(uri: str, schema, partition_by: Sequence[str]):
 
 def add_actions(records: Sequence[Mapping[str, Any]], now_ms: int) -> list:
     """One ``deltalake`` ``AddAction`` per :func:`~.file_records.file_record` (modification time ``now_ms``, unix ms)."""
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction  # lazy: deltalake off the DAG-parse path and the executors
 
     return [AddAction(str(r["path"]), int(r["size"]), dict(r["partition"]), int(now_ms), True, str(r["stats"]))
             for r in records]
@@ -192,13 +175,12 @@ def commit_files(uri: str, records: Sequence[Mapping[str, Any]], *, schema, part
     :raises TableCommitError: a newer run of the same interval committed first, or a concurrent
         writer changed the rows this commit replaces (Delta's conflict check); nothing committed.
     """
+    # lazy: deltalake stays off the DAG-parse path and the Spark executors
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import CommitProperties, Transaction
 
-    from airflow_provider_plgd.exceptions import TableCommitError
-
-    target = _delta_uri(uri)
+    target = delta_uri(uri)
     dt = ensure_table(uri, schema, partition_by)
     done = dt.transaction_version(app_id)
     rows = sum(int(r["rows"]) for r in records)
@@ -250,9 +232,7 @@ def _remove_rewritten_leftovers(uri: str, version: int, records: Sequence[Mappin
     :return: the repair's Delta version, or None when there was nothing to remove.
     :raises TableCommitError: the repair conflicted three times.
     """
-    from deltalake.transaction import CommitProperties, RemoveAction
-
-    from airflow_provider_plgd.exceptions import TableCommitError
+    from deltalake.transaction import CommitProperties, RemoveAction  # lazy: as in commit_files
 
     where = {column: ([value] if op == "=" else list(value)) for column, op, value in replace}
     ours = {unquote(str(r["path"])) for r in records}
@@ -315,93 +295,9 @@ def commit_interval(app: str, interval_id: str, tables: Sequence[TableCommit], *
     return commits
 
 
-def commit_metadata(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """Our metadata (``plgd``) of one ``DeltaTable.history()`` entry; ``{}`` for others' commits."""
-    raw = entry.get(METADATA_KEY)
-    if raw is None:
-        return {}
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def history_newest_first(dt: Any, *, first: int = 16) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
-    """``(history entry, our metadata)`` of each commit of the open table ``dt``, newest first, read
-    as far back as the caller consumes: ``DeltaTable.history`` with ``first`` entries, then 4 times
-    as many each round (a reader that finds what it needs near the head reads little of the log)."""
-    limit, seen = first, 0
-    while True:
-        entries = dt.history(limit=limit)
-        for entry in entries[seen:]:
-            yield entry, commit_metadata(entry)
-        if len(entries) < limit:
-            return
-        seen, limit = len(entries), limit * 4
-
-
-def commits(uri: str, *, limit: int | None = None) -> list[dict[str, Any]]:
-    """Our commits of the table, newest first: ``[{"version", "timestamp" (ms), **metadata}]``
-    (``DeltaTable.history``; commits without our metadata, like vacuum's, are left out)."""
-    dt = open_table(uri)
-    if dt is None:
-        return []
-    found = []
-    for entry in dt.history(limit=limit):
-        meta = commit_metadata(entry)
-        if meta:
-            found.append({**meta, "version": int(entry["version"]), "timestamp": entry.get("timestamp")})
-    return found
-
-
 # ---------------------------------------------------------------------------------------------
 # Reading the log (on the driver)
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DataFile:
-    """One data file that a table version names: ``path`` relative to the table, ``url``
-    absolute, ``rows``, ``size`` (bytes), ``partition`` {column: text or None}."""
-
-    path: str
-    url: str
-    rows: int
-    size: int
-    partition: dict[str, str | None]
-
-
-def table_files(uri: str, *, version: int | None = None, dt: Any = None,
-                where: Mapping[str, Iterable[str]] | None = None) -> list[DataFile]:
-    """The data files of the table at ``uri`` (version ``version``, default the latest), sorted by
-    path; ``[]`` when there is no table.
-
-    :param where: ``{partition column: allowed values}`` (e.g. ``{"interval_id": [id]}``).
-    """
-    import pyarrow as pa
-
-    if dt is None:
-        dt = open_table(uri, version)
-    if dt is None:
-        return []
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    parts = [n[len("partition."):] for n in actions.column_names if n.startswith("partition.")]
-    cols = {n: actions.column(f"partition.{n}").to_pylist() for n in parts}
-    paths = actions.column("path").to_pylist()
-    sizes = actions.column("size_bytes").to_pylist()
-    counts: list[Any] = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else [None] * len(paths)
-    wanted = {k: {str(v) for v in vs} for k, vs in (where or {}).items()}
-    base = uri.rstrip("/")
-    files = []
-    for i, path in enumerate(paths):
-        partition = {n: (None if cols[n][i] is None else str(cols[n][i])) for n in parts}
-        if any(partition.get(k) not in vs for k, vs in wanted.items()):
-            continue
-        rel = unquote(path)
-        files.append(DataFile(rel, f"{base}/{rel}", int(counts[i] if counts[i] is not None else -1),
-                              int(sizes[i]), partition))
-    return sorted(files, key=lambda f: f.path)
-
 
 def committed_intervals(uri: str, *, dt: Any = None) -> list[str]:
     """The interval IDs that the latest version of an interval table (``dt``, when opened already)
@@ -460,8 +356,6 @@ def check_layout(layout: Layout) -> None:
 
     :raises OldLayoutError: names the folder and what to do.
     """
-    from airflow_provider_plgd.exceptions import OldLayoutError
-
     fs, latest = to_fs(join_path(layout.snapshots_dir(), "_latest.json"))
     probes = [(latest, latest)]  # (what the error names, the record that shows it)
     folders = [to_fs(layout.table(name))[1] for name in INTERVAL_TABLES]

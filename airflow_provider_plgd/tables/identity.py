@@ -24,12 +24,15 @@ from __future__ import annotations
 import errno
 import json
 import os
+import posixpath
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_plgd.exceptions import PipelineIdentityError
+from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
 from airflow_provider_plgd.tables import storage
 from airflow_provider_plgd.tables.layout import LEDGER_DIR, PIPELINE_FILE, Layout
 
@@ -100,8 +103,6 @@ def _canonical(name: str, value: Any) -> Any:
 def show(name: str, value: Any) -> str:
     """A setting's value as errors and logs name it: ``all owners``, ``all event types``, a list
     cut after 10 names, else ``repr``."""
-    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-
     if name == "owners" and not value:
         return "all owners"
     if name == "event_types" and set(value or ()) >= set(EVENT_TYPES):
@@ -196,9 +197,6 @@ def create_exclusive(url: str, data: bytes) -> None:
     :raises FileExistsError: ``url`` exists (or another writer created it first).
     :raises OSError: the write failed (names the path).
     """
-    import posixpath
-    import uuid
-
     fs, path = storage.to_fs(url)
     with storage.io_error_with_path(fs, path, "create"):
         if storage.is_local(fs):

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from airflow_provider_plgd.tables.storage import join_path
+from airflow_provider_plgd.tables.storage import join_path, location_url, to_fs
+from airflow_provider_plgd.tables.storage_root import normalize_storage_root, resolve_storage_root
 from airflow_provider_plgd.times import IntervalId
 
 #: Folder of the staging tables (one per stream).
@@ -70,8 +71,6 @@ def validate_partition_value(value: object, what: str) -> str:
 def _root_text(value: Any) -> str:
     """A root as text: a path object with ``.fs`` and ``.path`` (``ObjectStoragePath``) as its URL."""
     if not isinstance(value, str) and hasattr(value, "fs") and hasattr(value, "path"):
-        from airflow_provider_plgd.tables.storage import location_url, to_fs
-
         return location_url(*to_fs(value))
     return str(value)
 
@@ -96,8 +95,6 @@ class Layout:
         """
         if isinstance(value, Layout):
             return value
-        from airflow_provider_plgd.tables.storage_root import normalize_storage_root
-
         return cls(normalize_storage_root(_root_text(value)))
 
     @classmethod
@@ -110,8 +107,6 @@ class Layout:
             (``hooks.base.resolve_layout`` does both), or None.
         :raises ValueError: a root that is refused (the message names it).
         """
-        from airflow_provider_plgd.tables.storage_root import resolve_storage_root
-
         return cls(resolve_storage_root(value, connection_root))
 
     @classmethod

@@ -18,9 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import FewerMessagesError, IntervalGapError, NarrowerRerunError
-from airflow_provider_plgd.tables import storage
+from airflow_provider_plgd.plgd.subjects import subject_owner
+from airflow_provider_plgd.tables import delta_tables, staging, storage
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import SCOPE_FILTER, UNROUTED_OWNER
 from airflow_provider_plgd.tables.ledger_listing import list_ledger, never_planned
@@ -223,18 +227,10 @@ def owners_of_run(layout: Layout, stream: str, interval_id: IntervalId | str,
     from the interval's output rows: ``events`` (``owner_id``) and ``quarantine`` (the owner of the
     ``subject``; ``_unrouted`` when it has none).
     """
-    from airflow_provider_plgd.tables import staging
-
     found = staging.owners_with_messages(layout, stream, str(interval_id))
     recorded = sum(int(r.get("staged") or 0) for r in records)
     if sum(found.values()) >= recorded:
         return found
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from airflow_provider_plgd.plgd.subjects import subject_owner
-    from airflow_provider_plgd.tables import delta_tables
-
     outputs: dict[str, int] = {}
     for name, column in ((delta_tables.EVENTS, "owner_id"), (delta_tables.QUARANTINE, "subject")):
         for f in delta_tables.table_files(delta_tables.interval_table_uri(layout, name),

@@ -46,7 +46,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from airflow_provider_plgd.tables import content, delta_tables
+from airflow_provider_plgd.exceptions import MaintenanceError
+from airflow_provider_plgd.tables import content, delta_tables, reconcile, snapshot_store
 from airflow_provider_plgd.tables.layout import Layout, StorageRoot
 from airflow_provider_plgd.times import IntervalId
 
@@ -148,8 +149,6 @@ class MaintenanceReport:
 
 def chain_head(layout: Layout) -> str | None:
     """The newest interval the latest snapshot folded (its record's ``interval_id``), or None."""
-    from airflow_provider_plgd.tables import snapshot_store
-
     record = snapshot_store.latest(layout)
     return None if record is None else str(record["interval_id"])
 
@@ -198,10 +197,9 @@ def compact_table(uri: str, head: str | None, settings: MaintenanceSettings = Ma
     :raises MaintenanceError: a compaction commit changed the row count of an interval (names it,
         both counts and the version to restore).
     """
+    # lazy: deltalake stays off the DAG-parse path (etl.maintenance imports this module's settings)
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import CommitProperties
-
-    from airflow_provider_plgd.exceptions import MaintenanceError
 
     t0 = time.monotonic()
     name = name or uri.rstrip("/").rsplit("/", 1)[-1]
@@ -282,8 +280,6 @@ def maintain_tables(root: StorageRoot, *, settings: MaintenanceSettings = Mainte
     :raises MaintenanceError: as :func:`compact_table`.
     :raises ValueError: a root that ``Layout.of`` refuses.
     """
-    from airflow_provider_plgd.tables import reconcile, snapshot_store
-
     layout = Layout.of(root)
     t0 = time.monotonic()
     head = chain_head(layout)

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_plgd.exceptions import LedgerError
-from airflow_provider_plgd.tables import storage
+from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
+from airflow_provider_plgd.tables import staging_commits, storage
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.ledger import (
     ALL_OWNERS,
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 def selection_text(plan: Mapping[str, Any]) -> dict[str, Any]:
     """What a plan record selected, bounded for logs and XCom: ``{"owners": "all" | [≤ 20 names],
     "owners_count": None (all) | n, "event_types": "all N" | [names], "event_types_count"}``."""
-    from airflow_provider_plgd.plgd.event_types import EVENT_TYPES
-
     owners, types = plan.get("owners"), list(plan.get("event_types") or [])
     return {
         "owners": ALL_OWNERS if owners is None else list(owners)[:20],
@@ -169,8 +168,6 @@ def expire_staging(layout: Layout, stream: str, retention_seconds: float) -> dic
     :return: ``{"intervals", "files", "rows", "vacuumed"}``, or None when nothing was expired or
         the expiry failed.
     """
-    from airflow_provider_plgd.tables import staging_commits
-
     try:
         done = staging_commits.expire_intervals(layout, stream, retention_seconds=retention_seconds,
                                                 committed=lambda iid: is_reconciled(layout, stream, iid))

@@ -37,6 +37,7 @@ from collections.abc import Iterable
 
 from airflow_provider_plgd.exceptions import StorageRootOverlapError
 from airflow_provider_plgd.tables import storage
+from airflow_provider_plgd.tables.delta_tables import INTERVAL_TABLES
 from airflow_provider_plgd.tables.layout import (
     LEDGER_DIR,
     PIPELINE_FILE,
@@ -110,8 +111,6 @@ def check_apart(layout: Layout, others: Iterable[str] = ()) -> None:
 
 def _check_below(fs, top: str) -> None:
     """The down rule of the module: the root's own folders hold no foreign root or table."""
-    from airflow_provider_plgd.tables.delta_tables import INTERVAL_TABLES
-
     children = _folders(fs, top)
     recorded = bool(children) and bool(fs.exists(storage.to_fs(storage.join_path(top, LEDGER_DIR, PIPELINE_FILE))[1]))
     probes: list[tuple[str, str, str]] = []

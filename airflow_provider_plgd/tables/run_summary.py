@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_plgd.tables import chain, reconcile
 from airflow_provider_plgd.tables.layout import Layout
+from airflow_provider_plgd.tables.storage import to_fs
 from airflow_provider_plgd.times import IntervalId, interval_end_epoch
 
 APPS = ("decode", "dedupe", "rebuild")
@@ -21,8 +23,6 @@ APPS = ("decode", "dedupe", "rebuild")
 def read_app_summary(layout: Layout, app: str, interval_id: IntervalId | str) -> dict[str, Any] | None:
     """Read one application's summary; ``None`` when that application has not written one."""
     path = layout.run_summary(app, interval_id)
-    from airflow_provider_plgd.tables.storage import to_fs
-
     fs, fs_path = to_fs(path)
     if not fs.exists(fs_path):
         return None
@@ -81,8 +81,6 @@ def collect_run_summary(layout: Layout, stream: str, interval_id: IntervalId | s
     :param interval_id: the staging interval ID.
     :return: the :class:`RunSummary` (without ``params`` and ``staging_expired``).
     """
-    from airflow_provider_plgd.tables import chain, reconcile
-
     apps = {app: read_app_summary(layout, app, interval_id) for app in APPS}
     holes = [f"interval {h.interval_id} ({h.messages} messages) was never deduplicated"
              for h in chain.holes_before(layout, stream, interval_id)]

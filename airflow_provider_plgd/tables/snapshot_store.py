@@ -205,6 +205,7 @@ def roll_back(root: StorageRoot, version: str) -> dict[str, Any]:
     :return: the record of ``version`` (as :func:`latest` now returns it).
     :raises ValueError: no snapshot ``version`` in the Delta log, or a root that ``Layout.of`` refuses.
     """
+    # lazy: deltalake stays off the DAG-parse path and the Spark executors
     from deltalake.transaction import CommitProperties
 
     layout = Layout.of(root)

@@ -73,14 +73,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from airflow_provider_plgd import DISTRIBUTION_NAME, __version__
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import STAGING_DIR, Layout, validate_partition_value  # noqa: F401 (re-exported)
 from airflow_provider_plgd.tables.storage import map_io, to_fs
 
@@ -221,8 +225,6 @@ def file_batch_owner(path: str) -> str | None:
 def new_write_id() -> str:
     """A random ID for the file names of one writer (12 hex digits): a fetch's staging files, a
     Spark application's data files, a staging commit."""
-    import uuid
-
     return uuid.uuid4().hex[:12]
 
 
@@ -274,17 +276,11 @@ class StagedFile:
 
 def open_staging_table(layout: Layout, stream: str, version: int | None = None):
     """The staging table's ``deltalake.DeltaTable`` (at ``version``), or None when there is none."""
-    from airflow_provider_plgd.tables import delta_tables
-
     return delta_tables.open_table(layout.staging_table(stream), version)
 
 
 def log_files(dt: Any, uri: str, interval_ids: Iterable[str] | None = None) -> list[StagedFile]:
     """The data files of table ``dt`` (at ``uri``), of ``interval_ids`` only when given, sorted by path."""
-    from urllib.parse import unquote
-
-    import pyarrow.compute as pc
-
     actions = pa.table(dt.get_add_actions(flatten=True))
     if interval_ids is not None:
         wanted = pa.array(sorted(set(interval_ids)), pa.string())
@@ -336,9 +332,6 @@ def read_staged(layout: Layout, stream: str, interval_id: str, *, owners: Iterab
     :param columns: columns to return (default every column of :data:`TABLE_SCHEMA`).
     :return: rows ordered by ``event_type``, ``owner_id``, ``stream_seq`` (a batch is a run of it).
     """
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     wanted = None if owners is None else sorted(set(owners))
     names = list(columns or TABLE_SCHEMA.names)
     file_cols = [c for c in FILE_SCHEMA.names if c in names or c in (OWNER_COLUMN, "stream_seq")]
@@ -367,9 +360,6 @@ def owners_with_messages(layout: Layout, stream: str, interval_id: str) -> dict[
     """``{owner_id: rows}`` of one interval's staging: a scan of the ``owner_id`` column only
     (dictionary-encoded and sorted in each file, so cheap; bounded by the interval's messages,
     never by the owners without any). ``{}`` when nothing is staged for it."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     def count(f: StagedFile) -> dict[str, int]:
         fs, path = to_fs(f.url)
         with fs.open(path, "rb") as fh:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
+from airflow_provider_plgd.tables import delta_tables
 from airflow_provider_plgd.tables.layout import Layout
 from airflow_provider_plgd.tables.staging import (
     COMMIT_TRIES,
@@ -54,13 +56,11 @@ class StagingCommit:
 
 
 def _table(layout: Layout, stream: str):
-    from airflow_provider_plgd.tables import delta_tables
-
     return delta_tables.ensure_table(layout.staging_table(stream), TABLE_SCHEMA, PARTITION_COLUMNS)
 
 
 def _remove(f: StagedFile, now_ms: int):
-    from deltalake.transaction import RemoveAction
+    from deltalake.transaction import RemoveAction  # lazy: deltalake stays off the DAG-parse path
 
     return RemoveAction(f.path, True, now_ms, f.size, {INTERVAL_COLUMN: f.interval_id, EVENT_TYPE_COLUMN: f.event_type})
 
@@ -72,9 +72,7 @@ def _commit(dt: Any, actions: list, apps: Mapping[str, int], metadata: Mapping[s
     :return: ``(its version, the table at the latest version)``.
     :raises CommitFailedError: Delta's conflict check refused it (deltalake's exception).
     """
-    from deltalake.transaction import CommitProperties, Transaction
-
-    from airflow_provider_plgd.tables import delta_tables
+    from deltalake.transaction import CommitProperties, Transaction  # lazy: as in _remove
 
     commit_id = new_write_id()
     props = CommitProperties(
@@ -95,9 +93,7 @@ def _retrying(uri: str, what: str, attempt: Callable[[], StagingCommit]) -> Stag
     commit: a conflict with another writer's commit (another range's, an expiry's delete) is
     retried on the new version; after :data:`COMMIT_TRIES` the last conflict is raised as
     ``TableCommitError``."""
-    from deltalake.exceptions import CommitFailedError
-
-    from airflow_provider_plgd.exceptions import TableCommitError
+    from deltalake.exceptions import CommitFailedError  # lazy: as in _remove
 
     last: Exception | None = None
     for i in range(COMMIT_TRIES):
@@ -113,8 +109,6 @@ def _retrying(uri: str, what: str, attempt: Callable[[], StagingCommit]) -> Stag
 
 def _check_newer(uri: str, app: str, done: int | None, run_version: int, what: str) -> bool:
     """True when ``app`` already holds ``run_version``; raise when it holds a newer one."""
-    from airflow_provider_plgd.exceptions import TableCommitError
-
     if done is None or int(done) < run_version:
         return False
     if int(done) == run_version:
@@ -166,8 +160,6 @@ def committed_range(layout: Layout, stream: str, interval_id: str, range_index: 
     :raises LedgerError: the plan's run is not recorded in the table (its ``plan`` did not run
         :func:`begin_interval`).
     """
-    from airflow_provider_plgd.tables import delta_tables
-
     uri = layout.staging_table(stream)
     dt = delta_tables.open_table(uri)
     _check_plan(dt, uri, interval_id, run_version)
@@ -185,8 +177,6 @@ def committed_range(layout: Layout, stream: str, interval_id: str, range_index: 
 
 
 def _check_plan(dt: Any, uri: str, interval_id: str, run_version: int) -> None:
-    from airflow_provider_plgd.exceptions import LedgerError, TableCommitError
-
     begun = None if dt is None else dt.transaction_version(plan_app_id(interval_id))
     if begun is not None and int(begun) > run_version:
         raise TableCommitError(f"{uri}: a newer plan of interval {interval_id} began its run ({begun} > this task's "
@@ -214,8 +204,6 @@ def commit_range(layout: Layout, stream: str, interval_id: str, range_index: int
     :raises TableCommitError: a newer plan began the interval or committed the range.
     :raises LedgerError: the plan's run is not recorded in the table.
     """
-    from airflow_provider_plgd.tables import delta_tables
-
     uri = layout.staging_table(stream)
     app = range_app_id(interval_id, range_index)
 
@@ -246,8 +234,6 @@ def commit_batches(layout: Layout, stream: str, interval_id: str, owner_id: str,
     :return: the commit (``files``: the batches' files now).
     :raises TableCommitError: a newer task committed one of the batches first.
     """
-    from airflow_provider_plgd.tables import delta_tables
-
     uri = layout.staging_table(stream)
     types = sorted(set(event_types))
     apps = {batch_app_id(interval_id, owner_id, t): run_version for t in types}
@@ -306,8 +292,6 @@ def expire_intervals(layout: Layout, stream: str, *, retention_seconds: float, n
     :return: :class:`Expiry`.
     :raises ValueError: a negative retention.
     """
-    from airflow_provider_plgd.tables import delta_tables
-
     if retention_seconds < 0:
         raise ValueError(f"staging retention must be >= 0 seconds, got {retention_seconds!r}")
     uri = layout.staging_table(stream)

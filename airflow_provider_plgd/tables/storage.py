@@ -18,6 +18,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -111,8 +112,6 @@ def map_io(fn: Callable[[Any], Any], items: Sequence[Any], threads: int = IO_THR
     """
     if threads <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=min(threads, len(items)), thread_name_prefix="plgd-io") as pool:
         return list(pool.map(fn, items))
 

@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,21 @@ DAG_ID = "plgd_events_etl"
 #: Seconds between two looks at the metadata database (a few SELECTs: far cheaper than a task start).
 POLL_S = 0.5
 RUN_TIMEOUT_S = 900  # a busy 2-core CI machine: 3 runs of 9 tasks each took 510 s beside other jobs
+
+
+#: ``$AIRFLOW_HOME/config/airflow_local_settings.py`` of every stack; Airflow imports it in each of
+#: its processes. The scheduler and the dag-processor import the ETL's modules once, at their start:
+#: the LocalExecutor's task processes and the dag-processor's parse processes are forked from them
+#: and find the modules imported, instead of importing them again for every task (~0.5 s CPU each,
+#: 1-2.5 s wall on a busy machine: the "dag_file_parse_ms" of a task's log). Each task still runs the
+#: DAG file and its own code in its own process (docs/testing.md, "Third round, Airflow side").
+LOCAL_SETTINGS = """\
+import sys
+
+if sys.argv[1:2] in (["scheduler"], ["dag-processor"]):
+    import airflow_provider_plgd.etl  # noqa: F401
+    import airflow_provider_plgd.hooks.jetstream  # noqa: F401
+"""
 
 
 def free_port() -> int:
@@ -47,11 +64,16 @@ class AirflowStack:
 
     COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
-    def __init__(self, *, home: Path, env: dict[str, str], db_url: str) -> None:
+    def __init__(self, *, home: Path, env: dict[str, str], db_url: str, api_apps: str = "execution") -> None:
         self.home = home
+        self.api_apps = api_apps
         self.env = env
         self.db_url = db_url
         self.procs: dict[str, subprocess.Popen] = {}
+        config = home / "config"
+        config.mkdir(exist_ok=True)
+        if os.environ.get("PLGD_TEST_NO_PREIMPORT") != "1":  # to compare
+            (config / "airflow_local_settings.py").write_text(LOCAL_SETTINGS)
 
     def cli(self, *args: str, timeout: float = 180) -> str:
         """Run ``airflow <args>``; return stdout; AssertionError with the output on failure."""
@@ -60,12 +82,46 @@ class AirflowStack:
         assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         return proc.stdout
 
+    def api(self, method: str, path: str, body: Any = None, *, timeout: float = 60) -> tuple[int, Any]:
+        """One request to the api-server's public REST API (``api_apps`` with ``core``), as the UI sends
+        it: ``(status, JSON body)``; no token needed (``simple_auth_manager_all_admins``). A request
+        costs the api-server a few ms, an ``airflow`` CLI call ~3-4 s CPU of Python start."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.env["AIRFLOW__API__BASE_URL"] + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=timeout) as response:
+                    return response.status, json.loads(response.read() or b"null")
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read() or b"null")
+            except urllib.error.URLError:  # the api-server is not listening yet
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(POLL_S)
+
+    def reparse(self, dag_id: str = DAG_ID) -> datetime:
+        """Ask the dag-processor to parse the DAG's file now (the UI's "Reparse Dag":
+        ``PUT /api/v2/parseDagFile/{file_token}``) and wait until it did; return the parse time. The
+        stacks parse a file once, then only on request (``MIN_FILE_PROCESS_INTERVAL`` 600 s), not
+        every few seconds (a fork and the DAG file's import each)."""
+        asked = datetime.now().astimezone()
+        status, dag = self.api("GET", f"/api/v2/dags/{dag_id}")
+        assert status == 200, (status, dag)
+        status, body = self.api("PUT", f"/api/v2/parseDagFile/{dag['file_token']}")
+        assert status == 201, (status, body)
+        return self.poll(f"the dag-processor parsed {dag_id} again", lambda: (self.query(
+            "SELECT last_parsed_time FROM dag WHERE dag_id = %s AND last_parsed_time > %s", dag_id, asked)
+            or [None])[0], timeout=120)[0]
+
     def start(self, names: tuple[str, ...] | None = None) -> None:
         for name in names or self.COMPONENTS:
             args = [name]
             if name == "api-server":
                 args += ["--host", "127.0.0.1", "--port", self.env["_PLGD_API_PORT"], "--workers", "1",
-                         "--apps", "execution"]
+                         "--apps", self.api_apps]
             log = (self.home / f"{name}.log").open("ab")
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "airflow", *args], env=self.env, cwd=self.home,
@@ -81,7 +137,28 @@ class AirflowStack:
         path = self.home / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) used so far by each component's process group: its live
+        processes and the children they waited for (task processes, parse processes)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        groups = {proc.pid: name for name, proc in self.procs.items()}
+        used = dict.fromkeys(self.procs, 0.0)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the process ended meanwhile
+                continue
+            name = groups.get(int(fields[2]))  # the process group
+            if name:
+                used[name] += sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
+        return used
+
     def stop(self) -> None:
+        try:
+            cpu = self.cpu_seconds()
+            print(f"[airflow_stack] CPU s by component: { {k: round(v, 1) for k, v in cpu.items()} }")
+        except OSError:  # no /proc
+            pass
         for proc in self.procs.values():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,11 +70,57 @@ def use_spark_connect(monkeypatch, server, *, conn_id: str = "plgd_spark_connect
         monkeypatch.delenv(key, raising=False)
 
 
+def run_connect_client(server, script: Path, *args: str, log: Path, timeout: float = 900) -> None:
+    """Run the driver ``script`` (a plain Python program: ``session.build_spark_session`` then
+    ``session.ship_code``) as a client of the session's Spark Connect server (fixture
+    ``spark_connect_server``): ``SPARK_REMOTE`` set, this checkout first on ``PYTHONPATH``, no
+    ``PYSPARK_PYTHON`` (the client runs no Python worker; the server's have no provider). For the
+    tests whose point is an application's logic, not the ``spark-submit`` path (docs/testing.md,
+    "Which test proves what"). The caller holds the Spark lock. Fails the test with the log's tail.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, SPARK_REMOTE=server.remote, PYTHONPATH=str(repo))
+    for key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        env.pop(key, None)
+    with log.open("ab") as fh:
+        proc = subprocess.run([sys.executable, str(script), *args], env=env, stdout=fh, stderr=subprocess.STDOUT,
+                              cwd=repo, timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+        pytest.fail(f"{script.name} on Spark Connect failed ({proc.returncode}):\n{tail}")
+
+
 def load_test_dag(dags_folder: Path, name: str, text: str, dag_id: str):
     """Write the DAG file ``{dags_folder}/{name}.py`` with ``text`` and return its DAG ``dag_id``."""
     path = dags_folder / f"{name}.py"
     path.write_text(text)
     return load_dag(path, dag_id)
+
+
+#: An ETL DAG file whose Spark tasks run on the session's Spark Connect server (connection
+#: ``plgd_spark_connect_test``, :func:`use_spark_connect`), for tests of the chain and the tables
+#: rather than of ``spark-submit`` (docs/testing.md).
+CONNECT_ETL_DAG_FILE = """
+import tempfile
+from datetime import datetime, timedelta, timezone
+from airflow_provider_plgd.etl import build_etl_dag
+
+dag = build_etl_dag(dag_id={dag_id!r}, schedule=timedelta(seconds={interval_s}),
+                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
+                    spark_connect_conn_id="plgd_spark_connect_test", default_args={{"retries": 0}},
+                    storage_roots={roots})  # the roots a run may choose
+"""
+
+
+def load_connect_etl_dag(dags_folder: Path, dag_id: str, interval_s: int, *,
+                         storage_roots: str = "[tempfile.gettempdir()]"):
+    """Write and load :data:`CONNECT_ETL_DAG_FILE` as ``{dags_folder}/{dag_id}.py``.
+
+    :param interval_s: the schedule's interval, s.
+    :param storage_roots: the ``storage_roots`` argument as Python source (default: below the temp dir).
+    """
+    text = CONNECT_ETL_DAG_FILE.format(dag_id=dag_id, interval_s=int(interval_s), roots=storage_roots)
+    return load_test_dag(dags_folder, dag_id, text, dag_id)
 
 
 def load_dag(path: Path, dag_id: str):

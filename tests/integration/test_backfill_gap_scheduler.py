@@ -3,9 +3,9 @@
 What the issue reported: the DAG is paused (Airflow pauses new DAGs), the user backfills one past
 interval from the UI, whose Backfill form has "Unpause on trigger" ticked: it sends
 ``PATCH /api/v2/dags/{dag_id}`` ``{"is_paused": false}`` and ``POST /api/v2/backfills``. Here the
-same two writes are made with ``airflow dags unpause`` and ``airflow backfill create``, against a
-real api-server (execution API), scheduler (``LocalExecutor``), dag-processor and triggerer on
-PostgreSQL (``AirflowStack`` of ``test_backfill.py``).
+same two requests go to a real api-server (public REST API and execution API), with a real
+scheduler (``LocalExecutor``), dag-processor and triggerer on PostgreSQL (``AirflowStack``); the
+backfill that fills the hole is the ``airflow backfill create`` command the error names.
 
 The DAG is ``build_etl_dag`` with a 30 s data-interval schedule: four intervals I0..I3, all in the
 past, bounded by ``end_date``; the stream holds no message, so ``spark_needed`` skips the Spark
@@ -26,8 +26,9 @@ tasks and no ``spark-submit`` runs. The user backfills I2. What Airflow 3 does (
 
 The test unpauses first and waits for I0's run before it creates the backfill (the UI sends both
 requests at once; the scheduler creates I0 within a second, the dag-processor parses only every
-30 s), and lets the dag-processor parse every 5 s; I0's run (six task starts) outlasts that
-parse. About 2 minutes on a busy 2-core machine. Airflow 3 only.
+30 s), then asks the dag-processor for that parse (the UI's "Reparse Dag") instead of letting it
+parse every few seconds; I0's run (six task starts) outlasts that parse. About 2 minutes on a busy
+2-core machine. Airflow 3 only.
 """
 
 from __future__ import annotations
@@ -82,10 +83,8 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
                        database=airflow_postgres_db.airflow_env())
     env.update({
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # Airflow's default
-        # the dag-processor parses the file again every few seconds (Airflow's default: 30 s)
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
     })
-    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
+    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url, api_apps="core,execution")
 
     def dag_row() -> tuple | None:
         rows = stack.query("SELECT is_paused, next_dagrun FROM dag WHERE dag_id = %s", DAG_ID)
@@ -102,20 +101,23 @@ def test_backfill_of_one_interval_with_unpause_skips_the_one_before_and_plan_rep
         return (Path(Layout.of(str(root)).ledger_interval_dir("EVENTS", ids[k])) / "stream.json").exists()
 
     try:
-        stack.cli("db", "migrate", timeout=300)
         stack.start()
         # the paused DAG as parsed: no run yet, so its next run is the first interval
         row = stack.poll("the DAG parsed", dag_row)
         assert row == (True, starts[0]), row
 
         # "Unpause on trigger": the scheduler at once creates the run of next_dagrun (I0) ...
-        stack.cli("dags", "unpause", DAG_ID)
+        status, body = stack.api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+        assert (status, body["is_paused"]) == (200, False), (status, body)
         stack.poll("the scheduled run of I0", lambda: starts[0] in runs_by_start())
         # ... and the backfill of I2 creates its run
-        stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", iso[2], "--to-date", iso[2],
-                  "--reprocess-behavior", "failed", "--max-active-runs", "1")
-        # The dag-processor's next parse moves next_dagrun past the latest scheduled-or-backfill run
-        # (I2), while I0 still runs: I1 is skipped.
+        status, body = stack.api("POST", "/api/v2/backfills", {
+            "dag_id": DAG_ID, "from_date": iso[2], "to_date": iso[2], "reprocess_behavior": "failed",
+            "max_active_runs": 1})
+        assert status == 200, (status, body)
+        # The dag-processor's next parse (asked for now, not waited for) moves next_dagrun past the
+        # latest scheduled-or-backfill run (I2), while I0 still runs: I1 is skipped.
+        stack.reparse()
         stack.poll("next_dagrun after the backfilled interval", lambda: dag_row()[1] == starts[3])
         assert starts[1] not in runs_by_start(), stack.runs()
 

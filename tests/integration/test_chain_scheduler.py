@@ -17,8 +17,9 @@ proves what"): keep it on ``spark-submit``.
    and C's snapshot lacked A's devices.)
 2. **Fixed.** The failed tasks of A and B are cleared, then C's (the documented
    recovery): the latest snapshot holds A's and C's devices, and every message ID is kept once.
-3. **An interval older than the head.** The DAG author moves ``start_date`` one interval back and
-   backfills it: its ``plan`` refuses it (``OutOfOrderIntervalError``), and nothing is written.
+3. **An interval older than the head.** The DAG author moves ``start_date`` one interval back,
+   has the file parsed again and backfills the interval (``POST /api/v2/backfills``, the UI's
+   Backfill form): its ``plan`` refuses it (``OutOfOrderIntervalError``), and nothing is written.
 
 About 3-4 minutes on a busy 2-core machine. Airflow 3 only.
 """
@@ -83,7 +84,8 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
     home, dags, root, bin_dir = (tmp_path / n for n in ("airflow", "dags", "data", "bin"))
     for path in (home, dags, root, bin_dir):
         path.mkdir()
-    start_s = (int(time.time() // STEP) + 3) * STEP
+    # the next boundary: the publisher publishes A inside its window; the components start after C ended
+    start_s = (int(time.time() // STEP) + 1) * STEP
     starts = [datetime.fromtimestamp(start_s + STEP * k, tz=timezone.utc) for k in range(3)]  # A, B, C
     ids = [times.interval_id(s, s + timedelta(seconds=STEP)) for s in starts]
     iso = [s.isoformat() for s in starts]
@@ -97,8 +99,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
     env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=starts[0],
                        database=airflow_postgres_db.airflow_env())
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = "5"
-    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
+    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url, api_apps="core,execution")
 
     # A registers 2 devices, C 2 others (another seed); B holds no message
     sims = [generate(SimulationConfig(seed=seed, owners=1, devices_per_owner=2, resources_per_device=1, intervals=1,
@@ -127,7 +128,6 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
 
     timings: dict[str, float] = {}
     try:
-        stack.cli("db", "migrate", timeout=300)
         publisher.join(timeout=120)
         assert not publisher.is_alive() and not errors, errors
         timings["setup"] = time.monotonic() - t_start
@@ -175,23 +175,15 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
 
         # 3. An interval older than the chain's head: the DAG's start moves one interval back
         before = starts[0] - timedelta(seconds=STEP)
-        written = datetime.now(timezone.utc)
         (dags / f"{DAG_ID}.py").write_text(DAG_FILE.format(dag_id=DAG_ID, step=STEP, start=before.isoformat(),
                                                            end=iso[2]))
-        # one cheap query until the dag-processor parsed the file again, then the CLI (each call ~4 s)
-        stack.poll("the dag-processor parsed the new start date", lambda: stack.query(
-            "SELECT 1 FROM dag WHERE dag_id = %s AND last_parsed_time > %s", DAG_ID, written), timeout=120)
-
-        def backfilled() -> bool:
-            try:
-                stack.cli("backfill", "create", "--dag-id", DAG_ID, "--from-date", before.isoformat(),
-                          "--to-date", before.isoformat(), "--reprocess-behavior", "failed",
-                          "--max-active-runs", "1")
-            except AssertionError:  # the dag-processor has not parsed the new start date yet
-                return False
-            return before in runs()
-
-        stack.poll("the backfill of the interval before A", backfilled, timeout=120, every=5.0)
+        stack.reparse()  # the dag-processor parses the new start date now (the UI's "Reparse Dag")
+        # the backfill, as the UI's Backfill form sends it (POST /api/v2/backfills)
+        status, body = stack.api("POST", "/api/v2/backfills", {
+            "dag_id": DAG_ID, "from_date": before.isoformat(), "to_date": before.isoformat(),
+            "reprocess_behavior": "failed", "max_active_runs": 1})
+        assert status == 200, (status, body)
+        stack.poll("the backfill's run of the interval before A", lambda: before in runs())
         stack.poll("its run ended", lambda: runs()[before][1] in ("failed", "success"))
         got = states(before)
         assert runs()[before][1] == "failed" and got["plan"] == "failed", (stack.runs(), got)

@@ -1,4 +1,4 @@
-"""decode_events through real ``spark-submit --master local[2]`` (two runs, many assertions).
+"""decode_events through real ``spark-submit --master local[2]``, then on Spark Connect (two runs, many assertions).
 
 The staging Delta table (written with the fetch's writer and commit, ``tests/integration/staging_data.py``)
 holds one interval with:
@@ -10,13 +10,14 @@ holds one interval with:
 * things that must NOT be read: a file no commit names (a killed fetch's), a stray file in a
   partition folder, and another interval.
 
-Run 1: the app's command line (``spark_apps/decode_events.py``) with the ``--py-files`` zip of
-``spark_deps``. Run 2 (one more spark-submit): a small driver that reruns the app for the same
-interval and then reads both tables back with Spark's Parquet scan of the files the Delta log
-names (``deltalake``), with ``schemas.events_spark_schema()`` / ``quarantine_spark_schema()``
-(Spark's own Delta reader needs the delta-spark jars, which this machine cannot download). The
-tables are read with ``deltalake`` and ``polars`` (``tests/integration/delta_read.py``). Spark jobs run under
-``flock /tmp/spark.lock`` (shared 2-core machine).
+Run 1: the app's command line (``spark_apps/decode_events.py``) through ``spark-submit`` with the
+``--py-files`` zip of ``spark_deps`` (the decode CLI's ``spark-submit`` proof, docs/testing.md).
+Run 2: a small driver, a client of the session's Spark Connect server (``spark_connect_server``),
+that reruns the app for the same interval and then reads both tables back with Spark's Parquet
+scan of the files the Delta log names (``deltalake``), with ``schemas.events_spark_schema()`` /
+``quarantine_spark_schema()`` (Spark's own Delta reader needs the delta-spark jars, which this
+machine cannot download). The tables are read with ``deltalake`` and ``polars``
+(``tests/integration/delta_read.py``). Spark jobs hold a Spark slot (``spark_lock``; shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -42,15 +43,15 @@ from airflow_provider_plgd.spark.decode_batch import decode_batch
 from airflow_provider_plgd.spark_deps import spark_app_path
 from airflow_provider_plgd.tables import staging
 from airflow_provider_plgd.tables.layout import Layout
-from plgd_devtools.spark import spark_submit_env
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
+from tests.integration.conftest import run_connect_client
 from tests.integration.delta_read import delta_table, read_both, staging_rows
 from tests.integration.staging_data import write_batches
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
-from plgd_devtools.spark import SPARK_LOCK as LOCK  # noqa: E402
+VENV_BIN = Path(sys.executable).parent
 
 STREAM = "EVENTS"
 START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
@@ -83,10 +84,13 @@ def _sim_messages():
 
 
 def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
+    """``spark-submit --master local[2]`` with the short-run settings of the tests' DAGs
+    (``FAST_LOCAL_SPARK_CONF``), holding a Spark slot; fails with the log's tail."""
     spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
-    cmd = ["flock", LOCK, spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
-           "--conf", "spark.ui.enabled=false", app, *args]
-    with open(log, "w") as fh:
+    conf = {**FAST_LOCAL_SPARK_CONF, "spark.ui.enabled": "false"}
+    cmd = [spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
+           *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")), app, *args]
+    with spark_lock(), open(log, "w") as fh:
         proc = subprocess.run(cmd, env=spark_submit_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=str(log.parent))
     if proc.returncode != 0:
         tail = log.read_text()[-8000:]
@@ -102,6 +106,7 @@ from airflow_provider_plgd.spark_apps import decode_events
 
 cfg = json.load(open(sys.argv[1]))
 spark = session.build_spark_session("test-decode-rerun")
+session.ship_code(spark)  # a Spark Connect client: the server's Python workers have no provider
 summary = decode_events.run(spark, decode_events.parse_args(cfg["argv"]))
 def frame(root, schema):  # the files the Delta log names; partition columns from their Hive paths
     return spark.read.schema(schema).option("basePath", root).parquet(*DeltaTable(root).file_uris())
@@ -130,7 +135,7 @@ def log_files(uri: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, spark_connect_server):
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
     base = tmp_path_factory.mktemp("decode_app")
@@ -185,7 +190,7 @@ def run(tmp_path_factory):
     files1 = {t: log_files(out / t) for t in ("events", "quarantine")}
     versions1 = {t: delta_table(str(out / t)).version() for t in ("events", "quarantine")}
 
-    # ---- run 2: rerun + read back with Spark
+    # ---- run 2: rerun + read back with Spark, as a Spark Connect client
     cfg = {
         "argv": ["--root", str(root), "--interval-id", IID,
                  "--summary-path", str(base / "summary2.json")],
@@ -195,7 +200,8 @@ def run(tmp_path_factory):
     }
     (base / "cfg.json").write_text(json.dumps(cfg))
     (base / "driver.py").write_text(DRIVER)
-    spark_submit(py_files, str(base / "driver.py"), str(base / "cfg.json"), log=base / "run2.log")
+    with spark_lock():
+        run_connect_client(spark_connect_server, base / "driver.py", str(base / "cfg.json"), log=base / "run2.log")
 
     class R:
         pass

@@ -4,8 +4,9 @@ JetStream drops a repeated ``Nats-Msg-Id`` only within the stream's ``duplicate_
 window is 200 ms, and messages are published to nats-server around it: a publisher that reuses an
 ID later for another owner's event (a counter reset, a bridge forwarding IDs) gets two stored
 messages, and so does one that repeats a message after the window. The fetch operator stages two
-intervals; one ``spark-submit`` runs decode and dedupe on both; ``events_deduped`` is read with
-deltalake and polars. Another event under a reused ID is kept and counted as an ``id_conflict``
+intervals; one client of the session's Spark Connect server (``spark_connect_server``: the point is
+dedupe's decision, not the ``spark-submit`` path, which docs/testing.md names its tests for) runs
+decode and dedupe on both; ``events_deduped`` is read with deltalake and polars. Another event under a reused ID is kept and counted as an ``id_conflict``
 (within the interval and across the lookback); the same message again is still dropped, with a
 header ID and with a derived one (no header, as plgd publishes).
 """
@@ -13,28 +14,21 @@ header ID and with a derived one (no header, as plgd publishes).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_plgd import times
 from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
 from airflow_provider_plgd.simulator import SimulationConfig, generate
-from airflow_provider_plgd.spark_deps import build_py_files_zip
 from plgd_devtools.nats_server import BUNDLE_STREAM_CONFIG, recreate_stream
-from plgd_devtools.spark import spark_lock, spark_submit_env
-from tests.integration.conftest import publish_messages, read_stream
+from plgd_devtools.spark import spark_lock
+from tests.integration.conftest import publish_messages, read_stream, run_connect_client
 from tests.integration.delta_read import read_both
 
 pytestmark = pytest.mark.spark
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
 WINDOW_S = 0.2
 EVENT_TYPE = "devicemetadataupdated"
 
@@ -45,6 +39,7 @@ DRIVER = textwrap.dedent('''
 
     cfg = json.load(open(sys.argv[1]))
     spark = session.build_spark_session("plgd-test-msgid-conflict")
+    session.ship_code(spark)  # the server's Python workers have no provider
     out = []
     for iid in cfg["intervals"]:
         decode_events.run(spark, decode_events.parse_args(["--root", cfg["root"], "--interval-id", iid]))
@@ -54,7 +49,8 @@ DRIVER = textwrap.dedent('''
 ''')
 
 
-def test_a_reused_msg_id_keeps_both_events_and_a_true_duplicate_is_dropped(jetstream, storage_root, tmp_path):
+def test_a_reused_msg_id_keeps_both_events_and_a_true_duplicate_is_dropped(jetstream, storage_root, tmp_path,
+                                                                           spark_connect_server):
     sim = generate(SimulationConfig(seed=1, owners=2, devices_per_owner=1, resources_per_device=1, intervals=1,
                                     steps_per_interval=5))
     by_owner: dict[str, list] = {}
@@ -98,18 +94,12 @@ def test_a_reused_msg_id_keeps_both_events_and_a_true_duplicate_is_dropped(jetst
                                           start_time=lo, end_time=hi, storage_root=storage_root).execute({"params": {}})
         assert done["count"] == (6 if lo == start else 3)
 
-    py_files = build_py_files_zip(tmp_path / "py")
     cfg = {"root": storage_root, "intervals": intervals, "out": str(tmp_path / "out.json")}
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "driver.py").write_text(DRIVER)
-    spark_submit = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
-    log = tmp_path / "spark.log"
-    with spark_lock(), log.open("ab") as fh:
-        proc = subprocess.run([spark_submit, "--master", "local[2]", "--py-files", py_files,
-                               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-                               str(tmp_path / "driver.py"), str(tmp_path / "cfg.json")],
-                              env=spark_submit_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+    with spark_lock():
+        run_connect_client(spark_connect_server, tmp_path / "driver.py", str(tmp_path / "cfg.json"),
+                           log=tmp_path / "client.log", timeout=600)
     first, second = json.loads((tmp_path / "out.json").read_text())
 
     seq_of = {(subject, data): [] for subject, _, _, data in stored.values()}

@@ -1,16 +1,18 @@
-"""dedupe_events + rebuild_snapshots through real ``spark-submit --master local[2]``.
+"""dedupe_events + rebuild_snapshots on a Spark Connect server, and the rebuild's ``spark-submit`` CLI.
 
 Simulated plgd traffic (duplicates within and across intervals, corrupt payloads, a device
 unregistered and re-created, version gaps, old-hub snapshots, lead resource types) is staged per
-interval with the staging writer (the fetch operator's format), then one ``spark-submit`` runs,
-in one JVM, decode -> dedupe -> rebuild for every interval, a rebuild of everything at once into
-a second snapshot root (different bucket count), and a rebuild whose commit is made to fail.
-The last interval's dedupe is rerun in the same JVM; one more ``spark-submit`` calls the rebuild
-application's command line directly (a rerun of the last interval). Every snapshot version is
+interval with the staging writer (the fetch operator's format), then one client of the session's
+Spark Connect server (``spark_connect_server``; the point here is the applications' logic, not the
+way Spark starts) runs, in one session, decode -> dedupe -> rebuild for every interval, a rebuild
+of everything at once into a second snapshot root (different bucket count), and a rebuild whose
+commit is made to fail. The last interval's dedupe is rerun in the same session; then a real
+``spark-submit --master local[2]`` calls the rebuild application's command line directly (a rerun
+of the last interval: the rebuild CLI's ``spark-submit`` proof, docs/testing.md). Every snapshot version is
 compared with the simulator's ``expected_state``; dedupe output with the simulator's message IDs
 (also for an interval whose files are staged twice).
 
-Spark jobs run holding ``flock /tmp/spark.lock`` (shared 2-core machine).
+Spark jobs hold a Spark slot (``spark_lock``; shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from airflow_provider_plgd.simulator import SimulationConfig, expected_state, ge
 from airflow_provider_plgd.spark_deps import spark_app_path
 from airflow_provider_plgd.tables import snapshot_store
 from airflow_provider_plgd.tables.layout import Layout
-from plgd_devtools.spark import spark_lock, spark_submit_env
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
+from tests.integration.conftest import run_connect_client
 from tests.integration.delta_read import delta_rows, delta_table, read_both
 from tests.integration.staging_data import stage_simulation
 
@@ -67,6 +70,7 @@ DRIVER = textwrap.dedent('''
     cfg = json.load(open(sys.argv[1]))
     root, root_all = cfg["root"], cfg["root_all"]
     spark = session.build_spark_session("plgd-test-dedupe-rebuild")
+    session.ship_code(spark)  # a Spark Connect client: the server's Python workers have no provider
     out = {"decode": [], "dedupe": [], "rebuild": []}
     for iid, end in cfg["intervals"]:
         out["decode"].append(decode_events.run(spark, decode_events.parse_args(
@@ -307,11 +311,13 @@ DRIVER = textwrap.dedent('''
 
 
 def spark_submit(py_files: str, app: str, *args: str, log: Path) -> None:
-    """Run ``spark-submit --master local[2]`` holding the shared Spark lock (``fcntl.flock`` on
-    ``/tmp/spark.lock``, taken before the 20 min timeout starts); fail with the log tail."""
+    """Run ``spark-submit --master local[2]`` (the short-run settings of the tests' DAGs,
+    ``FAST_LOCAL_SPARK_CONF``) holding a Spark slot (``spark_lock``, taken before the 20 min
+    timeout starts); fail with the log tail."""
     spark_submit_bin = shutil.which("spark-submit", path=str(VENV_BIN)) or "spark-submit"
+    conf = {**FAST_LOCAL_SPARK_CONF, "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
     cmd = [spark_submit_bin, "--master", "local[2]", "--py-files", py_files,
-           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+           *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")),
            "--driver-memory", "2g", app, *args]
     with spark_lock(), log.open("ab") as fh:
         proc = subprocess.run(cmd, env=spark_submit_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO, timeout=1200)
@@ -347,8 +353,8 @@ def deduped_rows(root: Path, iid: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
-    """Stage, then run the driver (one spark-submit); returns a namespace of paths and results."""
+def pipeline(tmp_path_factory, spark_connect_server):
+    """Stage, then run the driver (one Spark Connect client); returns a namespace of paths and results."""
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
     base = tmp_path_factory.mktemp("dedupe_rebuild")
@@ -366,7 +372,8 @@ def pipeline(tmp_path_factory):
            "device_ids": sorted({m.device_id for m in sim.messages if getattr(m, "device_id", None)})}
     (base / "cfg.json").write_text(json.dumps(cfg))
     log = base / "spark.log"
-    spark_submit(py_files, str(driver), str(base / "cfg.json"), log=log)
+    with spark_lock():
+        run_connect_client(spark_connect_server, driver, str(base / "cfg.json"), log=log, timeout=1200)
     out = json.loads((base / "out.json").read_text())
 
     class P:

@@ -26,8 +26,8 @@ import pytest
 
 from airflow_provider_plgd.tables.layout import Layout
 from tests.integration.conftest import (
+    load_connect_etl_dag,
     load_dag,
-    load_test_dag,
     publish_messages,
     read_stream,
     use_spark_connect,
@@ -244,20 +244,8 @@ def test_spark_skip_reason_needs_no_message_no_outputs_and_no_expiring_pending(t
     shutil.rmtree(root)
 
 
-#: The chain's DAG runs its Spark tasks on the session's Spark Connect server: this test proves the
-#: chain (lookback, snapshot parent, rerun), not ``spark-submit`` (docs/testing.md).
-CHAIN_DAG_FILE = """
-import tempfile
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
-
-dag = build_etl_dag(dag_id="plgd_ux_chain", schedule=timedelta(seconds=STEP),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
-                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
-"""
-
-
+# The chain's DAG runs its Spark tasks on the session's Spark Connect server: this test proves the
+# chain (lookback, snapshot parent, rerun), not ``spark-submit`` (docs/testing.md).
 @pytest.mark.spark
 def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_chain(
         jetstream, dags_folder, storage_root, spark_connect_server, monkeypatch):
@@ -274,7 +262,7 @@ def test_a_skipped_empty_interval_keeps_the_dedupe_lookback_and_the_snapshot_cha
 
     use_spark_connect(monkeypatch, spark_connect_server)
     step = 8
-    dag = load_test_dag(dags_folder, "plgd_ux_chain", CHAIN_DAG_FILE.replace("STEP", str(step)), "plgd_ux_chain")
+    dag = load_connect_etl_dag(dags_folder, "plgd_ux_chain", step)
     # The simulator's intervals are two ETL intervals long and each is published at its start, so
     # ETL intervals 0 and 2 hold its messages and interval 1 (and 3) none.
     start_s = (int(time.time() // (2 * step)) + 1) * 2 * step

@@ -9,7 +9,9 @@ tables (``airflow_provider_plgd.tables.delta_tables``); every check below reads 
 
 **The reference chain** (uninterrupted runs, each root a copy of the one before): ``B0`` =
 decode + dedupe + rebuild of interval 0; ``B1`` = ``B0`` + decode of interval 1; ``B2`` = ``B1``
-+ dedupe of interval 1; ``B3`` = ``B2`` + rebuild of interval 1. ``B3`` is compared with the
++ dedupe of interval 1; ``B3`` = ``B2`` + rebuild of interval 1. It runs as one client of the
+session's Spark Connect server (``spark_connect_server``): it is the yardstick, not a kill; the
+killed runs and their reruns are ``spark-submit`` processes, and their rows must equal it. ``B3`` is compared with the
 ground truth: events + quarantine with the staged rows (decoded like ``decode_batch``
 in-process), ``events_deduped`` with the simulator's message IDs, every snapshot with
 ``simulator.expected_state``.
@@ -65,6 +67,7 @@ from airflow_provider_plgd.spark.decode_batch import decode_batch
 from airflow_provider_plgd.tables import snapshot_store, staging
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
+from tests.integration.conftest import run_connect_client
 from tests.integration.delta_read import staging_rows
 from tests.integration.staging_data import stage_simulation, write_batches
 
@@ -202,6 +205,7 @@ DRIVER = textwrap.dedent('''
 
     apps = {"decode": decode_events, "dedupe": dedupe_events, "rebuild": rebuild_snapshots}
     spark = session.build_spark_session("plgd-test-faults")
+    session.ship_code(spark)  # on Spark Connect (the reference chain): the server's workers have no provider
     out = []
     for step in cfg["steps"]:
         if "copy" in step:
@@ -416,7 +420,7 @@ def summary_file(root: Path, app: str, iid: str) -> Path:
 # the runs
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def faults(tmp_path_factory):
+def faults(tmp_path_factory, spark_connect_server):
     from airflow_provider_plgd.spark_deps import build_py_files_zip
 
     base = tmp_path_factory.mktemp("faults_spark")
@@ -435,7 +439,7 @@ def faults(tmp_path_factory):
     t = time.monotonic()
     with spark_lock():  # one hold of the shared Spark lock for every run below
         state["timings"]["waiting_for_the_spark_lock"] = round(time.monotonic() - t, 1)
-        _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state)
+        _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state, spark_connect_server)
     print("faults timings:", state["timings"])
 
     class F:
@@ -488,21 +492,32 @@ def _kill_chain(base, py_files, app, points, intervals, source, steps, state) ->
     return steps
 
 
-def _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state):
-    """The spark-submit processes (the caller holds the Spark lock); results go into ``state``."""
+def _runs(base, py_files, chain, fuzz_root, durable_root, intervals, state, connect_server):
+    """The reference chain on Spark Connect, then the spark-submit processes (the caller holds the
+    Spark lock); results go into ``state``."""
     b0, b1, b2, b3 = chain
     before = {"decode": b0, "dedupe": b1, "rebuild": b2}
     t = time.monotonic()
-    # the reference chain, then the kill matrix: each process reruns the app killed in the one
-    # before (on that run's copy) and then runs the next armed app on a fresh copy. (The three
-    # apps' chains side by side in threads were no faster on 2 cores.)
-    steps = [_step("decode", b0, intervals, 0), _step("dedupe", b0, intervals, 0), _step("rebuild", b0, intervals, 0),
-             {"copy": [str(b0), str(b1)]}, _step("decode", b1, intervals, 1),
-             {"copy": [str(b1), str(b2)]}, _step("dedupe", b2, intervals, 1),
-             {"copy": [str(b2), str(b3)]}, _step("rebuild", b3, intervals, 1)]
+    reference = base / "reference"
+    reference.mkdir()
+    (reference / "cfg.json").write_text(json.dumps({"marker": str(reference / "marker"), "out": str(reference / "out.json"),
+        "steps": [_step("decode", b0, intervals, 0), _step("dedupe", b0, intervals, 0),
+                  _step("rebuild", b0, intervals, 0),
+                  {"copy": [str(b0), str(b1)]}, _step("decode", b1, intervals, 1),
+                  {"copy": [str(b1), str(b2)]}, _step("dedupe", b2, intervals, 1),
+                  {"copy": [str(b2), str(b3)]}, _step("rebuild", b3, intervals, 1)]}))
+    (reference / "driver.py").write_text(DRIVER)
+    run_connect_client(connect_server, reference / "driver.py", str(reference / "cfg.json"),
+                       log=reference / "client.log")
+    state["timings"]["reference_on_connect"] = round(time.monotonic() - t, 1)
+    t = time.monotonic()
+    # the kill matrix: each process reruns the app killed in the one before (on that run's copy)
+    # and then runs the next armed app on a fresh copy. (The three apps' chains side by side in
+    # threads were no faster on 2 cores.)
+    steps: list[dict] = []
     for app, points in KILL_POINTS.items():
         steps = _kill_chain(base, py_files, app, points, intervals, before[app], steps, state)
-    state["timings"]["reference_and_kills"] = round(time.monotonic() - t, 1)
+    state["timings"]["kills"] = round(time.monotonic() - t, 1)
     # last: the rerun of the last kill; fuzzed decode; overlapping durable batches decoded +
     # deduplicated in order; then concurrency run A (decode of interval 0 into a copy), overlapped by run B
     t = time.monotonic()

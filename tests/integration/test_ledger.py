@@ -1,10 +1,9 @@
 """The interval ledger through real parts: what the stream holds, and every stage accounting for it.
 
-Real nats-server (``jetstream`` fixture), real Airflow ``dag.test()`` of the ETL DAG with its Spark
-tasks on the session's real Spark Connect server (the first test: it proves the ledger, not
-``spark-submit``; docs/testing.md), and the fetch operator / plan step against the real server
-(the others). Each test names the case of ``docs/reliability.md`` ("The interval ledger") it
-covers; each failed on the code before the ledger.
+Real nats-server (``jetstream`` fixture), the fetch operator and the plan step against the real
+server. Each test names the case of ``docs/reliability.md`` ("The interval ledger") it covers;
+each failed on the code before the ledger. The ledger through the whole ETL DAG (real Airflow, Spark
+Connect): test_ledger_dag.py.
 """
 
 from __future__ import annotations
@@ -12,220 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
-from airflow_provider_plgd import times
 from airflow_provider_plgd.exceptions import FewerMessagesError, LedgerError
 from airflow_provider_plgd.plgd.subjects import registrations_subject, resource_subject
 from airflow_provider_plgd.tables import ledger, staging
 from airflow_provider_plgd.tables.layout import Layout
 from plgd_devtools.nats_server import recreate_stream
-from tests.integration.conftest import load_test_dag, publish_messages, read_stream, use_spark_connect
+from tests.integration.conftest import publish_messages, read_stream
 from tests.integration.delta_read import staging_rows
 
-UTC = timezone.utc
-O1 = "6ba7b811-9dad-11d1-80b4-00c04fd430c8"
-O2 = "e1407479-3136-56c0-9908-bb02fb0339e2"
-DEV = "00000000-0000-0000-0000-000000000001"
-HREF = "78baefb2-dcdc-50c3-bb55-5ff4c5e4c8b2"
-
-
-def run_op(**kwargs):
-    from airflow_provider_plgd.operators.jetstream_to_staging import JetStreamToStagingOperator
-
-    kwargs.setdefault("task_id", "fetch")
-    return JetStreamToStagingOperator(**kwargs).execute({"params": {}})
-
-
-def traffic(n: int) -> list[tuple]:
-    """``n`` messages per owner on valid subjects (payload content does not matter to the fetch)."""
-    out = []
-    for i in range(n):
-        for owner in (O1, O2):
-            out.append((registrations_subject(owner, "devicesregistered"), f"r{i}".encode(), None))
-            out.append((resource_subject(owner, DEV, HREF, "resourcechanged"), f"c{i}".encode(), None))
-    return out
-
-
-def plan_ledger(root: str, start_ns: int, end_ns: int, owners: list[str] | None = None,
-                accept_fewer: bool = False, max_ranges: int = 1, range_messages: int = 100_000,
-                event_types: tuple[str, ...] = ("devicesregistered", "resourcechanged")) -> dict:
-    """The ETL plan step's ledger write (``etl.write_interval_ledger``) against the real server."""
-    from airflow_provider_plgd.etl import write_interval_ledger
-    from airflow_provider_plgd.hooks.jetstream import JetStreamHook
-
-    start, end = (datetime.fromtimestamp(ns / 1e9, tz=UTC) for ns in (start_ns, end_ns))
-    return write_interval_ledger(JetStreamHook(), Layout.of(root), times.Interval.of(start, end), owners, list(event_types),
-                                 accept_fewer=accept_fewer, max_ranges=max_ranges, range_messages=range_messages)
-
-
-def fetch_ranges(root: str, record: dict) -> list[dict]:
-    """Run the fetch task of every range of a plan record (the ETL's mapped ``fetch``)."""
-    base = Layout.of(root).ledger_interval_dir(record["stream"], record["interval_id"])
-    return [run_op(ledger_range=str(i), ledger=base, storage_root=root) for i in range(record["fetch_ranges"])]
-
-
-def bounds_around(url: str) -> tuple[int, int]:
-    """An interval that holds every stored message (whole seconds around the first and last)."""
-    truth = read_stream(url)
-    times = [t for _s, t, _h, _d in truth.values()]
-    start, end = (min(times) // 10**9) * 10**9, (max(times) // 10**9 + 1) * 10**9
-    while time.time_ns() < end + 50_000_000:  # complete on the server's clock (the fetch checks it)
-        time.sleep(0.05)
-    return start, end
-
-
-# ---------------------------------------------------------------------------------------------
-# Case 1: unknown event types, malformed subjects, unrouted subjects and old-hub snapshots,
-# through the whole ETL DAG (real Airflow, real Spark Connect server)
-# ---------------------------------------------------------------------------------------------
-ETL_DAG_FILE = """
-import tempfile
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
-
-dag = build_etl_dag(dag_id="plgd_test_ledger_etl", schedule=timedelta(seconds=INTERVAL),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_connect_conn_id="plgd_spark_connect_test", default_args={"retries": 0},
-                    storage_roots=[tempfile.gettempdir()])  # runs choose their root below it
-"""
-
-
-@pytest.mark.spark
-@pytest.mark.airflow
-def test_unknown_types_bad_and_unrouted_subjects_reach_quarantine_and_the_ledger_adds_up(
-        jetstream, dags_folder, storage_root, spark_connect_server, monkeypatch):
-    from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
-    from plgd_devtools.snapshot_compare import compare_snapshot
-    from plgd_devtools.spark import spark_lock
-
-    use_spark_connect(monkeypatch, spark_connect_server)
-    interval = 8
-    dag = load_test_dag(dags_folder, "plgd_test_ledger_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
-                        "plgd_test_ledger_etl")
-
-    start_s = (int(time.time() // interval) + 1) * interval
-    sim = generate(SimulationConfig(seed=3, owners=2, devices_per_owner=2, resources_per_device=2, intervals=1,
-                                    steps_per_interval=25, interval_seconds=interval,
-                                    start_time_ns=int(start_s * 1e9), old_hub_snapshots=True, corrupt=2))
-    publish(sim, servers=[jetstream.url], stream="EVENTS", wait_for_intervals=True)
-    owner = sim.messages[0].subject.split(".")[2]
-    strange = [
-        # a newer hub's event type under a valid owner: staged in the owner's _unknown batch
-        (f"plgd.owners.{owner}.devices.{DEV}.resources.{HREF}.resourcemigrated", b"\x00\x01", None),
-        # not a plgd subject form, valid owner
-        (f"plgd.owners.{owner}.bogus", b"x", None),
-        # unrouted: no valid owner token, or outside plgd.owners
-        ("plgd.owners.bad=owner.registrations.devicesregistered", b"y", None),
-        ("plgd.status.ping", b"z", None),
-    ]
-    publish_messages(jetstream.url, strange)
-    end_s = start_s + interval
-    truth = read_stream(jetstream.url)
-    assert all(start_s * 1e9 <= t < end_s * 1e9 for _s, t, _h, _d in truth.values()), \
-        "publishing took longer than the interval"
-    time.sleep(max(0.0, end_s + 0.5 - time.time()))
-    snapshots = [s for s, _t, _h, _d in truth.values() if s.endswith("snapshottaken")]
-    assert snapshots, "the simulation has old-hub snapshots"
-
-    end = datetime.fromtimestamp(end_s, tz=UTC)
-    with spark_lock():
-        dr = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0})
-    assert "success" in str(dr.state).lower(), dr.state
-    interval_id = times.interval_id(end - timedelta(seconds=interval), end)
-
-    ledger_dir = Layout.of(storage_root).ledger_interval_dir("EVENTS", interval_id)
-    record = json.loads(Path(f"{ledger_dir}/stream.json").read_text())
-    assert record["total"] == len(truth)
-    assert record["owners"] is None and record["deleted_in_range"] == 0
-    summary = json.loads(Path(f"{ledger_dir}/summary.json").read_text())
-    assert summary["reconciled"] is True and summary["problems"] == []
-    chain = summary["chain"]
-    assert chain["stream_total"] == chain["staged"] == len(truth)
-    assert chain["unrouted"] == 2 and chain["owners_per_range"] == [2] * record["fetch_ranges"]
-    assert chain["skipped"] == {}
-    assert chain["decoded"] + chain["quarantined"] == len(truth)
-    assert sum(chain["quarantined_per_reason"].values()) == chain["quarantined"]
-
-
-    from airflow_provider_plgd.plgd.codec import DECODE_ERROR_REASONS
-    from tests.integration.delta_read import read_both
-
-    quarantine = read_both(f"{storage_root}/quarantine", "stream_seq", interval_id=interval_id)
-    reason_of = {row["subject"]: row["reason"] for row in quarantine}
-    assert {s for s, _d, _h in strange} <= set(reason_of)  # each one in quarantine, with a reason
-    assert all(reason_of[s] in DECODE_ERROR_REASONS for s, _d, _h in strange), reason_of
-    assert reason_of[strange[0][0]] == "unknown_event_type"
-    assert reason_of["plgd.status.ping"] == "bad_subject"
-    events = read_both(f"{storage_root}/events", "stream_seq", interval_id=interval_id)
-    assert {row["event_type"] for row in events} >= {"resourcestatesnapshottaken"} & {
-        s.rsplit(".", 1)[-1] for s in snapshots}
-    assert len(events) + len(quarantine) == len(truth)
-    assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
-    # every snapshot table read by engines that are not ours: the truth's rows, same devices
-    for table, rows in expected_state(sim, through_interval=0).items():
-        got = read_both(f"{storage_root}/snapshots/{table}", "device_id")
-        assert len(got) == len(rows) and sorted(r["device_id"] for r in got) == sorted(r["device_id"] for r in rows)
-
-    # The run's asset events carry the interval and its counts: one staging event (not one per
-    # fetch task), a quarantine event because rows were quarantined, the snapshot version.
-    from tests.integration.test_etl_dag_ux import asset_events
-
-    p = "plgd_test_ledger_etl."
-    runs = {app: json.loads(Path(f"{storage_root}/_runs/{app}/interval={interval_id}.json").read_text())
-            for app in ("decode", "dedupe", "rebuild")}
-    versions = {t: v for app in runs.values() for t, v in (app.get("delta_versions") or {}).items()}
-    assert asset_events(dr) == {
-        p + "staging": [{"interval_id": interval_id, "messages": len(truth), "owners": "all",
-                         "fetch_ranges": record["fetch_ranges"]}],
-        p + "events": [{"interval_id": interval_id, "decoded": chain["decoded"], "table": f"{storage_root}/events",
-                        "delta_version": versions["events"]}],
-        p + "quarantine": [{"interval_id": interval_id, "quarantined": chain["quarantined"],
-                            "per_reason": chain["quarantined_per_reason"], "table": f"{storage_root}/quarantine",
-                            "delta_version": versions["quarantine"]}],
-        p + "events_deduped": [{"interval_id": interval_id, "kept": chain["kept"],
-                                "duplicates": chain["dedupe_input"] - chain["kept"],
-                                "table": f"{storage_root}/events_deduped", "delta_version": versions["events_deduped"]}],
-        p + "snapshots": [{"interval_id": interval_id, "snapshot_version": chain["snapshot_version"],
-                           "rows": runs["rebuild"]["rows"],
-                           "tables": {t: f"{storage_root}/snapshots/{t}" for t in runs["rebuild"]["rows"]},
-                           "delta_versions": {t: versions[t] for t in runs["rebuild"]["rows"]}}],
-    }
-    # the Delta versions named are the tables' current ones (deltalake)
-    from tests.integration.delta_read import delta_table
-
-    for table in ("events", "quarantine", "events_deduped", "snapshots/resources"):
-        assert delta_table(f"{storage_root}/{table}").version() == versions[table.split("/")[-1]]
-    assert chain["quarantined"] > 0 and chain["snapshot_version"]
-    assert chain["selection"]["owners"] == "all"
-    assert chain["selection"]["event_types_count"] == len(record["event_types"])
-
-    # A narrower rerun of the interval (docs/reliability.md, "A narrower rerun"): one owner, or one
-    # event type, would replace the interval's rows in every table and so delete the others'; it is
-    # refused in plan, without retries, and every table keeps what it held (before: every task
-    # succeeded, the summary reconciled, and the other owner's rows were gone).
-    from airflow_provider_plgd.tables import snapshot_store
-
-    def deduped_ids() -> list[str]:
-        return sorted(r["msg_id"] for r in read_both(f"{storage_root}/events_deduped", "msg_id",
-                                                      interval_id=interval_id))
-
-    kept, latest = deduped_ids(), snapshot_store.latest(Layout.of(storage_root))
-    for narrower in ({"owners": [owner]}, {"event_types": ["devicesregistered", "resourcechanged"]}):
-        with spark_lock():
-            rerun = dag.test(logical_date=end, run_conf={"storage_root": storage_root, "settle_seconds": 0,
-                                                         **narrower})
-        states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in rerun.get_task_instances()
-                  if ti.map_index in (-1, 0)}
-        assert states["plan"] == "failed" and states["decode"] == "upstream_failed", (narrower, states)
-        assert [ti.try_number for ti in rerun.get_task_instances() if ti.task_id == "plan"] == [1]  # no retry
-        assert json.loads(Path(f"{ledger_dir}/stream.json").read_text()) == record  # the ledger is untouched
-        assert deduped_ids() == kept
-        assert snapshot_store.latest(Layout.of(storage_root)) == latest
-        assert compare_snapshot(storage_root, expected_state(sim, through_interval=0)) == []
+# test_s3_root.py and test_faults_fetch.py import O1, O2, bounds_around, plan_ledger, run_op, traffic from here
+from tests.integration.ledger_runs import DEV, HREF, O1, O2, bounds_around, fetch_ranges, plan_ledger, run_op, traffic
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +272,7 @@ def test_non_utf8_and_reserved_owner_tokens_are_staged_as_unrouted_and_counted_e
     from airflow_provider_plgd.hooks.jetstream import JetStreamHook
     from airflow_provider_plgd.plgd.codec import PlgdDecodeError
     from airflow_provider_plgd.spark.decode_job import ledger_files
-    from tests.integration.test_faults_nats import raw_publish
+    from tests.integration.fetch_faults import raw_publish
 
     start_ns = time.time_ns() // 10**9 * 10**9
     publish_messages(jetstream.url, traffic(2))  # 8 messages of O1 and O2

@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -75,17 +73,11 @@ def test_trigger_dialog_in_a_browser_bad_owner_refused_defaults_run_refused_with
     env = airflow_env(home=home, dags=dags, root=root, nats_server=jetstream, start=hour - timedelta(hours=1),
                       database=airflow_postgres_db.airflow_env())
     env.update({"PLGD_ETL_SCHEDULE_SECONDS": "3600", "PLGD_ETL_END_DATE": ""})
-    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
+    # the api-server serves the UI and the public REST API too
+    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url, api_apps="core,execution")
     url = env["AIRFLOW__API__BASE_URL"]
     try:
-        stack.cli("db", "migrate", timeout=300)
-        stack.start(("scheduler", "dag-processor"))
-        log = (home / "api-server.log").open("ab")
-        stack.procs["api-server"] = subprocess.Popen(
-            [sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", env["_PLGD_API_PORT"],
-             "--workers", "1", "--apps", "core,execution"],
-            env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
+        stack.start(("scheduler", "dag-processor", "api-server"))
 
         # 1. The scheduled interval [hour - 1 h, hour): empty, so no Spark; the chain reconciles 0 = 0.
         runs = stack.wait_for_runs(count=1, what="the scheduled empty interval", timeout=300,

@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.integration.airflow_stack import AirflowStack, airflow_env
+from tests.integration.airflow_stack import POLL_S, AirflowStack, airflow_env
 
 pytestmark = [pytest.mark.airflow]
 
@@ -66,17 +66,18 @@ def test_each_partition_event_runs_the_consumer_on_exactly_its_interval(nats_ser
     (dags / f"{PRODUCER}.py").write_text(PRODUCER_DAG)
     env = airflow_env(home=home, dags=dags, root=root, nats_server=nats_server, start=datetime.now(timezone.utc),
                       database=airflow_postgres_db.airflow_env())
-    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url)
+    stack = AirflowStack(home=home, env=env, db_url=airflow_postgres_db.url, api_apps="core,execution")
     emitted = [ids[2], ids[0]]
     try:
-        stack.cli("db", "migrate", timeout=300)
         stack.start(("api-server", "scheduler", "dag-processor"))
         deadline = time.monotonic() + 180
         while len(stack.query("SELECT dag_id FROM dag WHERE dag_id IN (%s, %s)", CONSUMER, PRODUCER)) < 2:
             stack.check_alive()
             assert time.monotonic() < deadline, stack.log_tail("dag-processor")
-            time.sleep(1)
-        stack.cli("dags", "trigger", PRODUCER, "--conf", json.dumps({"intervals": emitted}))
+            time.sleep(POLL_S)
+        status, body = stack.api("POST", f"/api/v2/dags/{PRODUCER}/dagRuns",
+                                 {"logical_date": None, "conf": {"intervals": emitted}})
+        assert status == 200, (status, body)
 
         runs: list[tuple] = []
         while time.monotonic() < deadline + 120:
@@ -85,7 +86,7 @@ def test_each_partition_event_runs_the_consumer_on_exactly_its_interval(nats_ser
                                CONSUMER)
             if len(runs) == 2 and all(r[1] in ("success", "failed") for r in runs):
                 break
-            time.sleep(1)
+            time.sleep(POLL_S)
         assert runs == sorted((k, "success") for k in emitted), f"{runs}\n{stack.log_tail('scheduler')}"
         events = stack.query("SELECT partition_key FROM asset_event ORDER BY partition_key")
         assert [e[0] for e in events] == sorted(emitted)

@@ -72,6 +72,11 @@ def test_server_databases_auth_restart_and_cleanup() -> None:
             assert conn.execute("SELECT writer, count(*) FROM t GROUP BY writer ORDER BY writer").fetchall() == [
                 (str(k), 50) for k in range(4)]
 
+        # a copy of a database (the migrated Airflow template of tests/conftest.py) holds its rows
+        c = server.create_database(template=a)
+        with psycopg.connect(c.url) as conn:
+            assert conn.execute("SELECT count(*) FROM t").fetchone() == (200,)
+
         # the databases are separate; a wrong password is refused
         with psycopg.connect(b.url) as conn:
             assert conn.execute("SELECT to_regclass('public.t')").fetchone() == (None,)

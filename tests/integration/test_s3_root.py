@@ -6,9 +6,11 @@
   run summary, by running the ledger and fetch tests of ``test_ledger.py`` and
   ``test_fetch_operator.py`` again with the root on the bucket (same assertions), a byte-identical
   staging rerun, and listings that see what other processes wrote (no s3fs listings cache);
-* the whole ETL DAG through ``dag.test()`` with the root on the bucket (real ``spark-submit``,
-  under ``/tmp/spark.lock``): snapshot = simulator, a rerun gives the same output, no credential
-  in task logs or XCom.
+* the whole ETL DAG through ``dag.test()`` with the root on the bucket, its Spark tasks as clients
+  of the session's Spark Connect server (``spark_connect_server``, whose Python workers have the
+  S3 API's ``AWS_*`` environment; the ``spark-submit``-on-S3 path is proved by
+  ``test_spark_cluster.py`` and ``test_spark_apps_s3.py``): snapshot = simulator, a rerun gives
+  the same output, no credential in task logs or XCom.
 """
 
 from __future__ import annotations
@@ -179,18 +181,8 @@ def test_fetch_ledger_and_summary_on_the_bucket_rerun_identical_and_no_credentia
 
 
 # ---------------------------------------------------------------------------------------------
-# the whole ETL DAG with the root on the bucket (real Airflow, real spark-submit)
+# the whole ETL DAG with the root on the bucket (real Airflow, real Spark on Spark Connect)
 # ---------------------------------------------------------------------------------------------
-ETL_DAG_FILE = """
-from datetime import datetime, timedelta, timezone
-from airflow_provider_plgd.etl import build_etl_dag
-from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF
-
-dag = build_etl_dag(dag_id="plgd_test_s3_etl", schedule=timedelta(seconds=INTERVAL),
-                    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False,
-                    spark_conf=FAST_LOCAL_SPARK_CONF, default_args={"retries": 0},
-                    storage_roots=["s3://plgd-test"])  # the roots a run may choose (the test bucket)
-"""
 
 def _table_rows(root: str, table: str, interval_id: str) -> list[dict]:
     """The interval's rows of the Delta table ``{root}/{table}`` on the bucket, read with deltalake
@@ -215,7 +207,7 @@ def _run_xcoms(dag_run) -> list:
 @pytest.mark.spark
 @pytest.mark.airflow
 def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_output(
-        jetstream, dags_folder, storage_root, s3, monkeypatch, capfd, caplog):
+        jetstream, dags_folder, storage_root, s3, spark_connect_server, monkeypatch, capfd, caplog):
     import time
     from datetime import datetime, timedelta, timezone
     from pathlib import Path
@@ -223,12 +215,11 @@ def test_etl_dag_on_the_bucket_equals_the_simulator_and_a_rerun_gives_the_same_o
     from airflow_provider_plgd.simulator import SimulationConfig, expected_state, generate, publish
     from plgd_devtools.snapshot_compare import compare_snapshot, read_latest_tables
     from plgd_devtools.spark import spark_lock
-    from tests.integration.conftest import load_test_dag, read_stream, use_local_spark
+    from tests.integration.conftest import load_connect_etl_dag, read_stream, use_spark_connect
 
-    use_local_spark(monkeypatch)
+    use_spark_connect(monkeypatch, spark_connect_server)
     interval = 8
-    dag = load_test_dag(dags_folder, "plgd_test_s3_etl", ETL_DAG_FILE.replace("INTERVAL", str(interval)),
-                        "plgd_test_s3_etl")
+    dag = load_connect_etl_dag(dags_folder, "plgd_test_s3_etl", interval, storage_roots='["s3://plgd-test"]')
 
     start_s = (int(time.time() // interval) + 1) * interval
     sim = generate(SimulationConfig(seed=17, owners=3, devices_per_owner=3, resources_per_device=2, intervals=1,

@@ -6,10 +6,12 @@ without the provider: the clients ship it with ``SparkSession.addArtifacts``), n
 ``deltalake``/``polars`` to read the tables.
 
 * The same staging (two intervals of simulator traffic, ``tests/integration/staging_data.py``) is
-  processed twice: on classic Spark (one ``spark-submit`` of a driver that runs decode, dedupe and
-  rebuild per interval in one session, as ``test_dedupe_rebuild.py`` does) and on Spark Connect
-  (each application's command line as a plain Python program, ``SPARK_REMOTE`` set). Every table
-  is the same, row for row.
+  processed twice by one driver that runs decode, dedupe and rebuild per interval in one session:
+  on classic Spark (``spark-submit``) and on Spark Connect (the same driver as a plain Python
+  program, ``SPARK_REMOTE`` set, shipping the provider with ``addArtifacts``). Every table is the
+  same, row for row. (Each application's command line on Spark Connect, ``python
+  spark_apps/<app>.py``, is what the DAG tests on Connect run: ``test_etl_dag_connect.py`` and
+  the others docs/testing.md names.)
 * The data source: registered on a Connect session, a bounded read gives the messages the stream
   holds (nats-py ground truth).
 """
@@ -17,7 +19,6 @@ without the provider: the clients ship it with ``SparkSession.addArtifacts``), n
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,10 +29,10 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_plgd.simulator import SimulationConfig, generate
-from airflow_provider_plgd.spark_deps import build_py_files_zip, spark_app_path
+from airflow_provider_plgd.spark_deps import build_py_files_zip
 from airflow_provider_plgd.tables import snapshot_store
-from plgd_devtools.spark import spark_lock, spark_submit_env
-from tests.integration.conftest import publish_messages, read_stream
+from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock, spark_submit_env
+from tests.integration.conftest import publish_messages, read_stream, run_connect_client
 from tests.integration.delta_read import delta_table
 from tests.integration.staging_data import stage_simulation
 
@@ -44,13 +45,15 @@ CONFIG = SimulationConfig(seed=7, owners=2, devices_per_owner=3, resources_per_d
 BUCKETS = 8
 INTERVAL_TABLES = ("events", "quarantine", "events_deduped", "msgid_index")
 
-CLASSIC_DRIVER = textwrap.dedent('''
+DRIVER = textwrap.dedent('''
     import json, sys
     from airflow_provider_plgd.spark import session
     from airflow_provider_plgd.spark_apps import decode_events, dedupe_events, rebuild_snapshots
 
     cfg = json.load(open(sys.argv[1]))
-    spark = session.build_spark_session("plgd-test-classic")
+    session.setup_logging()
+    spark = session.build_spark_session("plgd-test-both-ways")
+    session.ship_code(spark)  # Spark Connect: the server's Python workers have no provider
     for iid, end in cfg["intervals"]:
         decode_events.run(spark, decode_events.parse_args(["--root", cfg["root"], "--interval-id", iid]))
         dedupe_events.run(spark, dedupe_events.parse_args(["--root", cfg["root"], "--interval-id", iid]))
@@ -73,19 +76,6 @@ def _snapshot_rows(root: Path, table: str) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
 
-def _connect_app(remote: str, app: str, *args: str, log: Path) -> None:
-    """``python spark_apps/<app>.py ARGS`` with ``SPARK_REMOTE`` (the run summary lands in
-    ``_runs``). Holds the Spark lock; fails with the log tail."""
-    env = dict(os.environ, SPARK_REMOTE=remote, PYTHONPATH=str(REPO))
-    env.pop("PYSPARK_PYTHON", None)  # the client runs no Python worker
-    with spark_lock(), log.open("ab") as fh:
-        proc = subprocess.run([sys.executable, spark_app_path(app), *args], env=env, stdout=fh,
-                              stderr=subprocess.STDOUT, cwd=REPO, timeout=600)
-    if proc.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-        pytest.fail(f"{app} on Spark Connect failed ({proc.returncode}):\n{tail}")
-
-
 @pytest.fixture(scope="module")
 def both_ways(tmp_path_factory, spark_connect_server):
     base = tmp_path_factory.mktemp("connect")
@@ -96,22 +86,21 @@ def both_ways(tmp_path_factory, spark_connect_server):
 
     cfg = {"root": str(classic), "buckets": BUCKETS, "intervals": [[iid, end] for iid, end, _ in intervals]}
     (base / "cfg.json").write_text(json.dumps(cfg))
-    (base / "driver.py").write_text(CLASSIC_DRIVER)
+    (base / "driver.py").write_text(DRIVER)
     py_files = build_py_files_zip(base / "py")
     cmd = [shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit",
            "--master", "local[2]", "--py-files", py_files, "--conf", "spark.ui.enabled=false",
+           *(arg for key, value in FAST_LOCAL_SPARK_CONF.items() for arg in ("--conf", f"{key}={value}")),
            str(base / "driver.py"), str(base / "cfg.json")]
     with spark_lock(), (base / "classic.log").open("ab") as fh:
         proc = subprocess.run(cmd, env=spark_submit_env(), stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
                               timeout=900)
     assert proc.returncode == 0, (base / "classic.log").read_text()[-6000:]
 
-    for iid, end, _ in intervals:
-        common = ["--root", str(connect), "--interval-id", iid]
-        _connect_app(spark_connect_server.remote, "decode_events", *common, log=base / "connect.log")
-        _connect_app(spark_connect_server.remote, "dedupe_events", *common, log=base / "connect.log")
-        _connect_app(spark_connect_server.remote, "rebuild_snapshots", *common, "--snapshot-time", end,
-                     "--buckets", str(BUCKETS), log=base / "connect.log")
+    (base / "cfg_connect.json").write_text(json.dumps({**cfg, "root": str(connect)}))
+    with spark_lock():
+        run_connect_client(spark_connect_server, base / "driver.py", str(base / "cfg_connect.json"),
+                           log=base / "connect.log", timeout=600)
     return classic, connect, [iid for iid, _, _ in intervals], base
 
 

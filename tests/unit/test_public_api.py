@@ -17,7 +17,7 @@ import airflow_provider_plgd
 from airflow_provider_plgd.plgd import codec
 from airflow_provider_plgd.spark import schemas
 from airflow_provider_plgd.spark.decode_batch import decode_batch
-from tests.unit.spark.test_decode_batch import INTERVAL, PUBLISHED, _corrupt_rows, all_cases, rows_by_seq, staging_batch
+from tests.unit.spark.decode_cases import INTERVAL, PUBLISHED, _corrupt_rows, all_cases, rows_by_seq, staging_batch
 
 
 def test_decode_message_equals_the_events_row_of_the_decode_application():
