@@ -276,23 +276,36 @@ async def arecreate_stream(
     name = config["name"]
     nc = await nats.connect(servers, allow_reconnect=False, connect_timeout=5, **connect_options)
     try:
-        resp = await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
-        err = json.loads(resp.data).get("error")
-        if err and err.get("err_code") != 10059:  # 10059: stream not found
-            raise RuntimeError(f"deleting stream {name}: {err}")
         for attempt in range(CREATE_ATTEMPTS):
-            resp = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(config).encode(), timeout=10)
-            body = json.loads(resp.data)
-            # 10049 "error creating store for stream": right after the delete, the old stream's
-            # file store may still be being removed; try again shortly
-            if not body.get("error") or body["error"].get("err_code") != 10049:
-                break
+            body = await _delete_and_create(nc, name, config)
+            state = body.get("state") or {}
+            # a busy server may still hold the deleted store's files when the new stream opens its
+            # own, and recover the old messages into it: a fresh stream is empty from sequence 1
+            if not state.get("messages") and not state.get("last_seq"):
+                return body
             await asyncio.sleep(0.2 * (attempt + 1))
-        if body.get("error"):
-            raise RuntimeError(f"creating stream {name}: {body['error']}")
-        return body
+        raise RuntimeError(f"stream {name} is not empty after {CREATE_ATTEMPTS} re-creations: {state}")
     finally:
         await nc.close()
+
+
+async def _delete_and_create(nc: Any, name: str, config: dict[str, Any]) -> dict:
+    """One STREAM.DELETE (absent is fine) and STREAM.CREATE; the CREATE response (stream info)."""
+    resp = await nc.request(f"$JS.API.STREAM.DELETE.{name}", b"", timeout=10)
+    err = json.loads(resp.data).get("error")
+    if err and err.get("err_code") != 10059:  # 10059: stream not found
+        raise RuntimeError(f"deleting stream {name}: {err}")
+    for attempt in range(CREATE_ATTEMPTS):
+        resp = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(config).encode(), timeout=10)
+        body = json.loads(resp.data)
+        # 10049 "error creating store for stream": right after the delete, the old stream's
+        # file store may still be being removed; try again shortly
+        if not body.get("error") or body["error"].get("err_code") != 10049:
+            break
+        await asyncio.sleep(0.2 * (attempt + 1))
+    if body.get("error"):
+        raise RuntimeError(f"creating stream {name}: {body['error']}")
+    return body
 
 
 def recreate_stream(servers: str | list[str], config: dict[str, Any] | None = None, **connect_options: Any) -> dict:
