@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from airflow.exceptions import AirflowException
 
 from airflow_provider_plgd import spark_deps
 from airflow_provider_plgd.compat import AirflowProviderDeprecationWarning
@@ -60,7 +61,8 @@ class FakeTI:
 
 # -- LedgerRangeFetchOperator ----------------------------------------------------------------------
 def test_range_operator_is_keyword_only_and_templates_the_plan_and_range():
-    with pytest.raises(TypeError):
+    # Python's TypeError (Airflow 3), or Airflow 2's BaseOperator metaclass refusing positional arguments first
+    with pytest.raises((TypeError, AirflowException)):
         LedgerRangeFetchOperator("fetch", {}, 0)  # type: ignore[misc]
     assert {"plan", "ledger_range", "stream", "settle_seconds"} <= set(LedgerRangeFetchOperator.template_fields)
     params = inspect.signature(LedgerRangeFetchOperator.__init__).parameters
