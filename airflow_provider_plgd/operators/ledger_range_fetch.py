@@ -18,13 +18,13 @@ from airflow_provider_plgd.exceptions import LedgerError
 from airflow_provider_plgd.fetch.pipeline import FetchPipeline, FetchSettings
 from airflow_provider_plgd.jetstream.pull import DEFAULT_BATCH_SIZE
 from airflow_provider_plgd.tables import ledger, storage
+from airflow_provider_plgd.tables.interval_plan import IntervalPlan
 from airflow_provider_plgd.tables.layout import Layout
 
 if TYPE_CHECKING:
     from logging import Logger
 
     from airflow_provider_plgd.compat import Context
-    from airflow_provider_plgd.etl.plan import IntervalPlan
     from airflow_provider_plgd.hooks.consume import JetStreamConsumeHook
     from airflow_provider_plgd.hooks.info import JetStreamInfoHook
 
@@ -89,7 +89,7 @@ class LedgerRangeFetchOperator(BaseOperator):
          "count", "bytes", "first_seq", "last_seq" (of the staged messages), "owners", "batches",
          "files", "skipped" ({reason: count}), "delta_version", "record" (the ledger file)}
 
-    :param plan: the interval's plan (templated): an :class:`~airflow_provider_plgd.etl.plan.IntervalPlan`
+    :param plan: the interval's plan (templated): an :class:`~airflow_provider_plgd.tables.interval_plan.IntervalPlan`
         or its XCom (``IntervalPlan.to_xcom``, the ``plan`` task's return value); it gives the
         storage root and the ledger folder.
     :param ledger_range: the range's index N (0-based int, or its text; templated).
@@ -197,9 +197,6 @@ class LedgerRangeFetchOperator(BaseOperator):
 
         :raises ValueError: neither an ``IntervalPlan`` nor its XCom.
         """
-        # lazy: the etl package builds its DAG with this operator (an import cycle at module level)
-        from airflow_provider_plgd.etl.plan import IntervalPlan
-
         if not isinstance(self.plan, (IntervalPlan, Mapping)):
             raise ValueError(f"plan must be an IntervalPlan or its XCom (a mapping), got {self.plan!r}")
         return IntervalPlan.from_xcom(self.plan)
