@@ -144,13 +144,16 @@ async def _wait_stored(api: JetStreamApi, stream: str, last_seq: int, deadline_n
     while True:
         current = await _stored_last_seq(api, stream)
         now = time.time_ns()
-        if current >= last_seq:
-            return now
-        if now >= deadline_ns:
+        if now >= deadline_ns:  # also when all is stored, but only now: too late for the window
+            if current >= last_seq:
+                raise PublishError(f"{what}: stream {stream!r} stored up to sequence {last_seq} only at "
+                                   f"{_iso(now)}, after {_iso(deadline_ns)}")
             raise PublishError(
                 f"{what}: stream {stream!r} has stored up to sequence {current}, expected {last_seq} "
                 f"by {_iso(deadline_ns)}"
             )
+        if current >= last_seq:
+            return now
         if current != progress:
             progress, progress_at = current, now
         elif now - progress_at > _STALL_SECONDS * 1e9:
