@@ -6,6 +6,11 @@
 * ``publish_messages``: publish with JetStream PubAcks, ``read_stream``: every stored message
   with its exact server timestamp (ns) from the ack reply subject -- an independent reader used
   as ground truth (nats-py directly, not the hook under test).
+
+Two autouse fixtures take work out of every ``dag.test()`` (docs/testing.md): the DAG files a test
+module wrote are removed when the module ends (each ``dag.test()`` parses every file of the
+dags folder), and ``dag.test()``'s 1 s poll waits only when its last round changed no task state
+(:func:`dag_test_polls_on_progress`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +45,57 @@ def dags_folder(airflow_db) -> Path:
     path = Path(conf.get("core", "dags_folder"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def dag_files_of_the_module():
+    """Remove the DAG files this test module wrote into the session's dags folder when it ends.
+
+    Every ``dag.test()`` parses the whole dags folder (``BundleDagBag`` of the ``dags-folder``
+    bundle, to sync the DAG to the metadata DB), so each file left there by an earlier module would
+    cost every later ``dag.test()`` of the session one more parse. The files of the module stay
+    until its end (a module fixture may load a DAG for several tests); the DAGs stay in the DB.
+    """
+    folder = Path(os.environ["AIRFLOW_HOME"]) / "dags"  # conf core.dags_folder: not set by the tests
+    before = set(folder.glob("*.py")) if folder.is_dir() else set()
+    yield
+    for path in set(folder.glob("*.py")) - before if folder.is_dir() else ():
+        path.unlink(missing_ok=True)
+
+
+#: Where ``DAG.test`` is defined (``airflow.sdk.definitions.dag``), matched without importing Airflow.
+_DAG_TEST_FILE = os.path.join("airflow", "sdk", "definitions", "dag.py")
+
+
+@pytest.fixture(autouse=True)
+def dag_test_polls_on_progress(monkeypatch):
+    """``dag.test()`` polls again at once after a round that changed a task state; it waits its 1 s
+    only when nothing changed.
+
+    After its first task fails, ``dag.test()`` marks one more layer of downstream tasks
+    ``upstream_failed`` per round of its loop and sleeps 1 s after each round ("No tasks to run"):
+    7 s of a refused ETL run. A task that really waits (a retry delay, a sensor's reschedule, a
+    human) changes no state between two rounds, so the loop still waits 1 s per round for it. Only
+    the ``time.sleep`` calls of ``DAG.test`` itself are affected (the caller's frame is checked);
+    the rounds, the states and the outcome of the run are Airflow's.
+    """
+    real_sleep = time.sleep
+    last: dict[str, frozenset] = {}
+
+    def sleep(seconds: float) -> None:
+        caller = sys._getframe(1)
+        code = caller.f_code
+        if code.co_name == "test" and code.co_filename.endswith(_DAG_TEST_FILE) and "all_tis" in caller.f_locals:
+            states = frozenset((ti.task_id, ti.map_index, str(ti.state), ti.try_number)
+                               for ti in caller.f_locals["all_tis"])
+            changed = last.get("states") != states
+            last["states"] = states
+            if changed:
+                return
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    yield
 
 
 def use_local_spark(monkeypatch) -> None:
