@@ -7,8 +7,8 @@
   with its exact server timestamp (ns) from the ack reply subject -- an independent reader used
   as ground truth (nats-py directly, not the hook under test).
 
-Two autouse fixtures take work out of every ``dag.test()`` (docs/testing.md): the DAG files a test
-module wrote are removed when the module ends (each ``dag.test()`` parses every file of the
+Autouse fixtures take work out of every ``dag.test()`` (docs/testing.md): the DAG files a test
+(or a module fixture) wrote are removed when it ends (each ``dag.test()`` parses every file of the
 dags folder), and ``dag.test()``'s 1 s poll waits only when its last round changed no task state
 (:func:`dag_test_polls_on_progress`).
 """
@@ -47,19 +47,32 @@ def dags_folder(airflow_db) -> Path:
     return path
 
 
+def _dag_files() -> set[Path]:
+    folder = Path(os.environ["AIRFLOW_HOME"]) / "dags"  # conf core.dags_folder: not set by the tests
+    return set(folder.glob("*.py")) if folder.is_dir() else set()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def dag_files_of_the_module():
     """Remove the DAG files this test module wrote into the session's dags folder when it ends.
 
     Every ``dag.test()`` parses the whole dags folder (``BundleDagBag`` of the ``dags-folder``
-    bundle, to sync the DAG to the metadata DB), so each file left there by an earlier module would
-    cost every later ``dag.test()`` of the session one more parse. The files of the module stay
-    until its end (a module fixture may load a DAG for several tests); the DAGs stay in the DB.
+    bundle, to sync the DAG to the metadata DB), so each file left there by an earlier test would
+    cost every later ``dag.test()`` of the session one more parse. The DAGs stay in the DB.
     """
-    folder = Path(os.environ["AIRFLOW_HOME"]) / "dags"  # conf core.dags_folder: not set by the tests
-    before = set(folder.glob("*.py")) if folder.is_dir() else set()
+    before = _dag_files()
     yield
-    for path in set(folder.glob("*.py")) - before if folder.is_dir() else ():
+    for path in _dag_files() - before:
+        path.unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def dag_files_of_the_test(dag_files_of_the_module):
+    """Remove the DAG files a test wrote when it ends (see :func:`dag_files_of_the_module`; the
+    files of a module fixture, set up before this one, stay until the module ends)."""
+    before = _dag_files()
+    yield
+    for path in _dag_files() - before:
         path.unlink(missing_ok=True)
 
 
