@@ -5,9 +5,6 @@ BIN := $(abspath $(VENV))/bin
 # spark-submit finds SPARK_HOME (pyspark) only with the venv's bin on PATH.
 RUN := PATH="$(BIN):$$PATH" PYSPARK_PYTHON="$(BIN)/python"
 PYTEST_ARGS ?=
-# pip without byte-compiling every installed module (~40 s of CPU for .venv alone); Python compiles a module
-# on its first import and caches it (docs/testing.md, "The whole run").
-PIP_INSTALL := install --no-compile
 # pytest-xdist workers of `make test` (docs/testing.md): 2 on a 2-core machine (the tests wait on
 # servers, schedulers and JVM starts as much as they compute); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
@@ -22,7 +19,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade "pip>=24" >/dev/null
-	$(BIN)/pip $(PIP_INSTALL) -e '.[spark,dev,messaging]'
+	$(BIN)/pip install -e '.[spark,dev,messaging]'
 	touch $@
 
 # Airflow 2.11 compatibility: its own venv, the provider without the Airflow-3-only `messaging`
@@ -38,7 +35,7 @@ venv-airflow2: $(VENV2)/.installed
 $(VENV2)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV2)
 	$(BIN2)/pip install --upgrade "pip>=24" >/dev/null
-	$(BIN2)/pip $(PIP_INSTALL) -e '.[dev]' 'apache-airflow==$(AIRFLOW2_VERSION)'
+	$(BIN2)/pip install -e '.[dev]' 'apache-airflow==$(AIRFLOW2_VERSION)'
 	touch $@
 
 # The Spark executors' Python for the cluster tests (tests/integration/test_spark_cluster.py): only
@@ -52,7 +49,7 @@ venv-executor: $(VENVX)/.installed
 $(VENVX)/.installed: requirements-executor.txt
 	$(PYTHON) -m venv $(VENVX)
 	$(BINX)/pip install --upgrade "pip>=24" >/dev/null
-	$(BINX)/pip $(PIP_INSTALL) -r requirements-executor.txt
+	$(BINX)/pip install -r requirements-executor.txt
 	@if $(BINX)/python -I -c "import airflow_provider_plgd" 2>/dev/null; then \
 		echo "$(VENVX) must not hold airflow_provider_plgd (the executors get it with --py-files)"; exit 1; fi
 	touch $@
