@@ -29,6 +29,7 @@ asset page with the asset event's ``extra``. Screenshots in ``tests/artifacts/et
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -323,6 +324,7 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
     (``PLGD_ETL_SPARK_CONNECT_CONN_ID``: this test proves the UI, not ``spark-submit``;
     docs/testing.md), the api-server's metadata DB) the asset page shows the asset event's
     ``extra`` (interval ID, counts, snapshot version). Screenshots in ``tests/artifacts/etl_dag_ui/``."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import sync_playwright
 
     from airflow_provider_plgd import times
@@ -421,24 +423,25 @@ def test_etl_dag_docs_params_and_asset_event_metadata_in_the_ui(tmp_path, jetstr
                 assert len(asset) == 1, asset
                 page.goto(f"{server.url}/assets/{asset[0]['id']}", wait_until="networkidle")
                 page.get_by_text("1 Asset Event").wait_for()
-                folded = page.locator(".codicon-folding-collapsed, .codicon-folding-manual-collapsed")
-                for _ in range(10):  # the extra is shown folded, and its nested objects: unfold them all
-                    if not folded.count():
-                        break
-                    folded.first.click(force=True)
-                    page.wait_for_timeout(500)  # the editor re-renders the unfolded lines
-                assert folded.count() == 0, "the asset event's extra stays folded"
-                page.get_by_text(interval_id).first.wait_for()
-                shot(page, "asset-event-extra")
-                shown = ""
-                for _ in range(20):  # the editor renders the unfolded extra a moment later on a busy machine
-                    shown = " ".join("\n".join(page.locator(".view-lines").all_inner_texts()).split())
-                    if interval_id in shown:
-                        break
-                    page.wait_for_timeout(500)
                 expected = [f'"interval_id": "{interval_id}"',
                             f'"snapshot_version": {json.dumps(snapshot_extra["snapshot_version"])}',
                             *(f'"{table}": {count}' for table, count in snapshot_extra["rows"].items())]
+                folded = page.locator(".codicon-folding-collapsed, .codicon-folding-manual-collapsed")
+                # the extra is shown folded, and its nested objects; on a busy machine the editor folds a
+                # moment after it rendered: unfold whatever is folded until every expected line shows
+                shown = ""
+                deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
+                while time.monotonic() < deadline:
+                    if folded.count():
+                        with contextlib.suppress(PlaywrightTimeoutError):  # the marker went meanwhile
+                            folded.first.click(force=True, timeout=5000)
+                    else:
+                        shown = " ".join("\n".join(page.locator(".view-lines").all_inner_texts()).split())
+                        if all(value in shown for value in expected):
+                            break
+                    page.wait_for_timeout(500)  # the editor re-renders the unfolded lines
+                assert folded.count() == 0, "the asset event's extra stays folded"
+                shot(page, "asset-event-extra")
                 for value in expected:
                     assert value in shown, (value, shown)
             finally:
