@@ -7,7 +7,7 @@ this test session (never the user's), examples off, unit-test mode on.
 
 The suite's time (docs/testing.md): with pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``)
 each worker is its own session, with its own servers and AIRFLOW_HOME; the test files start
-heaviest first (:func:`pytest_collection_modifyitems`); every ``spark-submit`` of a session that
+longest first (:func:`pytest_collection_modifyitems`, by their measured seconds); every ``spark-submit`` of a session that
 runs Spark starts from a class-data sharing archive (:func:`fast_spark_starts`).
 """
 
@@ -39,36 +39,72 @@ NO_FAST_SPARK_ENV = "PLGD_TEST_NO_FAST_SPARK"
 _SESSION_START = time.monotonic()
 
 
-# -- the order of the test files: heaviest first -------------------------------------------------
+# -- the order of the test files: longest first ------------------------------------------------
 
-def _weight(item: pytest.Item) -> tuple[int, int]:
-    """``(tier, heavy tests)`` of one test: tier 3 runs an Airflow stack or a Spark cluster, 2 runs
-    Spark, 1 is an Airflow or integration test, 0 a unit test."""
+#: The measured seconds of each test file (setup + call + teardown of its tests, summed) from a whole
+#: ``make test`` on an idle machine: the run order's costs. Refreshed by a whole run with
+#: ``PLGD_TEST_WRITE_DURATIONS=1`` (docs/testing.md, "What the harness does").
+DURATIONS_FILE = os.path.join(os.path.dirname(__file__), "durations.json")
+WRITE_DURATIONS_ENV = "PLGD_TEST_WRITE_DURATIONS"
+#: The estimate of a file that is not in :data:`DURATIONS_FILE` yet, s per test by its heaviest tier.
+_TIER_SECONDS = {3: 60.0, 2: 20.0, 1: 5.0, 0: 0.05}
+
+
+def _tier(item: pytest.Item) -> int:
+    """3: the test runs an Airflow stack or a Spark cluster, 2: Spark, 1: an Airflow or integration
+    test, 0: a unit test."""
     fixtures = set(getattr(item, "fixturenames", ()))
     if fixtures & {"airflow_postgres_db", "postgres_server", "spark_cluster"}:
-        return 3, 1
+        return 3
     if item.get_closest_marker("spark"):
-        return 2, 1
+        return 2
     if item.get_closest_marker("airflow") or "integration" in item.nodeid.split("/"):
-        return 1, 1
-    return 0, 0
+        return 1
+    return 0
+
+
+def _measured_seconds() -> dict[str, float]:
+    try:
+        with open(DURATIONS_FILE) as fh:
+            return {str(k): float(v) for k, v in json.load(fh).items()}
+    except FileNotFoundError:
+        return {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the test files heaviest first (the tier of their heaviest test, then how many heavy
-    tests they hold), keeping the order inside each file. With ``--dist loadfile
-    --no-loadscope-reorder`` the long files start at once and the unit tests fill the end, so that
-    the workers finish together. Deterministic: every xdist worker must collect the same order."""
+    """Order the test files longest first (longest processing time first), keeping the order inside
+    each file: with ``--dist loadfile --no-loadscope-reorder`` each xdist worker takes the next file
+    when it is free, so the long files start at once, the short ones fill the end and the workers
+    finish together. A file's cost is its measured seconds (:data:`DURATIONS_FILE`), else an estimate
+    from its tests' markers and fixtures (a new file needs no entry). Deterministic: every xdist
+    worker must collect the same order."""
     by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    weights = {}
-    for path, file_items in by_file.items():
-        ws = [_weight(i) for i in file_items]
-        tier = max(w[0] for w in ws)
-        weights[path] = (tier, sum(w[1] for w in ws if w[0] == tier))
-    order = sorted(by_file, key=lambda path: (-weights[path][0], -weights[path][1]))
+    measured = _measured_seconds()
+
+    def cost(path: str) -> float:
+        if path in measured:
+            return measured[path]
+        tiers = [_tier(i) for i in by_file[path]]
+        top = max(tiers)
+        return _TIER_SECONDS[top] * sum(1 for t in tiers if t == top)
+
+    order = sorted(by_file, key=lambda path: (-cost(path), path))
     items[:] = [item for path in order for item in by_file[path]]
+
+
+def _write_durations(reports: list) -> None:
+    """Merge this run's seconds per test file into :data:`DURATIONS_FILE` (files of this run replaced,
+    the others kept)."""
+    seconds: dict[str, float] = {}
+    for r in reports:
+        path = r.nodeid.split("::", 1)[0]
+        seconds[path] = seconds.get(path, 0.0) + getattr(r, "duration", 0.0)
+    merged = {**_measured_seconds(), **{k: round(v, 1) for k, v in seconds.items()}}
+    with open(DURATIONS_FILE, "w") as fh:
+        json.dump(dict(sorted(merged.items())), fh, indent=0)
+        fh.write("\n")
 
 
 @pytest.hookimpl(trylast=True)
@@ -85,6 +121,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write_line(
         f"total: {time.monotonic() - _SESSION_START:.0f} s wall for the session, {summed:.0f} s summed over "
         f"the tests' setup, call and teardown ({workers} worker(s)); budget: docs/testing.md")
+    if os.environ.get(WRITE_DURATIONS_ENV) == "1" and not hasattr(config, "workerinput"):
+        _write_durations(reports)
+        terminalreporter.write_line(f"the seconds per test file written to {DURATIONS_FILE}")
 
 
 @pytest.fixture(scope="session", autouse=True)
