@@ -5,8 +5,10 @@ Each daemon is its own JVM, started with pyspark's ``bin/spark-class`` (pip's py
 ``org.apache.spark.deploy.worker.Worker`` (Spark docs, "Spark Standalone Mode", "Starting a
 Cluster Manually"). Everything binds to 127.0.0.1 (``SPARK_LOCAL_IP`` and ``--host``) on free
 ports; the workers' folders (``--work-dir``: one folder per application with its ``--py-files``
-copy and the executor logs), the daemons' logs and an empty ``SPARK_CONF_DIR`` live under one
-temp dir. Readiness is the master web UI's ``/json`` endpoint (``aliveworkers``, ``workers``,
+copy and the executor logs) and the daemons' logs live under one temp dir. No configuration of the
+machine reaches the daemons: ``SPARK_CONF_DIR`` is pyspark's own ``conf`` folder, which pip's pyspark
+does not have (then the daemons' class path is ``spark-submit``'s, so that a class-data sharing
+archive of a driver applies to them too), or else an empty folder under the temp dir. Readiness is the master web UI's ``/json`` endpoint (``aliveworkers``, ``workers``,
 ``activeapps``), polled with a bound. Each daemon runs in its own session (process group), so
 :meth:`SparkCluster.kill_worker` takes a worker down together with its executors and their Python
 workers, like a lost machine; :meth:`SparkCluster.stop` stops each group by its PID.
@@ -31,6 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,10 +103,13 @@ class SparkCluster:
         :meth:`stop`).
     :param daemon_memory: heap of each daemon JVM (``SPARK_DAEMON_MEMORY``).
     :param start_timeout: seconds to wait for the master and for the workers to register.
+    :param env: more environment variables of every daemon, and so of the workers' executors (as
+        ``conf/spark-env.sh`` sets them on a real machine, e.g. an S3 endpoint and credentials).
     """
 
     def __init__(self, workers: int = 2, *, cores: int = 1, memory: str = "2g", base_dir: str | None = None,
-                 daemon_memory: str = "256m", start_timeout: float = 120.0) -> None:
+                 daemon_memory: str = "256m", start_timeout: float = 120.0,
+                 env: Mapping[str, str] | None = None) -> None:
         if workers < 0 or cores < 1:
             raise ValueError(f"need workers >= 0 and cores >= 1, got workers={workers!r} cores={cores!r}")
         self.initial_workers = workers
@@ -116,6 +122,7 @@ class SparkCluster:
         self.master: Daemon | None = None
         self.workers: list[Daemon] = []
         self._spark_home = spark_home()
+        self._extra_env = dict(env or {})
 
     # -- addresses ---------------------------------------------------------------------------
     @property
@@ -134,16 +141,21 @@ class SparkCluster:
 
     # -- processes ---------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        conf_dir = self.base_dir / "conf"  # empty: no spark-defaults.conf or spark-env.sh of the machine
-        conf_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         # executors inherit the worker's environment, and Spark adds its PYTHONPATH to the Python
         # workers': none of the caller's Python settings may leak into the executors' Python
-        for key in ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV"):
+        for key in ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV",
+                    "SPARK_CONF_DIR"):
             env.pop(key, None)
+        # no spark-defaults.conf or spark-env.sh of the machine: Spark's default SPARK_CONF_DIR,
+        # $SPARK_HOME/conf, when pyspark has none (pip's), else an empty folder of our own
+        if (self._spark_home / "conf").exists():
+            conf_dir = self.base_dir / "conf"
+            conf_dir.mkdir(parents=True, exist_ok=True)
+            env["SPARK_CONF_DIR"] = str(conf_dir)
+        env.update(self._extra_env)
         env.update({
             "SPARK_HOME": str(self._spark_home),
-            "SPARK_CONF_DIR": str(conf_dir),
             "SPARK_LOCAL_IP": HOST,
             "SPARK_DAEMON_MEMORY": self.daemon_memory,
             "SPARK_NO_DAEMONIZE": "1",

@@ -283,18 +283,24 @@ def executor_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def spark_cluster():
+def spark_cluster(s3_server):
     """A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1
     (:class:`plgd_devtools.spark_cluster.SparkCluster`), for one test module. The module holds the
     Spark lock (``/tmp/spark.lock``) from start to stop: the tests in it must not take it again.
     The master and the workers (also those a test adds) run with the short-run JIT and GC of
-    ``FAST_LOCAL_SPARK_CONF`` (``SPARK_DAEMON_JAVA_OPTS``). Stopped by PID, its temp dir removed at teardown."""
+    ``FAST_LOCAL_SPARK_CONF`` and the class-data sharing archive of ``fast_spark_starts`` when
+    there is one (``SPARK_DAEMON_JAVA_OPTS``); the workers, and so their executors, have the
+    session's S3 API in their environment (``s3_server``'s ``AWS_*``, as a real worker's
+    ``spark-env.sh`` gives them). Stopped by PID, its temp dir removed at teardown."""
     from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock
     from plgd_devtools.spark_cluster import SparkCluster
 
+    java_opts = FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
+    if "-XX:SharedArchiveFile=" in os.environ.get("SPARK_SUBMIT_OPTS", ""):  # fast_spark_starts' archive
+        java_opts = f"{java_opts} {os.environ['SPARK_SUBMIT_OPTS']}"
     with pytest.MonkeyPatch.context() as patch, spark_lock():
-        patch.setenv("SPARK_DAEMON_JAVA_OPTS", FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"])
-        with SparkCluster(workers=2, cores=1, memory="1g") as cluster:
+        patch.setenv("SPARK_DAEMON_JAVA_OPTS", java_opts)
+        with SparkCluster(workers=2, cores=1, memory="1g", env=s3_server.env()) as cluster:
             yield cluster
 
 

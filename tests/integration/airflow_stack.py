@@ -39,12 +39,31 @@ RUN_TIMEOUT_S = 900  # a busy 2-core CI machine: 3 runs of 9 tasks each took 510
 #: and find the modules imported, instead of importing them again for every task (~0.5 s CPU each,
 #: 1-2.5 s wall on a busy machine: the "dag_file_parse_ms" of a task's log). Each task still runs the
 #: DAG file and its own code in its own process (docs/testing.md, "Third round, Airflow side").
-LOCAL_SETTINGS = """\
+#: ``DAG_BUILD_MODULES`` are what ``build_etl_dag`` imports lazily when the DAG file runs (~0.3 s CPU
+#: per parse otherwise); ``TASK_MODULES`` what the tasks import lazily when they execute (the NATS
+#: client, ``deltalake``: ~0.35 s CPU per task otherwise). Importing them starts no thread, so the
+#: forks stay safe; the scheduler imports both, the dag-processor only parses.
+DAG_BUILD_MODULES = (
+    "airflow_provider_plgd.etl",
+    "airflow_provider_plgd.hooks.jetstream",
+    "airflow_provider_plgd.operators.ledger_range_fetch",
+    "airflow_provider_plgd.operators.lineage",
+    "airflow_provider_plgd.operators.spark_connect",
+    "airflow_provider_plgd.operators.spark_submit",
+    "airflow_provider_plgd.run_params",
+    "airflow_provider_plgd.sensors.interval_complete",
+)
+TASK_MODULES = ("nats.aio.client", "nats.js", "deltalake", "deltalake.transaction")
+LOCAL_SETTINGS = f"""\
+import importlib
 import sys
 
 if sys.argv[1:2] in (["scheduler"], ["dag-processor"]):
-    import airflow_provider_plgd.etl  # noqa: F401
-    import airflow_provider_plgd.hooks.jetstream  # noqa: F401
+    for name in {DAG_BUILD_MODULES!r}:
+        importlib.import_module(name)
+if sys.argv[1:2] == ["scheduler"]:
+    for name in {TASK_MODULES!r}:
+        importlib.import_module(name)
 """
 
 
@@ -275,6 +294,10 @@ def airflow_env(*, home: Path, dags: Path, root: Path, nats_server, start: datet
         # of a run is queued sooner (docs/testing.md); PLGD_TEST_SCHEDULER_IDLE_SLEEP to compare
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": os.environ.get("PLGD_TEST_SCHEDULER_IDLE_SLEEP", "0.25"),
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        # A task that starts before the api-server listens (the components start side by side) retries
+        # its first Execution API call: 5 tries (Airflow's default, 4-15 s) ended in "Connection refused"
+        # and a failed task at load 15; 10 tries wait up to minutes, only while the api-server starts.
+        "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "10",
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT": json.dumps({
             "conn_type": "plgd_jetstream", "host": nats_server.host, "port": nats_server.port,
             "extra": {"stream": "EVENTS", "storage_root": str(root)},

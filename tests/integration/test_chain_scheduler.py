@@ -84,7 +84,7 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
     home, dags, root, bin_dir = (tmp_path / n for n in ("airflow", "dags", "data", "bin"))
     for path in (home, dags, root, bin_dir):
         path.mkdir()
-    # the next boundary: the publisher publishes A inside its window; the components start after C ended
+    # the next boundary: the publisher publishes A and C inside their windows
     start_s = (int(time.time() // STEP) + 1) * STEP
     starts = [datetime.fromtimestamp(start_s + STEP * k, tz=timezone.utc) for k in range(3)]  # A, B, C
     ids = [times.interval_id(s, s + timedelta(seconds=STEP)) for s in starts]
@@ -128,12 +128,15 @@ def test_a_failed_interval_stops_the_chain_across_an_empty_one_and_an_older_inte
 
     timings: dict[str, float] = {}
     try:
-        publisher.join(timeout=120)
-        assert not publisher.is_alive() and not errors, errors
-        timings["setup"] = time.monotonic() - t_start
         with spark_lock():
             timings["lock"] = time.monotonic() - t_start
+            # The components start while A and C are published (their start overlaps the windows): the
+            # scheduler runs A when it ended, B and C after it (one active run); each run's sensor waits
+            # until its interval is complete. No real spark-submit runs before the outage ends (below).
             stack.start()
+            publisher.join(timeout=120)
+            assert not publisher.is_alive() and not errors, errors
+            timings["published"] = time.monotonic() - t_start
             # 1. A's decode fails (the outage)
             stack.poll("A's run failed", lambda: starts[0] in runs() and runs()[starts[0]][1] == "failed")
             got = states(starts[0])

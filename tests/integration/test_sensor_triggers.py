@@ -222,8 +222,7 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 home = Path(os.environ["AIRFLOW_HOME"])
 airflow = str(Path(sys.executable).parent / "airflow")
-from airflow.utils import db
-db.initdb()
+# the metadata database is migrated already (fixture airflow_postgres_db: a copy of the session's template)
 from airflow.configuration import conf
 dags = Path(conf.get("core", "dags_folder")); dags.mkdir(parents=True, exist_ok=True)
 (dags / "plgd_asset_watcher.py").write_text("""

@@ -8,7 +8,8 @@ test's Python). The executors run the Python of ``make venv-executor``, which ho
 interpreter is a small wrapper script that records every start (arguments and ``PYTHONPATH``), so the
 test sees which processes ran it.
 
-The cluster fixture holds the Spark lock for the whole module.
+The cluster fixture holds the Spark lock for the whole module. The three tests read one interval of
+simulated traffic, published once for the module (``traffic``), each into its own storage root.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import pytest
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.tables.layout import Layout
-from tests.integration.conftest import load_dag, read_stream
+from plgd_devtools.nats_server import recreate_stream
+from tests.integration.conftest import load_dag, read_stream, use_spark_connect
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
 
@@ -34,6 +36,8 @@ UTC = timezone.utc
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 8
 CLUSTER_DAG, LOCAL_DAG, TIMEOUT_DAG = "plgd_test_cluster_etl", "plgd_test_local_etl", "plgd_test_cluster_timeout"
+#: The connection of the local run's DAG (the session's Spark Connect server, ``local[2]``).
+CONNECT_CONN_ID = "plgd_spark_connect_test"
 #: The timeout test's ``execution_timeout`` of the Spark tasks (s): long enough for decode's
 #: ``spark-submit`` to start and register with the master (the test checks that the master lists it;
 #: it took 16 s at load 9 on 2 cores), short because the test waits it out (45 s before issue 40's
@@ -49,22 +53,25 @@ from airflow_provider_plgd.run_params import DEFAULT_RUN_SPARK_CONF_KEYS
 
 common = dict(schedule=timedelta(seconds=INTERVAL), start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
               catchup=False, default_args={"retries": 0},
-              storage_roots=[tempfile.gettempdir(), "s3://plgd-test"],  # runs choose their root below these
-              # this test's author lets a run choose the executors' Python (a production DAG sets it in
-              # spark_conf: whoever may trigger the DAG would choose what the executors run)
-              run_spark_conf_keys=[*DEFAULT_RUN_SPARK_CONF_KEYS, "spark.pyspark.python"])
+              storage_roots=[tempfile.gettempdir(), "s3://plgd-test"])  # runs choose their root below these
+# this test's author lets a run choose the executors' Python (a production DAG sets it in
+# spark_conf: whoever may trigger the DAG would choose what the executors run)
+on_cluster = dict(common, run_spark_conf_keys=[*DEFAULT_RUN_SPARK_CONF_KEYS, "spark.pyspark.python"])
 # The cluster DAG's own settings: where the executors reach the driver; the driver's and executors'
-# JVMs with the short-run JIT and GC of FAST_LOCAL_SPARK_CONF (small data, 2 busy cores). The
-# executors' Python comes per run, through the spark_conf param (allowed above).
+# JVMs with the short-run JIT and GC of FAST_LOCAL_SPARK_CONF (small data, 2 busy cores), the
+# executors' also with the test session's class-data sharing archive (EXECUTOR_CDS: the driver's
+# comes with SPARK_SUBMIT_OPTS). The executors' Python comes per run, through the spark_conf param
+# (allowed above).
 JVM_OPTIONS = FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
 CLUSTER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                 "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "4",
-                "spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}
-cluster = build_etl_dag(dag_id="CLUSTER_DAG", spark_conn_id="spark_cluster", spark_conf=CLUSTER_CONF, **common)
-local = build_etl_dag(dag_id="LOCAL_DAG", spark_conn_id="spark_local",
-                      spark_conf={**FAST_LOCAL_SPARK_CONF, "spark.sql.shuffle.partitions": "4"}, **common)
+                "spark.driver.extraJavaOptions": JVM_OPTIONS,
+                "spark.executor.extraJavaOptions": f"{JVM_OPTIONS} EXECUTOR_CDS".strip()}
+cluster = build_etl_dag(dag_id="CLUSTER_DAG", spark_conn_id="spark_cluster", spark_conf=CLUSTER_CONF, **on_cluster)
+# the local run, the comparison: the same applications in local[2] on the session's Connect server
+local = build_etl_dag(dag_id="LOCAL_DAG", spark_connect_conn_id="CONNECT_CONN_ID", **common)
 timeout = build_etl_dag(dag_id="TIMEOUT_DAG", spark_conn_id="spark_cluster", spark_conf=CLUSTER_CONF,
-                        spark_execution_timeout=timedelta(seconds=SHORT_TIMEOUT_S), **common)
+                        spark_execution_timeout=timedelta(seconds=SHORT_TIMEOUT_S), **on_cluster)
 """
 
 #: The executors' interpreter: records each start, then runs the executor venv's Python.
@@ -76,10 +83,14 @@ exec {python} "$@"
 
 @pytest.fixture(scope="module")
 def dags(dags_folder):
-    """The three test DAGs (cluster, local[2], cluster with a short Spark timeout)."""
+    """The three test DAGs (cluster, local[2] on Spark Connect, cluster with a short Spark timeout)."""
     path = dags_folder / "plgd_test_spark_cluster.py"
     text = DAG_FILE.replace("INTERVAL", str(INTERVAL)).replace("SHORT_TIMEOUT_S", str(SHORT_TIMEOUT_S))
-    for name, value in (("CLUSTER_DAG", CLUSTER_DAG), ("LOCAL_DAG", LOCAL_DAG), ("TIMEOUT_DAG", TIMEOUT_DAG)):
+    # fast_spark_starts' class-data sharing archive, when there is one (see the spark_cluster fixture)
+    cds = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    text = text.replace("EXECUTOR_CDS", cds if "-XX:SharedArchiveFile=" in cds else "")
+    for name, value in (("CLUSTER_DAG", CLUSTER_DAG), ("LOCAL_DAG", LOCAL_DAG), ("TIMEOUT_DAG", TIMEOUT_DAG),
+                        ("CONNECT_CONN_ID", CONNECT_CONN_ID)):
         text = text.replace(name, value)
     path.write_text(text)
     return {dag_id: load_dag(path, dag_id) for dag_id in (CLUSTER_DAG, LOCAL_DAG, TIMEOUT_DAG)}
@@ -104,9 +115,26 @@ def cluster_env(spark_cluster, executor_python, tmp_path, monkeypatch):
     return wrapper, log
 
 
+@pytest.fixture(scope="module")
+def traffic(nats_server):
+    """One interval of simulated traffic for the module's three tests (:func:`publish_one_interval`,
+    seed 11, 120 steps: 200-800 messages) in a fresh stream ``EVENTS``, with
+    ``AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT`` pointing at the server (as the ``jetstream`` fixture,
+    which would recreate the stream for each test). Yields ``(sim, end, total)``."""
+    nats_server.start()  # no-op when running
+    recreate_stream(nats_server.url)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
+            {"conn_type": "plgd_jetstream", "host": nats_server.host, "port": nats_server.port,
+             "extra": {"stream": "EVENTS"}}))
+        sim, end, total = publish_one_interval(nats_server.url, seed=11, steps=120)
+        assert 200 <= total <= 800, total
+        yield sim, end, total
+
+
 def publish_one_interval(url: str, seed: int, steps: int):
     """Simulated plgd traffic of one interval (2 owners x 2 devices x 2 resources, corrupt payloads,
-    duplicates) published inside ``[start, end)`` on the server's clock; returns ``(sim, end)``
+    duplicates) published inside ``[start, end)`` on the server's clock; returns ``(sim, end, total)``
     once the interval is over."""
     from airflow_provider_plgd.simulator import SimulationConfig, generate, publish
 
@@ -175,9 +203,11 @@ class DecodeKiller(threading.Thread):
 
 
 def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_ground_truth(
-        jetstream, dags, cluster_env, spark_cluster, tmp_path, monkeypatch):
+        spark_connect_server, traffic, dags, cluster_env, spark_cluster, tmp_path, monkeypatch):
     """One interval through the DAG twice: on the cluster (worker 0 killed with its executor while
-    decode runs) and with ``local[2]``. The cluster run succeeds; its snapshot equals the simulator's
+    decode runs) and with ``local[2]`` (the comparison: the same applications on the session's
+    Spark Connect server; ``spark_connect_server`` comes first, so that it starts before the
+    cluster takes the Spark lock). The cluster run succeeds; its snapshot equals the simulator's
     ground truth; its events, quarantine, events_deduped and snapshot tables equal the local run's
     row for row; the interval ledger reconciles. The executors ran the executor venv's Python, with
     the plgd code from the ``--py-files`` zip only; the driver ran this Python (only
@@ -186,8 +216,7 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     from plgd_devtools.snapshot_compare import compare_snapshot, read_latest_tables
 
     wrapper, wrapper_log = cluster_env
-    sim, end, total = publish_one_interval(jetstream.url, seed=11, steps=120)
-    assert 200 <= total <= 800, total
+    sim, end, total = traffic
     interval_id = times.interval_id(end - timedelta(seconds=INTERVAL), end)
     roots = {"cluster": tmp_path / "cluster-root", "local": tmp_path / "local-root"}
 
@@ -221,8 +250,7 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     shipped = list((spark_cluster.base_dir / "work").glob("worker-*/app-*/*/plgd_py_files-*.zip"))
     assert {p.parts[-4] for p in shipped} >= {"worker-1"}, shipped
 
-    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+    use_spark_connect(monkeypatch, spark_connect_server, conn_id=CONNECT_CONN_ID)
     dr = dags[LOCAL_DAG].test(logical_date=end, run_conf={"storage_root": str(roots["local"]), "settle_seconds": 0})
     assert "success" in str(dr.state).lower(), (dr.state, task_states(dr))
 
@@ -244,12 +272,12 @@ def test_etl_dag_on_a_cluster_survives_a_lost_worker_and_equals_local_run_and_gr
     spark_cluster.add_worker()  # back to two workers for the next test
 
 
-def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env, spark_cluster, s3, tmp_path):
+def test_etl_dag_on_the_cluster_with_the_root_on_s3(traffic, dags, cluster_env, spark_cluster, s3, tmp_path):
     """The shape users deploy: the ETL DAG on the cluster with the storage root in a bucket of a
     real S3 API (moto's server). The executors read staging and write the tables through fsspec
     (``s3fs`` from ``requirements-executor.txt``), with no Hadoop S3A jar. They get the endpoint and
     credentials the documented way, from their worker's environment (as ``conf/spark-env.sh`` gives
-    it on a real worker machine): the workers are replaced by ones started with the ``AWS_*``
+    it on a real worker machine): the ``spark_cluster`` fixture starts the workers with the ``AWS_*``
     environment; nothing of it is in the Spark settings. The snapshot equals the simulator's ground
     truth, the tables hold every message once or in quarantine (the ledger reconciles), and no
     data file of the run is unnamed by the Delta log."""
@@ -259,15 +287,9 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
     from tests.integration.delta_read import delta_table
 
     wrapper, wrapper_log = cluster_env
-    sim, end, total = publish_one_interval(jetstream.url, seed=13, steps=60)
+    sim, end, total = traffic
     interval_id = times.interval_id(end - timedelta(seconds=INTERVAL), end)
     root = s3.root_url("cluster-on-s3")
-    # workers whose environment holds the S3 endpoint and credentials (the s3 fixture set them here)
-    old_workers = [i for i, w in enumerate(spark_cluster.workers) if w.alive()]
-    for _ in old_workers:
-        spark_cluster.add_worker()
-    for index in old_workers:
-        spark_cluster.kill_worker(index)
     conf = {"spark.pyspark.python": str(wrapper)}
     dr = dags[CLUSTER_DAG].test(logical_date=end, run_conf={"storage_root": root, "settle_seconds": 0,
                                                             "spark_conf": conf})
@@ -289,12 +311,12 @@ def test_etl_dag_on_the_cluster_with_the_root_on_s3(jetstream, dags, cluster_env
 
 
 def test_application_without_executors_fails_at_the_execution_timeout(
-        jetstream, dags, cluster_env, spark_cluster, tmp_path):
+        traffic, dags, cluster_env, spark_cluster, tmp_path):
     """Executor memory above every worker's (2g > 1g): decode never gets an executor. The task
     fails at its ``execution_timeout`` (not hanging), spark-submit is killed (the master no longer
     lists the application as running), and dedupe and rebuild do not run."""
     wrapper, _log = cluster_env
-    _sim, end, _total = publish_one_interval(jetstream.url, seed=12, steps=3)
+    _sim, end, _total = traffic
     t0 = time.monotonic()
     dr = dags[TIMEOUT_DAG].test(logical_date=end, run_conf={
         "storage_root": str(tmp_path / "root"), "settle_seconds": 0,

@@ -1,8 +1,8 @@
 """The plgd page of the Airflow 3 UI (``airflow_provider_plgd.ui``) against a real api-server,
 nats-server and chain, in Chromium; and who may see it.
 
-One api-server (``test_connection_ui.ApiServer``: SQLite metadata DB in a temporary
-``AIRFLOW_HOME``) in multi-team mode with ``SimpleAuthManager``: two DAG bundles, ``team_a``
+One api-server (``test_connection_ui.ApiServer``: a migrated PostgreSQL metadata DB, fixture
+``airflow_postgres_db``, and a temporary ``AIRFLOW_HOME``) in multi-team mode with ``SimpleAuthManager``: two DAG bundles, ``team_a``
 holding the ETL DAG ``plgd_etl_a`` (its root holds the chain below) and ``team_b`` holding
 ``plgd_etl_b`` (an empty root); the viewers ``alice`` (team_a) and ``bob`` (team_b). The chain
 of ``plgd_etl_a`` has seven 8-second intervals, with messages on a real nats-server:
@@ -33,7 +33,6 @@ the editable install), a ``.dist-info`` with only that entry point is put on the
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -80,6 +79,15 @@ dag = build_etl_dag(dag_id={dag_id!r}, schedule=timedelta(seconds={step}), catch
                     start_date=datetime.fromtimestamp({start}, tz=timezone.utc), default_args={{"retries": 0}},
                     spark_connect_conn_id="plgd_spark_connect_test", params={{"storage_root": {root!r}, "settle_seconds": 0}})
 '''
+#: ``airflow teams sync`` then ``airflow dags reserialize``: Airflow's own CLI entry point run twice in
+#: one Python process, not two (each start of Python and Airflow costs ~3 s CPU).
+SYNC_AND_RESERIALIZE = """
+import sys
+from airflow.__main__ import main
+for command in (["teams", "sync"], ["dags", "reserialize"]):
+    sys.argv = ["airflow", *command]
+    main()
+"""
 #: Interval length (s) of the ETL DAGs here: the DAG-built intervals' messages are published in real time.
 STEP_S = 8
 
@@ -184,12 +192,13 @@ def _token(server: ApiServer, user: str) -> str:
         return json.loads(resp.read())["access_token"]
 
 
-def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, jetstream, spark_connect_server):
+def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, jetstream, spark_connect_server,
+                                                                      airflow_postgres_db):
     from playwright.sync_api import sync_playwright
 
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    start_s = (int(time.time()) // STEP_S + 2) * STEP_S  # I0 starts in 8 to 16 s: its messages in its window
+    start_s = (int(time.time()) // STEP_S + 1) * STEP_S  # I0 starts in 0 to 8 s: its messages in its window
     sim = _simulation(start_s)
     ids = interval_tables.interval_ids(sim)
     publisher = threading.Thread(target=_publish_in_time, args=(jetstream.url, sim, start_s), daemon=True)
@@ -209,7 +218,7 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
                         "kwargs": {"path": str(folder)}, "team_name": team})
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({u: f"pw-{u}" for u in USERS}))
-    server = ApiServer(home)
+    server = ApiServer(home, airflow_postgres_db)
     server.env.update({
         "AIRFLOW__CORE__MULTI_TEAM": "True",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
@@ -231,7 +240,9 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
         server.env["PYTHONPATH"] = shim + ":" + server.env["PYTHONPATH"]
 
     def airflow(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "airflow", *args], env=server.env, cwd=home,
+        """``airflow <args>``; ``python -c <code>`` when the first argument is ``-c``."""
+        command = [sys.executable, *args] if args[0] == "-c" else [sys.executable, "-m", "airflow", *args]
+        done = subprocess.run(command, env=server.env, cwd=home,
                               capture_output=True, text=True, timeout=DAGS_TEST_TIMEOUT_S)
         assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
@@ -242,9 +253,10 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
     with spark_lock():  # a real Airflow component and Spark on the shared 2-core machine
         timings["lock"] = time.monotonic() - t0
         try:
-            airflow("db", "migrate")
-            airflow("teams", "sync")  # the auth manager refuses to start on teams the database lacks
-            airflow("dags", "reserialize")
+            # no `airflow db migrate`: the database is a copy of the session's migrated template;
+            # the teams first: the auth manager refuses to start on teams the database lacks
+            airflow("-c", SYNC_AND_RESERIALIZE)
+            server.launch()  # it starts while the intervals pass and the runs below go
             publisher.join()
             time.sleep(max(0.0, start_s + 2 * STEP_S + 0.5 - time.time()))  # I1 is over
             timings["airflow ready"] = time.monotonic() - t0
@@ -260,13 +272,12 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             timings["I1 planned"] = time.monotonic() - t0
             chain = _dag_chain_tail(str(roots["a"]), jetstream.url, sim)
             ranges = chain["ranges"]
-            with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True, timeout=30) as con:
-                dag_runs = dict(con.execute("SELECT run_id, data_interval_end FROM dag_run WHERE dag_id = 'plgd_etl_a'"))
-                (xcom,), = con.execute("SELECT value FROM xcom WHERE dag_id = 'plgd_etl_a' AND task_id = 'summary'"
-                                       " AND key = 'return_value'").fetchall()
+            dag_runs = dict(server.query("SELECT run_id, data_interval_end FROM dag_run WHERE dag_id = 'plgd_etl_a'"))
+            (xcom,), = server.query("SELECT value FROM xcom WHERE dag_id = 'plgd_etl_a' AND task_id = 'summary'"
+                                    " AND key = 'return_value'")
             stored = read_stream(jetstream.url)  # ground truth with nats-py
             # I0's run sent its interval counters (its summary task), as its summary and the stream say
-            summary_i0 = json.loads(xcom)
+            summary_i0 = json.loads(xcom) if isinstance(xcom, str) else xcom  # JSON: decoded by psycopg
             summary_i0 = json.loads(summary_i0) if isinstance(summary_i0, str) else summary_i0
             in_i0 = [seq for seq, (_s, t, _h, _d) in stored.items()
                      if start_s * 10**9 <= t < (start_s + STEP_S) * 10**9]
@@ -274,7 +285,7 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             behind = [seq for seq in stored if seq >= ranges[3][1]]
             window = times.Interval.from_id(ids[1])
             in_i1 = [seq for seq, (_s, t, _h, _d) in stored.items() if window.start_ns <= t < window.end_ns]
-            server.start()  # its own "db migrate" finds nothing to do
+            server.wait_ready()
             timings["api-server up"] = time.monotonic() - t0
             api = f"{server.url}/plgd/api/pipelines"
             alice, bob = _token(server, "alice"), _token(server, "bob")
@@ -302,7 +313,7 @@ def test_plgd_page_shows_the_chain_with_its_hole_and_only_to_readers(tmp_path, j
             assert [i["interval_id"] for i in page["items"]] == sorted(expected, reverse=True)
             runs = {i["interval_id"]: i["run_id"] for i in page["items"] if i["run_id"]}
             (i0_run,) = [r for r, end in dag_runs.items()  # the run whose data interval is I0
-                         if end and datetime.fromisoformat(end).replace(tzinfo=timezone.utc).timestamp() == start_s + STEP_S]
+                         if end and end.timestamp() == start_s + STEP_S]
             assert runs == {ids[0]: i0_run}, (runs, dag_runs)
             hole = next(i for i in page["items"] if i["state"] == "hole")
             assert hole["messages"] == len(in_i1) > 0, (hole, in_i1)
