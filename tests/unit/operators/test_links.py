@@ -219,7 +219,7 @@ def test_providers_manager_accepts_the_extra_links():
             "airflow_provider_plgd.operators.links.PlgdTablesLink"} <= names
 
 
-def test_the_etl_dag_serializes_its_links():
+def test_the_etl_dag_serializes_its_links(monkeypatch):
     """The API server knows a task's links from the serialized DAG: name -> XCom key of the link."""
     from airflow_provider_plgd.etl import build_etl_dag
 
@@ -237,7 +237,10 @@ def test_the_etl_dag_serializes_its_links():
         assert tasks[app]["_operator_extra_links"] in (
             {"Spark application": "_link_PlgdSparkApplicationLink"},
             [{"airflow_provider_plgd.operators.links.PlgdSparkApplicationLink": {}}])
-    # and back (Airflow 2.11 imports the classes listed in the provider info's extra-links)
+    # and back (Airflow 2.11 imports the classes listed in the provider info's extra-links), with the
+    # links loaded as the API server's DAG bag loads them (load_op_links=True): the flag is class
+    # state, and an earlier dag.test() of this process (its DAG bag: load_op_links=False) leaves it off
+    monkeypatch.setattr(serializer, "_load_operator_extra_links", True)
     loaded = serializer.from_dict(serialized)
     assert loaded.get_task("summary").extra_links == ["Tables"]
     assert loaded.get_task("rebuild").extra_links == ["Spark application"]
