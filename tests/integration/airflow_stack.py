@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from plgd_devtools import postgres_server
 from tests.integration.conftest import spark_connect_conn
 
 REPO = Path(__file__).resolve().parents[2]
@@ -206,10 +207,8 @@ class AirflowStack:
 
     # -- metadata DB (SELECT queries on PostgreSQL, ``%s`` parameters) -----------------------------
     def query(self, sql: str, *params: Any) -> list[tuple]:
-        import psycopg
-
-        with psycopg.connect(self.db_url, autocommit=True, connect_timeout=30) as con:
-            return con.execute(sql, params).fetchall()
+        """The rows of one statement on the stack's metadata database (``%s`` parameters)."""
+        return postgres_server.query(self.db_url, sql, *params)
 
     def runs(self) -> list[tuple]:
         """``(run_id, state, run_type, logical_date, end_date, backfill_id)`` of the DAG's runs, oldest first."""

@@ -43,7 +43,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from airflow_provider_plgd.jetstream.connection import NKEY_SEED_EXTRA
@@ -81,7 +80,7 @@ class ApiServer:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.db_url = database.url
+        self.database = database
         from cryptography.fernet import Fernet
 
         self.fernet_key = Fernet.generate_key().decode()
@@ -149,8 +148,7 @@ class ApiServer:
 
     def query(self, sql: str, *params: Any) -> list[tuple]:
         """The rows of one SELECT on the metadata database (``%s`` parameters)."""
-        with psycopg.connect(self.db_url, autocommit=True, connect_timeout=30) as con:
-            return con.execute(sql, params).fetchall()
+        return self.database.query(sql, *params)
 
     def stored_connection(self, conn_id: str) -> dict:
         """The connection row as stored in the metadata DB, decrypted with our Fernet key."""
