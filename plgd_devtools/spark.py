@@ -231,6 +231,15 @@ def fast_jvm_start_env(cache_dir: str | os.PathLike[str] | None = None, *, pytho
     return env
 
 
+def cds_java_options(env: Mapping[str, str] | None = None) -> str:
+    """The class-data sharing options of :func:`fast_jvm_start_env` in ``env`` (default
+    ``os.environ``): its ``SPARK_SUBMIT_OPTS`` when that maps an archive (``-XX:SharedArchiveFile=``),
+    else ``""`` (no archive was built, or its environment is not in use). For the JVMs that
+    ``SPARK_SUBMIT_OPTS`` does not reach: a standalone cluster's daemons and executors."""
+    opts = (os.environ if env is None else env).get("SPARK_SUBMIT_OPTS", "")
+    return opts if "-XX:SharedArchiveFile=" in opts else ""
+
+
 def _build_cds_archive(archive: Path, *, python: str, timeout: float) -> None:
     if shutil.which("java") is None:
         return

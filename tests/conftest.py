@@ -169,13 +169,10 @@ def nats_server():
         server.cleanup()
 
 
-@pytest.fixture
-def jetstream(nats_server, monkeypatch):
-    """Fresh stream ``EVENTS`` on ``plgd.>`` with the plgd bundle settings (docs/wire-format.md §1.5),
-    and ``AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT`` pointing at the server. Yields the server."""
+def _fresh_events_stream(nats_server: NatsServer, patch: pytest.MonkeyPatch) -> NatsServer:
     nats_server.start()  # no-op when running; a test may have stopped it
     recreate_stream(nats_server.url)
-    monkeypatch.setenv(
+    patch.setenv(
         "AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT",
         json.dumps(
             {
@@ -186,7 +183,22 @@ def jetstream(nats_server, monkeypatch):
             }
         ),
     )
-    yield nats_server
+    return nats_server
+
+
+@pytest.fixture
+def jetstream(nats_server, monkeypatch):
+    """Fresh stream ``EVENTS`` on ``plgd.>`` with the plgd bundle settings (docs/wire-format.md §1.5),
+    and ``AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT`` pointing at the server. Yields the server."""
+    yield _fresh_events_stream(nats_server, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def module_jetstream(nats_server):
+    """:func:`jetstream` for a whole test module: one fresh stream ``EVENTS`` that the module's tests
+    share (traffic published once for them all), the connection set until the module ends."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield _fresh_events_stream(nats_server, patch)
 
 
 @pytest.fixture(scope="session")
@@ -292,12 +304,11 @@ def spark_cluster(s3_server):
     there is one (``SPARK_DAEMON_JAVA_OPTS``); the workers, and so their executors, have the
     session's S3 API in their environment (``s3_server``'s ``AWS_*``, as a real worker's
     ``spark-env.sh`` gives them). Stopped by PID, its temp dir removed at teardown."""
-    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, spark_lock
+    from plgd_devtools.spark import FAST_LOCAL_SPARK_CONF, cds_java_options, spark_lock
     from plgd_devtools.spark_cluster import SparkCluster
 
-    java_opts = FAST_LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
-    if "-XX:SharedArchiveFile=" in os.environ.get("SPARK_SUBMIT_OPTS", ""):  # fast_spark_starts' archive
-        java_opts = f"{java_opts} {os.environ['SPARK_SUBMIT_OPTS']}"
+    # fast_spark_starts' archive, when there is one
+    java_opts = f"{FAST_LOCAL_SPARK_CONF['spark.driver.extraJavaOptions']} {cds_java_options()}".strip()
     with pytest.MonkeyPatch.context() as patch, spark_lock():
         patch.setenv("SPARK_DAEMON_JAVA_OPTS", java_opts)
         with SparkCluster(workers=2, cores=1, memory="1g", env=s3_server.env()) as cluster:

@@ -16,12 +16,14 @@ dags folder), and ``dag.test()``'s 1 s poll waits only when its last round chang
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,14 @@ def _dag_files() -> set[Path]:
     return set(folder.glob("*.py")) if folder.is_dir() else set()
 
 
+@contextlib.contextmanager
+def _removing_new_dag_files() -> Iterator[None]:
+    before = _dag_files()
+    yield
+    for path in _dag_files() - before:
+        path.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def dag_files_of_the_module():
     """Remove the DAG files this test module wrote into the session's dags folder when it ends.
@@ -60,20 +70,16 @@ def dag_files_of_the_module():
     bundle, to sync the DAG to the metadata DB), so each file left there by an earlier test would
     cost every later ``dag.test()`` of the session one more parse. The DAGs stay in the DB.
     """
-    before = _dag_files()
-    yield
-    for path in _dag_files() - before:
-        path.unlink(missing_ok=True)
+    with _removing_new_dag_files():
+        yield
 
 
 @pytest.fixture(autouse=True)
 def dag_files_of_the_test(dag_files_of_the_module):
     """Remove the DAG files a test wrote when it ends (see :func:`dag_files_of_the_module`; the
     files of a module fixture, set up before this one, stay until the module ends)."""
-    before = _dag_files()
-    yield
-    for path in _dag_files() - before:
-        path.unlink(missing_ok=True)
+    with _removing_new_dag_files():
+        yield
 
 
 #: Where ``DAG.test`` is defined (``airflow.sdk.definitions.dag``), matched without importing Airflow.

@@ -27,7 +27,7 @@ import pytest
 from airflow_provider_plgd import times
 from airflow_provider_plgd.tables import ledger
 from airflow_provider_plgd.tables.layout import Layout
-from plgd_devtools.nats_server import recreate_stream
+from plgd_devtools.spark import cds_java_options
 from tests.integration.conftest import load_dag, read_stream, use_spark_connect
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow]
@@ -87,8 +87,7 @@ def dags(dags_folder):
     path = dags_folder / "plgd_test_spark_cluster.py"
     text = DAG_FILE.replace("INTERVAL", str(INTERVAL)).replace("SHORT_TIMEOUT_S", str(SHORT_TIMEOUT_S))
     # fast_spark_starts' class-data sharing archive, when there is one (see the spark_cluster fixture)
-    cds = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    text = text.replace("EXECUTOR_CDS", cds if "-XX:SharedArchiveFile=" in cds else "")
+    text = text.replace("EXECUTOR_CDS", cds_java_options())
     for name, value in (("CLUSTER_DAG", CLUSTER_DAG), ("LOCAL_DAG", LOCAL_DAG), ("TIMEOUT_DAG", TIMEOUT_DAG),
                         ("CONNECT_CONN_ID", CONNECT_CONN_ID)):
         text = text.replace(name, value)
@@ -116,20 +115,13 @@ def cluster_env(spark_cluster, executor_python, tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def traffic(nats_server):
+def traffic(module_jetstream):
     """One interval of simulated traffic for the module's three tests (:func:`publish_one_interval`,
-    seed 11, 120 steps: 200-800 messages) in a fresh stream ``EVENTS``, with
-    ``AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT`` pointing at the server (as the ``jetstream`` fixture,
-    which would recreate the stream for each test). Yields ``(sim, end, total)``."""
-    nats_server.start()  # no-op when running
-    recreate_stream(nats_server.url)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_PLGD_JETSTREAM_DEFAULT", json.dumps(
-            {"conn_type": "plgd_jetstream", "host": nats_server.host, "port": nats_server.port,
-             "extra": {"stream": "EVENTS"}}))
-        sim, end, total = publish_one_interval(nats_server.url, seed=11, steps=120)
-        assert 200 <= total <= 800, total
-        yield sim, end, total
+    seed 11, 120 steps: 200-800 messages) in the module's fresh stream ``EVENTS``
+    (``module_jetstream``; ``jetstream`` would recreate it for each test). Returns ``(sim, end, total)``."""
+    sim, end, total = publish_one_interval(module_jetstream.url, seed=11, steps=120)
+    assert 200 <= total <= 800, total
+    return sim, end, total
 
 
 def publish_one_interval(url: str, seed: int, steps: int):
